@@ -1,0 +1,9 @@
+//! weir's configuration: YAML with positions, the validated model, and the rule language.
+
+pub mod load;
+pub mod model;
+pub mod rule;
+pub mod yaml;
+
+pub use load::{load_file, load_str, ConfigError};
+pub use model::*;

@@ -1,0 +1,1166 @@
+//! Turns a positioned YAML tree into the validated [`Config`], collecting every error it finds
+//! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
+
+use crate::model::*;
+use crate::rule;
+use crate::yaml::{self, Node, Pos, Value};
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub pos: Pos,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.pos.line, self.pos.column, self.message
+        )
+    }
+}
+
+/// Reads and validates a config file.
+pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => load_str(&text, path),
+        Err(e) => Err(vec![ConfigError {
+            file: path.to_string(),
+            pos: Pos { line: 1, column: 1 },
+            message: format!("cannot read config file: {e}"),
+        }]),
+    }
+}
+
+/// Validates config text; `file` is only used to label errors.
+pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    let root = yaml::parse(text).map_err(|e| {
+        vec![ConfigError {
+            file: file.to_string(),
+            pos: e.pos,
+            message: format!("invalid YAML: {}", e.message),
+        }]
+    })?;
+    let mut loader = Loader {
+        errors: Vec::new(),
+        env: &|name| std::env::var(name).ok(),
+    };
+    let config = loader.config(&root);
+    if loader.errors.is_empty() {
+        Ok(config)
+    } else {
+        loader.errors.sort_by_key(|(pos, _)| (pos.line, pos.column));
+        Err(loader
+            .errors
+            .into_iter()
+            .map(|(pos, message)| ConfigError {
+                file: file.to_string(),
+                pos,
+                message,
+            })
+            .collect())
+    }
+}
+
+struct Loader<'e> {
+    errors: Vec<(Pos, String)>,
+    env: &'e dyn Fn(&str) -> Option<String>,
+}
+
+/// The entries of a mapping whose keys have been checked against the allowed set.
+struct Fields<'n> {
+    pos: Pos,
+    entries: Vec<(&'n str, &'n Node)>,
+}
+
+impl<'n> Fields<'n> {
+    fn get(&self, key: &str) -> Option<&'n Node> {
+        self.entries
+            .iter()
+            .find(|(k, v)| *k == key && !matches!(v.value, Value::Null))
+            .map(|(_, v)| *v)
+    }
+}
+
+impl Loader<'_> {
+    fn error(&mut self, pos: Pos, message: impl Into<String>) {
+        self.errors.push((pos, message.into()));
+    }
+
+    /// Checks that `node` is a mapping with only `allowed` keys; `Null` reads as empty.
+    fn fields<'n>(&mut self, node: &'n Node, what: &str, allowed: &[&str]) -> Option<Fields<'n>> {
+        let entries = match &node.value {
+            Value::Null => {
+                return Some(Fields {
+                    pos: node.pos,
+                    entries: Vec::new(),
+                })
+            }
+            Value::Map(entries) => entries,
+            _ => {
+                self.error(
+                    node.pos,
+                    format!("{what} must be a mapping, found {}", node.kind_name()),
+                );
+                return None;
+            }
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            match key.as_str() {
+                Some(k) if allowed.contains(&k) => out.push((k, value)),
+                Some(k) => self.error(
+                    key.pos,
+                    format!(
+                        "unknown key `{k}` in {what}; expected one of: {}",
+                        allowed.join(", ")
+                    ),
+                ),
+                None => self.error(key.pos, format!("keys in {what} must be strings")),
+            }
+        }
+        Some(Fields {
+            pos: node.pos,
+            entries: out,
+        })
+    }
+
+    /// A mapping of user-chosen names (routers, services, ...) to their definitions.
+    fn named<'n>(&mut self, node: Option<&'n Node>, what: &str) -> Vec<(String, &'n Node)> {
+        let Some(node) = node else { return Vec::new() };
+        match &node.value {
+            Value::Map(entries) => entries
+                .iter()
+                .filter_map(|(k, v)| match k.as_str() {
+                    Some(name) if !name.is_empty() => Some((name.to_string(), v)),
+                    _ => {
+                        self.error(k.pos, format!("{what} names must be non-empty strings"));
+                        None
+                    }
+                })
+                .collect(),
+            _ => {
+                self.error(
+                    node.pos,
+                    format!(
+                        "`{what}` must be a mapping of names to definitions, found {}",
+                        node.kind_name()
+                    ),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// A scalar as a string, with `${NAME}` and `${NAME:-default}` expanded.
+    fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match &node.value {
+            Value::Scalar { text, .. } => match expand_env(text, self.env) {
+                Ok(s) => Some(s),
+                Err(msg) => {
+                    self.error(node.pos, msg);
+                    None
+                }
+            },
+            _ => {
+                self.error(
+                    node.pos,
+                    format!("{what} must be a string, found {}", node.kind_name()),
+                );
+                None
+            }
+        }
+    }
+
+    fn uint(&mut self, node: &Node, what: &str, min: u64, max: u64) -> Option<u64> {
+        let text = self.string(node, what)?;
+        match text.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Some(n),
+            _ => {
+                self.error(
+                    node.pos,
+                    format!("{what} must be a whole number from {min} to {max}, found `{text}`"),
+                );
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, node: &Node, what: &str) -> Option<bool> {
+        let text = self.string(node, what)?;
+        match text.as_str() {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => {
+                self.error(
+                    node.pos,
+                    format!("{what} must be `true` or `false`, found `{text}`"),
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, node: &Node, what: &str) -> Option<Duration> {
+        let text = self.string(node, what)?;
+        let parsed = parse_duration(&text);
+        if parsed.is_none() {
+            self.error(
+                node.pos,
+                format!(
+                    "{what} must be a duration like `250ms`, `30s`, `5m` or `1h`, found `{text}`"
+                ),
+            );
+        }
+        parsed
+    }
+
+    fn string_list(&mut self, node: &Node, what: &str) -> Vec<(String, Pos)> {
+        match &node.value {
+            Value::Seq(items) => items
+                .iter()
+                .filter_map(|item| self.string(item, what).map(|s| (s, item.pos)))
+                .collect(),
+            Value::Scalar { .. } => self
+                .string(node, what)
+                .map(|s| vec![(s, node.pos)])
+                .unwrap_or_default(),
+            _ => {
+                self.error(
+                    node.pos,
+                    format!(
+                        "{what} must be a list of strings, found {}",
+                        node.kind_name()
+                    ),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn header_map(&mut self, node: &Node, what: &str) -> Vec<(String, String)> {
+        let Value::Map(entries) = &node.value else {
+            self.error(
+                node.pos,
+                format!(
+                    "{what} must be a mapping of header names to values, found {}",
+                    node.kind_name()
+                ),
+            );
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let Some(name) = self.string(k, "a header name") else {
+                continue;
+            };
+            if !is_header_name(&name) {
+                self.error(k.pos, format!("`{name}` is not a valid header name"));
+                continue;
+            }
+            let value = match &v.value {
+                Value::Null => String::new(),
+                _ => match self.string(v, "a header value") {
+                    Some(s) => s,
+                    None => continue,
+                },
+            };
+            if !is_header_value(&value) {
+                self.error(v.pos, "header values must not contain control characters");
+                continue;
+            }
+            out.push((name, value));
+        }
+        out
+    }
+
+    fn header_names(&mut self, node: &Node, what: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, pos) in self.string_list(node, what) {
+            if is_header_name(&name) {
+                out.push(name);
+            } else {
+                self.error(pos, format!("`{name}` is not a valid header name"));
+            }
+        }
+        out
+    }
+
+    fn config(&mut self, root: &Node) -> Config {
+        let top = self
+            .fields(
+                root,
+                "the top level",
+                &[
+                    "server",
+                    "entrypoints",
+                    "routers",
+                    "services",
+                    "middlewares",
+                ],
+            )
+            .unwrap_or(Fields {
+                pos: root.pos,
+                entries: Vec::new(),
+            });
+        let server = self.server(top.get("server"));
+        let entrypoints: Vec<Entrypoint> = self
+            .named(top.get("entrypoints"), "entrypoints")
+            .into_iter()
+            .filter_map(|(name, node)| self.entrypoint(name, node))
+            .collect();
+        if top.get("entrypoints").is_none() {
+            self.error(
+                top.pos,
+                "missing `entrypoints`: at least one is needed, e.g. `entrypoints: { web: { address: \":8080\" } }`",
+            );
+        }
+        let services: Vec<Service> = self
+            .named(top.get("services"), "services")
+            .into_iter()
+            .filter_map(|(name, node)| self.service(name, node))
+            .collect();
+        let middlewares: Vec<Middleware> = self
+            .named(top.get("middlewares"), "middlewares")
+            .into_iter()
+            .filter_map(|(name, node)| self.middleware(name, node))
+            .collect();
+        let mut routers = Vec::new();
+        for (name, node) in self.named(top.get("routers"), "routers") {
+            if let Some(router) = self.router(name, node, &entrypoints, &services, &middlewares) {
+                routers.push(router);
+            }
+        }
+        Config {
+            server,
+            entrypoints,
+            routers,
+            services,
+            middlewares,
+        }
+    }
+
+    fn server(&mut self, node: Option<&Node>) -> Server {
+        let mut server = Server {
+            workers: None,
+            graceful_timeout: DEFAULT_GRACEFUL_TIMEOUT,
+            access_log: AccessLog {
+                enabled: false,
+                path: LogTarget::Stdout,
+            },
+        };
+        let Some(node) = node else { return server };
+        let Some(f) = self.fields(
+            node,
+            "`server`",
+            &["workers", "graceful_timeout", "access_log"],
+        ) else {
+            return server;
+        };
+        if let Some(w) = f.get("workers") {
+            if w.as_str() != Some("auto") {
+                server.workers = self
+                    .uint(w, "`server.workers` (or `auto`)", 1, 1024)
+                    .map(|n| n as usize);
+            }
+        }
+        if let Some(d) = f.get("graceful_timeout") {
+            server.graceful_timeout = self
+                .duration(d, "`server.graceful_timeout`")
+                .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT);
+        }
+        if let Some(log) = f.get("access_log") {
+            if let Some(lf) =
+                self.fields(log, "`server.access_log`", &["enabled", "format", "path"])
+            {
+                if let Some(e) = lf.get("enabled") {
+                    server.access_log.enabled =
+                        self.boolean(e, "`access_log.enabled`").unwrap_or(false);
+                }
+                if let Some(fmt) = lf.get("format") {
+                    if let Some(s) = self.string(fmt, "`access_log.format`") {
+                        if s != "json" {
+                            self.error(
+                                fmt.pos,
+                                format!("unknown access log format `{s}`; expected: json"),
+                            );
+                        }
+                    }
+                }
+                if let Some(p) = lf.get("path") {
+                    if let Some(s) = self.string(p, "`access_log.path`") {
+                        server.access_log.path = match s.as_str() {
+                            "stdout" | "" => LogTarget::Stdout,
+                            "stderr" => LogTarget::Stderr,
+                            _ => LogTarget::File(s.into()),
+                        };
+                    }
+                }
+            }
+        }
+        server
+    }
+
+    fn entrypoint(&mut self, name: String, node: &Node) -> Option<Entrypoint> {
+        let what = format!("entrypoint `{name}`");
+        let f = self.fields(node, &what, &["address"])?;
+        let Some(addr_node) = f.get("address") else {
+            self.error(
+                f.pos,
+                format!("{what} needs an `address`, e.g. \"0.0.0.0:8080\" or \":8080\""),
+            );
+            return None;
+        };
+        let text = self.string(addr_node, "`address`")?;
+        match parse_listen_address(&text) {
+            Some(address) => Some(Entrypoint { name, address }),
+            None => {
+                self.error(
+                    addr_node.pos,
+                    format!("`{text}` is not a listen address; expected HOST:PORT or :PORT"),
+                );
+                None
+            }
+        }
+    }
+
+    fn service(&mut self, name: String, node: &Node) -> Option<Service> {
+        let what = format!("service `{name}`");
+        let f = self.fields(
+            node,
+            &what,
+            &[
+                "servers",
+                "load_balancer",
+                "hash_key",
+                "keepalive",
+                "timeouts",
+                "pass_host_header",
+            ],
+        )?;
+        let mut servers = Vec::new();
+        match f.get("servers") {
+            None => self.error(
+                f.pos,
+                format!("{what} needs `servers`, e.g. `servers: [{{ url: \"http://127.0.0.1:9000\" }}]`"),
+            ),
+            Some(list) => match &list.value {
+                Value::Seq(items) => {
+                    for item in items {
+                        if let Some(s) = self.upstream_server(item) {
+                            servers.push(s);
+                        }
+                    }
+                }
+                _ => self.error(
+                    list.pos,
+                    format!("`servers` must be a list, found {}", list.kind_name()),
+                ),
+            },
+        }
+        let mut load_balancer = Balancer::RoundRobin;
+        if let Some(lb) = f.get("load_balancer") {
+            if let Some(s) = self.string(lb, "`load_balancer`") {
+                load_balancer = match s.as_str() {
+                    "round_robin" => Balancer::RoundRobin,
+                    "least_conn" => Balancer::LeastConn,
+                    "random" => Balancer::Random,
+                    "p2c" => Balancer::P2c,
+                    "consistent_hash" => Balancer::ConsistentHash,
+                    _ => {
+                        self.error(
+                            lb.pos,
+                            format!(
+                                "unknown load balancer `{s}`; expected one of: {}",
+                                Balancer::NAMES
+                            ),
+                        );
+                        Balancer::RoundRobin
+                    }
+                };
+            }
+        }
+        let mut hash_key = HashKey::ClientIp;
+        if let Some(hk) = f.get("hash_key") {
+            if let Some(s) = self.string(hk, "`hash_key`") {
+                let parsed = match s.split_once(':') {
+                    None if s == "client_ip" => Some(HashKey::ClientIp),
+                    None if s == "path" => Some(HashKey::Path),
+                    Some(("header", h)) if is_header_name(h) => {
+                        Some(HashKey::Header(h.to_string()))
+                    }
+                    Some(("cookie", c)) if !c.is_empty() => Some(HashKey::Cookie(c.to_string())),
+                    _ => None,
+                };
+                match parsed {
+                    Some(k) => hash_key = k,
+                    None => self.error(
+                        hk.pos,
+                        format!("unknown hash_key `{s}`; expected client_ip, path, header:NAME or cookie:NAME"),
+                    ),
+                }
+            }
+            if load_balancer != Balancer::ConsistentHash {
+                self.error(
+                    hk.pos,
+                    "`hash_key` only applies to `load_balancer: consistent_hash`",
+                );
+            }
+        }
+        let mut keepalive = Keepalive {
+            max_idle_per_server: DEFAULT_MAX_IDLE_PER_SERVER,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        };
+        if let Some(k) = f.get("keepalive") {
+            if let Some(kf) =
+                self.fields(k, "`keepalive`", &["max_idle_per_server", "idle_timeout"])
+            {
+                if let Some(n) = kf.get("max_idle_per_server") {
+                    if let Some(n) = self.uint(n, "`max_idle_per_server`", 0, 1_000_000) {
+                        keepalive.max_idle_per_server = n as usize;
+                    }
+                }
+                if let Some(d) = kf.get("idle_timeout") {
+                    if let Some(d) = self.duration(d, "`idle_timeout`") {
+                        keepalive.idle_timeout = d;
+                    }
+                }
+            }
+        }
+        let mut timeouts = Timeouts {
+            connect: DEFAULT_CONNECT_TIMEOUT,
+            response_header: DEFAULT_RESPONSE_HEADER_TIMEOUT,
+        };
+        if let Some(t) = f.get("timeouts") {
+            if let Some(tf) = self.fields(t, "`timeouts`", &["connect", "response_header"]) {
+                if let Some(d) = tf
+                    .get("connect")
+                    .and_then(|d| self.duration(d, "`connect`"))
+                {
+                    timeouts.connect = d;
+                }
+                if let Some(d) = tf
+                    .get("response_header")
+                    .and_then(|d| self.duration(d, "`response_header`"))
+                {
+                    timeouts.response_header = d;
+                }
+            }
+        }
+        let pass_host_header = match f.get("pass_host_header") {
+            Some(b) => self.boolean(b, "`pass_host_header`").unwrap_or(true),
+            None => true,
+        };
+        Some(Service {
+            name,
+            servers,
+            load_balancer,
+            hash_key,
+            keepalive,
+            timeouts,
+            pass_host_header,
+        })
+    }
+
+    fn upstream_server(&mut self, node: &Node) -> Option<UpstreamServer> {
+        let f = self.fields(node, "a server", &["url", "weight"])?;
+        let Some(url_node) = f.get("url") else {
+            self.error(
+                f.pos,
+                "a server needs a `url`, e.g. \"http://127.0.0.1:9000\"",
+            );
+            return None;
+        };
+        let url = self.string(url_node, "`url`")?;
+        let weight = match f.get("weight") {
+            Some(w) => self.uint(w, "`weight`", 1, 10_000)? as u32,
+            None => 1,
+        };
+        let Some((host, port)) = parse_http_url(&url) else {
+            self.error(
+                url_node.pos,
+                format!("`{url}` is not a server URL; expected http://HOST[:PORT]"),
+            );
+            return None;
+        };
+        let authority = url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        Some(UpstreamServer {
+            url,
+            authority,
+            host,
+            port,
+            weight,
+        })
+    }
+
+    fn middleware(&mut self, name: String, node: &Node) -> Option<Middleware> {
+        const KINDS: &[&str] = &[
+            "strip_prefix",
+            "add_prefix",
+            "replace_path_regex",
+            "headers",
+            "redirect_scheme",
+        ];
+        let what = format!("middleware `{name}`");
+        let f = self.fields(node, &what, KINDS)?;
+        if f.entries.len() != 1 {
+            self.error(
+                f.pos,
+                format!("{what} must have exactly one of: {}", KINDS.join(", ")),
+            );
+            return None;
+        }
+        let (kind, body) = f.entries[0];
+        let kind = match kind {
+            "strip_prefix" => {
+                let prefixes = self.string_list(body, "`strip_prefix`");
+                for (p, pos) in &prefixes {
+                    if !p.starts_with('/') {
+                        self.error(*pos, format!("prefix `{p}` must start with `/`"));
+                    }
+                }
+                MiddlewareKind::StripPrefix(prefixes.into_iter().map(|(p, _)| p).collect())
+            }
+            "add_prefix" => {
+                let p = self.string(body, "`add_prefix`")?;
+                if !p.starts_with('/') {
+                    self.error(body.pos, format!("prefix `{p}` must start with `/`"));
+                }
+                MiddlewareKind::AddPrefix(p)
+            }
+            "replace_path_regex" => {
+                let rf = self.fields(body, "`replace_path_regex`", &["regex", "replacement"])?;
+                let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
+                    self.error(
+                        rf.pos,
+                        "`replace_path_regex` needs `regex` and `replacement`",
+                    );
+                    return None;
+                };
+                let source = self.string(r, "`regex`")?;
+                let replacement = self.string(rep, "`replacement`")?;
+                match regex::Regex::new(&source) {
+                    Ok(regex) => MiddlewareKind::ReplacePathRegex { regex, replacement },
+                    Err(e) => {
+                        self.error(r.pos, format!("invalid regular expression: {e}"));
+                        return None;
+                    }
+                }
+            }
+            "headers" => {
+                let hf = self.fields(body, "`headers`", &["request", "response"])?;
+                let request = hf
+                    .get("request")
+                    .map(|n| self.header_ops(n, "`headers.request`"))
+                    .unwrap_or_default();
+                let response = hf
+                    .get("response")
+                    .map(|n| self.header_ops(n, "`headers.response`"))
+                    .unwrap_or_default();
+                MiddlewareKind::Headers { request, response }
+            }
+            _ => {
+                let rf = self.fields(body, "`redirect_scheme`", &["scheme", "permanent"])?;
+                let scheme = match rf.get("scheme") {
+                    Some(s) => self.string(s, "`scheme`")?,
+                    None => "https".to_string(),
+                };
+                if scheme != "http" && scheme != "https" {
+                    self.error(
+                        rf.pos,
+                        format!("unknown scheme `{scheme}`; expected http or https"),
+                    );
+                }
+                let permanent = match rf.get("permanent") {
+                    Some(p) => self.boolean(p, "`permanent`").unwrap_or(false),
+                    None => false,
+                };
+                MiddlewareKind::RedirectScheme { scheme, permanent }
+            }
+        };
+        Some(Middleware { name, kind })
+    }
+
+    fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
+        let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
+            return HeaderOps::default();
+        };
+        HeaderOps {
+            set: f
+                .get("set")
+                .map(|n| self.header_map(n, "`set`"))
+                .unwrap_or_default(),
+            add: f
+                .get("add")
+                .map(|n| self.header_map(n, "`add`"))
+                .unwrap_or_default(),
+            remove: f
+                .get("remove")
+                .map(|n| self.header_names(n, "`remove`"))
+                .unwrap_or_default(),
+        }
+    }
+
+    fn router(
+        &mut self,
+        name: String,
+        node: &Node,
+        entrypoints: &[Entrypoint],
+        services: &[Service],
+        middlewares: &[Middleware],
+    ) -> Option<Router> {
+        let what = format!("router `{name}`");
+        let f = self.fields(
+            node,
+            &what,
+            &[
+                "entrypoints",
+                "rule",
+                "priority",
+                "middlewares",
+                "service",
+                "respond",
+                "redirect",
+            ],
+        )?;
+        let mut ok = true;
+        let mut eps = Vec::new();
+        if let Some(list) = f.get("entrypoints") {
+            for (ep, pos) in self.string_list(list, "`entrypoints`") {
+                if !entrypoints.iter().any(|e| e.name == ep) {
+                    let known: Vec<&str> = entrypoints.iter().map(|e| e.name.as_str()).collect();
+                    self.error(
+                        pos,
+                        format!(
+                            "{what} names entrypoint `{ep}`, which is not defined; defined: {}",
+                            list_or_none(&known)
+                        ),
+                    );
+                    ok = false;
+                }
+                eps.push(ep);
+            }
+        }
+        let Some(rule_node) = f.get("rule") else {
+            self.error(
+                f.pos,
+                format!("{what} needs a `rule`, e.g. rule: \"PathPrefix(`/`)\""),
+            );
+            return None;
+        };
+        let rule_text = self.string(rule_node, "`rule`")?;
+        let rule = match rule::parse(&rule_text) {
+            Ok(rule) => rule,
+            Err(e) => {
+                self.error(
+                    offset_pos(rule_node, &rule_text, e.offset),
+                    format!("invalid rule: {}", e.message),
+                );
+                return None;
+            }
+        };
+        let priority = match f.get("priority") {
+            Some(p) => {
+                let text = self.string(p, "`priority`")?;
+                match text.parse::<i64>() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.error(
+                            p.pos,
+                            format!("`priority` must be a whole number, found `{text}`"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            None => rule_text.chars().count() as i64,
+        };
+        let mut mws = Vec::new();
+        if let Some(list) = f.get("middlewares") {
+            for (mw, pos) in self.string_list(list, "`middlewares`") {
+                if !middlewares.iter().any(|m| m.name == mw) {
+                    let known: Vec<&str> = middlewares.iter().map(|m| m.name.as_str()).collect();
+                    self.error(
+                        pos,
+                        format!(
+                            "{what} names middleware `{mw}`, which is not defined; defined: {}",
+                            list_or_none(&known)
+                        ),
+                    );
+                    ok = false;
+                }
+                mws.push(mw);
+            }
+        }
+        let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect"]
+            .iter()
+            .filter_map(|k| f.get(k).map(|n| (*k, n)))
+            .collect();
+        if actions.len() != 1 {
+            let pos = actions.get(1).map(|a| a.1.pos).unwrap_or(f.pos);
+            self.error(
+                pos,
+                format!("{what} must have exactly one action: `service`, `respond` or `redirect`"),
+            );
+            return None;
+        }
+        let (kind, body) = actions[0];
+        let action = match kind {
+            "service" => {
+                let svc = self.string(body, "`service`")?;
+                if !services.iter().any(|s| s.name == svc) {
+                    let known: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
+                    self.error(
+                        body.pos,
+                        format!(
+                            "{what} names service `{svc}`, which is not defined; defined: {}",
+                            list_or_none(&known)
+                        ),
+                    );
+                    ok = false;
+                }
+                Action::Service(svc)
+            }
+            "respond" => {
+                let rf = self.fields(body, "`respond`", &["status", "body", "headers"])?;
+                let status = match rf.get("status") {
+                    Some(s) => self.uint(s, "`status`", 200, 599)? as u16,
+                    None => 200,
+                };
+                let body_text = match rf.get("body") {
+                    Some(b) => self.string(b, "`body`")?,
+                    None => String::new(),
+                };
+                let headers = rf
+                    .get("headers")
+                    .map(|h| self.header_map(h, "`headers`"))
+                    .unwrap_or_default();
+                Action::Respond(Respond {
+                    status,
+                    body: body_text,
+                    headers,
+                })
+            }
+            _ => {
+                let rf = self.fields(body, "`redirect`", &["to", "status"])?;
+                let Some(to_node) = rf.get("to") else {
+                    self.error(
+                        rf.pos,
+                        "`redirect` needs `to`, e.g. to: \"https://example.com/\"",
+                    );
+                    return None;
+                };
+                let to = self.string(to_node, "`to`")?;
+                if !is_header_value(&to) || to.is_empty() {
+                    self.error(
+                        to_node.pos,
+                        "`to` must be a non-empty URL without control characters",
+                    );
+                }
+                let status = match rf.get("status") {
+                    Some(s) => {
+                        let n = self.uint(s, "`status`", 300, 399)? as u16;
+                        if ![301, 302, 303, 307, 308].contains(&n) {
+                            self.error(s.pos, format!("redirect status must be one of 301, 302, 303, 307, 308, found {n}"));
+                        }
+                        n
+                    }
+                    None => 302,
+                };
+                Action::Redirect(Redirect { to, status })
+            }
+        };
+        ok.then_some(Router {
+            name,
+            pos: node.pos,
+            entrypoints: eps,
+            rule_text,
+            rule,
+            priority,
+            middlewares: mws,
+            action,
+        })
+    }
+}
+
+fn list_or_none(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The file position of character `offset` inside a one-line scalar (quotes accounted for).
+fn offset_pos(node: &Node, text: &str, offset: usize) -> Pos {
+    let quoted = matches!(node.value, Value::Scalar { quoted: true, .. });
+    let Value::Scalar { text: raw, .. } = &node.value else {
+        return node.pos;
+    };
+    if raw != text || raw.contains('\n') {
+        return node.pos;
+    }
+    Pos {
+        line: node.pos.line,
+        column: node.pos.column + offset + usize::from(quoted),
+    }
+}
+
+/// Expands `${NAME}` and `${NAME:-default}`; `$${` writes a literal `${`.
+pub fn expand_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    if !text.contains("${") {
+        return Ok(text.to_string());
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("${") {
+        if rest[..i].ends_with('$') {
+            out.push_str(&rest[..i - 1]);
+            out.push_str("${");
+            rest = &rest[i + 2..];
+            continue;
+        }
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("unterminated `${{` in `{text}`; expected `${{NAME}}`"))?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!(
+                "`${{{inner}}}` is not a valid environment variable reference"
+            ));
+        }
+        match (env(name), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(format!(
+                    "environment variable `{name}` is not set (use `${{{name}:-default}}` for a fallback)"
+                ))
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "us" => n / 1_000_000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return None,
+    };
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+fn parse_listen_address(text: &str) -> Option<SocketAddr> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_string()
+    };
+    full.to_socket_addrs().ok()?.next()
+}
+
+/// `http://HOST[:PORT][/]` into host and port.
+fn parse_http_url(url: &str) -> Option<(String, u16)> {
+    let rest = url.strip_prefix("http://")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
+        return None;
+    }
+    let host = rule::strip_port(rest);
+    let port = if host.len() == rest.len() {
+        80
+    } else {
+        rest[host.len() + 1..].parse().ok()?
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port,
+    ))
+}
+
+pub fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+pub fn is_header_value(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(text: &str) -> Vec<String> {
+        load_str(text, "t.yaml")
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    const BASE: &str = "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\n";
+
+    #[test]
+    fn minimal_config_loads() {
+        let cfg = load_str(
+            &format!(
+                "{BASE}routers:\n  r:\n    rule: \"Path(`/`)\"\n    respond: {{ body: hi }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.routers[0].priority, 9);
+        assert!(matches!(cfg.routers[0].action, Action::Respond(_)));
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_allowed_keys() {
+        let errs = errors(&format!("{BASE}servr: {{}}\n"));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares"]
+        );
+        let errs = errors(&format!(
+            "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"
+        ));
+        assert!(
+            errs[0].starts_with(
+                "t.yaml:6:5: unknown key `lb` in service `s`; expected one of: servers,"
+            ),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn missing_references_are_named() {
+        let errs = errors(&format!(
+            "{BASE}routers:\n  r:\n    entrypoints: [websecure]\n    rule: \"Path(`/`)\"\n    middlewares: [nope]\n    service: api\n"
+        ));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert_eq!(errs[0], "t.yaml:5:19: router `r` names entrypoint `websecure`, which is not defined; defined: web");
+        assert_eq!(
+            errs[1],
+            "t.yaml:7:19: router `r` names middleware `nope`, which is not defined; defined: none"
+        );
+        assert_eq!(
+            errs[2],
+            "t.yaml:8:14: router `r` names service `api`, which is not defined; defined: none"
+        );
+    }
+
+    #[test]
+    fn rule_errors_point_inside_the_rule() {
+        let errs = errors(&format!(
+            "{BASE}routers:\n  r:\n    rule: \"Host(`a`) && Paht(`/`)\"\n    respond: {{}}\n"
+        ));
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("t.yaml:5:25: invalid rule: unknown matcher `Paht`"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn every_error_is_reported() {
+        let errs = errors(&format!(
+            "{BASE}server:\n  workers: many\n  graceful_timeout: soon\nservices:\n  s:\n    servers: [{{ url: \"ftp://x\" }}]\n    load_balancer: fastest\n"
+        ));
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(errs[0].starts_with("t.yaml:4:12:"));
+        assert!(errs[1].starts_with("t.yaml:5:21:"));
+        assert!(errs[2].contains("ftp://x"));
+        assert!(errs[3].contains("unknown load balancer `fastest`"));
+    }
+
+    #[test]
+    fn exactly_one_action() {
+        let errs = errors(&format!("{BASE}routers:\n  r:\n    rule: \"Path(`/`)\"\n    respond: {{}}\n    redirect: {{ to: /x }}\n"));
+        assert!(
+            errs[0].starts_with("t.yaml:7:15: router `r` must have exactly one action"),
+            "{errs:?}"
+        );
+        let errs = errors(&format!("{BASE}routers:\n  r:\n    rule: \"Path(`/`)\"\n"));
+        assert!(errs[0].contains("exactly one action"));
+    }
+
+    #[test]
+    fn yaml_syntax_errors_have_positions() {
+        let errs = errors("entrypoints:\n  web: [\n");
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].starts_with("t.yaml:3:"), "{errs:?}");
+    }
+
+    #[test]
+    fn env_expansion() {
+        let env = |n: &str| (n == "PORT").then(|| "9000".to_string());
+        assert_eq!(
+            expand_env("127.0.0.1:${PORT}", &env).unwrap(),
+            "127.0.0.1:9000"
+        );
+        assert_eq!(expand_env("${HOST:-localhost}", &env).unwrap(), "localhost");
+        assert_eq!(expand_env("$${PORT}", &env).unwrap(), "${PORT}");
+        assert!(expand_env("${MISSING}", &env)
+            .unwrap_err()
+            .contains("`MISSING` is not set"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("soon"), None);
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_http_url("http://127.0.0.1:9000"),
+            Some(("127.0.0.1".into(), 9000))
+        );
+        assert_eq!(
+            parse_http_url("http://backend/"),
+            Some(("backend".into(), 80))
+        );
+        assert_eq!(parse_http_url("http://[::1]:81"), Some(("::1".into(), 81)));
+        assert_eq!(parse_http_url("https://x"), None);
+        assert_eq!(parse_http_url("http://x/path"), None);
+    }
+}

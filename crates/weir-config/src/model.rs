@@ -1,0 +1,174 @@
+//! The validated configuration model: what the rest of weir consumes. Everything here has
+//! already been checked (references resolve, values in range), so consumers never re-validate.
+
+use crate::rule::Rule;
+use crate::yaml::Pos;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: Server,
+    pub entrypoints: Vec<Entrypoint>,
+    pub routers: Vec<Router>,
+    pub services: Vec<Service>,
+    pub middlewares: Vec<Middleware>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// `None` means `auto`: one worker per available core.
+    pub workers: Option<usize>,
+    pub graceful_timeout: Duration,
+    pub access_log: AccessLog,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLog {
+    pub enabled: bool,
+    pub path: LogTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    Stdout,
+    Stderr,
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Entrypoint {
+    pub name: String,
+    pub address: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Router {
+    pub name: String,
+    pub pos: Pos,
+    /// Empty means every entrypoint.
+    pub entrypoints: Vec<String>,
+    pub rule_text: String,
+    pub rule: Rule,
+    pub priority: i64,
+    pub middlewares: Vec<String>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone)]
+pub enum Action {
+    Service(String),
+    Respond(Respond),
+    Redirect(Redirect),
+}
+
+#[derive(Debug, Clone)]
+pub struct Respond {
+    pub status: u16,
+    pub body: String,
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    pub to: String,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone)]
+pub struct Service {
+    pub name: String,
+    pub servers: Vec<UpstreamServer>,
+    pub load_balancer: Balancer,
+    pub hash_key: HashKey,
+    pub keepalive: Keepalive,
+    pub timeouts: Timeouts,
+    pub pass_host_header: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamServer {
+    pub url: String,
+    /// `host:port` as written in the URL, used as the Host header when it is not passed through.
+    pub authority: String,
+    pub host: String,
+    pub port: u16,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balancer {
+    RoundRobin,
+    LeastConn,
+    Random,
+    P2c,
+    ConsistentHash,
+}
+
+impl Balancer {
+    pub const NAMES: &'static str = "round_robin, least_conn, random, p2c, consistent_hash";
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    ClientIp,
+    Header(String),
+    Cookie(String),
+    Path,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Keepalive {
+    pub max_idle_per_server: usize,
+    pub idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub response_header: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Middleware {
+    pub name: String,
+    pub kind: MiddlewareKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum MiddlewareKind {
+    StripPrefix(Vec<String>),
+    AddPrefix(String),
+    ReplacePathRegex {
+        regex: regex::Regex,
+        replacement: String,
+    },
+    Headers {
+        request: HeaderOps,
+        response: HeaderOps,
+    },
+    RedirectScheme {
+        scheme: String,
+        permanent: bool,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct HeaderOps {
+    pub set: Vec<(String, String)>,
+    pub add: Vec<(String, String)>,
+    pub remove: Vec<String>,
+}
+
+impl HeaderOps {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+pub const DEFAULT_GRACEFUL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,0 +1,488 @@
+//! The Traefik v3 rule language: `Host`, `HostRegexp`, `Path`, `PathPrefix`, `PathRegexp`,
+//! `Method`, `Header`, `HeaderRegexp`, `Query`, `QueryRegexp`, `ClientIP`, joined by `&&`, `||`,
+//! `!` and parentheses. Parsing yields an expression tree with regexes and CIDRs already compiled;
+//! errors carry the character offset in the rule text.
+
+use regex::Regex;
+use std::fmt;
+use std::net::IpAddr;
+
+#[derive(Debug, Clone)]
+pub enum Rule {
+    And(Box<Rule>, Box<Rule>),
+    Or(Box<Rule>, Box<Rule>),
+    Not(Box<Rule>),
+    Match(Matcher),
+}
+
+#[derive(Debug, Clone)]
+pub enum Matcher {
+    /// Lower-cased host name without port.
+    Host(String),
+    HostRegexp(Regex),
+    Path(String),
+    PathPrefix(String),
+    PathRegexp(Regex),
+    /// Upper-cased method name.
+    Method(String),
+    Header(String, String),
+    HeaderRegexp(String, Regex),
+    /// `Query(key)` alone tests presence; with a value it tests equality.
+    Query(String, Option<String>),
+    QueryRegexp(String, Regex),
+    ClientIp(Cidr),
+}
+
+/// An IP network: `10.0.0.0/8`, `::1/128`, or a bare address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(text: &str) -> Option<Cidr> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, Some(p.parse::<u8>().ok()?)),
+            None => (text.parse::<IpAddr>().ok()?, None),
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        (prefix <= max).then_some(Cidr { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => return false,
+            },
+            _ => ip,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(
+                u32::from(net) as u128,
+                u32::from(ip) as u128,
+                self.prefix,
+                32,
+            ),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_eq(u128::from(net), u128::from(ip), self.prefix, 128)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(net: u128, ip: u128, prefix: u8, bits: u32) -> bool {
+    if prefix == 0 {
+        return true;
+    }
+    let shift = bits - prefix as u32;
+    (net >> shift) == (ip >> shift)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleError {
+    /// Character offset into the rule text.
+    pub offset: usize,
+    pub message: String,
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (at character {})", self.message, self.offset + 1)
+    }
+}
+
+const MATCHERS: &str = "Host, HostRegexp, Path, PathPrefix, PathRegexp, Method, Header, \
+                        HeaderRegexp, Query, QueryRegexp, ClientIP";
+
+pub fn parse(text: &str) -> Result<Rule, RuleError> {
+    let tokens = tokenize(text)?;
+    let mut parser = RuleParser {
+        tokens,
+        next: 0,
+        end: text.chars().count(),
+    };
+    let rule = parser.or()?;
+    match parser.peek() {
+        None => Ok(rule),
+        Some((tok, at)) => Err(RuleError {
+            offset: at,
+            message: format!(
+                "unexpected {}, expected `&&`, `||` or the end of the rule",
+                tok
+            ),
+        }),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Ident(String),
+    Str(String),
+    LParen,
+    RParen,
+    Comma,
+    And,
+    Or,
+    Not,
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::Ident(name) => write!(f, "`{name}`"),
+            Token::Str(s) => write!(f, "string `{s}`"),
+            Token::LParen => f.write_str("`(`"),
+            Token::RParen => f.write_str("`)`"),
+            Token::Comma => f.write_str("`,`"),
+            Token::And => f.write_str("`&&`"),
+            Token::Or => f.write_str("`||`"),
+            Token::Not => f.write_str("`!`"),
+        }
+    }
+}
+
+fn tokenize(text: &str) -> Result<Vec<(Token, usize)>, RuleError> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let start = i;
+        match c {
+            ' ' | '\t' | '\n' | '\r' => {
+                i += 1;
+                continue;
+            }
+            '(' => tokens.push((Token::LParen, start)),
+            ')' => tokens.push((Token::RParen, start)),
+            ',' => tokens.push((Token::Comma, start)),
+            '!' => tokens.push((Token::Not, start)),
+            '&' | '|' => {
+                if chars.get(i + 1) != Some(&c) {
+                    return Err(RuleError {
+                        offset: start,
+                        message: format!("expected `{c}{c}`"),
+                    });
+                }
+                i += 1;
+                tokens.push((if c == '&' { Token::And } else { Token::Or }, start));
+            }
+            '`' | '"' => {
+                let close = chars[i + 1..]
+                    .iter()
+                    .position(|&ch| ch == c)
+                    .ok_or(RuleError {
+                        offset: start,
+                        message: format!("unterminated string, expected a closing {c}"),
+                    })?;
+                let s: String = chars[i + 1..i + 1 + close].iter().collect();
+                i += close + 1;
+                tokens.push((Token::Str(s), start));
+            }
+            c if c.is_ascii_alphabetic() => {
+                let mut end = i;
+                while end < chars.len() && chars[end].is_ascii_alphanumeric() {
+                    end += 1;
+                }
+                tokens.push((Token::Ident(chars[i..end].iter().collect()), start));
+                i = end;
+                continue;
+            }
+            other => {
+                return Err(RuleError {
+                    offset: start,
+                    message: format!("unexpected character `{other}`"),
+                })
+            }
+        }
+        i += 1;
+    }
+    Ok(tokens)
+}
+
+struct RuleParser {
+    tokens: Vec<(Token, usize)>,
+    next: usize,
+    end: usize,
+}
+
+impl RuleParser {
+    fn peek(&self) -> Option<(&Token, usize)> {
+        self.tokens.get(self.next).map(|(t, at)| (t, *at))
+    }
+
+    fn bump(&mut self) -> Option<(Token, usize)> {
+        let tok = self.tokens.get(self.next).cloned();
+        self.next += 1;
+        tok
+    }
+
+    fn expect(&mut self, want: Token, what: &str) -> Result<usize, RuleError> {
+        match self.bump() {
+            Some((tok, at)) if tok == want => Ok(at),
+            Some((tok, at)) => Err(RuleError {
+                offset: at,
+                message: format!("expected {what}, found {tok}"),
+            }),
+            None => Err(RuleError {
+                offset: self.end,
+                message: format!("expected {what}, found the end of the rule"),
+            }),
+        }
+    }
+
+    fn or(&mut self) -> Result<Rule, RuleError> {
+        let mut left = self.and()?;
+        while matches!(self.peek(), Some((Token::Or, _))) {
+            self.next += 1;
+            left = Rule::Or(Box::new(left), Box::new(self.and()?));
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self) -> Result<Rule, RuleError> {
+        let mut left = self.unary()?;
+        while matches!(self.peek(), Some((Token::And, _))) {
+            self.next += 1;
+            left = Rule::And(Box::new(left), Box::new(self.unary()?));
+        }
+        Ok(left)
+    }
+
+    fn unary(&mut self) -> Result<Rule, RuleError> {
+        match self.bump() {
+            Some((Token::Not, _)) => Ok(Rule::Not(Box::new(self.unary()?))),
+            Some((Token::LParen, _)) => {
+                let inner = self.or()?;
+                self.expect(Token::RParen, "`)`")?;
+                Ok(inner)
+            }
+            Some((Token::Ident(name), at)) => self.matcher(&name, at),
+            Some((tok, at)) => Err(RuleError {
+                offset: at,
+                message: format!("expected a matcher ({MATCHERS}), `!` or `(`, found {tok}"),
+            }),
+            None => Err(RuleError {
+                offset: self.end,
+                message: format!("expected a matcher ({MATCHERS}), found the end of the rule"),
+            }),
+        }
+    }
+
+    fn matcher(&mut self, name: &str, at: usize) -> Result<Rule, RuleError> {
+        let arity: &[usize] = match name {
+            "Host" | "HostRegexp" | "Path" | "PathPrefix" | "PathRegexp" | "Method"
+            | "ClientIP" => &[1],
+            "Header" | "HeaderRegexp" | "QueryRegexp" => &[2],
+            "Query" => &[1, 2],
+            _ => {
+                return Err(RuleError {
+                    offset: at,
+                    message: format!("unknown matcher `{name}`, expected one of {MATCHERS}"),
+                })
+            }
+        };
+        self.expect(Token::LParen, &format!("`(` after `{name}`"))?;
+        let mut args: Vec<(String, usize)> = Vec::new();
+        loop {
+            match self.bump() {
+                Some((Token::Str(s), pos)) => args.push((s, pos)),
+                Some((tok, pos)) => {
+                    return Err(RuleError {
+                        offset: pos,
+                        message: format!(
+                            "expected a quoted string argument to `{name}`, found {tok}"
+                        ),
+                    })
+                }
+                None => {
+                    return Err(RuleError {
+                        offset: self.end,
+                        message: format!(
+                            "expected an argument to `{name}`, found the end of the rule"
+                        ),
+                    })
+                }
+            }
+            match self.bump() {
+                Some((Token::Comma, _)) => continue,
+                Some((Token::RParen, _)) => break,
+                Some((tok, pos)) => {
+                    return Err(RuleError {
+                        offset: pos,
+                        message: format!("expected `,` or `)`, found {tok}"),
+                    })
+                }
+                None => {
+                    return Err(RuleError {
+                        offset: self.end,
+                        message: "expected `)`, found the end of the rule".into(),
+                    })
+                }
+            }
+        }
+        if !arity.contains(&args.len()) {
+            let want = arity
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" or ");
+            return Err(RuleError {
+                offset: at,
+                message: format!("`{name}` takes {want} argument(s), found {}", args.len()),
+            });
+        }
+        let regex = |(text, pos): &(String, usize), case_insensitive: bool| {
+            let source = if case_insensitive {
+                format!("(?i){text}")
+            } else {
+                text.clone()
+            };
+            Regex::new(&source).map_err(|e| RuleError {
+                offset: *pos,
+                message: format!("invalid regular expression `{text}`: {e}"),
+            })
+        };
+        let path = |(text, pos): &(String, usize)| {
+            if text.starts_with('/') {
+                Ok(text.clone())
+            } else {
+                Err(RuleError {
+                    offset: *pos,
+                    message: format!("path `{text}` must start with `/`"),
+                })
+            }
+        };
+        let nonempty = |(text, pos): &(String, usize), what: &str| {
+            if text.is_empty() {
+                Err(RuleError {
+                    offset: *pos,
+                    message: format!("{what} must not be empty"),
+                })
+            } else {
+                Ok(text.clone())
+            }
+        };
+        let m = match name {
+            "Host" => {
+                let host = nonempty(&args[0], "host")?.to_ascii_lowercase();
+                Matcher::Host(strip_port(&host).to_string())
+            }
+            "HostRegexp" => Matcher::HostRegexp(regex(&args[0], true)?),
+            "Path" => Matcher::Path(path(&args[0])?),
+            "PathPrefix" => Matcher::PathPrefix(path(&args[0])?),
+            "PathRegexp" => Matcher::PathRegexp(regex(&args[0], false)?),
+            "Method" => Matcher::Method(nonempty(&args[0], "method")?.to_ascii_uppercase()),
+            "Header" => Matcher::Header(nonempty(&args[0], "header name")?, args[1].0.clone()),
+            "HeaderRegexp" => {
+                Matcher::HeaderRegexp(nonempty(&args[0], "header name")?, regex(&args[1], false)?)
+            }
+            "Query" => Matcher::Query(
+                nonempty(&args[0], "query key")?,
+                args.get(1).map(|a| a.0.clone()),
+            ),
+            "QueryRegexp" => {
+                Matcher::QueryRegexp(nonempty(&args[0], "query key")?, regex(&args[1], false)?)
+            }
+            _ => Matcher::ClientIp(Cidr::parse(&args[0].0).ok_or(RuleError {
+                offset: args[0].1,
+                message: format!(
+                    "`{}` is not an IP address or CIDR, expected e.g. `10.0.0.0/8`",
+                    args[0].0
+                ),
+            })?),
+        };
+        Ok(Rule::Match(m))
+    }
+}
+
+/// Removes a `:port` suffix from a host, keeping bracketed IPv6 literals whole.
+pub fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return match rest.find(']') {
+            Some(end) => &host[..end + 2],
+            None => host,
+        };
+    }
+    match host.rfind(':') {
+        Some(i) if host[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &host[..i],
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> RuleError {
+        parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn precedence_and_binds_tighter_than_or() {
+        let rule = parse("Host(`a`) || Host(`b`) && !Path(`/x`)").unwrap();
+        let Rule::Or(_, right) = rule else {
+            panic!("expected Or at top")
+        };
+        assert!(matches!(*right, Rule::And(_, _)));
+    }
+
+    #[test]
+    fn parentheses_group() {
+        let rule = parse("(Host(`a`) || Host(`b`)) && Path(`/x`)").unwrap();
+        assert!(matches!(rule, Rule::And(_, _)));
+    }
+
+    #[test]
+    fn host_is_lowercased_and_port_stripped() {
+        let Rule::Match(Matcher::Host(h)) = parse("Host(`API.Example.com:8080`)").unwrap() else {
+            panic!()
+        };
+        assert_eq!(h, "api.example.com");
+    }
+
+    #[test]
+    fn double_quotes_are_accepted() {
+        assert!(parse(r#"Header("X-A", "1") && Query("k")"#).is_ok());
+    }
+
+    #[test]
+    fn errors_carry_offsets() {
+        assert_eq!(err("Hots(`a`)").offset, 0);
+        assert!(err("Hots(`a`)").message.contains("unknown matcher `Hots`"));
+        assert_eq!(err("Host(`a`) && ").offset, 13);
+        assert_eq!(err("Host(`a`) & Path(`/`)").offset, 10);
+        assert_eq!(err("Path(`x`)").offset, 5);
+        assert_eq!(err("PathRegexp(`(`)").offset, 11);
+        assert_eq!(err("Host(`a`, `b`)").offset, 0);
+        assert_eq!(err("ClientIP(`10.0.0.0/33`)").offset, 9);
+        assert_eq!(err("Host(`a`) Path(`/`)").offset, 10);
+        assert_eq!(err("Host(`a`").offset, 8);
+        assert_eq!(err("(Host(`a`)").offset, 10);
+        assert_eq!(err("Host(`a)").offset, 5);
+    }
+
+    #[test]
+    fn cidr_contains() {
+        let net = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(net.contains("10.1.200.3".parse().unwrap()));
+        assert!(!net.contains("10.2.0.1".parse().unwrap()));
+        assert!(net.contains("::ffff:10.1.0.9".parse().unwrap()));
+        let one = Cidr::parse("::1").unwrap();
+        assert!(one.contains("::1".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn strip_port_keeps_ipv6() {
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("a.b:80"), "a.b");
+        assert_eq!(strip_port("a.b"), "a.b");
+    }
+}

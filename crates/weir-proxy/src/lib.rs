@@ -1,1 +1,2 @@
-
+pub mod h1;
+pub mod router;

@@ -1,0 +1,692 @@
+//! The HTTP/1.1 codec: request and response heads parsed with httparse into a [`Head`] whose
+//! header list can be edited without reallocating every header, strict message framing
+//! (ambiguous or malformed framing is refused before anything reaches an upstream), and a
+//! streaming chunked-body decoder.
+
+use bytes::BytesMut;
+
+/// Largest request or response head accepted; beyond it the client gets 431.
+pub const MAX_HEAD_BYTES: usize = 32 * 1024;
+/// Most header lines accepted in one head; beyond it the client gets 431.
+pub const MAX_HEADERS: usize = 128;
+
+/// A byte range inside [`Head::buf`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    fn of(base: &[u8], part: &[u8]) -> Span {
+        let start = part.as_ptr() as usize - base.as_ptr() as usize;
+        Span {
+            start: start as u32,
+            end: (start + part.len()) as u32,
+        }
+    }
+}
+
+/// The header lines of a message plus the bytes they point into. Edits append to `buf`
+/// and re-point spans, so untouched headers are never copied.
+#[derive(Debug, Default)]
+pub struct Head {
+    buf: BytesMut,
+    headers: Vec<(Span, Span)>,
+}
+
+impl Head {
+    pub fn bytes(&self, span: Span) -> &[u8] {
+        &self.buf[span.start as usize..span.end as usize]
+    }
+
+    pub fn str(&self, span: Span) -> &str {
+        std::str::from_utf8(self.bytes(span)).unwrap_or("")
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(move |(n, v)| (self.bytes(*n), self.bytes(*v)))
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn get<'a>(&'a self, name: &str) -> Option<&'a [u8]> {
+        self.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    pub fn remove(&mut self, name: &str) {
+        let buf = &self.buf;
+        self.headers.retain(|(n, _)| {
+            !buf[n.start as usize..n.end as usize].eq_ignore_ascii_case(name.as_bytes())
+        });
+    }
+
+    pub fn append(&mut self, name: &str, value: &[u8]) {
+        let name = self.push_bytes(name.as_bytes());
+        let value = self.push_bytes(value);
+        self.headers.push((name, value));
+    }
+
+    pub fn set(&mut self, name: &str, value: &[u8]) {
+        self.remove(name);
+        self.append(name, value);
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) -> Span {
+        let start = self.buf.len() as u32;
+        self.buf.extend_from_slice(bytes);
+        Span {
+            start,
+            end: self.buf.len() as u32,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.headers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty()
+    }
+}
+
+/// How a message body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    /// Response bodies only: the body runs until the connection closes.
+    UntilClose,
+}
+
+#[derive(Debug)]
+pub struct RequestHead {
+    pub head: Head,
+    method: Span,
+    target: Span,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    pub framing: Framing,
+    pub keep_alive: bool,
+    pub upgrade: bool,
+    pub expect_continue: bool,
+    /// Length of the original head on the wire.
+    pub wire_len: usize,
+}
+
+impl RequestHead {
+    pub fn method(&self) -> &str {
+        self.head.str(self.method)
+    }
+
+    /// The request target as received (origin form `/path?query`, or absolute form).
+    pub fn target(&self) -> &str {
+        self.head.str(self.target)
+    }
+
+    /// The path part of the target, without query; absolute-form targets are reduced to it.
+    pub fn path(&self) -> &str {
+        let t = origin_form(self.target());
+        match t.find('?') {
+            Some(i) => &t[..i],
+            None => t,
+        }
+    }
+
+    pub fn query(&self) -> &str {
+        let t = self.target();
+        match t.find('?') {
+            Some(i) => &t[i + 1..],
+            None => "",
+        }
+    }
+
+    /// The host the client addressed: the absolute-form authority, else the Host header.
+    pub fn host(&self) -> &str {
+        let t = self.target();
+        if let Some(rest) = t
+            .strip_prefix("http://")
+            .or_else(|| t.strip_prefix("https://"))
+        {
+            return &rest[..rest.find('/').unwrap_or(rest.len())];
+        }
+        self.head
+            .get("host")
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .unwrap_or("")
+    }
+
+    /// Replaces the path, keeping the query string.
+    pub fn set_path(&mut self, path: &str) {
+        let query = self.query();
+        let target = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        self.target = self.head.push_bytes(target.as_bytes());
+    }
+
+    pub fn is_head(&self) -> bool {
+        self.method() == "HEAD"
+    }
+}
+
+fn origin_form(target: &str) -> &str {
+    if let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        return rest.find('/').map(|i| &rest[i..]).unwrap_or("/");
+    }
+    target
+}
+
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub head: Head,
+    pub status: u16,
+    reason: Span,
+    pub minor_version: u8,
+    pub framing: Framing,
+    pub keep_alive: bool,
+}
+
+impl ResponseHead {
+    pub fn reason(&self) -> &str {
+        self.head.str(self.reason)
+    }
+}
+
+/// Why a head was refused; maps to the status the client receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Malformed syntax or ambiguous framing: 400.
+    Malformed(&'static str),
+    /// Head or header count over the limit: 431.
+    TooLarge,
+}
+
+impl HeadError {
+    pub fn status(&self) -> u16 {
+        match self {
+            HeadError::Malformed(_) => 400,
+            HeadError::TooLarge => 431,
+        }
+    }
+}
+
+/// Parses a request head from the front of `buf`. On success the head's bytes are split off
+/// `buf`, leaving any body or pipelined bytes behind. `Ok(None)` means more bytes are needed.
+pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut raw);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() > MAX_HEAD_BYTES {
+                Err(HeadError::TooLarge)
+            } else {
+                Ok(None)
+            }
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Malformed("malformed request head")),
+    };
+    if len > MAX_HEAD_BYTES {
+        return Err(HeadError::TooLarge);
+    }
+    let base: &[u8] = buf;
+    let method = Span::of(base, req.method.unwrap_or("").as_bytes());
+    let target = Span::of(base, req.path.unwrap_or("").as_bytes());
+    let minor_version = req.version.unwrap_or(1);
+    let headers: Vec<(Span, Span)> = req
+        .headers
+        .iter()
+        .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value)))
+        .collect();
+    let head = Head {
+        buf: buf.split_to(len),
+        headers,
+    };
+    let framing = message_framing(&head, minor_version)?;
+    let host_count = head.get_all("host").take(2).count();
+    if host_count > 1 {
+        return Err(HeadError::Malformed("more than one Host header"));
+    }
+    if minor_version == 1 && host_count == 0 {
+        return Err(HeadError::Malformed(
+            "HTTP/1.1 request without a Host header",
+        ));
+    }
+    let (close, keep, upgrade_token) = connection_tokens(&head);
+    let keep_alive = if minor_version == 1 {
+        !close
+    } else {
+        keep && !close
+    };
+    let upgrade = upgrade_token && head.get("upgrade").is_some();
+    let expect_continue = head
+        .get("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    let req = RequestHead {
+        head,
+        method,
+        target,
+        minor_version,
+        framing,
+        keep_alive,
+        upgrade,
+        expect_continue,
+        wire_len: len,
+    };
+    let target = req.target();
+    if !(target.starts_with('/')
+        || target.starts_with("http://")
+        || target.starts_with("https://")
+        || (target == "*" && req.method() == "OPTIONS"))
+    {
+        return Err(HeadError::Malformed("unsupported request target"));
+    }
+    Ok(Some(req))
+}
+
+/// Parses a response head from the front of `buf`; `request_is_head` suppresses the body.
+pub fn parse_response(
+    buf: &mut BytesMut,
+    request_is_head: bool,
+) -> Result<Option<ResponseHead>, HeadError> {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut raw);
+    let len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() > MAX_HEAD_BYTES {
+                Err(HeadError::TooLarge)
+            } else {
+                Ok(None)
+            }
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Malformed("malformed response head")),
+    };
+    let base: &[u8] = buf;
+    let status = res.code.unwrap_or(0);
+    let reason = Span::of(base, res.reason.unwrap_or("").as_bytes());
+    let minor_version = res.version.unwrap_or(1);
+    let headers = res
+        .headers
+        .iter()
+        .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value)))
+        .collect();
+    let head = Head {
+        buf: buf.split_to(len),
+        headers,
+    };
+    let framing = if request_is_head || status < 200 || status == 204 || status == 304 {
+        Framing::None
+    } else {
+        match message_framing(&head, minor_version)? {
+            Framing::None if head.get("content-length").is_none() => Framing::UntilClose,
+            other => other,
+        }
+    };
+    let (close, keep, _) = connection_tokens(&head);
+    let keep_alive = framing != Framing::UntilClose
+        && if minor_version == 1 {
+            !close
+        } else {
+            keep && !close
+        };
+    Ok(Some(ResponseHead {
+        head,
+        status,
+        reason,
+        minor_version,
+        framing,
+        keep_alive,
+    }))
+}
+
+/// Framing per RFC 9112 section 6, refusing every ambiguous case instead of guessing.
+fn message_framing(head: &Head, minor_version: u8) -> Result<Framing, HeadError> {
+    let mut te = head.get_all("transfer-encoding");
+    let mut lengths = head.get_all("content-length");
+    match (te.next(), lengths.next()) {
+        (Some(_), Some(_)) => Err(HeadError::Malformed(
+            "both Transfer-Encoding and Content-Length",
+        )),
+        (Some(value), None) => {
+            if te.next().is_some() || minor_version == 0 {
+                return Err(HeadError::Malformed("invalid Transfer-Encoding"));
+            }
+            if value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                Ok(Framing::Chunked)
+            } else {
+                Err(HeadError::Malformed("unsupported Transfer-Encoding"))
+            }
+        }
+        (None, Some(first)) => {
+            let len = parse_content_length(first)?;
+            for other in lengths {
+                if parse_content_length(other)? != len {
+                    return Err(HeadError::Malformed("conflicting Content-Length headers"));
+                }
+            }
+            Ok(if len == 0 {
+                Framing::None
+            } else {
+                Framing::Length(len)
+            })
+        }
+        (None, None) => Ok(Framing::None),
+    }
+}
+
+/// One Content-Length header value: digits only, or a comma list of identical values.
+fn parse_content_length(value: &[u8]) -> Result<u64, HeadError> {
+    let mut result = None;
+    for part in value.split(|&b| b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || part.len() > 18 || !part.iter().all(u8::is_ascii_digit) {
+            return Err(HeadError::Malformed("invalid Content-Length"));
+        }
+        let n = part
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+        if result.is_some_and(|prev| prev != n) {
+            return Err(HeadError::Malformed("conflicting Content-Length values"));
+        }
+        result = Some(n);
+    }
+    result.ok_or(HeadError::Malformed("invalid Content-Length"))
+}
+
+/// (close, keep-alive, upgrade) tokens of the Connection headers.
+fn connection_tokens(head: &Head) -> (bool, bool, bool) {
+    let (mut close, mut keep, mut upgrade) = (false, false, false);
+    for value in head.get_all("connection") {
+        for token in value.split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            close |= token.eq_ignore_ascii_case(b"close");
+            keep |= token.eq_ignore_ascii_case(b"keep-alive");
+            upgrade |= token.eq_ignore_ascii_case(b"upgrade");
+        }
+    }
+    (close, keep, upgrade)
+}
+
+/// Headers that describe one connection and are never forwarded (RFC 9110 section 7.6.1),
+/// plus the framing headers that weir always writes itself.
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 9] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// Whether `name` is listed as a token in any Connection header of `head`.
+pub fn named_by_connection(head: &Head, name: &[u8]) -> bool {
+    head.get_all("connection").any(|v| {
+        v.split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
+    })
+}
+
+/// Decodes a chunked body incrementally. Feed it the buffered bytes; it reports data ranges
+/// and how much input it consumed. Strict: bare LF, bad hex or oversized sizes are errors.
+#[derive(Debug, Default)]
+pub struct ChunkedDecoder {
+    state: ChunkState,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChunkEvent {
+    /// Body data at `input[start..end]`.
+    Data(usize, usize),
+    /// The terminating chunk and trailers have been read.
+    End,
+    /// More input is needed.
+    NeedMore,
+}
+
+impl ChunkedDecoder {
+    pub fn is_done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// Decodes from `input`, returning the event and the number of bytes consumed.
+    pub fn decode(&mut self, input: &[u8]) -> Result<(ChunkEvent, usize), &'static str> {
+        let mut pos = 0;
+        loop {
+            match self.state {
+                ChunkState::Done => return Ok((ChunkEvent::End, pos)),
+                ChunkState::Size => {
+                    let Some(line_end) = find_crlf(&input[pos..])? else {
+                        if input.len() - pos > 1024 {
+                            return Err("chunk size line too long");
+                        }
+                        return Ok((ChunkEvent::NeedMore, pos));
+                    };
+                    let line = &input[pos..pos + line_end];
+                    let hex = match line.iter().position(|&b| b == b';') {
+                        Some(i) => &line[..i],
+                        None => line,
+                    };
+                    let hex = hex.trim_ascii_end();
+                    if hex.is_empty() || hex.len() > 15 {
+                        return Err("invalid chunk size");
+                    }
+                    let mut size: u64 = 0;
+                    for &b in hex {
+                        let digit = (b as char).to_digit(16).ok_or("invalid chunk size")?;
+                        size = size * 16 + u64::from(digit);
+                    }
+                    pos += line_end + 2;
+                    self.state = if size == 0 {
+                        ChunkState::Trailers
+                    } else {
+                        ChunkState::Data(size)
+                    };
+                }
+                ChunkState::Data(remaining) => {
+                    if pos == input.len() {
+                        return Ok((ChunkEvent::NeedMore, pos));
+                    }
+                    let take = remaining.min((input.len() - pos) as u64) as usize;
+                    let left = remaining - take as u64;
+                    self.state = if left == 0 {
+                        ChunkState::DataEnd
+                    } else {
+                        ChunkState::Data(left)
+                    };
+                    return Ok((ChunkEvent::Data(pos, pos + take), pos + take));
+                }
+                ChunkState::DataEnd => {
+                    if input.len() - pos < 2 {
+                        return Ok((ChunkEvent::NeedMore, pos));
+                    }
+                    if &input[pos..pos + 2] != b"\r\n" {
+                        return Err("chunk data not followed by CRLF");
+                    }
+                    pos += 2;
+                    self.state = ChunkState::Size;
+                }
+                ChunkState::Trailers => {
+                    let Some(line_end) = find_crlf(&input[pos..])? else {
+                        if input.len() - pos > MAX_HEAD_BYTES {
+                            return Err("trailers too large");
+                        }
+                        return Ok((ChunkEvent::NeedMore, pos));
+                    };
+                    pos += line_end + 2;
+                    if line_end == 0 {
+                        self.state = ChunkState::Done;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Offset of the next CRLF; a bare LF is an error (a classic request smuggling vector).
+fn find_crlf(input: &[u8]) -> Result<Option<usize>, &'static str> {
+    match input.iter().position(|&b| b == b'\n') {
+        Some(0) => Err("bare LF in chunked body"),
+        Some(i) if input[i - 1] == b'\r' => Ok(Some(i - 1)),
+        Some(_) => Err("bare LF in chunked body"),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(text: &str) -> Result<Option<RequestHead>, HeadError> {
+        parse_request(&mut BytesMut::from(text))
+    }
+
+    #[test]
+    fn parses_and_splits_pipelined_requests() {
+        let mut buf =
+            BytesMut::from("GET /a?x=1 HTTP/1.1\r\nHost: Ex.com:80\r\n\r\nGET /b HTTP/1.1\r\n");
+        let r = parse_request(&mut buf).unwrap().unwrap();
+        assert_eq!(r.method(), "GET");
+        assert_eq!(r.path(), "/a");
+        assert_eq!(r.query(), "x=1");
+        assert_eq!(r.host(), "Ex.com:80");
+        assert!(r.keep_alive);
+        assert_eq!(&buf[..], b"GET /b HTTP/1.1\r\n");
+        assert!(parse_request(&mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn refuses_ambiguous_framing() {
+        let bad = [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -3\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET /\x01 HTTP/1.1\r\nHost: a\r\n\r\n",
+        ];
+        for text in bad {
+            assert!(
+                matches!(req(text), Err(HeadError::Malformed(_))),
+                "accepted: {text:?}"
+            );
+        }
+        let same =
+            req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n");
+        assert_eq!(same.unwrap().unwrap().framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn oversized_heads_are_431() {
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n",
+            "a".repeat(MAX_HEAD_BYTES)
+        );
+        assert_eq!(req(&big).unwrap_err(), HeadError::TooLarge);
+        let mut many = String::from("GET / HTTP/1.1\r\nHost: a\r\n");
+        for i in 0..MAX_HEADERS {
+            many.push_str(&format!("X-{i}: 1\r\n"));
+        }
+        many.push_str("\r\n");
+        assert_eq!(req(&many).unwrap_err(), HeadError::TooLarge);
+    }
+
+    #[test]
+    fn header_edits() {
+        let mut r = req("GET /p?q=1 HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-a: 2\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.head.get_all("X-A").count(), 2);
+        r.head.set("x-a", b"3");
+        assert_eq!(r.head.get_all("x-a").collect::<Vec<_>>(), vec![b"3"]);
+        r.set_path("/new");
+        assert_eq!(r.target(), "/new?q=1");
+        assert_eq!(r.head.get("host"), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn response_framing() {
+        let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\n\r\nrest");
+        let r = parse_response(&mut buf, false).unwrap().unwrap();
+        assert_eq!(r.framing, Framing::UntilClose);
+        assert!(!r.keep_alive);
+        let mut buf = BytesMut::from("HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(
+            parse_response(&mut buf, false).unwrap().unwrap().framing,
+            Framing::None
+        );
+        let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+        assert_eq!(
+            parse_response(&mut buf, true).unwrap().unwrap().framing,
+            Framing::None
+        );
+    }
+
+    fn decode_all(input: &[u8]) -> Result<Vec<u8>, &'static str> {
+        let mut d = ChunkedDecoder::default();
+        let mut out = Vec::new();
+        let mut pos = 0;
+        loop {
+            let (ev, used) = d.decode(&input[pos..])?;
+            match ev {
+                ChunkEvent::Data(s, e) => out.extend_from_slice(&input[pos + s..pos + e]),
+                ChunkEvent::End => return Ok(out),
+                ChunkEvent::NeedMore => return Err("incomplete"),
+            }
+            pos += used;
+        }
+    }
+
+    #[test]
+    fn chunked_decoding() {
+        assert_eq!(
+            decode_all(b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nT: x\r\n\r\n").unwrap(),
+            b"hello world"
+        );
+        assert!(decode_all(b"5\nhello\r\n0\r\n\r\n").is_err());
+        assert!(decode_all(b"zz\r\n").is_err());
+        assert!(decode_all(b"5\r\nhelloXX0\r\n\r\n").is_err());
+        assert!(decode_all(b"fffffffffffffffff\r\n").is_err());
+        assert_eq!(decode_all(b"5\r\nhel"), Err("incomplete"));
+    }
+}

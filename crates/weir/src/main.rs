@@ -1,1 +1,134 @@
-fn main() {}
+//! The `weir` command: `run` the gateway, `check` a config, `route explain` a request.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "An API gateway and reverse proxy driven by one YAML file")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the gateway.
+    Run {
+        /// Config file.
+        #[arg(short, long, default_value = "./weir.yaml")]
+        config: String,
+    },
+    /// Validate a config file without starting anything.
+    Check {
+        #[arg(short, long, default_value = "./weir.yaml")]
+        config: String,
+    },
+    /// Routing tools.
+    Route {
+        #[command(subcommand)]
+        command: RouteCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RouteCommand {
+    /// Show which router a request would match, its rule and its action, without sending it.
+    Explain {
+        #[arg(short, long, default_value = "./weir.yaml")]
+        config: String,
+        /// Request method, e.g. GET.
+        method: String,
+        /// Request URL, e.g. http://api.example.com/v1/users?id=3
+        url: String,
+        /// A request header, `Name: value`; repeatable.
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+        /// The client address the request comes from.
+        #[arg(long, default_value = "127.0.0.1")]
+        client_ip: std::net::IpAddr,
+        /// Only this entrypoint (default: every entrypoint).
+        #[arg(long)]
+        entrypoint: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Run { config } => {
+            let Some(cfg) = load(&config) else {
+                return ExitCode::FAILURE;
+            };
+            match weir_proxy::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Check { config } => match load(&config) {
+            Some(cfg) => match weir_proxy::Runtime::compile(&cfg, 1) {
+                Ok(_) => {
+                    println!(
+                        "{config}: ok ({} entrypoints, {} routers, {} services, {} middlewares)",
+                        cfg.entrypoints.len(),
+                        cfg.routers.len(),
+                        cfg.services.len(),
+                        cfg.middlewares.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{config}: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            None => ExitCode::FAILURE,
+        },
+        Command::Route {
+            command:
+                RouteCommand::Explain {
+                    config,
+                    method,
+                    url,
+                    headers,
+                    client_ip,
+                    entrypoint,
+                },
+        } => {
+            let Some(cfg) = load(&config) else {
+                return ExitCode::FAILURE;
+            };
+            match explain::explain(&cfg, &method, &url, &headers, client_ip, entrypoint.as_deref()) {
+                Ok(report) => {
+                    print!("{}", report.text);
+                    if report.matched {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(2)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Loads a config, printing every error as `FILE:LINE:COLUMN: message`.
+fn load(path: &str) -> Option<weir_config::Config> {
+    match weir_config::load_file(path) {
+        Ok(cfg) => Some(cfg),
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("{e}");
+            }
+            eprintln!("{path}: {} error(s)", errors.len());
+            None
+        }
+    }
+}
+
+mod explain;

@@ -1,0 +1,265 @@
+//! Upstream services and load balancing: smooth weighted round robin, least connections,
+//! weighted random, power of two choices, and a consistent-hash ring. Round-robin cursors are
+//! per worker (one padded slot each, never shared); in-flight counts are shared atomics so
+//! least_conn and p2c see the whole process.
+
+use crate::h1::Head;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use weir_config::{Balancer, HashKey};
+
+/// An atomic on its own cache line, so workers touching neighbouring slots do not contend.
+#[repr(align(64))]
+#[derive(Default, Debug)]
+pub struct Padded(pub AtomicUsize);
+
+#[derive(Debug)]
+pub struct Server {
+    /// Process-unique id; indexes each worker's connection pool.
+    pub id: usize,
+    pub url: String,
+    pub addr: SocketAddr,
+    /// `host:port` sent as Host when the client's is not passed through.
+    pub authority: String,
+    pub weight: u32,
+    pub inflight: Padded,
+}
+
+#[derive(Debug)]
+pub struct Service {
+    pub name: String,
+    pub servers: Vec<Server>,
+    policy: Policy,
+    pub hash_key: HashKey,
+    pub max_idle_per_server: usize,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub response_header_timeout: Duration,
+    pub pass_host_header: bool,
+    /// Per-worker cursors for round robin and least_conn tie-breaking.
+    cursors: Box<[Padded]>,
+}
+
+#[derive(Debug)]
+enum Policy {
+    /// One period of the smooth weighted round-robin order, as server indexes.
+    RoundRobin(Vec<u32>),
+    LeastConn,
+    /// Cumulative weights for weighted random picks.
+    Random(Vec<u32>),
+    P2c(Vec<u32>),
+    /// Sorted (point, server index) ring.
+    ConsistentHash(Vec<(u64, u32)>),
+}
+
+/// What a balancer may look at when picking.
+pub struct PickInput<'a> {
+    pub client_ip: IpAddr,
+    pub path: &'a str,
+    pub headers: &'a Head,
+}
+
+static NEXT_SERVER_ID: AtomicUsize = AtomicUsize::new(0);
+
+impl Service {
+    pub fn new(cfg: &weir_config::Service, workers: usize) -> Result<Service, String> {
+        let mut servers = Vec::with_capacity(cfg.servers.len());
+        for s in &cfg.servers {
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    format!("service `{}`: cannot resolve server `{}`", cfg.name, s.url)
+                })?;
+            servers.push(Server {
+                id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+                url: s.url.clone(),
+                addr,
+                authority: s.authority.clone(),
+                weight: s.weight,
+                inflight: Padded::default(),
+            });
+        }
+        let weights: Vec<u32> = servers.iter().map(|s| s.weight).collect();
+        let policy = match cfg.load_balancer {
+            Balancer::RoundRobin => Policy::RoundRobin(smooth_weighted_order(&weights)),
+            Balancer::LeastConn => Policy::LeastConn,
+            Balancer::Random => Policy::Random(cumulative(&weights)),
+            Balancer::P2c => Policy::P2c(cumulative(&weights)),
+            Balancer::ConsistentHash => Policy::ConsistentHash(hash_ring(&servers)),
+        };
+        Ok(Service {
+            name: cfg.name.clone(),
+            servers,
+            policy,
+            hash_key: cfg.hash_key.clone(),
+            max_idle_per_server: cfg.keepalive.max_idle_per_server,
+            idle_timeout: cfg.keepalive.idle_timeout,
+            connect_timeout: cfg.timeouts.connect,
+            response_header_timeout: cfg.timeouts.response_header,
+            pass_host_header: cfg.pass_host_header,
+            cursors: (0..workers.max(1)).map(|_| Padded::default()).collect(),
+        })
+    }
+
+    /// Picks a server for a request; `None` when the service has no server to offer.
+    pub fn pick(&self, worker: usize, input: &PickInput) -> Option<&Server> {
+        if self.servers.len() <= 1 {
+            return self.servers.first();
+        }
+        let index = match &self.policy {
+            Policy::RoundRobin(order) => order[self.advance(worker) % order.len()] as usize,
+            Policy::LeastConn => {
+                let n = self.servers.len();
+                let start = self.advance(worker);
+                let mut best = start % n;
+                for k in 1..n {
+                    let i = (start + k) % n;
+                    if less_loaded(&self.servers[i], &self.servers[best]) {
+                        best = i;
+                    }
+                }
+                best
+            }
+            Policy::Random(cum) => weighted_random(cum),
+            Policy::P2c(cum) => {
+                let a = weighted_random(cum);
+                let mut b = weighted_random(cum);
+                if a == b {
+                    b = (a + 1 + fastrand::usize(..self.servers.len() - 1)) % self.servers.len();
+                }
+                if less_loaded(&self.servers[b], &self.servers[a]) {
+                    b
+                } else {
+                    a
+                }
+            }
+            Policy::ConsistentHash(ring) => {
+                let key = self.hash_input(input);
+                let i = ring.partition_point(|(point, _)| *point < key);
+                ring[if i == ring.len() { 0 } else { i }].1 as usize
+            }
+        };
+        self.servers.get(index)
+    }
+
+    fn advance(&self, worker: usize) -> usize {
+        let cursor = &self.cursors[worker % self.cursors.len()].0;
+        let n = cursor.load(Ordering::Relaxed);
+        cursor.store(n.wrapping_add(1), Ordering::Relaxed);
+        n
+    }
+
+    fn hash_input(&self, input: &PickInput) -> u64 {
+        let ip_hash = || match input.client_ip {
+            IpAddr::V4(v4) => hash_bytes(&v4.octets()),
+            IpAddr::V6(v6) => hash_bytes(&v6.octets()),
+        };
+        match &self.hash_key {
+            HashKey::ClientIp => ip_hash(),
+            HashKey::Path => hash_bytes(input.path.as_bytes()),
+            HashKey::Header(name) => input
+                .headers
+                .get(name)
+                .map(hash_bytes)
+                .unwrap_or_else(ip_hash),
+            HashKey::Cookie(name) => input
+                .headers
+                .get_all("cookie")
+                .flat_map(|v| v.split(|&b| b == b';'))
+                .find_map(|pair| {
+                    let pair = pair.trim_ascii();
+                    let (k, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+                    (k == name.as_bytes()).then(|| hash_bytes(&v[1..]))
+                })
+                .unwrap_or_else(ip_hash),
+        }
+    }
+}
+
+/// `a` carries fewer in-flight requests per unit of weight than `b`.
+fn less_loaded(a: &Server, b: &Server) -> bool {
+    let la = a.inflight.0.load(Ordering::Relaxed) as u64 * u64::from(b.weight);
+    let lb = b.inflight.0.load(Ordering::Relaxed) as u64 * u64::from(a.weight);
+    la < lb
+}
+
+/// One full period of nginx's smooth weighted round robin: weights 5,1,1 give a,a,b,a,c,a,a.
+fn smooth_weighted_order(weights: &[u32]) -> Vec<u32> {
+    let total: i64 = weights.iter().map(|&w| i64::from(w)).sum();
+    let mut current = vec![0i64; weights.len()];
+    let mut order = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        let mut best = 0;
+        for (i, &w) in weights.iter().enumerate() {
+            current[i] += i64::from(w);
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total;
+        order.push(best as u32);
+    }
+    order
+}
+
+fn cumulative(weights: &[u32]) -> Vec<u32> {
+    weights
+        .iter()
+        .scan(0u32, |sum, &w| {
+            *sum += w;
+            Some(*sum)
+        })
+        .collect()
+}
+
+fn weighted_random(cumulative: &[u32]) -> usize {
+    let total = cumulative.last().copied().unwrap_or(1);
+    let x = fastrand::u32(..total);
+    cumulative.partition_point(|&c| c <= x)
+}
+
+/// 160 points per unit of weight, like ketama.
+fn hash_ring(servers: &[Server]) -> Vec<(u64, u32)> {
+    let mut ring = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        for v in 0..160 * s.weight {
+            ring.push((hash_bytes(format!("{}#{v}", s.url).as_bytes()), i as u32));
+        }
+    }
+    ring.sort_unstable();
+    ring
+}
+
+/// FNV-1a with a final avalanche; stable across processes and workers.
+pub fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ceb9fe1a85ec53);
+    h ^ (h >> 33)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smooth_order_interleaves() {
+        assert_eq!(smooth_weighted_order(&[5, 1, 1]), vec![0, 0, 1, 0, 2, 0, 0]);
+        assert_eq!(smooth_weighted_order(&[2, 1]), vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn weighted_random_spreads_by_weight() {
+        let cum = cumulative(&[3, 1]);
+        let hits = (0..40_000).filter(|_| weighted_random(&cum) == 0).count();
+        assert!((28_000..32_000).contains(&hits), "{hits}");
+    }
+}

@@ -1,0 +1,721 @@
+//! Life of a client connection: read a head, route it, run the route's middlewares, then
+//! answer locally or proxy to an upstream over a pooled keep-alive connection, streaming
+//! bodies both ways. Everything here runs on one worker thread.
+
+use crate::accesslog;
+use crate::balancer::{PickInput, Server, Service};
+use crate::h1::{self, is_hop_by_hop, ChunkEvent, ChunkedDecoder, Framing, RequestHead, ResponseHead};
+use crate::middleware::Flow;
+use crate::pool::{Pool, UpstreamConn};
+use crate::response::{header, itoa, reason, status_line, LocalResponse};
+use crate::router::{normalize_host, RequestView};
+use crate::runtime::{Route, RouteAction, Runtime};
+use arc_swap::ArcSwap;
+use bytes::{Buf, BytesMut};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+/// How long a client connection may sit idle (or dribble a head) before it is closed.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest request body weir reads and discards when it answers a request itself.
+const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
+/// Buffered output is written once it reaches this size.
+const FLUSH_AT: usize = 64 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Process-wide stop signal shared by all workers.
+#[derive(Default)]
+pub struct Shutdown {
+    pub requested: AtomicBool,
+    pub notify: Notify,
+}
+
+impl Shutdown {
+    pub fn is_requested(&self) -> bool {
+        self.requested.load(Ordering::Relaxed)
+    }
+
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+}
+
+/// What one worker thread owns.
+pub struct Worker {
+    pub id: usize,
+    pub config: Arc<ArcSwap<Runtime>>,
+    pub pool: Pool,
+    pub shutdown: Arc<Shutdown>,
+}
+
+struct Client {
+    io: TcpStream,
+    buf: BytesMut,
+    ip: IpAddr,
+    ip_text: String,
+}
+
+/// The result of one request/response exchange.
+struct Outcome {
+    keep_alive: bool,
+    status: u16,
+    bytes: u64,
+    upstream: Option<SocketAddr>,
+}
+
+impl Outcome {
+    fn closed(status: u16) -> Outcome {
+        Outcome {
+            keep_alive: false,
+            status,
+            bytes: 0,
+            upstream: None,
+        }
+    }
+}
+
+pub async fn serve_connection(worker: Rc<Worker>, entrypoint: usize, io: TcpStream, peer: SocketAddr) {
+    let _ = io.set_nodelay(true);
+    let ip = canonical_ip(peer.ip());
+    let mut client = Client {
+        io,
+        buf: BytesMut::with_capacity(READ_CHUNK),
+        ip,
+        ip_text: ip.to_string(),
+    };
+    let mut out = Vec::with_capacity(READ_CHUNK);
+    while let Some(head) = read_request_head(&worker, &mut client, &mut out).await {
+        let runtime = worker.config.load_full();
+        let outcome = exchange(&worker, &runtime, entrypoint, &mut client, head, &mut out).await;
+        if !outcome || worker.shutdown.is_requested() {
+            break;
+        }
+    }
+}
+
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+/// Reads until a full head is buffered. `None` ends the connection (EOF, idle timeout,
+/// shutdown while idle, or a refused head, which has already been answered).
+async fn read_request_head(worker: &Worker, client: &mut Client, out: &mut Vec<u8>) -> Option<RequestHead> {
+    loop {
+        match h1::parse_request(&mut client.buf) {
+            Ok(Some(head)) => return Some(head),
+            Ok(None) => {}
+            Err(e) => {
+                let message = match e {
+                    h1::HeadError::Malformed(why) => why,
+                    h1::HeadError::TooLarge => "request head too large",
+                };
+                out.clear();
+                LocalResponse::text(e.status(), message).write(out, false, false, b"");
+                let _ = client.io.write_all(out).await;
+                return None;
+            }
+        }
+        let notified = worker.shutdown.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let idle = client.buf.is_empty();
+        if idle && worker.shutdown.is_requested() {
+            return None;
+        }
+        if client.buf.capacity() - client.buf.len() < 1024 {
+            client.buf.reserve(READ_CHUNK);
+        }
+        tokio::select! {
+            read = client.io.read_buf(&mut client.buf) => match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            },
+            _ = &mut notified, if idle => return None,
+            _ = tokio::time::sleep(CLIENT_IDLE_TIMEOUT) => {
+                if !idle {
+                    out.clear();
+                    LocalResponse::text(408, "timed out reading the request head").write(out, false, false, b"");
+                    let _ = client.io.write_all(out).await;
+                }
+                return None;
+            }
+        }
+    }
+}
+
+/// Routes and answers one request; returns whether the client connection stays open.
+async fn exchange(
+    worker: &Worker,
+    runtime: &Runtime,
+    entrypoint: usize,
+    client: &mut Client,
+    mut head: RequestHead,
+    out: &mut Vec<u8>,
+) -> bool {
+    let started = Instant::now();
+    let router = &runtime.entrypoints[entrypoint].router;
+    let route = {
+        let host = normalize_host(head.host());
+        let view = RequestView {
+            method: head.method(),
+            host: &host,
+            path: head.path(),
+            query: head.query(),
+            headers: &head.head,
+            client_ip: client.ip,
+        };
+        router.route(&view)
+    };
+    // The original request line, kept only when a log line will need it.
+    let logged = runtime
+        .access_log
+        .as_ref()
+        .map(|_| (head.method().to_string(), head.host().to_string(), head.path().to_string()));
+
+    let outcome = match route {
+        None => local(worker, client, out, &head, &LocalResponse::text(404, "no route matches this request"), None).await,
+        Some(route) => handle_route(worker, route, client, &mut head, out).await,
+    };
+
+    if let (Some(log), Some((method, host, path))) = (&runtime.access_log, logged) {
+        let upstream = outcome.upstream.map(|a| a.to_string()).unwrap_or_default();
+        log.record(&accesslog::Entry {
+            client: client.ip,
+            method: &method,
+            host: &host,
+            path: &path,
+            status: outcome.status,
+            bytes: outcome.bytes,
+            duration: started.elapsed(),
+            router: route.map(|r| r.name.as_str()).unwrap_or(""),
+            upstream: &upstream,
+        });
+    }
+    outcome.keep_alive
+}
+
+async fn handle_route(
+    worker: &Worker,
+    route: &Route,
+    client: &mut Client,
+    head: &mut RequestHead,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    for mw in &route.middlewares {
+        if let Flow::Respond(response) = mw.on_request(head, "http") {
+            return local(worker, client, out, head, &response, Some(route)).await;
+        }
+    }
+    match &route.action {
+        RouteAction::Respond(r) | RouteAction::Redirect(r) => {
+            local(worker, client, out, head, r, Some(route)).await
+        }
+        RouteAction::Proxy(service) => proxy(worker, route, service, client, head, out).await,
+    }
+}
+
+/// Answers with a response weir builds itself, after discarding any request body.
+async fn local(
+    worker: &Worker,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+    response: &LocalResponse,
+    route: Option<&Route>,
+) -> Outcome {
+    let mut keep_alive = head.keep_alive && !worker.shutdown.is_requested();
+    if head.framing != Framing::None {
+        out.clear();
+        let drained = relay_body(&mut client.io, &mut client.buf, head.framing, None, out, false, LOCAL_DRAIN_LIMIT).await;
+        keep_alive &= drained.is_ok();
+        if let Err(BodyError::Malformed) = drained {
+            return write_local(client, out, head, &LocalResponse::text(400, "malformed request body"), false, b"").await;
+        }
+    }
+    let mut extra = Vec::new();
+    if let Some(route) = route.filter(|r| r.has_response_phase) {
+        for mw in &route.middlewares {
+            mw.local_response_headers(&mut extra);
+        }
+    }
+    if keep_alive && head.minor_version == 0 {
+        extra.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    write_local(client, out, head, response, keep_alive, &extra).await
+}
+
+async fn write_local(
+    client: &mut Client,
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+    response: &LocalResponse,
+    keep_alive: bool,
+    extra: &[u8],
+) -> Outcome {
+    out.clear();
+    response.write(out, keep_alive, head.is_head(), extra);
+    let ok = client.io.write_all(out).await.is_ok();
+    Outcome {
+        keep_alive: keep_alive && ok,
+        status: response.status,
+        bytes: if head.is_head() { 0 } else { response.body.len() as u64 },
+        upstream: None,
+    }
+}
+
+/// Decrements a server's in-flight count when the exchange ends, however it ends.
+struct InflightGuard<'a>(&'a Server);
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn proxy(
+    worker: &Worker,
+    route: &Route,
+    service: &Service,
+    client: &mut Client,
+    head: &mut RequestHead,
+    out: &mut Vec<u8>,
+) -> Outcome {
+    let pick = PickInput {
+        client_ip: client.ip,
+        path: head.path(),
+        headers: &head.head,
+    };
+    let Some(server) = service.pick(worker.id, &pick) else {
+        return local(worker, client, out, head, &LocalResponse::text(503, "no server available"), Some(route)).await;
+    };
+    server.inflight.0.fetch_add(1, Ordering::Relaxed);
+    let _inflight = InflightGuard(server);
+    let has_body = head.framing != Framing::None;
+    let upstream_error = |status: u16, message: &'static str| (status, message);
+
+    // Send the request, retrying on a fresh connection when a reused one turns out dead
+    // before anything could have been processed (no body sent, no response byte read).
+    let (mut up, mut response) = loop {
+        let mut up = match worker.pool.checkout(server.id) {
+            Some(conn) => conn,
+            None => match connect(server.addr, service.connect_timeout).await {
+                Ok(io) => UpstreamConn::new(io),
+                Err(ConnectError::Timeout) => {
+                    let (s, m) = upstream_error(504, "upstream connect timed out");
+                    return upstream_failure(worker, client, out, head, route, server, s, m).await;
+                }
+                Err(ConnectError::Failed) => {
+                    let (s, m) = upstream_error(502, "upstream connection failed");
+                    return upstream_failure(worker, client, out, head, route, server, s, m).await;
+                }
+            },
+        };
+        out.clear();
+        write_upstream_head(out, head, service, server, &client.ip_text);
+        if head.expect_continue && has_body && client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+            return Outcome::closed(499);
+        }
+        let chunked = head.framing == Framing::Chunked;
+        match relay_body(&mut client.io, &mut client.buf, head.framing, Some(&mut up.io), out, chunked, u64::MAX).await {
+            Ok(_) => {}
+            Err(BodyError::Sink) if up.reused && !has_body => continue,
+            Err(BodyError::Sink) => {
+                // Part of the body may be consumed: the client connection cannot continue.
+                head.keep_alive &= !has_body;
+                return upstream_failure(worker, client, out, head, route, server, 502, "upstream closed the connection").await;
+            }
+            Err(BodyError::Malformed) | Err(BodyError::TooLarge) => {
+                // Dropping `up` aborts the upstream request mid-body; it never sees a request boundary.
+                head.keep_alive = false;
+                return write_local(client, out, head, &LocalResponse::text(400, "malformed request body"), false, b"").await;
+            }
+            Err(BodyError::Source) => return Outcome::closed(499),
+        }
+        match tokio::time::timeout(service.response_header_timeout, read_response_head(&mut up, head.is_head())).await {
+            Ok(Ok(response)) => break (up, response),
+            Ok(Err(ResponseError::ClosedEarly)) if up.reused && !has_body => continue,
+            Ok(Err(_)) => {
+                return upstream_failure(worker, client, out, head, route, server, 502, "invalid or missing upstream response").await;
+            }
+            Err(_) => {
+                return upstream_failure(worker, client, out, head, route, server, 504, "upstream response timed out").await;
+            }
+        }
+    };
+
+    if response.status == 101 && head.upgrade {
+        return tunnel(client, up, &response, out, server.addr).await;
+    }
+    if route.has_response_phase {
+        for mw in &route.middlewares {
+            mw.on_response(&mut response.head);
+        }
+    }
+    let body_chunked = head.minor_version == 1 && matches!(response.framing, Framing::Chunked | Framing::UntilClose);
+    let client_can_delimit = body_chunked || !matches!(response.framing, Framing::Chunked | Framing::UntilClose);
+    let keep_alive = head.keep_alive && client_can_delimit && !worker.shutdown.is_requested();
+    out.clear();
+    write_client_head(out, &response, keep_alive, body_chunked, head.minor_version);
+    let relayed = relay_body(&mut up.io, &mut up.buf, response.framing, Some(&mut client.io), out, body_chunked, u64::MAX).await;
+    match relayed {
+        Ok(bytes) => {
+            if response.keep_alive {
+                worker.pool.checkin(server.id, up, service.max_idle_per_server, service.idle_timeout);
+            }
+            Outcome {
+                keep_alive,
+                status: response.status,
+                bytes,
+                upstream: Some(server.addr),
+            }
+        }
+        // The head is already sent: closing is the only way to tell the client the body broke.
+        Err(_) => Outcome {
+            keep_alive: false,
+            status: response.status,
+            bytes: 0,
+            upstream: Some(server.addr),
+        },
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn upstream_failure(
+    worker: &Worker,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+    route: &Route,
+    server: &Server,
+    status: u16,
+    message: &str,
+) -> Outcome {
+    let mut outcome = local(worker, client, out, head, &LocalResponse::text(status, message), Some(route)).await;
+    outcome.upstream = Some(server.addr);
+    outcome
+}
+
+enum ConnectError {
+    Timeout,
+    Failed,
+}
+
+async fn connect(addr: SocketAddr, limit: Duration) -> Result<TcpStream, ConnectError> {
+    match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
+        Ok(Ok(io)) => {
+            let _ = io.set_nodelay(true);
+            Ok(io)
+        }
+        Ok(Err(_)) => Err(ConnectError::Failed),
+        Err(_) => Err(ConnectError::Timeout),
+    }
+}
+
+enum ResponseError {
+    /// The connection closed before any byte of a response arrived.
+    ClosedEarly,
+    Broken,
+}
+
+/// Reads the final response head, skipping interim 1xx responses other than 101.
+async fn read_response_head(up: &mut UpstreamConn, request_is_head: bool) -> Result<ResponseHead, ResponseError> {
+    let mut received = false;
+    loop {
+        match h1::parse_response(&mut up.buf, request_is_head) {
+            Ok(Some(r)) if (100..200).contains(&r.status) && r.status != 101 => continue,
+            Ok(Some(r)) => return Ok(r),
+            Ok(None) => {}
+            Err(_) => return Err(ResponseError::Broken),
+        }
+        if up.buf.capacity() - up.buf.len() < 1024 {
+            up.buf.reserve(READ_CHUNK);
+        }
+        match up.io.read_buf(&mut up.buf).await {
+            Ok(0) | Err(_) if !received && up.buf.is_empty() => return Err(ResponseError::ClosedEarly),
+            Ok(0) | Err(_) => return Err(ResponseError::Broken),
+            Ok(_) => received = true,
+        }
+    }
+}
+
+/// The request head as the upstream sees it: hop-by-hop headers dropped, forwarding
+/// headers set, framing rewritten to match what weir will send.
+fn write_upstream_head(out: &mut Vec<u8>, req: &RequestHead, service: &Service, server: &Server, client_ip: &str) {
+    out.extend_from_slice(req.method().as_bytes());
+    out.push(b' ');
+    let target = req.target();
+    if target.starts_with('/') || target == "*" {
+        out.extend_from_slice(target.as_bytes());
+    } else {
+        out.extend_from_slice(req.path().as_bytes());
+        if !req.query().is_empty() {
+            out.push(b'?');
+            out.extend_from_slice(req.query().as_bytes());
+        }
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let original_host = req.host();
+    let host = if service.pass_host_header && !original_host.is_empty() {
+        original_host
+    } else {
+        server.authority.as_str()
+    };
+    header(out, b"host", host.as_bytes());
+    let connection = req.head.get("connection");
+    let mut had_length = false;
+    for (name, value) in req.head.iter() {
+        if is_hop_by_hop(name)
+            || is_rewritten_request_header(name)
+            || (req.expect_continue && name.eq_ignore_ascii_case(b"expect"))
+            || connection.is_some_and(|c| lists_token(c, name))
+        {
+            had_length |= name.eq_ignore_ascii_case(b"content-length");
+            continue;
+        }
+        header(out, name, value);
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    for previous in req.head.get_all("x-forwarded-for") {
+        out.extend_from_slice(previous);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(client_ip.as_bytes());
+    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    if !original_host.is_empty() {
+        header(out, b"x-forwarded-host", original_host.as_bytes());
+    }
+    header(out, b"x-real-ip", client_ip.as_bytes());
+    if req.upgrade {
+        if let Some(protocol) = req.head.get("upgrade") {
+            out.extend_from_slice(b"connection: upgrade\r\n");
+            header(out, b"upgrade", protocol);
+        }
+    }
+    match req.framing {
+        Framing::Length(n) => header(out, b"content-length", itoa(n).as_bytes()),
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        _ if had_length => out.extend_from_slice(b"content-length: 0\r\n"),
+        _ => {}
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn is_rewritten_request_header(name: &[u8]) -> bool {
+    [
+        &b"host"[..],
+        b"content-length",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-real-ip",
+    ]
+    .iter()
+    .any(|h| h.eq_ignore_ascii_case(name))
+}
+
+fn lists_token(list: &[u8], name: &[u8]) -> bool {
+    list.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
+}
+
+fn write_client_head(out: &mut Vec<u8>, resp: &ResponseHead, keep_alive: bool, chunked: bool, client_minor: u8) {
+    let text = if resp.reason().is_empty() { reason(resp.status) } else { resp.reason() };
+    status_line(out, resp.status, text);
+    let connection = resp.head.get("connection");
+    for (name, value) in resp.head.iter() {
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"content-length")
+            || connection.is_some_and(|c| lists_token(c, name))
+        {
+            continue;
+        }
+        header(out, name, value);
+    }
+    match resp.framing {
+        Framing::Length(n) => header(out, b"content-length", itoa(n).as_bytes()),
+        Framing::None => {
+            // HEAD and 304 answers describe the length they would have had.
+            if let Some(len) = resp.head.get("content-length") {
+                header(out, b"content-length", len);
+            }
+        }
+        Framing::Chunked | Framing::UntilClose if chunked => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        _ => {}
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if client_minor == 0 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// After a 101, the connection belongs to the upgraded protocol: copy bytes both ways.
+async fn tunnel(client: &mut Client, mut up: UpstreamConn, resp: &ResponseHead, out: &mut Vec<u8>, upstream: SocketAddr) -> Outcome {
+    out.clear();
+    status_line(out, 101, reason(101));
+    for (name, value) in resp.head.iter() {
+        header(out, name, value);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&up.buf);
+    up.buf.clear();
+    let pending = std::mem::take(&mut client.buf);
+    if client.io.write_all(out).await.is_err() || up.io.write_all(&pending).await.is_err() {
+        return Outcome::closed(101);
+    }
+    let copied = tokio::io::copy_bidirectional(&mut client.io, &mut up.io).await;
+    Outcome {
+        keep_alive: false,
+        status: 101,
+        bytes: copied.map(|(_, down)| down).unwrap_or(0),
+        upstream: Some(upstream),
+    }
+}
+
+#[derive(Debug)]
+enum BodyError {
+    /// The sending side closed or failed before the body ended.
+    Source,
+    /// The body's framing is invalid.
+    Malformed,
+    /// More than the allowed number of bytes.
+    TooLarge,
+    /// The receiving side failed.
+    Sink,
+}
+
+/// Streams one message body from `src` (its buffered bytes first) to `sink`, re-framing it
+/// as chunked when `chunked_out`. Bytes already in `out` (a head) go out first, in the
+/// same write when the body is small. Returns the body bytes relayed.
+async fn relay_body(
+    src: &mut TcpStream,
+    buf: &mut BytesMut,
+    framing: Framing,
+    mut sink: Option<&mut TcpStream>,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    limit: u64,
+) -> Result<u64, BodyError> {
+    let mut relayed: u64 = 0;
+    match framing {
+        Framing::None => {}
+        Framing::Length(total) => {
+            let mut remaining = total;
+            while remaining > 0 {
+                if buf.is_empty() {
+                    flush(&mut sink, out).await?;
+                    fill(src, buf).await?;
+                }
+                let take = remaining.min(buf.len() as u64) as usize;
+                push_data(out, &buf[..take], chunked_out);
+                buf.advance(take);
+                remaining -= take as u64;
+                relayed += take as u64;
+                if relayed > limit {
+                    return Err(BodyError::TooLarge);
+                }
+                if out.len() >= FLUSH_AT {
+                    flush(&mut sink, out).await?;
+                }
+            }
+        }
+        Framing::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            loop {
+                let (event, used) = decoder.decode(buf).map_err(|_| BodyError::Malformed)?;
+                match event {
+                    ChunkEvent::Data(start, end) => {
+                        push_data(out, &buf[start..end], chunked_out);
+                        relayed += (end - start) as u64;
+                        buf.advance(used);
+                        if relayed > limit {
+                            return Err(BodyError::TooLarge);
+                        }
+                        if out.len() >= FLUSH_AT {
+                            flush(&mut sink, out).await?;
+                        }
+                    }
+                    ChunkEvent::End => {
+                        buf.advance(used);
+                        if chunked_out {
+                            out.extend_from_slice(b"0\r\n\r\n");
+                        }
+                        break;
+                    }
+                    ChunkEvent::NeedMore => {
+                        buf.advance(used);
+                        flush(&mut sink, out).await?;
+                        fill(src, buf).await?;
+                    }
+                }
+            }
+        }
+        Framing::UntilClose => loop {
+            if !buf.is_empty() {
+                push_data(out, buf, chunked_out);
+                relayed += buf.len() as u64;
+                buf.clear();
+            }
+            flush(&mut sink, out).await?;
+            if relayed > limit {
+                return Err(BodyError::TooLarge);
+            }
+            match fill(src, buf).await {
+                Ok(()) => {}
+                Err(_) => {
+                    if chunked_out {
+                        out.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    break;
+                }
+            }
+        },
+    }
+    flush(&mut sink, out).await?;
+    Ok(relayed)
+}
+
+fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if data.is_empty() {
+        return;
+    }
+    if chunked {
+        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+async fn flush(sink: &mut Option<&mut TcpStream>, out: &mut Vec<u8>) -> Result<(), BodyError> {
+    if !out.is_empty() {
+        if let Some(io) = sink {
+            io.write_all(out).await.map_err(|_| BodyError::Sink)?;
+        }
+        out.clear();
+    }
+    Ok(())
+}
+
+async fn fill(src: &mut TcpStream, buf: &mut BytesMut) -> Result<(), BodyError> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_CHUNK);
+    }
+    match src.read_buf(buf).await {
+        Ok(0) | Err(_) => Err(BodyError::Source),
+        Ok(_) => Ok(()),
+    }
+}

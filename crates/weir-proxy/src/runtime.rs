@@ -1,0 +1,138 @@
+//! The compiled configuration snapshot: per-entrypoint routers over shared routes, services
+//! with their balancers, middlewares. Built once per (re)load off the hot path and read
+//! through an `ArcSwap` by every worker.
+
+use crate::accesslog::AccessLog;
+use crate::balancer::Service;
+use crate::middleware::Middleware;
+use crate::response::LocalResponse;
+use crate::router::Router;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use weir_config::{Action, Config};
+
+pub struct Runtime {
+    pub entrypoints: Vec<EntrypointRuntime>,
+    pub access_log: Option<AccessLog>,
+}
+
+pub struct EntrypointRuntime {
+    pub name: String,
+    pub address: SocketAddr,
+    pub router: Router<Arc<Route>>,
+}
+
+pub struct Route {
+    pub name: String,
+    pub rule_text: String,
+    pub priority: i64,
+    pub middlewares: Vec<Arc<Middleware>>,
+    /// True when some middleware edits response headers.
+    pub has_response_phase: bool,
+    pub action: RouteAction,
+}
+
+pub enum RouteAction {
+    Proxy(Arc<Service>),
+    Respond(LocalResponse),
+    Redirect(LocalResponse),
+}
+
+impl RouteAction {
+    pub fn describe(&self) -> String {
+        match self {
+            RouteAction::Proxy(svc) => {
+                let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
+                format!("proxy to service `{}` [{}]", svc.name, servers.join(", "))
+            }
+            RouteAction::Respond(r) => format!(
+                "respond {} with a {}-byte body",
+                r.status,
+                r.body.len()
+            ),
+            RouteAction::Redirect(r) => {
+                let to = r
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == "location")
+                    .map(|(_, v)| v.as_str())
+                    .unwrap_or("");
+                format!("redirect {} to {to}", r.status)
+            }
+        }
+    }
+}
+
+impl Runtime {
+    pub fn compile(config: &Config, workers: usize) -> Result<Runtime, String> {
+        let mut services = HashMap::new();
+        for svc in &config.services {
+            services.insert(svc.name.as_str(), Arc::new(Service::new(svc, workers)?));
+        }
+        let middlewares: HashMap<&str, Arc<Middleware>> = config
+            .middlewares
+            .iter()
+            .map(|m| (m.name.as_str(), Arc::new(Middleware::new(&m.kind))))
+            .collect();
+        let mut routes = Vec::with_capacity(config.routers.len());
+        for r in &config.routers {
+            let mws: Vec<Arc<Middleware>> = r
+                .middlewares
+                .iter()
+                .filter_map(|name| middlewares.get(name.as_str()).cloned())
+                .collect();
+            let action = match &r.action {
+                Action::Service(name) => RouteAction::Proxy(
+                    services
+                        .get(name.as_str())
+                        .cloned()
+                        .ok_or_else(|| format!("router `{}`: unknown service `{name}`", r.name))?,
+                ),
+                Action::Respond(resp) => RouteAction::Respond(LocalResponse::new(
+                    resp.status,
+                    resp.headers.clone(),
+                    resp.body.clone(),
+                )),
+                Action::Redirect(redirect) => {
+                    RouteAction::Redirect(LocalResponse::redirect(redirect.status, &redirect.to))
+                }
+            };
+            routes.push(Arc::new(Route {
+                name: r.name.clone(),
+                rule_text: r.rule_text.clone(),
+                priority: r.priority,
+                has_response_phase: mws.iter().any(|m| m.has_response_phase()),
+                middlewares: mws,
+                action,
+            }));
+        }
+        let entrypoints = config
+            .entrypoints
+            .iter()
+            .map(|ep| {
+                let mine = config
+                    .routers
+                    .iter()
+                    .zip(&routes)
+                    .filter(|(r, _)| r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
+                    .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
+                    .collect();
+                EntrypointRuntime {
+                    name: ep.name.clone(),
+                    address: ep.address,
+                    router: Router::new(mine),
+                }
+            })
+            .collect();
+        let access_log = if config.server.access_log.enabled {
+            Some(AccessLog::open(&config.server.access_log.path)?)
+        } else {
+            None
+        };
+        Ok(Runtime {
+            entrypoints,
+            access_log,
+        })
+    }
+}

@@ -1,0 +1,476 @@
+//! Shared end-to-end harness: starts the real `weir` binary on port 0 with a config file,
+//! runs in-process upstreams (hyper) and nginx, and speaks HTTP/1.1 over raw sockets.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub fn weir_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_weir")
+}
+
+pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "weir-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running weir process; killed on drop.
+pub struct Weir {
+    pub child: Child,
+    pub addrs: HashMap<String, SocketAddr>,
+    pub dir: std::path::PathBuf,
+    stderr_lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Weir {
+    /// Starts weir with `yaml` and waits until every entrypoint reports its address.
+    pub fn start(yaml: &str) -> Weir {
+        let dir = temp_dir("weir");
+        let path = dir.join("weir.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let mut child = Command::new(weir_bin())
+            .args(["run", "-c"])
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || for _ in BufReader::new(stdout).lines() {});
+        let mut addrs = HashMap::new();
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("weir did not start; stderr: {:?}", lines.lock().unwrap()));
+            if let Some(rest) = line.strip_prefix("weir: entrypoint ") {
+                let (name, addr) = rest.split_once(" listening on ").unwrap();
+                addrs.insert(name.to_string(), addr.parse().unwrap());
+            }
+            if line.contains("worker(s) running") {
+                break;
+            }
+        }
+        Weir {
+            child,
+            addrs,
+            dir,
+            stderr_lines: lines,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs["web"]
+    }
+
+    pub fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr_lines.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// A raw HTTP/1.1 client connection.
+pub struct Conn {
+    pub reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn {
+            reader: BufReader::new(s),
+        }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.reader.get_mut().write_all(raw).unwrap();
+    }
+
+    /// Reads one response; `head_request` means no body follows.
+    pub fn read(&mut self, head_request: bool) -> Option<Resp> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            self.reader.read_line(&mut h).ok()?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (n, v) = h.split_once(':').unwrap();
+            headers.push((n.trim().to_string(), v.trim().to_string()));
+        }
+        let mut resp = Resp {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+            return Some(resp);
+        }
+        if let Some(len) = resp.header("content-length") {
+            let mut body = vec![0; len.parse().unwrap()];
+            self.reader.read_exact(&mut body).ok()?;
+            resp.body = body;
+        } else if resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size).ok()?;
+                let size = usize::from_str_radix(size.trim(), 16).unwrap();
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).ok()?;
+                if size == 0 {
+                    break;
+                }
+                resp.body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            self.reader.read_to_end(&mut resp.body).ok()?;
+        }
+        Some(resp)
+    }
+
+    /// True when the server has closed the connection (EOF within the timeout).
+    pub fn is_closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.reader.read(&mut byte), Ok(0) | Err(_))
+    }
+}
+
+/// One request on a fresh connection.
+pub fn request(addr: SocketAddr, raw: &str) -> Resp {
+    let mut c = Conn::open(addr);
+    c.send(raw.as_bytes());
+    c.read(raw.starts_with("HEAD ")).expect("no response")
+}
+
+pub fn get(addr: SocketAddr, host: &str, target: &str) -> Resp {
+    request(addr, &format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"))
+}
+
+/// An in-process upstream. Answers JSON describing what it received, including which of its
+/// connections carried the request. Special paths: `/slow/MS`, `/big/N`, `/chunked/N`, `/ws`.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    pub name: String,
+    pub requests: Arc<AtomicUsize>,
+    pub connections: Arc<AtomicUsize>,
+    /// Raw bytes every connection received, for "never reached the upstream" checks.
+    pub received: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Upstream {
+    pub fn start(name: &str) -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (n, r, c, rx) = (name.to_string(), requests.clone(), connections.clone(), received.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let Ok((io, _)) = listener.accept().await else { continue };
+                    let conn_id = c.fetch_add(1, Ordering::SeqCst) + 1;
+                    let (n, r) = (n.clone(), r.clone());
+                    let io = Recording { inner: io, log: rx.clone() };
+                    tokio::spawn(async move {
+                        let svc = hyper::service::service_fn(move |req| handle(req, n.clone(), r.clone(), conn_id));
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+                            .with_upgrades()
+                            .await;
+                    });
+                }
+            });
+        });
+        Upstream {
+            addr,
+            name: name.to_string(),
+            requests,
+            connections,
+            received,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn request_count(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn received_text(&self) -> String {
+        String::from_utf8_lossy(&self.received.lock().unwrap()).into_owned()
+    }
+}
+
+/// A TCP stream that records every byte read from it.
+struct Recording {
+    inner: tokio::net::TcpStream,
+    log: Arc<Mutex<Vec<u8>>>,
+}
+
+impl tokio::io::AsyncRead for Recording {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let res = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let new = buf.filled()[before..].to_vec();
+        self.log.lock().unwrap().extend_from_slice(&new);
+        res
+    }
+}
+
+impl tokio::io::AsyncWrite for Recording {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+fn full(data: impl Into<Bytes>) -> Body {
+    Full::new(data.into()).map_err(|never| match never {}).boxed()
+}
+
+async fn handle(
+    mut req: Request<Incoming>,
+    name: String,
+    requests: Arc<AtomicUsize>,
+    conn: usize,
+) -> Result<Response<Body>, hyper::Error> {
+    requests.fetch_add(1, Ordering::SeqCst);
+    let path = req.uri().path().to_string();
+    if path == "/ws" {
+        let upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            if let Ok(upgraded) = upgrade.await {
+                let mut io = hyper_util::rt::TokioIo::new(upgraded);
+                let mut buf = [0u8; 1024];
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                while let Ok(n) = io.read(&mut buf).await {
+                    if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        return Ok(Response::builder()
+            .status(101)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(full(""))
+            .unwrap());
+    }
+    if let Some(ms) = path.strip_prefix("/slow/") {
+        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+    }
+    if let Some(n) = path.strip_prefix("/big/") {
+        let n: usize = n.parse().unwrap_or(0);
+        let body: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+        return Ok(Response::new(full(body)));
+    }
+    if let Some(n) = path.strip_prefix("/chunked/") {
+        let n: usize = n.parse().unwrap_or(0);
+        let frames = (0..n).map(|i| Bytes::from(format!("part{i};"))).collect();
+        return Ok(Response::new(BodyExt::boxed(Frames(frames))));
+    }
+    let method = req.method().to_string();
+    let target = req.uri().to_string();
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let body = req.into_body().collect().await?.to_bytes();
+    let json = serde_json::json!({
+        "name": name,
+        "conn": conn,
+        "method": method,
+        "target": target,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+    });
+    Ok(Response::builder()
+        .header("content-type", "application/json")
+        .header("x-upstream", name.as_str())
+        .header("connection", "x-hop")
+        .header("x-hop", "must be removed")
+        .body(full(json.to_string()))
+        .unwrap())
+}
+
+/// A body of several frames with no declared length, so hyper sends it chunked.
+struct Frames(std::collections::VecDeque<Bytes>);
+
+impl hyper::body::Body for Frames {
+    type Data = Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// Header values sent to the upstream, from its JSON echo.
+pub fn echoed_header(json: &serde_json::Value, name: &str) -> Option<String> {
+    json["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h[0].as_str().unwrap().eq_ignore_ascii_case(name))
+        .map(|h| h[1].as_str().unwrap().to_string())
+}
+
+/// nginx from Debian as an upstream that reports its connection serial number.
+pub struct Nginx {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Nginx {
+    pub fn start() -> Nginx {
+        let dir = temp_dir("nginx");
+        let port = free_port();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n  keepalive_requests 100000;\n\
+               server {{\n    listen 127.0.0.1:{port};\n    location / {{ return 200 \"conn=$connection\\n\"; }}\n  }}\n}}\n",
+            dir = dir.display()
+        );
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new(nginx_bin())
+            .arg("-c")
+            .arg(&path)
+            .arg("-p")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx must be installed (scripts/test installs nginx-light)");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        for _ in 0..200 {
+            if TcpStream::connect(addr).is_ok() {
+                return Nginx { child, addr };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("nginx did not start");
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn nginx_bin() -> &'static str {
+    if std::path::Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}

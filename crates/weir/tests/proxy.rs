@@ -1,0 +1,217 @@
+//! End-to-end proxying: forwarded and hop-by-hop headers, bodies both ways, 502/503/504,
+//! malformed requests that must never reach the upstream, and WebSocket tunnelling.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+fn proxy_config(upstream: &str, service_extra: &str) -> String {
+    format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{upstream}\" }}]\n{service_extra}"
+    )
+}
+
+#[test]
+fn forwards_headers_and_strips_hop_by_hop() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    let r = request(
+        weir.addr(),
+        "GET /echo?x=1 HTTP/1.1\r\nHost: Shop.Example:8080\r\nX-Forwarded-For: 203.0.113.9\r\n\
+         Connection: keep-alive, X-Secret\r\nX-Secret: drop-me\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\
+         X-Custom: kept\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let j = r.json();
+    assert_eq!(j["target"], "/echo?x=1");
+    assert_eq!(echoed_header(&j, "host").unwrap(), "Shop.Example:8080");
+    assert_eq!(echoed_header(&j, "x-forwarded-for").unwrap(), "203.0.113.9, 127.0.0.1");
+    assert_eq!(echoed_header(&j, "x-forwarded-proto").unwrap(), "http");
+    assert_eq!(echoed_header(&j, "x-forwarded-host").unwrap(), "Shop.Example:8080");
+    assert_eq!(echoed_header(&j, "x-real-ip").unwrap(), "127.0.0.1");
+    assert_eq!(echoed_header(&j, "x-custom").unwrap(), "kept");
+    for gone in ["x-secret", "keep-alive", "te"] {
+        assert!(echoed_header(&j, gone).is_none(), "{gone} was forwarded");
+    }
+    // Response side: the upstream's `Connection: x-hop` names a header that must not pass.
+    assert_eq!(r.header("x-upstream"), Some("a"));
+    assert!(r.header("x-hop").is_none());
+}
+
+#[test]
+fn pass_host_header_false_sends_server_authority() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), "    pass_host_header: false\n"));
+    let j = get(weir.addr(), "public.test", "/").json();
+    assert_eq!(echoed_header(&j, "host").unwrap(), up.addr.to_string());
+    assert_eq!(echoed_header(&j, "x-forwarded-host").unwrap(), "public.test");
+}
+
+#[test]
+fn bodies_stream_both_ways() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    // Content-Length request body.
+    let body = "x".repeat(300_000);
+    let r = request(
+        weir.addr(),
+        &format!("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
+    );
+    assert_eq!(r.json()["body"].as_str().unwrap().len(), body.len());
+    // Chunked request body, in pieces.
+    let mut c = Conn::open(weir.addr());
+    c.send(b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+    std::thread::sleep(Duration::from_millis(50));
+    c.send(b"6\r\n world\r\n0\r\n\r\n");
+    let r = c.read(false).unwrap();
+    assert_eq!(r.json()["body"], "hello world");
+    // Keep-alive continues on the same client connection afterwards.
+    c.send(b"GET /again HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().json()["target"], "/again");
+    // Large and chunked responses.
+    let big = get(weir.addr(), "t", "/big/2000000");
+    assert_eq!(big.body.len(), 2_000_000);
+    assert_eq!(&big.body[..3], b"abc");
+    let chunked = get(weir.addr(), "t", "/chunked/50");
+    assert_eq!(chunked.header("transfer-encoding"), Some("chunked"));
+    assert!(chunked.text().starts_with("part0;part1;") && chunked.text().ends_with("part49;"));
+    // HTTP/1.0 client gets the chunked upstream body close-delimited.
+    let r = request(weir.addr(), "GET /chunked/3 HTTP/1.0\r\nHost: t\r\n\r\n");
+    assert_eq!(r.text(), "part0;part1;part2;");
+    assert!(r.header("transfer-encoding").is_none());
+    // HEAD keeps Content-Length without a body.
+    let mut c = Conn::open(weir.addr());
+    c.send(b"HEAD /big/10 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.read(true).unwrap();
+    assert_eq!(r.header("content-length"), Some("10"));
+    c.send(b"GET /big/3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().text(), "abc");
+}
+
+#[test]
+fn expect_continue_is_answered() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    let mut c = Conn::open(weir.addr());
+    c.send(b"POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+    let interim = c.read(false).unwrap();
+    assert_eq!(interim.status, 100);
+    c.send(b"data");
+    let r = c.read(false).unwrap();
+    assert_eq!(r.json()["body"], "data");
+    assert!(echoed_header(&r.json(), "expect").is_none());
+}
+
+#[test]
+fn upstream_errors_map_to_502_503_504() {
+    // Refused: nothing listens on this port.
+    let port = free_port();
+    let weir = Weir::start(&proxy_config(&format!("http://127.0.0.1:{port}"), ""));
+    let r = get(weir.addr(), "t", "/");
+    assert_eq!(r.status, 502);
+    drop(weir);
+
+    // Response header timeout.
+    let up = Upstream::start("slow");
+    let weir = Weir::start(&proxy_config(&up.url(), "    timeouts: { response_header: 200ms }\n"));
+    assert_eq!(get(weir.addr(), "t", "/slow/2000").status, 504);
+    assert_eq!(get(weir.addr(), "t", "/slow/0").status, 200);
+    drop(weir);
+
+    // Connect timeout: a listener whose accept queue is full drops further SYNs.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    sock.listen(0).unwrap();
+    let full_addr = sock.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&full_addr.into());
+        fillers.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let weir = Weir::start(&proxy_config(&format!("http://{full_addr}"), "    timeouts: { connect: 300ms }\n"));
+    let started = std::time::Instant::now();
+    assert_eq!(get(weir.addr(), "t", "/").status, 504);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(weir);
+
+    // No server to choose.
+    let weir = Weir::start(
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: empty\nservices:\n  empty:\n    servers: []\n",
+    );
+    assert_eq!(get(weir.addr(), "t", "/").status, 503);
+}
+
+#[test]
+fn malformed_requests_never_reach_the_upstream() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    let cases: &[(&str, u16)] = &[
+        ("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+        ("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 0x5\r\n\r\nhello", 400),
+        ("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: xchunked\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\n\r\n", 400),
+    ];
+    for (raw, status) in cases {
+        let mut c = Conn::open(weir.addr());
+        c.send(raw.as_bytes());
+        let r = c.read(false).unwrap();
+        assert_eq!(r.status, *status, "{raw:?}");
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(c.is_closed());
+    }
+    let huge = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "a".repeat(40_000));
+    assert_eq!(request(weir.addr(), &huge).status, 431);
+    assert_eq!(up.request_count(), 0);
+    assert_eq!(up.received_text(), "");
+
+    // A chunked body that breaks mid-stream: the smuggled request must never be parsed upstream.
+    let mut c = Conn::open(weir.addr());
+    c.send(b"POST /first HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nGET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.read(false).unwrap();
+    assert_eq!(r.status, 400);
+    assert!(c.is_closed());
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(up.request_count(), 0, "upstream saw: {}", up.received_text());
+    assert!(!up.received_text().contains("GET /smuggled"));
+}
+
+#[test]
+fn websocket_upgrade_tunnels() {
+    let up = Upstream::start("ws");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    let mut c = Conn::open(weir.addr());
+    c.send(b"GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    let r = c.read(true).unwrap();
+    assert_eq!(r.status, 101);
+    assert_eq!(r.header("upgrade"), Some("websocket"));
+    // A masked WebSocket text frame "hi", echoed back byte for byte by the upstream.
+    let frame = [0x81u8, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2];
+    c.send(&frame);
+    let mut back = [0u8; 8];
+    c.reader.read_exact(&mut back).unwrap();
+    assert_eq!(back, frame);
+    c.reader.get_mut().write_all(b"more").unwrap();
+    let mut more = [0u8; 4];
+    c.reader.read_exact(&mut more).unwrap();
+    assert_eq!(&more, b"more");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    let mut c = Conn::open(weir.addr());
+    c.send(b"GET /1 HTTP/1.1\r\nHost: t\r\n\r\nGET /2 HTTP/1.1\r\nHost: t\r\n\r\nGET /3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    for want in ["/1", "/2", "/3"] {
+        assert_eq!(c.read(false).unwrap().json()["target"], want);
+    }
+}

@@ -11,9 +11,18 @@ use weir_config::{HeaderOps, MiddlewareKind};
 pub enum Middleware {
     StripPrefix(Vec<String>),
     AddPrefix(String),
-    ReplacePathRegex { regex: Regex, replacement: String },
-    Headers { request: HeaderOps, response: HeaderOps },
-    RedirectScheme { scheme: String, permanent: bool },
+    ReplacePathRegex {
+        regex: Regex,
+        replacement: String,
+    },
+    Headers {
+        request: HeaderOps,
+        response: HeaderOps,
+    },
+    RedirectScheme {
+        scheme: String,
+        permanent: bool,
+    },
 }
 
 pub enum Flow {

@@ -4,7 +4,9 @@
 
 use crate::accesslog;
 use crate::balancer::{PickInput, Server, Service};
-use crate::h1::{self, is_hop_by_hop, ChunkEvent, ChunkedDecoder, Framing, RequestHead, ResponseHead};
+use crate::h1::{
+    self, is_hop_by_hop, ChunkEvent, ChunkedDecoder, Framing, RequestHead, ResponseHead,
+};
 use crate::middleware::Flow;
 use crate::pool::{Pool, UpstreamConn};
 use crate::response::{header, itoa, reason, status_line, LocalResponse};
@@ -81,7 +83,12 @@ impl Outcome {
     }
 }
 
-pub async fn serve_connection(worker: Rc<Worker>, entrypoint: usize, io: TcpStream, peer: SocketAddr) {
+pub async fn serve_connection(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: TcpStream,
+    peer: SocketAddr,
+) {
     let _ = io.set_nodelay(true);
     let ip = canonical_ip(peer.ip());
     let mut client = Client {
@@ -109,7 +116,11 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
 
 /// Reads until a full head is buffered. `None` ends the connection (EOF, idle timeout,
 /// shutdown while idle, or a refused head, which has already been answered).
-async fn read_request_head(worker: &Worker, client: &mut Client, out: &mut Vec<u8>) -> Option<RequestHead> {
+async fn read_request_head(
+    worker: &Worker,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+) -> Option<RequestHead> {
     loop {
         match h1::parse_request(&mut client.buf) {
             Ok(Some(head)) => return Some(head),
@@ -177,13 +188,26 @@ async fn exchange(
         router.route(&view)
     };
     // The original request line, kept only when a log line will need it.
-    let logged = runtime
-        .access_log
-        .as_ref()
-        .map(|_| (head.method().to_string(), head.host().to_string(), head.path().to_string()));
+    let logged = runtime.access_log.as_ref().map(|_| {
+        (
+            head.method().to_string(),
+            head.host().to_string(),
+            head.path().to_string(),
+        )
+    });
 
     let outcome = match route {
-        None => local(worker, client, out, &head, &LocalResponse::text(404, "no route matches this request"), None).await,
+        None => {
+            local(
+                worker,
+                client,
+                out,
+                &head,
+                &LocalResponse::text(404, "no route matches this request"),
+                None,
+            )
+            .await
+        }
         Some(route) => handle_route(worker, route, client, &mut head, out).await,
     };
 
@@ -236,10 +260,27 @@ async fn local(
     let mut keep_alive = head.keep_alive && !worker.shutdown.is_requested();
     if head.framing != Framing::None {
         out.clear();
-        let drained = relay_body(&mut client.io, &mut client.buf, head.framing, None, out, false, LOCAL_DRAIN_LIMIT).await;
+        let drained = relay_body(
+            &mut client.io,
+            &mut client.buf,
+            head.framing,
+            None,
+            out,
+            false,
+            LOCAL_DRAIN_LIMIT,
+        )
+        .await;
         keep_alive &= drained.is_ok();
         if let Err(BodyError::Malformed) = drained {
-            return write_local(client, out, head, &LocalResponse::text(400, "malformed request body"), false, b"").await;
+            return write_local(
+                client,
+                out,
+                head,
+                &LocalResponse::text(400, "malformed request body"),
+                false,
+                b"",
+            )
+            .await;
         }
     }
     let mut extra = Vec::new();
@@ -268,7 +309,11 @@ async fn write_local(
     Outcome {
         keep_alive: keep_alive && ok,
         status: response.status,
-        bytes: if head.is_head() { 0 } else { response.body.len() as u64 },
+        bytes: if head.is_head() {
+            0
+        } else {
+            response.body.len() as u64
+        },
         upstream: None,
     }
 }
@@ -296,7 +341,15 @@ async fn proxy(
         headers: &head.head,
     };
     let Some(server) = service.pick(worker.id, &pick) else {
-        return local(worker, client, out, head, &LocalResponse::text(503, "no server available"), Some(route)).await;
+        return local(
+            worker,
+            client,
+            out,
+            head,
+            &LocalResponse::text(503, "no server available"),
+            Some(route),
+        )
+        .await;
     };
     server.inflight.0.fetch_add(1, Ordering::Relaxed);
     let _inflight = InflightGuard(server);
@@ -322,33 +375,93 @@ async fn proxy(
         };
         out.clear();
         write_upstream_head(out, head, service, server, &client.ip_text);
-        if head.expect_continue && has_body && client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+        if head.expect_continue
+            && has_body
+            && client
+                .io
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+        {
             return Outcome::closed(499);
         }
         let chunked = head.framing == Framing::Chunked;
-        match relay_body(&mut client.io, &mut client.buf, head.framing, Some(&mut up.io), out, chunked, u64::MAX).await {
+        match relay_body(
+            &mut client.io,
+            &mut client.buf,
+            head.framing,
+            Some(&mut up.io),
+            out,
+            chunked,
+            u64::MAX,
+        )
+        .await
+        {
             Ok(_) => {}
             Err(BodyError::Sink) if up.reused && !has_body => continue,
             Err(BodyError::Sink) => {
                 // Part of the body may be consumed: the client connection cannot continue.
                 head.keep_alive &= !has_body;
-                return upstream_failure(worker, client, out, head, route, server, 502, "upstream closed the connection").await;
+                return upstream_failure(
+                    worker,
+                    client,
+                    out,
+                    head,
+                    route,
+                    server,
+                    502,
+                    "upstream closed the connection",
+                )
+                .await;
             }
             Err(BodyError::Malformed) | Err(BodyError::TooLarge) => {
                 // Dropping `up` aborts the upstream request mid-body; it never sees a request boundary.
                 head.keep_alive = false;
-                return write_local(client, out, head, &LocalResponse::text(400, "malformed request body"), false, b"").await;
+                return write_local(
+                    client,
+                    out,
+                    head,
+                    &LocalResponse::text(400, "malformed request body"),
+                    false,
+                    b"",
+                )
+                .await;
             }
             Err(BodyError::Source) => return Outcome::closed(499),
         }
-        match tokio::time::timeout(service.response_header_timeout, read_response_head(&mut up, head.is_head())).await {
+        match tokio::time::timeout(
+            service.response_header_timeout,
+            read_response_head(&mut up, head.is_head()),
+        )
+        .await
+        {
             Ok(Ok(response)) => break (up, response),
             Ok(Err(ResponseError::ClosedEarly)) if up.reused && !has_body => continue,
             Ok(Err(_)) => {
-                return upstream_failure(worker, client, out, head, route, server, 502, "invalid or missing upstream response").await;
+                return upstream_failure(
+                    worker,
+                    client,
+                    out,
+                    head,
+                    route,
+                    server,
+                    502,
+                    "invalid or missing upstream response",
+                )
+                .await;
             }
             Err(_) => {
-                return upstream_failure(worker, client, out, head, route, server, 504, "upstream response timed out").await;
+                return upstream_failure(
+                    worker,
+                    client,
+                    out,
+                    head,
+                    route,
+                    server,
+                    504,
+                    "upstream response timed out",
+                )
+                .await;
             }
         }
     };
@@ -361,16 +474,32 @@ async fn proxy(
             mw.on_response(&mut response.head);
         }
     }
-    let body_chunked = head.minor_version == 1 && matches!(response.framing, Framing::Chunked | Framing::UntilClose);
-    let client_can_delimit = body_chunked || !matches!(response.framing, Framing::Chunked | Framing::UntilClose);
+    let body_chunked = head.minor_version == 1
+        && matches!(response.framing, Framing::Chunked | Framing::UntilClose);
+    let client_can_delimit =
+        body_chunked || !matches!(response.framing, Framing::Chunked | Framing::UntilClose);
     let keep_alive = head.keep_alive && client_can_delimit && !worker.shutdown.is_requested();
     out.clear();
     write_client_head(out, &response, keep_alive, body_chunked, head.minor_version);
-    let relayed = relay_body(&mut up.io, &mut up.buf, response.framing, Some(&mut client.io), out, body_chunked, u64::MAX).await;
+    let relayed = relay_body(
+        &mut up.io,
+        &mut up.buf,
+        response.framing,
+        Some(&mut client.io),
+        out,
+        body_chunked,
+        u64::MAX,
+    )
+    .await;
     match relayed {
         Ok(bytes) => {
             if response.keep_alive {
-                worker.pool.checkin(server.id, up, service.max_idle_per_server, service.idle_timeout);
+                worker.pool.checkin(
+                    server.id,
+                    up,
+                    service.max_idle_per_server,
+                    service.idle_timeout,
+                );
             }
             Outcome {
                 keep_alive,
@@ -400,7 +529,15 @@ async fn upstream_failure(
     status: u16,
     message: &str,
 ) -> Outcome {
-    let mut outcome = local(worker, client, out, head, &LocalResponse::text(status, message), Some(route)).await;
+    let mut outcome = local(
+        worker,
+        client,
+        out,
+        head,
+        &LocalResponse::text(status, message),
+        Some(route),
+    )
+    .await;
     outcome.upstream = Some(server.addr);
     outcome
 }
@@ -428,7 +565,10 @@ enum ResponseError {
 }
 
 /// Reads the final response head, skipping interim 1xx responses other than 101.
-async fn read_response_head(up: &mut UpstreamConn, request_is_head: bool) -> Result<ResponseHead, ResponseError> {
+async fn read_response_head(
+    up: &mut UpstreamConn,
+    request_is_head: bool,
+) -> Result<ResponseHead, ResponseError> {
     let mut received = false;
     loop {
         match h1::parse_response(&mut up.buf, request_is_head) {
@@ -441,7 +581,9 @@ async fn read_response_head(up: &mut UpstreamConn, request_is_head: bool) -> Res
             up.buf.reserve(READ_CHUNK);
         }
         match up.io.read_buf(&mut up.buf).await {
-            Ok(0) | Err(_) if !received && up.buf.is_empty() => return Err(ResponseError::ClosedEarly),
+            Ok(0) | Err(_) if !received && up.buf.is_empty() => {
+                return Err(ResponseError::ClosedEarly)
+            }
             Ok(0) | Err(_) => return Err(ResponseError::Broken),
             Ok(_) => received = true,
         }
@@ -450,7 +592,13 @@ async fn read_response_head(up: &mut UpstreamConn, request_is_head: bool) -> Res
 
 /// The request head as the upstream sees it: hop-by-hop headers dropped, forwarding
 /// headers set, framing rewritten to match what weir will send.
-fn write_upstream_head(out: &mut Vec<u8>, req: &RequestHead, service: &Service, server: &Server, client_ip: &str) {
+fn write_upstream_head(
+    out: &mut Vec<u8>,
+    req: &RequestHead,
+    service: &Service,
+    server: &Server,
+    client_ip: &str,
+) {
     out.extend_from_slice(req.method().as_bytes());
     out.push(b' ');
     let target = req.target();
@@ -524,11 +672,22 @@ fn is_rewritten_request_header(name: &[u8]) -> bool {
 }
 
 fn lists_token(list: &[u8], name: &[u8]) -> bool {
-    list.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
+    list.split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
 }
 
-fn write_client_head(out: &mut Vec<u8>, resp: &ResponseHead, keep_alive: bool, chunked: bool, client_minor: u8) {
-    let text = if resp.reason().is_empty() { reason(resp.status) } else { resp.reason() };
+fn write_client_head(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead,
+    keep_alive: bool,
+    chunked: bool,
+    client_minor: u8,
+) {
+    let text = if resp.reason().is_empty() {
+        reason(resp.status)
+    } else {
+        resp.reason()
+    };
     status_line(out, resp.status, text);
     let connection = resp.head.get("connection");
     for (name, value) in resp.head.iter() {
@@ -562,7 +721,13 @@ fn write_client_head(out: &mut Vec<u8>, resp: &ResponseHead, keep_alive: bool, c
 }
 
 /// After a 101, the connection belongs to the upgraded protocol: copy bytes both ways.
-async fn tunnel(client: &mut Client, mut up: UpstreamConn, resp: &ResponseHead, out: &mut Vec<u8>, upstream: SocketAddr) -> Outcome {
+async fn tunnel(
+    client: &mut Client,
+    mut up: UpstreamConn,
+    resp: &ResponseHead,
+    out: &mut Vec<u8>,
+    upstream: SocketAddr,
+) -> Outcome {
     out.clear();
     status_line(out, 101, reason(101));
     for (name, value) in resp.head.iter() {

@@ -42,7 +42,11 @@ impl LocalResponse {
     }
 
     pub fn redirect(status: u16, location: &str) -> Self {
-        LocalResponse::new(status, vec![("location".into(), location.into())], Bytes::new())
+        LocalResponse::new(
+            status,
+            vec![("location".into(), location.into())],
+            Bytes::new(),
+        )
     }
 
     /// Appends the response to `out`. `extra` are headers added by response middlewares.
@@ -127,7 +131,11 @@ mod tests {
 
     #[test]
     fn writes_prebuilt_response() {
-        let r = LocalResponse::new(200, vec![("content-type".into(), "text/plain".into())], "pong");
+        let r = LocalResponse::new(
+            200,
+            vec![("content-type".into(), "text/plain".into())],
+            "pong",
+        );
         let mut out = Vec::new();
         r.write(&mut out, false, false, b"x-a: 1\r\n");
         assert_eq!(

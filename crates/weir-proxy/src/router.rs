@@ -94,7 +94,7 @@ impl<T> Router<T> {
     /// Builds a router from `(rule, priority, value)` in declaration order.
     pub fn new(mut routes: Vec<(Rule, i64, T)>) -> Router<T> {
         // Stable sort: equal priorities keep declaration order.
-        routes.sort_by(|a, b| b.1.cmp(&a.1));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.1));
         let mut router = Router {
             routes: Vec::with_capacity(routes.len()),
             by_host: HashMap::new(),

@@ -46,11 +46,9 @@ impl RouteAction {
                 let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
                 format!("proxy to service `{}` [{}]", svc.name, servers.join(", "))
             }
-            RouteAction::Respond(r) => format!(
-                "respond {} with a {}-byte body",
-                r.status,
-                r.body.len()
-            ),
+            RouteAction::Respond(r) => {
+                format!("respond {} with a {}-byte body", r.status, r.body.len())
+            }
             RouteAction::Redirect(r) => {
                 let to = r
                     .headers

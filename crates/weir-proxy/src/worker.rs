@@ -29,9 +29,15 @@ pub fn run(config: Config) -> Result<(), String> {
 
     // Bind every socket up front: the first per entrypoint resolves port 0 to a real port,
     // the others join it through SO_REUSEPORT.
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        (0..workers).map(|_| Vec::new()).collect();
     for ep in &config.entrypoints {
-        let first = bind(ep.address).map_err(|e| format!("entrypoint `{}`: cannot listen on {}: {e}", ep.name, ep.address))?;
+        let first = bind(ep.address).map_err(|e| {
+            format!(
+                "entrypoint `{}`: cannot listen on {}: {e}",
+                ep.name, ep.address
+            )
+        })?;
         let actual = first
             .local_addr()
             .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?;
@@ -99,7 +105,10 @@ fn worker_main(
     shutdown: Arc<Shutdown>,
     graceful: Duration,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("weir: worker {id} cannot start: {e}");
@@ -123,7 +132,12 @@ fn worker_main(
                     continue;
                 }
             };
-            tokio::task::spawn_local(accept_loop(worker.clone(), entrypoint, listener, active.clone()));
+            tokio::task::spawn_local(accept_loop(
+                worker.clone(),
+                entrypoint,
+                listener,
+                active.clone(),
+            ));
         }
         let sweeper = worker.clone();
         tokio::task::spawn_local(async move {
@@ -147,7 +161,12 @@ fn worker_main(
     });
 }
 
-async fn accept_loop(worker: Rc<Worker>, entrypoint: usize, listener: TcpListener, active: Rc<Cell<usize>>) {
+async fn accept_loop(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    listener: TcpListener,
+    active: Rc<Cell<usize>>,
+) {
     loop {
         let notified = worker.shutdown.notify.notified();
         tokio::pin!(notified);

@@ -30,9 +30,11 @@ pub fn explain(
         None => (rest, "/".to_string()),
     };
     let mut raw = format!("{method} {target} HTTP/1.1\r\n");
-    let has_host = headers
-        .iter()
-        .any(|h| h.split(':').next().is_some_and(|n| n.trim().eq_ignore_ascii_case("host")));
+    let has_host = headers.iter().any(|h| {
+        h.split(':')
+            .next()
+            .is_some_and(|n| n.trim().eq_ignore_ascii_case("host"))
+    });
     if !has_host {
         raw.push_str(&format!("Host: {authority}\r\n"));
     }

@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "weir", version, about = "An API gateway and reverse proxy driven by one YAML file")]
+#[command(
+    name = "weir",
+    version,
+    about = "An API gateway and reverse proxy driven by one YAML file"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -99,7 +103,14 @@ fn main() -> ExitCode {
             let Some(cfg) = load(&config) else {
                 return ExitCode::FAILURE;
             };
-            match explain::explain(&cfg, &method, &url, &headers, client_ip, entrypoint.as_deref()) {
+            match explain::explain(
+                &cfg,
+                &method,
+                &url,
+                &headers,
+                client_ip,
+                entrypoint.as_deref(),
+            ) {
                 Ok(report) => {
                     print!("{}", report.text);
                     if report.matched {

@@ -28,9 +28,15 @@ fn forwards_headers_and_strips_hop_by_hop() {
     let j = r.json();
     assert_eq!(j["target"], "/echo?x=1");
     assert_eq!(echoed_header(&j, "host").unwrap(), "Shop.Example:8080");
-    assert_eq!(echoed_header(&j, "x-forwarded-for").unwrap(), "203.0.113.9, 127.0.0.1");
+    assert_eq!(
+        echoed_header(&j, "x-forwarded-for").unwrap(),
+        "203.0.113.9, 127.0.0.1"
+    );
     assert_eq!(echoed_header(&j, "x-forwarded-proto").unwrap(), "http");
-    assert_eq!(echoed_header(&j, "x-forwarded-host").unwrap(), "Shop.Example:8080");
+    assert_eq!(
+        echoed_header(&j, "x-forwarded-host").unwrap(),
+        "Shop.Example:8080"
+    );
     assert_eq!(echoed_header(&j, "x-real-ip").unwrap(), "127.0.0.1");
     assert_eq!(echoed_header(&j, "x-custom").unwrap(), "kept");
     for gone in ["x-secret", "keep-alive", "te"] {
@@ -47,7 +53,10 @@ fn pass_host_header_false_sends_server_authority() {
     let weir = Weir::start(&proxy_config(&up.url(), "    pass_host_header: false\n"));
     let j = get(weir.addr(), "public.test", "/").json();
     assert_eq!(echoed_header(&j, "host").unwrap(), up.addr.to_string());
-    assert_eq!(echoed_header(&j, "x-forwarded-host").unwrap(), "public.test");
+    assert_eq!(
+        echoed_header(&j, "x-forwarded-host").unwrap(),
+        "public.test"
+    );
 }
 
 #[test]
@@ -116,14 +125,23 @@ fn upstream_errors_map_to_502_503_504() {
 
     // Response header timeout.
     let up = Upstream::start("slow");
-    let weir = Weir::start(&proxy_config(&up.url(), "    timeouts: { response_header: 200ms }\n"));
+    let weir = Weir::start(&proxy_config(
+        &up.url(),
+        "    timeouts: { response_header: 200ms }\n",
+    ));
     assert_eq!(get(weir.addr(), "t", "/slow/2000").status, 504);
     assert_eq!(get(weir.addr(), "t", "/slow/0").status, 200);
     drop(weir);
 
     // Connect timeout: a listener whose accept queue is full drops further SYNs.
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
     sock.listen(0).unwrap();
     let full_addr = sock.local_addr().unwrap().as_socket().unwrap();
     let mut fillers = Vec::new();
@@ -134,7 +152,10 @@ fn upstream_errors_map_to_502_503_504() {
         fillers.push(s);
     }
     std::thread::sleep(Duration::from_millis(100));
-    let weir = Weir::start(&proxy_config(&format!("http://{full_addr}"), "    timeouts: { connect: 300ms }\n"));
+    let weir = Weir::start(&proxy_config(
+        &format!("http://{full_addr}"),
+        "    timeouts: { connect: 300ms }\n",
+    ));
     let started = std::time::Instant::now();
     assert_eq!(get(weir.addr(), "t", "/").status, 504);
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -168,7 +189,10 @@ fn malformed_requests_never_reach_the_upstream() {
         assert_eq!(r.header("connection"), Some("close"));
         assert!(c.is_closed());
     }
-    let huge = format!("GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "a".repeat(40_000));
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(40_000)
+    );
     assert_eq!(request(weir.addr(), &huge).status, 431);
     assert_eq!(up.request_count(), 0);
     assert_eq!(up.received_text(), "");
@@ -180,7 +204,12 @@ fn malformed_requests_never_reach_the_upstream() {
     assert_eq!(r.status, 400);
     assert!(c.is_closed());
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(up.request_count(), 0, "upstream saw: {}", up.received_text());
+    assert_eq!(
+        up.request_count(),
+        0,
+        "upstream saw: {}",
+        up.received_text()
+    );
     assert!(!up.received_text().contains("GET /smuggled"));
 }
 

@@ -15,7 +15,11 @@ fn matchers_operators_and_priority() {
     );
     for (name, rule, extra) in [
         ("host", "Host(`api.example.com`)", ""),
-        ("host-regexp", "HostRegexp(`^[a-z]+\\\\.example\\\\.org$`)", ""),
+        (
+            "host-regexp",
+            "HostRegexp(`^[a-z]+\\\\.example\\\\.org$`)",
+            "",
+        ),
         ("path", "Path(`/exact`)", ""),
         ("prefix", "PathPrefix(`/pre`)", ""),
         ("path-regexp", "PathRegexp(`^/v[0-9]+/items$`)", ""),
@@ -25,13 +29,25 @@ fn matchers_operators_and_priority() {
         ("query", "Query(`mobile`, `true`)", ""),
         ("query-regexp", "QueryRegexp(`id`, `^[0-9]+$`)", ""),
         ("client-ip", "ClientIP(`127.0.0.0/8`) && Path(`/ip`)", ""),
-        ("not-client-ip", "ClientIP(`10.0.0.0/8`) && Path(`/ip10`)", ""),
+        (
+            "not-client-ip",
+            "ClientIP(`10.0.0.0/8`) && Path(`/ip10`)",
+            "",
+        ),
         ("and", "Host(`shop.test`) && Path(`/cart`)", ""),
         ("or", "Path(`/a`) || Path(`/b`)", ""),
         ("not", "Host(`neg.test`) && !PathPrefix(`/private`)", ""),
-        ("parens", "Host(`p.test`) && (Method(`PUT`) || Method(`PATCH`))", ""),
+        (
+            "parens",
+            "Host(`p.test`) && (Method(`PUT`) || Method(`PATCH`))",
+            "",
+        ),
         ("low", "Host(`prio.test`)", "    priority: 1\n"),
-        ("high", "Host(`prio.test`) && PathPrefix(`/`)", "    priority: 100\n"),
+        (
+            "high",
+            "Host(`prio.test`) && PathPrefix(`/`)",
+            "    priority: 100\n",
+        ),
         ("long-wins", "Host(`len.test`) && PathPrefix(`/x`)", ""),
         ("short-loses", "Host(`len.test`)", ""),
         ("admin-only", "Path(`/admin`)", "    entrypoints: [admin]\n"),
@@ -44,9 +60,15 @@ fn matchers_operators_and_priority() {
     let req = |method: &str, host: &str, target: &str, headers: &str| {
         let r = request(
             web,
-            &format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"),
+            &format!(
+                "{method} {target} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n"
+            ),
         );
-        if r.status == 404 { "404".to_string() } else { r.text() }
+        if r.status == 404 {
+            "404".to_string()
+        } else {
+            r.text()
+        }
     };
     let cases: &[(&str, &str, &str, &str, &str)] = &[
         ("GET", "API.Example.com:8080", "/", "", "host"),
@@ -78,7 +100,11 @@ fn matchers_operators_and_priority() {
         ("GET", "nothing.test", "/nothing", "", "404"),
     ];
     for (method, host, target, headers, want) in cases {
-        assert_eq!(&req(method, host, target, headers), want, "{method} {host}{target} {headers:?}");
+        assert_eq!(
+            &req(method, host, target, headers),
+            want,
+            "{method} {host}{target} {headers:?}"
+        );
     }
     assert_eq!(get(admin, "x", "/admin").text(), "admin-only");
     let miss = get(web, "nothing.test", "/");
@@ -89,11 +115,18 @@ fn matchers_operators_and_priority() {
 fn many_routes_route_correctly() {
     let mut yaml = String::from("entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n");
     for i in 0..2000 {
-        yaml.push_str(&respond(&format!("r{i}"), &format!("Host(`h{i}.test`) && PathPrefix(`/`)"), ""));
+        yaml.push_str(&respond(
+            &format!("r{i}"),
+            &format!("Host(`h{i}.test`) && PathPrefix(`/`)"),
+            "",
+        ));
     }
     let weir = Weir::start(&yaml);
     for i in [0, 777, 1999] {
-        assert_eq!(get(weir.addr(), &format!("h{i}.test"), "/x").text(), format!("r{i}"));
+        assert_eq!(
+            get(weir.addr(), &format!("h{i}.test"), "/x").text(),
+            format!("r{i}")
+        );
     }
     assert_eq!(get(weir.addr(), "h2000.test", "/").status, 404);
 }

@@ -66,7 +66,9 @@ impl Weir {
         loop {
             let line = rx
                 .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("weir did not start; stderr: {:?}", lines.lock().unwrap()));
+                .unwrap_or_else(|_| {
+                    panic!("weir did not start; stderr: {:?}", lines.lock().unwrap())
+                });
             if let Some(rest) = line.strip_prefix("weir: entrypoint ") {
                 let (name, addr) = rest.split_once(" listening on ").unwrap();
                 addrs.insert(name.to_string(), addr.parse().unwrap());
@@ -216,7 +218,10 @@ pub fn request(addr: SocketAddr, raw: &str) -> Resp {
 }
 
 pub fn get(addr: SocketAddr, host: &str, target: &str) -> Resp {
-    request(addr, &format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"))
+    request(
+        addr,
+        &format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
 }
 
 /// An in-process upstream. Answers JSON describing what it received, including which of its
@@ -238,7 +243,12 @@ impl Upstream {
         let requests = Arc::new(AtomicUsize::new(0));
         let connections = Arc::new(AtomicUsize::new(0));
         let received = Arc::new(Mutex::new(Vec::new()));
-        let (n, r, c, rx) = (name.to_string(), requests.clone(), connections.clone(), received.clone());
+        let (n, r, c, rx) = (
+            name.to_string(),
+            requests.clone(),
+            connections.clone(),
+            received.clone(),
+        );
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -248,12 +258,19 @@ impl Upstream {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 loop {
-                    let Ok((io, _)) = listener.accept().await else { continue };
+                    let Ok((io, _)) = listener.accept().await else {
+                        continue;
+                    };
                     let conn_id = c.fetch_add(1, Ordering::SeqCst) + 1;
                     let (n, r) = (n.clone(), r.clone());
-                    let io = Recording { inner: io, log: rx.clone() };
+                    let io = Recording {
+                        inner: io,
+                        log: rx.clone(),
+                    };
                     tokio::spawn(async move {
-                        let svc = hyper::service::service_fn(move |req| handle(req, n.clone(), r.clone(), conn_id));
+                        let svc = hyper::service::service_fn(move |req| {
+                            handle(req, n.clone(), r.clone(), conn_id)
+                        });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
                             .with_upgrades()
@@ -312,10 +329,16 @@ impl tokio::io::AsyncWrite for Recording {
     ) -> std::task::Poll<std::io::Result<usize>> {
         std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
     }
-    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_flush(cx)
     }
-    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -323,7 +346,9 @@ impl tokio::io::AsyncWrite for Recording {
 type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
 
 fn full(data: impl Into<Bytes>) -> Body {
-    Full::new(data.into()).map_err(|never| match never {}).boxed()
+    Full::new(data.into())
+        .map_err(|never| match never {})
+        .boxed()
 }
 
 async fn handle(
@@ -373,7 +398,12 @@ async fn handle(
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()
-        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     let body = req.into_body().collect().await?.to_bytes();
     let json = serde_json::json!({
@@ -425,18 +455,23 @@ pub struct Nginx {
 
 impl Nginx {
     pub fn start() -> Nginx {
+        Nginx::start_with("")
+    }
+
+    /// Starts nginx with extra `http`-level directives.
+    pub fn start_with(http_extra: &str) -> Nginx {
         let dir = temp_dir("nginx");
         let port = free_port();
         let conf = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
              events {{ worker_connections 1024; }}\n\
-             http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n  keepalive_requests 100000;\n\
+             http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n  keepalive_requests 100000;\n  {http_extra}\n\
                server {{\n    listen 127.0.0.1:{port};\n    location / {{ return 200 \"conn=$connection\\n\"; }}\n  }}\n}}\n",
             dir = dir.display()
         );
         let path = dir.join("nginx.conf");
         std::fs::write(&path, conf).unwrap();
-        let child = Command::new(nginx_bin())
+        let mut child = Command::new(nginx_bin())
             .arg("-c")
             .arg(&path)
             .arg("-p")
@@ -452,6 +487,8 @@ impl Nginx {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("nginx did not start");
     }
 }
@@ -472,5 +509,9 @@ pub fn nginx_bin() -> &'static str {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -1,0 +1,190 @@
+//! The command line and process lifecycle: `check` (every example config, and error format),
+//! `route explain`, `--version`, and graceful stop with a request in flight.
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn every_example_config_checks() {
+    let dir = workspace_root().join("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            let out = Command::new(weir_bin())
+                .args(["check", "-c"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(String::from_utf8_lossy(&out.stdout).contains(": ok ("));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1);
+}
+
+#[test]
+fn check_reports_every_error_with_positions() {
+    let dir = temp_dir("check");
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  api:\n    rule: \"Host(`a`) &&\"\n    service: api\n  other:\n    rule: \"Path(`/`)\"\n    service: missing\n    middlewarez: []\n",
+    )
+    .unwrap();
+    let out = Command::new(weir_bin())
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let p = path.display();
+    assert!(
+        err.contains(&format!("{p}:5:24: invalid rule: expected a matcher")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{p}:9:14: router `other` names service `missing`, which is not defined"
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{p}:10:5: unknown key `middlewarez` in router `other`; expected one of: entrypoints, rule, priority, middlewares, service, respond, redirect")), "{err}");
+}
+
+#[test]
+fn route_explain_names_the_router() {
+    let cfg = workspace_root().join("examples/quickstart.yaml");
+    let run = |args: &[&str]| {
+        let out = Command::new(weir_bin())
+            .args(["route", "explain", "-c"])
+            .arg(&cfg)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = run(&[
+        "GET",
+        "http://127.0.0.1:8080/api/users",
+        "--entrypoint",
+        "web",
+    ]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains("router `api`"), "{text}");
+    assert!(text.contains("rule:        PathPrefix(`/api`)"), "{text}");
+    assert!(text.contains("middlewares: strip-api -> tag"), "{text}");
+    assert!(text.contains("proxy to service `demo`"), "{text}");
+    let (_, text) = run(&["GET", "http://127.0.0.1:8080/ping", "--entrypoint", "web"]);
+    assert!(
+        text.contains("router `ping`") && text.contains("respond 200"),
+        "{text}"
+    );
+    let dir = temp_dir("explain");
+    let path = dir.join("w.yaml");
+    std::fs::write(&path, "entrypoints:\n  web: { address: \":0\" }\nrouters:\n  only:\n    rule: \"Host(`a.test`) && Header(`X-Env`, `prod`) && ClientIP(`10.0.0.0/8`)\"\n    respond: {}\n").unwrap();
+    let out = |args: &[&str]| {
+        let o = Command::new(weir_bin())
+            .args(["route", "explain", "-c"])
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (code, text) = out(&[
+        "GET",
+        "http://a.test/",
+        "-H",
+        "X-Env: prod",
+        "--client-ip",
+        "10.1.1.1",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = out(&["GET", "http://a.test/", "-H", "X-Env: prod"]);
+    assert_eq!(code, Some(2));
+    assert!(text.contains("no router matches"), "{text}");
+}
+
+#[test]
+fn version_prints() {
+    let out = Command::new(weir_bin()).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("weir 0."));
+}
+
+#[test]
+fn graceful_stop_finishes_in_flight_requests() {
+    let up = Upstream::start("slow");
+    let mut weir = Weir::start(&format!(
+        "server: {{ workers: 2, graceful_timeout: 10s }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{}\" }}]\n",
+        up.url()
+    ));
+    let addr = weir.addr();
+    // An idle keep-alive connection must not hold the stop up.
+    let mut idle = Conn::open(addr);
+    idle.send(b"GET /slow/0 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(idle.read(false).unwrap().status, 200);
+    let in_flight = std::thread::spawn(move || get(addr, "t", "/slow/1000"));
+    std::thread::sleep(Duration::from_millis(300));
+    let stopping = Instant::now();
+    weir.signal("TERM");
+    let r = in_flight.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert!(idle.is_closed());
+    let status = weir.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(stopping.elapsed() < Duration::from_secs(5));
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "still accepting after stop"
+    );
+    assert!(weir.stderr().iter().any(|l| l.contains("stopped")));
+}
+
+#[test]
+fn graceful_timeout_bounds_the_stop() {
+    let up = Upstream::start("slow");
+    let mut weir = Weir::start(&format!(
+        "server: {{ workers: 1, graceful_timeout: 300ms }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{}\" }}]\n",
+        up.url()
+    ));
+    let addr = weir.addr();
+    let _stuck = std::thread::spawn(move || {
+        let mut c = Conn::open(addr);
+        c.send(b"GET /slow/10000 HTTP/1.1\r\nHost: t\r\n\r\n");
+        c.read(false)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let stopping = Instant::now();
+    weir.signal("INT");
+    assert!(weir.child.wait().unwrap().success());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        stopping.elapsed()
+    );
+}

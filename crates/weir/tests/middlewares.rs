@@ -1,0 +1,135 @@
+//! End-to-end middlewares and local actions: strip/add prefix, regex path replacement,
+//! request and response headers, scheme redirects, `respond` and `redirect` routes.
+
+mod common;
+use common::*;
+
+#[test]
+fn middlewares_apply_in_order() {
+    let up = Upstream::start("a");
+    let yaml = format!(
+        r#"entrypoints:
+  web: {{ address: "127.0.0.1:0" }}
+routers:
+  strip:
+    rule: "PathPrefix(`/api`)"
+    middlewares: [strip-api, add-v2]
+    service: app
+  regex:
+    rule: "PathPrefix(`/users`)"
+    middlewares: [users-to-accounts]
+    service: app
+  headers:
+    rule: "PathPrefix(`/h`)"
+    middlewares: [req-headers, resp-headers]
+    service: app
+  secure:
+    rule: "Host(`secure.test`)"
+    middlewares: [to-https]
+    service: app
+  secure-permanent:
+    rule: "Host(`perm.test`)"
+    middlewares: [to-https-permanent]
+    service: app
+  tagged-respond:
+    rule: "Path(`/local`)"
+    middlewares: [resp-headers]
+    respond: {{ status: 201, body: "made", headers: {{ content-type: text/plain, x-kind: local }} }}
+  moved:
+    rule: "Path(`/old`)"
+    redirect: {{ to: "https://new.example/", status: 308 }}
+  moved-default:
+    rule: "Path(`/old2`)"
+    redirect: {{ to: "/new" }}
+services:
+  app:
+    servers: [{{ url: "{url}" }}]
+middlewares:
+  strip-api: {{ strip_prefix: ["/api"] }}
+  add-v2: {{ add_prefix: "/v2" }}
+  users-to-accounts: {{ replace_path_regex: {{ regex: "^/users/(.*)", replacement: "/accounts/$1" }} }}
+  req-headers:
+    headers:
+      request: {{ set: {{ x-env: prod }}, add: {{ x-added: "1" }}, remove: [x-drop] }}
+  resp-headers:
+    headers:
+      response: {{ set: {{ x-frame-options: DENY }}, remove: [x-upstream] }}
+  to-https: {{ redirect_scheme: {{ scheme: https }} }}
+  to-https-permanent: {{ redirect_scheme: {{ scheme: https, permanent: true }} }}
+"#,
+        url = up.url()
+    );
+    let weir = Weir::start(&yaml);
+    let a = weir.addr();
+
+    let j = get(a, "t", "/api/items?x=1").json();
+    assert_eq!(j["target"], "/v2/items?x=1");
+    assert_eq!(echoed_header(&j, "x-forwarded-prefix").unwrap(), "/api");
+    let j = get(a, "t", "/api").json();
+    assert_eq!(j["target"], "/v2/");
+
+    let j = get(a, "t", "/users/42").json();
+    assert_eq!(j["target"], "/accounts/42");
+    assert_eq!(echoed_header(&j, "x-replaced-path").unwrap(), "/users/42");
+
+    let r = request(
+        a,
+        "GET /h HTTP/1.1\r\nHost: t\r\nX-Env: dev\r\nX-Drop: 1\r\nConnection: close\r\n\r\n",
+    );
+    let j = r.json();
+    assert_eq!(echoed_header(&j, "x-env").unwrap(), "prod");
+    assert_eq!(echoed_header(&j, "x-added").unwrap(), "1");
+    assert!(echoed_header(&j, "x-drop").is_none());
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert!(r.header("x-upstream").is_none());
+
+    let r = get(a, "secure.test:8080", "/path?q=1");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("https://secure.test/path?q=1"));
+    let r = get(a, "perm.test", "/");
+    assert_eq!(r.status, 301);
+    let r = request(
+        a,
+        "POST / HTTP/1.1\r\nHost: perm.test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+    );
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        up.request_count(),
+        4,
+        "redirects must not reach the upstream"
+    );
+
+    let r = get(a, "t", "/local");
+    assert_eq!((r.status, r.text().as_str()), (201, "made"));
+    assert_eq!(r.header("x-kind"), Some("local"));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+
+    let r = get(a, "t", "/old");
+    assert_eq!(
+        (r.status, r.header("location")),
+        (308, Some("https://new.example/"))
+    );
+    let r = get(a, "t", "/old2");
+    assert_eq!((r.status, r.header("location")), (302, Some("/new")));
+}
+
+#[test]
+fn local_responses_keep_the_connection_after_a_body() {
+    let weir = Weir::start(
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    respond: { body: ok }\n",
+    );
+    let mut c = Conn::open(weir.addr());
+    c.send(b"POST /a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().text(), "ok");
+    assert_eq!(c.read(false).unwrap().text(), "ok");
+    c.send(
+        b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    );
+    assert_eq!(c.read(false).unwrap().text(), "ok");
+    c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n");
+    let head = c.read(true).unwrap();
+    assert_eq!(head.header("content-length"), Some("2"));
+    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read(false).unwrap().text(), "ok");
+}

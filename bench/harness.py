@@ -1,0 +1,535 @@
+"""bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
+
+Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
+Scenarios: proxy, ping, hosts, fixed-rate (see bench/README.md).
+Proxies share one CPU; the load generator and the upstream get the other(s).
+"""
+import argparse, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(ROOT, "bench", "work")
+RESULTS = os.path.join(ROOT, "bench", "results")
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate"]
+BODY = "x" * 128  # upstream response body: a small API answer
+HOSTS = 1000
+
+def log(msg):
+    print(msg, flush=True)
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+# ---------------------------------------------------------------- setup
+
+def ensure_tools():
+    need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux"}
+    missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
+    if missing:
+        log(f"installing {' '.join(missing)} from apt")
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        sh(sudo + ["apt-get", "update", "-qq"])
+        sh(sudo + ["apt-get", "install", "-y", "-qq"] + missing, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
+
+def binaries(bin_dir):
+    if bin_dir is None:
+        log("building weir and weir-bench (release)")
+        sh(["cargo", "build", "--release", "--locked", "-p", "weir", "-p", "weir-bench"], cwd=ROOT)
+        bin_dir = os.path.join(ROOT, "target", "release")
+    return os.path.join(bin_dir, "weir"), os.path.join(bin_dir, "weir-bench")
+
+def which(tool):
+    return shutil.which(tool) or f"/usr/sbin/{tool}"
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+def wait_port(port, proc, what):
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited early with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise SystemExit(f"{what} did not listen on {port}")
+
+def cpu_layout():
+    n = os.cpu_count() or 1
+    if n >= 2:
+        return "0", ",".join(str(c) for c in range(1, n))
+    return "0", "0"
+
+# ---------------------------------------------------------------- processes
+
+class Proc:
+    """A server process pinned to CPUs; measures CPU time and peak RSS of it and its children."""
+    def __init__(self, name, cmd, port, cpus, cwd=None):
+        self.name, self.port = name, port
+        self.proc = subprocess.Popen(["taskset", "-c", cpus] + cmd, cwd=cwd,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        wait_port(port, self.proc, name)
+
+    def pids(self):
+        pids, frontier = [self.proc.pid], [self.proc.pid]
+        while frontier:
+            parent = frontier.pop()
+            try:
+                kids = open(f"/proc/{parent}/task/{parent}/children").read().split()
+            except OSError:
+                kids = []
+            for k in kids:
+                pids.append(int(k))
+                frontier.append(int(k))
+        return pids
+
+    def cpu_seconds(self):
+        total, tick = 0, os.sysconf("SC_CLK_TCK")
+        for pid in self.pids():
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            except OSError:
+                pass
+        return total / tick
+
+    def peak_rss_mb(self):
+        kb = 0
+        for pid in self.pids():
+            try:
+                for line in open(f"/proc/{pid}/status"):
+                    if line.startswith("VmHWM:"):
+                        kb += int(line.split()[1])
+            except OSError:
+                pass
+        return kb / 1024
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+def nginx_conf(dirpath, port, body_http, workers=1):
+    os.makedirs(dirpath, exist_ok=True)
+    conf = f"""daemon off;
+master_process on;
+worker_processes {workers};
+worker_rlimit_nofile 65535;
+pid {dirpath}/nginx.pid;
+error_log {dirpath}/error.log crit;
+events {{ worker_connections 20000; multi_accept on; }}
+http {{
+  access_log off;
+  client_body_temp_path {dirpath}; proxy_temp_path {dirpath}; fastcgi_temp_path {dirpath};
+  uwsgi_temp_path {dirpath}; scgi_temp_path {dirpath};
+  keepalive_requests 1000000;
+  keepalive_timeout 75s;
+  server_names_hash_max_size 8192;
+  server_names_hash_bucket_size 128;
+  default_type text/plain;
+{body_http}
+}}
+"""
+    path = os.path.join(dirpath, "nginx.conf")
+    open(path, "w").write(conf)
+    return path
+
+def start_nginx(name, port, body_http, cpus):
+    d = os.path.join(WORK, name)
+    path = nginx_conf(d, port, body_http)
+    return Proc(name, [which("nginx"), "-c", path, "-p", d], port, cpus)
+
+def nginx_upstream_block(up_port, conns):
+    return f"""  upstream up {{ server 127.0.0.1:{up_port}; keepalive {max(conns, 64)}; keepalive_requests 1000000; keepalive_timeout 75s; }}"""
+
+NGINX_PROXY_LOC = """proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; proxy_buffering on;"""
+
+def start_haproxy(name, port, backend_cfg, frontend_extra, cpus):
+    d = os.path.join(WORK, name)
+    os.makedirs(d, exist_ok=True)
+    conf = f"""global
+  nbthread 1
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 75s
+  timeout server 75s
+  timeout http-keep-alive 75s
+  option http-keep-alive
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:{port}
+{frontend_extra}
+{backend_cfg}
+"""
+    path = os.path.join(d, "haproxy.cfg")
+    open(path, "w").write(conf)
+    return Proc(name, [which("haproxy"), "-f", path, "-db"], port, cpus)
+
+def start_weir(weir_bin, name, port, yaml, cpus):
+    d = os.path.join(WORK, name)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "weir.yaml")
+    open(path, "w").write(yaml)
+    return Proc(name, [weir_bin, "run", "-c", path], port, cpus)
+
+def weir_yaml(port, routers, services=""):
+    return f"""server: {{ workers: 1, access_log: {{ enabled: false }} }}
+entrypoints:
+  web: {{ address: "127.0.0.1:{port}" }}
+routers:
+{routers}
+{services}"""
+
+def weir_service(up_port, conns):
+    return f"""services:
+  up:
+    servers: [{{ url: "http://127.0.0.1:{up_port}" }}]
+    keepalive: {{ max_idle_per_server: {max(conns, 64)}, idle_timeout: 75s }}
+"""
+
+# ---------------------------------------------------------------- load
+
+WRK_DONE = r"""
+done = function(summary, latency, requests)
+  io.write(string.format('WRKJSON {"requests":%d,"duration_us":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"p50":%d,"p90":%d,"p99":%d,"p999":%d,"max":%d}\n',
+    summary.requests, summary.duration, summary.errors.connect, summary.errors.read, summary.errors.write,
+    summary.errors.status, summary.errors.timeout, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9), latency.max))
+end
+"""
+
+def wrk_script(kind):
+    path = os.path.join(WORK, f"wrk-{kind}.lua")
+    body = WRK_DONE
+    if kind == "hosts":
+        body = f"""math.randomseed(42)
+request = function()
+  return wrk.format(nil, nil, {{ ["Host"] = "h" .. math.random(0, {HOSTS - 1}) .. ".bench" }})
+end
+""" + WRK_DONE
+    open(path, "w").write(body)
+    return path
+
+def run_wrk(url, conns, duration, script, cpus, target):
+    cmd = ["taskset", "-c", cpus, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--timeout", "5s", "-s", script, url]
+    before = target.cpu_seconds() if target else 0
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    after = target.cpu_seconds() if target else 0
+    line = next((l for l in out.splitlines() if l.startswith("WRKJSON ")), None)
+    if line is None:
+        raise SystemExit(f"wrk produced no summary for {url}:\n{out}")
+    r = json.loads(line[8:])
+    secs = r["duration_us"] / 1e6
+    return {
+        "rps": r["requests"] / secs,
+        "requests": r["requests"],
+        "p50_ms": r["p50"] / 1000, "p90_ms": r["p90"] / 1000, "p99_ms": r["p99"] / 1000,
+        "p999_ms": r["p999"] / 1000, "max_ms": r["max"] / 1000,
+        "non_2xx": r["status"],
+        "socket_errors": r["connect"] + r["read"] + r["write"] + r["timeout"],
+        "cpu_us_per_req": ((after - before) * 1e6 / r["requests"]) if target and r["requests"] else None,
+    }
+
+def run_generator(bench_bin, url, rate, conns, duration, cpus, target):
+    before = target.cpu_seconds()
+    out = subprocess.run(["taskset", "-c", cpus, bench_bin, "--json", "-R", str(rate), "-c", str(conns),
+                          "-d", f"{duration}s", url], capture_output=True, text=True, check=True).stdout
+    after = target.cpu_seconds()
+    r = json.loads(out)
+    l = r["latency_us"]
+    return {
+        "rps": r["achieved_rate"], "requests": r["completed"],
+        "p50_ms": l["p50"] / 1000, "p90_ms": l["p90"] / 1000, "p99_ms": l["p99"] / 1000,
+        "p999_ms": l["p999"] / 1000, "max_ms": l["max"] / 1000,
+        "non_2xx": r["non_2xx"], "socket_errors": r["errors"], "late_sends": r["late_sends"],
+        "cpu_us_per_req": (after - before) * 1e6 / r["completed"] if r["completed"] else None,
+    }
+
+# ---------------------------------------------------------------- runs
+
+def interleave(label, targets, measure, rounds):
+    """targets: list of (name, Proc or None, url). Runs rounds of every target in turn."""
+    runs = {name: [] for name, _, _ in targets}
+    for rnd in range(1, rounds + 1):
+        for name, proc, url in targets:
+            log(f"  [{label}] round {rnd}/{rounds}: {name} ...")
+            r = measure(url, proc)
+            runs[name].append(r)
+            log(f"  [{label}] round {rnd}/{rounds}: {name:<14} {r['rps']:>10.0f} req/s  p99 {r['p99_ms']:.3f} ms"
+                + (f"  {r['cpu_us_per_req']:.2f} us CPU/req" if r.get('cpu_us_per_req') else ""))
+    summary = {}
+    for name, proc, _ in targets:
+        rs = runs[name]
+        med = {k: statistics.median([r[k] for r in rs if r.get(k) is not None])
+               for k in rs[0] if any(r.get(k) is not None for r in rs)}
+        med["non_2xx"] = sum(r["non_2xx"] for r in rs)
+        med["socket_errors"] = sum(r["socket_errors"] for r in rs)
+        med["peak_rss_mb"] = proc.peak_rss_mb() if proc else None
+        med["rounds"] = rs
+        summary[name] = med
+    return summary
+
+def scenario_proxy(ctx):
+    out = {}
+    for conns in ctx.conn_levels:
+        label = f"proxy-c{conns}"
+        up_port, ng_port, ha_port, we_port = free_port(), free_port(), free_port(), free_port()
+        procs = []
+        try:
+            up = start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
+            procs.append(up)
+            ng = start_nginx("nginx-proxy", ng_port, nginx_upstream_block(up_port, conns) +
+                             f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
+            procs.append(ng)
+            ha = start_haproxy("haproxy-proxy", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}",
+                               "  default_backend be", ctx.proxy_cpus)
+            procs.append(ha)
+            we = start_weir(ctx.weir, "weir-proxy", we_port,
+                            weir_yaml(we_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)),
+                            ctx.proxy_cpus)
+            procs.append(we)
+            script = wrk_script("plain")
+            targets = [("direct", None, f"http://127.0.0.1:{up_port}/"),
+                       ("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
+                       ("haproxy", ha, f"http://127.0.0.1:{ha_port}/"),
+                       ("weir", we, f"http://127.0.0.1:{we_port}/")]
+            measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
+            out[label] = interleave(label, targets, measure, ctx.rounds)
+        finally:
+            for p in procs:
+                p.stop()
+    return out
+
+def scenario_ping(ctx):
+    ng_port, ha_port, we_port = free_port(), free_port(), free_port()
+    procs = []
+    try:
+        ng = start_nginx("nginx-ping", ng_port, f"""  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location /ping {{ return 200 "pong"; }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        ha = start_haproxy("haproxy-ping", ha_port, "", "  http-request return status 200 content-type text/plain string pong if { path /ping }",
+                           ctx.proxy_cpus)
+        procs.append(ha)
+        we = start_weir(ctx.weir, "weir-ping", we_port,
+                        weir_yaml(we_port, "  ping:\n    rule: \"Path(`/ping`)\"\n    respond: { status: 200, body: pong, headers: { content-type: text/plain } }\n"),
+                        ctx.proxy_cpus)
+        procs.append(we)
+        script = wrk_script("plain")
+        conns = ctx.conn_levels[0]
+        targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}/ping"),
+                   ("haproxy", ha, f"http://127.0.0.1:{ha_port}/ping"),
+                   ("weir", we, f"http://127.0.0.1:{we_port}/ping")]
+        measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
+        return {f"ping-c{conns}": interleave("ping", targets, measure, ctx.rounds)}
+    finally:
+        for p in procs:
+            p.stop()
+
+def scenario_hosts(ctx):
+    up_port, ng_port, ha_port, w1_port, wn_port = (free_port() for _ in range(5))
+    conns = ctx.conn_levels[0]
+    procs = []
+    try:
+        up = start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
+        procs.append(up)
+        servers = "\n".join(f"  server {{ listen 127.0.0.1:{ng_port}{' backlog=4096' if i == 0 else ''}; server_name h{i}.bench; location / {{ {NGINX_PROXY_LOC} }} }}" for i in range(HOSTS))
+        ng = start_nginx("nginx-hosts", ng_port, nginx_upstream_block(up_port, conns) + "\n" + servers, ctx.proxy_cpus)
+        procs.append(ng)
+        mapfile = os.path.join(WORK, "hosts.map")
+        os.makedirs(WORK, exist_ok=True)
+        open(mapfile, "w").write("".join(f"h{i}.bench b{i}\n" for i in range(HOSTS)))
+        backends = "\n".join(f"backend b{i}\n  server s1 127.0.0.1:{up_port}" for i in range(HOSTS))
+        ha = start_haproxy("haproxy-hosts", ha_port, backends,
+                           f"  use_backend %[req.hdr(host),lower,map_str({mapfile})]", ctx.proxy_cpus)
+        procs.append(ha)
+        w1 = start_weir(ctx.weir, "weir-1route", w1_port,
+                        weir_yaml(w1_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)), ctx.proxy_cpus)
+        procs.append(w1)
+        routers = "".join(f"  h{i}:\n    rule: \"Host(`h{i}.bench`)\"\n    service: up\n" for i in range(HOSTS))
+        wn = start_weir(ctx.weir, "weir-1000routes", wn_port, weir_yaml(wn_port, routers, weir_service(up_port, conns)), ctx.proxy_cpus)
+        procs.append(wn)
+        script = wrk_script("hosts")
+        targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
+                   ("haproxy", ha, f"http://127.0.0.1:{ha_port}/"),
+                   ("weir-1route", w1, f"http://127.0.0.1:{w1_port}/"),
+                   ("weir", wn, f"http://127.0.0.1:{wn_port}/")]
+        measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
+        return {f"hosts-c{conns}": interleave("hosts", targets, measure, ctx.rounds)}
+    finally:
+        for p in procs:
+            p.stop()
+
+def scenario_fixed_rate(ctx):
+    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
+    conns = 50
+    procs = []
+    try:
+        up = start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
+        procs.append(up)
+        ng = start_nginx("nginx-fixed", ng_port, nginx_upstream_block(up_port, conns) +
+                         f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        ha = start_haproxy("haproxy-fixed", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be", ctx.proxy_cpus)
+        procs.append(ha)
+        we = start_weir(ctx.weir, "weir-fixed", we_port,
+                        weir_yaml(we_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)), ctx.proxy_cpus)
+        procs.append(we)
+        log("  [fixed-rate] calibrating: nginx's closed-loop maximum with wrk")
+        top = run_wrk(f"http://127.0.0.1:{ng_port}/", conns, max(1, ctx.duration // 2), wrk_script("plain"), ctx.load_cpus, ng)["rps"]
+        rate = max(100, int(top * 0.5))
+        log(f"  [fixed-rate] nginx max {top:.0f} req/s; fixed rate {rate} req/s")
+        targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
+                   ("haproxy", ha, f"http://127.0.0.1:{ha_port}/"),
+                   ("weir", we, f"http://127.0.0.1:{we_port}/")]
+        measure = lambda url, proc: run_generator(ctx.bench, url, rate, conns, ctx.duration, ctx.load_cpus, proc)
+        res = interleave("fixed-rate", targets, measure, ctx.rounds)
+        res["_rate"] = rate
+        return {f"fixed-rate-c{conns}": res}
+    finally:
+        for p in procs:
+            p.stop()
+
+# ---------------------------------------------------------------- report
+
+COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms", "p90_ms", "{:.3f}"),
+           ("p99 ms", "p99_ms", "{:.3f}"), ("p99.9 ms", "p999_ms", "{:.3f}"), ("max ms", "max_ms", "{:.2f}"),
+           ("non-2xx", "non_2xx", "{}"), ("sock err", "socket_errors", "{}"),
+           ("CPU us/req", "cpu_us_per_req", "{:.2f}"), ("peak RSS MB", "peak_rss_mb", "{:.1f}")]
+
+def table(res):
+    rows = ["| target | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, m in res.items():
+        if name.startswith("_"):
+            continue
+        cells = [fmt.format(m[key]) if m.get(key) is not None else "—" for _, key, fmt in COLUMNS]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+def ratios(res):
+    lines = []
+    w = res.get("weir")
+    for peer in ("nginx", "haproxy", "weir-1route"):
+        p = res.get(peer)
+        if not w or not p:
+            continue
+        parts = [f"req/s {w['rps'] / p['rps']:.3f}×"]
+        if w.get("cpu_us_per_req") and p.get("cpu_us_per_req"):
+            parts.append(f"CPU/req {w['cpu_us_per_req'] / p['cpu_us_per_req']:.3f}×")
+        if p.get("p99_ms"):
+            parts.append(f"p99 {w['p99_ms'] / p['p99_ms']:.3f}×")
+        lines.append(f"- weir / {peer}: " + ", ".join(parts))
+    return "\n".join(lines)
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("  (matplotlib missing: no plot)")
+        return
+    keys = [("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms"), ("max", "max_ms")]
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for ax, (label, res) in zip(axes[0], results.items()):
+        for name, m in res.items():
+            if name.startswith("_"):
+                continue
+            ax.plot([k for k, _ in keys], [m.get(f, 0) or 0 for _, f in keys], marker="o", label=name)
+        ax.set_yscale("log")
+        ax.set_title(label)
+        ax.set_ylabel("latency (ms, log)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+def write_report(scenario, results, ctx, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    md = [f"# {scenario}", "",
+          f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench/run {scenario}`: "
+          f"{ctx.rounds} interleaved round(s) of {ctx.duration}s per target, medians shown.",
+          f"CPU: proxies pinned to core {ctx.proxy_cpus}; load generator and upstream nginx on core {ctx.load_cpus}. "
+          "Every proxy runs one worker. CPU us/req = the proxy process's user+sys time over the run / requests.", ""]
+    for label, res in results.items():
+        md.append(f"## {label}" + (f" (fixed rate {res['_rate']} req/s)" if "_rate" in res else ""))
+        md.append("")
+        md.append(table(res))
+        md.append("")
+        md.append(ratios(res))
+        md.append("")
+    md.append(f"![latency percentiles]({scenario}.png)")
+    open(os.path.join(outdir, f"{scenario}.md"), "w").write("\n".join(md) + "\n")
+    json.dump({"scenario": scenario, "rounds": ctx.rounds, "duration_s": ctx.duration,
+               "proxy_cpus": ctx.proxy_cpus, "load_cpus": ctx.load_cpus, "results": results},
+              open(os.path.join(outdir, f"{scenario}.json"), "w"), indent=1)
+    plot(results, os.path.join(outdir, f"{scenario}.png"))
+    log("\n".join(md[:-1]))
+
+# ---------------------------------------------------------------- main
+
+class Ctx:
+    pass
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenarios", nargs="*")
+    ap.add_argument("--smoke", action="store_true", help="every scenario, one short round, results under bench/work")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=10, help="seconds per target per round")
+    ap.add_argument("--bin-dir", help="use prebuilt weir and weir-bench from this folder instead of building")
+    args = ap.parse_args()
+    names = args.scenarios or (["all"] if args.smoke else [])
+    if not names:
+        ap.error("name a scenario or `all`")
+    if "all" in names:
+        names = SCENARIOS
+    for n in names:
+        if n not in SCENARIOS:
+            ap.error(f"unknown scenario {n}; expected one of {', '.join(SCENARIOS)} or all")
+    ensure_tools()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(65535, hard if hard > 0 else 65535), hard))
+    except (ValueError, OSError):
+        pass
+    ctx = Ctx()
+    ctx.weir, ctx.bench = binaries(args.bin_dir)
+    ctx.proxy_cpus, ctx.load_cpus = cpu_layout()
+    ctx.rounds = 1 if args.smoke else max(1, args.rounds)
+    ctx.duration = 1 if args.smoke else args.duration
+    ctx.conn_levels = [50, 200] if args.smoke else [50, 1000]
+    outdir = os.path.join(WORK, "smoke") if args.smoke else RESULTS
+    os.makedirs(WORK, exist_ok=True)
+    log(f"cores: proxies on {ctx.proxy_cpus}, load generator + upstream on {ctx.load_cpus}")
+    failures = []
+    for name in names:
+        log(f"== {name}")
+        results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
+                   "fixed-rate": scenario_fixed_rate}[name](ctx)
+        write_report(name, results, ctx, outdir)
+        for label, res in results.items():
+            for target, m in res.items():
+                if target.startswith("_"):
+                    continue
+                if m["requests"] == 0 or m["non_2xx"] or m["socket_errors"]:
+                    failures.append(f"{label}/{target}: {m['requests']} requests, {m['non_2xx']} non-2xx, {m['socket_errors']} socket errors")
+    if failures:
+        log("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    log(f"results in {os.path.relpath(outdir, ROOT)}/")
+
+if __name__ == "__main__":
+    main()

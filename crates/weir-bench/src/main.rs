@@ -1,0 +1,369 @@
+//! `weir-bench`: an open-loop HTTP/1.1 load generator for fixed-rate latency, like wrk2 `-R`.
+//! Request i is due at `t0 + i/rate`; connection c sends requests c, c+N, c+2N, ... and each
+//! latency is measured from the request's scheduled time, not its actual send time, so a
+//! stalled server is charged for the requests it delayed (coordinated-omission correction).
+//! Sends that start more than 200 µs after their schedule are counted as late.
+
+mod template;
+
+use bytes::{Buf, BytesMut};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+use template::Template;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_proxy::h1::{parse_response, ChunkEvent, ChunkedDecoder, Framing};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "weir-bench",
+    version,
+    about = "Open-loop fixed-rate HTTP load generator"
+)]
+struct Args {
+    /// Target URL, http://HOST:PORT/PATH
+    url: String,
+    /// Requests per second across all connections.
+    #[arg(short = 'R', long)]
+    rate: f64,
+    /// Concurrent connections.
+    #[arg(short, long, default_value_t = 50)]
+    connections: usize,
+    /// How long to send, e.g. 10s or 500ms.
+    #[arg(short, long, default_value = "10s")]
+    duration: String,
+    #[arg(short = 'X', long, default_value = "GET")]
+    method: String,
+    /// Request header `Name: value`; repeatable.
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// Request body template with {{seq}}, {{uuid}}, {{word}}, {{timestamp}}.
+    #[arg(short, long)]
+    body: Option<String>,
+    /// Read the body template from a file.
+    #[arg(long)]
+    body_file: Option<std::path::PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+const TIMER_TICK: Duration = Duration::from_millis(1);
+/// A send this far past its schedule counts as late.
+const LATE_AFTER: Duration = Duration::from_micros(200);
+
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    completed: u64,
+    errors: u64,
+    non_2xx: u64,
+    late: u64,
+}
+
+fn main() {
+    let args = Args::parse();
+    match run(args.clone()) {
+        Ok(report) => {
+            if args.json {
+                println!("{report}");
+            } else {
+                print_text(&report);
+            }
+        }
+        Err(e) => {
+            eprintln!("weir-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(args: Args) -> Result<serde_json::Value, String> {
+    let duration = parse_duration(&args.duration).ok_or("invalid --duration")?;
+    if !(args.rate > 0.0) || args.connections == 0 {
+        return Err("--rate and --connections must be positive".into());
+    }
+    let rest = args
+        .url
+        .strip_prefix("http://")
+        .ok_or("only http:// URLs are supported")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
+        .map_err(|e| format!("cannot resolve {authority}: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let body_text = match (&args.body, &args.body_file) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?)
+        }
+        _ => None,
+    };
+    let body = body_text.map(|t| Template::parse(&t)).transpose()?;
+    // A body without variables is rendered once, not per request.
+    let fixed_body = body.as_ref().filter(|t| t.is_constant()).map(|t| {
+        let mut b = Vec::new();
+        t.render(0, &mut b);
+        b
+    });
+    let mut head = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", args.method);
+    for h in &args.headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    let plan = Plan {
+        addr,
+        head,
+        body,
+        fixed_body,
+        rate: args.rate,
+        connections: args.connections,
+        duration,
+        head_request: args.method.eq_ignore_ascii_case("HEAD"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (hist, tally, elapsed) = rt.block_on(drive(plan))?;
+    let p = |q: f64| hist.value_at_quantile(q);
+    Ok(serde_json::json!({
+        "target": args.url,
+        "rate": args.rate,
+        "connections": args.connections,
+        "duration_s": elapsed.as_secs_f64(),
+        "sent": tally.sent,
+        "completed": tally.completed,
+        "errors": tally.errors,
+        "non_2xx": tally.non_2xx,
+        "late_sends": tally.late,
+        "achieved_rate": tally.completed as f64 / elapsed.as_secs_f64(),
+        "latency_us": {
+            "p50": p(0.50), "p90": p(0.90), "p99": p(0.99), "p999": p(0.999),
+            "max": hist.max(), "mean": hist.mean(),
+        },
+    }))
+}
+
+struct Plan {
+    addr: std::net::SocketAddr,
+    head: String,
+    body: Option<Template>,
+    fixed_body: Option<Vec<u8>>,
+    rate: f64,
+    connections: usize,
+    duration: Duration,
+    head_request: bool,
+}
+
+async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> {
+    let plan = std::rc::Rc::new(plan);
+    let t0 = Instant::now() + Duration::from_millis(50);
+    let local = tokio::task::LocalSet::new();
+    let mut handles = Vec::new();
+    for c in 0..plan.connections {
+        let plan = plan.clone();
+        handles.push(local.spawn_local(connection(plan, c, t0)));
+    }
+    let results = local
+        .run_until(async {
+            let mut out = Vec::new();
+            for h in handles {
+                out.push(h.await);
+            }
+            out
+        })
+        .await;
+    let elapsed = t0.elapsed();
+    let mut hist = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+    let mut tally = Tally::default();
+    for r in results {
+        let (h, t) = r.map_err(|e| e.to_string())?;
+        hist.add(&h).map_err(|e| e.to_string())?;
+        tally.sent += t.sent;
+        tally.completed += t.completed;
+        tally.errors += t.errors;
+        tally.non_2xx += t.non_2xx;
+        tally.late += t.late;
+    }
+    Ok((hist, tally, elapsed))
+}
+
+async fn connection(plan: std::rc::Rc<Plan>, c: usize, t0: Instant) -> (Histogram<u64>, Tally) {
+    let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+    let mut tally = Tally::default();
+    let mut conn: Option<(TcpStream, BytesMut)> = None;
+    let mut request = Vec::with_capacity(1024);
+    let n = plan.connections as u64;
+    let end = t0 + plan.duration;
+    let mut i = c as u64;
+    loop {
+        let due = t0 + Duration::from_secs_f64(i as f64 / plan.rate);
+        if due >= end {
+            break;
+        }
+        // tokio's timer ticks in milliseconds and rounds up; aiming one tick early keeps the
+        // send within a millisecond before its schedule instead of up to one after.
+        tokio::time::sleep_until(due.checked_sub(TIMER_TICK).unwrap_or(due).into()).await;
+        let sent_at = Instant::now();
+        if sent_at.saturating_duration_since(due) > LATE_AFTER {
+            tally.late += 1;
+        }
+        // Late sends are charged from their schedule (coordinated omission); early ones from
+        // when they actually left.
+        let measured_from = sent_at.min(due);
+        request.clear();
+        request.extend_from_slice(plan.head.as_bytes());
+        if let Some(body) = &plan.body {
+            let rendered;
+            let b = match &plan.fixed_body {
+                Some(fixed) => fixed,
+                None => {
+                    let mut fresh = Vec::new();
+                    body.render(i, &mut fresh);
+                    rendered = fresh;
+                    &rendered
+                }
+            };
+            request.extend_from_slice(format!("Content-Length: {}\r\n\r\n", b.len()).as_bytes());
+            request.extend_from_slice(b);
+        } else {
+            request.extend_from_slice(b"\r\n");
+        }
+        tally.sent += 1;
+        if conn.is_none() {
+            conn = TcpStream::connect(plan.addr).await.ok().map(|s| {
+                let _ = s.set_nodelay(true);
+                (s, BytesMut::with_capacity(16 * 1024))
+            });
+        }
+        let outcome = match conn.as_mut() {
+            Some((io, buf)) => exchange(io, buf, &request, plan.head_request).await,
+            None => Err(()),
+        };
+        match outcome {
+            Ok((status, keep)) => {
+                tally.completed += 1;
+                if !(200..300).contains(&status) {
+                    tally.non_2xx += 1;
+                }
+                let micros = measured_from.elapsed().as_micros() as u64;
+                let _ = hist.record(micros.max(1));
+                if !keep {
+                    conn = None;
+                }
+            }
+            Err(()) => {
+                tally.errors += 1;
+                conn = None;
+            }
+        }
+        i += n;
+    }
+    (hist, tally)
+}
+
+/// Sends one request and reads its response; returns the status and whether to keep the connection.
+async fn exchange(
+    io: &mut TcpStream,
+    buf: &mut BytesMut,
+    request: &[u8],
+    head_request: bool,
+) -> Result<(u16, bool), ()> {
+    io.write_all(request).await.map_err(|_| ())?;
+    let resp = loop {
+        if let Some(r) = parse_response(buf, head_request).map_err(|_| ())? {
+            if (100..200).contains(&r.status) {
+                continue;
+            }
+            break r;
+        }
+        read_more(io, buf).await?;
+    };
+    match resp.framing {
+        Framing::None => {}
+        Framing::Length(n) => {
+            let mut left = n as usize;
+            loop {
+                let take = left.min(buf.len());
+                buf.advance(take);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+                read_more(io, buf).await?;
+            }
+        }
+        Framing::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            loop {
+                let (event, used) = decoder.decode(buf).map_err(|_| ())?;
+                buf.advance(used);
+                match event {
+                    ChunkEvent::End => break,
+                    ChunkEvent::Data(..) => {}
+                    ChunkEvent::NeedMore => read_more(io, buf).await?,
+                }
+            }
+        }
+        Framing::UntilClose => {
+            while read_more(io, buf).await.is_ok() {
+                buf.clear();
+            }
+            return Ok((resp.status, false));
+        }
+    }
+    Ok((resp.status, resp.keep_alive))
+}
+
+async fn read_more(io: &mut TcpStream, buf: &mut BytesMut) -> Result<(), ()> {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(16 * 1024);
+    }
+    match io.read_buf(buf).await {
+        Ok(0) | Err(_) => Err(()),
+        Ok(_) => Ok(()),
+    }
+}
+
+fn parse_duration(text: &str) -> Option<Duration> {
+    let (num, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let v: f64 = num.parse().ok()?;
+    (v > 0.0).then(|| Duration::from_secs_f64(v * scale))
+}
+
+fn print_text(r: &serde_json::Value) {
+    let l = &r["latency_us"];
+    println!(
+        "{} at {} req/s over {} connections for {:.1}s",
+        r["target"],
+        r["rate"],
+        r["connections"],
+        r["duration_s"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "  sent {}  completed {}  errors {}  non-2xx {}  late sends {}  achieved {:.0} req/s",
+        r["sent"],
+        r["completed"],
+        r["errors"],
+        r["non_2xx"],
+        r["late_sends"],
+        r["achieved_rate"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "  latency (us, from schedule): p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        l["p50"], l["p90"], l["p99"], l["p999"], l["max"]
+    );
+}

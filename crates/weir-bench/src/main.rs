@@ -81,7 +81,7 @@ fn main() {
 
 fn run(args: Args) -> Result<serde_json::Value, String> {
     let duration = parse_duration(&args.duration).ok_or("invalid --duration")?;
-    if !(args.rate > 0.0) || args.connections == 0 {
+    if args.rate.is_nan() || args.rate <= 0.0 || args.connections == 0 {
         return Err("--rate and --connections must be positive".into());
     }
     let rest = args

@@ -9,21 +9,26 @@ use crate::h1::{
 };
 use crate::middleware::Flow;
 use crate::pool::{Pool, UpstreamConn};
-use crate::response::{header, itoa, reason, status_line, LocalResponse};
+use crate::response::{header, push_decimal, push_hex, reason, status_line, LocalResponse};
 use crate::router::{normalize_host, RequestView};
 use crate::runtime::{Route, RouteAction, Runtime};
 use arc_swap::ArcSwap;
 use bytes::{Buf, BytesMut};
+use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-/// How long a client connection may sit idle (or dribble a head) before it is closed.
+/// How long a client connection may wait for (or dribble) a request head before it is
+/// closed; enforced by the worker's sweep, so with up to a second of slack.
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest request body weir reads and discards when it answers a request itself.
 const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
@@ -55,6 +60,80 @@ pub struct Worker {
     pub config: Arc<ArcSwap<Runtime>>,
     pub pool: Pool,
     pub shutdown: Arc<Shutdown>,
+    /// Every open client connection's watch, so the worker's once-a-second sweep can close
+    /// idle ones and a stop can close them all. Compacted by the sweep.
+    pub connections: RefCell<Vec<Rc<ConnWatch>>>,
+    /// The time at the last sweep: idle deadlines need second precision, not a clock read
+    /// (or a timer) per request.
+    pub coarse_now: Cell<Instant>,
+}
+
+impl Worker {
+    pub fn new(id: usize, config: Arc<ArcSwap<Runtime>>, shutdown: Arc<Shutdown>) -> Worker {
+        Worker {
+            id,
+            config,
+            pool: Pool::default(),
+            shutdown,
+            connections: RefCell::new(Vec::new()),
+            coarse_now: Cell::new(Instant::now()),
+        }
+    }
+
+    /// Closes connections waiting for a head longer than `CLIENT_IDLE_TIMEOUT`, or all waiting
+    /// ones when stopping, and forgets connections that have ended.
+    pub fn sweep_connections(&self) {
+        let now = Instant::now();
+        self.coarse_now.set(now);
+        let stopping = self.shutdown.is_requested();
+        self.connections.borrow_mut().retain(|watch| {
+            if let Some(since) = watch.waiting_since.get() {
+                if stopping || now.duration_since(since) >= CLIENT_IDLE_TIMEOUT {
+                    watch.close();
+                }
+            }
+            Rc::strong_count(watch) > 1
+        });
+    }
+}
+
+/// Lets the worker end a connection that is waiting for a request head, without a timer or a
+/// lock per request: the connection parks its waker here while it waits.
+#[derive(Default)]
+pub struct ConnWatch {
+    /// Set while the connection waits for (the rest of) a request head.
+    waiting_since: Cell<Option<Instant>>,
+    closed: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl ConnWatch {
+    pub fn close(&self) {
+        self.closed.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    fn closed(&self) -> WatchClosed<'_> {
+        WatchClosed(self)
+    }
+}
+
+struct WatchClosed<'a>(&'a ConnWatch);
+
+impl Future for WatchClosed<'_> {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.closed.get() {
+            return Poll::Ready(());
+        }
+        let mut slot = self.0.waker.borrow_mut();
+        if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *slot = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
 }
 
 struct Client {
@@ -98,7 +177,9 @@ pub async fn serve_connection(
         ip_text: ip.to_string(),
     };
     let mut out = Vec::with_capacity(READ_CHUNK);
-    while let Some(head) = read_request_head(&worker, &mut client, &mut out).await {
+    let watch = Rc::new(ConnWatch::default());
+    worker.connections.borrow_mut().push(watch.clone());
+    while let Some(head) = read_request_head(&worker, &watch, &mut client, &mut out).await {
         let runtime = worker.config.load_full();
         let outcome = exchange(&worker, &runtime, entrypoint, &mut client, head, &mut out).await;
         if !outcome || worker.shutdown.is_requested() {
@@ -115,15 +196,19 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
 }
 
 /// Reads until a full head is buffered. `None` ends the connection (EOF, idle timeout,
-/// shutdown while idle, or a refused head, which has already been answered).
+/// stop while idle, or a refused head, which has already been answered).
 async fn read_request_head(
     worker: &Worker,
+    watch: &ConnWatch,
     client: &mut Client,
     out: &mut Vec<u8>,
 ) -> Option<RequestHead> {
     loop {
         match h1::parse_request(&mut client.buf) {
-            Ok(Some(head)) => return Some(head),
+            Ok(Some(head)) => {
+                watch.waiting_since.set(None);
+                return Some(head);
+            }
             Ok(None) => {}
             Err(e) => {
                 let message = match e {
@@ -136,24 +221,23 @@ async fn read_request_head(
                 return None;
             }
         }
-        let notified = worker.shutdown.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let idle = client.buf.is_empty();
-        if idle && worker.shutdown.is_requested() {
+        if client.buf.is_empty() && worker.shutdown.is_requested() {
             return None;
+        }
+        if watch.waiting_since.get().is_none() {
+            watch.waiting_since.set(Some(worker.coarse_now.get()));
         }
         if client.buf.capacity() - client.buf.len() < 1024 {
             client.buf.reserve(READ_CHUNK);
         }
         tokio::select! {
+            biased;
             read = client.io.read_buf(&mut client.buf) => match read {
                 Ok(0) | Err(_) => return None,
                 Ok(_) => {}
             },
-            _ = &mut notified, if idle => return None,
-            _ = tokio::time::sleep(CLIENT_IDLE_TIMEOUT) => {
-                if !idle {
+            _ = watch.closed() => {
+                if !client.buf.is_empty() && !worker.shutdown.is_requested() {
                     out.clear();
                     LocalResponse::text(408, "timed out reading the request head").write(out, false, false, b"");
                     let _ = client.io.write_all(out).await;
@@ -650,7 +734,11 @@ fn write_upstream_head(
         }
     }
     match req.framing {
-        Framing::Length(n) => header(out, b"content-length", itoa(n).as_bytes()),
+        Framing::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         _ if had_length => out.extend_from_slice(b"content-length: 0\r\n"),
         _ => {}
@@ -700,7 +788,11 @@ fn write_client_head(
         header(out, name, value);
     }
     match resp.framing {
-        Framing::Length(n) => header(out, b"content-length", itoa(n).as_bytes()),
+        Framing::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
         Framing::None => {
             // HEAD and 304 answers describe the length they would have had.
             if let Some(len) = resp.head.get("content-length") {
@@ -857,7 +949,8 @@ fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
         return;
     }
     if chunked {
-        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        push_hex(out, data.len() as u64);
+        out.extend_from_slice(b"\r\n");
         out.extend_from_slice(data);
         out.extend_from_slice(b"\r\n");
     } else {

@@ -23,7 +23,7 @@ impl LocalResponse {
             }
         }
         prebuilt.extend_from_slice(b"content-length: ");
-        prebuilt.extend_from_slice(itoa(body.len() as u64).as_bytes());
+        push_decimal(&mut prebuilt, body.len() as u64);
         prebuilt.extend_from_slice(b"\r\n");
         LocalResponse {
             status,
@@ -65,7 +65,7 @@ impl LocalResponse {
 
 pub fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa(u64::from(status)).as_bytes());
+    push_decimal(out, u64::from(status));
     out.push(b' ');
     out.extend_from_slice(reason.as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -78,18 +78,28 @@ pub fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-pub fn itoa(mut n: u64) -> String {
-    if n == 0 {
-        return "0".into();
-    }
+/// Appends `n` in decimal, without allocating.
+pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    push_radix(out, n, 10);
+}
+
+/// Appends `n` in lower-case hex (chunk sizes), without allocating.
+pub fn push_hex(out: &mut Vec<u8>, n: u64) {
+    push_radix(out, n, 16);
+}
+
+fn push_radix(out: &mut Vec<u8>, mut n: u64, radix: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
-    while n > 0 {
+    loop {
         i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
+        digits[i] = b"0123456789abcdef"[(n % radix) as usize];
+        n /= radix;
+        if n == 0 {
+            break;
+        }
     }
-    String::from_utf8_lossy(&digits[i..]).into_owned()
+    out.extend_from_slice(&digits[i..]);
 }
 
 pub fn reason(status: u16) -> &'static str {
@@ -142,6 +152,10 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 4\r\nx-a: 1\r\nconnection: close\r\n\r\npong"
         );
-        assert_eq!(itoa(1234567), "1234567");
+        let mut digits = Vec::new();
+        push_decimal(&mut digits, 1234567);
+        push_decimal(&mut digits, 0);
+        push_hex(&mut digits, 0x1f0);
+        assert_eq!(digits, b"123456701f0");
     }
 }

@@ -2,7 +2,6 @@
 //! per entrypoint (bound with SO_REUSEPORT so the kernel spreads connections) and its own
 //! upstream pools. The main thread only waits for SIGTERM / SIGINT and then drains.
 
-use crate::pool::Pool;
 use crate::proxy::{serve_connection, Shutdown, Worker};
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
@@ -117,12 +116,7 @@ fn worker_main(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Rc::new(Worker {
-            id,
-            config,
-            pool: Pool::default(),
-            shutdown: shutdown.clone(),
-        });
+        let worker = Rc::new(Worker::new(id, config, shutdown.clone()));
         let active = Rc::new(Cell::new(0usize));
         for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
             let listener = match TcpListener::from_std(std_listener) {
@@ -145,6 +139,7 @@ fn worker_main(
             loop {
                 tick.tick().await;
                 sweeper.pool.sweep();
+                sweeper.sweep_connections();
             }
         });
 
@@ -154,8 +149,10 @@ fn worker_main(
         if !shutdown.is_requested() {
             notified.await;
         }
+        // Close idle connections now and as they become idle; busy ones finish their request.
         let deadline = Instant::now() + graceful;
         while active.get() > 0 && Instant::now() < deadline {
+            worker.sweep_connections();
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });

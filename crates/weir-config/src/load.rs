@@ -349,6 +349,7 @@ impl Loader<'_> {
         let mut server = Server {
             workers: None,
             graceful_timeout: DEFAULT_GRACEFUL_TIMEOUT,
+            client_idle_timeout: DEFAULT_CLIENT_IDLE_TIMEOUT,
             access_log: AccessLog {
                 enabled: false,
                 path: LogTarget::Stdout,
@@ -358,7 +359,12 @@ impl Loader<'_> {
         let Some(f) = self.fields(
             node,
             "`server`",
-            &["workers", "graceful_timeout", "access_log"],
+            &[
+                "workers",
+                "graceful_timeout",
+                "client_idle_timeout",
+                "access_log",
+            ],
         ) else {
             return server;
         };
@@ -373,6 +379,11 @@ impl Loader<'_> {
             server.graceful_timeout = self
                 .duration(d, "`server.graceful_timeout`")
                 .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT);
+        }
+        if let Some(d) = f.get("client_idle_timeout") {
+            server.client_idle_timeout = self
+                .duration(d, "`server.client_idle_timeout`")
+                .unwrap_or(DEFAULT_CLIENT_IDLE_TIMEOUT);
         }
         if let Some(log) = f.get("access_log") {
             if let Some(lf) =

@@ -21,6 +21,8 @@ pub struct Server {
     /// `None` means `auto`: one worker per available core.
     pub workers: Option<usize>,
     pub graceful_timeout: Duration,
+    /// How long a client connection may wait for (or dribble) a request head.
+    pub client_idle_timeout: Duration,
     pub access_log: AccessLog,
 }
 
@@ -168,6 +170,7 @@ impl HeaderOps {
 }
 
 pub const DEFAULT_GRACEFUL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -27,9 +27,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
-/// How long a client connection may wait for (or dribble) a request head before it is
-/// closed; enforced by the worker's sweep, so with up to a second of slack.
-pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest request body weir reads and discards when it answers a request itself.
 const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
 /// Buffered output is written once it reaches this size.
@@ -66,11 +63,19 @@ pub struct Worker {
     /// The time at the last sweep: idle deadlines need second precision, not a clock read
     /// (or a timer) per request.
     pub coarse_now: Cell<Instant>,
+    /// `server.client_idle_timeout`, enforced by the sweep (so with up to a second of slack).
+    pub idle_timeout: Duration,
 }
 
 impl Worker {
-    pub fn new(id: usize, config: Arc<ArcSwap<Runtime>>, shutdown: Arc<Shutdown>) -> Worker {
+    pub fn new(
+        id: usize,
+        config: Arc<ArcSwap<Runtime>>,
+        shutdown: Arc<Shutdown>,
+        idle_timeout: Duration,
+    ) -> Worker {
         Worker {
+            idle_timeout,
             id,
             config,
             pool: Pool::default(),
@@ -80,7 +85,7 @@ impl Worker {
         }
     }
 
-    /// Closes connections waiting for a head longer than `CLIENT_IDLE_TIMEOUT`, or all waiting
+    /// Closes connections waiting for a head longer than `idle_timeout`, or all waiting
     /// ones when stopping, and forgets connections that have ended.
     pub fn sweep_connections(&self) {
         let now = Instant::now();
@@ -88,7 +93,7 @@ impl Worker {
         let stopping = self.shutdown.is_requested();
         self.connections.borrow_mut().retain(|watch| {
             if let Some(since) = watch.waiting_since.get() {
-                if stopping || now.duration_since(since) >= CLIENT_IDLE_TIMEOUT {
+                if stopping || now.duration_since(since) >= self.idle_timeout {
                     watch.close();
                 }
             }

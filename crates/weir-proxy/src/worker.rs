@@ -25,6 +25,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let shared = Arc::new(ArcSwap::from_pointee(runtime));
     let shutdown = Arc::new(Shutdown::default());
     let graceful = config.server.graceful_timeout;
+    let idle_timeout = config.server.client_idle_timeout;
 
     // Bind every socket up front: the first per entrypoint resolves port 0 to a real port,
     // the others join it through SO_REUSEPORT.
@@ -54,7 +55,7 @@ pub fn run(config: Config) -> Result<(), String> {
         let shutdown = shutdown.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker_main(id, listeners, shared, shutdown, graceful))
+            .spawn(move || worker_main(id, listeners, shared, shutdown, graceful, idle_timeout))
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
@@ -103,6 +104,7 @@ fn worker_main(
     config: Arc<ArcSwap<Runtime>>,
     shutdown: Arc<Shutdown>,
     graceful: Duration,
+    idle_timeout: Duration,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -116,7 +118,7 @@ fn worker_main(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Rc::new(Worker::new(id, config, shutdown.clone()));
+        let worker = Rc::new(Worker::new(id, config, shutdown.clone(), idle_timeout));
         let active = Rc::new(Cell::new(0usize));
         for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
             let listener = match TcpListener::from_std(std_listener) {

@@ -188,3 +188,27 @@ fn graceful_timeout_bounds_the_stop() {
         stopping.elapsed()
     );
 }
+
+#[test]
+fn idle_and_dribbling_clients_are_closed() {
+    let weir = Weir::start(
+        "server: { workers: 1, client_idle_timeout: 1s }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    respond: { body: ok }\n",
+    );
+    // An idle keep-alive connection is closed after the timeout (plus the sweep's second).
+    let mut idle = Conn::open(weir.addr());
+    idle.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(idle.read(false).unwrap().text(), "ok");
+    let started = Instant::now();
+    assert!(idle.is_closed());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    // A head that never completes gets 408.
+    let mut slow = Conn::open(weir.addr());
+    slow.send(b"GET / HTTP/1.1\r\nHost: t\r\n");
+    let r = slow.read(false).unwrap();
+    assert_eq!(r.status, 408);
+    assert!(slow.is_closed());
+}

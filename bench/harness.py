@@ -223,10 +223,21 @@ end
     open(path, "w").write(body)
     return path
 
+def cpu_times():
+    """(steal, total) jiffies over all CPUs, from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return fields[7], sum(fields[:8])
+
+def steal_percent(before, after):
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total else 0.0
+
 def run_wrk(url, conns, duration, script, cpus, target):
     cmd = ["taskset", "-c", cpus, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--timeout", "5s", "-s", script, url]
     before = target.cpu_seconds() if target else 0
+    clock = cpu_times()
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    steal = steal_percent(clock, cpu_times())
     after = target.cpu_seconds() if target else 0
     line = next((l for l in out.splitlines() if l.startswith("WRKJSON ")), None)
     if line is None:
@@ -241,12 +252,15 @@ def run_wrk(url, conns, duration, script, cpus, target):
         "non_2xx": r["status"],
         "socket_errors": r["connect"] + r["read"] + r["write"] + r["timeout"],
         "cpu_us_per_req": ((after - before) * 1e6 / r["requests"]) if target and r["requests"] else None,
+        "steal_pct": steal,
     }
 
 def run_generator(bench_bin, url, rate, conns, duration, cpus, target):
     before = target.cpu_seconds()
+    clock = cpu_times()
     out = subprocess.run(["taskset", "-c", cpus, bench_bin, "--json", "-R", str(rate), "-c", str(conns),
                           "-d", f"{duration}s", url], capture_output=True, text=True, check=True).stdout
+    steal = steal_percent(clock, cpu_times())
     after = target.cpu_seconds()
     r = json.loads(out)
     l = r["latency_us"]
@@ -256,6 +270,7 @@ def run_generator(bench_bin, url, rate, conns, duration, cpus, target):
         "p999_ms": l["p999"] / 1000, "max_ms": l["max"] / 1000,
         "non_2xx": r["non_2xx"], "socket_errors": r["errors"], "late_sends": r["late_sends"],
         "cpu_us_per_req": (after - before) * 1e6 / r["completed"] if r["completed"] else None,
+        "steal_pct": steal,
     }
 
 # ---------------------------------------------------------------- runs
@@ -269,7 +284,8 @@ def interleave(label, targets, measure, rounds):
             r = measure(url, proc)
             runs[name].append(r)
             log(f"  [{label}] round {rnd}/{rounds}: {name:<14} {r['rps']:>10.0f} req/s  p99 {r['p99_ms']:.3f} ms"
-                + (f"  {r['cpu_us_per_req']:.2f} us CPU/req" if r.get('cpu_us_per_req') else ""))
+                + (f"  {r['cpu_us_per_req']:.2f} us CPU/req" if r.get('cpu_us_per_req') else "")
+                + (f"  (hypervisor stole {r['steal_pct']:.0f}% of CPU)" if r['steal_pct'] >= 2 else ""))
     summary = {}
     for name, proc, _ in targets:
         rs = runs[name]
@@ -406,7 +422,8 @@ def scenario_fixed_rate(ctx):
 COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms", "p90_ms", "{:.3f}"),
            ("p99 ms", "p99_ms", "{:.3f}"), ("p99.9 ms", "p999_ms", "{:.3f}"), ("max ms", "max_ms", "{:.2f}"),
            ("non-2xx", "non_2xx", "{}"), ("sock err", "socket_errors", "{}"),
-           ("CPU us/req", "cpu_us_per_req", "{:.2f}"), ("peak RSS MB", "peak_rss_mb", "{:.1f}")]
+           ("CPU us/req", "cpu_us_per_req", "{:.2f}"), ("peak RSS MB", "peak_rss_mb", "{:.1f}"),
+           ("steal %", "steal_pct", "{:.1f}")]
 
 def table(res):
     rows = ["| target | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
@@ -462,7 +479,9 @@ def write_report(scenario, results, ctx, outdir):
           f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench/run {scenario}`: "
           f"{ctx.rounds} interleaved round(s) of {ctx.duration}s per target, medians shown.",
           f"CPU: proxies pinned to core {ctx.proxy_cpus}; load generator and upstream nginx on core {ctx.load_cpus}. "
-          "Every proxy runs one worker. CPU us/req = the proxy process's user+sys time over the run / requests.", ""]
+          "Every proxy runs one worker. CPU us/req = the proxy process's user+sys time over the run / requests. "
+          "steal % = CPU time the hypervisor took from this VM during the runs (median): when it is high, "
+          "req/s and latency are disturbed, CPU us/req much less so.", ""]
     for label, res in results.items():
         md.append(f"## {label}" + (f" (fixed rate {res['_rate']} req/s)" if "_rate" in res else ""))
         md.append("")

@@ -133,3 +133,42 @@ fn local_responses_keep_the_connection_after_a_body() {
     c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.read(false).unwrap().text(), "ok");
 }
+
+#[test]
+fn access_log_writes_one_json_line_per_request() {
+    let up = Upstream::start("a");
+    let dir = temp_dir("log");
+    let log = dir.join("access.log");
+    let weir = Weir::start(&format!(
+        "server:\n  workers: 1\n  access_log: {{ enabled: true, format: json, path: \"{}\" }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  app:\n    rule: \"PathPrefix(`/app`)\"\n    service: app\n  hi:\n    rule: \"Path(`/hi`)\"\n    respond: {{ body: hello }}\n\
+         services:\n  app:\n    servers: [{{ url: \"{}\" }}]\n",
+        log.display(),
+        up.url()
+    ));
+    assert_eq!(get(weir.addr(), "log.test", "/app/x?q=1").status, 200);
+    assert_eq!(get(weir.addr(), "log.test", "/hi").status, 200);
+    assert_eq!(get(weir.addr(), "log.test", "/missing").status, 404);
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = std::fs::read_to_string(&log).unwrap_or_default().lines().map(String::from).collect();
+        if lines.len() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let entries: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(entries[0]["router"], "app");
+    assert_eq!(entries[0]["path"], "/app/x");
+    assert_eq!(entries[0]["method"], "GET");
+    assert_eq!(entries[0]["host"], "log.test");
+    assert_eq!(entries[0]["status"], 200);
+    assert_eq!(entries[0]["upstream"], up.addr.to_string());
+    assert_eq!(entries[0]["client"], "127.0.0.1");
+    assert!(entries[0]["time"].as_str().unwrap().ends_with('Z'));
+    assert!(entries[0]["duration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!((entries[1]["router"].as_str(), entries[1]["bytes"].as_u64()), (Some("hi"), Some(5)));
+    assert_eq!((entries[2]["router"].as_str(), entries[2]["status"].as_u64()), (Some(""), Some(404)));
+}

@@ -33,6 +33,8 @@ impl Span {
 pub struct Head {
     buf: BytesMut,
     headers: Vec<(Span, Span)>,
+    /// Set by any edit; cached facts from the parse-time scan are then re-derived.
+    edited: bool,
 }
 
 impl Head {
@@ -64,6 +66,7 @@ impl Head {
     }
 
     pub fn remove(&mut self, name: &str) {
+        self.edited = true;
         let buf = &self.buf;
         self.headers.retain(|(n, _)| {
             !buf[n.start as usize..n.end as usize].eq_ignore_ascii_case(name.as_bytes())
@@ -71,6 +74,7 @@ impl Head {
     }
 
     pub fn append(&mut self, name: &str, value: &[u8]) {
+        self.edited = true;
         let name = self.push_bytes(name.as_bytes());
         let value = self.push_bytes(value);
         self.headers.push((name, value));
@@ -122,6 +126,10 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// Length of the original head on the wire.
     pub wire_len: usize,
+    /// The Host header as parsed (valid until the head is edited).
+    host: Option<Span>,
+    /// Some Connection header names other headers, which must not be forwarded.
+    pub connection_names_headers: bool,
 }
 
 impl RequestHead {
@@ -160,10 +168,12 @@ impl RequestHead {
         {
             return &rest[..rest.find('/').unwrap_or(rest.len())];
         }
-        self.head
-            .get("host")
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .unwrap_or("")
+        let value = match (self.head.edited, self.host) {
+            (false, Some(span)) => self.head.bytes(span),
+            (false, None) => return "",
+            (true, _) => self.head.get("host").unwrap_or(b""),
+        };
+        std::str::from_utf8(value).unwrap_or("")
     }
 
     /// Replaces the path, keeping the query string.
@@ -200,6 +210,8 @@ pub struct ResponseHead {
     pub minor_version: u8,
     pub framing: Framing,
     pub keep_alive: bool,
+    /// Some Connection header names other headers, which must not be forwarded.
+    pub connection_names_headers: bool,
 }
 
 impl ResponseHead {
@@ -258,37 +270,30 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
     let head = Head {
         buf: buf.split_to(len),
         headers,
+        edited: false,
     };
-    let framing = message_framing(&head, minor_version)?;
-    let host_count = head.get_all("host").take(2).count();
-    if host_count > 1 {
+    let known = Known::scan(&head)?;
+    let framing = known.framing(minor_version)?;
+    if known.hosts > 1 {
         return Err(HeadError::Malformed("more than one Host header"));
     }
-    if minor_version == 1 && host_count == 0 {
+    if minor_version == 1 && known.hosts == 0 {
         return Err(HeadError::Malformed(
             "HTTP/1.1 request without a Host header",
         ));
     }
-    let (close, keep, upgrade_token) = connection_tokens(&head);
-    let keep_alive = if minor_version == 1 {
-        !close
-    } else {
-        keep && !close
-    };
-    let upgrade = upgrade_token && head.get("upgrade").is_some();
-    let expect_continue = head
-        .get("expect")
-        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
     let req = RequestHead {
         head,
         method,
         target,
         minor_version,
         framing,
-        keep_alive,
-        upgrade,
-        expect_continue,
+        keep_alive: known.keep_alive(minor_version),
+        upgrade: known.upgrade_token && known.upgrade_header,
+        expect_continue: known.expect_continue,
         wire_len: len,
+        host: known.host,
+        connection_names_headers: known.names_headers,
     };
     let target = req.target();
     if !(target.starts_with('/')
@@ -332,22 +337,18 @@ pub fn parse_response(
     let head = Head {
         buf: buf.split_to(len),
         headers,
+        edited: false,
     };
+    let known = Known::scan(&head)?;
     let framing = if request_is_head || status < 200 || status == 204 || status == 304 {
         Framing::None
     } else {
-        match message_framing(&head, minor_version)? {
-            Framing::None if head.get("content-length").is_none() => Framing::UntilClose,
+        match known.framing(minor_version)? {
+            Framing::None if known.length.is_none() => Framing::UntilClose,
             other => other,
         }
     };
-    let (close, keep, _) = connection_tokens(&head);
-    let keep_alive = framing != Framing::UntilClose
-        && if minor_version == 1 {
-            !close
-        } else {
-            keep && !close
-        };
+    let keep_alive = framing != Framing::UntilClose && known.keep_alive(minor_version);
     Ok(Some(ResponseHead {
         head,
         status,
@@ -355,41 +356,98 @@ pub fn parse_response(
         minor_version,
         framing,
         keep_alive,
+        connection_names_headers: known.names_headers,
     }))
 }
 
-/// Framing per RFC 9112 section 6, refusing every ambiguous case instead of guessing.
-fn message_framing(head: &Head, minor_version: u8) -> Result<Framing, HeadError> {
-    let mut te = head.get_all("transfer-encoding");
-    let mut lengths = head.get_all("content-length");
-    match (te.next(), lengths.next()) {
-        (Some(_), Some(_)) => Err(HeadError::Malformed(
-            "both Transfer-Encoding and Content-Length",
-        )),
-        (Some(value), None) => {
-            if te.next().is_some() || minor_version == 0 {
-                return Err(HeadError::Malformed("invalid Transfer-Encoding"));
+/// What one pass over the header lines learns about the headers weir interprets itself.
+#[derive(Default)]
+struct Known {
+    host: Option<Span>,
+    hosts: usize,
+    transfer_encodings: usize,
+    /// The Transfer-Encoding value is exactly `chunked`.
+    chunked: bool,
+    /// The Content-Length value; all copies must agree.
+    length: Option<u64>,
+    close: bool,
+    keep: bool,
+    upgrade_token: bool,
+    /// A Connection header lists something other than close, keep-alive or upgrade.
+    names_headers: bool,
+    upgrade_header: bool,
+    expect_continue: bool,
+}
+
+impl Known {
+    fn scan(head: &Head) -> Result<Known, HeadError> {
+        let mut k = Known::default();
+        for &(name_span, value_span) in &head.headers {
+            let name = head.bytes(name_span);
+            let value = head.bytes(value_span);
+            // Dispatch on length first: most headers are none of these and cost one compare.
+            match name.len() {
+                4 if name.eq_ignore_ascii_case(b"host") => {
+                    k.hosts += 1;
+                    k.host.get_or_insert(value_span);
+                }
+                6 if name.eq_ignore_ascii_case(b"expect") => {
+                    k.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+                }
+                7 if name.eq_ignore_ascii_case(b"upgrade") => k.upgrade_header = true,
+                10 if name.eq_ignore_ascii_case(b"connection") => {
+                    for token in value.split(|&b| b == b',') {
+                        let token = token.trim_ascii();
+                        if token.eq_ignore_ascii_case(b"close") {
+                            k.close = true;
+                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                            k.keep = true;
+                        } else if token.eq_ignore_ascii_case(b"upgrade") {
+                            k.upgrade_token = true;
+                        } else if !token.is_empty() {
+                            k.names_headers = true;
+                        }
+                    }
+                }
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    let n = parse_content_length(value)?;
+                    if k.length.is_some_and(|prev| prev != n) {
+                        return Err(HeadError::Malformed("conflicting Content-Length headers"));
+                    }
+                    k.length = Some(n);
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                    k.transfer_encodings += 1;
+                    k.chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+                }
+                _ => {}
             }
-            if value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                Ok(Framing::Chunked)
-            } else {
+        }
+        Ok(k)
+    }
+
+    fn keep_alive(&self, minor_version: u8) -> bool {
+        if minor_version == 1 {
+            !self.close
+        } else {
+            self.keep && !self.close
+        }
+    }
+
+    /// Framing per RFC 9112 section 6, refusing every ambiguous case instead of guessing.
+    fn framing(&self, minor_version: u8) -> Result<Framing, HeadError> {
+        match (self.transfer_encodings, self.length) {
+            (0, None) | (0, Some(0)) => Ok(Framing::None),
+            (0, Some(n)) => Ok(Framing::Length(n)),
+            (_, Some(_)) => Err(HeadError::Malformed(
+                "both Transfer-Encoding and Content-Length",
+            )),
+            (1, None) if minor_version == 1 && self.chunked => Ok(Framing::Chunked),
+            (1, None) if minor_version == 1 => {
                 Err(HeadError::Malformed("unsupported Transfer-Encoding"))
             }
+            _ => Err(HeadError::Malformed("invalid Transfer-Encoding")),
         }
-        (None, Some(first)) => {
-            let len = parse_content_length(first)?;
-            for other in lengths {
-                if parse_content_length(other)? != len {
-                    return Err(HeadError::Malformed("conflicting Content-Length headers"));
-                }
-            }
-            Ok(if len == 0 {
-                Framing::None
-            } else {
-                Framing::Length(len)
-            })
-        }
-        (None, None) => Ok(Framing::None),
     }
 }
 
@@ -412,20 +470,6 @@ fn parse_content_length(value: &[u8]) -> Result<u64, HeadError> {
     result.ok_or(HeadError::Malformed("invalid Content-Length"))
 }
 
-/// (close, keep-alive, upgrade) tokens of the Connection headers.
-fn connection_tokens(head: &Head) -> (bool, bool, bool) {
-    let (mut close, mut keep, mut upgrade) = (false, false, false);
-    for value in head.get_all("connection") {
-        for token in value.split(|&b| b == b',') {
-            let token = token.trim_ascii();
-            close |= token.eq_ignore_ascii_case(b"close");
-            keep |= token.eq_ignore_ascii_case(b"keep-alive");
-            upgrade |= token.eq_ignore_ascii_case(b"upgrade");
-        }
-    }
-    (close, keep, upgrade)
-}
-
 /// Headers that describe one connection and are never forwarded (RFC 9110 section 7.6.1),
 /// plus the framing headers that weir always writes itself.
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
@@ -443,12 +487,10 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
     HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
-/// Whether `name` is listed as a token in any Connection header of `head`.
-pub fn named_by_connection(head: &Head, name: &[u8]) -> bool {
-    head.get_all("connection").any(|v| {
-        v.split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
-    })
+/// Whether a Connection header value lists `name` as a token.
+pub fn lists_token(list: &[u8], name: &[u8]) -> bool {
+    list.split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
 }
 
 /// Decodes a chunked body incrementally. Feed it the buffered bytes; it reports data ranges

@@ -5,7 +5,8 @@
 use crate::accesslog;
 use crate::balancer::{PickInput, Server, Service};
 use crate::h1::{
-    self, is_hop_by_hop, ChunkEvent, ChunkedDecoder, Framing, RequestHead, ResponseHead,
+    self, is_hop_by_hop, lists_token, ChunkEvent, ChunkedDecoder, Framing, RequestHead,
+    ResponseHead,
 };
 use crate::middleware::Flow;
 use crate::pool::{Pool, UpstreamConn};
@@ -708,7 +709,10 @@ fn write_upstream_head(
         server.authority.as_str()
     };
     header(out, b"host", host.as_bytes());
-    let connection = req.head.get("connection");
+    let connection = req
+        .connection_names_headers
+        .then(|| req.head.get("connection"))
+        .flatten();
     let mut had_length = false;
     for (name, value) in req.head.iter() {
         if is_hop_by_hop(name)
@@ -764,11 +768,6 @@ fn is_rewritten_request_header(name: &[u8]) -> bool {
     .any(|h| h.eq_ignore_ascii_case(name))
 }
 
-fn lists_token(list: &[u8], name: &[u8]) -> bool {
-    list.split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
-}
-
 fn write_client_head(
     out: &mut Vec<u8>,
     resp: &ResponseHead,
@@ -782,7 +781,10 @@ fn write_client_head(
         resp.reason()
     };
     status_line(out, resp.status, text);
-    let connection = resp.head.get("connection");
+    let connection = resp
+        .connection_names_headers
+        .then(|| resp.head.get("connection"))
+        .flatten();
     for (name, value) in resp.head.iter() {
         if is_hop_by_hop(name)
             || name.eq_ignore_ascii_case(b"content-length")

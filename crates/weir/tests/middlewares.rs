@@ -152,14 +152,21 @@ fn access_log_writes_one_json_line_per_request() {
     assert_eq!(get(weir.addr(), "log.test", "/missing").status, 404);
     let mut lines = Vec::new();
     for _ in 0..50 {
-        lines = std::fs::read_to_string(&log).unwrap_or_default().lines().map(String::from).collect();
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
         if lines.len() >= 3 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(lines.len(), 3, "{lines:?}");
-    let entries: Vec<serde_json::Value> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let entries: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(entries[0]["router"], "app");
     assert_eq!(entries[0]["path"], "/app/x");
     assert_eq!(entries[0]["method"], "GET");
@@ -169,6 +176,12 @@ fn access_log_writes_one_json_line_per_request() {
     assert_eq!(entries[0]["client"], "127.0.0.1");
     assert!(entries[0]["time"].as_str().unwrap().ends_with('Z'));
     assert!(entries[0]["duration_ms"].as_f64().unwrap() > 0.0);
-    assert_eq!((entries[1]["router"].as_str(), entries[1]["bytes"].as_u64()), (Some("hi"), Some(5)));
-    assert_eq!((entries[2]["router"].as_str(), entries[2]["status"].as_u64()), (Some(""), Some(404)));
+    assert_eq!(
+        (entries[1]["router"].as_str(), entries[1]["bytes"].as_u64()),
+        (Some("hi"), Some(5))
+    );
+    assert_eq!(
+        (entries[2]["router"].as_str(), entries[2]["status"].as_u64()),
+        (Some(""), Some(404))
+    );
 }

@@ -3,6 +3,7 @@
 //! latency is measured from the request's scheduled time, not its actual send time, so a
 //! stalled server is charged for the requests it delayed (coordinated-omission correction).
 //! Sends that start more than 200 µs after their schedule are counted as late.
+#![forbid(unsafe_code)]
 
 mod template;
 

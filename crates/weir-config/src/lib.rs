@@ -1,4 +1,5 @@
 //! weir's configuration: YAML with positions, the validated model, and the rule language.
+#![forbid(unsafe_code)]
 
 pub mod load;
 pub mod model;

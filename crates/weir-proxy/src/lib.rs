@@ -1,5 +1,7 @@
 //! weir's data plane: workers and listeners, the HTTP/1.1 codec, the router, middlewares,
 //! services with their balancers and per-worker keep-alive pools. See docs/architecture.md.
+// One measured exception, allowed where it lives: `h1::Head::text`.
+#![deny(unsafe_code)]
 
 pub mod accesslog;
 pub mod balancer;

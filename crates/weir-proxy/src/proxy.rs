@@ -263,7 +263,8 @@ async fn exchange(
     mut head: RequestHead,
     out: &mut Vec<u8>,
 ) -> bool {
-    let started = Instant::now();
+    // Read the clock only when a log line will use it.
+    let started = runtime.access_log.as_ref().map(|_| Instant::now());
     let router = &runtime.entrypoints[entrypoint].router;
     let route = {
         let host = normalize_host(head.host());
@@ -301,7 +302,9 @@ async fn exchange(
         Some(route) => handle_route(worker, route, client, &mut head, out).await,
     };
 
-    if let (Some(log), Some((method, host, path))) = (&runtime.access_log, logged) {
+    if let (Some(log), Some((method, host, path)), Some(started)) =
+        (&runtime.access_log, logged, started)
+    {
         let upstream = outcome.upstream.map(|a| a.to_string()).unwrap_or_default();
         log.record(&accesslog::Entry {
             client: client.ip,

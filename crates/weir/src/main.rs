@@ -1,4 +1,5 @@
 //! The `weir` command: `run` the gateway, `check` a config, `route explain` a request.
+#![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

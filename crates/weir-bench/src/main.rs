@@ -2,9 +2,11 @@
 //! Request i is due at `t0 + i/rate`; connection c sends requests c, c+N, c+2N, ... and each
 //! latency is measured from the request's scheduled time, not its actual send time, so a
 //! stalled server is charged for the requests it delayed (coordinated-omission correction).
-//! Sends that start more than 200 µs after their schedule are counted as late.
+//! Sends are paced by a 50 µs timerfd tick (see `pacer`); those that start more than 200 µs
+//! after their schedule are counted as late.
 #![forbid(unsafe_code)]
 
+mod pacer;
 mod template;
 
 use bytes::{Buf, BytesMut};
@@ -50,7 +52,6 @@ struct Args {
     json: bool,
 }
 
-const TIMER_TICK: Duration = Duration::from_millis(1);
 /// A send this far past its schedule counts as late.
 const LATE_AFTER: Duration = Duration::from_micros(200);
 
@@ -165,10 +166,12 @@ async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> 
     let plan = std::rc::Rc::new(plan);
     let t0 = Instant::now() + Duration::from_millis(50);
     let local = tokio::task::LocalSet::new();
+    let pacer = pacer::Pacer::new(plan.connections);
+    let ticking = local.spawn_local(pacer.clone().run());
     let mut handles = Vec::new();
     for c in 0..plan.connections {
         let plan = plan.clone();
-        handles.push(local.spawn_local(connection(plan, c, t0)));
+        handles.push(local.spawn_local(connection(plan, pacer.clone(), c, t0)));
     }
     let results = local
         .run_until(async {
@@ -176,6 +179,7 @@ async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> 
             for h in handles {
                 out.push(h.await);
             }
+            ticking.abort();
             out
         })
         .await;
@@ -194,7 +198,12 @@ async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> 
     Ok((hist, tally, elapsed))
 }
 
-async fn connection(plan: std::rc::Rc<Plan>, c: usize, t0: Instant) -> (Histogram<u64>, Tally) {
+async fn connection(
+    plan: std::rc::Rc<Plan>,
+    pacer: std::rc::Rc<pacer::Pacer>,
+    c: usize,
+    t0: Instant,
+) -> (Histogram<u64>, Tally) {
     let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
     let mut tally = Tally::default();
     let mut conn: Option<(TcpStream, BytesMut)> = None;
@@ -207,9 +216,7 @@ async fn connection(plan: std::rc::Rc<Plan>, c: usize, t0: Instant) -> (Histogra
         if due >= end {
             break;
         }
-        // tokio's timer ticks in milliseconds and rounds up; aiming one tick early keeps the
-        // send within a millisecond before its schedule instead of up to one after.
-        tokio::time::sleep_until(due.checked_sub(TIMER_TICK).unwrap_or(due).into()).await;
+        pacer.until(c, due).await;
         let sent_at = Instant::now();
         if sent_at.saturating_duration_since(due) > LATE_AFTER {
             tally.late += 1;

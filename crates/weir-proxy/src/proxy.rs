@@ -11,7 +11,6 @@ use crate::h1::{
 use crate::middleware::Flow;
 use crate::pool::{Pool, UpstreamConn};
 use crate::response::{header, push_decimal, push_hex, reason, status_line, LocalResponse};
-use crate::router::{normalize_host, RequestView};
 use crate::runtime::{Route, RouteAction, Runtime};
 use arc_swap::ArcSwap;
 use bytes::{Buf, BytesMut};
@@ -266,18 +265,7 @@ async fn exchange(
     // Read the clock only when a log line will use it.
     let started = runtime.access_log.as_ref().map(|_| Instant::now());
     let router = &runtime.entrypoints[entrypoint].router;
-    let route = {
-        let host = normalize_host(head.host());
-        let view = RequestView {
-            method: head.method(),
-            host: &host,
-            path: head.path(),
-            query: head.query(),
-            headers: &head.head,
-            client_ip: client.ip,
-        };
-        router.route(&view)
-    };
+    let route = router.route_request(&head, client.ip);
     // The original request line, kept only when a log line will need it.
     let logged = runtime.access_log.as_ref().map(|_| {
         (

@@ -2,7 +2,7 @@
 //! `Path` and `PathPrefix` constraints are compiled into hash tables so a request only
 //! evaluates the few routes that could match, whatever the total count.
 
-use crate::h1::Head;
+use crate::h1::{Head, RequestHead};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -148,6 +148,19 @@ impl<T> Router<T> {
             bucket.finish();
         }
         router
+    }
+
+    /// Routes a parsed request that came from `client_ip`.
+    pub fn route_request(&self, head: &RequestHead, client_ip: IpAddr) -> Option<&T> {
+        let host = normalize_host(head.host());
+        self.route(&RequestView {
+            method: head.method(),
+            host: &host,
+            path: head.path(),
+            query: head.query(),
+            headers: &head.head,
+            client_ip,
+        })
     }
 
     pub fn route(&self, req: &RequestView) -> Option<&T> {
@@ -338,16 +351,7 @@ mod tests {
             format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n").as_str(),
         );
         let head = crate::h1::parse_request(&mut buf).unwrap().unwrap();
-        let host = normalize_host(head.host());
-        let view = RequestView {
-            method: head.method(),
-            host: &host,
-            path: head.path(),
-            query: head.query(),
-            headers: &head.head,
-            client_ip: "10.1.2.3".parse().unwrap(),
-        };
-        r.route(&view).copied()
+        r.route_request(&head, "10.1.2.3".parse().unwrap()).copied()
     }
 
     #[test]

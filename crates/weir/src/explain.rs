@@ -4,7 +4,6 @@ use bytes::BytesMut;
 use std::fmt::Write;
 use std::net::IpAddr;
 use weir_config::Config;
-use weir_proxy::router::{normalize_host, RequestView};
 use weir_proxy::Runtime;
 
 pub struct Report {
@@ -50,15 +49,7 @@ pub fn explain(
         .map_err(|e| format!("invalid request: {e:?}"))?
         .ok_or("invalid request")?;
     let runtime = Runtime::compile(config, 1)?;
-    let host = normalize_host(head.host());
-    let view = RequestView {
-        method: head.method(),
-        host: &host,
-        path: head.path(),
-        query: head.query(),
-        headers: &head.head,
-        client_ip,
-    };
+
     let mut text = String::new();
     let mut matched = false;
     for ep in runtime
@@ -66,7 +57,7 @@ pub fn explain(
         .iter()
         .filter(|ep| only.is_none_or(|name| ep.name == name))
     {
-        match ep.router.route(&view) {
+        match ep.router.route_request(&head, client_ip) {
             Some(route) => {
                 matched = true;
                 let _ = writeln!(

@@ -4,26 +4,11 @@
 
 use crate::h1::{Head, RequestHead};
 use crate::response::LocalResponse;
-use regex::Regex;
 use weir_config::{HeaderOps, MiddlewareKind};
 
+/// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
 #[derive(Debug)]
-pub enum Middleware {
-    StripPrefix(Vec<String>),
-    AddPrefix(String),
-    ReplacePathRegex {
-        regex: Regex,
-        replacement: String,
-    },
-    Headers {
-        request: HeaderOps,
-        response: HeaderOps,
-    },
-    RedirectScheme {
-        scheme: String,
-        permanent: bool,
-    },
-}
+pub struct Middleware(pub MiddlewareKind);
 
 pub enum Flow {
     Continue,
@@ -31,35 +16,14 @@ pub enum Flow {
 }
 
 impl Middleware {
-    pub fn new(kind: &MiddlewareKind) -> Middleware {
-        match kind {
-            MiddlewareKind::StripPrefix(p) => Middleware::StripPrefix(p.clone()),
-            MiddlewareKind::AddPrefix(p) => Middleware::AddPrefix(p.clone()),
-            MiddlewareKind::ReplacePathRegex { regex, replacement } => {
-                Middleware::ReplacePathRegex {
-                    regex: regex.clone(),
-                    replacement: replacement.clone(),
-                }
-            }
-            MiddlewareKind::Headers { request, response } => Middleware::Headers {
-                request: request.clone(),
-                response: response.clone(),
-            },
-            MiddlewareKind::RedirectScheme { scheme, permanent } => Middleware::RedirectScheme {
-                scheme: scheme.clone(),
-                permanent: *permanent,
-            },
-        }
-    }
-
     pub fn has_response_phase(&self) -> bool {
-        matches!(self, Middleware::Headers { response, .. } if !response.is_empty())
+        matches!(&self.0, MiddlewareKind::Headers { response, .. } if !response.is_empty())
     }
 
     /// Request phase. `scheme` is the scheme the client used.
     pub fn on_request(&self, req: &mut RequestHead, scheme: &str) -> Flow {
-        match self {
-            Middleware::StripPrefix(prefixes) => {
+        match &self.0 {
+            MiddlewareKind::StripPrefix(prefixes) => {
                 let path = req.path();
                 if let Some(prefix) = prefixes.iter().find(|p| path.starts_with(p.as_str())) {
                     let rest = &path[prefix.len()..];
@@ -73,11 +37,11 @@ impl Middleware {
                     req.head.set("x-forwarded-prefix", prefix.as_bytes());
                 }
             }
-            Middleware::AddPrefix(prefix) => {
+            MiddlewareKind::AddPrefix(prefix) => {
                 let new_path = format!("{}{}", prefix.trim_end_matches('/'), req.path());
                 req.set_path(&new_path);
             }
-            Middleware::ReplacePathRegex { regex, replacement } => {
+            MiddlewareKind::ReplacePathRegex { regex, replacement } => {
                 let path = req.path().to_string();
                 if regex.is_match(&path) {
                     let new_path = regex.replace(&path, replacement.as_str()).into_owned();
@@ -85,8 +49,8 @@ impl Middleware {
                     req.head.set("x-replaced-path", path.as_bytes());
                 }
             }
-            Middleware::Headers { request, .. } => apply_ops(&mut req.head, request),
-            Middleware::RedirectScheme {
+            MiddlewareKind::Headers { request, .. } => apply_ops(&mut req.head, request),
+            MiddlewareKind::RedirectScheme {
                 scheme: target,
                 permanent,
             } => {
@@ -109,14 +73,14 @@ impl Middleware {
 
     /// Response phase on the response headers.
     pub fn on_response(&self, head: &mut Head) {
-        if let Middleware::Headers { response, .. } = self {
+        if let MiddlewareKind::Headers { response, .. } = &self.0 {
             apply_ops(head, response);
         }
     }
 
     /// Response phase for responses weir writes itself: the headers to append, serialized.
     pub fn local_response_headers(&self, out: &mut Vec<u8>) {
-        if let Middleware::Headers { response, .. } = self {
+        if let MiddlewareKind::Headers { response, .. } = &self.0 {
             for (name, value) in response.set.iter().chain(&response.add) {
                 crate::response::header(out, name.as_bytes(), value.as_bytes());
             }

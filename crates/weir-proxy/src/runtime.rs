@@ -71,7 +71,7 @@ impl Runtime {
         let middlewares: HashMap<&str, Arc<Middleware>> = config
             .middlewares
             .iter()
-            .map(|m| (m.name.as_str(), Arc::new(Middleware::new(&m.kind))))
+            .map(|m| (m.name.as_str(), Arc::new(Middleware(m.kind.clone()))))
             .collect();
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {

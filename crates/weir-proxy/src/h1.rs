@@ -298,35 +298,41 @@ impl HeadError {
     }
 }
 
+/// The length of a complete head, `None` while more bytes are needed, or why it is refused.
+fn head_length(
+    parsed: httparse::Result<usize>,
+    buffered: usize,
+    malformed: &'static str,
+) -> Result<Option<usize>, HeadError> {
+    match parsed {
+        Ok(httparse::Status::Complete(len)) if len > MAX_HEAD_BYTES => Err(HeadError::TooLarge),
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if buffered > MAX_HEAD_BYTES => Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
+        Err(_) => Err(HeadError::Malformed(malformed)),
+    }
+}
+
+fn header_spans(base: &[u8], raw: &[httparse::Header<'_>]) -> Vec<(Span, Span)> {
+    raw.iter()
+        .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value)))
+        .collect()
+}
+
 /// Parses a request head from the front of `buf`. On success the head's bytes are split off
 /// `buf`, leaving any body or pipelined bytes behind. `Ok(None)` means more bytes are needed.
 pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
     let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut raw);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() > MAX_HEAD_BYTES {
-                Err(HeadError::TooLarge)
-            } else {
-                Ok(None)
-            }
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(_) => return Err(HeadError::Malformed("malformed request head")),
+    let Some(len) = head_length(req.parse(buf), buf.len(), "malformed request head")? else {
+        return Ok(None);
     };
-    if len > MAX_HEAD_BYTES {
-        return Err(HeadError::TooLarge);
-    }
     let base: &[u8] = buf;
     let method = TextSpan::of(base, req.method.unwrap_or(""));
     let target = TextSpan::of(base, req.path.unwrap_or(""));
     let minor_version = req.version.unwrap_or(1);
-    let headers: Vec<(Span, Span)> = req
-        .headers
-        .iter()
-        .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value)))
-        .collect();
+    let headers = header_spans(base, req.headers);
     let head = Head {
         buf: buf.split_to(len),
         headers,
@@ -377,27 +383,14 @@ pub fn parse_response(
 ) -> Result<Option<ResponseHead>, HeadError> {
     let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut res = httparse::Response::new(&mut raw);
-    let len = match res.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => {
-            return if buf.len() > MAX_HEAD_BYTES {
-                Err(HeadError::TooLarge)
-            } else {
-                Ok(None)
-            }
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(_) => return Err(HeadError::Malformed("malformed response head")),
+    let Some(len) = head_length(res.parse(buf), buf.len(), "malformed response head")? else {
+        return Ok(None);
     };
     let base: &[u8] = buf;
     let status = res.code.unwrap_or(0);
     let reason = Span::of(base, res.reason.unwrap_or("").as_bytes());
     let minor_version = res.version.unwrap_or(1);
-    let headers = res
-        .headers
-        .iter()
-        .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value)))
-        .collect();
+    let headers = header_spans(base, res.headers);
     let head = Head {
         buf: buf.split_to(len),
         headers,

@@ -220,9 +220,7 @@ async fn read_request_head(
                     h1::HeadError::Malformed(why) => why,
                     h1::HeadError::TooLarge => "request head too large",
                 };
-                out.clear();
-                LocalResponse::text(e.status(), message).write(out, false, false, b"");
-                let _ = client.io.write_all(out).await;
+                refuse(&mut client.io, out, e.status(), message).await;
                 return None;
             }
         }
@@ -232,9 +230,7 @@ async fn read_request_head(
         if watch.waiting_since.get().is_none() {
             watch.waiting_since.set(Some(worker.coarse_now.get()));
         }
-        if client.buf.capacity() - client.buf.len() < 1024 {
-            client.buf.reserve(READ_CHUNK);
-        }
+        make_room(&mut client.buf);
         tokio::select! {
             biased;
             read = client.io.read_buf(&mut client.buf) => match read {
@@ -243,9 +239,7 @@ async fn read_request_head(
             },
             _ = watch.closed() => {
                 if !client.buf.is_empty() && !worker.shutdown.is_requested() {
-                    out.clear();
-                    LocalResponse::text(408, "timed out reading the request head").write(out, false, false, b"");
-                    let _ = client.io.write_all(out).await;
+                    refuse(&mut client.io, out, 408, "timed out reading the request head").await;
                 }
                 return None;
             }
@@ -353,15 +347,7 @@ async fn local(
         .await;
         keep_alive &= drained.is_ok();
         if let Err(BodyError::Malformed) = drained {
-            return write_local(
-                client,
-                out,
-                head,
-                &LocalResponse::text(400, "malformed request body"),
-                false,
-                b"",
-            )
-            .await;
+            return malformed_body(client, out, head).await;
         }
     }
     let mut extra = Vec::new();
@@ -397,6 +383,19 @@ async fn write_local(
         },
         upstream: None,
     }
+}
+
+/// Writes a plain-text error that closes the connection, for a request that cannot go on.
+async fn refuse(io: &mut TcpStream, out: &mut Vec<u8>, status: u16, message: &str) {
+    out.clear();
+    LocalResponse::text(status, message).write(out, false, false, b"");
+    let _ = io.write_all(out).await;
+}
+
+/// A request body with broken framing: 400, and the connection closes (its framing is lost).
+async fn malformed_body(client: &mut Client, out: &mut Vec<u8>, head: &RequestHead) -> Outcome {
+    let response = LocalResponse::text(400, "malformed request body");
+    write_local(client, out, head, &response, false, b"").await
 }
 
 /// Decrements a server's in-flight count when the exchange ends, however it ends.
@@ -498,15 +497,7 @@ async fn proxy(
             Err(BodyError::Malformed) | Err(BodyError::TooLarge) => {
                 // Dropping `up` aborts the upstream request mid-body; it never sees a request boundary.
                 head.keep_alive = false;
-                return write_local(
-                    client,
-                    out,
-                    head,
-                    &LocalResponse::text(400, "malformed request body"),
-                    false,
-                    b"",
-                )
-                .await;
+                return malformed_body(client, out, head).await;
             }
             Err(BodyError::Source) => return Outcome::closed(499),
         }
@@ -658,9 +649,7 @@ async fn read_response_head(
             Ok(None) => {}
             Err(_) => return Err(ResponseError::Broken),
         }
-        if up.buf.capacity() - up.buf.len() < 1024 {
-            up.buf.reserve(READ_CHUNK);
-        }
+        make_room(&mut up.buf);
         match up.io.read_buf(&mut up.buf).await {
             Ok(0) | Err(_) if !received && up.buf.is_empty() => {
                 return Err(ResponseError::ClosedEarly)
@@ -966,10 +955,15 @@ async fn flush(sink: &mut Option<&mut TcpStream>, out: &mut Vec<u8>) -> Result<(
     Ok(())
 }
 
-async fn fill(src: &mut TcpStream, buf: &mut BytesMut) -> Result<(), BodyError> {
+/// Ensures a read has room for at least 1 KiB, growing by `READ_CHUNK`.
+fn make_room(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_CHUNK);
     }
+}
+
+async fn fill(src: &mut TcpStream, buf: &mut BytesMut) -> Result<(), BodyError> {
+    make_room(buf);
     match src.read_buf(buf).await {
         Ok(0) | Err(_) => Err(BodyError::Source),
         Ok(_) => Ok(()),

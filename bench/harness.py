@@ -298,30 +298,38 @@ def interleave(label, targets, measure, rounds):
         summary[name] = med
     return summary
 
+def start_proxies(ctx, conns, tag):
+    """The upstream, and nginx, HAProxy and weir proxying to it. Returns (procs, upstream port, targets)."""
+    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
+    procs = []
+    try:
+        procs.append(start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus))
+        ng = start_nginx(f"nginx-{tag}", ng_port, nginx_upstream_block(up_port, conns) +
+                         f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        ha = start_haproxy(f"haproxy-{tag}", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be", ctx.proxy_cpus)
+        procs.append(ha)
+        we = start_weir(ctx.weir, f"weir-{tag}", we_port,
+                        weir_yaml(we_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)),
+                        ctx.proxy_cpus)
+        procs.append(we)
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
+               ("haproxy", ha, f"http://127.0.0.1:{ha_port}/"),
+               ("weir", we, f"http://127.0.0.1:{we_port}/")]
+    return procs, up_port, targets
+
 def scenario_proxy(ctx):
     out = {}
     for conns in ctx.conn_levels:
         label = f"proxy-c{conns}"
-        up_port, ng_port, ha_port, we_port = free_port(), free_port(), free_port(), free_port()
-        procs = []
+        procs, up_port, targets = start_proxies(ctx, conns, "proxy")
         try:
-            up = start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
-            procs.append(up)
-            ng = start_nginx("nginx-proxy", ng_port, nginx_upstream_block(up_port, conns) +
-                             f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
-            procs.append(ng)
-            ha = start_haproxy("haproxy-proxy", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}",
-                               "  default_backend be", ctx.proxy_cpus)
-            procs.append(ha)
-            we = start_weir(ctx.weir, "weir-proxy", we_port,
-                            weir_yaml(we_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)),
-                            ctx.proxy_cpus)
-            procs.append(we)
             script = wrk_script("plain")
-            targets = [("direct", None, f"http://127.0.0.1:{up_port}/"),
-                       ("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
-                       ("haproxy", ha, f"http://127.0.0.1:{ha_port}/"),
-                       ("weir", we, f"http://127.0.0.1:{we_port}/")]
+            targets = [("direct", None, f"http://127.0.0.1:{up_port}/")] + targets
             measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
             out[label] = interleave(label, targets, measure, ctx.rounds)
         finally:
@@ -388,27 +396,14 @@ def scenario_hosts(ctx):
             p.stop()
 
 def scenario_fixed_rate(ctx):
-    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
     conns = 50
-    procs = []
+    procs, _, targets = start_proxies(ctx, conns, "fixed")
     try:
-        up = start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
-        procs.append(up)
-        ng = start_nginx("nginx-fixed", ng_port, nginx_upstream_block(up_port, conns) +
-                         f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
-        procs.append(ng)
-        ha = start_haproxy("haproxy-fixed", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be", ctx.proxy_cpus)
-        procs.append(ha)
-        we = start_weir(ctx.weir, "weir-fixed", we_port,
-                        weir_yaml(we_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)), ctx.proxy_cpus)
-        procs.append(we)
+        nginx = targets[0]
         log("  [fixed-rate] calibrating: nginx's closed-loop maximum with wrk")
-        top = run_wrk(f"http://127.0.0.1:{ng_port}/", conns, max(1, ctx.duration // 2), wrk_script("plain"), ctx.load_cpus, ng)["rps"]
+        top = run_wrk(nginx[2], conns, max(1, ctx.duration // 2), wrk_script("plain"), ctx.load_cpus, nginx[1])["rps"]
         rate = max(100, int(top * 0.5))
         log(f"  [fixed-rate] nginx max {top:.0f} req/s; fixed rate {rate} req/s")
-        targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
-                   ("haproxy", ha, f"http://127.0.0.1:{ha_port}/"),
-                   ("weir", we, f"http://127.0.0.1:{we_port}/")]
         measure = lambda url, proc: run_generator(ctx.bench, url, rate, conns, ctx.duration, ctx.load_cpus, proc)
         res = interleave("fixed-rate", targets, measure, ctx.rounds)
         res["_rate"] = rate

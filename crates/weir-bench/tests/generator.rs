@@ -1,0 +1,90 @@
+//! The generator end to end: against a real TCP server it sends exactly the scheduled number
+//! of requests at the rate asked, with templated bodies that vary per request.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// A minimal keep-alive HTTP server recording each request's body.
+fn server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        line.clear();
+                        reader.read_line(&mut line).unwrap();
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    seen.lock().unwrap().push(String::from_utf8(body).unwrap());
+                    writer
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (addr, bodies)
+}
+
+#[test]
+fn sends_the_schedule_with_templated_bodies() {
+    let (addr, bodies) = server();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args(["--json", "-R", "400", "-c", "4", "-d", "1s", "-X", "POST"])
+        .args(["-H", "Content-Type: application/json"])
+        .args([
+            "--body",
+            r#"{"n":{{seq}},"id":"{{uuid}}","w":"{{word}}","t":{{timestamp}}}"#,
+        ])
+        .arg(format!("http://{addr}/bulk"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sent"], 400);
+    assert_eq!(report["completed"], 400);
+    assert_eq!(report["errors"], 0);
+    assert_eq!(report["non_2xx"], 0);
+    let rate = report["achieved_rate"].as_f64().unwrap();
+    assert!((350.0..=420.0).contains(&rate), "{rate}");
+    let latency = &report["latency_us"];
+    assert!(latency["p50"].as_u64().unwrap() <= latency["p99"].as_u64().unwrap());
+    let bodies = bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 400);
+    let docs: Vec<serde_json::Value> = bodies
+        .iter()
+        .map(|b| serde_json::from_str(b).unwrap())
+        .collect();
+    let mut seqs: Vec<u64> = docs.iter().map(|d| d["n"].as_u64().unwrap()).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..400).collect::<Vec<u64>>());
+    let ids: std::collections::HashSet<&str> =
+        docs.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 400);
+}

@@ -99,7 +99,11 @@ impl Service {
             connect_timeout: cfg.timeouts.connect,
             response_header_timeout: cfg.timeouts.response_header,
             pass_host_header: cfg.pass_host_header,
-            cursors: (0..workers.max(1)).map(|_| Padded::default()).collect(),
+            // Each worker starts its turn at a different server, so requests that land on
+            // different workers do not all begin with the first server.
+            cursors: (0..workers.max(1))
+                .map(|w| Padded(AtomicUsize::new(w)))
+                .collect(),
         })
     }
 

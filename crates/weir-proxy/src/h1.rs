@@ -166,8 +166,6 @@ pub struct RequestHead {
     pub keep_alive: bool,
     pub upgrade: bool,
     pub expect_continue: bool,
-    /// Length of the original head on the wire.
-    pub wire_len: usize,
     /// The Host header as parsed (valid until the head is edited).
     host: Option<TextSpan>,
     /// Some Connection header names other headers, which must not be forwarded.
@@ -360,7 +358,6 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         keep_alive: known.keep_alive(minor_version),
         upgrade: known.upgrade_token && known.upgrade_header,
         expect_continue: known.expect_continue,
-        wire_len: len,
         host: known.host,
         connection_names_headers: known.names_headers,
     };

@@ -77,10 +77,6 @@ impl Pool {
             slot.retain(|idle| idle.expires > now);
         }
     }
-
-    pub fn idle_count(&self) -> usize {
-        self.slots.borrow().iter().map(Vec::len).sum()
-    }
 }
 
 /// An idle connection must have nothing to read: data means a protocol error, EOF means the

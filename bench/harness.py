@@ -298,19 +298,25 @@ def interleave(label, targets, measure, rounds):
         summary[name] = med
     return summary
 
+WEIR_CATCH_ALL = "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n"
+
+def start_upstream(ctx, port):
+    """The upstream every proxy forwards to: nginx answering BODY, on the load core."""
+    return start_nginx("upstream", port, f"""  server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
+
 def start_proxies(ctx, conns, tag):
     """The upstream, and nginx, HAProxy and weir proxying to it. Returns (procs, upstream port, targets)."""
     up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
     procs = []
     try:
-        procs.append(start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus))
+        procs.append(start_upstream(ctx, up_port))
         ng = start_nginx(f"nginx-{tag}", ng_port, nginx_upstream_block(up_port, conns) +
                          f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
         procs.append(ng)
         ha = start_haproxy(f"haproxy-{tag}", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be", ctx.proxy_cpus)
         procs.append(ha)
         we = start_weir(ctx.weir, f"weir-{tag}", we_port,
-                        weir_yaml(we_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)),
+                        weir_yaml(we_port, WEIR_CATCH_ALL, weir_service(up_port, conns)),
                         ctx.proxy_cpus)
         procs.append(we)
     except BaseException:
@@ -366,7 +372,7 @@ def scenario_hosts(ctx):
     conns = ctx.conn_levels[0]
     procs = []
     try:
-        up = start_nginx("upstream", up_port, f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
+        up = start_upstream(ctx, up_port)
         procs.append(up)
         servers = "\n".join(f"  server {{ listen 127.0.0.1:{ng_port}{' backlog=4096' if i == 0 else ''}; server_name h{i}.bench; location / {{ {NGINX_PROXY_LOC} }} }}" for i in range(HOSTS))
         ng = start_nginx("nginx-hosts", ng_port, nginx_upstream_block(up_port, conns) + "\n" + servers, ctx.proxy_cpus)
@@ -379,7 +385,7 @@ def scenario_hosts(ctx):
                            f"  use_backend %[req.hdr(host),lower,map_str({mapfile})]", ctx.proxy_cpus)
         procs.append(ha)
         w1 = start_weir(ctx.weir, "weir-1route", w1_port,
-                        weir_yaml(w1_port, "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n", weir_service(up_port, conns)), ctx.proxy_cpus)
+                        weir_yaml(w1_port, WEIR_CATCH_ALL, weir_service(up_port, conns)), ctx.proxy_cpus)
         procs.append(w1)
         routers = "".join(f"  h{i}:\n    rule: \"Host(`h{i}.bench`)\"\n    service: up\n" for i in range(HOSTS))
         wn = start_weir(ctx.weir, "weir-1000routes", wn_port, weir_yaml(wn_port, routers, weir_service(up_port, conns)), ctx.proxy_cpus)

@@ -350,6 +350,8 @@ impl Loader<'_> {
             workers: None,
             graceful_timeout: DEFAULT_GRACEFUL_TIMEOUT,
             client_idle_timeout: DEFAULT_CLIENT_IDLE_TIMEOUT,
+            client_body_timeout: DEFAULT_CLIENT_BODY_TIMEOUT,
+            client_send_timeout: DEFAULT_CLIENT_SEND_TIMEOUT,
             access_log: AccessLog {
                 enabled: false,
                 path: LogTarget::Stdout,
@@ -363,6 +365,8 @@ impl Loader<'_> {
                 "workers",
                 "graceful_timeout",
                 "client_idle_timeout",
+                "client_body_timeout",
+                "client_send_timeout",
                 "access_log",
             ],
         ) else {
@@ -380,10 +384,16 @@ impl Loader<'_> {
                 .duration(d, "`server.graceful_timeout`")
                 .unwrap_or(DEFAULT_GRACEFUL_TIMEOUT);
         }
-        if let Some(d) = f.get("client_idle_timeout") {
-            server.client_idle_timeout = self
-                .duration(d, "`server.client_idle_timeout`")
-                .unwrap_or(DEFAULT_CLIENT_IDLE_TIMEOUT);
+        for (key, slot) in [
+            ("client_idle_timeout", &mut server.client_idle_timeout),
+            ("client_body_timeout", &mut server.client_body_timeout),
+            ("client_send_timeout", &mut server.client_send_timeout),
+        ] {
+            if let Some(d) = f.get(key) {
+                if let Some(d) = self.duration(d, &format!("`server.{key}`")) {
+                    *slot = d;
+                }
+            }
         }
         if let Some(log) = f.get("access_log") {
             if let Some(lf) =
@@ -546,20 +556,27 @@ impl Loader<'_> {
         let mut timeouts = Timeouts {
             connect: DEFAULT_CONNECT_TIMEOUT,
             response_header: DEFAULT_RESPONSE_HEADER_TIMEOUT,
+            read: DEFAULT_UPSTREAM_READ_TIMEOUT,
+            write: DEFAULT_UPSTREAM_WRITE_TIMEOUT,
         };
         if let Some(t) = f.get("timeouts") {
-            if let Some(tf) = self.fields(t, "`timeouts`", &["connect", "response_header"]) {
-                if let Some(d) = tf
-                    .get("connect")
-                    .and_then(|d| self.duration(d, "`connect`"))
-                {
-                    timeouts.connect = d;
-                }
-                if let Some(d) = tf
-                    .get("response_header")
-                    .and_then(|d| self.duration(d, "`response_header`"))
-                {
-                    timeouts.response_header = d;
+            if let Some(tf) = self.fields(
+                t,
+                "`timeouts`",
+                &["connect", "response_header", "read", "write"],
+            ) {
+                for (key, slot) in [
+                    ("connect", &mut timeouts.connect),
+                    ("response_header", &mut timeouts.response_header),
+                    ("read", &mut timeouts.read),
+                    ("write", &mut timeouts.write),
+                ] {
+                    if let Some(d) = tf
+                        .get(key)
+                        .and_then(|d| self.duration(d, &format!("`{key}`")))
+                    {
+                        *slot = d;
+                    }
                 }
             }
         }

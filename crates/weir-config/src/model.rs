@@ -23,6 +23,10 @@ pub struct Server {
     pub graceful_timeout: Duration,
     /// How long a client connection may wait for (or dribble) a request head.
     pub client_idle_timeout: Duration,
+    /// How long a request body may go without a byte arriving (408 while nothing was answered).
+    pub client_body_timeout: Duration,
+    /// How long a write to the client may wait for it to read (then the connection closes).
+    pub client_send_timeout: Duration,
     pub access_log: AccessLog,
 }
 
@@ -130,6 +134,10 @@ pub struct Keepalive {
 pub struct Timeouts {
     pub connect: Duration,
     pub response_header: Duration,
+    /// Idle time allowed between reads of a response body.
+    pub read: Duration,
+    /// Idle time allowed while the upstream takes the request (head and body).
+    pub write: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -171,6 +179,10 @@ impl HeaderOps {
 
 pub const DEFAULT_GRACEFUL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_CLIENT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_UPSTREAM_READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

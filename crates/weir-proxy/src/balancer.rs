@@ -36,6 +36,10 @@ pub struct Service {
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
     pub response_header_timeout: Duration,
+    /// `timeouts.read`: idle time between reads of a response body.
+    pub read_timeout: Duration,
+    /// `timeouts.write`: idle time while the upstream takes the request.
+    pub write_timeout: Duration,
     pub pass_host_header: bool,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
@@ -98,6 +102,8 @@ impl Service {
             idle_timeout: cfg.keepalive.idle_timeout,
             connect_timeout: cfg.timeouts.connect,
             response_header_timeout: cfg.timeouts.response_header,
+            read_timeout: cfg.timeouts.read,
+            write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
             // Each worker starts its turn at a different server, so requests that land on
             // different workers do not all begin with the first server.

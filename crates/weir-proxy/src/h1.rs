@@ -165,7 +165,12 @@ pub struct RequestHead {
     pub framing: Framing,
     pub keep_alive: bool,
     pub upgrade: bool,
+    /// An HTTP/1.1 client asked for `100 Continue` before it sends the body (HTTP/1.0 clients'
+    /// expectations are ignored, RFC 9110 section 10.1.1).
     pub expect_continue: bool,
+    /// The head carries `Expect: 100-continue` (from any version); weir answers it itself, so
+    /// it is not forwarded.
+    pub has_expect_continue: bool,
     /// The Host header as parsed (valid until the head is edited).
     host: Option<TextSpan>,
     /// Some Connection header names other headers, which must not be forwarded.
@@ -258,6 +263,15 @@ impl RequestHead {
     pub fn is_head(&self) -> bool {
         self.method() == "HEAD"
     }
+
+    /// Whether the method is idempotent (RFC 9110 section 9.2.2), so a request that may have
+    /// been lost can be sent again.
+    pub fn is_idempotent(&self) -> bool {
+        matches!(
+            self.method(),
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -270,6 +284,8 @@ pub struct ResponseHead {
     pub keep_alive: bool,
     /// Some Connection header names other headers, which must not be forwarded.
     pub connection_names_headers: bool,
+    /// The response carries a `Date` header (else the proxy adds one).
+    pub has_date: bool,
 }
 
 impl ResponseHead {
@@ -283,6 +299,8 @@ impl ResponseHead {
 pub enum HeadError {
     /// Malformed syntax or ambiguous framing: 400.
     Malformed(&'static str),
+    /// Well-formed but asks for something weir does not implement (a transfer coding): 501.
+    Unsupported(&'static str),
     /// Head or header count over the limit: 431.
     TooLarge,
 }
@@ -291,7 +309,16 @@ impl HeadError {
     pub fn status(&self) -> u16 {
         match self {
             HeadError::Malformed(_) => 400,
+            HeadError::Unsupported(_) => 501,
             HeadError::TooLarge => 431,
+        }
+    }
+
+    /// The plain-text explanation sent with the status.
+    pub fn message(&self) -> &'static str {
+        match self {
+            HeadError::Malformed(why) | HeadError::Unsupported(why) => why,
+            HeadError::TooLarge => "request head too large",
         }
     }
 }
@@ -357,11 +384,19 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         framing,
         keep_alive: known.keep_alive(minor_version),
         upgrade: known.upgrade_token && known.upgrade_header,
-        expect_continue: known.expect_continue,
+        expect_continue: known.expect_continue && minor_version == 1,
+        has_expect_continue: known.expect_continue,
         host: known.host,
         connection_names_headers: known.names_headers,
     };
     req.split_target();
+    if let Some(authority) = req.authority {
+        if !is_valid_authority(req.head.text(authority).as_bytes()) {
+            return Err(HeadError::Malformed(
+                "invalid authority in the request target",
+            ));
+        }
+    }
     let target = req.target();
     if !(target.starts_with('/')
         || target.starts_with("http://")
@@ -411,6 +446,7 @@ pub fn parse_response(
         framing,
         keep_alive,
         connection_names_headers: known.names_headers,
+        has_date: known.date,
     }))
 }
 
@@ -419,9 +455,14 @@ pub fn parse_response(
 struct Known {
     host: Option<TextSpan>,
     hosts: usize,
+    /// Transfer-Encoding header lines.
     transfer_encodings: usize,
-    /// The Transfer-Encoding value is exactly `chunked`.
-    chunked: bool,
+    /// Transfer codings listed over all those lines, in order.
+    codings: usize,
+    /// How many of the codings are `chunked`, and whether the last one is.
+    chunked_codings: usize,
+    chunked_last: bool,
+    date: bool,
     /// The Content-Length value; all copies must agree.
     length: Option<u64>,
     close: bool,
@@ -443,10 +484,14 @@ impl Known {
             match name.len() {
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     k.hosts += 1;
+                    if !is_valid_authority(value) {
+                        return Err(HeadError::Malformed("invalid Host header"));
+                    }
                     let text = std::str::from_utf8(value)
-                        .map_err(|_| HeadError::Malformed("Host header is not valid text"))?;
+                        .map_err(|_| HeadError::Malformed("invalid Host header"))?;
                     k.host.get_or_insert(TextSpan::of(&head.buf, text));
                 }
+                4 if name.eq_ignore_ascii_case(b"date") => k.date = true,
                 6 if name.eq_ignore_ascii_case(b"expect") => {
                     k.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
                 }
@@ -474,7 +519,16 @@ impl Known {
                 }
                 17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
                     k.transfer_encodings += 1;
-                    k.chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+                    // Several lines form one list (RFC 9110 section 5.3).
+                    for coding in value.split(|&b| b == b',') {
+                        let coding = coding.trim_ascii();
+                        if coding.is_empty() {
+                            continue;
+                        }
+                        k.codings += 1;
+                        k.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                        k.chunked_codings += usize::from(k.chunked_last);
+                    }
                 }
                 _ => {}
             }
@@ -491,19 +545,37 @@ impl Known {
     }
 
     /// Framing per RFC 9112 section 6, refusing every ambiguous case instead of guessing.
+    /// Only `chunked` alone is decoded: another coding before it is 501 (section 6.1), a list
+    /// that does not end in `chunked` leaves the length unknown and is 400.
     fn framing(&self, minor_version: u8) -> Result<Framing, HeadError> {
-        match (self.transfer_encodings, self.length) {
-            (0, None) | (0, Some(0)) => Ok(Framing::None),
-            (0, Some(n)) => Ok(Framing::Length(n)),
-            (_, Some(_)) => Err(HeadError::Malformed(
-                "both Transfer-Encoding and Content-Length",
-            )),
-            (1, None) if minor_version == 1 && self.chunked => Ok(Framing::Chunked),
-            (1, None) if minor_version == 1 => {
-                Err(HeadError::Malformed("unsupported Transfer-Encoding"))
-            }
-            _ => Err(HeadError::Malformed("invalid Transfer-Encoding")),
+        if self.transfer_encodings == 0 {
+            return Ok(match self.length {
+                None | Some(0) => Framing::None,
+                Some(n) => Framing::Length(n),
+            });
         }
+        if self.length.is_some() {
+            return Err(HeadError::Malformed(
+                "both Transfer-Encoding and Content-Length",
+            ));
+        }
+        if minor_version != 1 {
+            return Err(HeadError::Malformed(
+                "Transfer-Encoding in an HTTP/1.0 message",
+            ));
+        }
+        if !self.chunked_last {
+            return Err(HeadError::Malformed(
+                "Transfer-Encoding does not end in chunked",
+            ));
+        }
+        if self.chunked_codings > 1 {
+            return Err(HeadError::Malformed("chunked applied more than once"));
+        }
+        if self.codings > 1 {
+            return Err(HeadError::Unsupported("unsupported transfer coding"));
+        }
+        Ok(Framing::Chunked)
     }
 }
 
@@ -524,6 +596,96 @@ fn parse_content_length(value: &[u8]) -> Result<u64, HeadError> {
         result = Some(n);
     }
     result.ok_or(HeadError::Malformed("invalid Content-Length"))
+}
+
+/// Whether `text` is `uri-host [":" port]` (RFC 9112 section 3.2, RFC 3986 section 3.2.2):
+/// a reg-name or IPv4 address, or an IPv6 / IPvFuture literal in brackets, then an optional
+/// all-digit port. Userinfo (`user@host`), paths and spaces are refused. Runs on every request,
+/// so the common case is one table lookup per byte.
+pub fn is_valid_authority(text: &[u8]) -> bool {
+    if let Some(rest) = text.strip_prefix(b"[") {
+        let Some(close) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let port = match &rest[close + 1..] {
+            [] => &[][..],
+            [b':', port @ ..] => port,
+            _ => return false,
+        };
+        return is_ip_literal(&rest[..close]) && port.iter().all(u8::is_ascii_digit);
+    }
+    let mut colon = None;
+    let mut i = 0;
+    while i < text.len() {
+        match AUTHORITY_BYTE[text[i] as usize] {
+            REG_NAME => {}
+            COLON if colon.is_none() => colon = Some(i),
+            PERCENT if colon.is_none() => {
+                if !text
+                    .get(i + 1..i + 3)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 2;
+            }
+            _ => return false,
+        }
+        i += 1;
+    }
+    // After the colon only the port's digits may follow.
+    colon.is_none_or(|c| text[c + 1..].iter().all(u8::is_ascii_digit))
+}
+
+const OTHER: u8 = 0;
+const REG_NAME: u8 = 1;
+const COLON: u8 = 2;
+const PERCENT: u8 = 3;
+
+/// Byte classes for [`is_valid_authority`]: unreserved and sub-delims (RFC 3986) are reg-name.
+static AUTHORITY_BYTE: [u8; 256] = {
+    let mut table = [OTHER; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            table[b] = REG_NAME;
+        }
+        b += 1;
+    }
+    let extra = b"-._~!$&'()*+,;=";
+    let mut i = 0;
+    while i < extra.len() {
+        table[extra[i] as usize] = REG_NAME;
+        i += 1;
+    }
+    table[b':' as usize] = COLON;
+    table[b'%' as usize] = PERCENT;
+    table
+};
+
+fn is_unreserved_or_sub_delim(b: u8) -> bool {
+    AUTHORITY_BYTE[b as usize] == REG_NAME
+}
+
+/// The inside of `[...]`: an IPv6 address or `v` HEXDIG+ `.` (unreserved / sub-delims / `:`)+.
+fn is_ip_literal(inner: &[u8]) -> bool {
+    if let Some(rest) = inner
+        .strip_prefix(b"v")
+        .or_else(|| inner.strip_prefix(b"V"))
+    {
+        let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (version, tail) = (&rest[..dot], &rest[dot + 1..]);
+        return !version.is_empty()
+            && version.iter().all(u8::is_ascii_hexdigit)
+            && !tail.is_empty()
+            && tail
+                .iter()
+                .all(|&b| b == b':' || is_unreserved_or_sub_delim(b));
+    }
+    std::str::from_utf8(inner).is_ok_and(|t| t.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 /// Headers that describe one connection and are never forwarded (RFC 9110 section 7.6.1),
@@ -726,7 +888,9 @@ mod tests {
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 4\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -3\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\n",
-            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET / HTTP/1.1\r\n\r\n",
@@ -739,9 +903,80 @@ mod tests {
                 "accepted: {text:?}"
             );
         }
+        for unsupported in [
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ] {
+            let err = req(unsupported).unwrap_err();
+            assert_eq!(err.status(), 501, "{unsupported:?}");
+        }
         let same =
             req("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n");
         assert_eq!(same.unwrap().unwrap().framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn host_must_be_an_authority() {
+        let valid = [
+            "example.com",
+            "Example.COM:8080",
+            "example.com.",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:8080",
+            "[2001:db8::7]:443",
+            "[v1.fe80::a+en1]",
+            "xn--bcher-kva.example",
+            "a%2Db.test",
+            "",
+            "host:",
+        ];
+        for host in valid {
+            assert!(is_valid_authority(host.as_bytes()), "refused {host:?}");
+        }
+        let invalid = [
+            "a.test/evil",
+            "a b",
+            "user@a.test",
+            "a.test:80:80",
+            "a.test:8o",
+            "[::1",
+            "[::g]",
+            "[::1]x",
+            "::1",
+            "a%2",
+            "a%zz.test",
+            "a\\b",
+            "a.test?x",
+        ];
+        for host in invalid {
+            assert!(!is_valid_authority(host.as_bytes()), "accepted {host:?}");
+        }
+        for text in [
+            "GET / HTTP/1.1\r\nHost: a.test/evil\r\n\r\n",
+            "GET http://user@a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            "GET http://a.test:x/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        ] {
+            assert!(
+                matches!(req(text), Err(HeadError::Malformed(_))),
+                "{text:?}"
+            );
+        }
+        let ok = req("GET http://[::1]:8080/p HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n");
+        assert_eq!(ok.unwrap().unwrap().host(), "[::1]:8080");
+    }
+
+    #[test]
+    fn expect_continue_only_from_http_1_1() {
+        let r = req("POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(!r.expect_continue && r.has_expect_continue);
+        let r =
+            req("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert!(r.expect_continue && r.has_expect_continue);
     }
 
     #[test]

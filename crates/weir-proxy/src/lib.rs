@@ -12,6 +12,7 @@ pub mod proxy;
 pub mod response;
 pub mod router;
 pub mod runtime;
+pub mod watch;
 pub mod worker;
 
 pub use runtime::Runtime;

@@ -12,16 +12,14 @@ use crate::middleware::Flow;
 use crate::pool::{Pool, UpstreamConn};
 use crate::response::{header, push_decimal, push_hex, reason, status_line, LocalResponse};
 use crate::runtime::{Route, RouteAction, Runtime};
+use crate::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
 use arc_swap::ArcSwap;
 use bytes::{Buf, BytesMut};
-use std::cell::{Cell, RefCell};
-use std::future::Future;
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -51,20 +49,29 @@ impl Shutdown {
     }
 }
 
+/// The client-side limits from `server`, each enforced through the connection's watch.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTimeouts {
+    /// `client_idle_timeout`: waiting for (or dribbling) a request head.
+    pub idle: Duration,
+    /// `client_body_timeout`: between reads of a request body.
+    pub body: Duration,
+    /// `client_send_timeout`: a write to a client that does not read.
+    pub send: Duration,
+}
+
 /// What one worker thread owns.
 pub struct Worker {
     pub id: usize,
     pub config: Arc<ArcSwap<Runtime>>,
     pub pool: Pool,
     pub shutdown: Arc<Shutdown>,
-    /// Every open client connection's watch, so the worker's once-a-second sweep can close
-    /// idle ones and a stop can close them all. Compacted by the sweep.
+    /// Every open client connection's watch, so the worker's sweep can fire their deadlines
+    /// and a stop can end idle ones. Compacted by the sweep.
     pub connections: RefCell<Vec<Rc<ConnWatch>>>,
-    /// The time at the last sweep: idle deadlines need second precision, not a clock read
-    /// (or a timer) per request.
-    pub coarse_now: Cell<Instant>,
-    /// `server.client_idle_timeout`, enforced by the sweep (so with up to a second of slack).
-    pub idle_timeout: Duration,
+    /// Read once per sweep tick, for deadlines and the `Date` header.
+    pub clock: Clock,
+    pub timeouts: ClientTimeouts,
 }
 
 impl Worker {
@@ -72,77 +79,35 @@ impl Worker {
         id: usize,
         config: Arc<ArcSwap<Runtime>>,
         shutdown: Arc<Shutdown>,
-        idle_timeout: Duration,
+        timeouts: ClientTimeouts,
     ) -> Worker {
         Worker {
-            idle_timeout,
             id,
             config,
             pool: Pool::default(),
             shutdown,
             connections: RefCell::new(Vec::new()),
-            coarse_now: Cell::new(Instant::now()),
+            clock: Clock::default(),
+            timeouts,
         }
     }
 
-    /// Closes connections waiting for a head longer than `idle_timeout`, or all waiting
-    /// ones when stopping, and forgets connections that have ended.
+    /// Advances the clock, fires the deadlines that have passed (and idle waits when
+    /// stopping), and forgets connections that have ended.
     pub fn sweep_connections(&self) {
-        let now = Instant::now();
-        self.coarse_now.set(now);
+        self.clock.tick();
+        let now = self.clock.now();
         let stopping = self.shutdown.is_requested();
         self.connections.borrow_mut().retain(|watch| {
-            if let Some(since) = watch.waiting_since.get() {
-                if stopping || now.duration_since(since) >= self.idle_timeout {
-                    watch.close();
-                }
-            }
+            watch.check(now, stopping);
             Rc::strong_count(watch) > 1
         });
     }
 }
 
-/// Lets the worker end a connection that is waiting for a request head, without a timer or a
-/// lock per request: the connection parks its waker here while it waits.
-#[derive(Default)]
-pub struct ConnWatch {
-    /// Set while the connection waits for (the rest of) a request head.
-    waiting_since: Cell<Option<Instant>>,
-    closed: Cell<bool>,
-    waker: RefCell<Option<Waker>>,
-}
-
-impl ConnWatch {
-    pub fn close(&self) {
-        self.closed.set(true);
-        if let Some(waker) = self.waker.borrow_mut().take() {
-            waker.wake();
-        }
-    }
-
-    fn closed(&self) -> WatchClosed<'_> {
-        WatchClosed(self)
-    }
-}
-
-struct WatchClosed<'a>(&'a ConnWatch);
-
-impl Future for WatchClosed<'_> {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.closed.get() {
-            return Poll::Ready(());
-        }
-        let mut slot = self.0.waker.borrow_mut();
-        if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            *slot = Some(cx.waker().clone());
-        }
-        Poll::Pending
-    }
-}
-
 struct Client {
     io: TcpStream,
+    watch: Rc<ConnWatch>,
     buf: BytesMut,
     ip: IpAddr,
     ip_text: String,
@@ -175,16 +140,17 @@ pub async fn serve_connection(
 ) {
     let _ = io.set_nodelay(true);
     let ip = canonical_ip(peer.ip());
+    let watch = Rc::new(ConnWatch::default());
+    worker.connections.borrow_mut().push(watch.clone());
     let mut client = Client {
         io,
+        watch,
         buf: BytesMut::with_capacity(READ_CHUNK),
         ip,
         ip_text: ip.to_string(),
     };
     let mut out = Vec::with_capacity(READ_CHUNK);
-    let watch = Rc::new(ConnWatch::default());
-    worker.connections.borrow_mut().push(watch.clone());
-    while let Some(head) = read_request_head(&worker, &watch, &mut client, &mut out).await {
+    while let Some(head) = read_request_head(&worker, &mut client, &mut out).await {
         let runtime = worker.config.load_full();
         let outcome = exchange(&worker, &runtime, entrypoint, &mut client, head, &mut out).await;
         if !outcome || worker.shutdown.is_requested() {
@@ -204,42 +170,35 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
 /// stop while idle, or a refused head, which has already been answered).
 async fn read_request_head(
     worker: &Worker,
-    watch: &ConnWatch,
     client: &mut Client,
     out: &mut Vec<u8>,
 ) -> Option<RequestHead> {
     loop {
         match h1::parse_request(&mut client.buf) {
-            Ok(Some(head)) => {
-                watch.waiting_since.set(None);
-                return Some(head);
-            }
+            Ok(Some(head)) => return Some(head),
             Ok(None) => {}
             Err(e) => {
-                let message = match e {
-                    h1::HeadError::Malformed(why) => why,
-                    h1::HeadError::TooLarge => "request head too large",
-                };
-                refuse(&mut client.io, out, e.status(), message).await;
+                refuse(worker, &mut client.io, out, e.status(), e.message()).await;
                 return None;
             }
         }
         if client.buf.is_empty() && worker.shutdown.is_requested() {
             return None;
         }
-        if watch.waiting_since.get().is_none() {
-            watch.waiting_since.set(Some(worker.coarse_now.get()));
-        }
         make_room(&mut client.buf);
-        tokio::select! {
-            biased;
-            read = client.io.read_buf(&mut client.buf) => match read {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {}
-            },
-            _ = watch.closed() => {
+        let read = client.io.read_buf(&mut client.buf);
+        let idle = worker.timeouts.idle;
+        match client
+            .watch
+            .within(&worker.clock, Waiting::RequestHead, idle, read)
+            .await
+        {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(_)) => {}
+            Err(Expired) => {
                 if !client.buf.is_empty() && !worker.shutdown.is_requested() {
-                    refuse(&mut client.io, out, 408, "timed out reading the request head").await;
+                    let message = "timed out reading the request head";
+                    refuse(worker, &mut client.io, out, 408, message).await;
                 }
                 return None;
             }
@@ -335,6 +294,7 @@ async fn local(
     let mut keep_alive = head.keep_alive && !worker.shutdown.is_requested();
     if head.framing != Framing::None {
         out.clear();
+        let drain = Relay::client_body(worker, &client.watch, LOCAL_DRAIN_LIMIT);
         let drained = relay_body(
             &mut client.io,
             &mut client.buf,
@@ -342,12 +302,16 @@ async fn local(
             None,
             out,
             false,
-            LOCAL_DRAIN_LIMIT,
+            &drain,
         )
         .await;
         keep_alive &= drained.is_ok();
-        if let Err(BodyError::Malformed) = drained {
-            return malformed_body(client, out, head).await;
+        match drained {
+            Err(BodyError::Malformed) => return malformed_body(worker, client, out, head).await,
+            Err(BodyError::SourceStalled) => {
+                return body_timed_out(worker, client, out, head).await
+            }
+            _ => {}
         }
     }
     let mut extra = Vec::new();
@@ -359,10 +323,11 @@ async fn local(
     if keep_alive && head.minor_version == 0 {
         extra.extend_from_slice(b"connection: keep-alive\r\n");
     }
-    write_local(client, out, head, response, keep_alive, &extra).await
+    write_local(worker, client, out, head, response, keep_alive, &extra).await
 }
 
 async fn write_local(
+    worker: &Worker,
     client: &mut Client,
     out: &mut Vec<u8>,
     head: &RequestHead,
@@ -371,7 +336,13 @@ async fn write_local(
     extra: &[u8],
 ) -> Outcome {
     out.clear();
-    response.write(out, keep_alive, head.is_head(), extra);
+    response.write(
+        out,
+        keep_alive,
+        head.is_head(),
+        extra,
+        &worker.clock.date_header(),
+    );
     let ok = client.io.write_all(out).await.is_ok();
     Outcome {
         keep_alive: keep_alive && ok,
@@ -386,16 +357,39 @@ async fn write_local(
 }
 
 /// Writes a plain-text error that closes the connection, for a request that cannot go on.
-async fn refuse(io: &mut TcpStream, out: &mut Vec<u8>, status: u16, message: &str) {
+async fn refuse(
+    worker: &Worker,
+    io: &mut TcpStream,
+    out: &mut Vec<u8>,
+    status: u16,
+    message: &str,
+) {
     out.clear();
-    LocalResponse::text(status, message).write(out, false, false, b"");
+    LocalResponse::text(status, message).write(out, false, false, b"", &worker.clock.date_header());
     let _ = io.write_all(out).await;
 }
 
 /// A request body with broken framing: 400, and the connection closes (its framing is lost).
-async fn malformed_body(client: &mut Client, out: &mut Vec<u8>, head: &RequestHead) -> Outcome {
+async fn malformed_body(
+    worker: &Worker,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+) -> Outcome {
     let response = LocalResponse::text(400, "malformed request body");
-    write_local(client, out, head, &response, false, b"").await
+    write_local(worker, client, out, head, &response, false, b"").await
+}
+
+/// A request body that stopped arriving: 408, and the connection closes (the rest of the body
+/// may still come and could not be told from a next request).
+async fn body_timed_out(
+    worker: &Worker,
+    client: &mut Client,
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+) -> Outcome {
+    let response = LocalResponse::text(408, "timed out reading the request body");
+    write_local(worker, client, out, head, &response, false, b"").await
 }
 
 /// Decrements a server's in-flight count when the exchange ends, however it ends.
@@ -434,21 +428,22 @@ async fn proxy(
     server.inflight.0.fetch_add(1, Ordering::Relaxed);
     let _inflight = InflightGuard(server);
     let has_body = head.framing != Framing::None;
-    let upstream_error = |status: u16, message: &'static str| (status, message);
+    // A reused connection can turn out dead after the request went out; only a request that
+    // may be repeated (idempotent, no body consumed) is then sent again (RFC 9110 9.2.2).
+    let may_resend = !has_body && head.is_idempotent();
+    let fail = |status: u16, message: &'static str| (status, message);
 
-    // Send the request, retrying on a fresh connection when a reused one turns out dead
-    // before anything could have been processed (no body sent, no response byte read).
     let (mut up, mut response) = loop {
         let mut up = match worker.pool.checkout(server.id) {
             Some(conn) => conn,
             None => match connect(server.addr, service.connect_timeout).await {
                 Ok(io) => UpstreamConn::new(io),
                 Err(ConnectError::Timeout) => {
-                    let (s, m) = upstream_error(504, "upstream connect timed out");
+                    let (s, m) = fail(504, "upstream connect timed out");
                     return upstream_failure(worker, client, out, head, route, server, s, m).await;
                 }
                 Err(ConnectError::Failed) => {
-                    let (s, m) = upstream_error(502, "upstream connection failed");
+                    let (s, m) = fail(502, "upstream connection failed");
                     return upstream_failure(worker, client, out, head, route, server, s, m).await;
                 }
             },
@@ -466,79 +461,54 @@ async fn proxy(
             return Outcome::closed(499);
         }
         let chunked = head.framing == Framing::Chunked;
-        match relay_body(
+        let send = Relay::request(worker, &client.watch, service);
+        let sent = relay_body(
             &mut client.io,
             &mut client.buf,
             head.framing,
             Some(&mut up.io),
             out,
             chunked,
-            u64::MAX,
+            &send,
         )
-        .await
-        {
-            Ok(_) => {}
-            Err(BodyError::Sink) if up.reused && !has_body => continue,
-            Err(BodyError::Sink) => {
-                // Part of the body may be consumed: the client connection cannot continue.
-                head.keep_alive &= !has_body;
-                return upstream_failure(
-                    worker,
-                    client,
-                    out,
-                    head,
-                    route,
-                    server,
-                    502,
-                    "upstream closed the connection",
-                )
-                .await;
+        .await;
+        let (status, message) = match sent {
+            Ok(_) => {
+                let read = read_response_head(&mut up, head.is_head(), head.upgrade);
+                let limit = service.response_header_timeout;
+                match client
+                    .watch
+                    .within(&worker.clock, Waiting::ResponseHead, limit, read)
+                    .await
+                {
+                    Ok(Ok(response)) => break (up, response),
+                    Ok(Err(ResponseError::ClosedEarly)) if up.reused && may_resend => continue,
+                    Ok(Err(_)) => fail(502, "invalid or missing upstream response"),
+                    Err(Expired) => fail(504, "upstream response timed out"),
+                }
             }
+            Err(BodyError::Sink) if up.reused && may_resend => continue,
+            Err(BodyError::Sink) => fail(502, "upstream closed the connection"),
+            Err(BodyError::SinkStalled) => fail(504, "upstream did not take the request in time"),
             Err(BodyError::Malformed) | Err(BodyError::TooLarge) => {
                 // Dropping `up` aborts the upstream request mid-body; it never sees a request boundary.
                 head.keep_alive = false;
-                return malformed_body(client, out, head).await;
+                return malformed_body(worker, client, out, head).await;
+            }
+            Err(BodyError::SourceStalled) => {
+                head.keep_alive = false;
+                return body_timed_out(worker, client, out, head).await;
             }
             Err(BodyError::Source) => return Outcome::closed(499),
-        }
-        match tokio::time::timeout(
-            service.response_header_timeout,
-            read_response_head(&mut up, head.is_head()),
-        )
-        .await
-        {
-            Ok(Ok(response)) => break (up, response),
-            Ok(Err(ResponseError::ClosedEarly)) if up.reused && !has_body => continue,
-            Ok(Err(_)) => {
-                return upstream_failure(
-                    worker,
-                    client,
-                    out,
-                    head,
-                    route,
-                    server,
-                    502,
-                    "invalid or missing upstream response",
-                )
-                .await;
-            }
-            Err(_) => {
-                return upstream_failure(
-                    worker,
-                    client,
-                    out,
-                    head,
-                    route,
-                    server,
-                    504,
-                    "upstream response timed out",
-                )
-                .await;
-            }
-        }
+        };
+        // Part of the body may be consumed: the client connection cannot continue.
+        head.keep_alive &= !has_body || sent.is_ok();
+        return upstream_failure(worker, client, out, head, route, server, status, message).await;
     };
 
-    if response.status == 101 && head.upgrade {
+    if response.status == 101 {
+        // Only reached when the client asked to upgrade (an unasked 101 is refused above);
+        // the connection now belongs to the new protocol and never returns to the pool.
         return tunnel(client, up, &response, out, server.addr).await;
     }
     if route.has_response_phase {
@@ -552,7 +522,16 @@ async fn proxy(
         body_chunked || !matches!(response.framing, Framing::Chunked | Framing::UntilClose);
     let keep_alive = head.keep_alive && client_can_delimit && !worker.shutdown.is_requested();
     out.clear();
-    write_client_head(out, &response, keep_alive, body_chunked, head.minor_version);
+    let date = (!response.has_date).then(|| worker.clock.date_header());
+    write_client_head(
+        out,
+        &response,
+        keep_alive,
+        body_chunked,
+        head.minor_version,
+        date.as_ref(),
+    );
+    let receive = Relay::response(worker, &client.watch, service);
     let relayed = relay_body(
         &mut up.io,
         &mut up.buf,
@@ -560,7 +539,7 @@ async fn proxy(
         Some(&mut client.io),
         out,
         body_chunked,
-        u64::MAX,
+        &receive,
     )
     .await;
     match relayed {
@@ -636,14 +615,20 @@ enum ResponseError {
     Broken,
 }
 
-/// Reads the final response head, skipping interim 1xx responses other than 101.
+/// Reads the final response head, skipping interim 1xx responses other than 101. A 101 to a
+/// request that did not ask to upgrade is invalid: the connection has switched to something
+/// weir cannot relay.
 async fn read_response_head(
     up: &mut UpstreamConn,
     request_is_head: bool,
+    upgrade_requested: bool,
 ) -> Result<ResponseHead, ResponseError> {
     let mut received = false;
     loop {
         match h1::parse_response(&mut up.buf, request_is_head) {
+            Ok(Some(r)) if r.status == 101 && !upgrade_requested => {
+                return Err(ResponseError::Broken)
+            }
             Ok(Some(r)) if (100..200).contains(&r.status) && r.status != 101 => continue,
             Ok(Some(r)) => return Ok(r),
             Ok(None) => {}
@@ -697,7 +682,7 @@ fn write_upstream_head(
     for (name, value) in req.head.iter() {
         if is_hop_by_hop(name)
             || is_rewritten_request_header(name)
-            || (req.expect_continue && name.eq_ignore_ascii_case(b"expect"))
+            || (req.has_expect_continue && name.eq_ignore_ascii_case(b"expect"))
             || connection.is_some_and(|c| lists_token(c, name))
         {
             had_length |= name.eq_ignore_ascii_case(b"content-length");
@@ -754,6 +739,7 @@ fn write_client_head(
     keep_alive: bool,
     chunked: bool,
     client_minor: u8,
+    date_header: Option<&[u8; DATE_HEADER_LEN]>,
 ) {
     let text = if resp.reason().is_empty() {
         reason(resp.status)
@@ -790,6 +776,9 @@ fn write_client_head(
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
         _ => {}
+    }
+    if let Some(line) = date_header {
+        out.extend_from_slice(line);
     }
     if !keep_alive {
         out.extend_from_slice(b"connection: close\r\n");
@@ -828,16 +817,96 @@ async fn tunnel(
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 enum BodyError {
     /// The sending side closed or failed before the body ended.
     Source,
+    /// The sending side went quiet for longer than its limit.
+    SourceStalled,
     /// The body's framing is invalid.
     Malformed,
     /// More than the allowed number of bytes.
     TooLarge,
     /// The receiving side failed.
     Sink,
+    /// The receiving side took nothing for longer than its limit.
+    SinkStalled,
+}
+
+/// The limits of one body relay: how long a read from the source and a write to the sink may
+/// wait (each wait re-arms the connection's watch), and how many bytes may pass.
+struct Relay<'a> {
+    clock: &'a Clock,
+    watch: &'a ConnWatch,
+    read: (Waiting, Duration),
+    write: (Waiting, Duration),
+    max_bytes: u64,
+}
+
+impl<'a> Relay<'a> {
+    /// A request body read from the client and discarded (up to `max_bytes`).
+    fn client_body(worker: &'a Worker, watch: &'a ConnWatch, max_bytes: u64) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::RequestBody, worker.timeouts.body),
+            write: (Waiting::UpstreamWrite, Duration::ZERO),
+            max_bytes,
+        }
+    }
+
+    /// A request (head and body) sent from the client to an upstream.
+    fn request(worker: &'a Worker, watch: &'a ConnWatch, service: &Service) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::RequestBody, worker.timeouts.body),
+            write: (Waiting::UpstreamWrite, service.write_timeout),
+            max_bytes: u64::MAX,
+        }
+    }
+
+    /// A response body relayed from an upstream to the client.
+    fn response(worker: &'a Worker, watch: &'a ConnWatch, service: &Service) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::ResponseBody, service.read_timeout),
+            write: (Waiting::ClientWrite, worker.timeouts.send),
+            max_bytes: u64::MAX,
+        }
+    }
+
+    async fn fill(&self, src: &mut TcpStream, buf: &mut BytesMut) -> Result<(), BodyError> {
+        make_room(buf);
+        let (what, limit) = self.read;
+        let read = src.read_buf(buf);
+        match self.watch.within(self.clock, what, limit, read).await {
+            Ok(Ok(0)) | Ok(Err(_)) => Err(BodyError::Source),
+            Ok(Ok(_)) => Ok(()),
+            Err(Expired) => Err(BodyError::SourceStalled),
+        }
+    }
+
+    async fn flush(
+        &self,
+        sink: &mut Option<&mut TcpStream>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BodyError> {
+        if !out.is_empty() {
+            if let Some(io) = sink {
+                let (what, limit) = self.write;
+                let write = io.write_all(out);
+                match self.watch.within(self.clock, what, limit, write).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(BodyError::Sink),
+                    Err(Expired) => return Err(BodyError::SinkStalled),
+                }
+            }
+            out.clear();
+        }
+        Ok(())
+    }
 }
 
 /// Streams one message body from `src` (its buffered bytes first) to `sink`, re-framing it
@@ -850,7 +919,7 @@ async fn relay_body(
     mut sink: Option<&mut TcpStream>,
     out: &mut Vec<u8>,
     chunked_out: bool,
-    limit: u64,
+    relay: &Relay<'_>,
 ) -> Result<u64, BodyError> {
     let mut relayed: u64 = 0;
     match framing {
@@ -859,19 +928,19 @@ async fn relay_body(
             let mut remaining = total;
             while remaining > 0 {
                 if buf.is_empty() {
-                    flush(&mut sink, out).await?;
-                    fill(src, buf).await?;
+                    relay.flush(&mut sink, out).await?;
+                    relay.fill(src, buf).await?;
                 }
                 let take = remaining.min(buf.len() as u64) as usize;
                 push_data(out, &buf[..take], chunked_out);
                 buf.advance(take);
                 remaining -= take as u64;
                 relayed += take as u64;
-                if relayed > limit {
+                if relayed > relay.max_bytes {
                     return Err(BodyError::TooLarge);
                 }
                 if out.len() >= FLUSH_AT {
-                    flush(&mut sink, out).await?;
+                    relay.flush(&mut sink, out).await?;
                 }
             }
         }
@@ -884,11 +953,11 @@ async fn relay_body(
                         push_data(out, &buf[start..end], chunked_out);
                         relayed += (end - start) as u64;
                         buf.advance(used);
-                        if relayed > limit {
+                        if relayed > relay.max_bytes {
                             return Err(BodyError::TooLarge);
                         }
                         if out.len() >= FLUSH_AT {
-                            flush(&mut sink, out).await?;
+                            relay.flush(&mut sink, out).await?;
                         }
                     }
                     ChunkEvent::End => {
@@ -900,8 +969,8 @@ async fn relay_body(
                     }
                     ChunkEvent::NeedMore => {
                         buf.advance(used);
-                        flush(&mut sink, out).await?;
-                        fill(src, buf).await?;
+                        relay.flush(&mut sink, out).await?;
+                        relay.fill(src, buf).await?;
                     }
                 }
             }
@@ -912,12 +981,13 @@ async fn relay_body(
                 relayed += buf.len() as u64;
                 buf.clear();
             }
-            flush(&mut sink, out).await?;
-            if relayed > limit {
+            relay.flush(&mut sink, out).await?;
+            if relayed > relay.max_bytes {
                 return Err(BodyError::TooLarge);
             }
-            match fill(src, buf).await {
+            match relay.fill(src, buf).await {
                 Ok(()) => {}
+                Err(BodyError::SourceStalled) => return Err(BodyError::SourceStalled),
                 Err(_) => {
                     if chunked_out {
                         out.extend_from_slice(b"0\r\n\r\n");
@@ -927,7 +997,7 @@ async fn relay_body(
             }
         },
     }
-    flush(&mut sink, out).await?;
+    relay.flush(&mut sink, out).await?;
     Ok(relayed)
 }
 
@@ -945,27 +1015,9 @@ fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
     }
 }
 
-async fn flush(sink: &mut Option<&mut TcpStream>, out: &mut Vec<u8>) -> Result<(), BodyError> {
-    if !out.is_empty() {
-        if let Some(io) = sink {
-            io.write_all(out).await.map_err(|_| BodyError::Sink)?;
-        }
-        out.clear();
-    }
-    Ok(())
-}
-
 /// Ensures a read has room for at least 1 KiB, growing by `READ_CHUNK`.
 fn make_room(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_CHUNK);
-    }
-}
-
-async fn fill(src: &mut TcpStream, buf: &mut BytesMut) -> Result<(), BodyError> {
-    make_room(buf);
-    match src.read_buf(buf).await {
-        Ok(0) | Err(_) => Err(BodyError::Source),
-        Ok(_) => Ok(()),
     }
 }

@@ -49,9 +49,18 @@ impl LocalResponse {
         )
     }
 
-    /// Appends the response to `out`. `extra` are headers added by response middlewares.
-    pub fn write(&self, out: &mut Vec<u8>, keep_alive: bool, head_only: bool, extra: &[u8]) {
+    /// Appends the response to `out`. `extra` are headers added by response middlewares;
+    /// `date_header` is the worker's current `Date` header line.
+    pub fn write(
+        &self,
+        out: &mut Vec<u8>,
+        keep_alive: bool,
+        head_only: bool,
+        extra: &[u8],
+        date_header: &[u8],
+    ) {
         out.extend_from_slice(&self.prebuilt);
+        out.extend_from_slice(date_header);
         out.extend_from_slice(extra);
         if !keep_alive {
             out.extend_from_slice(b"connection: close\r\n");
@@ -147,10 +156,16 @@ mod tests {
             "pong",
         );
         let mut out = Vec::new();
-        r.write(&mut out, false, false, b"x-a: 1\r\n");
+        r.write(
+            &mut out,
+            false,
+            false,
+            b"x-a: 1\r\n",
+            b"date: Sun, 06 Nov 1994 08:49:37 GMT\r\n",
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 4\r\nx-a: 1\r\nconnection: close\r\n\r\npong"
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 4\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\nx-a: 1\r\nconnection: close\r\n\r\npong"
         );
         let mut digits = Vec::new();
         push_decimal(&mut digits, 1234567);

@@ -2,8 +2,9 @@
 //! per entrypoint (bound with SO_REUSEPORT so the kernel spreads connections) and its own
 //! upstream pools. The main thread only waits for SIGTERM / SIGINT and then drains.
 
-use crate::proxy::{serve_connection, Shutdown, Worker};
+use crate::proxy::{serve_connection, ClientTimeouts, Shutdown, Worker};
 use crate::runtime::Runtime;
+use crate::watch::SWEEP_TICK;
 use arc_swap::ArcSwap;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::Cell;
@@ -25,7 +26,11 @@ pub fn run(config: Config) -> Result<(), String> {
     let shared = Arc::new(ArcSwap::from_pointee(runtime));
     let shutdown = Arc::new(Shutdown::default());
     let graceful = config.server.graceful_timeout;
-    let idle_timeout = config.server.client_idle_timeout;
+    let timeouts = ClientTimeouts {
+        idle: config.server.client_idle_timeout,
+        body: config.server.client_body_timeout,
+        send: config.server.client_send_timeout,
+    };
 
     // Bind every socket up front: the first per entrypoint resolves port 0 to a real port,
     // the others join it through SO_REUSEPORT.
@@ -55,7 +60,7 @@ pub fn run(config: Config) -> Result<(), String> {
         let shutdown = shutdown.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker_main(id, listeners, shared, shutdown, graceful, idle_timeout))
+            .spawn(move || worker_main(id, listeners, shared, shutdown, graceful, timeouts))
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
@@ -104,7 +109,7 @@ fn worker_main(
     config: Arc<ArcSwap<Runtime>>,
     shutdown: Arc<Shutdown>,
     graceful: Duration,
-    idle_timeout: Duration,
+    timeouts: ClientTimeouts,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -118,7 +123,7 @@ fn worker_main(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Rc::new(Worker::new(id, config, shutdown.clone(), idle_timeout));
+        let worker = Rc::new(Worker::new(id, config, shutdown.clone(), timeouts));
         let active = Rc::new(Cell::new(0usize));
         for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
             let listener = match TcpListener::from_std(std_listener) {
@@ -137,11 +142,16 @@ fn worker_main(
         }
         let sweeper = worker.clone();
         tokio::task::spawn_local(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut tick = tokio::time::interval(SWEEP_TICK);
+            let mut ticks = 0u32;
             loop {
                 tick.tick().await;
-                sweeper.pool.sweep();
                 sweeper.sweep_connections();
+                ticks = ticks.wrapping_add(1);
+                // Pooled connections expire with second precision.
+                if ticks % 10 == 0 {
+                    sweeper.pool.sweep();
+                }
             }
         });
 

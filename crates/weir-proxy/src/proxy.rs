@@ -116,6 +116,8 @@ struct Client {
 /// The result of one request/response exchange.
 struct Outcome {
     keep_alive: bool,
+    /// The connection closes while request bytes may still be arriving: close it gently.
+    linger: bool,
     status: u16,
     bytes: u64,
     upstream: Option<SocketAddr>,
@@ -125,6 +127,7 @@ impl Outcome {
     fn closed(status: u16) -> Outcome {
         Outcome {
             keep_alive: false,
+            linger: false,
             status,
             bytes: 0,
             upstream: None,
@@ -150,13 +153,60 @@ pub async fn serve_connection(
         ip_text: ip.to_string(),
     };
     let mut out = Vec::with_capacity(READ_CHUNK);
-    while let Some(head) = read_request_head(&worker, &mut client, &mut out).await {
+    loop {
+        let head = match read_request_head(&worker, &mut client, &mut out).await {
+            HeadRead::Head(head) => head,
+            HeadRead::End => return,
+            HeadRead::Refused => return linger(&worker, &mut client).await,
+        };
         let runtime = worker.config.load_full();
         let outcome = exchange(&worker, &runtime, entrypoint, &mut client, head, &mut out).await;
-        if !outcome || worker.shutdown.is_requested() {
-            break;
+        if outcome.linger {
+            return linger(&worker, &mut client).await;
+        }
+        if !outcome.keep_alive || worker.shutdown.is_requested() {
+            return;
         }
     }
+}
+
+/// How long a closing connection keeps reading (and discarding) what the client still sends,
+/// and how much it reads at most: nginx's lingering close.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
+const LINGER_MAX_BYTES: usize = 8 << 20;
+
+/// Closes a connection whose request may still be arriving without resetting it: weir's side
+/// is shut down, then input is read and dropped until the client closes, goes quiet or has
+/// sent too much. Closing with unread input sends a reset, which can destroy the answer
+/// before the client reads it.
+async fn linger(worker: &Worker, client: &mut Client) {
+    if client.io.shutdown().await.is_err() {
+        return;
+    }
+    let mut discarded = 0;
+    while discarded < LINGER_MAX_BYTES {
+        client.buf.clear();
+        make_room(&mut client.buf);
+        let read = client.io.read_buf(&mut client.buf);
+        let wait = Waiting::RequestBody;
+        match client
+            .watch
+            .within(&worker.clock, wait, LINGER_TIMEOUT, read)
+            .await
+        {
+            Ok(Ok(n)) if n > 0 => discarded += n,
+            _ => return,
+        }
+    }
+}
+
+/// What waiting for a request head ended with.
+enum HeadRead {
+    Head(RequestHead),
+    /// EOF, idle timeout or stop: close.
+    End,
+    /// A refused head has been answered: close gently.
+    Refused,
 }
 
 fn canonical_ip(ip: IpAddr) -> IpAddr {
@@ -166,24 +216,19 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Reads until a full head is buffered. `None` ends the connection (EOF, idle timeout,
-/// stop while idle, or a refused head, which has already been answered).
-async fn read_request_head(
-    worker: &Worker,
-    client: &mut Client,
-    out: &mut Vec<u8>,
-) -> Option<RequestHead> {
+/// Reads until a full head is buffered, answering a head that is refused or too slow.
+async fn read_request_head(worker: &Worker, client: &mut Client, out: &mut Vec<u8>) -> HeadRead {
     loop {
         match h1::parse_request(&mut client.buf) {
-            Ok(Some(head)) => return Some(head),
+            Ok(Some(head)) => return HeadRead::Head(head),
             Ok(None) => {}
             Err(e) => {
                 refuse(worker, &mut client.io, out, e.status(), e.message()).await;
-                return None;
+                return HeadRead::Refused;
             }
         }
         if client.buf.is_empty() && worker.shutdown.is_requested() {
-            return None;
+            return HeadRead::End;
         }
         make_room(&mut client.buf);
         let read = client.io.read_buf(&mut client.buf);
@@ -193,20 +238,21 @@ async fn read_request_head(
             .within(&worker.clock, Waiting::RequestHead, idle, read)
             .await
         {
-            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::End,
             Ok(Ok(_)) => {}
             Err(Expired) => {
                 if !client.buf.is_empty() && !worker.shutdown.is_requested() {
                     let message = "timed out reading the request head";
                     refuse(worker, &mut client.io, out, 408, message).await;
+                    return HeadRead::Refused;
                 }
-                return None;
+                return HeadRead::End;
             }
         }
     }
 }
 
-/// Routes and answers one request; returns whether the client connection stays open.
+/// Routes and answers one request (and logs it).
 async fn exchange(
     worker: &Worker,
     runtime: &Runtime,
@@ -214,7 +260,7 @@ async fn exchange(
     client: &mut Client,
     mut head: RequestHead,
     out: &mut Vec<u8>,
-) -> bool {
+) -> Outcome {
     // Read the clock only when a log line will use it.
     let started = runtime.access_log.as_ref().map(|_| Instant::now());
     let router = &runtime.entrypoints[entrypoint].router;
@@ -259,7 +305,7 @@ async fn exchange(
             upstream: &upstream,
         });
     }
-    outcome.keep_alive
+    outcome
 }
 
 async fn handle_route(
@@ -346,6 +392,7 @@ async fn write_local(
     let ok = client.io.write_all(out).await.is_ok();
     Outcome {
         keep_alive: keep_alive && ok,
+        linger: false,
         status: response.status,
         bytes: if head.is_head() {
             0
@@ -377,7 +424,9 @@ async fn malformed_body(
     head: &RequestHead,
 ) -> Outcome {
     let response = LocalResponse::text(400, "malformed request body");
-    write_local(worker, client, out, head, &response, false, b"").await
+    let mut outcome = write_local(worker, client, out, head, &response, false, b"").await;
+    outcome.linger = true;
+    outcome
 }
 
 /// A request body that stopped arriving: 408, and the connection closes (the rest of the body
@@ -389,7 +438,9 @@ async fn body_timed_out(
     head: &RequestHead,
 ) -> Outcome {
     let response = LocalResponse::text(408, "timed out reading the request body");
-    write_local(worker, client, out, head, &response, false, b"").await
+    let mut outcome = write_local(worker, client, out, head, &response, false, b"").await;
+    outcome.linger = true;
+    outcome
 }
 
 /// Decrements a server's in-flight count when the exchange ends, however it ends.
@@ -501,9 +552,13 @@ async fn proxy(
             }
             Err(BodyError::Source) => return Outcome::closed(499),
         };
-        // Part of the body may be consumed: the client connection cannot continue.
-        head.keep_alive &= !has_body || sent.is_ok();
-        return upstream_failure(worker, client, out, head, route, server, status, message).await;
+        // Part of the body may be unread: the client connection cannot continue.
+        let body_unread = has_body && sent.is_err();
+        head.keep_alive &= !body_unread;
+        let mut outcome =
+            upstream_failure(worker, client, out, head, route, server, status, message).await;
+        outcome.linger = body_unread;
+        return outcome;
     };
 
     if response.status == 101 {
@@ -554,6 +609,7 @@ async fn proxy(
             }
             Outcome {
                 keep_alive,
+                linger: false,
                 status: response.status,
                 bytes,
                 upstream: Some(server.addr),
@@ -562,6 +618,7 @@ async fn proxy(
         // The head is already sent: closing is the only way to tell the client the body broke.
         Err(_) => Outcome {
             keep_alive: false,
+            linger: false,
             status: response.status,
             bytes: 0,
             upstream: Some(server.addr),
@@ -811,6 +868,7 @@ async fn tunnel(
     let copied = tokio::io::copy_bidirectional(&mut client.io, &mut up.io).await;
     Outcome {
         keep_alive: false,
+        linger: false,
         status: 101,
         bytes: copied.map(|(_, down)| down).unwrap_or(0),
         upstream: Some(upstream),

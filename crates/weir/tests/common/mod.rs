@@ -515,3 +515,104 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A hand-scripted upstream over raw TCP, for what no well-behaved server sends: each accepted
+/// connection runs `script` on its own thread. Every request line read is logged, and scripts
+/// can add notes (e.g. when they see the connection close).
+pub struct RawUpstream {
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+/// One connection of a [`RawUpstream`].
+pub struct RawConn {
+    pub stream: TcpStream,
+    /// 1 for the first connection accepted, 2 for the next, ...
+    pub number: usize,
+    buf: Vec<u8>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl RawConn {
+    /// Reads one request head and logs its request line; `None` at EOF.
+    pub fn read_head(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head: Vec<u8> = self.buf.drain(..end + 4).collect();
+                let head = String::from_utf8_lossy(&head).into_owned();
+                self.note(head.lines().next().unwrap_or(""));
+                return Some(head);
+            }
+            let mut chunk = [0u8; 16384];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Reads until EOF and returns how many bytes came (after any already buffered).
+    pub fn read_to_end(&mut self) -> usize {
+        let mut rest = Vec::new();
+        let _ = self.stream.read_to_end(&mut rest);
+        std::mem::take(&mut self.buf).len() + rest.len()
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes);
+    }
+
+    pub fn note(&self, text: &str) {
+        self.log.lock().unwrap().push(text.to_string());
+    }
+}
+
+impl RawUpstream {
+    pub fn start(script: impl Fn(&mut RawConn) + Send + Sync + 'static) -> RawUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(script);
+        let conn_log = log.clone();
+        std::thread::spawn(move || {
+            for (i, stream) in listener.incoming().enumerate() {
+                let Ok(stream) = stream else { continue };
+                let (script, log) = (script.clone(), conn_log.clone());
+                std::thread::spawn(move || {
+                    let mut conn = RawConn {
+                        stream,
+                        number: i + 1,
+                        buf: Vec::new(),
+                        log,
+                    };
+                    script(&mut conn);
+                });
+            }
+        });
+        RawUpstream { addr, log }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Request lines read and notes made, in order.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// How many logged lines start with `prefix`.
+    pub fn count(&self, prefix: &str) -> usize {
+        self.log().iter().filter(|l| l.starts_with(prefix)).count()
+    }
+}
+
+/// A config with one catch-all router proxying to `upstream`; `service_extra` is indented
+/// under the service, `server_extra` is a flow mapping's inner keys for `server`.
+pub fn proxy_config_with(upstream: &str, server_extra: &str, service_extra: &str) -> String {
+    format!(
+        "server: {{ workers: 1{server_extra} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  local:\n    rule: \"PathPrefix(`/local`)\"\n    respond: {{ body: local }}\n  all:\n    rule: \"PathPrefix(`/`)\"\n    priority: 1\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{upstream}\" }}]\n{service_extra}"
+    )
+}

@@ -37,6 +37,12 @@ impl TextSpan {
         TextSpan(Span::of(base, text.as_bytes()))
     }
 
+    /// A span over bytes already checked to be ASCII (so UTF-8), without checking them again.
+    fn of_ascii(base: &[u8], ascii: &[u8]) -> TextSpan {
+        debug_assert!(ascii.is_ascii());
+        TextSpan(Span::of(base, ascii))
+    }
+
     /// The sub-span `[from, to)` in bytes relative to this span's start; callers split only at
     /// ASCII characters, which are always character boundaries.
     fn sub(self, from: usize, to: usize) -> TextSpan {
@@ -74,8 +80,10 @@ impl Head {
         let bytes = self.bytes(span.0);
         debug_assert!(std::str::from_utf8(bytes).is_ok());
         // SAFETY: a TextSpan is only made from a `&str` lying inside `buf` (`TextSpan::of`,
-        // `push_text`) or from an ASCII-aligned part of one (`TextSpan::sub`), and `buf` is only
-        // ever appended to, so the bytes under the span are still that valid UTF-8.
+        // `push_text`), from bytes validated as ASCII (`TextSpan::of_ascii`: a Host value that
+        // passed `is_valid_authority`, which admits ASCII only) or from an ASCII-aligned part of
+        // one (`TextSpan::sub`), and `buf` is only ever appended to, so the bytes under the
+        // span are still that valid UTF-8.
         unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
@@ -487,9 +495,8 @@ impl Known {
                     if !is_valid_authority(value) {
                         return Err(HeadError::Malformed("invalid Host header"));
                     }
-                    let text = std::str::from_utf8(value)
-                        .map_err(|_| HeadError::Malformed("invalid Host header"))?;
-                    k.host.get_or_insert(TextSpan::of(&head.buf, text));
+                    // A valid authority is ASCII: no second UTF-8 check.
+                    k.host.get_or_insert(TextSpan::of_ascii(&head.buf, value));
                 }
                 4 if name.eq_ignore_ascii_case(b"date") => k.date = true,
                 6 if name.eq_ignore_ascii_case(b"expect") => {
@@ -600,8 +607,8 @@ fn parse_content_length(value: &[u8]) -> Result<u64, HeadError> {
 
 /// Whether `text` is `uri-host [":" port]` (RFC 9112 section 3.2, RFC 3986 section 3.2.2):
 /// a reg-name or IPv4 address, or an IPv6 / IPvFuture literal in brackets, then an optional
-/// all-digit port. Userinfo (`user@host`), paths and spaces are refused. Runs on every request,
-/// so the common case is one table lookup per byte.
+/// all-digit port. Userinfo (`user@host`), paths, spaces and non-ASCII bytes are refused (so a
+/// valid authority is always ASCII). Runs on every request: one table lookup per byte.
 pub fn is_valid_authority(text: &[u8]) -> bool {
     if let Some(rest) = text.strip_prefix(b"[") {
         let Some(close) = rest.iter().position(|&b| b == b']') else {
@@ -948,6 +955,8 @@ mod tests {
             "a%zz.test",
             "a\\b",
             "a.test?x",
+            "bücher.example",
+            "[::ü]",
         ];
         for host in invalid {
             assert!(!is_valid_authority(host.as_bytes()), "accepted {host:?}");

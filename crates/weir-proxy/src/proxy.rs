@@ -482,7 +482,6 @@ async fn proxy(
     // A reused connection can turn out dead after the request went out; only a request that
     // may be repeated (idempotent, no body consumed) is then sent again (RFC 9110 9.2.2).
     let may_resend = !has_body && head.is_idempotent();
-    let fail = |status: u16, message: &'static str| (status, message);
 
     let (mut up, mut response) = loop {
         let mut up = match worker.pool.checkout(server.id) {
@@ -490,11 +489,11 @@ async fn proxy(
             None => match connect(server.addr, service.connect_timeout).await {
                 Ok(io) => UpstreamConn::new(io),
                 Err(ConnectError::Timeout) => {
-                    let (s, m) = fail(504, "upstream connect timed out");
+                    let (s, m) = (504, "upstream connect timed out");
                     return upstream_failure(worker, client, out, head, route, server, s, m).await;
                 }
                 Err(ConnectError::Failed) => {
-                    let (s, m) = fail(502, "upstream connection failed");
+                    let (s, m) = (502, "upstream connection failed");
                     return upstream_failure(worker, client, out, head, route, server, s, m).await;
                 }
             },
@@ -534,13 +533,13 @@ async fn proxy(
                 {
                     Ok(Ok(response)) => break (up, response),
                     Ok(Err(ResponseError::ClosedEarly)) if up.reused && may_resend => continue,
-                    Ok(Err(_)) => fail(502, "invalid or missing upstream response"),
-                    Err(Expired) => fail(504, "upstream response timed out"),
+                    Ok(Err(_)) => (502, "invalid or missing upstream response"),
+                    Err(Expired) => (504, "upstream response timed out"),
                 }
             }
             Err(BodyError::Sink) if up.reused && may_resend => continue,
-            Err(BodyError::Sink) => fail(502, "upstream closed the connection"),
-            Err(BodyError::SinkStalled) => fail(504, "upstream did not take the request in time"),
+            Err(BodyError::Sink) => (502, "upstream closed the connection"),
+            Err(BodyError::SinkStalled) => (504, "upstream did not take the request in time"),
             Err(BodyError::Malformed) | Err(BodyError::TooLarge) => {
                 // Dropping `up` aborts the upstream request mid-body; it never sees a request boundary.
                 head.keep_alive = false;
@@ -908,6 +907,7 @@ impl<'a> Relay<'a> {
             clock: &worker.clock,
             watch,
             read: (Waiting::RequestBody, worker.timeouts.body),
+            // Never used: a drained body has no sink.
             write: (Waiting::UpstreamWrite, Duration::ZERO),
             max_bytes,
         }

@@ -1,7 +1,7 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
 import argparse, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
@@ -9,9 +9,12 @@ import argparse, json, os, resource, shutil, signal, socket, statistics, subproc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
+# 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
+# two per maxconn, so 9,000 is the most all three peers can hold.
+IDLE_CONNS = 9000
 
 def log(msg):
     print(msg, flush=True)
@@ -109,6 +112,17 @@ class Proc:
                 pass
         return kb / 1024
 
+    def rss_kb(self):
+        kb = 0
+        for pid in self.pids():
+            try:
+                for line in open(f"/proc/{pid}/status"):
+                    if line.startswith("VmRSS:"):
+                        kb += int(line.split()[1])
+            except OSError:
+                pass
+        return kb
+
     def stop(self):
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -155,12 +169,12 @@ def nginx_upstream_block(up_port, conns):
 
 NGINX_PROXY_LOC = """proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; proxy_buffering on;"""
 
-def start_haproxy(name, port, backend_cfg, frontend_extra, cpus):
+def start_haproxy(name, port, backend_cfg, frontend_extra, cpus, maxconn=8000):
     d = os.path.join(WORK, name)
     os.makedirs(d, exist_ok=True)
     conf = f"""global
   nbthread 1
-  maxconn 8000
+  maxconn {maxconn}
 defaults
   mode http
   timeout connect 5s
@@ -304,7 +318,7 @@ def start_upstream(ctx, port):
     """The upstream every proxy forwards to: nginx answering BODY, on the load core."""
     return start_nginx("upstream", port, f"""  server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ return 200 "{BODY}"; }} }}""", ctx.load_cpus)
 
-def start_proxies(ctx, conns, tag):
+def start_proxies(ctx, conns, tag, maxconn=8000):
     """The upstream, and nginx, HAProxy and weir proxying to it. Returns (procs, upstream port, targets)."""
     up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
     procs = []
@@ -313,7 +327,7 @@ def start_proxies(ctx, conns, tag):
         ng = start_nginx(f"nginx-{tag}", ng_port, nginx_upstream_block(up_port, conns) +
                          f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
         procs.append(ng)
-        ha = start_haproxy(f"haproxy-{tag}", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be", ctx.proxy_cpus)
+        ha = start_haproxy(f"haproxy-{tag}", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be", ctx.proxy_cpus, maxconn)
         procs.append(ha)
         we = start_weir(ctx.weir, f"weir-{tag}", we_port,
                         weir_yaml(we_port, WEIR_CATCH_ALL, weir_service(up_port, conns)),
@@ -418,6 +432,89 @@ def scenario_fixed_rate(ctx):
         for p in procs:
             p.stop()
 
+def read_one_response(sock):
+    """Reads one small Content-Length response (the upstream's BODY) from a blocking socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise OSError("closed before a response")
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise OSError("closed mid-body")
+        rest += chunk
+    return head.split(b" ", 2)[1]
+
+def scenario_idle(ctx):
+    """RSS growth per idle keep-alive client connection, after one proxied request each."""
+    n = 500 if ctx.smoke else IDLE_CONNS
+    procs, _, targets = start_proxies(ctx, 64, "idle", maxconn=n + 500)
+    results = {}
+    try:
+        for name, proc, url in targets:
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            request = b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n"
+            warm = socket.create_connection(("127.0.0.1", port))
+            for _ in range(20):
+                warm.sendall(request)
+                read_one_response(warm)
+            warm.close()
+            time.sleep(0.5)
+            before = proc.rss_kb()
+            socks, errors = [], 0
+            for _ in range(n):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                    s.sendall(request)
+                    if read_one_response(s) != b"200":
+                        errors += 1
+                    socks.append(s)
+                except OSError:
+                    errors += 1
+            time.sleep(1.0)
+            after = proc.rss_kb()
+            for s in socks:
+                s.close()
+            per_conn = (after - before) / max(1, len(socks))
+            results[name] = {"connections": len(socks), "errors": errors, "rss_before_mb": before / 1024,
+                             "rss_after_mb": after / 1024, "kb_per_conn": per_conn}
+            log(f"  [idle] {name:8} {len(socks)} idle connections: RSS {before / 1024:.1f} -> {after / 1024:.1f} MB, "
+                f"{per_conn:.2f} KB per connection, {errors} errors")
+    finally:
+        for p in procs:
+            p.stop()
+    return results
+
+def write_idle_report(results, ctx, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    md = ["# idle", "",
+          f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench/run idle`: each proxy (one worker, "
+          f"pinned to core {ctx.proxy_cpus}) gets {results['weir']['connections'] if 'weir' in results else 0} keep-alive "
+          "client connections, each after one request proxied to the upstream nginx, left idle. "
+          "Growth = (RSS with the connections open - RSS before) / connections.", "",
+          "| target | connections | errors | RSS before MB | RSS after MB | KB per connection |",
+          "|---|---|---|---|---|---|"]
+    for name, m in results.items():
+        md.append(f"| {name} | {m['connections']} | {m['errors']} | {m['rss_before_mb']:.1f} | {m['rss_after_mb']:.1f} | {m['kb_per_conn']:.2f} |")
+    md.append("")
+    w = results.get("weir")
+    for peer in ("nginx", "haproxy"):
+        p = results.get(peer)
+        if w and p and p["kb_per_conn"] > 0:
+            md.append(f"- weir / {peer}: memory per idle connection {w['kb_per_conn'] / p['kb_per_conn']:.2f}×")
+    open(os.path.join(outdir, "idle.md"), "w").write("\n".join(md) + "\n")
+    json.dump({"scenario": "idle", "proxy_cpus": ctx.proxy_cpus, "results": results},
+              open(os.path.join(outdir, "idle.json"), "w"), indent=1)
+    log("\n".join(md))
+
 # ---------------------------------------------------------------- report
 
 COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms", "p90_ms", "{:.3f}"),
@@ -520,14 +617,19 @@ def main():
         if n not in SCENARIOS:
             ap.error(f"unknown scenario {n}; expected one of {', '.join(SCENARIOS)} or all")
     ensure_tools()
+    # 10,000 idle connections need more descriptors than the usual soft limit; as root the
+    # hard limit can be raised too. Children (the proxies) inherit the limit.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(65535, hard if hard > 0 else 65535), hard))
-    except (ValueError, OSError):
-        pass
+    for limits in ((65535, max(hard, 65535)), (min(65535, hard if hard > 0 else 65535), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            break
+        except (ValueError, OSError):
+            pass
     ctx = Ctx()
     ctx.weir, ctx.bench = binaries(args.bin_dir)
     ctx.proxy_cpus, ctx.load_cpus = cpu_layout()
+    ctx.smoke = args.smoke
     ctx.rounds = 1 if args.smoke else max(1, args.rounds)
     ctx.duration = 1 if args.smoke else args.duration
     ctx.conn_levels = [50, 200] if args.smoke else [50, 1000]
@@ -537,6 +639,11 @@ def main():
     failures = []
     for name in names:
         log(f"== {name}")
+        if name == "idle":
+            results = scenario_idle(ctx)
+            write_idle_report(results, ctx, outdir)
+            failures += [f"idle/{t}: {m['errors']} errors" for t, m in results.items() if m["errors"]]
+            continue
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
                    "fixed-rate": scenario_fixed_rate}[name](ctx)
         write_report(name, results, ctx, outdir)

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use template::Template;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir_proxy::h1::{parse_response, ChunkEvent, ChunkedDecoder, Framing};
+use weir_proxy::codec::{parse_response, ChunkEvent, ChunkedDecoder, Framing};
 
 #[derive(Parser, Debug, Clone)]
 #[command(

@@ -5,7 +5,7 @@
 use bytes::BytesMut;
 use std::hint::black_box;
 use std::time::Instant;
-use weir_proxy::h1::parse_request;
+use weir_proxy::codec::parse_request;
 use weir_proxy::router::Router;
 
 fn build(routes: usize) -> Router<usize> {

@@ -3,7 +3,7 @@
 //! per worker (one padded slot each, never shared); in-flight counts are shared atomics so
 //! least_conn and p2c see the whole process.
 
-use crate::h1::Head;
+use crate::codec::Head;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

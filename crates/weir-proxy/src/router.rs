@@ -2,7 +2,7 @@
 //! `Path` and `PathPrefix` constraints are compiled into hash tables so a request only
 //! evaluates the few routes that could match, whatever the total count.
 
-use crate::h1::{Head, RequestHead};
+use crate::codec::{Head, RequestHead};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -350,7 +350,7 @@ mod tests {
         let mut buf = BytesMut::from(
             format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n").as_str(),
         );
-        let head = crate::h1::parse_request(&mut buf).unwrap().unwrap();
+        let head = crate::codec::parse_request(&mut buf).unwrap().unwrap();
         r.route_request(&head, "10.1.2.3".parse().unwrap()).copied()
     }
 

@@ -4,8 +4,8 @@
 
 use crate::accesslog::AccessLog;
 use crate::balancer::Service;
-use crate::middleware::Middleware;
-use crate::response::LocalResponse;
+use crate::filter::Filter;
+use crate::reply::LocalResponse;
 use crate::router::Router;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,8 +27,9 @@ pub struct Route {
     pub name: String,
     pub rule_text: String,
     pub priority: i64,
-    pub middlewares: Vec<Arc<Middleware>>,
-    /// True when some middleware edits response headers.
+    /// The route's middlewares, in order.
+    pub filters: Vec<Arc<Filter>>,
+    /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
     pub action: RouteAction,
 }
@@ -68,17 +69,17 @@ impl Runtime {
         for svc in &config.services {
             services.insert(svc.name.as_str(), Arc::new(Service::new(svc, workers)?));
         }
-        let middlewares: HashMap<&str, Arc<Middleware>> = config
+        let filters: HashMap<&str, Arc<Filter>> = config
             .middlewares
             .iter()
-            .map(|m| (m.name.as_str(), Arc::new(Middleware(m.kind.clone()))))
+            .map(|m| (m.name.as_str(), Arc::new(Filter(m.kind.clone()))))
             .collect();
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {
-            let mws: Vec<Arc<Middleware>> = r
+            let mws: Vec<Arc<Filter>> = r
                 .middlewares
                 .iter()
-                .filter_map(|name| middlewares.get(name.as_str()).cloned())
+                .filter_map(|name| filters.get(name.as_str()).cloned())
                 .collect();
             let action = match &r.action {
                 Action::Service(name) => RouteAction::Proxy(
@@ -101,7 +102,7 @@ impl Runtime {
                 rule_text: r.rule_text.clone(),
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
-                middlewares: mws,
+                filters: mws,
                 action,
             }));
         }

@@ -1,19 +1,145 @@
-//! Thread-per-core workers: each owns a single-threaded tokio runtime, its own listening socket
-//! per entrypoint (bound with SO_REUSEPORT so the kernel spreads connections) and its own
-//! upstream pools. The main thread only waits for SIGTERM / SIGINT and then drains.
+//! Thread-per-core workers and the accept phase: each worker owns a single-threaded tokio
+//! runtime, its own listening socket per entrypoint (bound with SO_REUSEPORT so the kernel
+//! spreads connections), its upstream pools, its lent buffers and the sweep that fires
+//! deadlines. The main thread only waits for SIGTERM / SIGINT and then drains.
 
-use crate::proxy::{serve_connection, ClientTimeouts, Shutdown, Worker};
+use crate::conn::h1::READ_CHUNK;
+use crate::conn::watch::{Clock, ConnWatch, SWEEP_TICK};
+use crate::pool::Pool;
 use crate::runtime::Runtime;
-use crate::watch::SWEEP_TICK;
 use arc_swap::ArcSwap;
+use bytes::BytesMut;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use weir_config::Config;
+
+/// Process-wide stop signal shared by all workers.
+#[derive(Default)]
+pub struct Shutdown {
+    pub requested: AtomicBool,
+    pub notify: Notify,
+}
+
+impl Shutdown {
+    pub fn is_requested(&self) -> bool {
+        self.requested.load(Ordering::Relaxed)
+    }
+
+    pub fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+}
+
+/// The client-side limits from `server`, each enforced through the connection's watch.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTimeouts {
+    /// `client_idle_timeout`: waiting for (or dribbling) a request head.
+    pub idle: Duration,
+    /// `client_body_timeout`: between reads of a request body.
+    pub body: Duration,
+    /// `client_send_timeout`: a write to a client that does not read.
+    pub send: Duration,
+}
+
+/// What one worker thread owns.
+pub struct Worker {
+    pub id: usize,
+    pub config: Arc<ArcSwap<Runtime>>,
+    pub pool: Pool,
+    pub shutdown: Arc<Shutdown>,
+    /// Every open client connection's watch, so the worker's sweep can fire their deadlines
+    /// and a stop can end idle ones. Compacted by the sweep.
+    pub connections: RefCell<Vec<Rc<ConnWatch>>>,
+    /// Read once per sweep tick, for deadlines and the `Date` header.
+    pub clock: Clock,
+    pub timeouts: ClientTimeouts,
+    pub buffers: Buffers,
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        config: Arc<ArcSwap<Runtime>>,
+        shutdown: Arc<Shutdown>,
+        timeouts: ClientTimeouts,
+    ) -> Worker {
+        Worker {
+            id,
+            config,
+            pool: Pool::default(),
+            shutdown,
+            connections: RefCell::new(Vec::new()),
+            clock: Clock::default(),
+            timeouts,
+            buffers: Buffers::default(),
+        }
+    }
+
+    /// Advances the clock, fires the deadlines that have passed (and idle waits when
+    /// stopping), and forgets connections that have ended.
+    pub fn sweep_connections(&self) {
+        self.clock.tick();
+        let now = self.clock.now();
+        let stopping = self.shutdown.is_requested();
+        self.connections.borrow_mut().retain(|watch| {
+            watch.check(now, stopping);
+            Rc::strong_count(watch) > 1
+        });
+    }
+}
+
+/// Buffers lent to connections while they read or answer a request, so an idle keep-alive
+/// connection holds none (nginx's approach: memory follows active requests, not connections).
+#[derive(Default)]
+pub struct Buffers {
+    reads: RefCell<Vec<BytesMut>>,
+    outs: RefCell<Vec<Vec<u8>>>,
+}
+
+/// Buffers kept for reuse per worker, of each kind; more are freed.
+const KEPT_BUFFERS: usize = 256;
+
+impl Buffers {
+    pub fn take_read(&self) -> BytesMut {
+        self.reads
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(READ_CHUNK))
+    }
+
+    /// Takes back an empty read buffer (one still holding bytes stays with its connection).
+    pub fn give_read(&self, mut buf: BytesMut) {
+        let mut reads = self.reads.borrow_mut();
+        if buf.is_empty() && buf.capacity() > 0 && reads.len() < KEPT_BUFFERS {
+            buf.clear();
+            reads.push(buf);
+        }
+    }
+
+    pub fn take_out(&self) -> Vec<u8> {
+        self.outs
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(READ_CHUNK))
+    }
+
+    pub fn give_out(&self, mut out: Vec<u8>) {
+        let mut outs = self.outs.borrow_mut();
+        // Outputs that grew for a large body are not kept.
+        if out.capacity() > 0 && out.capacity() <= 4 * READ_CHUNK && outs.len() < KEPT_BUFFERS {
+            out.clear();
+            outs.push(out);
+        }
+    }
+}
 
 /// Runs the gateway until a stop signal, then drains and returns.
 pub fn run(config: Config) -> Result<(), String> {
@@ -189,8 +315,11 @@ async fn accept_loop(
                     let worker = worker.clone();
                     let active = active.clone();
                     active.set(active.get() + 1);
+                    // detect: a plain HTTP/1.1 entrypoint has nothing to tell apart yet (TLS,
+                    // h2c and TCP routers will peek here), so the h1 driver takes the stream.
+                    let _ = io.set_nodelay(true);
                     tokio::task::spawn_local(async move {
-                        serve_connection(worker, entrypoint, io, peer).await;
+                        crate::conn::h1::serve(worker, entrypoint, io, peer).await;
                         active.set(active.get() - 1);
                     });
                 }

@@ -45,7 +45,7 @@ pub fn explain(
         raw.push_str("\r\n");
     }
     raw.push_str("\r\n");
-    let head = weir_proxy::h1::parse_request(&mut BytesMut::from(raw.as_str()))
+    let head = weir_proxy::codec::parse_request(&mut BytesMut::from(raw.as_str()))
         .map_err(|e| format!("invalid request: {e:?}"))?
         .ok_or("invalid request")?;
     let runtime = Runtime::compile(config, 1)?;

@@ -17,7 +17,7 @@ fn connection_numbers(weir: &Weir, n: usize) -> Vec<String> {
     (0..n)
         .map(|_| {
             let r = get(weir.addr(), "t", "/");
-            assert_eq!(r.status, 200);
+            assert_eq!(r.status, 200, "{}", r.text());
             r.text().trim().to_string()
         })
         .collect()

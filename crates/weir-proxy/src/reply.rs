@@ -1,8 +1,16 @@
-//! Responses weir writes itself (`respond` routes, redirects, errors): serialized once at
-//! config compile time where possible, so serving them is a buffer copy.
+//! What an action answers with: a [`Reply`] is a head and a body source. Actions (`respond`,
+//! `redirect`, `service`; later `static`, the cache, Elasticsearch) build replies, response-head
+//! filters edit them, and only a connection driver turns one into wire format. Local answers
+//! keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
 
+use crate::codec::{header, push_decimal, reason, status_line, ResponseHead};
+use crate::pool::UpstreamConn;
+use crate::upstream::UpstreamUse;
 use bytes::Bytes;
+use std::borrow::Cow;
 
+/// An answer weir makes itself (`respond` routes, redirects, errors): serialized once at config
+/// compile time where possible, so serving it is a buffer copy.
 #[derive(Debug, Clone)]
 pub struct LocalResponse {
     pub status: u16,
@@ -49,8 +57,8 @@ impl LocalResponse {
         )
     }
 
-    /// Appends the response to `out`. `extra` are headers added by response middlewares;
-    /// `date_header` is the worker's current `Date` header line.
+    /// Appends the response as HTTP/1 to `out` (for the h1 driver). `extra` are more header
+    /// lines; `date_header` is the worker's current `Date` header line.
     pub fn write(
         &self,
         out: &mut Vec<u8>,
@@ -72,81 +80,67 @@ impl LocalResponse {
     }
 }
 
-pub fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_decimal(out, u64::from(status));
-    out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
+/// An action's answer: what to send, and the upstream it came from (if any).
+pub struct Reply<'r> {
+    pub head: ReplyHead<'r>,
+    pub body: ReplyBody,
+    /// The server that answered: logged, counted in flight until the exchange finishes, and
+    /// where `finish` returns the connection.
+    pub upstream: Option<UpstreamUse<'r>>,
 }
 
-pub fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+pub enum ReplyHead<'r> {
+    /// A local answer, written from its prebuilt bytes; its body is its own.
+    Local(Cow<'r, LocalResponse>),
+    /// An editable head: an upstream's response, or a local answer that a response-head filter
+    /// edited.
+    Response(ResponseHead),
 }
 
-/// Appends `n` in decimal, without allocating.
-pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    push_radix(out, n, 10);
+pub enum ReplyBody {
+    /// With `ReplyHead::Local`: the local answer's own body.
+    Local,
+    Bytes(Bytes),
+    /// Still on the upstream connection, framed as the response head says.
+    Upstream(UpstreamConn),
+    /// After `101 Switching Protocols`: the connection becomes a byte tunnel.
+    Upgrade(UpstreamConn),
 }
 
-/// Appends `n` in lower-case hex (chunk sizes), without allocating.
-pub fn push_hex(out: &mut Vec<u8>, n: u64) {
-    push_radix(out, n, 16);
-}
-
-fn push_radix(out: &mut Vec<u8>, mut n: u64, radix: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b"0123456789abcdef"[(n % radix) as usize];
-        n /= radix;
-        if n == 0 {
-            break;
+impl<'r> Reply<'r> {
+    pub fn local(response: Cow<'r, LocalResponse>) -> Reply<'r> {
+        Reply {
+            head: ReplyHead::Local(response),
+            body: ReplyBody::Local,
+            upstream: None,
         }
     }
-    out.extend_from_slice(&digits[i..]);
-}
 
-pub fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        101 => "Switching Protocols",
-        200 => "OK",
-        201 => "Created",
-        202 => "Accepted",
-        204 => "No Content",
-        206 => "Partial Content",
-        301 => "Moved Permanently",
-        302 => "Found",
-        303 => "See Other",
-        304 => "Not Modified",
-        307 => "Temporary Redirect",
-        308 => "Permanent Redirect",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "",
+    pub fn status(&self) -> u16 {
+        match &self.head {
+            ReplyHead::Local(r) => r.status,
+            ReplyHead::Response(r) => r.status,
+        }
+    }
+
+    /// Edits the head as a [`ResponseHead`], turning a prebuilt local answer into one first,
+    /// so response-head filters treat local and proxied answers alike.
+    pub fn edit_head(&mut self, edit: impl FnOnce(&mut ResponseHead)) {
+        if let ReplyHead::Local(local) = &self.head {
+            let head = ResponseHead::local(local.status, &local.headers, local.body.len());
+            self.body = ReplyBody::Bytes(local.body.clone());
+            self.head = ReplyHead::Response(head);
+        }
+        if let ReplyHead::Response(head) = &mut self.head {
+            edit(head);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::push_hex;
 
     #[test]
     fn writes_prebuilt_response() {

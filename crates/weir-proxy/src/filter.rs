@@ -1,27 +1,30 @@
-//! Middlewares: the filter chain a route applies. Request phase edits the request head or
-//! answers on its own (`Flow::Respond`); response phase edits response headers. A new
-//! middleware is a new variant here plus its config in weir-config.
+//! Filters (configured as `middlewares`): what a route applies around its action, in three
+//! phases. Request phase (async): edits the request head or answers it (`Flow::Respond`).
+//! Response-head phase: edits the reply's head, local and proxied answers alike. Response-body
+//! phase: filters that transform the body are installed by the response-head phase; none exists
+//! yet, so replies take the fused relay (compression, issue 9, brings the first). A new
+//! middleware is a new variant of the config's `MiddlewareKind` plus its phases here.
 
-use crate::h1::{Head, RequestHead};
-use crate::response::LocalResponse;
+use crate::codec::{Head, RequestHead};
+use crate::reply::LocalResponse;
 use weir_config::{HeaderOps, MiddlewareKind};
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
 #[derive(Debug)]
-pub struct Middleware(pub MiddlewareKind);
+pub struct Filter(pub MiddlewareKind);
 
 pub enum Flow {
     Continue,
     Respond(LocalResponse),
 }
 
-impl Middleware {
+impl Filter {
     pub fn has_response_phase(&self) -> bool {
         matches!(&self.0, MiddlewareKind::Headers { response, .. } if !response.is_empty())
     }
 
     /// Request phase. `scheme` is the scheme the client used.
-    pub fn on_request(&self, req: &mut RequestHead, scheme: &str) -> Flow {
+    pub async fn on_request(&self, req: &mut RequestHead, scheme: &str) -> Flow {
         match &self.0 {
             MiddlewareKind::StripPrefix(prefixes) => {
                 let path = req.path();
@@ -71,19 +74,10 @@ impl Middleware {
         Flow::Continue
     }
 
-    /// Response phase on the response headers.
-    pub fn on_response(&self, head: &mut Head) {
+    /// Response-head phase.
+    pub fn on_response_head(&self, head: &mut Head) {
         if let MiddlewareKind::Headers { response, .. } = &self.0 {
             apply_ops(head, response);
-        }
-    }
-
-    /// Response phase for responses weir writes itself: the headers to append, serialized.
-    pub fn local_response_headers(&self, out: &mut Vec<u8>) {
-        if let MiddlewareKind::Headers { response, .. } = &self.0 {
-            for (name, value) in response.set.iter().chain(&response.add) {
-                crate::response::header(out, name.as_bytes(), value.as_bytes());
-            }
         }
     }
 }

@@ -22,6 +22,8 @@ pub enum Waiting {
     RequestBody,
     /// The client to take more of the response.
     ClientWrite,
+    /// A new upstream connection to be established.
+    Connect,
     /// The upstream to take more of the request.
     UpstreamWrite,
     /// The upstream's response head.
@@ -111,7 +113,8 @@ impl ConnWatch {
         };
         // `since` may be up to one tick older than the real arming time; waiting one tick
         // more keeps the deadline at or after the configured limit.
-        let due = now.saturating_duration_since(armed.since) >= armed.limit + SWEEP_TICK;
+        let due =
+            now.saturating_duration_since(armed.since) >= armed.limit.saturating_add(SWEEP_TICK);
         if due || (stopping && armed.what == Waiting::RequestHead) {
             self.fire();
         }

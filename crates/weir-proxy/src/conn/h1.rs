@@ -1,0 +1,743 @@
+//! The HTTP/1.1 connection driver, generic over the client stream. It reads request heads
+//! (phase read_head), hands each to [`exchange`](crate::exchange), and is the only code that
+//! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), the interim
+//! `100 Continue`, tunnels after `101`, refusals, and the lingering close. An idle keep-alive
+//! connection holds no buffer: one is taken from the worker's pool when bytes arrive.
+
+use crate::codec::{
+    self, is_hop_by_hop, lists_token, push_decimal, push_hex, reason, status_line, ChunkEvent,
+    ChunkedDecoder, Framing, RequestHead, ResponseHead,
+};
+use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
+use crate::conn::ClientIo;
+use crate::exchange::exchange;
+use crate::pool::UpstreamConn;
+use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::upstream::UpstreamUse;
+use crate::worker::Worker;
+use bytes::{Buf, BytesMut};
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Largest request body weir reads and discards when it answers a request itself.
+const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
+/// Buffered output is written once it reaches this size.
+const FLUSH_AT: usize = 64 * 1024;
+/// Size of the read buffers the worker lends to connections.
+pub const READ_CHUNK: usize = 16 * 1024;
+/// How long a closing connection keeps reading (and discarding) what the client still sends,
+/// and how much it reads at most: nginx's lingering close.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
+const LINGER_MAX_BYTES: usize = 8 << 20;
+
+/// Where the current request's body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestBody {
+    /// Still on the connection (local answers read and drop it before answering).
+    Unread,
+    /// Read completely (or there was none).
+    Done,
+    /// Abandoned part-way: the connection cannot carry another request.
+    Broken,
+}
+
+/// One client connection speaking HTTP/1.1.
+pub struct H1Client<S> {
+    pub io: S,
+    /// Request bytes read and not yet used; capacity 0 while the connection is idle.
+    pub buf: BytesMut,
+    /// Output being assembled; capacity 0 while the connection is idle.
+    pub out: Vec<u8>,
+    pub watch: Rc<ConnWatch>,
+    pub ip: IpAddr,
+    pub ip_text: String,
+    pub body: RequestBody,
+}
+
+/// The result of one exchange, for the access log and the connection loop.
+pub struct Outcome {
+    pub keep_alive: bool,
+    /// The connection closes while request bytes may still be arriving: close it gently.
+    pub linger: bool,
+    pub status: u16,
+    /// Response body bytes sent.
+    pub bytes: u64,
+}
+
+/// What writing a reply ended with; `finish` takes it from here.
+pub struct Sent<'r> {
+    pub outcome: Outcome,
+    /// The upstream connection, when its response was read completely and it may be reused.
+    pub reusable: Option<UpstreamConn>,
+    pub upstream: Option<UpstreamUse<'r>>,
+}
+
+/// Serves one client connection until it closes: read a head, run the exchange, repeat.
+pub async fn serve<S: ClientIo>(worker: Rc<Worker>, entrypoint: usize, io: S, peer: SocketAddr) {
+    let ip = canonical_ip(peer.ip());
+    let watch = Rc::new(ConnWatch::default());
+    worker.connections.borrow_mut().push(watch.clone());
+    let mut client = H1Client {
+        io,
+        buf: BytesMut::new(),
+        out: Vec::new(),
+        watch,
+        ip,
+        ip_text: ip.to_string(),
+        body: RequestBody::Done,
+    };
+    loop {
+        let head = match client.read_request_head(&worker).await {
+            HeadRead::Head(head) => head,
+            HeadRead::End => break,
+            HeadRead::Refused => {
+                // Rare paths are boxed so the connection's task stays small while idle.
+                Box::pin(client.linger(&worker)).await;
+                break;
+            }
+        };
+        client.out = worker.buffers.take_out();
+        let runtime = worker.config.load_full();
+        // Boxed: the exchange's state is large and lives only while a request is in flight, so
+        // an idle connection's task stays small.
+        let outcome = Box::pin(exchange(&worker, &runtime, entrypoint, &mut client, head)).await;
+        worker.buffers.give_out(std::mem::take(&mut client.out));
+        if outcome.linger {
+            Box::pin(client.linger(&worker)).await;
+            break;
+        }
+        if !outcome.keep_alive || worker.shutdown.is_requested() {
+            break;
+        }
+    }
+    worker.buffers.give_read(std::mem::take(&mut client.buf));
+}
+
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
+}
+
+/// What waiting for a request head ended with.
+enum HeadRead {
+    Head(RequestHead),
+    /// EOF, idle timeout or stop: close.
+    End,
+    /// A refused head has been answered: close gently.
+    Refused,
+}
+
+impl<S: ClientIo> H1Client<S> {
+    /// Phase read_head: reads until a full head is buffered, answering a head that is refused
+    /// or too slow. The read buffer is borrowed from the worker only while bytes are there.
+    async fn read_request_head(&mut self, worker: &Worker) -> HeadRead {
+        loop {
+            if !self.buf.is_empty() {
+                match codec::parse_request(&mut self.buf) {
+                    Ok(Some(head)) => {
+                        self.body = if head.framing == Framing::None {
+                            RequestBody::Done
+                        } else {
+                            RequestBody::Unread
+                        };
+                        return HeadRead::Head(head);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        Box::pin(self.refuse(worker, e.status(), e.message())).await;
+                        return HeadRead::Refused;
+                    }
+                }
+            } else if worker.shutdown.is_requested() {
+                return HeadRead::End;
+            }
+            let read = read_lent(&mut self.io, &mut self.buf, worker);
+            let idle = worker.timeouts.idle;
+            match self
+                .watch
+                .within(&worker.clock, Waiting::RequestHead, idle, read)
+                .await
+            {
+                Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::End,
+                Ok(Ok(_)) => {}
+                Err(Expired) => {
+                    if !self.buf.is_empty() && !worker.shutdown.is_requested() {
+                        let message = "timed out reading the request head";
+                        Box::pin(self.refuse(worker, 408, message)).await;
+                        return HeadRead::Refused;
+                    }
+                    return HeadRead::End;
+                }
+            }
+        }
+    }
+
+    /// Writes a plain-text error that closes the connection, for a request that cannot go on.
+    async fn refuse(&mut self, worker: &Worker, status: u16, message: &str) {
+        let mut out = worker.buffers.take_out();
+        let date = worker.clock.date_header();
+        LocalResponse::text(status, message).write(&mut out, false, false, b"", &date);
+        let _ = self.io.write_all(&out).await;
+        worker.buffers.give_out(out);
+    }
+
+    /// Closes a connection whose request may still be arriving without resetting it: weir's
+    /// side is shut down, then input is read and dropped until the client closes, goes quiet or
+    /// has sent too much. Closing with unread input sends a reset, which can destroy the answer
+    /// before the client reads it.
+    async fn linger(&mut self, worker: &Worker) {
+        if self.io.shutdown().await.is_err() {
+            return;
+        }
+        let mut discarded = 0;
+        while discarded < LINGER_MAX_BYTES {
+            self.buf.clear();
+            let read = read_lent(&mut self.io, &mut self.buf, worker);
+            let wait = Waiting::RequestBody;
+            match self
+                .watch
+                .within(&worker.clock, wait, LINGER_TIMEOUT, read)
+                .await
+            {
+                Ok(Ok(n)) if n > 0 => discarded += n,
+                _ => return,
+            }
+        }
+    }
+
+    /// Sends `100 Continue` when an HTTP/1.1 client waits for it before sending its body.
+    pub async fn send_continue(&mut self, req: &RequestHead) -> std::io::Result<()> {
+        if req.expect_continue && self.body == RequestBody::Unread {
+            self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        Ok(())
+    }
+
+    /// Streams the request body to an upstream after the head already in `self.out`,
+    /// re-framed as weir declared it (chunked stays chunked).
+    pub async fn forward_body<W: AsyncWrite + Unpin>(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        upstream: &mut W,
+        write_limit: Duration,
+    ) -> Result<u64, BodyError> {
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::RequestBody, worker.timeouts.body),
+            write: (Waiting::UpstreamWrite, write_limit),
+            max_bytes: u64::MAX,
+        };
+        let chunked = req.framing == Framing::Chunked;
+        let sent = relay_body(
+            &mut self.io,
+            &mut self.buf,
+            req.framing,
+            Some(upstream),
+            &mut self.out,
+            chunked,
+            &relay,
+        )
+        .await;
+        self.body = match sent {
+            Ok(_) => RequestBody::Done,
+            // Nothing of the body was taken: the connection can still carry it to a drain.
+            Err(BodyError::Sink | BodyError::SinkStalled) if req.framing == Framing::None => {
+                RequestBody::Done
+            }
+            Err(_) => RequestBody::Broken,
+        };
+        sent
+    }
+
+    /// Reads and drops a request body nobody consumed (local answers), so the connection can
+    /// carry the next request. Returns the status that replaces the answer when the body
+    /// itself was bad or too slow.
+    async fn drain_body(&mut self, worker: &Worker, req: &RequestHead) -> Option<u16> {
+        if self.body != RequestBody::Unread {
+            return None;
+        }
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::RequestBody, worker.timeouts.body),
+            // Never used: a drained body has no sink.
+            write: (Waiting::UpstreamWrite, Duration::ZERO),
+            max_bytes: LOCAL_DRAIN_LIMIT,
+        };
+        self.out.clear();
+        let drained = relay_body(
+            &mut self.io,
+            &mut self.buf,
+            req.framing,
+            None::<&mut S>,
+            &mut self.out,
+            false,
+            &relay,
+        )
+        .await;
+        self.body = if drained.is_ok() {
+            RequestBody::Done
+        } else {
+            RequestBody::Broken
+        };
+        match drained {
+            Err(BodyError::Malformed) => Some(400),
+            Err(BodyError::SourceStalled) => Some(408),
+            _ => None,
+        }
+    }
+
+    /// Writes a reply in HTTP/1.1 (phase response_body: the body is relayed here). Local
+    /// answers first drain an unread request body.
+    pub async fn send_reply<'r>(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        mut reply: Reply<'r>,
+    ) -> Sent<'r> {
+        // Boxed: only local answers to requests with a body get here.
+        let bad_body = if self.body == RequestBody::Unread {
+            Box::pin(self.drain_body(worker, req)).await
+        } else {
+            None
+        };
+        if let Some(status) = bad_body {
+            let message = match status {
+                408 => "timed out reading the request body",
+                _ => "malformed request body",
+            };
+            reply.head = ReplyHead::Local(std::borrow::Cow::Owned(LocalResponse::text(
+                status, message,
+            )));
+            reply.body = ReplyBody::Local;
+        }
+        let broken = self.body == RequestBody::Broken;
+        let keep_alive = req.keep_alive && !broken && !worker.shutdown.is_requested();
+        let upstream = reply.upstream;
+        // Only upstream bodies are read under a limit; local ones are already in memory.
+        let read_timeout = upstream
+            .as_ref()
+            .map_or(Duration::ZERO, |u| u.service.read_timeout);
+        self.out.clear();
+        let (outcome, reusable) = match (reply.head, reply.body) {
+            (ReplyHead::Local(local), _) => {
+                let extra: &[u8] = if keep_alive && req.minor_version == 0 {
+                    b"connection: keep-alive\r\n"
+                } else {
+                    b""
+                };
+                let date = worker.clock.date_header();
+                local.write(&mut self.out, keep_alive, req.is_head(), extra, &date);
+                let ok = self.io.write_all(&self.out).await.is_ok();
+                let outcome = Outcome {
+                    keep_alive: keep_alive && ok,
+                    linger: broken,
+                    status: local.status,
+                    bytes: if req.is_head() {
+                        0
+                    } else {
+                        local.body.len() as u64
+                    },
+                };
+                (outcome, None)
+            }
+            (ReplyHead::Response(response), ReplyBody::Upgrade(up)) => {
+                (Box::pin(self.tunnel(up, &response)).await, None)
+            }
+            (ReplyHead::Response(response), body) => {
+                self.send_response(
+                    worker,
+                    req,
+                    response,
+                    body,
+                    keep_alive,
+                    broken,
+                    read_timeout,
+                )
+                .await
+            }
+        };
+        Sent {
+            outcome,
+            reusable,
+            upstream,
+        }
+    }
+
+    /// Writes an editable head and its body: bytes, or the fused relay from an upstream.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_response(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        response: ResponseHead,
+        body: ReplyBody,
+        keep_alive: bool,
+        broken: bool,
+        read_timeout: Duration,
+    ) -> (Outcome, Option<UpstreamConn>) {
+        let framing = if req.is_head() {
+            Framing::None
+        } else {
+            response.framing
+        };
+        let chunked_out =
+            req.minor_version == 1 && matches!(framing, Framing::Chunked | Framing::UntilClose);
+        let can_delimit = chunked_out || !matches!(framing, Framing::Chunked | Framing::UntilClose);
+        let keep_alive = keep_alive && can_delimit;
+        let date = worker.clock.date_header();
+        let date = (!response.has_date).then_some(&date);
+        write_client_head(
+            &mut self.out,
+            &response,
+            framing,
+            keep_alive,
+            chunked_out,
+            req.minor_version,
+            date,
+        );
+        let mut outcome = Outcome {
+            keep_alive,
+            linger: broken,
+            status: response.status,
+            bytes: 0,
+        };
+        match body {
+            ReplyBody::Upstream(mut up) => {
+                let relay = Relay {
+                    clock: &worker.clock,
+                    watch: &self.watch,
+                    read: (Waiting::ResponseBody, read_timeout),
+                    write: (Waiting::ClientWrite, worker.timeouts.send),
+                    max_bytes: u64::MAX,
+                };
+                let relayed = relay_body(
+                    &mut up.io,
+                    &mut up.buf,
+                    framing,
+                    Some(&mut self.io),
+                    &mut self.out,
+                    chunked_out,
+                    &relay,
+                )
+                .await;
+                match relayed {
+                    Ok(bytes) => {
+                        outcome.bytes = bytes;
+                        (outcome, response.keep_alive.then_some(up))
+                    }
+                    // The head is already sent: closing is the only way to tell the client.
+                    Err(_) => {
+                        outcome.keep_alive = false;
+                        (outcome, None)
+                    }
+                }
+            }
+            ReplyBody::Bytes(bytes) => {
+                if framing != Framing::None {
+                    self.out.extend_from_slice(&bytes);
+                    outcome.bytes = bytes.len() as u64;
+                }
+                if self.io.write_all(&self.out).await.is_err() {
+                    outcome.keep_alive = false;
+                }
+                (outcome, None)
+            }
+            ReplyBody::Local | ReplyBody::Upgrade(_) => {
+                if self.io.write_all(&self.out).await.is_err() {
+                    outcome.keep_alive = false;
+                }
+                (outcome, None)
+            }
+        }
+    }
+
+    /// After a 101, the connection belongs to the upgraded protocol: copy bytes both ways.
+    async fn tunnel(&mut self, mut up: UpstreamConn, resp: &ResponseHead) -> Outcome {
+        self.out.clear();
+        status_line(&mut self.out, 101, reason(101));
+        for (name, value) in resp.head.iter() {
+            codec::header(&mut self.out, name, value);
+        }
+        self.out.extend_from_slice(b"\r\n");
+        self.out.extend_from_slice(&up.buf);
+        up.buf.clear();
+        let pending = std::mem::take(&mut self.buf);
+        let closed = Outcome {
+            keep_alive: false,
+            linger: false,
+            status: 101,
+            bytes: 0,
+        };
+        if self.io.write_all(&self.out).await.is_err() || up.io.write_all(&pending).await.is_err() {
+            return closed;
+        }
+        let copied = tokio::io::copy_bidirectional(&mut self.io, &mut up.io).await;
+        Outcome {
+            bytes: copied.map(|(_, down)| down).unwrap_or(0),
+            ..closed
+        }
+    }
+}
+
+/// Reads more bytes into `buf`, taking a buffer from the worker's pool for the read and
+/// giving it back if nothing arrives, so a connection that waits holds no buffer.
+async fn read_lent<S: AsyncRead + Unpin>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    worker: &Worker,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        if buf.capacity() == 0 {
+            *buf = worker.buffers.take_read();
+        }
+        make_room(buf);
+        let polled = std::pin::pin!(io.read_buf(&mut *buf)).poll(cx);
+        if polled.is_pending() && buf.is_empty() {
+            worker.buffers.give_read(std::mem::take(buf));
+        }
+        polled
+    })
+    .await
+}
+
+/// The client's view of a response head: hop-by-hop headers dropped, framing rewritten for
+/// what weir sends, `Date` added when the head has none.
+fn write_client_head(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead,
+    framing: Framing,
+    keep_alive: bool,
+    chunked: bool,
+    client_minor: u8,
+    date_header: Option<&[u8; DATE_HEADER_LEN]>,
+) {
+    let text = if resp.reason().is_empty() {
+        reason(resp.status)
+    } else {
+        resp.reason()
+    };
+    status_line(out, resp.status, text);
+    let connection = resp
+        .connection_names_headers
+        .then(|| resp.head.get("connection"))
+        .flatten();
+    for (name, value) in resp.head.iter() {
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"content-length")
+            || connection.is_some_and(|c| lists_token(c, name))
+        {
+            continue;
+        }
+        codec::header(out, name, value);
+    }
+    match framing {
+        Framing::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::None => {
+            // HEAD and 304 answers describe the length they would have had.
+            if let Some(len) = resp.head.get("content-length") {
+                codec::header(out, b"content-length", len);
+            }
+        }
+        Framing::Chunked | Framing::UntilClose if chunked => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        _ => {}
+    }
+    if let Some(line) = date_header {
+        out.extend_from_slice(line);
+    }
+    if !keep_alive {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if client_minor == 0 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum BodyError {
+    /// The sending side closed or failed before the body ended.
+    Source,
+    /// The sending side went quiet for longer than its limit.
+    SourceStalled,
+    /// The body's framing is invalid.
+    Malformed,
+    /// More than the allowed number of bytes.
+    TooLarge,
+    /// The receiving side failed.
+    Sink,
+    /// The receiving side took nothing for longer than its limit.
+    SinkStalled,
+}
+
+/// The limits of one body relay: how long a read from the source and a write to the sink may
+/// wait (each wait re-arms the connection's watch), and how many bytes may pass.
+struct Relay<'a> {
+    clock: &'a Clock,
+    watch: &'a ConnWatch,
+    read: (Waiting, Duration),
+    write: (Waiting, Duration),
+    max_bytes: u64,
+}
+
+impl Relay<'_> {
+    async fn fill<R: AsyncRead + Unpin>(
+        &self,
+        src: &mut R,
+        buf: &mut BytesMut,
+    ) -> Result<(), BodyError> {
+        make_room(buf);
+        let (what, limit) = self.read;
+        let read = src.read_buf(buf);
+        match self.watch.within(self.clock, what, limit, read).await {
+            Ok(Ok(0)) | Ok(Err(_)) => Err(BodyError::Source),
+            Ok(Ok(_)) => Ok(()),
+            Err(Expired) => Err(BodyError::SourceStalled),
+        }
+    }
+
+    async fn flush<W: AsyncWrite + Unpin>(
+        &self,
+        sink: &mut Option<&mut W>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BodyError> {
+        if !out.is_empty() {
+            if let Some(io) = sink {
+                let (what, limit) = self.write;
+                let write = io.write_all(out);
+                match self.watch.within(self.clock, what, limit, write).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(BodyError::Sink),
+                    Err(Expired) => return Err(BodyError::SinkStalled),
+                }
+            }
+            out.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Streams one message body from `src` (its buffered bytes first) to `sink`, re-framing it
+/// as chunked when `chunked_out`. Bytes already in `out` (a head) go out first, in the
+/// same write when the body is small. Returns the body bytes relayed.
+async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    framing: Framing,
+    mut sink: Option<&mut W>,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    relay: &Relay<'_>,
+) -> Result<u64, BodyError> {
+    let mut relayed: u64 = 0;
+    match framing {
+        Framing::None => {}
+        Framing::Length(total) => {
+            let mut remaining = total;
+            while remaining > 0 {
+                if buf.is_empty() {
+                    relay.flush(&mut sink, out).await?;
+                    relay.fill(src, buf).await?;
+                }
+                let take = remaining.min(buf.len() as u64) as usize;
+                push_data(out, &buf[..take], chunked_out);
+                buf.advance(take);
+                remaining -= take as u64;
+                relayed += take as u64;
+                if relayed > relay.max_bytes {
+                    return Err(BodyError::TooLarge);
+                }
+                if out.len() >= FLUSH_AT {
+                    relay.flush(&mut sink, out).await?;
+                }
+            }
+        }
+        Framing::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            loop {
+                let (event, used) = decoder.decode(buf).map_err(|_| BodyError::Malformed)?;
+                match event {
+                    ChunkEvent::Data(start, end) => {
+                        push_data(out, &buf[start..end], chunked_out);
+                        relayed += (end - start) as u64;
+                        buf.advance(used);
+                        if relayed > relay.max_bytes {
+                            return Err(BodyError::TooLarge);
+                        }
+                        if out.len() >= FLUSH_AT {
+                            relay.flush(&mut sink, out).await?;
+                        }
+                    }
+                    ChunkEvent::End => {
+                        buf.advance(used);
+                        if chunked_out {
+                            out.extend_from_slice(b"0\r\n\r\n");
+                        }
+                        break;
+                    }
+                    ChunkEvent::NeedMore => {
+                        buf.advance(used);
+                        relay.flush(&mut sink, out).await?;
+                        relay.fill(src, buf).await?;
+                    }
+                }
+            }
+        }
+        Framing::UntilClose => loop {
+            if !buf.is_empty() {
+                push_data(out, buf, chunked_out);
+                relayed += buf.len() as u64;
+                buf.clear();
+            }
+            relay.flush(&mut sink, out).await?;
+            if relayed > relay.max_bytes {
+                return Err(BodyError::TooLarge);
+            }
+            match relay.fill(src, buf).await {
+                Ok(()) => {}
+                Err(BodyError::SourceStalled) => return Err(BodyError::SourceStalled),
+                Err(_) => {
+                    if chunked_out {
+                        out.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    break;
+                }
+            }
+        },
+    }
+    relay.flush(&mut sink, out).await?;
+    Ok(relayed)
+}
+
+fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if data.is_empty() {
+        return;
+    }
+    if chunked {
+        push_hex(out, data.len() as u64);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+/// Ensures a read has room for at least 1 KiB, growing by `READ_CHUNK`.
+pub fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_CHUNK);
+    }
+}

@@ -1,0 +1,132 @@
+//! One request's lifecycle once its head is read, whatever the protocol driver: route, request
+//! filters, action (which returns a [`Reply`]), response-head filters, then the driver writes
+//! the reply (the response-body phase), and `finish` checks the upstream connection back into
+//! the pool and writes the access-log line.
+
+use crate::accesslog;
+use crate::codec::RequestHead;
+use crate::conn::h1::{H1Client, Outcome, Sent};
+use crate::conn::ClientIo;
+use crate::filter::Flow;
+use crate::reply::{LocalResponse, Reply};
+use crate::runtime::{Route, RouteAction, Runtime};
+use crate::upstream;
+use crate::worker::Worker;
+use std::borrow::Cow;
+use std::sync::LazyLock;
+use std::time::Instant;
+
+static NO_ROUTE: LazyLock<LocalResponse> =
+    LazyLock::new(|| LocalResponse::text(404, "no route matches this request"));
+
+/// Runs one exchange on an HTTP/1 client connection.
+pub async fn exchange<S: ClientIo>(
+    worker: &Worker,
+    runtime: &Runtime,
+    entrypoint: usize,
+    client: &mut H1Client<S>,
+    mut head: RequestHead,
+) -> Outcome {
+    // Read the clock only when a log line will use it.
+    let started = runtime.access_log.as_ref().map(|_| Instant::now());
+    // route
+    let route = runtime.entrypoints[entrypoint]
+        .router
+        .route_request(&head, client.ip);
+    // The original request line, kept only when a log line will need it.
+    let logged = runtime.access_log.as_ref().map(|_| {
+        (
+            head.method().to_string(),
+            head.host().to_string(),
+            head.path().to_string(),
+        )
+    });
+    // request filters, then the action
+    let mut reply = match route {
+        None => Reply::local(Cow::Borrowed(&*NO_ROUTE)),
+        Some(route) => run_route(worker, route, client, &mut head).await,
+    };
+    // response-head filters, on local and proxied replies alike
+    if let Some(route) = route.filter(|r| r.has_response_phase) {
+        reply.edit_head(|response| {
+            for filter in &route.filters {
+                filter.on_response_head(&mut response.head);
+            }
+        });
+    }
+    // response body: the driver writes the reply
+    let sent = client.send_reply(worker, &head, reply).await;
+    finish(
+        worker,
+        runtime,
+        route.map(|r| &**r),
+        client.ip,
+        logged,
+        started,
+        sent,
+    )
+}
+
+async fn run_route<'r, S: ClientIo>(
+    worker: &Worker,
+    route: &'r Route,
+    client: &mut H1Client<S>,
+    head: &mut RequestHead,
+) -> Reply<'r> {
+    for filter in &route.filters {
+        if let Flow::Respond(response) = filter.on_request(head, "http").await {
+            return Reply::local(Cow::Owned(response));
+        }
+    }
+    match &route.action {
+        RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
+        RouteAction::Proxy(service) => upstream::forward(worker, service, client, head).await,
+    }
+}
+
+/// Phase finish: the upstream connection goes back to the pool when its response was read
+/// completely, the server leaves the in-flight count, and the access log gets its line.
+fn finish(
+    worker: &Worker,
+    runtime: &Runtime,
+    route: Option<&Route>,
+    client: std::net::IpAddr,
+    logged: Option<(String, String, String)>,
+    started: Option<Instant>,
+    sent: Sent<'_>,
+) -> Outcome {
+    let Sent {
+        outcome,
+        reusable,
+        upstream,
+    } = sent;
+    if let (Some(conn), Some(used)) = (reusable, &upstream) {
+        let service = used.service;
+        worker.pool.checkin(
+            used.server.id,
+            conn,
+            service.max_idle_per_server,
+            service.idle_timeout,
+        );
+    }
+    if let (Some(log), Some((method, host, path)), Some(started)) =
+        (&runtime.access_log, logged, started)
+    {
+        let upstream = upstream
+            .as_ref()
+            .map(|u| u.server.addr.to_string())
+            .unwrap_or_default();
+        log.record(&accesslog::Entry {
+            client,
+            method: &method,
+            host: &host,
+            path: &path,
+            status: outcome.status,
+            bytes: outcome.bytes,
+            duration: started.elapsed(),
+            router: route.map(|r| r.name.as_str()).unwrap_or(""),
+            upstream: &upstream,
+        });
+    }
+    outcome
+}

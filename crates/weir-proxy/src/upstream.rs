@@ -1,0 +1,260 @@
+//! The `service` action: pick a server, take a pooled keep-alive connection (or connect),
+//! send the request head and body, read the response head, and return it as a [`Reply`] whose
+//! body is still on the upstream connection: the driver relays it and `finish` pools the
+//! connection. Failures become local replies (502, 503, 504).
+
+use crate::balancer::{PickInput, Server, Service};
+use crate::codec::{self, is_hop_by_hop, lists_token, push_decimal, RequestHead, ResponseHead};
+use crate::codec::{header, Framing};
+use crate::conn::h1::{make_room, BodyError, H1Client};
+use crate::conn::watch::{Expired, Waiting};
+use crate::conn::ClientIo;
+use crate::pool::UpstreamConn;
+use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::worker::Worker;
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// A server in use by one exchange: counted in flight (for least_conn and p2c) until the
+/// exchange finishes, however it ends.
+pub struct UpstreamUse<'r> {
+    pub server: &'r Server,
+    pub service: &'r Service,
+}
+
+impl<'r> UpstreamUse<'r> {
+    fn new(server: &'r Server, service: &'r Service) -> UpstreamUse<'r> {
+        server.inflight.0.fetch_add(1, Ordering::Relaxed);
+        UpstreamUse { server, service }
+    }
+}
+
+impl Drop for UpstreamUse<'_> {
+    fn drop(&mut self) {
+        self.server.inflight.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A local error answer that names the server it concerns (for the access log).
+fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) -> Reply<'r> {
+    Reply {
+        upstream,
+        ..Reply::local(Cow::Owned(LocalResponse::text(status, message)))
+    }
+}
+
+/// Runs the `service` action for one request.
+pub async fn forward<'r, S: ClientIo>(
+    worker: &Worker,
+    service: &'r Service,
+    client: &mut H1Client<S>,
+    head: &RequestHead,
+) -> Reply<'r> {
+    let pick = PickInput {
+        client_ip: client.ip,
+        path: head.path(),
+        headers: &head.head,
+    };
+    let Some(server) = service.pick(worker.id, &pick) else {
+        return failure(503, "no server available", None);
+    };
+    let used = UpstreamUse::new(server, service);
+    let has_body = head.framing != Framing::None;
+    // A reused connection can turn out dead after the request went out; only a request that
+    // may be repeated (idempotent, no body consumed) is then sent again (RFC 9110 9.2.2).
+    let may_resend = !has_body && head.is_idempotent();
+
+    loop {
+        let mut up = match worker.pool.checkout(server.id) {
+            Some(conn) => conn,
+            None => {
+                // Boxed: connecting is rare with pooling, and its future is large.
+                let connecting = Box::pin(TcpStream::connect(server.addr));
+                let limit = service.connect_timeout;
+                match client
+                    .watch
+                    .within(&worker.clock, Waiting::Connect, limit, connecting)
+                    .await
+                {
+                    Ok(Ok(io)) => {
+                        let _ = io.set_nodelay(true);
+                        UpstreamConn::new(io)
+                    }
+                    Ok(Err(_)) => return failure(502, "upstream connection failed", Some(used)),
+                    Err(Expired) => return failure(504, "upstream connect timed out", Some(used)),
+                }
+            }
+        };
+        client.out.clear();
+        write_upstream_head(&mut client.out, head, service, server, &client.ip_text);
+        if client.send_continue(head).await.is_err() {
+            return failure(499, "client closed the connection", Some(used));
+        }
+        let sent = client
+            .forward_body(worker, head, &mut up.io, service.write_timeout)
+            .await;
+        let (status, message) = match sent {
+            Ok(_) => {
+                let read = read_response_head(&mut up, head.is_head(), head.upgrade);
+                let limit = service.response_header_timeout;
+                match client
+                    .watch
+                    .within(&worker.clock, Waiting::ResponseHead, limit, read)
+                    .await
+                {
+                    Ok(Ok(response)) => {
+                        let body = if response.status == 101 {
+                            // Only reached when the client asked to upgrade (an unasked 101 is
+                            // refused below); the connection never returns to the pool.
+                            ReplyBody::Upgrade(up)
+                        } else {
+                            ReplyBody::Upstream(up)
+                        };
+                        return Reply {
+                            head: ReplyHead::Response(response),
+                            body,
+                            upstream: Some(used),
+                        };
+                    }
+                    Ok(Err(ResponseError::ClosedEarly)) if up.reused && may_resend => continue,
+                    Ok(Err(_)) => (502, "invalid or missing upstream response"),
+                    Err(Expired) => (504, "upstream response timed out"),
+                }
+            }
+            Err(BodyError::Sink) if up.reused && may_resend => continue,
+            Err(BodyError::Sink) => (502, "upstream closed the connection"),
+            Err(BodyError::SinkStalled) => (504, "upstream did not take the request in time"),
+            // Dropping `up` aborts the upstream request mid-body: it never sees a request boundary.
+            Err(BodyError::Malformed) | Err(BodyError::TooLarge) => (400, "malformed request body"),
+            Err(BodyError::SourceStalled) => (408, "timed out reading the request body"),
+            Err(BodyError::Source) => (499, "client closed the connection"),
+        };
+        return failure(status, message, Some(used));
+    }
+}
+
+enum ResponseError {
+    /// The connection closed before any byte of a response arrived.
+    ClosedEarly,
+    Broken,
+}
+
+/// Reads the final response head, skipping interim 1xx responses other than 101. A 101 to a
+/// request that did not ask to upgrade is invalid: the connection has switched to something
+/// weir cannot relay.
+async fn read_response_head(
+    up: &mut UpstreamConn,
+    request_is_head: bool,
+    upgrade_requested: bool,
+) -> Result<ResponseHead, ResponseError> {
+    let mut received = false;
+    loop {
+        match codec::parse_response(&mut up.buf, request_is_head) {
+            Ok(Some(r)) if r.status == 101 && !upgrade_requested => {
+                return Err(ResponseError::Broken)
+            }
+            Ok(Some(r)) if (100..200).contains(&r.status) && r.status != 101 => continue,
+            Ok(Some(r)) => return Ok(r),
+            Ok(None) => {}
+            Err(_) => return Err(ResponseError::Broken),
+        }
+        make_room(&mut up.buf);
+        match up.io.read_buf(&mut up.buf).await {
+            Ok(0) | Err(_) if !received && up.buf.is_empty() => {
+                return Err(ResponseError::ClosedEarly)
+            }
+            Ok(0) | Err(_) => return Err(ResponseError::Broken),
+            Ok(_) => received = true,
+        }
+    }
+}
+
+/// The request head as the upstream sees it: hop-by-hop headers dropped, forwarding
+/// headers set, framing rewritten to match what weir will send.
+fn write_upstream_head(
+    out: &mut Vec<u8>,
+    req: &RequestHead,
+    service: &Service,
+    server: &Server,
+    client_ip: &str,
+) {
+    out.extend_from_slice(req.method().as_bytes());
+    out.push(b' ');
+    let target = req.target();
+    if target.starts_with('/') || target == "*" {
+        out.extend_from_slice(target.as_bytes());
+    } else {
+        out.extend_from_slice(req.path().as_bytes());
+        if !req.query().is_empty() {
+            out.push(b'?');
+            out.extend_from_slice(req.query().as_bytes());
+        }
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let original_host = req.host();
+    let host = if service.pass_host_header && !original_host.is_empty() {
+        original_host
+    } else {
+        server.authority.as_str()
+    };
+    header(out, b"host", host.as_bytes());
+    let connection = req
+        .connection_names_headers
+        .then(|| req.head.get("connection"))
+        .flatten();
+    let mut had_length = false;
+    for (name, value) in req.head.iter() {
+        if is_hop_by_hop(name)
+            || is_rewritten_request_header(name)
+            || (req.has_expect_continue && name.eq_ignore_ascii_case(b"expect"))
+            || connection.is_some_and(|c| lists_token(c, name))
+        {
+            had_length |= name.eq_ignore_ascii_case(b"content-length");
+            continue;
+        }
+        header(out, name, value);
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    for previous in req.head.get_all("x-forwarded-for") {
+        out.extend_from_slice(previous);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(client_ip.as_bytes());
+    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    if !original_host.is_empty() {
+        header(out, b"x-forwarded-host", original_host.as_bytes());
+    }
+    header(out, b"x-real-ip", client_ip.as_bytes());
+    if req.upgrade {
+        if let Some(protocol) = req.head.get("upgrade") {
+            out.extend_from_slice(b"connection: upgrade\r\n");
+            header(out, b"upgrade", protocol);
+        }
+    }
+    match req.framing {
+        Framing::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        _ if had_length => out.extend_from_slice(b"content-length: 0\r\n"),
+        _ => {}
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn is_rewritten_request_header(name: &[u8]) -> bool {
+    [
+        &b"host"[..],
+        b"content-length",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-real-ip",
+    ]
+    .iter()
+    .any(|h| h.eq_ignore_ascii_case(name))
+}

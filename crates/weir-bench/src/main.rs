@@ -312,7 +312,7 @@ async fn exchange(
                 let (event, used) = decoder.decode(buf).map_err(|_| ())?;
                 buf.advance(used);
                 match event {
-                    ChunkEvent::End => break,
+                    ChunkEvent::End(..) => break,
                     ChunkEvent::Data(..) => {}
                     ChunkEvent::NeedMore => read_more(io, buf).await?,
                 }

@@ -183,6 +183,8 @@ pub struct RequestHead {
     host: Option<TextSpan>,
     /// Some Connection header names other headers, which must not be forwarded.
     pub connection_names_headers: bool,
+    /// The client accepts trailers (`TE: trailers`), so weir asks the upstream for them too.
+    pub te_trailers: bool,
 }
 
 impl RequestHead {
@@ -423,6 +425,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         has_expect_continue: known.expect_continue,
         host: known.host,
         connection_names_headers: known.names_headers,
+        te_trailers: known.te_trailers,
     };
     req.split_target();
     if let Some(authority) = req.authority {
@@ -498,6 +501,7 @@ struct Known {
     chunked_codings: usize,
     chunked_last: bool,
     date: bool,
+    te_trailers: bool,
     /// The Content-Length value; all copies must agree.
     length: Option<u64>,
     close: bool,
@@ -526,6 +530,9 @@ impl Known {
                     k.host.get_or_insert(TextSpan::of_ascii(&head.buf, value));
                 }
                 4 if name.eq_ignore_ascii_case(b"date") => k.date = true,
+                2 if name.eq_ignore_ascii_case(b"te") => {
+                    k.te_trailers |= lists_token(value, b"trailers");
+                }
                 6 if name.eq_ignore_ascii_case(b"expect") => {
                     k.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
                 }
@@ -725,12 +732,12 @@ fn is_ip_literal(inner: &[u8]) -> bool {
 /// Headers that describe one connection and are never forwarded (RFC 9110 section 7.6.1),
 /// plus the framing headers that weir always writes itself.
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 9] = [
+    // `Trailer` (which fields follow a chunked body) is end-to-end and passes.
+    const HOP: [&[u8]; 8] = [
         b"connection",
         b"keep-alive",
         b"proxy-connection",
         b"te",
-        b"trailer",
         b"transfer-encoding",
         b"upgrade",
         b"proxy-authenticate",
@@ -768,8 +775,9 @@ enum ChunkState {
 pub enum ChunkEvent {
     /// Body data at `input[start..end]`.
     Data(usize, usize),
-    /// The terminating chunk and trailers have been read.
-    End,
+    /// The terminating chunk and the trailer section have been read; `input[start..end]` are
+    /// the trailer field lines, each ending in CRLF (empty when there are none).
+    End(usize, usize),
     /// More input is needed.
     NeedMore,
 }
@@ -784,7 +792,7 @@ impl ChunkedDecoder {
         let mut pos = 0;
         loop {
             match self.state {
-                ChunkState::Done => return Ok((ChunkEvent::End, pos)),
+                ChunkState::Done => return Ok((ChunkEvent::End(pos, pos), pos)),
                 ChunkState::Size => {
                     let Some(line_end) = find_crlf(&input[pos..])? else {
                         if input.len() - pos > 1024 {
@@ -837,19 +845,44 @@ impl ChunkedDecoder {
                     self.state = ChunkState::Size;
                 }
                 ChunkState::Trailers => {
-                    let Some(line_end) = find_crlf(&input[pos..])? else {
-                        if input.len() - pos > MAX_HEAD_BYTES {
+                    // The trailer section is taken whole, so it can be passed on as one block.
+                    let rest = &input[pos..];
+                    let Some(len) = trailer_section_len(rest)? else {
+                        if rest.len() > MAX_HEAD_BYTES {
                             return Err("trailers too large");
                         }
                         return Ok((ChunkEvent::NeedMore, pos));
                     };
-                    pos += line_end + 2;
-                    if line_end == 0 {
-                        self.state = ChunkState::Done;
-                    }
+                    self.state = ChunkState::Done;
+                    return Ok((ChunkEvent::End(pos, pos + len - 2), pos + len));
                 }
             }
         }
+    }
+}
+
+/// The length of a complete trailer section (field lines and the final empty line), `None`
+/// while incomplete. Lines must be well-formed fields ending in CRLF: the section is forwarded
+/// verbatim, so nothing a downstream parser could read differently may pass.
+fn trailer_section_len(rest: &[u8]) -> Result<Option<usize>, &'static str> {
+    if rest.starts_with(b"\r\n") {
+        return Ok(Some(2));
+    }
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    match httparse::parse_headers(rest, &mut fields) {
+        Ok(httparse::Status::Complete((len, _))) => {
+            let section = &rest[..len];
+            let bare_lf = section
+                .iter()
+                .enumerate()
+                .any(|(i, &b)| b == b'\n' && (i == 0 || section[i - 1] != b'\r'));
+            if bare_lf {
+                return Err("bare LF in trailers");
+            }
+            Ok(Some(len))
+        }
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err("malformed trailers"),
     }
 }
 
@@ -1098,7 +1131,6 @@ mod tests {
             "keep-alive",
             "Proxy-Connection",
             "TE",
-            "trailer",
             "Transfer-Encoding",
             "UPGRADE",
             "proxy-authenticate",
@@ -1172,7 +1204,7 @@ mod tests {
             let (ev, used) = d.decode(&input[pos..])?;
             match ev {
                 ChunkEvent::Data(s, e) => out.extend_from_slice(&input[pos + s..pos + e]),
-                ChunkEvent::End => return Ok(out),
+                ChunkEvent::End(..) => return Ok(out),
                 ChunkEvent::NeedMore => return Err("incomplete"),
             }
             pos += used;
@@ -1190,5 +1222,27 @@ mod tests {
         assert!(decode_all(b"5\r\nhelloXX0\r\n\r\n").is_err());
         assert!(decode_all(b"fffffffffffffffff\r\n").is_err());
         assert_eq!(decode_all(b"5\r\nhel"), Err("incomplete"));
+        // Trailers come back whole, as one block of field lines.
+        let input = b"3\r\nabc\r\n0\r\nGrpc-Status: 0\r\nX-Sum: 9\r\n\r\nNEXT";
+        let mut d = ChunkedDecoder::default();
+        let (ev, used) = d.decode(input).unwrap();
+        assert_eq!((ev, used), (ChunkEvent::Data(3, 6), 6));
+        let (ev, used) = d.decode(&input[6..]).unwrap();
+        let ChunkEvent::End(start, end) = ev else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(
+            &input[6 + start..6 + end],
+            b"Grpc-Status: 0\r\nX-Sum: 9\r\n"
+        );
+        assert_eq!(&input[6 + used..], b"NEXT");
+        // A trailer section split across reads waits for the rest.
+        let mut d = ChunkedDecoder::default();
+        assert_eq!(
+            d.decode(b"0\r\nX: 1\r\n").unwrap(),
+            (ChunkEvent::NeedMore, 3)
+        );
+        assert!(decode_all(b"0\r\nX: 1\nY: 2\r\n\r\n").is_err());
+        assert!(decode_all(b"0\r\nnot a field\r\n\r\n").is_err());
     }
 }

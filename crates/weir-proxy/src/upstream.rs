@@ -227,6 +227,10 @@ fn write_upstream_head(
         header(out, b"x-forwarded-host", original_host.as_bytes());
     }
     header(out, b"x-real-ip", client_ip.as_bytes());
+    if req.te_trailers {
+        // TE is hop-by-hop; weir relays trailers, so it asks for them on the client's behalf.
+        out.extend_from_slice(b"te: trailers\r\n");
+    }
     if req.upgrade {
         if let Some(protocol) = req.head.get("upgrade") {
             out.extend_from_slice(b"connection: upgrade\r\n");

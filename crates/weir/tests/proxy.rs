@@ -21,7 +21,7 @@ fn forwards_headers_and_strips_hop_by_hop() {
     let r = request(
         weir.addr(),
         "GET /echo?x=1 HTTP/1.1\r\nHost: Shop.Example:8080\r\nX-Forwarded-For: 203.0.113.9\r\n\
-         Connection: keep-alive, X-Secret\r\nX-Secret: drop-me\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\
+         Connection: keep-alive, X-Secret\r\nX-Secret: drop-me\r\nKeep-Alive: timeout=5\r\nTE: deflate\r\n\
          X-Custom: kept\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(r.status, 200);
@@ -243,4 +243,37 @@ fn pipelined_requests_are_answered_in_order() {
     for want in ["/1", "/2", "/3"] {
         assert_eq!(c.read(false).unwrap().json()["target"], want);
     }
+}
+
+#[test]
+fn trailers_pass_through_chunked_bodies() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config(&up.url(), ""));
+    // Request trailers reach the upstream.
+    let mut c = Conn::open(weir.addr());
+    c.send(b"POST /t HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Checksum: abc\r\n\r\n");
+    let j = c.read(false).unwrap().json();
+    assert_eq!(j["body"], "hello");
+    assert_eq!(j["trailers"], serde_json::json!([["x-checksum", "abc"]]));
+    // Response trailers reach a client that accepts them (weir asks the upstream with TE).
+    let mut c = Conn::open(weir.addr());
+    c.send(b"GET /trailers HTTP/1.1\r\nHost: t\r\nTE: trailers\r\nConnection: close\r\n\r\n");
+    let mut raw = Vec::new();
+    c.reader.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw).to_lowercase();
+    assert!(raw.contains("transfer-encoding: chunked"), "{raw}");
+    assert!(
+        raw.contains("\r\ntrailer: grpc-status, grpc-message\r\n"),
+        "{raw}"
+    );
+    assert!(
+        raw.ends_with("\r\n0\r\ngrpc-status: 0\r\ngrpc-message: all-good\r\n\r\n"),
+        "{raw}"
+    );
+    // An HTTP/1.0 client gets the body, close-delimited, without trailers.
+    let r = request(
+        weir.addr(),
+        "GET /trailers HTTP/1.0\r\nHost: t\r\nTE: trailers\r\n\r\n",
+    );
+    assert_eq!(r.text(), "payload");
 }

@@ -680,11 +680,14 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                             relay.flush(&mut sink, out).await?;
                         }
                     }
-                    ChunkEvent::End => {
-                        buf.advance(used);
+                    ChunkEvent::End(start, end) => {
+                        // Trailers pass on when the output is chunked too (HTTP/1.0 has none).
                         if chunked_out {
-                            out.extend_from_slice(b"0\r\n\r\n");
+                            out.extend_from_slice(b"0\r\n");
+                            out.extend_from_slice(&buf[start..end]);
+                            out.extend_from_slice(b"\r\n");
                         }
+                        buf.advance(used);
                         break;
                     }
                     ChunkEvent::NeedMore => {

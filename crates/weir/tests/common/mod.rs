@@ -390,8 +390,24 @@ async fn handle(
     }
     if let Some(n) = path.strip_prefix("/chunked/") {
         let n: usize = n.parse().unwrap_or(0);
-        let frames = (0..n).map(|i| Bytes::from(format!("part{i};"))).collect();
+        let frames = (0..n)
+            .map(|i| hyper::body::Frame::data(Bytes::from(format!("part{i};"))))
+            .collect();
         return Ok(Response::new(BodyExt::boxed(Frames(frames))));
+    }
+    if path == "/trailers" {
+        // hyper sends trailers only to a request that said `TE: trailers`.
+        let mut trailers = hyper::HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        trailers.insert("grpc-message", "all-good".parse().unwrap());
+        let frames = [
+            hyper::body::Frame::data(Bytes::from("payload")),
+            hyper::body::Frame::trailers(trailers),
+        ];
+        return Ok(Response::builder()
+            .header("trailer", "grpc-status, grpc-message")
+            .body(BodyExt::boxed(Frames(frames.into())))
+            .unwrap());
     }
     let method = req.method().to_string();
     let target = req.uri().to_string();
@@ -405,7 +421,16 @@ async fn handle(
             )
         })
         .collect();
-    let body = req.into_body().collect().await?.to_bytes();
+    let collected = req.into_body().collect().await?;
+    let trailers: Vec<(String, String)> = collected
+        .trailers()
+        .map(|t| {
+            t.iter()
+                .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let body = collected.to_bytes();
     let json = serde_json::json!({
         "name": name,
         "conn": conn,
@@ -413,6 +438,7 @@ async fn handle(
         "target": target,
         "headers": headers,
         "body": String::from_utf8_lossy(&body),
+        "trailers": trailers,
     });
     Ok(Response::builder()
         .header("content-type", "application/json")
@@ -424,7 +450,7 @@ async fn handle(
 }
 
 /// A body of several frames with no declared length, so hyper sends it chunked.
-struct Frames(std::collections::VecDeque<Bytes>);
+struct Frames(std::collections::VecDeque<hyper::body::Frame<Bytes>>);
 
 impl hyper::body::Body for Frames {
     type Data = Bytes;
@@ -433,7 +459,7 @@ impl hyper::body::Body for Frames {
         mut self: std::pin::Pin<&mut Self>,
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
-        std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(hyper::body::Frame::data(b))))
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
     }
 }
 

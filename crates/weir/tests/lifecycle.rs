@@ -213,3 +213,29 @@ fn idle_and_dribbling_clients_are_closed() {
     assert_eq!(r.status, 408);
     assert!(slow.is_closed());
 }
+
+#[test]
+fn lifecycle_page_references_exist() {
+    // docs/lifecycle-h1.md points into the code as `FILE::FUNCTION`; every pointer must name a
+    // function that exists in that file, so the page stays true as the code moves.
+    let root = workspace_root();
+    let page = std::fs::read_to_string(root.join("docs/lifecycle-h1.md")).unwrap();
+    let mut checked = 0;
+    for part in page.split('`').skip(1).step_by(2) {
+        let Some((file, function)) = part.split_once(".rs::") else {
+            continue;
+        };
+        let path = root
+            .join("crates/weir-proxy/src")
+            .join(format!("{file}.rs"));
+        let source = std::fs::read_to_string(&path)
+            .unwrap_or_else(|_| panic!("docs/lifecycle-h1.md names missing file {file}.rs"));
+        assert!(
+            source.contains(&format!("fn {function}("))
+                || source.contains(&format!("fn {function}<")),
+            "docs/lifecycle-h1.md names `{part}`, which is not a function in {file}.rs"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} references found");
+}

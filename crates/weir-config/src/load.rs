@@ -49,6 +49,10 @@ pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
     let mut loader = Loader {
         errors: Vec::new(),
         env: &|name| std::env::var(name).ok(),
+        base: std::path::Path::new(file)
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default(),
     };
     let config = loader.config(&root);
     if loader.errors.is_empty() {
@@ -70,6 +74,8 @@ pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
 struct Loader<'e> {
     errors: Vec<(Pos, String)>,
     env: &'e dyn Fn(&str) -> Option<String>,
+    /// The config file's folder: relative file paths in the config are resolved against it.
+    base: std::path::PathBuf,
 }
 
 /// The entries of a mapping whose keys have been checked against the allowed set.
@@ -429,7 +435,8 @@ impl Loader<'_> {
 
     fn entrypoint(&mut self, name: String, node: &Node) -> Option<Entrypoint> {
         let what = format!("entrypoint `{name}`");
-        let f = self.fields(node, &what, &["address"])?;
+        let f = self.fields(node, &what, &["address", "tls"])?;
+        let tls = f.get("tls").and_then(|t| self.entrypoint_tls(&name, t));
         let Some(addr_node) = f.get("address") else {
             self.error(
                 f.pos,
@@ -439,7 +446,7 @@ impl Loader<'_> {
         };
         let text = self.string(addr_node, "`address`")?;
         match parse_listen_address(&text) {
-            Some(address) => Some(Entrypoint { name, address }),
+            Some(address) => Some(Entrypoint { name, address, tls }),
             None => {
                 self.error(
                     addr_node.pos,
@@ -448,6 +455,106 @@ impl Loader<'_> {
                 None
             }
         }
+    }
+
+    fn entrypoint_tls(&mut self, name: &str, node: &Node) -> Option<EntrypointTls> {
+        let what = format!("`entrypoints.{name}.tls`");
+        let f = self.fields(
+            node,
+            &what,
+            &[
+                "certificates",
+                "default_certificate",
+                "min_version",
+                "alpn",
+                "handshake_timeout",
+            ],
+        )?;
+        let mut certificates = Vec::new();
+        match f.get("certificates") {
+            Some(list) => match &list.value {
+                Value::Seq(items) => {
+                    for item in items {
+                        certificates.extend(self.certificate_files(item, "a certificate"));
+                    }
+                }
+                _ => self.error(
+                    list.pos,
+                    format!("`certificates` must be a list, found {}", list.kind_name()),
+                ),
+            },
+            None => self.error(
+                f.pos,
+                format!("{what} needs `certificates`, e.g. `certificates: [{{ cert: site.pem, key: site.key }}]`"),
+            ),
+        }
+        let default_certificate = f
+            .get("default_certificate")
+            .and_then(|d| self.certificate_files(d, "`default_certificate`"));
+        let mut min_version = TlsVersion::V1_2;
+        if let Some(v) = f.get("min_version") {
+            match self.string(v, "`min_version`").as_deref() {
+                Some("1.2") => min_version = TlsVersion::V1_2,
+                Some("1.3") => min_version = TlsVersion::V1_3,
+                Some(other) => self.error(
+                    v.pos,
+                    format!("`min_version` must be \"1.2\" or \"1.3\", found `{other}`"),
+                ),
+                None => {}
+            }
+        }
+        let mut alpn = vec!["http/1.1".to_string()];
+        if let Some(a) = f.get("alpn") {
+            alpn.clear();
+            for (proto, pos) in self.string_list(a, "`alpn`") {
+                if proto == "http/1.1" {
+                    alpn.push(proto);
+                } else {
+                    self.error(
+                        pos,
+                        format!("ALPN protocol `{proto}` is not served here; expected: http/1.1"),
+                    );
+                }
+            }
+        }
+        let handshake_timeout = match f.get("handshake_timeout") {
+            Some(d) => self
+                .duration(d, "`handshake_timeout`")
+                .unwrap_or(DEFAULT_TLS_HANDSHAKE_TIMEOUT),
+            None => DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+        };
+        Some(EntrypointTls {
+            certificates,
+            default_certificate,
+            min_version,
+            alpn,
+            handshake_timeout,
+            pos: f.pos,
+        })
+    }
+
+    /// `{ cert: FILE, key: FILE }`; the files themselves are read and checked when the
+    /// configuration is compiled (`weir check` does it too).
+    fn certificate_files(&mut self, node: &Node, what: &str) -> Option<CertificateFiles> {
+        let f = self.fields(node, what, &["cert", "key"])?;
+        let mut path = |key: &str| -> Option<std::path::PathBuf> {
+            let Some(n) = f.get(key) else {
+                self.error(
+                    f.pos,
+                    format!("{what} needs `{key}`, the path of a PEM file"),
+                );
+                return None;
+            };
+            let text = self.string(n, &format!("`{key}`"))?;
+            Some(self.base.join(text))
+        };
+        let cert = path("cert");
+        let key = path("key");
+        Some(CertificateFiles {
+            cert: cert?,
+            key: key?,
+            pos: f.pos,
+        })
     }
 
     fn service(&mut self, name: String, node: &Node) -> Option<Service> {

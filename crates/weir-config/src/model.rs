@@ -47,6 +47,38 @@ pub enum LogTarget {
 pub struct Entrypoint {
     pub name: String,
     pub address: SocketAddr,
+    /// TLS termination on this entrypoint.
+    pub tls: Option<EntrypointTls>,
+}
+
+#[derive(Debug, Clone)]
+pub struct EntrypointTls {
+    /// Served by SNI against each certificate's own names; at least one.
+    pub certificates: Vec<CertificateFiles>,
+    /// Served when the client sends no SNI or no certificate matches; default the first.
+    pub default_certificate: Option<CertificateFiles>,
+    pub min_version: TlsVersion,
+    /// ALPN protocols offered, in order of preference.
+    pub alpn: Vec<String>,
+    /// How long a client may take to complete the handshake.
+    pub handshake_timeout: Duration,
+    pub pos: Pos,
+}
+
+/// A PEM certificate chain and its private key, as written in the config (paths resolved
+/// against the config file's folder).
+#[derive(Debug, Clone)]
+pub struct CertificateFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Where the pair is written, for errors about the files.
+    pub pos: Pos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsVersion {
+    V1_2,
+    V1_3,
 }
 
 #[derive(Debug, Clone)]
@@ -177,6 +209,7 @@ impl HeaderOps {
     }
 }
 
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_GRACEFUL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_CLIENT_BODY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -74,7 +74,7 @@ async fn run_route<'r, S: ClientIo>(
     head: &mut RequestHead,
 ) -> Reply<'r> {
     for filter in &route.filters {
-        if let Flow::Respond(response) = filter.on_request(head, "http").await {
+        if let Flow::Respond(response) = filter.on_request(head, client.scheme.as_str()).await {
             return Reply::local(Cow::Owned(response));
         }
     }

@@ -7,6 +7,7 @@ use crate::balancer::Service;
 use crate::filter::Filter;
 use crate::reply::LocalResponse;
 use crate::router::Router;
+use crate::tls::{server_tls, ServerTls};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub struct Runtime {
 pub struct EntrypointRuntime {
     pub name: String,
     pub address: SocketAddr,
+    /// TLS termination settings, for TLS entrypoints.
+    pub tls: Option<ServerTls>,
     pub router: Router<Arc<Route>>,
 }
 
@@ -117,13 +120,14 @@ impl Runtime {
                     .filter(|(r, _)| r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
                     .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
                     .collect();
-                EntrypointRuntime {
+                Ok(EntrypointRuntime {
                     name: ep.name.clone(),
                     address: ep.address,
+                    tls: ep.tls.as_ref().map(server_tls).transpose()?,
                     router: Router::new(mine),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let access_log = if config.server.access_log.enabled {
             Some(AccessLog::open(&config.server.access_log.path)?)
         } else {

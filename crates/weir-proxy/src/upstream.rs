@@ -8,7 +8,7 @@ use crate::codec::{self, is_hop_by_hop, lists_token, push_decimal, RequestHead, 
 use crate::codec::{header, Framing};
 use crate::conn::h1::{make_room, BodyError, H1Client};
 use crate::conn::watch::{Expired, Waiting};
-use crate::conn::ClientIo;
+use crate::conn::{ClientIo, Scheme};
 use crate::pool::UpstreamConn;
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::worker::Worker;
@@ -88,7 +88,14 @@ pub async fn forward<'r, S: ClientIo>(
             }
         };
         client.out.clear();
-        write_upstream_head(&mut client.out, head, service, server, &client.ip_text);
+        write_upstream_head(
+            &mut client.out,
+            head,
+            service,
+            server,
+            &client.ip_text,
+            client.scheme,
+        );
         if client.send_continue(head).await.is_err() {
             return failure(499, "client closed the connection", Some(used));
         }
@@ -179,6 +186,7 @@ fn write_upstream_head(
     service: &Service,
     server: &Server,
     client_ip: &str,
+    scheme: Scheme,
 ) {
     out.extend_from_slice(req.method().as_bytes());
     out.push(b' ');
@@ -222,7 +230,9 @@ fn write_upstream_head(
         out.extend_from_slice(b", ");
     }
     out.extend_from_slice(client_ip.as_bytes());
-    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    out.extend_from_slice(b"\r\nx-forwarded-proto: ");
+    out.extend_from_slice(scheme.as_str().as_bytes());
+    out.extend_from_slice(b"\r\n");
     if !original_host.is_empty() {
         header(out, b"x-forwarded-host", original_host.as_bytes());
     }

@@ -5,6 +5,7 @@
 
 use crate::conn::h1::READ_CHUNK;
 use crate::conn::watch::{Clock, ConnWatch, SWEEP_TICK};
+use crate::conn::{self, Scheme};
 use crate::pool::Pool;
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
@@ -315,11 +316,15 @@ async fn accept_loop(
                     let worker = worker.clone();
                     let active = active.clone();
                     active.set(active.get() + 1);
-                    // detect: a plain HTTP/1.1 entrypoint has nothing to tell apart yet (TLS,
-                    // h2c and TCP routers will peek here), so the h1 driver takes the stream.
                     let _ = io.set_nodelay(true);
+                    // detect: TLS entrypoints go through the handshake first; a plain one
+                    // hands the stream straight to the HTTP/1 driver.
+                    let tls = worker.config.load().entrypoints[entrypoint].tls.clone();
                     tokio::task::spawn_local(async move {
-                        crate::conn::h1::serve(worker, entrypoint, io, peer).await;
+                        match tls {
+                            Some(tls) => conn::tls::serve(worker, entrypoint, io, peer, tls).await,
+                            None => conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http).await,
+                        }
                         active.set(active.get() - 1);
                     });
                 }

@@ -62,6 +62,16 @@ enum RouteCommand {
     },
 }
 
+/// A startup error for the user: one about a place in the file (it starts with `LINE:COLUMN:`)
+/// becomes `FILE:LINE:COLUMN: message`, like every other config error.
+fn located(config: &str, error: &str) -> String {
+    if error.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("{config}:{error}")
+    } else {
+        format!("{config}: {error}")
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run { config } => {
@@ -71,7 +81,7 @@ fn main() -> ExitCode {
             match weir_proxy::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("weir: {e}");
+                    eprintln!("weir: {}", located(&config, &e));
                     ExitCode::FAILURE
                 }
             }
@@ -89,7 +99,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("{config}: {e}");
+                    eprintln!("{}", located(&config, &e));
                     ExitCode::FAILURE
                 }
             },
@@ -126,7 +136,7 @@ fn main() -> ExitCode {
                     }
                 }
                 Err(e) => {
-                    eprintln!("weir: {e}");
+                    eprintln!("weir: {}", located(&config, &e));
                     ExitCode::FAILURE
                 }
             }

@@ -9,7 +9,7 @@ use crate::codec::{
     ChunkedDecoder, Framing, RequestHead, ResponseHead,
 };
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
-use crate::conn::ClientIo;
+use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
 use crate::pool::UpstreamConn;
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
@@ -55,6 +55,7 @@ pub struct H1Client<S> {
     pub ip: IpAddr,
     pub ip_text: String,
     pub body: RequestBody,
+    pub scheme: Scheme,
 }
 
 /// The result of one exchange, for the access log and the connection loop.
@@ -76,7 +77,13 @@ pub struct Sent<'r> {
 }
 
 /// Serves one client connection until it closes: read a head, run the exchange, repeat.
-pub async fn serve<S: ClientIo>(worker: Rc<Worker>, entrypoint: usize, io: S, peer: SocketAddr) {
+pub async fn serve<S: ClientIo>(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: S,
+    peer: SocketAddr,
+    scheme: Scheme,
+) {
     let ip = canonical_ip(peer.ip());
     let watch = Rc::new(ConnWatch::default());
     worker.connections.borrow_mut().push(watch.clone());
@@ -88,6 +95,7 @@ pub async fn serve<S: ClientIo>(worker: Rc<Worker>, entrypoint: usize, io: S, pe
         ip,
         ip_text: ip.to_string(),
         body: RequestBody::Done,
+        scheme,
     };
     loop {
         let head = match client.read_request_head(&worker).await {

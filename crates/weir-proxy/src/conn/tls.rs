@@ -1,0 +1,51 @@
+//! The detect and handshake phases of a TLS entrypoint: a client speaking plain HTTP to the
+//! port gets a readable 400 (as nginx answers), otherwise the TLS handshake runs under
+//! `handshake_timeout` and the HTTP/1 driver takes the decrypted stream. A failed or stalled
+//! handshake just closes the connection; the worker goes on serving the others.
+
+use crate::conn::{h1, Scheme};
+use crate::tls::ServerTls;
+use crate::worker::Worker;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The first byte of every TLS connection: a handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+pub async fn serve(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: TcpStream,
+    peer: SocketAddr,
+    tls: ServerTls,
+) {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(tls.handshake_timeout, io.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
+        Ok(Ok(1)) => return refuse_plain_http(io).await,
+        _ => return,
+    }
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
+    if let Ok(Ok(stream)) = tokio::time::timeout(tls.handshake_timeout, acceptor.accept(io)).await {
+        h1::serve(worker, entrypoint, stream, peer, Scheme::Https).await;
+    }
+}
+
+/// Answers a plain-HTTP request sent to a TLS port, after reading what arrived of it (closing
+/// with unread input would reset the connection and lose the answer).
+async fn refuse_plain_http(mut io: TcpStream) {
+    let mut scratch = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(1), io.read(&mut scratch)).await;
+    let body = "This port speaks HTTPS: the plain HTTP request was refused.\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if io.write_all(answer.as_bytes()).await.is_ok() {
+        let _ = io.shutdown().await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), io.read(&mut scratch)).await;
+    }
+}

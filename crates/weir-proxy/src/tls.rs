@@ -1,0 +1,179 @@
+//! TLS termination settings: a rustls server config per TLS entrypoint, built from the
+//! certificate files (each checked on load: readable, the key matching the certificate, valid
+//! today), the certificate chosen by SNI (exact name, then wildcard, else the default), ALPN,
+//! the minimum version, and session resumption by session IDs and tickets. Crypto provider:
+//! ring (builds with a C compiler alone; aws-lc-rs needs cmake).
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
+use rustls::sign::CertifiedKey;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_config::{CertificateFiles, EntrypointTls, TlsVersion};
+
+/// A TLS entrypoint's compiled settings.
+#[derive(Clone)]
+pub struct ServerTls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub handshake_timeout: Duration,
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Builds the server config; errors read `LINE:COLUMN: message` (the config position of the
+/// certificate concerned).
+pub fn server_tls(tls: &EntrypointTls) -> Result<ServerTls, String> {
+    let provider = provider();
+    let mut resolver = SniResolver::default();
+    for files in &tls.certificates {
+        let loaded = load_certificate(files, &provider)?;
+        resolver.add(loaded);
+    }
+    if let Some(files) = &tls.default_certificate {
+        resolver.default = Some(load_certificate(files, &provider)?.key);
+    }
+    if resolver.default.is_none() {
+        return Err(format!(
+            "{}:{}: a TLS entrypoint needs at least one certificate",
+            tls.pos.line, tls.pos.column
+        ));
+    }
+    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
+        TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        TlsVersion::V1_3 => &[&rustls::version::TLS13],
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("{}:{}: {e}", tls.pos.line, tls.pos.column))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    config.session_storage = ServerSessionMemoryCache::new(16 * 1024);
+    config.ticketer = rustls::crypto::ring::Ticketer::new()
+        .map_err(|e| format!("{}:{}: session tickets: {e}", tls.pos.line, tls.pos.column))?;
+    Ok(ServerTls {
+        config: Arc::new(config),
+        handshake_timeout: tls.handshake_timeout,
+    })
+}
+
+struct LoadedCertificate {
+    key: Arc<CertifiedKey>,
+    /// The DNS names the leaf certificate is for, lowercased (`*.example.com` for wildcards).
+    names: Vec<String>,
+}
+
+/// Reads a certificate chain and its key, and checks that they belong together and that the
+/// leaf is valid now.
+fn load_certificate(
+    files: &CertificateFiles,
+    provider: &CryptoProvider,
+) -> Result<LoadedCertificate, String> {
+    let at = format!("{}:{}", files.pos.line, files.pos.column);
+    let cert_path = files.cert.display();
+    let key_path = files.key.display();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|certs| certs.collect())
+        .map_err(|e| format!("{at}: cannot read certificate file {cert_path}: {e}"))?;
+    let Some(leaf) = chain.first() else {
+        return Err(format!("{at}: no certificate in {cert_path}"));
+    };
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| format!("{at}: cannot read private key file {key_path}: {e}"))?;
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("{at}: unusable private key in {key_path}: {e}"))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("{at}: cannot parse the certificate in {cert_path}: {e}"))?;
+    let validity = parsed.validity();
+    let now = x509_parser::time::ASN1Time::now();
+    if validity.not_after < now {
+        return Err(format!(
+            "{at}: the certificate in {cert_path} expired on {}",
+            validity.not_after
+        ));
+    }
+    if validity.not_before > now {
+        return Err(format!(
+            "{at}: the certificate in {cert_path} is not valid before {}",
+            validity.not_before
+        ));
+    }
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = parsed.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push(dns.to_ascii_lowercase());
+            }
+        }
+    }
+    if names.is_empty() {
+        // No SAN: the subject's common name, as older certificates carry it.
+        if let Some(cn) = parsed.subject().iter_common_name().next() {
+            if let Ok(cn) = cn.as_str() {
+                names.push(cn.to_ascii_lowercase());
+            }
+        }
+    }
+    let key = CertifiedKey::new(chain, signing);
+    key.keys_match().map_err(|_| {
+        format!("{at}: the private key in {key_path} does not match the certificate in {cert_path}")
+    })?;
+    Ok(LoadedCertificate {
+        key: Arc::new(key),
+        names,
+    })
+}
+
+/// Picks the certificate for a handshake from the client's SNI: an exact name first, then a
+/// wildcard for the name's parent domain, else the default (the first certificate, or
+/// `default_certificate`). Names are matched lowercased.
+#[derive(Debug, Default)]
+struct SniResolver {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// Keyed by the part after `*.`.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl SniResolver {
+    fn add(&mut self, loaded: LoadedCertificate) {
+        for name in &loaded.names {
+            let table = match name.strip_prefix("*.") {
+                Some(parent) => self.wildcard.entry(parent.to_string()),
+                None => self.exact.entry(name.clone()),
+            };
+            // The first certificate listed for a name wins.
+            table.or_insert_with(|| loaded.key.clone());
+        }
+        self.default.get_or_insert(loaded.key);
+    }
+
+    fn pick(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let Some(name) = server_name else {
+            return self.default.clone();
+        };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(key) = self.exact.get(&name) {
+            return Some(key.clone());
+        }
+        if let Some((_, parent)) = name.split_once('.') {
+            if let Some(key) = self.wildcard.get(parent) {
+                return Some(key.clone());
+            }
+        }
+        self.default.clone()
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.pick(hello.server_name())
+    }
+}

@@ -1,0 +1,306 @@
+//! TLS termination on the real binary, with certificates made here (rcgen) and real clients:
+//! curl and Python's `ssl` module. SNI picks between certificates, the default covers the rest,
+//! sessions resume, HTTPS reaches upstreams as `X-Forwarded-Proto: https`, bad clients are
+//! closed cleanly, and `weir check` refuses unusable certificate files with their position.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct CertFiles {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// A self-signed ECDSA P-256 certificate for `names` (it is its own CA for the clients).
+fn make_cert(dir: &Path, tag: &str, names: &[&str], expired: bool) -> CertFiles {
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, names[0]);
+    if expired {
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(1_577_836_800).unwrap();
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(1_609_459_200).unwrap();
+    }
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let files = CertFiles {
+        cert: dir.join(format!("{tag}.pem")),
+        key: dir.join(format!("{tag}.key")),
+    };
+    std::fs::write(&files.cert, cert.pem()).unwrap();
+    std::fs::write(&files.key, key.serialize_pem()).unwrap();
+    files
+}
+
+fn tls_config(certs: &[&CertFiles], tls_extra: &str, routes: &str) -> String {
+    let list: Vec<String> = certs
+        .iter()
+        .map(|c| {
+            format!(
+                "{{ cert: \"{}\", key: \"{}\" }}",
+                c.cert.display(),
+                c.key.display()
+            )
+        })
+        .collect();
+    format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  websecure:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates: [{}]\n{tls_extra}routers:\n{routes}",
+        list.join(", ")
+    )
+}
+
+const OK_ROUTE: &str = "  all:\n    rule: \"PathPrefix(`/`)\"\n    respond: { body: ok }\n";
+
+/// curl over HTTPS to `name` (resolved to weir), trusting only `ca`; returns (exit ok, body).
+fn curl(port: u16, name: &str, ca: &Path) -> (bool, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{port}:127.0.0.1"))
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .expect("curl must be installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Runs Python's `ssl` client against weir; the script prints one line of results.
+fn python(script: &str, args: &[String]) -> String {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 must be installed");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Connects with Python's ssl module: argv = port, cafile, server_hostname or "-", then
+/// "GET path" requests twice on two connections, the second resuming the first's session.
+const PY_CLIENT: &str = r#"
+import socket, ssl, sys
+port, cafile, name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ctx = ssl.create_default_context(cafile=cafile)
+ctx.check_hostname = False
+ctx.set_alpn_protocols(["http/1.1"])
+def fetch(session=None):
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s = ctx.wrap_socket(raw, server_hostname=None if name == "-" else name, session=session)
+    version, alpn = s.version(), s.selected_alpn_protocol()
+    s.sendall(b"GET /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    info = (version, alpn, s.session_reused, s.session)
+    s.close()
+    return data, info
+data, (version, alpn, _, session) = fetch()
+_, (_, _, reused, _) = fetch(session)
+status = data.split(b" ", 2)[1].decode()
+body = data.split(b"\r\n\r\n", 1)[1].decode(errors="replace")
+print(status, version, alpn, reused, body.replace("\n", " "))
+"#;
+
+#[test]
+fn sni_picks_the_certificate_and_the_default_covers_the_rest() {
+    let dir = temp_dir("tls-sni");
+    let a = make_cert(&dir, "a", &["a.test"], false);
+    let b = make_cert(&dir, "b", &["*.b.test"], false);
+    let weir = Weir::start(&tls_config(&[&a, &b], "", OK_ROUTE));
+    let port = weir.addrs["websecure"].port();
+    // Exact name: certificate A, which curl verifies against A alone.
+    assert_eq!(curl(port, "a.test", &a.cert), (true, "ok".to_string()));
+    assert!(!curl(port, "a.test", &b.cert).0, "served B for a.test");
+    // Wildcard: B for any one label under b.test.
+    assert_eq!(curl(port, "x.b.test", &b.cert), (true, "ok".to_string()));
+    assert_eq!(curl(port, "X.B.TEST", &b.cert), (true, "ok".to_string()));
+    // No SNI, or a name no certificate has: the default (first) certificate.
+    let args =
+        |ca: &Path, name: &str| vec![port.to_string(), ca.display().to_string(), name.to_string()];
+    let line = python(PY_CLIENT, &args(&a.cert, "-"));
+    assert!(line.starts_with("200 "), "{line}");
+    let line = python(PY_CLIENT, &args(&a.cert, "other.test"));
+    assert!(line.starts_with("200 "), "{line}");
+}
+
+#[test]
+fn https_reaches_upstreams_and_sessions_resume() {
+    let dir = temp_dir("tls-proxy");
+    let site = make_cert(&dir, "site", &["site.test"], false);
+    let up = Upstream::start("a");
+    let routes = format!(
+        "  insecure:\n    rule: \"PathPrefix(`/to-https`)\"\n    middlewares: [https]\n    respond: {{ body: unreachable }}\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{}\" }}]\n\
+         middlewares:\n  https: {{ redirect_scheme: {{ scheme: https }} }}\n",
+        up.url()
+    );
+    let weir = Weir::start(&tls_config(&[&site], "", &routes));
+    let port = weir.addrs["websecure"].port();
+    let line = python(
+        PY_CLIENT,
+        &[
+            port.to_string(),
+            site.cert.display().to_string(),
+            "site.test".into(),
+        ],
+    );
+    // status, TLS version, ALPN, resumed, body
+    let mut parts = line.splitn(5, ' ');
+    assert_eq!(parts.next(), Some("200"), "{line}");
+    assert_eq!(parts.next(), Some("TLSv1.3"), "{line}");
+    assert_eq!(parts.next(), Some("http/1.1"), "{line}");
+    assert_eq!(parts.next(), Some("True"), "session not resumed: {line}");
+    let json: serde_json::Value = serde_json::from_str(parts.next().unwrap()).unwrap();
+    assert_eq!(echoed_header(&json, "x-forwarded-proto").unwrap(), "https");
+    // redirect_scheme to https does nothing on a request that already came over HTTPS.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&site.cert)
+        .arg("--resolve")
+        .arg(format!("site.test:{port}:127.0.0.1"))
+        .arg(format!("https://site.test:{port}/to-https"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "unreachable");
+}
+
+#[test]
+fn bad_clients_are_closed_cleanly() {
+    let dir = temp_dir("tls-bad");
+    let site = make_cert(&dir, "site", &["site.test"], false);
+    let weir = Weir::start(&tls_config(
+        &[&site],
+        "      min_version: \"1.3\"\n      handshake_timeout: 1s\n",
+        OK_ROUTE,
+    ));
+    let addr = weir.addrs["websecure"];
+    // Plain HTTP to the TLS port: a readable 400.
+    let r = request(addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("HTTPS"), "{}", r.text());
+    // A client that never completes the handshake is closed after handshake_timeout.
+    let mut silent = std::net::TcpStream::connect(addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    silent.write_all(&[0x16, 0x03, 0x01]).unwrap();
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    assert!(matches!(silent.read(&mut byte), Ok(0) | Err(_)));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    // A handshake record of garbage is refused.
+    let mut junk = std::net::TcpStream::connect(addr).unwrap();
+    junk.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    junk.write_all(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5])
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = junk.read_to_end(&mut rest);
+    assert!(!String::from_utf8_lossy(&rest).contains("HTTP/1.1"));
+    // A client limited to TLS 1.2 finds no common version with min_version 1.3.
+    let script = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+ctx.check_hostname = False
+ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+try:
+    ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10), server_hostname="site.test")
+    print("connected")
+except ssl.SSLError as e:
+    print("refused", e.reason)
+"#;
+    let line = python(
+        script,
+        &[addr.port().to_string(), site.cert.display().to_string()],
+    );
+    assert!(line.starts_with("refused"), "{line}");
+    // The worker still serves everyone else.
+    assert_eq!(
+        curl(addr.port(), "site.test", &site.cert),
+        (true, "ok".to_string())
+    );
+}
+
+#[test]
+fn check_refuses_unusable_certificate_files() {
+    let dir = temp_dir("tls-check");
+    let good = make_cert(&dir, "good", &["good.test"], false);
+    let other = make_cert(&dir, "other", &["other.test"], false);
+    let expired = make_cert(&dir, "expired", &["old.test"], true);
+    let cases: [(String, String, &str); 3] = [
+        (
+            good.cert.display().to_string(),
+            dir.join("missing.key").display().to_string(),
+            "cannot read private key file",
+        ),
+        (
+            good.cert.display().to_string(),
+            other.key.display().to_string(),
+            "does not match the certificate",
+        ),
+        (
+            expired.cert.display().to_string(),
+            expired.key.display().to_string(),
+            "expired on",
+        ),
+    ];
+    for (cert, key, expected) in cases {
+        let path = dir.join("weir.yaml");
+        std::fs::write(
+            &path,
+            format!("entrypoints:\n  websecure:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {{ cert: \"{cert}\", key: \"{key}\" }}\nrouters:\n{OK_ROUTE}"),
+        )
+        .unwrap();
+        let out = Command::new(weir_bin())
+            .args(["check", "-c"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{}:6:11: ", path.display())) && err.contains(expected),
+            "{err}"
+        );
+    }
+    // Relative paths resolve against the config file's folder.
+    std::fs::copy(&good.cert, dir.join("rel.pem")).unwrap();
+    std::fs::copy(&good.key, dir.join("rel.key")).unwrap();
+    let path = dir.join("relative.yaml");
+    std::fs::write(
+        &path,
+        format!("entrypoints:\n  websecure:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates: [{{ cert: rel.pem, key: rel.key }}]\nrouters:\n{OK_ROUTE}"),
+    )
+    .unwrap();
+    let out = Command::new(weir_bin())
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -569,6 +569,7 @@ impl Loader<'_> {
                 "keepalive",
                 "timeouts",
                 "pass_host_header",
+                "tls",
             ],
         )?;
         let mut servers = Vec::new();
@@ -691,6 +692,38 @@ impl Loader<'_> {
             Some(b) => self.boolean(b, "`pass_host_header`").unwrap_or(true),
             None => true,
         };
+        let mut tls = UpstreamTls {
+            pos: f.pos,
+            ..UpstreamTls::default()
+        };
+        if let Some(t) = f.get("tls") {
+            tls.pos = t.pos;
+            if let Some(tf) = self.fields(
+                t,
+                "`tls`",
+                &["ca", "server_name", "insecure_skip_verify", "certificate"],
+            ) {
+                if let Some(ca) = tf.get("ca").and_then(|n| self.string(n, "`ca`")) {
+                    tls.ca = Some(self.base.join(ca));
+                }
+                tls.server_name = tf
+                    .get("server_name")
+                    .and_then(|n| self.string(n, "`server_name`"));
+                if let Some(b) = tf.get("insecure_skip_verify") {
+                    tls.insecure_skip_verify =
+                        self.boolean(b, "`insecure_skip_verify`").unwrap_or(false);
+                }
+                tls.certificate = tf
+                    .get("certificate")
+                    .and_then(|c| self.certificate_files(c, "`certificate`"));
+            }
+            if !servers.iter().any(|s: &UpstreamServer| s.tls) {
+                self.error(
+                    t.pos,
+                    "`tls` applies to https:// servers; this service has none",
+                );
+            }
+        }
         Some(Service {
             name,
             servers,
@@ -699,6 +732,7 @@ impl Loader<'_> {
             keepalive,
             timeouts,
             pass_host_header,
+            tls,
         })
     }
 
@@ -716,19 +750,21 @@ impl Loader<'_> {
             Some(w) => self.uint(w, "`weight`", 1, 10_000)? as u32,
             None => 1,
         };
-        let Some((host, port)) = parse_http_url(&url) else {
+        let Some((tls, host, port)) = parse_http_url(&url) else {
             self.error(
                 url_node.pos,
-                format!("`{url}` is not a server URL; expected http://HOST[:PORT]"),
+                format!("`{url}` is not a server URL; expected http://HOST[:PORT] or https://HOST[:PORT]"),
             );
             return None;
         };
         let authority = url
             .trim_start_matches("http://")
+            .trim_start_matches("https://")
             .trim_end_matches('/')
             .to_string();
         Some(UpstreamServer {
             url,
+            tls,
             authority,
             host,
             port,
@@ -1121,15 +1157,23 @@ fn parse_listen_address(text: &str) -> Option<SocketAddr> {
 }
 
 /// `http://HOST[:PORT][/]` into host and port.
-fn parse_http_url(url: &str) -> Option<(String, u16)> {
-    let rest = url.strip_prefix("http://")?;
+/// `http://HOST[:PORT]` or `https://HOST[:PORT]` → (is https, host, port).
+fn parse_http_url(url: &str) -> Option<(bool, String, u16)> {
+    let (tls, rest) = match url.strip_prefix("https://") {
+        Some(rest) => (true, rest),
+        None => (false, url.strip_prefix("http://")?),
+    };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
         return None;
     }
     let host = rule::strip_port(rest);
     let port = if host.len() == rest.len() {
-        80
+        if tls {
+            443
+        } else {
+            80
+        }
     } else {
         rest[host.len() + 1..].parse().ok()?
     };
@@ -1137,6 +1181,7 @@ fn parse_http_url(url: &str) -> Option<(String, u16)> {
         return None;
     }
     Some((
+        tls,
         host.trim_start_matches('[')
             .trim_end_matches(']')
             .to_string(),
@@ -1288,14 +1333,18 @@ mod tests {
     fn urls() {
         assert_eq!(
             parse_http_url("http://127.0.0.1:9000"),
-            Some(("127.0.0.1".into(), 9000))
+            Some((false, "127.0.0.1".into(), 9000))
         );
         assert_eq!(
             parse_http_url("http://backend/"),
-            Some(("backend".into(), 80))
+            Some((false, "backend".into(), 80))
         );
-        assert_eq!(parse_http_url("http://[::1]:81"), Some(("::1".into(), 81)));
-        assert_eq!(parse_http_url("https://x"), None);
+        assert_eq!(
+            parse_http_url("http://[::1]:81"),
+            Some((false, "::1".into(), 81))
+        );
+        assert_eq!(parse_http_url("https://x"), Some((true, "x".into(), 443)));
+        assert_eq!(parse_http_url("ftp://x"), None);
         assert_eq!(parse_http_url("http://x/path"), None);
     }
 }

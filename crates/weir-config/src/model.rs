@@ -123,11 +123,28 @@ pub struct Service {
     pub keepalive: Keepalive,
     pub timeouts: Timeouts,
     pub pass_host_header: bool,
+    /// How `https://` servers are verified and spoken to.
+    pub tls: UpstreamTls,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamTls {
+    /// PEM CA certificates to trust instead of the system roots.
+    pub ca: Option<PathBuf>,
+    /// The name sent as SNI and verified in the certificate; default the URL's host.
+    pub server_name: Option<String>,
+    pub insecure_skip_verify: bool,
+    /// A client certificate for servers that ask for one.
+    pub certificate: Option<CertificateFiles>,
+    /// Where `tls` is written (the service's position when absent).
+    pub pos: Pos,
 }
 
 #[derive(Debug, Clone)]
 pub struct UpstreamServer {
     pub url: String,
+    /// `https://`: spoken to over TLS.
+    pub tls: bool,
     /// `host:port` as written in the URL, used as the Host header when it is not passed through.
     pub authority: String,
     pub host: String,

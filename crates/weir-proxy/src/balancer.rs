@@ -24,6 +24,8 @@ pub struct Server {
     pub authority: String,
     pub weight: u32,
     pub inflight: Padded,
+    /// For https:// servers: how to speak TLS to it.
+    pub tls: Option<crate::tls::UpstreamTlsTarget>,
 }
 
 #[derive(Debug)]
@@ -68,6 +70,11 @@ static NEXT_SERVER_ID: AtomicUsize = AtomicUsize::new(0);
 
 impl Service {
     pub fn new(cfg: &weir_config::Service, workers: usize) -> Result<Service, String> {
+        let client_tls = if cfg.servers.iter().any(|s| s.tls) {
+            Some(crate::tls::client_config(&cfg.tls)?)
+        } else {
+            None
+        };
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
             let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))
@@ -83,6 +90,13 @@ impl Service {
                 authority: s.authority.clone(),
                 weight: s.weight,
                 inflight: Padded::default(),
+                tls: match (&client_tls, s.tls) {
+                    (Some(config), true) => Some(crate::tls::UpstreamTlsTarget {
+                        config: config.clone(),
+                        name: crate::tls::server_name(&cfg.tls, &s.host)?,
+                    }),
+                    _ => None,
+                },
             });
         }
         let weights: Vec<u32> = servers.iter().map(|s| s.weight).collect();

@@ -1,8 +1,10 @@
-//! TLS termination settings: a rustls server config per TLS entrypoint, built from the
-//! certificate files (each checked on load: readable, the key matching the certificate, valid
-//! today), the certificate chosen by SNI (exact name, then wildcard, else the default), ALPN,
-//! the minimum version, and session resumption by session IDs and tickets. Crypto provider:
-//! ring (builds with a C compiler alone; aws-lc-rs needs cmake).
+//! TLS settings, built when the configuration is compiled. Server side: a rustls config per TLS
+//! entrypoint from its certificate files (each checked on load: readable, the key matching the
+//! certificate, valid today), the certificate chosen by SNI (exact name, then wildcard, else
+//! the default), ALPN, the minimum version, session resumption by IDs and tickets. Client side
+//! (https:// upstreams): verification against the system roots or a given CA, the name to
+//! verify, an optional client certificate. Crypto provider: ring (builds with a C compiler
+//! alone; aws-lc-rs needs cmake).
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -12,7 +14,7 @@ use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_config::{CertificateFiles, EntrypointTls, TlsVersion};
+use weir_config::{CertificateFiles, EntrypointTls, TlsVersion, UpstreamTls};
 
 /// A TLS entrypoint's compiled settings.
 #[derive(Clone)]
@@ -175,5 +177,136 @@ impl SniResolver {
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         self.pick(hello.server_name())
+    }
+}
+
+/// How weir speaks TLS to one https:// server.
+#[derive(Debug, Clone)]
+pub struct UpstreamTlsTarget {
+    pub config: Arc<rustls::ClientConfig>,
+    /// Sent as SNI (when a DNS name) and verified against the server's certificate.
+    pub name: rustls::pki_types::ServerName<'static>,
+}
+
+/// The client config for a service's https:// servers; errors read `LINE:COLUMN: message`.
+pub fn client_config(tls: &UpstreamTls) -> Result<Arc<rustls::ClientConfig>, String> {
+    let at = format!("{}:{}", tls.pos.line, tls.pos.column);
+    let provider = provider();
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("{at}: {e}"))?;
+    let builder = if tls.insecure_skip_verify {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider.clone())))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &tls.ca {
+            Some(ca) => {
+                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+                    .and_then(|certs| certs.collect())
+                    .map_err(|e| format!("{at}: cannot read CA file {}: {e}", ca.display()))?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(format!(
+                        "{at}: no usable CA certificate in {}",
+                        ca.display()
+                    ));
+                }
+            }
+            None => {
+                let system = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(system.certs);
+            }
+        }
+        builder.with_root_certificates(roots)
+    };
+    let mut config = match &tls.certificate {
+        Some(files) => {
+            // Read and check the pair (key matches, valid today) like a server certificate.
+            let loaded = load_certificate(files, &provider)?;
+            builder
+                .with_client_auth_cert(loaded.key.cert.clone(), load_key(files)?)
+                .map_err(|e| format!("{}:{}: {e}", files.pos.line, files.pos.column))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The private key of a pair, for APIs that take the key itself.
+fn load_key(files: &CertificateFiles) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        format!(
+            "{}:{}: cannot read private key file {}: {e}",
+            files.pos.line,
+            files.pos.column,
+            files.key.display()
+        )
+    })
+}
+
+/// The name to verify for a server: `server_name` when set, else the URL's host.
+pub fn server_name(
+    tls: &UpstreamTls,
+    host: &str,
+) -> Result<rustls::pki_types::ServerName<'static>, String> {
+    let name = tls.server_name.as_deref().unwrap_or(host);
+    rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|_| {
+        format!(
+            "{}:{}: `{name}` is not a server name to verify",
+            tls.pos.line, tls.pos.column
+        )
+    })
+}
+
+/// `insecure_skip_verify: true`: any certificate is accepted (signatures are still checked,
+/// so the connection is encrypted to whoever answered).
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -9,13 +9,14 @@ use crate::codec::{header, Framing};
 use crate::conn::h1::{make_room, BodyError, H1Client};
 use crate::conn::watch::{Expired, Waiting};
 use crate::conn::{ClientIo, Scheme};
-use crate::pool::UpstreamConn;
+use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::worker::Worker;
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 /// A server in use by one exchange: counted in flight (for least_conn and p2c) until the
 /// exchange finishes, however it ends.
@@ -80,7 +81,29 @@ pub async fn forward<'r, S: ClientIo>(
                 {
                     Ok(Ok(io)) => {
                         let _ = io.set_nodelay(true);
-                        UpstreamConn::new(io)
+                        match &server.tls {
+                            None => UpstreamConn::new(UpstreamIo::Plain(io)),
+                            Some(tls) => {
+                                // The handshake shares the connect deadline.
+                                let connector = TlsConnector::from(tls.config.clone());
+                                let handshake = Box::pin(connector.connect(tls.name.clone(), io));
+                                match client
+                                    .watch
+                                    .within(&worker.clock, Waiting::Connect, limit, handshake)
+                                    .await
+                                {
+                                    Ok(Ok(io)) => UpstreamConn::new(UpstreamIo::Tls(Box::new(io))),
+                                    Ok(Err(_)) => {
+                                        let message = "upstream TLS handshake failed";
+                                        return failure(502, message, Some(used));
+                                    }
+                                    Err(Expired) => {
+                                        let message = "upstream TLS handshake timed out";
+                                        return failure(504, message, Some(used));
+                                    }
+                                }
+                            }
+                        }
                     }
                     Ok(Err(_)) => return failure(502, "upstream connection failed", Some(used)),
                     Err(Expired) => return failure(504, "upstream connect timed out", Some(used)),

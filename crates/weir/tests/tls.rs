@@ -304,3 +304,70 @@ fn check_refuses_unusable_certificate_files() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn https_service(nginx: &Nginx, tls: &str) -> String {
+    format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: secure\n\
+         services:\n  secure:\n    servers: [{{ url: \"https://127.0.0.1:{}\" }}]\n{tls}",
+        nginx.addr.port()
+    )
+}
+
+#[test]
+fn https_upstreams_are_verified_and_kept_alive() {
+    let dir = temp_dir("tls-upstream");
+    let up_cert = make_cert(&dir, "up", &["up.internal", "127.0.0.1"], false);
+    let stranger = make_cert(&dir, "stranger", &["stranger.test"], false);
+    let nginx = Nginx::start_tls(&up_cert.cert, &up_cert.key);
+
+    // Trusted through `ca`, verified against the URL's host (an IP in the certificate).
+    let weir = Weir::start(&https_service(
+        &nginx,
+        &format!("    tls: {{ ca: \"{}\" }}\n", up_cert.cert.display()),
+    ));
+    let seen: Vec<String> = (0..5)
+        .map(|_| {
+            let r = get(weir.addr(), "t", "/");
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text()
+        })
+        .collect();
+    // One TLS connection to nginx carried every request.
+    assert!(seen.iter().all(|c| c == &seen[0]), "{seen:?}");
+    drop(weir);
+
+    // `server_name` changes the name verified (and sent as SNI).
+    let weir = Weir::start(&https_service(
+        &nginx,
+        &format!(
+            "    tls: {{ ca: \"{}\", server_name: up.internal }}\n",
+            up_cert.cert.display()
+        ),
+    ));
+    assert_eq!(get(weir.addr(), "t", "/").status, 200);
+    drop(weir);
+
+    // A CA that did not sign the upstream's certificate: 502, never the upstream's answer.
+    let weir = Weir::start(&https_service(
+        &nginx,
+        &format!("    tls: {{ ca: \"{}\" }}\n", stranger.cert.display()),
+    ));
+    let r = get(weir.addr(), "t", "/");
+    assert_eq!(r.status, 502, "{}", r.text());
+    drop(weir);
+
+    // The system roots do not know a self-signed certificate either.
+    let weir = Weir::start(&https_service(&nginx, ""));
+    assert_eq!(get(weir.addr(), "t", "/").status, 502);
+    drop(weir);
+
+    // Unless verification is switched off.
+    let weir = Weir::start(&https_service(
+        &nginx,
+        "    tls: { insecure_skip_verify: true }\n",
+    ));
+    let r = get(weir.addr(), "t", "/");
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("conn="), "{}", r.text());
+}

@@ -486,13 +486,29 @@ impl Nginx {
 
     /// Starts nginx with extra `http`-level directives.
     pub fn start_with(http_extra: &str) -> Nginx {
+        Nginx::start_server(http_extra, "")
+    }
+
+    /// Starts nginx speaking HTTPS with this certificate and key (PEM files).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Nginx {
+        Nginx::start_server(
+            "",
+            &format!(
+                " ssl;\n    ssl_certificate {};\n    ssl_certificate_key {}",
+                cert.display(),
+                key.display()
+            ),
+        )
+    }
+
+    fn start_server(http_extra: &str, listen_extra: &str) -> Nginx {
         let dir = temp_dir("nginx");
         let port = free_port();
         let conf = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
              events {{ worker_connections 1024; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n  keepalive_requests 100000;\n  {http_extra}\n\
-               server {{\n    listen 127.0.0.1:{port};\n    location / {{ return 200 \"conn=$connection\\n\"; }}\n  }}\n}}\n",
+               server {{\n    listen 127.0.0.1:{port}{listen_extra};\n    location / {{ return 200 \"conn=$connection\\n\"; }}\n  }}\n}}\n",
             dir = dir.display()
         );
         let path = dir.join("nginx.conf");

@@ -1,7 +1,7 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate, idle (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle, tls (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
 import argparse, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
@@ -9,7 +9,7 @@ import argparse, json, os, resource, shutil, signal, socket, statistics, subproc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
@@ -25,7 +25,7 @@ def sh(cmd, **kw):
 # ---------------------------------------------------------------- setup
 
 def ensure_tools():
-    need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux"}
+    need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux", "openssl": "openssl"}
     missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
     if missing:
         log(f"installing {' '.join(missing)} from apt")
@@ -101,27 +101,23 @@ class Proc:
                 pass
         return total / tick
 
-    def peak_rss_mb(self):
+    def status_kb(self, field):
+        """A /proc/PID/status memory field (VmRSS, VmHWM), summed over the process tree, in KB."""
         kb = 0
         for pid in self.pids():
             try:
                 for line in open(f"/proc/{pid}/status"):
-                    if line.startswith("VmHWM:"):
-                        kb += int(line.split()[1])
-            except OSError:
-                pass
-        return kb / 1024
-
-    def rss_kb(self):
-        kb = 0
-        for pid in self.pids():
-            try:
-                for line in open(f"/proc/{pid}/status"):
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field + ":"):
                         kb += int(line.split()[1])
             except OSError:
                 pass
         return kb
+
+    def peak_rss_mb(self):
+        return self.status_kb("VmHWM") / 1024
+
+    def rss_kb(self):
+        return self.status_kb("VmRSS")
 
     def stop(self):
         try:
@@ -169,7 +165,7 @@ def nginx_upstream_block(up_port, conns):
 
 NGINX_PROXY_LOC = """proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header Host $host; proxy_buffering on;"""
 
-def start_haproxy(name, port, backend_cfg, frontend_extra, cpus, maxconn=8000):
+def start_haproxy(name, port, backend_cfg, frontend_extra, cpus, maxconn=8000, bind_extra=""):
     d = os.path.join(WORK, name)
     os.makedirs(d, exist_ok=True)
     conf = f"""global
@@ -184,7 +180,7 @@ defaults
   option http-keep-alive
   http-reuse always
 frontend fe
-  bind 127.0.0.1:{port}
+  bind 127.0.0.1:{port}{bind_extra}
 {frontend_extra}
 {backend_cfg}
 """
@@ -228,6 +224,10 @@ end
 def wrk_script(kind):
     path = os.path.join(WORK, f"wrk-{kind}.lua")
     body = WRK_DONE
+    if kind == "close":
+        # A new connection (and so a full TLS handshake) for every request.
+        body = """wrk.headers["Connection"] = "close"
+""" + WRK_DONE
     if kind == "hosts":
         body = f"""math.randomseed(42)
 request = function()
@@ -377,6 +377,53 @@ def scenario_ping(ctx):
                    ("weir", we, f"http://127.0.0.1:{we_port}/ping")]
         measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
         return {f"ping-c{conns}": interleave("ping", targets, measure, ctx.rounds)}
+    finally:
+        for p in procs:
+            p.stop()
+
+def make_bench_certificate():
+    """An ECDSA P-256 certificate for bench.test and 127.0.0.1, shared by every TLS peer."""
+    d = os.path.join(WORK, "tls")
+    os.makedirs(d, exist_ok=True)
+    cert, key, both = (os.path.join(d, f) for f in ("cert.pem", "key.pem", "both.pem"))
+    sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", key, "-out", cert, "-subj", "/CN=bench.test", "-days", "30",
+        "-addext", "subjectAltName=DNS:bench.test,IP:127.0.0.1"],
+       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    open(both, "w").write(open(cert).read() + open(key).read())
+    return cert, key, both
+
+def scenario_tls(ctx):
+    """HTTPS termination, TLS 1.3 with one ECDSA P-256 certificate: keep-alive proxying at 50
+    connections, and a new connection (full handshake) per request."""
+    cert, key, both = make_bench_certificate()
+    conns = ctx.conn_levels[0]
+    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
+    procs = []
+    try:
+        procs.append(start_upstream(ctx, up_port))
+        ng = start_nginx("nginx-tls", ng_port, nginx_upstream_block(up_port, conns) +
+                         f"""\n  ssl_protocols TLSv1.3; ssl_session_cache shared:SSL:10m;
+  server {{ listen 127.0.0.1:{ng_port} ssl backlog=4096; ssl_certificate {cert}; ssl_certificate_key {key}; location / {{ {NGINX_PROXY_LOC} }} }}""",
+                         ctx.proxy_cpus)
+        procs.append(ng)
+        ha = start_haproxy("haproxy-tls", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}", "  default_backend be",
+                           ctx.proxy_cpus, bind_extra=f" ssl crt {both} ssl-min-ver TLSv1.3")
+        procs.append(ha)
+        yaml = weir_yaml(we_port, WEIR_CATCH_ALL, weir_service(up_port, conns)).replace(
+            f'  web: {{ address: "127.0.0.1:{we_port}" }}',
+            f'  web:\n    address: "127.0.0.1:{we_port}"\n    tls: {{ certificates: [{{ cert: "{cert}", key: "{key}" }}], min_version: "1.3" }}')
+        we = start_weir(ctx.weir, "weir-tls", we_port, yaml, ctx.proxy_cpus)
+        procs.append(we)
+        targets = [("nginx", ng, f"https://127.0.0.1:{ng_port}/"),
+                   ("haproxy", ha, f"https://127.0.0.1:{ha_port}/"),
+                   ("weir", we, f"https://127.0.0.1:{we_port}/")]
+        out = {}
+        keep = lambda url, proc: run_wrk(url, conns, ctx.duration, wrk_script("plain"), ctx.load_cpus, proc)
+        out[f"tls-keepalive-c{conns}"] = interleave("tls-keepalive", targets, keep, ctx.rounds)
+        fresh = lambda url, proc: run_wrk(url, conns, ctx.duration, wrk_script("close"), ctx.load_cpus, proc)
+        out[f"tls-handshake-c{conns}"] = interleave("tls-handshake", targets, fresh, ctx.rounds)
+        return out
     finally:
         for p in procs:
             p.stop()
@@ -645,7 +692,7 @@ def main():
             failures += [f"idle/{t}: {m['errors']} errors" for t, m in results.items() if m["errors"]]
             continue
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
-                   "fixed-rate": scenario_fixed_rate}[name](ctx)
+                   "fixed-rate": scenario_fixed_rate, "tls": scenario_tls}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

@@ -116,13 +116,6 @@ impl<'r> Reply<'r> {
         }
     }
 
-    pub fn status(&self) -> u16 {
-        match &self.head {
-            ReplyHead::Local(r) => r.status,
-            ReplyHead::Response(r) => r.status,
-        }
-    }
-
     /// Edits the head as a [`ResponseHead`], turning a prebuilt local answer into one first,
     /// so response-head filters treat local and proxied answers alike.
     pub fn edit_head(&mut self, edit: impl FnOnce(&mut ResponseHead)) {

@@ -156,10 +156,10 @@ pub async fn forward<'r, S: ClientIo>(
             Err(BodyError::Sink) if up.reused && may_resend => continue,
             Err(BodyError::Sink) => (502, "upstream closed the connection"),
             Err(BodyError::SinkStalled) => (504, "upstream did not take the request in time"),
-            // Dropping `up` aborts the upstream request mid-body: it never sees a request boundary.
-            Err(BodyError::Malformed) | Err(BodyError::TooLarge) => (400, "malformed request body"),
-            Err(BodyError::SourceStalled) => (408, "timed out reading the request body"),
             Err(BodyError::Source) => (499, "client closed the connection"),
+            // Dropping `up` aborts the upstream request mid-body: it never sees a request
+            // boundary. The client's body is bad (400) or stalled (408).
+            Err(e) => e.client_answer().unwrap_or((400, "malformed request body")),
         };
         return failure(status, message, Some(used));
     }

@@ -242,6 +242,14 @@ except ssl.SSLError as e:
     );
 }
 
+fn weir_check(path: &Path) -> std::process::Output {
+    Command::new(weir_bin())
+        .args(["check", "-c"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn check_refuses_unusable_certificate_files() {
     let dir = temp_dir("tls-check");
@@ -272,11 +280,7 @@ fn check_refuses_unusable_certificate_files() {
             format!("entrypoints:\n  websecure:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {{ cert: \"{cert}\", key: \"{key}\" }}\nrouters:\n{OK_ROUTE}"),
         )
         .unwrap();
-        let out = Command::new(weir_bin())
-            .args(["check", "-c"])
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = weir_check(&path);
         assert_eq!(out.status.code(), Some(1));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -293,11 +297,7 @@ fn check_refuses_unusable_certificate_files() {
         format!("entrypoints:\n  websecure:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates: [{{ cert: rel.pem, key: rel.key }}]\nrouters:\n{OK_ROUTE}"),
     )
     .unwrap();
-    let out = Command::new(weir_bin())
-        .args(["check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = weir_check(&path);
     assert!(
         out.status.success(),
         "{}",

@@ -265,9 +265,8 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// Reads and drops a request body nobody consumed (local answers), so the connection can
-    /// carry the next request. Returns the status that replaces the answer when the body
-    /// itself was bad or too slow.
-    async fn drain_body(&mut self, worker: &Worker, req: &RequestHead) -> Option<u16> {
+    /// carry the next request. Returns the error when the body itself was bad or too slow.
+    async fn drain_body(&mut self, worker: &Worker, req: &RequestHead) -> Option<BodyError> {
         if self.body != RequestBody::Unread {
             return None;
         }
@@ -295,11 +294,7 @@ impl<S: ClientIo> H1Client<S> {
         } else {
             RequestBody::Broken
         };
-        match drained {
-            Err(BodyError::Malformed) => Some(400),
-            Err(BodyError::SourceStalled) => Some(408),
-            _ => None,
-        }
+        drained.err()
     }
 
     /// Writes a reply in HTTP/1.1 (phase response_body: the body is relayed here). Local
@@ -316,14 +311,9 @@ impl<S: ClientIo> H1Client<S> {
         } else {
             None
         };
-        if let Some(status) = bad_body {
-            let message = match status {
-                408 => "timed out reading the request body",
-                _ => "malformed request body",
-            };
-            reply.head = ReplyHead::Local(std::borrow::Cow::Owned(LocalResponse::text(
-                status, message,
-            )));
+        if let Some((status, message)) = bad_body.and_then(BodyError::client_answer) {
+            let answer = LocalResponse::text(status, message);
+            reply.head = ReplyHead::Local(std::borrow::Cow::Owned(answer));
             reply.body = ReplyBody::Local;
         }
         let broken = self.body == RequestBody::Broken;
@@ -588,6 +578,17 @@ pub enum BodyError {
     Sink,
     /// The receiving side took nothing for longer than its limit.
     SinkStalled,
+}
+
+impl BodyError {
+    /// The answer owed to a client whose own request body failed: bad framing or silence.
+    pub fn client_answer(self) -> Option<(u16, &'static str)> {
+        match self {
+            BodyError::Malformed => Some((400, "malformed request body")),
+            BodyError::SourceStalled => Some((408, "timed out reading the request body")),
+            _ => None,
+        }
+    }
 }
 
 /// The limits of one body relay: how long a read from the source and a write to the sink may

@@ -297,6 +297,22 @@ fn worker_main(
     });
 }
 
+/// Counts a connection as active (a graceful stop waits for it) until dropped.
+struct Active(Rc<Cell<usize>>);
+
+impl Active {
+    fn enter(count: &Rc<Cell<usize>>) -> Active {
+        count.set(count.get() + 1);
+        Active(count.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 async fn accept_loop(
     worker: Rc<Worker>,
     entrypoint: usize,
@@ -313,20 +329,22 @@ async fn accept_loop(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((io, peer)) => {
-                    let worker = worker.clone();
-                    let active = active.clone();
-                    active.set(active.get() + 1);
                     let _ = io.set_nodelay(true);
+                    let counted = Active::enter(&active);
+                    let worker = worker.clone();
                     // detect: TLS entrypoints go through the handshake first; a plain one
-                    // hands the stream straight to the HTTP/1 driver.
-                    let tls = worker.config.load().entrypoints[entrypoint].tls.clone();
-                    tokio::task::spawn_local(async move {
-                        match tls {
-                            Some(tls) => conn::tls::serve(worker, entrypoint, io, peer, tls).await,
-                            None => conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http).await,
-                        }
-                        active.set(active.get() - 1);
-                    });
+                    // hands the stream straight to the HTTP/1 driver. Separate tasks, so a
+                    // plain connection's task is sized for the plain path alone.
+                    match worker.config.load().entrypoints[entrypoint].tls.clone() {
+                        Some(tls) => tokio::task::spawn_local(async move {
+                            conn::tls::serve(worker, entrypoint, io, peer, tls).await;
+                            drop(counted);
+                        }),
+                        None => tokio::task::spawn_local(async move {
+                            conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http).await;
+                            drop(counted);
+                        }),
+                    };
                 }
                 Err(e) => {
                     // Out of descriptors and similar: back off instead of spinning.

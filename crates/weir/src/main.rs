@@ -1,13 +1,49 @@
 //! The `weir` command: `run` the gateway, `check` a config, `route explain` a request.
-#![forbid(unsafe_code)]
+// One measured exception, allowed where it lives: the global allocator.
+#![deny(unsafe_code)]
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-/// mimalloc: per-thread size classes make the allocations of a request (its boxed exchange, a
-/// few small vectors) a handful of instructions where glibc's malloc took hundreds (callgrind).
+/// The global allocator: mimalloc, whose per-thread size classes make a request's
+/// allocations (its boxed exchange, a few small vectors) a handful of instructions where glibc's
+/// malloc took hundreds. Called directly rather than through the `mimalloc` crate's wrapper,
+/// which always asks for aligned memory; mimalloc's aligned path is its slow generic one for
+/// blocks over 1 KiB such as the boxed exchange. Measured with bench/callgrind: 220 fewer
+/// instructions per proxied request, 100 per `respond` request.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Allocator = Allocator;
+
+struct Allocator;
+
+/// Every mimalloc block is aligned to at least a machine word.
+const WORD: usize = std::mem::size_of::<usize>();
+
+// SAFETY: mimalloc returns blocks of at least the requested size, aligned to a word by
+// `mi_malloc` / `mi_realloc` (used only when the layout asks for no more than that) and to the
+// requested alignment by the `_aligned` variants; blocks are freed by `mi_free` only.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if layout.align() <= WORD {
+            libmimalloc_sys::mi_malloc(layout.size()).cast()
+        } else {
+            libmimalloc_sys::mi_malloc_aligned(layout.size(), layout.align()).cast()
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {
+        libmimalloc_sys::mi_free(ptr.cast())
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        if layout.align() <= WORD {
+            libmimalloc_sys::mi_realloc(ptr.cast(), new_size).cast()
+        } else {
+            libmimalloc_sys::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
+        }
+    }
+}
 
 #[derive(Parser)]
 #[command(

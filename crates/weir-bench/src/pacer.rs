@@ -2,16 +2,13 @@
 //! millisecond of requests at once; instead a periodic timerfd ticks every `TICK` and one task
 //! wakes the connections whose next send is due.
 
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::cell::RefCell;
 use std::future::Future;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use tokio::io::unix::AsyncFd;
+use weir_proxy::ticker::Ticker;
 
 /// Pacing resolution: a send leaves at most this much before its schedule.
 pub const TICK: Duration = Duration::from_micros(50);
@@ -25,14 +22,6 @@ struct Slot {
 /// One slot per connection: when it next wants to send and how to wake it.
 pub struct Pacer {
     slots: RefCell<Vec<Slot>>,
-}
-
-struct Tick(TimerFd);
-
-impl AsRawFd for Tick {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
 }
 
 impl Pacer {
@@ -53,29 +42,9 @@ impl Pacer {
 
     /// Drives the pacing: run it as a task for as long as connections are sending.
     pub async fn run(self: Rc<Self>) -> Result<(), String> {
-        let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK)
-            .map_err(|e| format!("timerfd: {e}"))?;
-        timer
-            .set(
-                Expiration::Interval(TimeSpec::from_duration(TICK)),
-                TimerSetTimeFlags::empty(),
-            )
-            .map_err(|e| format!("timerfd: {e}"))?;
-        // Deprecated because a wrapped type could close its fd while registered; `Tick` owns
-        // its fd and only this AsyncFd holds it, so that cannot happen (the replacement,
-        // `register`, is unsafe, which this crate forbids).
-        #[allow(deprecated)]
-        let fd = AsyncFd::new(Tick(timer)).map_err(|e| format!("timerfd: {e}"))?;
+        let ticker = Ticker::new(TICK).map_err(|e| format!("timerfd: {e}"))?;
         loop {
-            let mut ready = fd.readable().await.map_err(|e| e.to_string())?;
-            match ready.get_inner().0.wait() {
-                Ok(()) => {}
-                Err(nix::errno::Errno::EAGAIN) => {
-                    ready.clear_ready();
-                    continue;
-                }
-                Err(e) => return Err(format!("timerfd: {e}")),
-            }
+            ticker.tick().await.map_err(|e| format!("timerfd: {e}"))?;
             let horizon = Instant::now() + TICK;
             for slot in self.slots.borrow_mut().iter_mut() {
                 if slot.due.is_some_and(|due| due <= horizon) {

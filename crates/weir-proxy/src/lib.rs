@@ -13,6 +13,7 @@ pub mod pool;
 pub mod reply;
 pub mod router;
 pub mod runtime;
+pub mod ticker;
 pub mod tls;
 pub mod upstream;
 pub mod worker;

@@ -83,10 +83,9 @@ pub async fn serve<S: ClientIo>(
     io: S,
     peer: SocketAddr,
     scheme: Scheme,
+    watch: Rc<ConnWatch>,
 ) {
     let ip = canonical_ip(peer.ip());
-    let watch = Rc::new(ConnWatch::default());
-    worker.connections.borrow_mut().push(watch.clone());
     let mut client = H1Client {
         io,
         buf: BytesMut::new(),

@@ -3,6 +3,7 @@
 //! `handshake_timeout` and the HTTP/1 driver takes the decrypted stream. A failed or stalled
 //! handshake just closes the connection; the worker goes on serving the others.
 
+use crate::conn::watch::{ConnWatch, Waiting};
 use crate::conn::{h1, Scheme};
 use crate::tls::ServerTls;
 use crate::worker::Worker;
@@ -22,23 +23,37 @@ pub async fn serve(
     peer: SocketAddr,
     tls: ServerTls,
 ) {
+    let watch = worker.watch_connection();
+    let limit = tls.handshake_timeout;
     let mut first = [0u8; 1];
-    match tokio::time::timeout(tls.handshake_timeout, io.peek(&mut first)).await {
+    let peek = io.peek(&mut first);
+    match watch
+        .within(&worker.clock, Waiting::Handshake, limit, peek)
+        .await
+    {
         Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
-        Ok(Ok(1)) => return refuse_plain_http(io).await,
+        Ok(Ok(1)) => return refuse_plain_http(&worker, &watch, io).await,
         _ => return,
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
-    if let Ok(Ok(stream)) = tokio::time::timeout(tls.handshake_timeout, acceptor.accept(io)).await {
-        h1::serve(worker, entrypoint, stream, peer, Scheme::Https).await;
+    let handshake = acceptor.accept(io);
+    if let Ok(Ok(stream)) = watch
+        .within(&worker.clock, Waiting::Handshake, limit, handshake)
+        .await
+    {
+        h1::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
     }
 }
 
 /// Answers a plain-HTTP request sent to a TLS port, after reading what arrived of it (closing
 /// with unread input would reset the connection and lose the answer).
-async fn refuse_plain_http(mut io: TcpStream) {
+async fn refuse_plain_http(worker: &Worker, watch: &ConnWatch, mut io: TcpStream) {
+    const LINGER: Duration = Duration::from_secs(1);
     let mut scratch = [0u8; 4096];
-    let _ = tokio::time::timeout(Duration::from_secs(1), io.read(&mut scratch)).await;
+    let read = io.read(&mut scratch);
+    let _ = watch
+        .within(&worker.clock, Waiting::RequestBody, LINGER, read)
+        .await;
     let body = "This port speaks HTTPS: the plain HTTP request was refused.\n";
     let answer = format!(
         "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -46,6 +61,9 @@ async fn refuse_plain_http(mut io: TcpStream) {
     );
     if io.write_all(answer.as_bytes()).await.is_ok() {
         let _ = io.shutdown().await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), io.read(&mut scratch)).await;
+        let read = io.read(&mut scratch);
+        let _ = watch
+            .within(&worker.clock, Waiting::RequestBody, LINGER, read)
+            .await;
     }
 }

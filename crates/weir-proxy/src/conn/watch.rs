@@ -16,6 +16,8 @@ pub const SWEEP_TICK: Duration = Duration::from_millis(100);
 /// What a connection is waiting for; the sweep treats `RequestHead` waits specially on stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
+    /// A TLS client's handshake.
+    Handshake,
     /// The client's next request head (keep-alive idle time, or a dribbled head).
     RequestHead,
     /// More bytes of the client's request body.
@@ -105,8 +107,8 @@ impl ConnWatch {
         Within { watch: self, fut }
     }
 
-    /// The sweep's check: fires an armed deadline that has passed, or an idle wait for a
-    /// request head when the worker is stopping.
+    /// The sweep's check: fires an armed deadline that has passed, or, when the worker is
+    /// stopping, a wait for a request head or a handshake (nothing is in flight there).
     pub fn check(&self, now: Instant, stopping: bool) {
         let Some(armed) = self.armed.get() else {
             return;
@@ -115,7 +117,8 @@ impl ConnWatch {
         // more keeps the deadline at or after the configured limit.
         let due =
             now.saturating_duration_since(armed.since) >= armed.limit.saturating_add(SWEEP_TICK);
-        if due || (stopping && armed.what == Waiting::RequestHead) {
+        let idle = matches!(armed.what, Waiting::RequestHead | Waiting::Handshake);
+        if due || (stopping && idle) {
             self.fire();
         }
     }

@@ -17,20 +17,64 @@ pub enum Rule {
 
 #[derive(Debug, Clone)]
 pub enum Matcher {
-    /// Lower-cased host name without port.
-    Host(String),
+    Host(HostPattern),
     HostRegexp(Regex),
     Path(String),
     PathPrefix(String),
     PathRegexp(Regex),
-    /// Upper-cased method name.
+    /// Upper-cased method name, compared exactly with the request's.
     Method(String),
     Header(String, String),
     HeaderRegexp(String, Regex),
-    /// `Query(key)` alone tests presence; with a value it tests equality.
-    Query(String, Option<String>),
+    /// Some decoded value of the key equals the value; `Query(key)` alone means the value `""`
+    /// (`?key` or `?key=`), as in Traefik.
+    Query(String, String),
     QueryRegexp(String, Regex),
     ClientIp(Cidr),
+}
+
+/// What a `Host` matcher accepts, on the canonical host (see [`canonical_host`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    Exact(String),
+    /// `*.example.com`: exactly one label in front of `.example.com` (stored with the dot).
+    OneLabelUnder(String),
+    /// `*`: any host.
+    Any,
+}
+
+impl HostPattern {
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Exact(h) => host == h,
+            HostPattern::OneLabelUnder(suffix) => host
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+            HostPattern::Any => !host.is_empty(),
+        }
+    }
+}
+
+/// The form hosts are compared in, for rules and requests alike: lowercased, without a port,
+/// without one trailing dot, and IPv6 literals without brackets (`[::1]:8080` → `::1`).
+pub fn canonical_host(raw: &str) -> std::borrow::Cow<'_, str> {
+    // Runs on every request: one scan for the first colon decides the shape.
+    let host = match raw.as_bytes().first() {
+        Some(b'[') => raw[1..].split(']').next().unwrap_or(raw),
+        _ => match raw.find(':') {
+            None => raw,
+            // More colons: a bare IPv6 literal, whose colons are not a port.
+            Some(i) if raw[i + 1..].contains(':') => raw,
+            Some(i) if raw[i + 1..].bytes().all(|b| b.is_ascii_digit()) => &raw[..i],
+            Some(_) => raw,
+        },
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(host)
+    }
 }
 
 /// An IP network: `10.0.0.0/8`, `::1/128`, or a bare address.
@@ -97,6 +141,34 @@ impl fmt::Display for RuleError {
 
 const MATCHERS: &str = "Host, HostRegexp, Path, PathPrefix, PathRegexp, Method, Header, \
                         HeaderRegexp, Query, QueryRegexp, ClientIP";
+
+const MATCHER_NAMES: [&str; 11] = [
+    "Host",
+    "HostRegexp",
+    "Path",
+    "PathPrefix",
+    "PathRegexp",
+    "Method",
+    "Header",
+    "HeaderRegexp",
+    "Query",
+    "QueryRegexp",
+    "ClientIP",
+];
+
+/// The spellings Traefik accepts for a matcher name.
+fn spellings(canonical: &str) -> impl Iterator<Item = String> + '_ {
+    let lower = canonical.to_ascii_lowercase();
+    let mut title = lower.clone();
+    title[..1].make_ascii_uppercase();
+    [
+        canonical.to_string(),
+        lower,
+        canonical.to_ascii_uppercase(),
+        title,
+    ]
+    .into_iter()
+}
 
 pub fn parse(text: &str) -> Result<Rule, RuleError> {
     let tokens = tokenize(text)?;
@@ -273,7 +345,14 @@ impl RuleParser {
         }
     }
 
-    fn matcher(&mut self, name: &str, at: usize) -> Result<Rule, RuleError> {
+    fn matcher(&mut self, written: &str, at: usize) -> Result<Rule, RuleError> {
+        // Traefik accepts each name as written in its docs, all lowercase, all uppercase, or
+        // capitalised (`PathPrefix`, `pathprefix`, `PATHPREFIX`, `Pathprefix`).
+        let name = MATCHER_NAMES
+            .iter()
+            .find(|canonical| spellings(canonical).any(|s| s == written))
+            .copied()
+            .unwrap_or(written);
         let arity: &[usize] = match name {
             "Host" | "HostRegexp" | "Path" | "PathPrefix" | "PathRegexp" | "Method"
             | "ClientIP" => &[1],
@@ -336,13 +415,23 @@ impl RuleParser {
                 message: format!("`{name}` takes {want} argument(s), found {}", args.len()),
             });
         }
-        let regex = |(text, pos): &(String, usize), case_insensitive: bool| {
-            let source = if case_insensitive {
-                format!("(?i){text}")
-            } else {
-                text.clone()
-            };
-            Regex::new(&source).map_err(|e| RuleError {
+        // Traefik refuses empty arguments to every matcher.
+        if let Some((_, pos)) = args.iter().find(|(text, _)| text.is_empty()) {
+            return Err(RuleError {
+                offset: *pos,
+                message: format!("`{name}` does not take an empty argument"),
+            });
+        }
+        if matches!(name, "Host" | "HostRegexp") && !args[0].0.is_ascii() {
+            return Err(RuleError {
+                offset: args[0].1,
+                message: format!(
+                    "`{name}` takes ASCII only; write an internationalised name in its xn-- form"
+                ),
+            });
+        }
+        let regex = |(text, pos): &(String, usize)| {
+            Regex::new(text).map_err(|e| RuleError {
                 offset: *pos,
                 message: format!("invalid regular expression `{text}`: {e}"),
             })
@@ -357,37 +446,32 @@ impl RuleParser {
                 })
             }
         };
-        let nonempty = |(text, pos): &(String, usize), what: &str| {
-            if text.is_empty() {
-                Err(RuleError {
-                    offset: *pos,
-                    message: format!("{what} must not be empty"),
-                })
-            } else {
-                Ok(text.clone())
-            }
-        };
         let m = match name {
             "Host" => {
-                let host = nonempty(&args[0], "host")?.to_ascii_lowercase();
-                Matcher::Host(strip_port(&host).to_string())
+                let host = &args[0].0;
+                Matcher::Host(match host.as_str() {
+                    "*" => HostPattern::Any,
+                    _ => match host.strip_prefix('*') {
+                        Some(suffix) if suffix.starts_with('.') && !suffix.contains('*') => {
+                            HostPattern::OneLabelUnder(canonical_host(suffix).into_owned())
+                        }
+                        _ => HostPattern::Exact(canonical_host(host).into_owned()),
+                    },
+                })
             }
-            "HostRegexp" => Matcher::HostRegexp(regex(&args[0], true)?),
+            // Matched case-sensitively against the canonical (lowercased) host, as Traefik does.
+            "HostRegexp" => Matcher::HostRegexp(regex(&args[0])?),
             "Path" => Matcher::Path(path(&args[0])?),
             "PathPrefix" => Matcher::PathPrefix(path(&args[0])?),
-            "PathRegexp" => Matcher::PathRegexp(regex(&args[0], false)?),
-            "Method" => Matcher::Method(nonempty(&args[0], "method")?.to_ascii_uppercase()),
-            "Header" => Matcher::Header(nonempty(&args[0], "header name")?, args[1].0.clone()),
-            "HeaderRegexp" => {
-                Matcher::HeaderRegexp(nonempty(&args[0], "header name")?, regex(&args[1], false)?)
-            }
+            "PathRegexp" => Matcher::PathRegexp(regex(&args[0])?),
+            "Method" => Matcher::Method(args[0].0.to_ascii_uppercase()),
+            "Header" => Matcher::Header(args[0].0.clone(), args[1].0.clone()),
+            "HeaderRegexp" => Matcher::HeaderRegexp(args[0].0.clone(), regex(&args[1])?),
             "Query" => Matcher::Query(
-                nonempty(&args[0], "query key")?,
-                args.get(1).map(|a| a.0.clone()),
+                args[0].0.clone(),
+                args.get(1).map(|a| a.0.clone()).unwrap_or_default(),
             ),
-            "QueryRegexp" => {
-                Matcher::QueryRegexp(nonempty(&args[0], "query key")?, regex(&args[1], false)?)
-            }
+            "QueryRegexp" => Matcher::QueryRegexp(args[0].0.clone(), regex(&args[1])?),
             _ => Matcher::ClientIp(Cidr::parse(&args[0].0).ok_or(RuleError {
                 offset: args[0].1,
                 message: format!(
@@ -437,12 +521,54 @@ mod tests {
         assert!(matches!(rule, Rule::And(_, _)));
     }
 
-    #[test]
-    fn host_is_lowercased_and_port_stripped() {
-        let Rule::Match(Matcher::Host(h)) = parse("Host(`API.Example.com:8080`)").unwrap() else {
-            panic!()
+    fn host_pattern(rule: &str) -> HostPattern {
+        let Rule::Match(Matcher::Host(h)) = parse(rule).unwrap() else {
+            panic!("{rule}")
         };
-        assert_eq!(h, "api.example.com");
+        h
+    }
+
+    #[test]
+    fn hosts_are_canonical() {
+        let exact = |h: &str| HostPattern::Exact(h.to_string());
+        assert_eq!(
+            host_pattern("Host(`API.Example.com:8080`)"),
+            exact("api.example.com")
+        );
+        assert_eq!(host_pattern("Host(`example.com.`)"), exact("example.com"));
+        assert_eq!(host_pattern("Host(`::1`)"), exact("::1"));
+        assert_eq!(host_pattern("Host(`[::1]:8080`)"), exact("::1"));
+        assert_eq!(host_pattern("Host(`*`)"), HostPattern::Any);
+        let one = host_pattern("Host(`*.Example.com`)");
+        assert_eq!(one, HostPattern::OneLabelUnder(".example.com".into()));
+        assert!(one.matches("api.example.com"));
+        assert!(!one.matches("a.b.example.com") && !one.matches("example.com"));
+        assert_eq!(canonical_host("[::1]:8080"), "::1");
+        assert_eq!(canonical_host("Example.COM.:80"), "example.com");
+    }
+
+    #[test]
+    fn matcher_names_take_traefiks_spellings() {
+        for name in ["PathPrefix", "pathprefix", "PATHPREFIX", "Pathprefix"] {
+            assert!(parse(&format!("{name}(`/a`)")).is_ok(), "{name}");
+        }
+        assert!(parse("pathPrefix(`/a`)").is_err());
+        assert!(parse("clientip(`10.0.0.0/8`) && HOSTREGEXP(`^a$`)").is_ok());
+    }
+
+    #[test]
+    fn empty_and_non_ascii_arguments_are_refused() {
+        for rule in [
+            "HostRegexp(``)",
+            "Query(`q`, ``)",
+            "Header(`X`, ``)",
+            "Method(``)",
+            "Host(`bücher.example`)",
+            "HostRegexp(`^bü`)",
+        ] {
+            let e = parse(rule).unwrap_err();
+            assert!(e.offset > 0, "{rule}: {e:?}");
+        }
     }
 
     #[test]

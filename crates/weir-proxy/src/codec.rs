@@ -208,7 +208,8 @@ impl RequestHead {
 
     /// The host the client addressed: the absolute-form authority, else the Host header.
     pub fn host(&self) -> &str {
-        if let Some(authority) = self.authority {
+        // An empty authority (`http:///path`) falls back to the Host header, as in Traefik.
+        if let Some(authority) = self.authority.filter(|a| a.0.start != a.0.end) {
             return self.head.text(authority);
         }
         match (self.head.edited, self.host) {

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
-use weir_config::rule::{Matcher, Rule};
+use weir_config::rule::{canonical_host, HostPattern, Matcher, Rule};
 
 /// What the router looks at in a request.
 pub struct RequestView<'a> {
@@ -18,17 +18,6 @@ pub struct RequestView<'a> {
     pub query: &'a str,
     pub headers: &'a Head,
     pub client_ip: IpAddr,
-}
-
-/// Lower-cases a Host value and drops its port, borrowing when it is already clean.
-pub fn normalize_host(raw: &str) -> Cow<'_, str> {
-    let host = weir_config::rule::strip_port(raw);
-    let host = host.strip_suffix('.').unwrap_or(host);
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(host.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(host)
-    }
 }
 
 /// FNV-1a for the router's tables. They are built from the config and never take inserts from
@@ -152,7 +141,7 @@ impl<T> Router<T> {
 
     /// Routes a parsed request that came from `client_ip`.
     pub fn route_request(&self, head: &RequestHead, client_ip: IpAddr) -> Option<&T> {
-        let host = normalize_host(head.host());
+        let host = canonical_host(head.host());
         self.route(&RequestView {
             method: head.method(),
             host: &host,
@@ -196,7 +185,7 @@ impl<T> Router<T> {
 /// The literal hosts a request must have for `rule` to match, or `None` if any host might.
 fn host_keys(rule: &Rule) -> Option<Vec<String>> {
     match rule {
-        Rule::Match(Matcher::Host(h)) => Some(vec![h.clone()]),
+        Rule::Match(Matcher::Host(HostPattern::Exact(h))) => Some(vec![h.clone()]),
         Rule::And(a, b) => host_keys(a).or_else(|| host_keys(b)),
         Rule::Or(a, b) => {
             let mut left = host_keys(a)?;
@@ -265,12 +254,12 @@ pub fn matches(rule: &Rule, req: &RequestView) -> bool {
         Rule::Or(a, b) => matches(a, req) || matches(b, req),
         Rule::Not(a) => !matches(a, req),
         Rule::Match(m) => match m {
-            Matcher::Host(h) => req.host == h,
+            Matcher::Host(pattern) => pattern.matches(req.host),
             Matcher::HostRegexp(re) => re.is_match(req.host),
             Matcher::Path(p) => req.path == p,
             Matcher::PathPrefix(p) => req.path.starts_with(p.as_str()),
             Matcher::PathRegexp(re) => re.is_match(req.path),
-            Matcher::Method(m) => req.method.eq_ignore_ascii_case(m),
+            Matcher::Method(m) => req.method == m,
             Matcher::Header(name, value) => {
                 req.headers.get_all(name).any(|v| v == value.as_bytes())
             }
@@ -278,8 +267,7 @@ pub fn matches(rule: &Rule, req: &RequestView) -> bool {
                 .headers
                 .get_all(name)
                 .any(|v| std::str::from_utf8(v).is_ok_and(|v| re.is_match(v))),
-            Matcher::Query(key, value) => query_values(req.query, key)
-                .any(|v| value.as_ref().is_none_or(|want| v == want.as_str())),
+            Matcher::Query(key, value) => query_values(req.query, key).any(|v| v == value.as_str()),
             Matcher::QueryRegexp(key, re) => query_values(req.query, key).any(|v| re.is_match(&v)),
             Matcher::ClientIp(net) => net.contains(req.client_ip),
         },

@@ -130,3 +130,75 @@ fn many_routes_route_correctly() {
     }
     assert_eq!(get(weir.addr(), "h2000.test", "/").status, 404);
 }
+
+#[test]
+fn rules_behave_as_in_traefik() {
+    let mut yaml = String::from(
+        "server: { workers: 1 }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n",
+    );
+    for (name, rule, extra) in [
+        ("lower", "pathprefix(`/lower`)", ""),
+        ("upper", "PATHPREFIX(`/upper`)", ""),
+        ("title", "Pathprefix(`/title`)", ""),
+        ("wild", "Host(`*.wild.test`)", ""),
+        ("dot-rule", "Host(`dot.test.`)", ""),
+        ("dot-request", "Host(`plain.test`)", ""),
+        ("ipv6", "Host(`::1`)", ""),
+        ("empty-authority", "Host(`empty.test`)", ""),
+        ("rx-case", "HostRegexp(`^[A-Z]+\\\\.rx\\\\.test$`)", ""),
+        (
+            "rx-lower",
+            "HostRegexp(`^[a-z]+\\\\.rx\\\\.test$`)",
+            "    priority: 1\n",
+        ),
+        ("method", "Host(`m.test`) && Method(`get`)", ""),
+        ("flag", "Host(`q.test`) && Query(`flag`)", ""),
+        ("any", "Host(`*`)", "    priority: 1\n"),
+    ] {
+        yaml.push_str(&respond(name, rule, extra));
+    }
+    let weir = Weir::start(&yaml);
+    let route = |raw: &str| {
+        let r = request(weir.addr(), raw);
+        if r.status == 404 {
+            "404".to_string()
+        } else {
+            r.text()
+        }
+    };
+    let get = |host: &str, target: &str| {
+        route(&format!(
+            "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        ))
+    };
+    // Matcher names: as documented, all lowercase, all uppercase, capitalised.
+    assert_eq!(get("x", "/lower"), "lower");
+    assert_eq!(get("x", "/upper"), "upper");
+    assert_eq!(get("x", "/title"), "title");
+    // `*.wild.test` is one label; `*` catches any other host (at priority 1).
+    assert_eq!(get("a.wild.test", "/"), "wild");
+    assert_eq!(get("A.Wild.Test:8080", "/"), "wild");
+    assert_eq!(get("a.b.wild.test", "/"), "any");
+    assert_eq!(get("wild.test", "/"), "any");
+    // A trailing dot on either side; IPv6 literals without brackets.
+    assert_eq!(get("dot.test", "/"), "dot-rule");
+    assert_eq!(get("plain.test.", "/"), "dot-request");
+    assert_eq!(get("[::1]:8080", "/"), "ipv6");
+    // An empty absolute-form authority falls back to the Host header.
+    assert_eq!(
+        route("GET http:///x HTTP/1.1\r\nHost: empty.test\r\nConnection: close\r\n\r\n"),
+        "empty-authority"
+    );
+    // HostRegexp sees the lowercased host and is case-sensitive.
+    assert_eq!(get("ABC.rx.test", "/"), "rx-lower");
+    // Method: the rule's name is upper-cased; the request's is compared exactly.
+    assert_eq!(get("m.test", "/"), "method");
+    assert_eq!(
+        route("get / HTTP/1.1\r\nHost: m.test\r\nConnection: close\r\n\r\n"),
+        "any"
+    );
+    // Query with one argument: the key is present with an empty value.
+    assert_eq!(get("q.test", "/?flag"), "flag");
+    assert_eq!(get("q.test", "/?flag="), "flag");
+    assert_eq!(get("q.test", "/?flag=1"), "any");
+}

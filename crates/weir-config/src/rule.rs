@@ -77,6 +77,68 @@ pub fn canonical_host(raw: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Translates what Go's RE2 (Traefik's regex engine) accepts and Rust's `regex` does not: a `{`
+/// that does not start a repetition (`{2}`, `{2,}`, `{2,5}`) is a literal brace in Go, so it is
+/// escaped here (`/{path:(css|js)}` matches a literal `{path:css}`). Character classes and
+/// escaped characters are copied as they are.
+pub fn from_go_syntax(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut chars = pattern.char_indices().peekable();
+    let mut in_class = false;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                out.push(c);
+                if let Some((_, next)) = chars.next() {
+                    out.push(next);
+                }
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+                // A `]` right after `[` or `[^` is a literal member, not the end.
+                if let Some(&(_, '^')) = chars.peek() {
+                    out.push('^');
+                    chars.next();
+                }
+                if let Some(&(_, ']')) = chars.peek() {
+                    out.push(']');
+                    chars.next();
+                }
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(c);
+            }
+            '{' if !in_class && !starts_repetition(&pattern[i + 1..]) => out.push_str("\\{"),
+            '}' if !in_class && !closes_repetition(&out) => out.push_str("\\}"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether the text after a `{` is `n}`, `n,}` or `n,m}`.
+fn starts_repetition(rest: &str) -> bool {
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return false;
+    }
+    let rest = &rest[digits..];
+    match rest.strip_prefix(',') {
+        None => rest.starts_with('}'),
+        Some(more) => more
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .starts_with('}'),
+    }
+}
+
+/// Whether a `}` closes a repetition opened in `out` (an unescaped `{` then digits and commas).
+fn closes_repetition(out: &str) -> bool {
+    let body = out.trim_end_matches(|c: char| c.is_ascii_digit() || c == ',');
+    body.ends_with('{') && !body.ends_with("\\{") && body.len() < out.len()
+}
+
 /// An IP network: `10.0.0.0/8`, `::1/128`, or a bare address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
@@ -431,7 +493,7 @@ impl RuleParser {
             });
         }
         let regex = |(text, pos): &(String, usize)| {
-            Regex::new(text).map_err(|e| RuleError {
+            Regex::new(&from_go_syntax(text)).map_err(|e| RuleError {
                 offset: *pos,
                 message: format!("invalid regular expression `{text}`: {e}"),
             })
@@ -545,6 +607,21 @@ mod tests {
         assert!(!one.matches("a.b.example.com") && !one.matches("example.com"));
         assert_eq!(canonical_host("[::1]:8080"), "::1");
         assert_eq!(canonical_host("Example.COM.:80"), "example.com");
+    }
+
+    #[test]
+    fn regexes_accept_what_go_accepts() {
+        assert_eq!(from_go_syntax("/{path:(css|js)}"), "/\\{path:(css|js)\\}");
+        assert_eq!(from_go_syntax("^a{2,3}b{4}c{5,}$"), "^a{2,3}b{4}c{5,}$");
+        assert_eq!(from_go_syntax("[{}]x\\{"), "[{}]x\\{");
+        let Rule::Match(Matcher::PathRegexp(re)) =
+            parse("PathRegexp(`^/{path:(css|js)}$`)").unwrap()
+        else {
+            panic!()
+        };
+        assert!(re.is_match("/{path:css}") && !re.is_match("/css"));
+        // What neither engine accepts is still an error.
+        assert!(parse("PathRegexp(`(unclosed`)").is_err());
     }
 
     #[test]

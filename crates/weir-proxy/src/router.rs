@@ -20,6 +20,40 @@ pub struct RequestView<'a> {
     pub client_ip: IpAddr,
 }
 
+/// The path rules see, as in Traefik: percent-escapes decoded, except those of reserved
+/// characters (RFC 3986 gen-delims and sub-delims) and `%25`, which keep their meaning (`%2F`
+/// stays distinct from `/`). A path whose decoding is not UTF-8 is matched as received.
+pub fn routing_path(path: &str) -> Cow<'_, str> {
+    if !path.contains('%') {
+        return Cow::Borrowed(path);
+    }
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            .filter(|b| !b":/?#[]@!$&'()*+,;=%".contains(b));
+        match decoded {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    match String::from_utf8(out) {
+        Ok(decoded) => Cow::Owned(decoded),
+        Err(_) => Cow::Borrowed(path),
+    }
+}
+
 /// FNV-1a for the router's tables. They are built from the config and never take inserts from
 /// requests, so a keyed hash buys no flooding resistance here; SipHash cost 3% of a request.
 #[derive(Default)]
@@ -142,10 +176,11 @@ impl<T> Router<T> {
     /// Routes a parsed request that came from `client_ip`.
     pub fn route_request(&self, head: &RequestHead, client_ip: IpAddr) -> Option<&T> {
         let host = canonical_host(head.host());
+        let path = routing_path(head.path());
         self.route(&RequestView {
             method: head.method(),
             host: &host,
-            path: head.path(),
+            path: &path,
             query: head.query(),
             headers: &head.head,
             client_ip,
@@ -313,6 +348,16 @@ pub fn percent_decode(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routing_paths_decode_all_but_reserved_escapes() {
+        assert_eq!(routing_path("/plain"), "/plain");
+        assert_eq!(routing_path("/foo%20bar%7e"), "/foo bar~");
+        assert_eq!(routing_path("/a%2Fb%2fc%3F%25"), "/a%2Fb%2fc%3F%25");
+        assert_eq!(routing_path("/bad%zz%"), "/bad%zz%");
+        assert_eq!(routing_path("/%FF"), "/%FF");
+        assert_eq!(routing_path("/caf%C3%A9"), "/café");
+    }
     use bytes::BytesMut;
 
     fn router(rules: &[(&str, Option<i64>)]) -> Router<usize> {

@@ -153,6 +153,9 @@ fn rules_behave_as_in_traefik() {
         ),
         ("method", "Host(`m.test`) && Method(`get`)", ""),
         ("flag", "Host(`q.test`) && Query(`flag`)", ""),
+        ("spaced", "Path(`/foo bar`)", ""),
+        ("slash", "Path(`/a/b`)", ""),
+        ("braces", "PathRegexp(`^/{path:(css|js)}$`)", ""),
         ("any", "Host(`*`)", "    priority: 1\n"),
     ] {
         yaml.push_str(&respond(name, rule, extra));
@@ -197,6 +200,12 @@ fn rules_behave_as_in_traefik() {
         route("get / HTTP/1.1\r\nHost: m.test\r\nConnection: close\r\n\r\n"),
         "any"
     );
+    // Paths are matched decoded, except reserved characters: `%2F` is not `/`.
+    assert_eq!(get("x", "/foo%20bar"), "spaced");
+    assert_eq!(get("x", "/a%2Fb"), "any");
+    assert_eq!(get("x", "/%61/b"), "slash");
+    // A brace that Go's regexes read as a literal.
+    assert_eq!(get("x", "/%7Bpath:css%7D"), "braces");
     // Query with one argument: the key is present with an empty value.
     assert_eq!(get("q.test", "/?flag"), "flag");
     assert_eq!(get("q.test", "/?flag="), "flag");

@@ -59,6 +59,26 @@ enum Policy {
     ConsistentHash(Vec<(u64, u32)>),
 }
 
+/// A server in use by one exchange: counted in flight (for least_conn and p2c) until the
+/// exchange finishes, however it ends.
+pub struct UpstreamUse<'r> {
+    pub server: &'r Server,
+    pub service: &'r Service,
+}
+
+impl<'r> UpstreamUse<'r> {
+    pub fn new(server: &'r Server, service: &'r Service) -> UpstreamUse<'r> {
+        server.inflight.0.fetch_add(1, Ordering::Relaxed);
+        UpstreamUse { server, service }
+    }
+}
+
+impl Drop for UpstreamUse<'_> {
+    fn drop(&mut self) {
+        self.server.inflight.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// What a balancer may look at when picking.
 pub struct PickInput<'a> {
     pub client_ip: IpAddr,

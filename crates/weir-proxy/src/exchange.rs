@@ -4,9 +4,8 @@
 //! the pool and writes the access-log line.
 
 use crate::accesslog;
+use crate::client::{ClientSide, Outcome, Sent};
 use crate::codec::RequestHead;
-use crate::conn::h1::{H1Client, Outcome, Sent};
-use crate::conn::ClientIo;
 use crate::filter::Flow;
 use crate::reply::{LocalResponse, Reply};
 use crate::runtime::{Route, RouteAction, Runtime};
@@ -19,12 +18,12 @@ use std::time::Instant;
 static NO_ROUTE: LazyLock<LocalResponse> =
     LazyLock::new(|| LocalResponse::text(404, "no route matches this request"));
 
-/// Runs one exchange on an HTTP/1 client connection.
-pub async fn exchange<S: ClientIo>(
+/// Runs one exchange on a client connection.
+pub(crate) async fn exchange<C: ClientSide>(
     worker: &Worker,
     runtime: &Runtime,
     entrypoint: usize,
-    client: &mut H1Client<S>,
+    client: &mut C,
     mut head: RequestHead,
 ) -> Outcome {
     // Read the clock only when a log line will use it.
@@ -32,7 +31,7 @@ pub async fn exchange<S: ClientIo>(
     // route
     let route = runtime.entrypoints[entrypoint]
         .router
-        .route_request(&head, client.ip);
+        .route_request(&head, client.ip());
     // The original request line, kept only when a log line will need it.
     let logged = runtime.access_log.as_ref().map(|_| {
         (
@@ -60,21 +59,21 @@ pub async fn exchange<S: ClientIo>(
         worker,
         runtime,
         route.map(|r| &**r),
-        client.ip,
+        client.ip(),
         logged,
         started,
         sent,
     )
 }
 
-async fn run_route<'r, S: ClientIo>(
+async fn run_route<'r, C: ClientSide>(
     worker: &Worker,
     route: &'r Route,
-    client: &mut H1Client<S>,
+    client: &mut C,
     head: &mut RequestHead,
 ) -> Reply<'r> {
     for filter in &route.filters {
-        if let Flow::Respond(response) = filter.on_request(head, client.scheme.as_str()).await {
+        if let Flow::Respond(response) = filter.on_request(head, client.scheme().as_str()).await {
             return Reply::local(Cow::Owned(response));
         }
     }

@@ -5,6 +5,7 @@
 
 pub mod accesslog;
 pub mod balancer;
+pub mod client;
 pub mod codec;
 pub mod conn;
 pub mod exchange;
@@ -13,10 +14,11 @@ pub mod pool;
 pub mod reply;
 pub mod router;
 pub mod runtime;
+pub mod server;
 pub mod ticker;
 pub mod tls;
 pub mod upstream;
 pub mod worker;
 
 pub use runtime::Runtime;
-pub use worker::run;
+pub use server::run;

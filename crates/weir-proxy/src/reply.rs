@@ -3,9 +3,9 @@
 //! filters edit them, and only a connection driver turns one into wire format. Local answers
 //! keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
 
+use crate::balancer::UpstreamUse;
 use crate::codec::{header, push_decimal, reason, status_line, ResponseHead};
 use crate::pool::UpstreamConn;
-use crate::upstream::UpstreamUse;
 use bytes::Bytes;
 use std::borrow::Cow;
 

@@ -3,40 +3,21 @@
 //! body is still on the upstream connection: the driver relays it and `finish` pools the
 //! connection. Failures become local replies (502, 503, 504).
 
+use crate::balancer::UpstreamUse;
 use crate::balancer::{PickInput, Server, Service};
+use crate::client::{BodyError, ClientSide};
 use crate::codec::{self, is_hop_by_hop, lists_token, push_decimal, RequestHead, ResponseHead};
 use crate::codec::{header, Framing};
-use crate::conn::h1::{make_room, BodyError, H1Client};
 use crate::conn::watch::{Expired, Waiting};
-use crate::conn::{ClientIo, Scheme};
+use crate::conn::Scheme;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::worker::make_room;
 use crate::worker::Worker;
 use std::borrow::Cow;
-use std::sync::atomic::Ordering;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-
-/// A server in use by one exchange: counted in flight (for least_conn and p2c) until the
-/// exchange finishes, however it ends.
-pub struct UpstreamUse<'r> {
-    pub server: &'r Server,
-    pub service: &'r Service,
-}
-
-impl<'r> UpstreamUse<'r> {
-    fn new(server: &'r Server, service: &'r Service) -> UpstreamUse<'r> {
-        server.inflight.0.fetch_add(1, Ordering::Relaxed);
-        UpstreamUse { server, service }
-    }
-}
-
-impl Drop for UpstreamUse<'_> {
-    fn drop(&mut self) {
-        self.server.inflight.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 /// A local error answer that names the server it concerns (for the access log).
 fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) -> Reply<'r> {
@@ -47,14 +28,14 @@ fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) ->
 }
 
 /// Runs the `service` action for one request.
-pub async fn forward<'r, S: ClientIo>(
+pub(crate) async fn forward<'r, C: ClientSide>(
     worker: &Worker,
     service: &'r Service,
-    client: &mut H1Client<S>,
+    client: &mut C,
     head: &RequestHead,
 ) -> Reply<'r> {
     let pick = PickInput {
-        client_ip: client.ip,
+        client_ip: client.ip(),
         path: head.path(),
         headers: &head.head,
     };
@@ -75,7 +56,7 @@ pub async fn forward<'r, S: ClientIo>(
                 let connecting = Box::pin(TcpStream::connect(server.addr));
                 let limit = service.connect_timeout;
                 match client
-                    .watch
+                    .watch()
                     .within(&worker.clock, Waiting::Connect, limit, connecting)
                     .await
                 {
@@ -88,7 +69,7 @@ pub async fn forward<'r, S: ClientIo>(
                                 let connector = TlsConnector::from(tls.config.clone());
                                 let handshake = Box::pin(connector.connect(tls.name.clone(), io));
                                 match client
-                                    .watch
+                                    .watch()
                                     .within(&worker.clock, Waiting::Connect, limit, handshake)
                                     .await
                                 {
@@ -110,27 +91,18 @@ pub async fn forward<'r, S: ClientIo>(
                 }
             }
         };
-        client.out.clear();
-        write_upstream_head(
-            &mut client.out,
-            head,
-            service,
-            server,
-            &client.ip_text,
-            client.scheme,
-        );
-        if client.send_continue(head).await.is_err() {
-            return failure(499, "client closed the connection", Some(used));
-        }
+        let write_head = |out: &mut Vec<u8>, client_ip: &str, scheme: Scheme| {
+            write_upstream_head(out, head, service, server, client_ip, scheme);
+        };
         let sent = client
-            .forward_body(worker, head, &mut up.io, service.write_timeout)
+            .send_request(worker, head, write_head, &mut up.io, service.write_timeout)
             .await;
         let (status, message) = match sent {
             Ok(_) => {
                 let read = read_response_head(&mut up, head.is_head(), head.upgrade);
                 let limit = service.response_header_timeout;
                 match client
-                    .watch
+                    .watch()
                     .within(&worker.clock, Waiting::ResponseHead, limit, read)
                     .await
                 {

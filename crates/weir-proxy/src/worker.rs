@@ -1,26 +1,28 @@
-//! Thread-per-core workers and the accept phase: each worker owns a single-threaded tokio
-//! runtime, its own listening socket per entrypoint (bound with SO_REUSEPORT so the kernel
-//! spreads connections), its upstream pools, its lent buffers and the sweep that fires
-//! deadlines. The main thread only waits for SIGTERM / SIGINT and then drains.
+//! What one worker thread owns and shares with its connections: the configuration snapshot,
+//! upstream pools, the clock and the connections' watches (swept every tick), lent buffers,
+//! client-side limits, and the stop signal. `server.rs` starts the workers.
 
-use crate::conn::h1::READ_CHUNK;
-use crate::conn::watch::{Clock, ConnWatch, SWEEP_TICK};
-use crate::conn::{self, Scheme};
+use crate::conn::watch::{Clock, ConnWatch};
 use crate::pool::Pool;
 use crate::runtime::Runtime;
-use crate::ticker::Ticker;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
-use socket2::{Domain, Protocol, Socket, Type};
-use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
+use std::time::Duration;
 use tokio::sync::Notify;
-use weir_config::Config;
+
+/// Size of the read buffers the worker lends to connections.
+pub const READ_CHUNK: usize = 16 * 1024;
+
+/// Ensures a read has room for at least 1 KiB, growing by `READ_CHUNK`.
+pub fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_CHUNK);
+    }
+}
 
 /// Process-wide stop signal shared by all workers.
 #[derive(Default)]
@@ -149,231 +151,6 @@ impl Buffers {
         if out.capacity() > 0 && out.capacity() <= 4 * READ_CHUNK && outs.len() < KEPT_BUFFERS {
             out.clear();
             outs.push(out);
-        }
-    }
-}
-
-/// Runs the gateway until a stop signal, then drains and returns.
-pub fn run(config: Config) -> Result<(), String> {
-    let workers = config.server.workers.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
-    let runtime = Runtime::compile(&config, workers)?;
-    let shared = Arc::new(ArcSwap::from_pointee(runtime));
-    let shutdown = Arc::new(Shutdown::default());
-    let graceful = config.server.graceful_timeout;
-    let timeouts = ClientTimeouts {
-        idle: config.server.client_idle_timeout,
-        body: config.server.client_body_timeout,
-        send: config.server.client_send_timeout,
-    };
-
-    // Bind every socket up front: the first per entrypoint resolves port 0 to a real port,
-    // the others join it through SO_REUSEPORT.
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
-        (0..workers).map(|_| Vec::new()).collect();
-    for ep in &config.entrypoints {
-        let first = bind(ep.address).map_err(|e| {
-            format!(
-                "entrypoint `{}`: cannot listen on {}: {e}",
-                ep.name, ep.address
-            )
-        })?;
-        let actual = first
-            .local_addr()
-            .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?;
-        eprintln!("weir: entrypoint {} listening on {actual}", ep.name);
-        per_worker[0].push(first);
-        for list in per_worker.iter_mut().skip(1) {
-            list.push(bind(actual).map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?);
-        }
-    }
-    eprintln!("weir: {workers} worker(s) running; graceful timeout {graceful:?}");
-
-    let mut handles = Vec::with_capacity(workers);
-    for (id, listeners) in per_worker.into_iter().enumerate() {
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("weir-worker-{id}"))
-            .spawn(move || worker_main(id, listeners, shared, shutdown, graceful, timeouts))
-            .map_err(|e| format!("cannot start worker thread: {e}"))?;
-        handles.push(handle);
-    }
-
-    wait_for_stop_signal()?;
-    eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
-    shutdown.request();
-    for handle in handles {
-        let _ = handle.join();
-    }
-    eprintln!("weir: stopped");
-    Ok(())
-}
-
-fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nodelay(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    Ok(socket.into())
-}
-
-fn wait_for_stop_signal() -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start signal handler: {e}"))?;
-    rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        Ok(())
-    })
-}
-
-fn worker_main(
-    id: usize,
-    listeners: Vec<std::net::TcpListener>,
-    config: Arc<ArcSwap<Runtime>>,
-    shutdown: Arc<Shutdown>,
-    graceful: Duration,
-    timeouts: ClientTimeouts,
-) {
-    // I/O only: no tokio timer, whose clock reads and wheel walks on every park cost about
-    // 1,100 instructions per request. Time is the worker's tick (`ticker.rs`) and sweep.
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("weir: worker {id} cannot start: {e}");
-            return;
-        }
-    };
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        let worker = Rc::new(Worker::new(id, config, shutdown.clone(), timeouts));
-        let active = Rc::new(Cell::new(0usize));
-        for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
-            let listener = match TcpListener::from_std(std_listener) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("weir: worker {id}: {e}");
-                    continue;
-                }
-            };
-            tokio::task::spawn_local(accept_loop(
-                worker.clone(),
-                entrypoint,
-                listener,
-                active.clone(),
-            ));
-        }
-        let ticker = match Ticker::new(SWEEP_TICK) {
-            Ok(ticker) => ticker,
-            Err(e) => {
-                eprintln!("weir: worker {id} cannot start its clock: {e}");
-                return;
-            }
-        };
-        let sweeper = worker.clone();
-        tokio::task::spawn_local(async move {
-            let mut ticks = 0u32;
-            while ticker.tick().await.is_ok() {
-                sweeper.sweep_connections();
-                ticks = ticks.wrapping_add(1);
-                // Pooled connections expire with second precision.
-                if ticks % 10 == 0 {
-                    sweeper.pool.sweep();
-                }
-                sweeper.tick.notify_waiters();
-            }
-        });
-
-        let notified = shutdown.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !shutdown.is_requested() {
-            notified.await;
-        }
-        // Close idle connections now and as they become idle; busy ones finish their request.
-        let deadline = Instant::now() + graceful;
-        while active.get() > 0 && Instant::now() < deadline {
-            worker.sweep_connections();
-            worker.tick.notified().await;
-        }
-    });
-}
-
-/// Counts a connection as active (a graceful stop waits for it) until dropped.
-struct Active(Rc<Cell<usize>>);
-
-impl Active {
-    fn enter(count: &Rc<Cell<usize>>) -> Active {
-        count.set(count.get() + 1);
-        Active(count.clone())
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
-}
-
-async fn accept_loop(
-    worker: Rc<Worker>,
-    entrypoint: usize,
-    listener: TcpListener,
-    active: Rc<Cell<usize>>,
-) {
-    loop {
-        let notified = worker.shutdown.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if worker.shutdown.is_requested() {
-            return;
-        }
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((io, peer)) => {
-                    let _ = io.set_nodelay(true);
-                    let counted = Active::enter(&active);
-                    let worker = worker.clone();
-                    // detect: TLS entrypoints go through the handshake first; a plain one
-                    // hands the stream straight to the HTTP/1 driver. Separate tasks, so a
-                    // plain connection's task is sized for the plain path alone.
-                    match worker.config.load().entrypoints[entrypoint].tls.clone() {
-                        Some(tls) => tokio::task::spawn_local(async move {
-                            conn::tls::serve(worker, entrypoint, io, peer, tls).await;
-                            drop(counted);
-                        }),
-                        None => tokio::task::spawn_local(async move {
-                            let watch = worker.watch_connection();
-                            let scheme = Scheme::Http;
-                            conn::h1::serve(worker, entrypoint, io, peer, scheme, watch).await;
-                            drop(counted);
-                        }),
-                    };
-                }
-                Err(e) => {
-                    // Out of descriptors and similar: back off instead of spinning.
-                    eprintln!("weir: accept failed: {e}");
-                    worker.tick.notified().await;
-                }
-            },
-            _ = &mut notified => return,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! `100 Continue`, tunnels after `101`, refusals, and the lingering close. An idle keep-alive
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive.
 
+use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, push_hex, reason, status_line, ChunkEvent,
     ChunkedDecoder, Framing, RequestHead, ResponseHead,
@@ -11,10 +12,9 @@ use crate::codec::{
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
-use crate::pool::UpstreamConn;
+use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
-use crate::upstream::UpstreamUse;
-use crate::worker::Worker;
+use crate::worker::{make_room, Worker};
 use bytes::{Buf, BytesMut};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -26,8 +26,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
 /// Buffered output is written once it reaches this size.
 const FLUSH_AT: usize = 64 * 1024;
-/// Size of the read buffers the worker lends to connections.
-pub const READ_CHUNK: usize = 16 * 1024;
 /// How long a closing connection keeps reading (and discarding) what the client still sends,
 /// and how much it reads at most: nginx's lingering close.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -56,24 +54,6 @@ pub struct H1Client<S> {
     pub ip_text: String,
     pub body: RequestBody,
     pub scheme: Scheme,
-}
-
-/// The result of one exchange, for the access log and the connection loop.
-pub struct Outcome {
-    pub keep_alive: bool,
-    /// The connection closes while request bytes may still be arriving: close it gently.
-    pub linger: bool,
-    pub status: u16,
-    /// Response body bytes sent.
-    pub bytes: u64,
-}
-
-/// What writing a reply ended with; `finish` takes it from here.
-pub struct Sent<'r> {
-    pub outcome: Outcome,
-    /// The upstream connection, when its response was read completely and it may be reused.
-    pub reusable: Option<UpstreamConn>,
-    pub upstream: Option<UpstreamUse<'r>>,
 }
 
 /// Serves one client connection until it closes: read a head, run the exchange, repeat.
@@ -218,22 +198,42 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// Sends `100 Continue` when an HTTP/1.1 client waits for it before sending its body.
-    pub async fn send_continue(&mut self, req: &RequestHead) -> std::io::Result<()> {
+    async fn send_continue(&mut self, req: &RequestHead) -> std::io::Result<()> {
         if req.expect_continue && self.body == RequestBody::Unread {
             self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         Ok(())
     }
+}
 
-    /// Streams the request body to an upstream after the head already in `self.out`,
-    /// re-framed as weir declared it (chunked stays chunked).
-    pub async fn forward_body<W: AsyncWrite + Unpin>(
+impl<S: ClientIo> ClientSide for H1Client<S> {
+    fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    fn watch(&self) -> &ConnWatch {
+        &self.watch
+    }
+
+    /// The head goes out in the same write as a small body; the body is relayed from the
+    /// client's buffer, re-framed as weir declared it (chunked stays chunked).
+    async fn send_request(
         &mut self,
         worker: &Worker,
         req: &RequestHead,
-        upstream: &mut W,
+        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
+        upstream: &mut UpstreamIo,
         write_limit: Duration,
     ) -> Result<u64, BodyError> {
+        self.out.clear();
+        write_head(&mut self.out, &self.ip_text, self.scheme);
+        if self.send_continue(req).await.is_err() {
+            return Err(BodyError::Source);
+        }
         let relay = Relay {
             clock: &worker.clock,
             watch: &self.watch,
@@ -263,6 +263,17 @@ impl<S: ClientIo> H1Client<S> {
         sent
     }
 
+    async fn send_reply<'r>(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        reply: Reply<'r>,
+    ) -> Sent<'r> {
+        self.write_reply(worker, req, reply).await
+    }
+}
+
+impl<S: ClientIo> H1Client<S> {
     /// Reads and drops a request body nobody consumed (local answers), so the connection can
     /// carry the next request. Returns the error when the body itself was bad or too slow.
     async fn drain_body(&mut self, worker: &Worker, req: &RequestHead) -> Option<BodyError> {
@@ -298,7 +309,7 @@ impl<S: ClientIo> H1Client<S> {
 
     /// Writes a reply in HTTP/1.1 (phase response_body: the body is relayed here). Local
     /// answers first drain an unread request body.
-    pub async fn send_reply<'r>(
+    async fn write_reply<'r>(
         &mut self,
         worker: &Worker,
         req: &RequestHead,
@@ -563,33 +574,6 @@ fn write_client_head(
     out.extend_from_slice(b"\r\n");
 }
 
-#[derive(Debug, Clone, Copy)]
-pub enum BodyError {
-    /// The sending side closed or failed before the body ended.
-    Source,
-    /// The sending side went quiet for longer than its limit.
-    SourceStalled,
-    /// The body's framing is invalid.
-    Malformed,
-    /// More than the allowed number of bytes.
-    TooLarge,
-    /// The receiving side failed.
-    Sink,
-    /// The receiving side took nothing for longer than its limit.
-    SinkStalled,
-}
-
-impl BodyError {
-    /// The answer owed to a client whose own request body failed: bad framing or silence.
-    pub fn client_answer(self) -> Option<(u16, &'static str)> {
-        match self {
-            BodyError::Malformed => Some((400, "malformed request body")),
-            BodyError::SourceStalled => Some((408, "timed out reading the request body")),
-            _ => None,
-        }
-    }
-}
-
 /// The limits of one body relay: how long a read from the source and a write to the sink may
 /// wait (each wait re-arms the connection's watch), and how many bytes may pass.
 struct Relay<'a> {
@@ -743,12 +727,5 @@ fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
         out.extend_from_slice(b"\r\n");
     } else {
         out.extend_from_slice(data);
-    }
-}
-
-/// Ensures a read has room for at least 1 KiB, growing by `READ_CHUNK`.
-pub fn make_room(buf: &mut BytesMut) {
-    if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(READ_CHUNK);
     }
 }

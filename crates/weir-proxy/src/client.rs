@@ -1,0 +1,88 @@
+//! The client connection as the lifecycle sees it, whatever the protocol: the [`ClientSide`]
+//! trait a driver implements (`conn/h1.rs` for HTTP/1), and what the driver reports back: how
+//! a body transfer failed, what an exchange ended with.
+
+use crate::balancer::UpstreamUse;
+use crate::codec::RequestHead;
+use crate::conn::watch::ConnWatch;
+use crate::conn::Scheme;
+use crate::pool::{UpstreamConn, UpstreamIo};
+use crate::reply::Reply;
+use crate::worker::Worker;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// What the lifecycle needs from a client connection, whatever its protocol: who the client is,
+/// its deadline watch, and the driver's two wire operations (send a request on upstream, write
+/// a reply). The HTTP/1 driver implements it (`conn/h1.rs`); actions and filters see only this.
+pub(crate) trait ClientSide {
+    fn ip(&self) -> IpAddr;
+    fn scheme(&self) -> Scheme;
+    fn watch(&self) -> &ConnWatch;
+
+    /// Sends the request on an upstream connection: the head `write_head` writes (HTTP/1 bytes;
+    /// it is given the client's address as text and its scheme), then the request body,
+    /// re-framed as that head declares. Interim answers the client waits for (`100 Continue`)
+    /// are the driver's business.
+    async fn send_request(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
+        upstream: &mut UpstreamIo,
+        write_limit: Duration,
+    ) -> Result<u64, BodyError>;
+
+    /// Writes the reply to the client (the response-body phase happens here).
+    async fn send_reply<'r>(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        reply: Reply<'r>,
+    ) -> Sent<'r>;
+}
+
+/// The result of one exchange, for the access log and the connection loop.
+pub struct Outcome {
+    pub keep_alive: bool,
+    /// The connection closes while request bytes may still be arriving: close it gently.
+    pub linger: bool,
+    pub status: u16,
+    /// Response body bytes sent.
+    pub bytes: u64,
+}
+
+/// What writing a reply ended with; `finish` takes it from here.
+pub struct Sent<'r> {
+    pub outcome: Outcome,
+    /// The upstream connection, when its response was read completely and it may be reused.
+    pub reusable: Option<UpstreamConn>,
+    pub upstream: Option<UpstreamUse<'r>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum BodyError {
+    /// The sending side closed or failed before the body ended.
+    Source,
+    /// The sending side went quiet for longer than its limit.
+    SourceStalled,
+    /// The body's framing is invalid.
+    Malformed,
+    /// More than the allowed number of bytes.
+    TooLarge,
+    /// The receiving side failed.
+    Sink,
+    /// The receiving side took nothing for longer than its limit.
+    SinkStalled,
+}
+
+impl BodyError {
+    /// The answer owed to a client whose own request body failed: bad framing or silence.
+    pub fn client_answer(self) -> Option<(u16, &'static str)> {
+        match self {
+            BodyError::Malformed => Some((400, "malformed request body")),
+            BodyError::SourceStalled => Some((408, "timed out reading the request body")),
+            _ => None,
+        }
+    }
+}

@@ -319,7 +319,7 @@ fn https_upstreams_are_verified_and_kept_alive() {
     let dir = temp_dir("tls-upstream");
     let up_cert = make_cert(&dir, "up", &["up.internal", "127.0.0.1"], false);
     let stranger = make_cert(&dir, "stranger", &["stranger.test"], false);
-    let nginx = Nginx::start_tls(&up_cert.cert, &up_cert.key);
+    let nginx = Nginx::start_tls(&up_cert.cert, &up_cert.key, None);
 
     // Trusted through `ca`, verified against the URL's host (an IP in the certificate).
     let weir = Weir::start(&https_service(
@@ -370,4 +370,28 @@ fn https_upstreams_are_verified_and_kept_alive() {
     let r = get(weir.addr(), "t", "/");
     assert_eq!(r.status, 200);
     assert!(r.text().starts_with("conn="), "{}", r.text());
+}
+
+#[test]
+fn a_client_certificate_is_presented_to_upstreams_that_require_one() {
+    let dir = temp_dir("tls-client-cert");
+    let up_cert = make_cert(&dir, "up", &["127.0.0.1"], false);
+    let client = make_cert(&dir, "client", &["weir.client"], false);
+    let nginx = Nginx::start_tls(&up_cert.cert, &up_cert.key, Some(&client.cert));
+    let with_cert = format!(
+        "    tls: {{ ca: \"{}\", certificate: {{ cert: \"{}\", key: \"{}\" }} }}\n",
+        up_cert.cert.display(),
+        client.cert.display(),
+        client.key.display()
+    );
+    let weir = Weir::start(&https_service(&nginx, &with_cert));
+    let r = get(weir.addr(), "t", "/");
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(weir);
+    // Without it, nginx refuses the request (400 "No required SSL certificate was sent").
+    let weir = Weir::start(&https_service(
+        &nginx,
+        &format!("    tls: {{ ca: \"{}\" }}\n", up_cert.cert.display()),
+    ));
+    assert_eq!(get(weir.addr(), "t", "/").status, 400);
 }

@@ -489,12 +489,25 @@ impl Nginx {
         Nginx::start_server(http_extra, "")
     }
 
-    /// Starts nginx speaking HTTPS with this certificate and key (PEM files).
-    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Nginx {
+    /// Starts nginx speaking HTTPS with this certificate and key (PEM files); with
+    /// `client_ca`, it requires a client certificate signed by that CA.
+    pub fn start_tls(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: Option<&std::path::Path>,
+    ) -> Nginx {
+        let verify = client_ca
+            .map(|ca| {
+                format!(
+                    ";\n    ssl_verify_client on;\n    ssl_client_certificate {}",
+                    ca.display()
+                )
+            })
+            .unwrap_or_default();
         Nginx::start_server(
             "",
             &format!(
-                " ssl;\n    ssl_certificate {};\n    ssl_certificate_key {}",
+                " ssl;\n    ssl_certificate {};\n    ssl_certificate_key {}{verify}",
                 cert.display(),
                 key.display()
             ),

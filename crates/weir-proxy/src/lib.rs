@@ -1,5 +1,6 @@
-//! weir's data plane: workers and listeners, the HTTP/1.1 codec, the router, middlewares,
-//! services with their balancers and per-worker keep-alive pools. See docs/architecture.md.
+//! weir's data plane: workers and listeners, TLS, the HTTP/1.1 codec and connection driver, the
+//! request lifecycle (router, filters, actions), services with their balancers and per-worker
+//! keep-alive pools. See docs/architecture.md and docs/lifecycle-h1.md.
 // One measured exception, allowed where it lives: `codec::Head::text`.
 #![deny(unsafe_code)]
 

@@ -515,6 +515,18 @@ impl Nginx {
     }
 
     fn start_server(http_extra: &str, listen_extra: &str) -> Nginx {
+        // free_port() releases the port before nginx binds it, so another process (a weir
+        // binding port 0 in a parallel test) can take it first: then this nginx exits and the
+        // port answers for someone else. Start again on a new port until nginx itself holds it.
+        for _ in 0..5 {
+            if let Some(nginx) = Nginx::try_start(http_extra, listen_extra) {
+                return nginx;
+            }
+        }
+        panic!("nginx did not start");
+    }
+
+    fn try_start(http_extra: &str, listen_extra: &str) -> Option<Nginx> {
         let dir = temp_dir("nginx");
         let port = free_port();
         let conf = format!(
@@ -536,15 +548,22 @@ impl Nginx {
             .spawn()
             .expect("nginx must be installed (scripts/test installs nginx-light)");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        // nginx writes its pid file once its sockets are bound.
+        let pid_file = dir.join("nginx.pid");
+        let own_pid = child.id().to_string();
         for _ in 0..200 {
-            if TcpStream::connect(addr).is_ok() {
-                return Nginx { child, addr };
+            if child.try_wait().ok().flatten().is_some() {
+                return None;
+            }
+            let bound = std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == own_pid);
+            if bound && TcpStream::connect(addr).is_ok() {
+                return Some(Nginx { child, addr });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
         let _ = child.wait();
-        panic!("nginx did not start");
+        None
     }
 }
 

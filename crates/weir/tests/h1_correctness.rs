@@ -302,3 +302,25 @@ fn every_answer_carries_a_date() {
     assert_eq!(r.status, 502);
     assert_recent_date(&r);
 }
+
+#[test]
+fn a_client_that_stops_reading_is_disconnected() {
+    let up = Upstream::start("a");
+    let weir = Weir::start(&proxy_config_with(
+        &up.url(),
+        ", client_send_timeout: 1s",
+        "",
+    ));
+    let total = 64 << 20;
+    let mut c = Conn::open(weir.addr());
+    c.send(format!("GET /big/{total} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    // Read nothing while weir fills the socket buffers and then waits on us.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut got = Vec::new();
+    let _ = c.reader.read_to_end(&mut got);
+    assert!(
+        got.starts_with(b"HTTP/1.1 200") && got.len() < total,
+        "read {} bytes",
+        got.len()
+    );
+}

@@ -138,6 +138,21 @@ fn sni_picks_the_certificate_and_the_default_covers_the_rest() {
     assert!(line.starts_with("200 "), "{line}");
     let line = python(PY_CLIENT, &args(&a.cert, "other.test"));
     assert!(line.starts_with("200 "), "{line}");
+    drop(weir);
+
+    // `default_certificate` replaces the first certificate as the default.
+    let extra = format!(
+        "      default_certificate: {{ cert: \"{}\", key: \"{}\" }}\n",
+        b.cert.display(),
+        b.key.display()
+    );
+    let weir = Weir::start(&tls_config(&[&a, &b], &extra, OK_ROUTE));
+    let port = weir.addrs["websecure"].port();
+    let args =
+        |ca: &Path, name: &str| vec![port.to_string(), ca.display().to_string(), name.to_string()];
+    let line = python(PY_CLIENT, &args(&b.cert, "-"));
+    assert!(line.starts_with("200 "), "{line}");
+    assert_eq!(curl(port, "a.test", &a.cert), (true, "ok".to_string()));
 }
 
 #[test]

@@ -77,30 +77,30 @@ pub async fn serve<S: ClientIo>(
         scheme,
     };
     loop {
-        let head = match client.read_request_head(&worker).await {
-            HeadRead::Head(head) => head,
-            HeadRead::End => break,
-            HeadRead::Refused => {
-                // Rare paths are boxed so the connection's task stays small while idle.
+        // Idle between requests: only a small wait for the first bytes lives in the
+        // connection's task; reading the rest of the head and the exchange are boxed and exist
+        // only while a request is in flight.
+        if client.buf.is_empty() && !client.await_request(&worker).await {
+            break;
+        }
+        match Box::pin(client.serve_request(&worker, entrypoint)).await {
+            Next::KeepAlive => {}
+            Next::Close => break,
+            Next::Linger => {
                 Box::pin(client.linger(&worker)).await;
                 break;
             }
-        };
-        client.out = worker.buffers.take_out();
-        let runtime = worker.config.load_full();
-        // Boxed: the exchange's state is large and lives only while a request is in flight, so
-        // an idle connection's task stays small.
-        let outcome = Box::pin(exchange(&worker, &runtime, entrypoint, &mut client, head)).await;
-        worker.buffers.give_out(std::mem::take(&mut client.out));
-        if outcome.linger {
-            Box::pin(client.linger(&worker)).await;
-            break;
-        }
-        if !outcome.keep_alive || worker.shutdown.is_requested() {
-            break;
         }
     }
     worker.buffers.give_read(std::mem::take(&mut client.buf));
+}
+
+/// What the connection does after a request.
+enum Next {
+    KeepAlive,
+    Close,
+    /// Close gently: the client may still be sending.
+    Linger,
 }
 
 fn canonical_ip(ip: IpAddr) -> IpAddr {
@@ -120,6 +120,42 @@ enum HeadRead {
 }
 
 impl<S: ClientIo> H1Client<S> {
+    /// Waits, idle, for the first bytes of the next request; false when the connection should
+    /// close instead (EOF, idle timeout, or the worker stopping).
+    async fn await_request(&mut self, worker: &Worker) -> bool {
+        if worker.shutdown.is_requested() {
+            return false;
+        }
+        let read = read_lent(&mut self.io, &mut self.buf, worker);
+        let idle = worker.timeouts.idle;
+        matches!(
+            self.watch
+                .within(&worker.clock, Waiting::RequestHead, idle, read)
+                .await,
+            Ok(Ok(n)) if n > 0
+        )
+    }
+
+    /// Reads the rest of a request head and runs its exchange.
+    async fn serve_request(&mut self, worker: &Rc<Worker>, entrypoint: usize) -> Next {
+        let head = match self.read_request_head(worker).await {
+            HeadRead::Head(head) => head,
+            HeadRead::End => return Next::Close,
+            HeadRead::Refused => return Next::Linger,
+        };
+        self.out = worker.buffers.take_out();
+        let runtime = worker.config.load_full();
+        let outcome = exchange(worker, &runtime, entrypoint, self, head).await;
+        worker.buffers.give_out(std::mem::take(&mut self.out));
+        if outcome.linger {
+            Next::Linger
+        } else if !outcome.keep_alive || worker.shutdown.is_requested() {
+            Next::Close
+        } else {
+            Next::KeepAlive
+        }
+    }
+
     /// Phase read_head: reads until a full head is buffered, answering a head that is refused
     /// or too slow. The read buffer is borrowed from the worker only while bytes are there.
     async fn read_request_head(&mut self, worker: &Worker) -> HeadRead {

@@ -156,28 +156,24 @@ impl<S: ClientIo> H1Client<S> {
         }
     }
 
-    /// Phase read_head: reads until a full head is buffered, answering a head that is refused
-    /// or too slow. The read buffer is borrowed from the worker only while bytes are there.
+    /// Phase read_head: once the first bytes are buffered (`await_request`), reads until the
+    /// whole head is, answering a head that is refused or too slow.
     async fn read_request_head(&mut self, worker: &Worker) -> HeadRead {
         loop {
-            if !self.buf.is_empty() {
-                match codec::parse_request(&mut self.buf) {
-                    Ok(Some(head)) => {
-                        self.body = if head.framing == Framing::None {
-                            RequestBody::Done
-                        } else {
-                            RequestBody::Unread
-                        };
-                        return HeadRead::Head(head);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        Box::pin(self.refuse(worker, e.status(), e.message())).await;
-                        return HeadRead::Refused;
-                    }
+            match codec::parse_request(&mut self.buf) {
+                Ok(Some(head)) => {
+                    self.body = if head.framing == Framing::None {
+                        RequestBody::Done
+                    } else {
+                        RequestBody::Unread
+                    };
+                    return HeadRead::Head(head);
                 }
-            } else if worker.shutdown.is_requested() {
-                return HeadRead::End;
+                Ok(None) => {}
+                Err(e) => {
+                    Box::pin(self.refuse(worker, e.status(), e.message())).await;
+                    return HeadRead::Refused;
+                }
             }
             let read = read_lent(&mut self.io, &mut self.buf, worker);
             let idle = worker.timeouts.idle;
@@ -188,14 +184,13 @@ impl<S: ClientIo> H1Client<S> {
             {
                 Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::End,
                 Ok(Ok(_)) => {}
-                Err(Expired) => {
-                    if !self.buf.is_empty() && !worker.shutdown.is_requested() {
-                        let message = "timed out reading the request head";
-                        Box::pin(self.refuse(worker, 408, message)).await;
-                        return HeadRead::Refused;
-                    }
-                    return HeadRead::End;
+                // Part of a head arrived and the rest is too slow: 408 (unless stopping).
+                Err(Expired) if !worker.shutdown.is_requested() => {
+                    let message = "timed out reading the request head";
+                    Box::pin(self.refuse(worker, 408, message)).await;
+                    return HeadRead::Refused;
                 }
+                Err(Expired) => return HeadRead::End,
             }
         }
     }

@@ -5,6 +5,7 @@
 
 use crate::conn::watch::{ConnWatch, Waiting};
 use crate::conn::{h1, Scheme};
+use crate::reply::LocalResponse;
 use crate::tls::ServerTls;
 use crate::worker::Worker;
 use std::net::SocketAddr;
@@ -54,12 +55,11 @@ async fn refuse_plain_http(worker: &Worker, watch: &ConnWatch, mut io: TcpStream
     let _ = watch
         .within(&worker.clock, Waiting::RequestBody, LINGER, read)
         .await;
-    let body = "This port speaks HTTPS: the plain HTTP request was refused.\n";
-    let answer = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if io.write_all(answer.as_bytes()).await.is_ok() {
+    let mut answer = Vec::new();
+    let message = "This port speaks HTTPS: the plain HTTP request was refused.";
+    let date = worker.clock.date_header();
+    LocalResponse::text(400, message).write(&mut answer, false, false, b"", &date);
+    if io.write_all(&answer).await.is_ok() {
         let _ = io.shutdown().await;
         let read = io.read(&mut scratch);
         let _ = watch

@@ -15,6 +15,7 @@ HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
 # two per maxconn, so 9,000 is the most all three peers can hold.
 IDLE_CONNS = 9000
+IDLE_SETTLE_SECONDS = 5.0
 
 def log(msg):
     print(msg, flush=True)
@@ -526,7 +527,9 @@ def scenario_idle(ctx):
                     socks.append(s)
                 except OSError:
                     errors += 1
-            time.sleep(1.0)
+            # Idle means idle for a while: weir parks a connection after a second without a
+            # request and returns the freed pages a second or two later.
+            time.sleep(IDLE_SETTLE_SECONDS)
             after = proc.rss_kb()
             for s in socks:
                 s.close()

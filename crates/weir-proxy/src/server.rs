@@ -1,7 +1,8 @@
 //! Starting and stopping, and the accept phase: the main thread binds every entrypoint once per
 //! worker (SO_REUSEPORT, so the kernel spreads connections), starts the worker threads, each a
 //! single-threaded tokio runtime with its timerfd tick and sweep, waits for SIGTERM / SIGINT,
-//! and drains. Accepted connections go to the TLS handshake or straight to the HTTP/1 driver.
+//! and drains. Accepted connections go to the TLS handshake or straight to the HTTP/1 driver,
+//! as do parked connections whose clients write again.
 
 use crate::conn::watch::SWEEP_TICK;
 use crate::conn::{self, Scheme};
@@ -15,11 +16,13 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use weir_config::Config;
 
-/// Runs the gateway until a stop signal, then drains and returns.
-pub fn run(config: Config) -> Result<(), String> {
+/// Runs the gateway until a stop signal, then drains and returns. `release_memory` is called
+/// on each worker thread once a second, so the allocator can return the pages freed there
+/// (by parked connections' ended tasks, say) to the system.
+pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
     let workers = config.server.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -63,7 +66,17 @@ pub fn run(config: Config) -> Result<(), String> {
         let shutdown = shutdown.clone();
         let handle = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker_main(id, listeners, shared, shutdown, graceful, timeouts))
+            .spawn(move || {
+                worker_main(
+                    id,
+                    listeners,
+                    shared,
+                    shutdown,
+                    graceful,
+                    timeouts,
+                    release_memory,
+                )
+            })
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
@@ -113,6 +126,7 @@ fn worker_main(
     shutdown: Arc<Shutdown>,
     graceful: Duration,
     timeouts: ClientTimeouts,
+    release_memory: fn(),
 ) {
     // I/O only: no tokio timer, whose clock reads and wheel walks on every park cost about
     // 1,100 instructions per request. Time is the worker's tick (`ticker.rs`) and sweep.
@@ -128,7 +142,13 @@ fn worker_main(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Rc::new(Worker::new(id, config, shutdown.clone(), timeouts));
+        let worker = match Worker::new(id, config, shutdown.clone(), timeouts) {
+            Ok(worker) => Rc::new(worker),
+            Err(e) => {
+                eprintln!("weir: worker {id} cannot start: {e}");
+                return;
+            }
+        };
         let active = Rc::new(Cell::new(0usize));
         for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
             let listener = match TcpListener::from_std(std_listener) {
@@ -145,6 +165,7 @@ fn worker_main(
                 active.clone(),
             ));
         }
+        tokio::task::spawn_local(unpark_loop(worker.clone(), active.clone()));
         let ticker = match Ticker::new(SWEEP_TICK) {
             Ok(ticker) => ticker,
             Err(e) => {
@@ -161,6 +182,7 @@ fn worker_main(
                 // Pooled connections expire with second precision.
                 if ticks % 10 == 0 {
                     sweeper.pool.sweep();
+                    release_memory();
                 }
                 sweeper.tick.notify_waiters();
             }
@@ -224,12 +246,7 @@ async fn accept_loop(
                             conn::tls::serve(worker, entrypoint, io, peer, tls).await;
                             drop(counted);
                         }),
-                        None => tokio::task::spawn_local(async move {
-                            let watch = worker.watch_connection();
-                            let scheme = Scheme::Http;
-                            conn::h1::serve(worker, entrypoint, io, peer, scheme, watch).await;
-                            drop(counted);
-                        }),
+                        None => spawn_plain(worker, entrypoint, io, peer, counted),
                     };
                 }
                 Err(e) => {
@@ -239,6 +256,46 @@ async fn accept_loop(
                 }
             },
             _ = &mut notified => return,
+        }
+    }
+}
+
+/// A plain connection's HTTP/1 task (on accept, and when a parked connection wakes).
+fn spawn_plain(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: TcpStream,
+    peer: SocketAddr,
+    counted: Active,
+) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_local(async move {
+        let watch = worker.watch_connection();
+        conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+        drop(counted);
+    })
+}
+
+/// Gives parked connections whose clients wrote a task again.
+async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
+    loop {
+        let woken = match worker.idle.woken().await {
+            Ok(woken) => woken,
+            Err(e) => {
+                eprintln!("weir: worker {}: parked connections: {e}", worker.id);
+                return;
+            }
+        };
+        for conn in woken {
+            match TcpStream::from_std(conn.io) {
+                Ok(io) => {
+                    let counted = Active::enter(&active);
+                    spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
+                }
+                Err(e) => eprintln!(
+                    "weir: worker {}: cannot resume a connection: {e}",
+                    worker.id
+                ),
+            }
         }
     }
 }

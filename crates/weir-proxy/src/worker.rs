@@ -1,7 +1,9 @@
 //! What one worker thread owns and shares with its connections: the configuration snapshot,
-//! upstream pools, the clock and the connections' watches (swept every tick), lent buffers,
-//! client-side limits, and the stop signal. `server.rs` starts the workers.
+//! upstream pools, the clock and the connections' watches (swept every tick), parked idle
+//! connections, lent buffers, client-side limits, and the stop signal. `server.rs` starts the
+//! workers.
 
+use crate::conn::idle::IdleConnections;
 use crate::conn::watch::{Clock, ConnWatch};
 use crate::pool::Pool;
 use crate::runtime::Runtime;
@@ -62,6 +64,8 @@ pub struct Worker {
     /// Every open client connection's watch, so the worker's sweep can fire their deadlines
     /// and a stop can end idle ones. Compacted by the sweep.
     pub connections: RefCell<Vec<Rc<ConnWatch>>>,
+    /// Keep-alive connections idle long enough to leave their task.
+    pub idle: IdleConnections,
     /// Read once per sweep tick, for deadlines and the `Date` header.
     pub clock: Clock,
     pub timeouts: ClientTimeouts,
@@ -76,18 +80,19 @@ impl Worker {
         config: Arc<ArcSwap<Runtime>>,
         shutdown: Arc<Shutdown>,
         timeouts: ClientTimeouts,
-    ) -> Worker {
-        Worker {
+    ) -> std::io::Result<Worker> {
+        Ok(Worker {
             id,
             config,
             pool: Pool::default(),
             shutdown,
             connections: RefCell::new(Vec::new()),
+            idle: IdleConnections::new()?,
             clock: Clock::default(),
             timeouts,
             buffers: Buffers::default(),
             tick: Notify::new(),
-        }
+        })
     }
 
     /// Registers a new client connection's watch with the sweep.
@@ -98,7 +103,7 @@ impl Worker {
     }
 
     /// Advances the clock, fires the deadlines that have passed (and idle waits when
-    /// stopping), and forgets connections that have ended.
+    /// stopping), forgets connections that have ended, and closes parked ones that expired.
     pub fn sweep_connections(&self) {
         self.clock.tick();
         let now = self.clock.now();
@@ -107,6 +112,7 @@ impl Worker {
             watch.check(now, stopping);
             Rc::strong_count(watch) > 1
         });
+        self.idle.expire(now, stopping);
     }
 }
 

@@ -215,6 +215,62 @@ fn idle_and_dribbling_clients_are_closed() {
 }
 
 #[test]
+fn parked_connections_wake_expire_and_stop() {
+    // Plain connections idle for a second leave their task (conn/idle.rs); across that
+    // boundary they must behave exactly as before.
+    let mut weir = Weir::start(
+        "server: { workers: 1, client_idle_timeout: 4s }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    respond: { body: ok }\n",
+    );
+    let addr = weir.addr();
+    let request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    let open = || {
+        let mut conn = Conn::open(addr);
+        conn.send(request);
+        assert_eq!(conn.read(false).unwrap().text(), "ok");
+        conn
+    };
+    let (mut woken, mut pipelined, mut split, mut expiring) = (open(), open(), open(), open());
+    let idle_since = Instant::now();
+    std::thread::sleep(Duration::from_millis(1600));
+    // A parked connection serves its next request, two pipelined ones, and a head that
+    // arrives in two parts.
+    woken.send(request);
+    assert_eq!(woken.read(false).unwrap().text(), "ok");
+    pipelined.send(&[&request[..], &request[..]].concat());
+    assert_eq!(pipelined.read(false).unwrap().text(), "ok");
+    assert_eq!(pipelined.read(false).unwrap().text(), "ok");
+    split.send(b"GET / HTTP/1.1\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    split.send(b"Host: t\r\n\r\n");
+    assert_eq!(split.read(false).unwrap().text(), "ok");
+    // A client that hangs up while parked costs nothing and breaks nothing.
+    drop(open());
+    // The idle timeout counts from the start of the wait, parked or not.
+    assert!(expiring.is_closed());
+    let waited = idle_since.elapsed();
+    assert!(
+        waited >= Duration::from_millis(4000) && waited < Duration::from_millis(4800),
+        "{waited:?}"
+    );
+    // A woken connection parks again (it is still in the idle set, disabled) and wakes again.
+    woken.send(request);
+    assert_eq!(woken.read(false).unwrap().text(), "ok");
+    // A stop closes parked connections at once.
+    let mut parked = open();
+    std::thread::sleep(Duration::from_millis(1600));
+    let stopping = Instant::now();
+    weir.signal("TERM");
+    assert!(parked.is_closed());
+    assert!(weir.child.wait().unwrap().success());
+    assert!(
+        stopping.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        stopping.elapsed()
+    );
+    assert!(woken.is_closed());
+}
+
+#[test]
 fn lifecycle_page_references_exist() {
     // docs/lifecycle-h1.md points into the code as `FILE::FUNCTION`; every pointer must name a
     // function that exists in that file, so the page stays true as the code moves.

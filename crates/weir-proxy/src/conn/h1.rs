@@ -2,14 +2,16 @@
 //! (phase read_head), hands each to [`exchange`](crate::exchange), and is the only code that
 //! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), the interim
 //! `100 Continue`, tunnels after `101`, refusals, and the lingering close. An idle keep-alive
-//! connection holds no buffer: one is taken from the worker's pool when bytes arrive.
+//! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
+//! second of idleness a plain one is parked ([`idle`](crate::conn::idle)) and its task ends.
 
 use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, push_hex, reason, status_line, ChunkEvent,
     ChunkedDecoder, Framing, RequestHead, ResponseHead,
 };
-use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
+use crate::conn::idle::PARK_AFTER;
+use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
 use crate::pool::{UpstreamConn, UpstreamIo};
@@ -19,7 +21,7 @@ use bytes::{Buf, BytesMut};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Largest request body weir reads and discards when it answers a request itself.
@@ -80,8 +82,18 @@ pub async fn serve<S: ClientIo>(
         // Idle between requests: only a small wait for the first bytes lives in the
         // connection's task; reading the rest of the head and the exchange are boxed and exist
         // only while a request is in flight.
-        if client.buf.is_empty() && !client.await_request(&worker).await {
-            break;
+        if client.buf.is_empty() {
+            match client.await_request(&worker).await {
+                Idle::Request => {}
+                Idle::Close => break,
+                Idle::Park { expires } => {
+                    // The task ends; the socket waits in the worker's idle set (`idle.rs`).
+                    if let Some(io) = client.io.into_parkable() {
+                        worker.idle.park(io, peer, entrypoint, expires);
+                    }
+                    return;
+                }
+            }
         }
         match Box::pin(client.serve_request(&worker, entrypoint)).await {
             Next::KeepAlive => {}
@@ -110,6 +122,16 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// What an idle wait for the next request ended with.
+enum Idle {
+    /// Its first bytes are buffered.
+    Request,
+    /// EOF, idle timeout or stop.
+    Close,
+    /// Idle for `PARK_AFTER`: park the connection until the client writes or `expires`.
+    Park { expires: Instant },
+}
+
 /// What waiting for a request head ended with.
 enum HeadRead {
     Head(RequestHead),
@@ -120,20 +142,30 @@ enum HeadRead {
 }
 
 impl<S: ClientIo> H1Client<S> {
-    /// Waits, idle, for the first bytes of the next request; false when the connection should
-    /// close instead (EOF, idle timeout, or the worker stopping).
-    async fn await_request(&mut self, worker: &Worker) -> bool {
+    /// Waits, idle, for the first bytes of the next request, parking the connection once it
+    /// has waited `PARK_AFTER` with time left before the idle timeout.
+    async fn await_request(&mut self, worker: &Worker) -> Idle {
         if worker.shutdown.is_requested() {
-            return false;
+            return Idle::Close;
         }
         let read = read_lent(&mut self.io, &mut self.buf, worker);
         let idle = worker.timeouts.idle;
-        matches!(
-            self.watch
-                .within(&worker.clock, Waiting::RequestHead, idle, read)
-                .await,
-            Ok(Ok(n)) if n > 0
-        )
+        let parks = S::PARKS && idle > PARK_AFTER;
+        let limit = if parks { PARK_AFTER } else { idle };
+        let since = worker.clock.now();
+        match self
+            .watch
+            .within(&worker.clock, Waiting::RequestHead, limit, read)
+            .await
+        {
+            Ok(Ok(n)) if n > 0 => Idle::Request,
+            // `since` may be a tick stale, so the idle timeout ends a tick later, as in
+            // `ConnWatch::check`.
+            Err(Expired) if parks && !worker.shutdown.is_requested() => Idle::Park {
+                expires: since + idle + SWEEP_TICK,
+            },
+            _ => Idle::Close,
+        }
     }
 
     /// Reads the rest of a request head and runs its exchange.

@@ -1,18 +1,42 @@
 //! Client connections: the byte stream a connection driver speaks over, generic so each
 //! transport (plain TCP today, TLS next) gets its own monomorphised copy of the driver, and the
 //! per-connection deadlines. The HTTP/1.1 driver is [`h1`]; TLS entrypoints go through [`tls`]
-//! first.
+//! first; plain connections idle for a while wait in [`idle`] without a task.
 
 pub mod h1;
+pub mod idle;
 pub mod tls;
 pub mod watch;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 
 /// A client byte stream: anything a driver can read requests from and write answers to.
-pub trait ClientIo: AsyncRead + AsyncWrite + Unpin {}
+pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
+    /// Whether an idle connection on this stream can be parked (see [`idle`]).
+    const PARKS: bool;
 
-impl<T: AsyncRead + AsyncWrite + Unpin> ClientIo for T {}
+    /// The bare socket, for parking (called only when `PARKS`); `None` if it could not be
+    /// taken out of the reactor, and the connection is closed as if its idle time had ended.
+    fn into_parkable(self) -> Option<std::net::TcpStream>;
+}
+
+impl ClientIo for TcpStream {
+    const PARKS: bool = true;
+
+    fn into_parkable(self) -> Option<std::net::TcpStream> {
+        self.into_std().ok()
+    }
+}
+
+impl ClientIo for TlsStream<TcpStream> {
+    const PARKS: bool = false;
+
+    fn into_parkable(self) -> Option<std::net::TcpStream> {
+        None
+    }
+}
 
 /// The scheme the client used, for `X-Forwarded-Proto`, `redirect_scheme` and routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

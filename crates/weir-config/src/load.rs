@@ -226,6 +226,18 @@ impl Loader<'_> {
         parsed
     }
 
+    fn size(&mut self, node: &Node, what: &str) -> Option<u64> {
+        let text = self.string(node, what)?;
+        let parsed = parse_size(&text);
+        if parsed.is_none() {
+            self.error(
+                node.pos,
+                format!("{what} must be a size like `1024`, `64KiB` or `256MiB`, found `{text}`"),
+            );
+        }
+        parsed
+    }
+
     fn string_list(&mut self, node: &Node, what: &str) -> Vec<(String, Pos)> {
         match &node.value {
             Value::Seq(items) => items
@@ -779,6 +791,7 @@ impl Loader<'_> {
             "replace_path_regex",
             "headers",
             "redirect_scheme",
+            "compress",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -838,6 +851,7 @@ impl Loader<'_> {
                     .unwrap_or_default();
                 MiddlewareKind::Headers { request, response }
             }
+            "compress" => MiddlewareKind::Compress(self.compress(body)?),
             _ => {
                 let rf = self.fields(body, "`redirect_scheme`", &["scheme", "permanent"])?;
                 let scheme = match rf.get("scheme") {
@@ -858,6 +872,72 @@ impl Loader<'_> {
             }
         };
         Some(Middleware { name, kind })
+    }
+
+    fn compress(&mut self, node: &Node) -> Option<Compress> {
+        let mut compress = Compress::default();
+        // `compress: {}` and a bare `compress:` both mean the defaults.
+        if matches!(node.value, Value::Null) {
+            return Some(compress);
+        }
+        const KEYS: &[&str] = &["algorithms", "level", "min_length", "types"];
+        let f = self.fields(node, "`compress`", KEYS)?;
+        if let Some(list) = f.get("algorithms") {
+            let names = self.string_list(list, "`algorithms`");
+            compress.algorithms.clear();
+            for (name, pos) in names {
+                match Encoding::ALL.into_iter().find(|e| e.token() == name) {
+                    Some(e) if compress.algorithms.contains(&e) => {
+                        self.error(pos, format!("`{name}` is listed twice"));
+                    }
+                    Some(e) => compress.algorithms.push(e),
+                    None => self.error(
+                        pos,
+                        format!("unknown algorithm `{name}`; expected zstd, br or gzip"),
+                    ),
+                }
+            }
+            if compress.algorithms.is_empty() {
+                self.error(
+                    list.pos,
+                    "`algorithms` must list at least one of zstd, br, gzip",
+                );
+            }
+        }
+        if let Some(levels) = f.get("level") {
+            let lf = self.fields(levels, "`level`", &["gzip", "br", "zstd"])?;
+            if let Some(n) = lf.get("gzip") {
+                compress.gzip_level = self.uint(n, "`level.gzip`", 1, 9)? as u32;
+            }
+            if let Some(n) = lf.get("br") {
+                compress.br_level = self.uint(n, "`level.br`", 0, 11)? as u32;
+            }
+            if let Some(n) = lf.get("zstd") {
+                compress.zstd_level = self.uint(n, "`level.zstd`", 1, 22)? as i32;
+            }
+        }
+        if let Some(n) = f.get("min_length") {
+            compress.min_length = self.size(n, "`min_length`")?;
+        }
+        if let Some(list) = f.get("types") {
+            let types = self.string_list(list, "`types`");
+            compress.types.clear();
+            for (media, pos) in types {
+                let media = media.to_ascii_lowercase();
+                let valid = media.split_once('/').is_some_and(|(t, sub)| {
+                    !t.is_empty() && t != "*" && !sub.is_empty() && !media.contains([' ', ';'])
+                });
+                if valid {
+                    compress.types.push(media);
+                } else {
+                    self.error(
+                        pos,
+                        format!("`{media}` is not a media type like `text/html` or `text/*`"),
+                    );
+                }
+            }
+        }
+        Some(compress)
     }
 
     fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
@@ -1145,6 +1225,25 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         _ => return None,
     };
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// A byte size: a whole number with an optional unit (`B`, `KB`/`KiB`, `MB`/`MiB`,
+/// `GB`/`GiB`; the decimal ones are read as binary, as nginx reads `k` and `m`).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" | "KiB" | "k" => 1 << 10,
+        "MB" | "MiB" | "m" => 1 << 20,
+        "GB" | "GiB" | "g" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
 }
 
 fn parse_listen_address(text: &str) -> Option<SocketAddr> {

@@ -211,6 +211,65 @@ pub enum MiddlewareKind {
         scheme: String,
         permanent: bool,
     },
+    /// Compresses response bodies in an encoding the client accepts.
+    Compress(Compress),
+}
+
+/// A content coding weir can compress with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Zstd,
+    Br,
+    Gzip,
+}
+
+impl Encoding {
+    pub const ALL: [Encoding; 3] = [Encoding::Zstd, Encoding::Br, Encoding::Gzip];
+
+    /// The coding's name in `Accept-Encoding` and `Content-Encoding`.
+    pub fn token(self) -> &'static str {
+        match self {
+            Encoding::Zstd => "zstd",
+            Encoding::Br => "br",
+            Encoding::Gzip => "gzip",
+        }
+    }
+}
+
+/// The `compress` middleware's settings.
+#[derive(Debug, Clone)]
+pub struct Compress {
+    /// The encodings offered, in order of preference (which breaks ties between q-values).
+    pub algorithms: Vec<Encoding>,
+    pub gzip_level: u32,
+    pub br_level: u32,
+    pub zstd_level: i32,
+    /// Bodies known to be shorter than this are sent as they are.
+    pub min_length: u64,
+    /// Media types compressed, lowercase; `type/*` matches every subtype.
+    pub types: Vec<String>,
+}
+
+impl Default for Compress {
+    fn default() -> Compress {
+        Compress {
+            algorithms: Encoding::ALL.to_vec(),
+            gzip_level: 6,
+            br_level: 4,
+            zstd_level: 3,
+            min_length: 1024,
+            types: [
+                "text/*",
+                "application/json",
+                "application/javascript",
+                "application/xml",
+                "image/svg+xml",
+                "application/wasm",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]

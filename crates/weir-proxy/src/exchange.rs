@@ -45,15 +45,19 @@ pub(crate) async fn exchange<C: ClientSide>(
         None => Reply::local(Cow::Borrowed(&*NO_ROUTE)),
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
-    // response-head filters, on local and proxied replies alike
+    // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
+        let mut body_filter = None;
         reply.edit_head(|response| {
             for filter in &route.filters {
-                filter.on_response_head(&mut response.head);
+                if let Some(installed) = filter.on_response_head(&head, response) {
+                    body_filter = Some(installed);
+                }
             }
         });
+        reply.body_filter = body_filter;
     }
-    // response body: the driver writes the reply
+    // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
     finish(
         worker,

@@ -1,12 +1,14 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head or answers it (`Flow::Respond`).
-//! Response-head phase: edits the reply's head, local and proxied answers alike. Response-body
-//! phase: filters that transform the body are installed by the response-head phase; none exists
-//! yet, so replies take the fused relay (compression, issue 9, brings the first). A new
+//! Response-head phase: edits the reply's head, local and proxied answers alike, and may
+//! install a [`BodyFilter`]. Response-body phase: the installed body filter transforms the body
+//! as the driver sends it (compression); without one, replies take the fused relay. A new
 //! middleware is a new variant of the config's `MiddlewareKind` plus its phases here.
 
-use crate::codec::{Head, RequestHead};
+use crate::codec::{Head, RequestHead, ResponseHead};
+use crate::compress::{self, Compressor};
 use crate::reply::LocalResponse;
+use std::io;
 use weir_config::{HeaderOps, MiddlewareKind};
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
@@ -20,7 +22,11 @@ pub enum Flow {
 
 impl Filter {
     pub fn has_response_phase(&self) -> bool {
-        matches!(&self.0, MiddlewareKind::Headers { response, .. } if !response.is_empty())
+        match &self.0 {
+            MiddlewareKind::Headers { response, .. } => !response.is_empty(),
+            MiddlewareKind::Compress(_) => true,
+            _ => false,
+        }
     }
 
     /// Request phase. `scheme` is the scheme the client used.
@@ -70,14 +76,56 @@ impl Filter {
                     return Flow::Respond(LocalResponse::redirect(status, &location));
                 }
             }
+            MiddlewareKind::Compress(_) => {}
         }
         Flow::Continue
     }
 
-    /// Response-head phase.
-    pub fn on_response_head(&self, head: &mut Head) {
-        if let MiddlewareKind::Headers { response, .. } = &self.0 {
-            apply_ops(head, response);
+    /// Response-head phase: edits the head; may return a filter for the body.
+    pub fn on_response_head(
+        &self,
+        req: &RequestHead,
+        resp: &mut ResponseHead,
+    ) -> Option<BodyFilter> {
+        match &self.0 {
+            MiddlewareKind::Headers { response, .. } => {
+                apply_ops(&mut resp.head, response);
+                None
+            }
+            MiddlewareKind::Compress(config) => {
+                compress::install(config, req, resp).map(|c| BodyFilter::Compress(Box::new(c)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A response-body filter, installed by a response-head filter for one response. Each call
+/// returns the bytes it produced for the client.
+pub enum BodyFilter {
+    /// Boxed: a reply carries an `Option<BodyFilter>`, which stays one word this way.
+    Compress(Box<Compressor>),
+}
+
+impl BodyFilter {
+    /// The next piece of the body.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<&[u8]> {
+        match self {
+            BodyFilter::Compress(c) => c.write(data),
+        }
+    }
+
+    /// The source has nothing more for now: emit what is held back.
+    pub fn flush(&mut self) -> io::Result<&[u8]> {
+        match self {
+            BodyFilter::Compress(c) => c.flush(),
+        }
+    }
+
+    /// The body has ended.
+    pub fn finish(&mut self) -> io::Result<&[u8]> {
+        match self {
+            BodyFilter::Compress(c) => c.finish(),
         }
     }
 }

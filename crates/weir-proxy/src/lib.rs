@@ -1,5 +1,5 @@
 //! weir's data plane: workers and listeners, TLS, the HTTP/1.1 codec and connection driver, the
-//! request lifecycle (router, filters, actions), services with their balancers and per-worker
+//! request lifecycle (router, filters with compression, actions), services with their balancers and per-worker
 //! keep-alive pools. See docs/architecture.md and docs/lifecycle-h1.md.
 // One measured exception, allowed where it lives: `codec::Head::text`.
 #![deny(unsafe_code)]
@@ -8,6 +8,7 @@ pub mod accesslog;
 pub mod balancer;
 pub mod client;
 pub mod codec;
+pub mod compress;
 pub mod conn;
 pub mod exchange;
 pub mod filter;

@@ -5,6 +5,7 @@
 
 use crate::balancer::UpstreamUse;
 use crate::codec::{header, push_decimal, reason, status_line, ResponseHead};
+use crate::filter::BodyFilter;
 use crate::pool::UpstreamConn;
 use bytes::Bytes;
 use std::borrow::Cow;
@@ -87,6 +88,8 @@ pub struct Reply<'r> {
     /// The server that answered: logged, counted in flight until the exchange finishes, and
     /// where `finish` returns the connection.
     pub upstream: Option<UpstreamUse<'r>>,
+    /// Installed by a response-head filter: the body passes through it on its way out.
+    pub body_filter: Option<BodyFilter>,
 }
 
 pub enum ReplyHead<'r> {
@@ -113,6 +116,7 @@ impl<'r> Reply<'r> {
             head: ReplyHead::Local(response),
             body: ReplyBody::Local,
             upstream: None,
+            body_filter: None,
         }
     }
 

@@ -118,6 +118,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                             head: ReplyHead::Response(response),
                             body,
                             upstream: Some(used),
+                            body_filter: None,
                         };
                     }
                     Ok(Err(ResponseError::ClosedEarly)) if up.reused && may_resend => continue,

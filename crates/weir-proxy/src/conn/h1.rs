@@ -14,6 +14,7 @@ use crate::conn::idle::PARK_AFTER;
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
+use crate::filter::BodyFilter;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::worker::{make_room, Worker};
@@ -309,7 +310,7 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
             &mut self.io,
             &mut self.buf,
             req.framing,
-            Some(upstream),
+            &mut Sink::plain(Some(upstream)),
             &mut self.out,
             chunked,
             &relay,
@@ -356,7 +357,7 @@ impl<S: ClientIo> H1Client<S> {
             &mut self.io,
             &mut self.buf,
             req.framing,
-            None::<&mut S>,
+            &mut Sink::<S>::plain(None),
             &mut self.out,
             false,
             &relay,
@@ -427,7 +428,7 @@ impl<S: ClientIo> H1Client<S> {
                     worker,
                     req,
                     response,
-                    body,
+                    (body, reply.body_filter),
                     keep_alive,
                     broken,
                     read_timeout,
@@ -442,33 +443,61 @@ impl<S: ClientIo> H1Client<S> {
         }
     }
 
-    /// Writes an editable head and its body: bytes, or the fused relay from an upstream.
+    /// Writes an editable head and its body: bytes, or the relay from an upstream (fused when
+    /// no body filter applies). A filtered body's length is unknown until it ends, so it goes
+    /// chunked (close-delimited to HTTP/1.0), unless it is already in memory: then it is
+    /// filtered whole and sent with its length.
     #[allow(clippy::too_many_arguments)]
     async fn send_response(
         &mut self,
         worker: &Worker,
         req: &RequestHead,
-        response: ResponseHead,
-        body: ReplyBody,
+        mut response: ResponseHead,
+        (body, mut filter): (ReplyBody, Option<BodyFilter>),
         keep_alive: bool,
         broken: bool,
         read_timeout: Duration,
     ) -> (Outcome, Option<UpstreamConn>) {
-        let framing = if req.is_head() {
-            Framing::None
+        let mut body = body;
+        if let (Some(whole), ReplyBody::Bytes(bytes)) = (&mut filter, &body) {
+            let Ok(filtered) = filter_whole(whole, bytes) else {
+                // The head promises an encoding that cannot be produced: send nothing.
+                let failed = Outcome {
+                    keep_alive: false,
+                    linger: broken,
+                    status: response.status,
+                    bytes: 0,
+                };
+                return (failed, None);
+            };
+            response.framing = Framing::Length(filtered.len() as u64);
+            body = ReplyBody::Bytes(filtered.into());
+            filter = None;
+        }
+        // How the body is read (from the upstream) and how it is sent.
+        let (framing_in, framing_out) = if req.is_head() {
+            (Framing::None, Framing::None)
+        } else if filter.is_some() {
+            let out = if req.minor_version == 1 {
+                Framing::Chunked
+            } else {
+                Framing::UntilClose
+            };
+            (response.framing, out)
         } else {
-            response.framing
+            (response.framing, response.framing)
         };
         let chunked_out =
-            req.minor_version == 1 && matches!(framing, Framing::Chunked | Framing::UntilClose);
-        let can_delimit = chunked_out || !matches!(framing, Framing::Chunked | Framing::UntilClose);
+            req.minor_version == 1 && matches!(framing_out, Framing::Chunked | Framing::UntilClose);
+        let can_delimit =
+            chunked_out || !matches!(framing_out, Framing::Chunked | Framing::UntilClose);
         let keep_alive = keep_alive && can_delimit;
         let date = worker.clock.date_header();
         let date = (!response.has_date).then_some(&date);
         write_client_head(
             &mut self.out,
             &response,
-            framing,
+            framing_out,
             keep_alive,
             chunked_out,
             req.minor_version,
@@ -489,19 +518,25 @@ impl<S: ClientIo> H1Client<S> {
                     write: (Waiting::ClientWrite, worker.timeouts.send),
                     max_bytes: u64::MAX,
                 };
+                let mut sink = Sink {
+                    io: Some(&mut self.io),
+                    filter: filter.as_mut(),
+                    sent: 0,
+                };
                 let relayed = relay_body(
                     &mut up.io,
                     &mut up.buf,
-                    framing,
-                    Some(&mut self.io),
+                    framing_in,
+                    &mut sink,
                     &mut self.out,
                     chunked_out,
                     &relay,
                 )
                 .await;
+                let sent = sink.sent;
                 match relayed {
                     Ok(bytes) => {
-                        outcome.bytes = bytes;
+                        outcome.bytes = if filter.is_some() { sent } else { bytes };
                         (outcome, response.keep_alive.then_some(up))
                     }
                     // The head is already sent: closing is the only way to tell the client.
@@ -512,7 +547,7 @@ impl<S: ClientIo> H1Client<S> {
                 }
             }
             ReplyBody::Bytes(bytes) => {
-                if framing != Framing::None {
+                if framing_out != Framing::None {
                     self.out.extend_from_slice(&bytes);
                     outcome.bytes = bytes.len() as u64;
                 }
@@ -665,11 +700,11 @@ impl Relay<'_> {
 
     async fn flush<W: AsyncWrite + Unpin>(
         &self,
-        sink: &mut Option<&mut W>,
+        sink: &mut Sink<'_, W>,
         out: &mut Vec<u8>,
     ) -> Result<(), BodyError> {
         if !out.is_empty() {
-            if let Some(io) = sink {
+            if let Some(io) = &mut sink.io {
                 let (what, limit) = self.write;
                 let write = io.write_all(out);
                 match self.watch.within(self.clock, what, limit, write).await {
@@ -684,14 +719,67 @@ impl Relay<'_> {
     }
 }
 
+/// Where a relayed body goes: a stream (none when it is drained), through the response's
+/// body filter if one is installed.
+struct Sink<'a, W> {
+    io: Option<&'a mut W>,
+    filter: Option<&'a mut BodyFilter>,
+    /// Bytes the filter produced (what the client gets, for the log).
+    sent: u64,
+}
+
+impl<'a, W> Sink<'a, W> {
+    fn plain(io: Option<&'a mut W>) -> Sink<'a, W> {
+        Sink {
+            io,
+            filter: None,
+            sent: 0,
+        }
+    }
+
+    /// Frames a piece of the body into `out`, filtered if a filter is installed.
+    fn push(&mut self, out: &mut Vec<u8>, data: &[u8], chunked: bool) -> Result<(), BodyError> {
+        match &mut self.filter {
+            None => push_data(out, data, chunked),
+            Some(filter) => {
+                let filtered = filter.write(data).map_err(|_| BodyError::Sink)?;
+                self.sent += filtered.len() as u64;
+                push_data(out, filtered, chunked);
+            }
+        }
+        Ok(())
+    }
+
+    /// The source has nothing more for now: a filter emits what it holds back, so a stream
+    /// that pauses (server-sent events) reaches the client.
+    fn pause(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
+        if let Some(filter) = &mut self.filter {
+            let held = filter.flush().map_err(|_| BodyError::Sink)?;
+            self.sent += held.len() as u64;
+            push_data(out, held, chunked);
+        }
+        Ok(())
+    }
+
+    /// The body has ended: a filter emits its last bytes.
+    fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
+        if let Some(filter) = &mut self.filter {
+            let last = filter.finish().map_err(|_| BodyError::Sink)?;
+            self.sent += last.len() as u64;
+            push_data(out, last, chunked);
+        }
+        Ok(())
+    }
+}
+
 /// Streams one message body from `src` (its buffered bytes first) to `sink`, re-framing it
 /// as chunked when `chunked_out`. Bytes already in `out` (a head) go out first, in the
-/// same write when the body is small. Returns the body bytes relayed.
+/// same write when the body is small. Returns the body bytes read from `src`.
 async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     src: &mut R,
     buf: &mut BytesMut,
     framing: Framing,
-    mut sink: Option<&mut W>,
+    sink: &mut Sink<'_, W>,
     out: &mut Vec<u8>,
     chunked_out: bool,
     relay: &Relay<'_>,
@@ -703,11 +791,12 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             let mut remaining = total;
             while remaining > 0 {
                 if buf.is_empty() {
-                    relay.flush(&mut sink, out).await?;
+                    sink.pause(out, chunked_out)?;
+                    relay.flush(sink, out).await?;
                     relay.fill(src, buf).await?;
                 }
                 let take = remaining.min(buf.len() as u64) as usize;
-                push_data(out, &buf[..take], chunked_out);
+                sink.push(out, &buf[..take], chunked_out)?;
                 buf.advance(take);
                 remaining -= take as u64;
                 relayed += take as u64;
@@ -715,8 +804,12 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     return Err(BodyError::TooLarge);
                 }
                 if out.len() >= FLUSH_AT {
-                    relay.flush(&mut sink, out).await?;
+                    relay.flush(sink, out).await?;
                 }
+            }
+            sink.end(out, chunked_out)?;
+            if chunked_out {
+                out.extend_from_slice(b"0\r\n\r\n");
             }
         }
         Framing::Chunked => {
@@ -725,17 +818,18 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 let (event, used) = decoder.decode(buf).map_err(|_| BodyError::Malformed)?;
                 match event {
                     ChunkEvent::Data(start, end) => {
-                        push_data(out, &buf[start..end], chunked_out);
+                        sink.push(out, &buf[start..end], chunked_out)?;
                         relayed += (end - start) as u64;
                         buf.advance(used);
                         if relayed > relay.max_bytes {
                             return Err(BodyError::TooLarge);
                         }
                         if out.len() >= FLUSH_AT {
-                            relay.flush(&mut sink, out).await?;
+                            relay.flush(sink, out).await?;
                         }
                     }
                     ChunkEvent::End(start, end) => {
+                        sink.end(out, chunked_out)?;
                         // Trailers pass on when the output is chunked too (HTTP/1.0 has none).
                         if chunked_out {
                             out.extend_from_slice(b"0\r\n");
@@ -747,7 +841,8 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     }
                     ChunkEvent::NeedMore => {
                         buf.advance(used);
-                        relay.flush(&mut sink, out).await?;
+                        sink.pause(out, chunked_out)?;
+                        relay.flush(sink, out).await?;
                         relay.fill(src, buf).await?;
                     }
                 }
@@ -755,11 +850,12 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
         Framing::UntilClose => loop {
             if !buf.is_empty() {
-                push_data(out, buf, chunked_out);
+                sink.push(out, buf, chunked_out)?;
                 relayed += buf.len() as u64;
                 buf.clear();
             }
-            relay.flush(&mut sink, out).await?;
+            sink.pause(out, chunked_out)?;
+            relay.flush(sink, out).await?;
             if relayed > relay.max_bytes {
                 return Err(BodyError::TooLarge);
             }
@@ -767,6 +863,7 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 Ok(()) => {}
                 Err(BodyError::SourceStalled) => return Err(BodyError::SourceStalled),
                 Err(_) => {
+                    sink.end(out, chunked_out)?;
                     if chunked_out {
                         out.extend_from_slice(b"0\r\n\r\n");
                     }
@@ -775,8 +872,15 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
         },
     }
-    relay.flush(&mut sink, out).await?;
+    relay.flush(sink, out).await?;
     Ok(relayed)
+}
+
+/// Runs a body that is already in memory through `filter` whole.
+fn filter_whole(filter: &mut BodyFilter, body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut filtered = filter.write(body)?.to_vec();
+    filtered.extend_from_slice(filter.finish()?);
+    Ok(filtered)
 }
 
 fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {

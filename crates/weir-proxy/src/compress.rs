@@ -1,0 +1,350 @@
+//! The `compress` middleware's logic: whether a response is compressed (its status, type,
+//! length and the client's `Accept-Encoding`), the head changes that go with it, and the
+//! streaming encoders (gzip by zlib-rs through flate2, brotli, zstd) that the response-body
+//! phase runs.
+
+use crate::codec::{lists_token, RequestHead, ResponseHead};
+use std::io::{self, Write};
+use weir_config::{Compress, Encoding};
+
+/// brotli's window: 512 KiB, as ngx_brotli's default (the encoder's memory follows it).
+const BROTLI_WINDOW_BITS: u32 = 19;
+/// brotli's internal buffer.
+const BROTLI_BUFFER: usize = 4096;
+
+/// Decides whether the response is compressed; if so, edits its head (`Content-Encoding`,
+/// `Vary`, a weakened `ETag`) and returns the encoder for its body. Responses that could be
+/// compressed get `Vary: Accept-Encoding` even when this client accepts no offered encoding.
+pub fn install(
+    config: &Compress,
+    req: &RequestHead,
+    resp: &mut ResponseHead,
+) -> Option<Compressor> {
+    if !compressible(config, req, resp) {
+        return None;
+    }
+    add_vary(resp);
+    let encoding = negotiate(req.head.get_all("accept-encoding"), &config.algorithms)?;
+    let compressor = Compressor::new(encoding, config).ok()?;
+    resp.head
+        .set("content-encoding", encoding.token().as_bytes());
+    resp.head.remove("content-length");
+    if let Some(etag) = resp.head.get("etag") {
+        if !etag.starts_with(b"W/") {
+            let weak = [b"W/", etag].concat();
+            resp.head.set("etag", &weak);
+        }
+    }
+    Some(compressor)
+}
+
+/// Everything but the client's choice: a body is sent, not already encoded, allowed to be
+/// transformed, long enough, of a listed type.
+fn compressible(config: &Compress, req: &RequestHead, resp: &ResponseHead) -> bool {
+    if req.is_head() || matches!(resp.status, 100..=199 | 204 | 206 | 304) {
+        return false;
+    }
+    if resp.head.get("content-encoding").is_some_and(|v| {
+        !v.trim_ascii().is_empty() && !v.trim_ascii().eq_ignore_ascii_case(b"identity")
+    }) {
+        return false;
+    }
+    if resp
+        .head
+        .get_all("cache-control")
+        .any(|v| lists_token(v, b"no-transform"))
+    {
+        return false;
+    }
+    if let crate::codec::Framing::Length(n) = resp.framing {
+        if n < config.min_length {
+            return false;
+        }
+    }
+    let Some(content_type) = resp.head.get("content-type") else {
+        return false;
+    };
+    type_listed(&config.types, content_type)
+}
+
+/// Whether the media type of a `Content-Type` value is listed (`type/*` covers a type).
+fn type_listed(types: &[String], content_type: &[u8]) -> bool {
+    let media = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    types.iter().any(|listed| {
+        let listed = listed.as_bytes();
+        match listed.strip_suffix(b"*") {
+            Some(prefix) => {
+                media.len() > prefix.len() && media[..prefix.len()].eq_ignore_ascii_case(prefix)
+            }
+            None => media.eq_ignore_ascii_case(listed),
+        }
+    })
+}
+
+fn add_vary(resp: &mut ResponseHead) {
+    let listed = resp
+        .head
+        .get_all("vary")
+        .any(|v| lists_token(v, b"accept-encoding") || lists_token(v, b"*"));
+    if !listed {
+        resp.head.append("vary", b"Accept-Encoding");
+    }
+}
+
+/// Picks the offered encoding with the highest q-value in the `Accept-Encoding` values (a
+/// coding not named takes the q of `*`, or is not acceptable); ties go to the earlier in
+/// `offered`. No header, or nothing acceptable: `None` (the body goes as it is).
+pub fn negotiate<'a>(
+    accept: impl Iterator<Item = &'a [u8]>,
+    offered: &[Encoding],
+) -> Option<Encoding> {
+    // q in thousandths, per offered encoding; `None` while not named.
+    let mut named: [Option<u16>; 3] = [None; 3];
+    let mut wildcard: Option<u16> = None;
+    let mut any_header = false;
+    for value in accept {
+        any_header = true;
+        for item in value.split(|&b| b == b',') {
+            let mut parts = item.split(|&b| b == b';');
+            let coding = parts.next().unwrap_or_default().trim_ascii();
+            if coding.is_empty() {
+                continue;
+            }
+            let mut q = 1000;
+            for param in parts {
+                let param = param.trim_ascii();
+                if let Some(value) = param
+                    .strip_prefix(b"q=")
+                    .or_else(|| param.strip_prefix(b"Q="))
+                {
+                    q = parse_qvalue(value).unwrap_or(0);
+                }
+            }
+            if coding == b"*" {
+                wildcard = Some(q);
+                continue;
+            }
+            let coding = if coding.eq_ignore_ascii_case(b"x-gzip") {
+                b"gzip".as_slice()
+            } else {
+                coding
+            };
+            if let Some(i) = Encoding::ALL
+                .iter()
+                .position(|e| coding.eq_ignore_ascii_case(e.token().as_bytes()))
+            {
+                named[i] = Some(q);
+            }
+        }
+    }
+    if !any_header {
+        return None;
+    }
+    let mut best: Option<(Encoding, u16)> = None;
+    for &encoding in offered {
+        let i = Encoding::ALL.iter().position(|e| *e == encoding)?;
+        let q = named[i].or(wildcard).unwrap_or(0);
+        if q > 0 && best.is_none_or(|(_, best_q)| q > best_q) {
+            best = Some((encoding, q));
+        }
+    }
+    best.map(|(encoding, _)| encoding)
+}
+
+/// A qvalue (`0`, `0.5`, `1.000`) in thousandths; `None` if malformed.
+fn parse_qvalue(text: &[u8]) -> Option<u16> {
+    let text = text.trim_ascii();
+    let (whole, fraction) = match text.iter().position(|&b| b == b'.') {
+        Some(dot) => (&text[..dot], &text[dot + 1..]),
+        None => (text, &b""[..]),
+    };
+    if fraction.len() > 3 || !fraction.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut thousandths = 0u16;
+    for i in 0..3 {
+        thousandths = thousandths * 10 + fraction.get(i).map_or(0, |d| u16::from(d - b'0'));
+    }
+    match whole {
+        b"0" => Some(thousandths),
+        b"1" if thousandths == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// One response's encoder. Each call returns the compressed bytes it produced.
+pub struct Compressor {
+    encoder: Encoder,
+}
+
+enum Encoder {
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Br(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+    /// After `finish`: holds the last output.
+    Finished(Vec<u8>),
+}
+
+impl Compressor {
+    pub fn new(encoding: Encoding, config: &Compress) -> io::Result<Compressor> {
+        let encoder = match encoding {
+            Encoding::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(
+                Vec::new(),
+                flate2::Compression::new(config.gzip_level),
+            )),
+            Encoding::Br => Encoder::Br(Box::new(brotli::CompressorWriter::new(
+                Vec::new(),
+                BROTLI_BUFFER,
+                config.br_level,
+                BROTLI_WINDOW_BITS,
+            ))),
+            Encoding::Zstd => Encoder::Zstd(zstd::stream::write::Encoder::new(
+                Vec::new(),
+                config.zstd_level,
+            )?),
+        };
+        Ok(Compressor { encoder })
+    }
+
+    /// Compresses `data`; the encoder may hold some of it back until `flush` or `finish`.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<&[u8]> {
+        let output = self.output()?;
+        output.clear();
+        match &mut self.encoder {
+            Encoder::Gzip(e) => e.write_all(data)?,
+            Encoder::Br(e) => e.write_all(data)?,
+            Encoder::Zstd(e) => e.write_all(data)?,
+            Encoder::Finished(_) => return Err(finished()),
+        }
+        Ok(self.output()?.as_slice())
+    }
+
+    /// Emits everything written so far as a decodable prefix (a sync flush), so a stream that
+    /// pauses (server-sent events, long polls) is not held back.
+    pub fn flush(&mut self) -> io::Result<&[u8]> {
+        self.output()?.clear();
+        match &mut self.encoder {
+            Encoder::Gzip(e) => e.flush()?,
+            Encoder::Br(e) => e.flush()?,
+            Encoder::Zstd(e) => e.flush()?,
+            Encoder::Finished(_) => return Err(finished()),
+        }
+        Ok(self.output()?.as_slice())
+    }
+
+    /// Ends the compressed stream and returns its last bytes.
+    pub fn finish(&mut self) -> io::Result<&[u8]> {
+        self.output()?.clear();
+        let done = std::mem::replace(&mut self.encoder, Encoder::Finished(Vec::new()));
+        let last = match done {
+            Encoder::Gzip(e) => e.finish()?,
+            Encoder::Br(e) => e.into_inner(),
+            Encoder::Zstd(e) => e.finish()?,
+            Encoder::Finished(_) => return Err(finished()),
+        };
+        self.encoder = Encoder::Finished(last);
+        Ok(self.output()?.as_slice())
+    }
+
+    /// The encoder's output buffer.
+    fn output(&mut self) -> io::Result<&mut Vec<u8>> {
+        Ok(match &mut self.encoder {
+            Encoder::Gzip(e) => e.get_mut(),
+            Encoder::Br(e) => e.get_mut(),
+            Encoder::Zstd(e) => e.get_mut(),
+            Encoder::Finished(last) => last,
+        })
+    }
+}
+
+fn finished() -> io::Error {
+    io::Error::other("the compressed stream has ended")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pick(header: &str, offered: &[Encoding]) -> Option<Encoding> {
+        negotiate([header.as_bytes()].into_iter(), offered)
+    }
+
+    #[test]
+    fn negotiation_follows_q_values_then_configured_order() {
+        use Encoding::*;
+        let all = [Zstd, Br, Gzip];
+        assert_eq!(pick("gzip, deflate, br, zstd", &all), Some(Zstd));
+        assert_eq!(pick("gzip, br", &all), Some(Br));
+        assert_eq!(pick("gzip;q=1.0, br;q=0.8", &all), Some(Gzip));
+        assert_eq!(pick("br;q=0, gzip", &all), Some(Gzip));
+        assert_eq!(pick("*", &all), Some(Zstd));
+        assert_eq!(pick("*;q=0.5, gzip;q=0.9", &all), Some(Gzip));
+        assert_eq!(pick("*, zstd;q=0", &[Zstd, Gzip]), Some(Gzip));
+        assert_eq!(pick("identity", &all), None);
+        assert_eq!(pick("identity;q=0", &all), None);
+        assert_eq!(pick("", &all), None);
+        assert_eq!(pick("X-GZIP", &all), Some(Gzip));
+        assert_eq!(pick("gzip;q=2", &all), None);
+        assert_eq!(pick("gzip;q=0.001", &all), Some(Gzip));
+        assert_eq!(pick("gzip, br", &[Gzip, Br]), Some(Gzip));
+        assert_eq!(negotiate(std::iter::empty(), &all), None);
+    }
+
+    #[test]
+    fn qvalues() {
+        assert_eq!(parse_qvalue(b"1"), Some(1000));
+        assert_eq!(parse_qvalue(b"1.000"), Some(1000));
+        assert_eq!(parse_qvalue(b"0.5"), Some(500));
+        assert_eq!(parse_qvalue(b"0.125"), Some(125));
+        assert_eq!(parse_qvalue(b"0"), Some(0));
+        assert_eq!(parse_qvalue(b"1.5"), None);
+        assert_eq!(parse_qvalue(b"0.1234"), None);
+        assert_eq!(parse_qvalue(b"x"), None);
+    }
+
+    #[test]
+    fn listed_types() {
+        let types = ["text/*".to_string(), "application/json".to_string()];
+        assert!(type_listed(&types, b"text/html; charset=utf-8"));
+        assert!(type_listed(&types, b"Application/JSON"));
+        assert!(!type_listed(&types, b"application/jsonx"));
+        assert!(!type_listed(&types, b"image/png"));
+        assert!(!type_listed(&types, b"text/"));
+    }
+
+    #[test]
+    fn every_encoder_round_trips_across_flushes() {
+        let text = "{\"id\": 1, \"name\": \"weir\"}\n".repeat(2000);
+        for encoding in Encoding::ALL {
+            let mut c = Compressor::new(encoding, &Compress::default()).unwrap();
+            let mut out = Vec::new();
+            let (first, second) = text.as_bytes().split_at(text.len() / 3);
+            out.extend_from_slice(c.write(first).unwrap());
+            out.extend_from_slice(c.flush().unwrap());
+            let flushed = out.len();
+            out.extend_from_slice(c.write(second).unwrap());
+            out.extend_from_slice(c.finish().unwrap());
+            assert!(flushed > 0, "{encoding:?}: a flush emits output");
+            assert!(out.len() < text.len() / 10, "{encoding:?}: {}", out.len());
+            let decoded = match encoding {
+                Encoding::Gzip => {
+                    let mut d = Vec::new();
+                    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&out[..]), &mut d)
+                        .unwrap();
+                    d
+                }
+                Encoding::Br => {
+                    let mut d = Vec::new();
+                    brotli::BrotliDecompress(&mut &out[..], &mut d).unwrap();
+                    d
+                }
+                Encoding::Zstd => zstd::decode_all(&out[..]).unwrap(),
+            };
+            assert_eq!(decoded, text.as_bytes(), "{encoding:?}");
+        }
+    }
+}

@@ -904,20 +904,32 @@ impl Loader<'_> {
                 );
             }
         }
-        if let Some(levels) = f.get("level") {
-            let lf = self.fields(levels, "`level`", &["gzip", "br", "zstd"])?;
-            if let Some(n) = lf.get("gzip") {
-                compress.gzip_level = self.uint(n, "`level.gzip`", 1, 9)? as u32;
+        // Each key is checked even after an error, so every error is reported at once.
+        let levels = f
+            .get("level")
+            .and_then(|n| self.fields(n, "`level`", &["gzip", "br", "zstd"]));
+        if let Some(lf) = levels {
+            if let Some(n) = lf
+                .get("gzip")
+                .and_then(|n| self.uint(n, "`level.gzip`", 1, 9))
+            {
+                compress.gzip_level = n as u32;
             }
-            if let Some(n) = lf.get("br") {
-                compress.br_level = self.uint(n, "`level.br`", 0, 11)? as u32;
+            if let Some(n) = lf.get("br").and_then(|n| self.uint(n, "`level.br`", 0, 11)) {
+                compress.br_level = n as u32;
             }
-            if let Some(n) = lf.get("zstd") {
-                compress.zstd_level = self.uint(n, "`level.zstd`", 1, 22)? as i32;
+            if let Some(n) = lf
+                .get("zstd")
+                .and_then(|n| self.uint(n, "`level.zstd`", 1, 22))
+            {
+                compress.zstd_level = n as i32;
             }
         }
-        if let Some(n) = f.get("min_length") {
-            compress.min_length = self.size(n, "`min_length`")?;
+        if let Some(n) = f
+            .get("min_length")
+            .and_then(|n| self.size(n, "`min_length`"))
+        {
+            compress.min_length = n;
         }
         if let Some(list) = f.get("types") {
             let types = self.string_list(list, "`types`");
@@ -1426,6 +1438,60 @@ mod tests {
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("10"), Some(Duration::from_secs(10)));
         assert_eq!(parse_duration("soon"), None);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("64KiB"), Some(64 << 10));
+        assert_eq!(parse_size("256MiB"), Some(256 << 20));
+        assert_eq!(parse_size("10GB"), Some(10 << 30));
+        assert_eq!(parse_size("1.5MiB"), None);
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("99999999999GiB"), None);
+    }
+
+    #[test]
+    fn compress_settings_and_their_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  gz:\n    compress: {body}\n");
+        let cfg = load_str(&mw("{}"), "t.yaml").unwrap();
+        let MiddlewareKind::Compress(c) = &cfg.middlewares[0].kind else {
+            panic!("not compress");
+        };
+        assert_eq!(c.algorithms, Encoding::ALL.to_vec());
+        assert_eq!(
+            (c.gzip_level, c.br_level, c.zstd_level, c.min_length),
+            (6, 4, 3, 1024)
+        );
+        let cfg = load_str(
+            &mw("{ algorithms: [gzip, zstd], level: { gzip: 9 }, min_length: 2KiB, types: [Text/HTML] }"),
+            "t.yaml",
+        )
+        .unwrap();
+        let MiddlewareKind::Compress(c) = &cfg.middlewares[0].kind else {
+            panic!("not compress");
+        };
+        assert_eq!(c.algorithms, vec![Encoding::Gzip, Encoding::Zstd]);
+        assert_eq!((c.gzip_level, c.min_length), (9, 2048));
+        assert_eq!(c.types, vec!["text/html".to_string()]);
+        assert_eq!(
+            errors(&mw("{ algorithms: [gzip, lz4, gzip] }")),
+            vec![
+                "t.yaml:5:36: unknown algorithm `lz4`; expected zstd, br or gzip",
+                "t.yaml:5:41: `gzip` is listed twice"
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ level: { br: 12 } }")),
+            vec!["t.yaml:5:30: `level.br` must be a whole number from 0 to 11, found `12`"]
+        );
+        assert_eq!(
+            errors(&mw("{ min_length: big, types: [json] }")),
+            vec![
+                "t.yaml:5:29: `min_length` must be a size like `1024`, `64KiB` or `256MiB`, found `big`",
+                "t.yaml:5:42: `json` is not a media type like `text/html` or `text/*`"
+            ]
+        );
     }
 
     #[test]

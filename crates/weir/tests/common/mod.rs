@@ -486,7 +486,17 @@ impl Nginx {
 
     /// Starts nginx with extra `http`-level directives.
     pub fn start_with(http_extra: &str) -> Nginx {
-        Nginx::start_server(http_extra, "")
+        Nginx::start_server(http_extra, "", ANSWER_CONNECTION)
+    }
+
+    /// Starts nginx serving the files under `root` (its ETags and ranges; JSON, HTML and
+    /// PNG typed).
+    pub fn serve_dir(root: &std::path::Path) -> Nginx {
+        let location = format!(
+            "root {}; types {{ application/json json; text/html html; image/png png; }}",
+            root.display()
+        );
+        Nginx::start_server("", "", &location)
     }
 
     /// Starts nginx speaking HTTPS with this certificate and key (PEM files); with
@@ -511,29 +521,30 @@ impl Nginx {
                 cert.display(),
                 key.display()
             ),
+            ANSWER_CONNECTION,
         )
     }
 
-    fn start_server(http_extra: &str, listen_extra: &str) -> Nginx {
+    fn start_server(http_extra: &str, listen_extra: &str, location: &str) -> Nginx {
         // free_port() releases the port before nginx binds it, so another process (a weir
         // binding port 0 in a parallel test) can take it first: then this nginx exits and the
         // port answers for someone else. Start again on a new port until nginx itself holds it.
         for _ in 0..5 {
-            if let Some(nginx) = Nginx::try_start(http_extra, listen_extra) {
+            if let Some(nginx) = Nginx::try_start(http_extra, listen_extra, location) {
                 return nginx;
             }
         }
         panic!("nginx did not start");
     }
 
-    fn try_start(http_extra: &str, listen_extra: &str) -> Option<Nginx> {
+    fn try_start(http_extra: &str, listen_extra: &str, location: &str) -> Option<Nginx> {
         let dir = temp_dir("nginx");
         let port = free_port();
         let conf = format!(
             "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
              events {{ worker_connections 1024; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {dir};\n  proxy_temp_path {dir};\n  fastcgi_temp_path {dir};\n  uwsgi_temp_path {dir};\n  scgi_temp_path {dir};\n  keepalive_requests 100000;\n  {http_extra}\n\
-               server {{\n    listen 127.0.0.1:{port}{listen_extra};\n    location / {{ return 200 \"conn=$connection\\n\"; }}\n  }}\n}}\n",
+               server {{\n    listen 127.0.0.1:{port}{listen_extra};\n    location / {{ {location} }}\n  }}\n}}\n",
             dir = dir.display()
         );
         let path = dir.join("nginx.conf");
@@ -566,6 +577,9 @@ impl Nginx {
         None
     }
 }
+
+/// What the test nginx answers by default: which of its connections served the request.
+const ANSWER_CONNECTION: &str = "return 200 \"conn=$connection\\n\";";
 
 impl Drop for Nginx {
     fn drop(&mut self) {

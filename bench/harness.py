@@ -1,7 +1,7 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate, idle, tls (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
 import argparse, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
@@ -9,7 +9,7 @@ import argparse, json, os, resource, shutil, signal, socket, statistics, subproc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
@@ -228,6 +228,9 @@ def wrk_script(kind):
     if kind == "close":
         # A new connection (and so a full TLS handshake) for every request.
         body = """wrk.headers["Connection"] = "close"
+""" + WRK_DONE
+    if kind in ("gzip", "br", "zstd"):
+        body = f"""wrk.headers["Accept-Encoding"] = "{kind}"
 """ + WRK_DONE
     if kind == "hosts":
         body = f"""math.randomseed(42)
@@ -480,6 +483,84 @@ def scenario_fixed_rate(ctx):
         for p in procs:
             p.stop()
 
+def json_document(size):
+    """A deterministic JSON API answer of about `size` bytes: records of ids, names, emails,
+    scores, tags and timestamps, as an API returns them."""
+    import random
+    rng = random.Random(24)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+    items, total = [], 2
+    while total < size:
+        i = len(items)
+        item = {"id": 100000 + i, "name": f"{rng.choice(words)} {rng.choice(words)}",
+                "email": f"user{rng.randrange(10**6)}@example.com", "score": round(rng.random() * 100, 3),
+                "tags": rng.sample(words, 3), "active": rng.random() < 0.7,
+                "created": f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00Z"}
+        text = json.dumps(item)
+        items.append(text)
+        total += len(text) + 2
+    return ("[" + ", ".join(items) + "]").encode()
+
+def compressed_size(url, encoding):
+    """The body size of one answer to `Accept-Encoding: encoding`, and its Content-Encoding."""
+    import http.client, urllib.parse
+    u = urllib.parse.urlsplit(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    c.request("GET", u.path + ("?" + u.query if u.query else ""), headers={"Accept-Encoding": encoding})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return len(body), r.getheader("content-encoding") or "identity"
+
+def scenario_compress(ctx):
+    """Seed 002's compression case: a 24 KB JSON answer from the upstream, compressed by the
+    proxy for a client that asks for gzip (level 6 everywhere nginx and weir have levels);
+    weir's zstd and brotli beside it."""
+    d = os.path.join(WORK, "compress-files")
+    os.makedirs(d, exist_ok=True)
+    doc = json_document(24 * 1024)
+    open(os.path.join(d, "data.json"), "wb").write(doc)
+    conns = ctx.conn_levels[0]
+    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
+    procs = []
+    try:
+        procs.append(start_nginx("upstream-compress", up_port,
+                                 f"""  server {{ listen 127.0.0.1:{up_port} backlog=4096; root {d}; types {{ application/json json; }} location / {{ }} }}""",
+                                 ctx.load_cpus))
+        ng = start_nginx("nginx-compress", ng_port, nginx_upstream_block(up_port, conns) +
+                         f"""
+  gzip on; gzip_comp_level 6; gzip_types application/json; gzip_min_length 1024; gzip_proxied any; gzip_vary on;
+  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        ha = start_haproxy("haproxy-compress", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}",
+                           "  default_backend be\n  compression algo gzip\n  compression type application/json", ctx.proxy_cpus)
+        procs.append(ha)
+        routers = "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n    middlewares: [compress]\n"
+        yaml = weir_yaml(we_port, routers, weir_service(up_port, conns)) + \
+            "middlewares:\n  compress: { compress: { algorithms: [gzip, zstd, br], level: { gzip: 6, br: 4, zstd: 3 } } }\n"
+        we = start_weir(ctx.weir, "weir-compress", we_port, yaml, ctx.proxy_cpus)
+        procs.append(we)
+        path = "/data.json"
+        targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}{path}?gzip"),
+                   ("haproxy", ha, f"http://127.0.0.1:{ha_port}{path}?gzip"),
+                   ("weir", we, f"http://127.0.0.1:{we_port}{path}?gzip"),
+                   ("weir-zstd", we, f"http://127.0.0.1:{we_port}{path}?zstd"),
+                   ("weir-br", we, f"http://127.0.0.1:{we_port}{path}?br")]
+        sizes = {}
+        for name, _, url in targets:
+            encoding = url.rsplit("?", 1)[1]
+            size, got = compressed_size(url, encoding)
+            if got != encoding:
+                raise SystemExit(f"{name} answered {got} to Accept-Encoding: {encoding}")
+            sizes[name] = {"encoding": encoding, "bytes": size}
+        measure = lambda url, proc: run_wrk(url, conns, ctx.duration, wrk_script(url.rsplit("?", 1)[1]), ctx.load_cpus, proc)
+        res = interleave(f"compress-c{conns}", targets, measure, ctx.rounds)
+        res["_sizes"] = {"original": len(doc), **sizes}
+        return {f"compress-c{conns}": res}
+    finally:
+        for p in procs:
+            p.stop()
+
 def read_one_response(sock):
     """Reads one small Content-Length response (the upstream's BODY) from a blocking socket."""
     data = b""
@@ -637,6 +718,15 @@ def write_report(scenario, results, ctx, outdir):
         md.append("")
         md.append(ratios(res))
         md.append("")
+        if "_sizes" in res:
+            sizes = res["_sizes"]
+            md.append(f"Body sizes (the original is {sizes['original']} bytes):")
+            md.append("")
+            for name, size in sizes.items():
+                if name != "original":
+                    md.append(f"- {name}: {size['bytes']} bytes of {size['encoding']} "
+                              f"({size['bytes'] / sizes['original']:.3f} of the original)")
+            md.append("")
     md.append(f"![latency percentiles]({scenario}.png)")
     open(os.path.join(outdir, f"{scenario}.md"), "w").write("\n".join(md) + "\n")
     json.dump({"scenario": scenario, "rounds": ctx.rounds, "duration_s": ctx.duration,
@@ -695,7 +785,8 @@ def main():
             failures += [f"idle/{t}: {m['errors']} errors" for t, m in results.items() if m["errors"]]
             continue
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
-                   "fixed-rate": scenario_fixed_rate, "tls": scenario_tls}[name](ctx)
+                   "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
+                   "compress": scenario_compress}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

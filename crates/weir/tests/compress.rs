@@ -28,6 +28,8 @@ struct Site {
 fn site(compress: &str) -> Site {
     let dir = temp_dir("compress-files");
     std::fs::write(dir.join("data.json"), json_document()).unwrap();
+    // Over the whole-body limit (256 KiB): compressed as it streams.
+    std::fs::write(dir.join("large.json"), json_document().repeat(10)).unwrap();
     std::fs::write(dir.join("small.json"), b"{\"tiny\": true}").unwrap();
     std::fs::write(dir.join("image.png"), vec![7u8; 8192]).unwrap();
     let nginx = Nginx::serve_dir(&dir);
@@ -126,6 +128,14 @@ fn every_encoding_round_trips_through_real_decoders() {
             compressed.len()
         );
         assert_eq!(python_decode(encoding, &body), original, "{encoding}");
+    }
+    // A body over the whole-body limit goes through the streaming encoders.
+    let large = json_document().repeat(10);
+    for encoding in ["gzip", "br", "zstd"] {
+        let accept = format!("accept-encoding: {encoding}");
+        let (head, body) = curl(&site, "/large.json", &["-H", &accept]);
+        assert_eq!(header(&head, "content-encoding"), Some(encoding), "{head}");
+        assert_eq!(python_decode(encoding, &body), large, "{encoding}");
     }
     // curl offers all it can decode (deflate, gzip, br, zstd): zstd comes first by default.
     let (head, body) = curl(&site, "/data.json", &["--compressed"]);

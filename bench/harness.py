@@ -515,7 +515,7 @@ def compressed_size(url, encoding):
 def scenario_compress(ctx):
     """Seed 002's compression case: a 24 KB JSON answer from the upstream, compressed by the
     proxy for a client that asks for gzip (level 6 everywhere nginx and weir have levels);
-    weir's zstd and brotli beside it."""
+    weir's zstd (levels 3 and 6) and brotli (4) beside it."""
     d = os.path.join(WORK, "compress-files")
     os.makedirs(d, exist_ok=True)
     doc = json_document(24 * 1024)
@@ -535,9 +535,12 @@ def scenario_compress(ctx):
         ha = start_haproxy("haproxy-compress", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}",
                            "  default_backend be\n  compression algo gzip\n  compression type application/json", ctx.proxy_cpus)
         procs.append(ha)
-        routers = "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n    middlewares: [compress]\n"
+        # /z6/ is zstd at level 6, the level where it is smaller than gzip 6 too.
+        routers = ("  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n    middlewares: [compress]\n"
+                   "  z6:\n    rule: \"PathPrefix(`/z6/`)\"\n    service: up\n    middlewares: [strip-z6, zstd6]\n")
         yaml = weir_yaml(we_port, routers, weir_service(up_port, conns)) + \
-            "middlewares:\n  compress: { compress: { algorithms: [gzip, zstd, br], level: { gzip: 6, br: 4, zstd: 3 } } }\n"
+            "middlewares:\n  compress: { compress: { algorithms: [gzip, zstd, br], level: { gzip: 6, br: 4, zstd: 3 } } }\n" \
+            "  strip-z6: { strip_prefix: [/z6] }\n  zstd6: { compress: { algorithms: [zstd], level: { zstd: 6 } } }\n"
         we = start_weir(ctx.weir, "weir-compress", we_port, yaml, ctx.proxy_cpus)
         procs.append(we)
         path = "/data.json"
@@ -545,6 +548,7 @@ def scenario_compress(ctx):
                    ("haproxy", ha, f"http://127.0.0.1:{ha_port}{path}?gzip"),
                    ("weir", we, f"http://127.0.0.1:{we_port}{path}?gzip"),
                    ("weir-zstd", we, f"http://127.0.0.1:{we_port}{path}?zstd"),
+                   ("weir-zstd6", we, f"http://127.0.0.1:{we_port}/z6{path}?zstd"),
                    ("weir-br", we, f"http://127.0.0.1:{we_port}{path}?br")]
         sizes = {}
         for name, _, url in targets:

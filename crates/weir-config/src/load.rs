@@ -952,6 +952,87 @@ impl Loader<'_> {
         Some(compress)
     }
 
+    fn static_files(&mut self, node: &Node) -> Option<StaticFiles> {
+        const KEYS: &[&str] = &[
+            "root",
+            "index",
+            "precompressed",
+            "autoindex",
+            "follow_symlinks",
+            "dotfiles",
+            "cache_control",
+            "not_found",
+        ];
+        let f = self.fields(node, "`static`", KEYS)?;
+        let Some(root_node) = f.get("root") else {
+            self.error(f.pos, "`static` needs `root`, the folder to serve");
+            return None;
+        };
+        let root_text = self.string(root_node, "`root`")?;
+        let root = self.base.join(root_text);
+        if !root.is_dir() {
+            self.error(
+                root_node.pos,
+                format!("`root` {} is not a readable folder", root.display()),
+            );
+        }
+        let index = match f.get("index") {
+            Some(list) => {
+                let names = self.string_list(list, "`index`");
+                for (name, pos) in &names {
+                    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+                        self.error(*pos, format!("index `{name}` must be a plain file name"));
+                    }
+                }
+                names.into_iter().map(|(n, _)| n).collect()
+            }
+            None => vec!["index.html".to_string()],
+        };
+        let mut flag = |key: &str, default: bool| {
+            f.get(key)
+                .and_then(|n| self.boolean(n, &format!("`{key}`")))
+                .unwrap_or(default)
+        };
+        let precompressed = flag("precompressed", true);
+        let autoindex = flag("autoindex", false);
+        let follow_symlinks = flag("follow_symlinks", false);
+        let dotfiles = flag("dotfiles", false);
+        let cache_control = match f.get("cache_control") {
+            Some(n) => {
+                let value = self.string(n, "`cache_control`")?;
+                if !is_header_value(&value) {
+                    self.error(n.pos, "`cache_control` must be a header value");
+                }
+                Some(value)
+            }
+            None => None,
+        };
+        let not_found = match f.get("not_found") {
+            Some(n) => {
+                let path = self.string(n, "`not_found`")?;
+                let file = root.join(path.trim_start_matches('/'));
+                if path.split('/').any(|seg| seg == "..") || !file.is_file() {
+                    self.error(
+                        n.pos,
+                        format!("`not_found` {} is not a file under `root`", file.display()),
+                    );
+                }
+                Some(path.trim_start_matches('/').to_string())
+            }
+            None => None,
+        };
+        Some(StaticFiles {
+            root,
+            index,
+            precompressed,
+            autoindex,
+            follow_symlinks,
+            dotfiles,
+            cache_control,
+            not_found,
+        })
+    }
+
     fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
         let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
             return HeaderOps::default();
@@ -992,6 +1073,7 @@ impl Loader<'_> {
                 "service",
                 "respond",
                 "redirect",
+                "static",
             ],
         )?;
         let mut ok = true;
@@ -1063,7 +1145,7 @@ impl Loader<'_> {
                 mws.push(mw);
             }
         }
-        let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect"]
+        let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect", "static"]
             .iter()
             .filter_map(|k| f.get(k).map(|n| (*k, n)))
             .collect();
@@ -1071,7 +1153,9 @@ impl Loader<'_> {
             let pos = actions.get(1).map(|a| a.1.pos).unwrap_or(f.pos);
             self.error(
                 pos,
-                format!("{what} must have exactly one action: `service`, `respond` or `redirect`"),
+                format!(
+                    "{what} must have exactly one action: `service`, `respond`, `redirect` or `static`"
+                ),
             );
             return None;
         }
@@ -1112,6 +1196,7 @@ impl Loader<'_> {
                     headers,
                 })
             }
+            "static" => Action::Static(self.static_files(body)?),
             _ => {
                 let rf = self.fields(body, "`redirect`", &["to", "status"])?;
                 let Some(to_node) = rf.get("to") else {

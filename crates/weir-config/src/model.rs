@@ -99,6 +99,27 @@ pub enum Action {
     Service(String),
     Respond(Respond),
     Redirect(Redirect),
+    Static(StaticFiles),
+}
+
+/// The `static` action: files under `root`.
+#[derive(Debug, Clone)]
+pub struct StaticFiles {
+    /// Absolute, or relative to the config file's folder.
+    pub root: std::path::PathBuf,
+    /// Tried in order for a directory.
+    pub index: Vec<String>,
+    /// Serve `file.br` / `file.zst` / `file.gz` beside `file` when the client accepts it.
+    pub precompressed: bool,
+    /// List a directory without an index (else 403).
+    pub autoindex: bool,
+    /// Follow symlinks wherever they lead (else only those staying under `root`).
+    pub follow_symlinks: bool,
+    /// Serve names starting with `.` (else 404).
+    pub dotfiles: bool,
+    pub cache_control: Option<String>,
+    /// A file under `root` sent with status 404 when nothing matches.
+    pub not_found: Option<String>,
 }
 
 #[derive(Debug, Clone)]

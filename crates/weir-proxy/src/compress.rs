@@ -114,7 +114,15 @@ pub fn negotiate<'a>(
     accept: impl Iterator<Item = &'a [u8]>,
     offered: &[Encoding],
 ) -> Option<Encoding> {
-    // q in thousandths, per offered encoding; `None` while not named.
+    acceptable(accept, offered).first().copied()
+}
+
+/// The offered encodings the client accepts, best first (by q-value, then `offered` order).
+pub fn acceptable<'a>(
+    accept: impl Iterator<Item = &'a [u8]>,
+    offered: &[Encoding],
+) -> Vec<Encoding> {
+    // q in thousandths, per encoding of `Encoding::ALL`; `None` while not named.
     let mut named: [Option<u16>; 3] = [None; 3];
     let mut wildcard: Option<u16> = None;
     let mut any_header = false;
@@ -154,17 +162,19 @@ pub fn negotiate<'a>(
         }
     }
     if !any_header {
-        return None;
+        return Vec::new();
     }
-    let mut best: Option<(Encoding, u16)> = None;
-    for &encoding in offered {
-        let i = Encoding::ALL.iter().position(|e| *e == encoding)?;
-        let q = named[i].or(wildcard).unwrap_or(0);
-        if q > 0 && best.is_none_or(|(_, best_q)| q > best_q) {
-            best = Some((encoding, q));
-        }
-    }
-    best.map(|(encoding, _)| encoding)
+    let mut ranked: Vec<(Encoding, u16)> = offered
+        .iter()
+        .filter_map(|&encoding| {
+            let i = Encoding::ALL.iter().position(|e| *e == encoding)?;
+            let q = named[i].or(wildcard).unwrap_or(0);
+            (q > 0).then_some((encoding, q))
+        })
+        .collect();
+    // Stable: equal q-values keep the offered order.
+    ranked.sort_by_key(|&(_, q)| std::cmp::Reverse(q));
+    ranked.into_iter().map(|(encoding, _)| encoding).collect()
 }
 
 /// A qvalue (`0`, `0.5`, `1.000`) in thousandths; `None` if malformed.

@@ -9,6 +9,7 @@ use crate::codec::RequestHead;
 use crate::filter::Flow;
 use crate::reply::{LocalResponse, Reply};
 use crate::runtime::{Route, RouteAction, Runtime};
+use crate::static_files;
 use crate::upstream;
 use crate::worker::Worker;
 use std::borrow::Cow;
@@ -84,6 +85,9 @@ async fn run_route<'r, C: ClientSide>(
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::Proxy(service) => upstream::forward(worker, service, client, head).await,
+        RouteAction::Static(site) => {
+            static_files::serve(site, &worker.open_files, worker.clock.now(), head)
+        }
     }
 }
 

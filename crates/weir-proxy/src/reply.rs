@@ -1,14 +1,16 @@
 //! What an action answers with: a [`Reply`] is a head and a body source. Actions (`respond`,
-//! `redirect`, `service`; later `static`, the cache, Elasticsearch) build replies, response-head
+//! `redirect`, `service`, `static`; later the cache, Elasticsearch) build replies, response-head
 //! filters edit them, and only a connection driver turns one into wire format. Local answers
 //! keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
 
 use crate::balancer::UpstreamUse;
 use crate::codec::{header, push_decimal, reason, status_line, ResponseHead};
 use crate::filter::BodyFilter;
+use crate::open_files::OpenFile;
 use crate::pool::UpstreamConn;
 use bytes::Bytes;
 use std::borrow::Cow;
+use std::rc::Rc;
 
 /// An answer weir makes itself (`respond` routes, redirects, errors): serialized once at config
 /// compile time where possible, so serving it is a buffer copy.
@@ -106,8 +108,17 @@ pub enum ReplyBody {
     Bytes(Bytes),
     /// Still on the upstream connection, framed as the response head says.
     Upstream(UpstreamConn),
+    /// A part of a file (the `static` action).
+    File(FileBody),
     /// After `101 Switching Protocols`: the connection becomes a byte tunnel.
     Upgrade(UpstreamConn),
+}
+
+/// `len` bytes of a file from `offset`.
+pub struct FileBody {
+    pub file: Rc<OpenFile>,
+    pub offset: u64,
+    pub len: u64,
 }
 
 impl<'r> Reply<'r> {

@@ -7,6 +7,7 @@ use crate::balancer::Service;
 use crate::filter::Filter;
 use crate::reply::LocalResponse;
 use crate::router::Router;
+use crate::static_files::StaticSite;
 use crate::tls::{server_tls, ServerTls};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,6 +42,7 @@ pub enum RouteAction {
     Proxy(Arc<Service>),
     Respond(LocalResponse),
     Redirect(LocalResponse),
+    Static(StaticSite),
 }
 
 impl RouteAction {
@@ -61,6 +63,9 @@ impl RouteAction {
                     .map(|(_, v)| v.as_str())
                     .unwrap_or("");
                 format!("redirect {} to {to}", r.status)
+            }
+            RouteAction::Static(site) => {
+                format!("serve files from {}", site.config.root.display())
             }
         }
     }
@@ -99,6 +104,9 @@ impl Runtime {
                 Action::Redirect(redirect) => {
                     RouteAction::Redirect(LocalResponse::redirect(redirect.status, &redirect.to))
                 }
+                Action::Static(files) => RouteAction::Static(
+                    StaticSite::open(files).map_err(|e| format!("router `{}`: {e}", r.name))?,
+                ),
             };
             routes.push(Arc::new(Route {
                 name: r.name.clone(),

@@ -5,6 +5,7 @@
 
 use crate::conn::idle::IdleConnections;
 use crate::conn::watch::{Clock, ConnWatch};
+use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
@@ -70,6 +71,8 @@ pub struct Worker {
     pub clock: Clock,
     pub timeouts: ClientTimeouts,
     pub buffers: Buffers,
+    /// Open files of `static` routes.
+    pub open_files: OpenFiles,
     /// Notified on every sweep tick, for the few waits that need time without a deadline.
     pub tick: Notify,
 }
@@ -91,6 +94,7 @@ impl Worker {
             clock: Clock::default(),
             timeouts,
             buffers: Buffers::default(),
+            open_files: OpenFiles::default(),
             tick: Notify::new(),
         })
     }

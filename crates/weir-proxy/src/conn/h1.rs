@@ -10,13 +10,15 @@ use crate::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, push_hex, reason, status_line, ChunkEvent,
     ChunkedDecoder, Framing, RequestHead, ResponseHead,
 };
+use crate::compress::WHOLE_BODY_LIMIT;
 use crate::conn::idle::PARK_AFTER;
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
 use crate::filter::BodyFilter;
 use crate::pool::{UpstreamConn, UpstreamIo};
-use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::static_files::read_exact_at;
 use crate::worker::{make_room, Worker};
 use bytes::{Buf, BytesMut};
 use std::future::Future;
@@ -29,6 +31,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
 /// Buffered output is written once it reaches this size.
 const FLUSH_AT: usize = 64 * 1024;
+/// Files up to this size go out in the same write as their head (one copy, one syscall);
+/// larger ones by `sendfile` after it.
+const INLINE_FILE: u64 = 32 * 1024;
+/// Bytes per `sendfile` call, and per read when a file is copied.
+const SENDFILE_CHUNK: u64 = 1 << 20;
+const FILE_READ_CHUNK: u64 = 64 * 1024;
 /// How long a closing connection keeps reading (and discarding) what the client still sends,
 /// and how much it reads at most: nginx's lingering close.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -459,6 +467,22 @@ impl<S: ClientIo> H1Client<S> {
         read_timeout: Duration,
     ) -> (Outcome, Option<UpstreamConn>) {
         let mut body = body;
+        // A file small enough to be compressed whole is read now, like a local body.
+        if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
+            if file.len <= WHOLE_BODY_LIMIT {
+                let mut data = vec![0; file.len as usize];
+                if read_exact_at(&file.file.file, &mut data, file.offset).is_err() {
+                    let failed = Outcome {
+                        keep_alive: false,
+                        linger: broken,
+                        status: response.status,
+                        bytes: 0,
+                    };
+                    return (failed, None);
+                }
+                body = ReplyBody::Bytes(data.into());
+            }
+        }
         if let (Some(whole), ReplyBody::Bytes(bytes)) = (&mut filter, &body) {
             let Ok(filtered) = filter_whole(whole, bytes) else {
                 // The head promises an encoding that cannot be produced: send nothing.
@@ -556,6 +580,19 @@ impl<S: ClientIo> H1Client<S> {
                 }
                 (outcome, None)
             }
+            ReplyBody::File(file) => {
+                let sent = if framing_out == Framing::None {
+                    self.write_out(worker).await.map(|()| 0)
+                } else {
+                    self.send_file(worker, &file, filter.as_mut(), chunked_out)
+                        .await
+                };
+                match sent {
+                    Ok(bytes) => outcome.bytes = bytes,
+                    Err(_) => outcome.keep_alive = false,
+                }
+                (outcome, None)
+            }
             ReplyBody::Local | ReplyBody::Upgrade(_) => {
                 if self.io.write_all(&self.out).await.is_err() {
                     outcome.keep_alive = false;
@@ -563,6 +600,92 @@ impl<S: ClientIo> H1Client<S> {
                 (outcome, None)
             }
         }
+    }
+
+    /// Writes the output buffer under the client's send timeout.
+    async fn write_out(&mut self, worker: &Worker) -> Result<(), BodyError> {
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::ResponseBody, Duration::ZERO),
+            write: (Waiting::ClientWrite, worker.timeouts.send),
+            max_bytes: u64::MAX,
+        };
+        relay
+            .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
+            .await
+    }
+
+    /// Sends a file's bytes after the head in `out`: in the head's write when small, by
+    /// `sendfile` on a plain socket, else read into the output buffer (TLS, or through a body
+    /// filter). Reads block, as nginx's do without `aio`; the open-file cache spares the
+    /// `open` and `stat`. Returns the body bytes sent.
+    async fn send_file(
+        &mut self,
+        worker: &Worker,
+        body: &FileBody,
+        filter: Option<&mut BodyFilter>,
+        chunked_out: bool,
+    ) -> Result<u64, BodyError> {
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::ResponseBody, Duration::ZERO),
+            write: (Waiting::ClientWrite, worker.timeouts.send),
+            max_bytes: u64::MAX,
+        };
+        let file = &body.file.file;
+        let end = body.offset + body.len;
+        let mut offset = body.offset;
+        if filter.is_none() && body.len > INLINE_FILE && self.io.as_tcp().is_some() {
+            relay
+                .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
+                .await?;
+            while offset < end {
+                let Some(tcp) = self.io.as_tcp() else {
+                    return Err(BodyError::Sink);
+                };
+                let count = (end - offset).min(SENDFILE_CHUNK) as usize;
+                let send = tcp.async_io(tokio::io::Interest::WRITABLE, || {
+                    rustix::fs::sendfile(tcp, file, Some(&mut offset), count)
+                        .map_err(std::io::Error::from)
+                });
+                let (what, limit) = relay.write;
+                match self.watch.within(&worker.clock, what, limit, send).await {
+                    // The file shrank under us: the promised length cannot be sent.
+                    Ok(Ok(0)) | Ok(Err(_)) => return Err(BodyError::Sink),
+                    Ok(Ok(_)) => {}
+                    Err(Expired) => return Err(BodyError::SinkStalled),
+                }
+            }
+            return Ok(body.len);
+        }
+        let mut sink = Sink {
+            io: Some(&mut self.io),
+            filter,
+            sent: 0,
+        };
+        let mut chunk = Vec::new();
+        while offset < end {
+            let n = (end - offset).min(FILE_READ_CHUNK) as usize;
+            chunk.resize(n, 0);
+            read_exact_at(file, &mut chunk, offset).map_err(|_| BodyError::Source)?;
+            sink.push(&mut self.out, &chunk, chunked_out)?;
+            offset += n as u64;
+            if self.out.len() >= FLUSH_AT {
+                relay.flush(&mut sink, &mut self.out).await?;
+            }
+        }
+        sink.end(&mut self.out, chunked_out)?;
+        if chunked_out {
+            self.out.extend_from_slice(b"0\r\n\r\n");
+        }
+        relay.flush(&mut sink, &mut self.out).await?;
+        Ok(if sink.filter.is_some() {
+            sink.sent
+        } else {
+            body.len
+        })
     }
 
     /// After a 101, the connection belongs to the upgraded protocol: copy bytes both ways.

@@ -20,6 +20,10 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
     /// The bare socket, for parking (called only when `PARKS`); `None` if it could not be
     /// taken out of the reactor, and the connection is closed as if its idle time had ended.
     fn into_parkable(self) -> Option<std::net::TcpStream>;
+
+    /// The plain TCP socket under the stream, when bytes written to it reach the client as
+    /// they are (so files can go by `sendfile`).
+    fn as_tcp(&self) -> Option<&TcpStream>;
 }
 
 impl ClientIo for TcpStream {
@@ -28,12 +32,20 @@ impl ClientIo for TcpStream {
     fn into_parkable(self) -> Option<std::net::TcpStream> {
         self.into_std().ok()
     }
+
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
 }
 
 impl ClientIo for TlsStream<TcpStream> {
     const PARKS: bool = false;
 
     fn into_parkable(self) -> Option<std::net::TcpStream> {
+        None
+    }
+
+    fn as_tcp(&self) -> Option<&TcpStream> {
         None
     }
 }

@@ -1,0 +1,108 @@
+//! A worker's open-file cache for the `static` action, like nginx's `open_file_cache`: open
+//! descriptors with their metadata, and lookups that found nothing, each kept for
+//! [`REVALIDATE_AFTER`] and then looked up again, so a hot file costs no `open` or `stat` per
+//! request and a changed file is seen within a second. Bounded to [`MAX_ENTRIES`] per worker.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long a lookup's result is reused before the file is opened again.
+pub const REVALIDATE_AFTER: Duration = Duration::from_secs(1);
+/// Entries kept per worker.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// An open file or folder and what its answers need.
+pub struct OpenFile {
+    pub file: File,
+    pub len: u64,
+    pub is_dir: bool,
+    /// Modification time, seconds since the epoch (what `Last-Modified` can say).
+    pub mtime: u64,
+    /// `"mtime-len"` in hex, as nginx makes it.
+    pub etag: String,
+    /// `Last-Modified` value.
+    pub last_modified: String,
+}
+
+/// Why a lookup found nothing to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// No such file (or a path leaving the root): 404.
+    NotFound,
+    /// Not readable: 403.
+    Forbidden,
+}
+
+struct Entry {
+    found: Result<Rc<OpenFile>, Missing>,
+    checked: Instant,
+}
+
+#[derive(Default)]
+pub struct OpenFiles {
+    entries: RefCell<HashMap<String, Entry>>,
+}
+
+impl OpenFiles {
+    /// The cached result for `key`, or `open()`'s (then cached) when there is none or it is
+    /// older than [`REVALIDATE_AFTER`].
+    pub fn get(
+        &self,
+        key: &str,
+        now: Instant,
+        open: impl FnOnce() -> Result<File, Missing>,
+    ) -> Result<Rc<OpenFile>, Missing> {
+        if let Some(entry) = self.entries.borrow().get(key) {
+            if now.saturating_duration_since(entry.checked) < REVALIDATE_AFTER {
+                return entry.found.clone();
+            }
+        }
+        let found = open().and_then(describe);
+        let mut entries = self.entries.borrow_mut();
+        if entries.len() >= MAX_ENTRIES && !entries.contains_key(key) {
+            entries.retain(|_, e| now.saturating_duration_since(e.checked) < REVALIDATE_AFTER);
+            if entries.len() >= MAX_ENTRIES {
+                entries.clear();
+            }
+        }
+        entries.insert(
+            key.to_string(),
+            Entry {
+                found: found.clone(),
+                checked: now,
+            },
+        );
+        found
+    }
+}
+
+fn describe(file: File) -> Result<Rc<OpenFile>, Missing> {
+    let meta = file.metadata().map_err(|_| Missing::Forbidden)?;
+    if !meta.is_file() && !meta.is_dir() {
+        return Err(Missing::NotFound);
+    }
+    let modified = meta.modified().unwrap_or(UNIX_EPOCH);
+    let mtime = modified
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let len = meta.len();
+    Ok(Rc::new(OpenFile {
+        etag: format!("\"{mtime:x}-{len:x}\""),
+        last_modified: httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime)),
+        file,
+        len,
+        is_dir: meta.is_dir(),
+        mtime,
+    }))
+}
+
+/// Seconds since the epoch of an HTTP date, for `If-Modified-Since` and friends.
+pub fn http_date_secs(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    let time: SystemTime = httpdate::parse_http_date(text.trim()).ok()?;
+    time.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())
+}

@@ -1,0 +1,647 @@
+//! The `static` action: maps the request path (after the request filters) to a file under
+//! `root` and answers with it: MIME type, validators (`ETag`, `Last-Modified`) and conditional
+//! requests, byte ranges (one, several as `multipart/byteranges`, 416), precompressed
+//! `.br`/`.zst`/`.gz` siblings, index files, directory listings. Nothing outside `root` is
+//! ever opened: the path is decoded strictly (no encoded `/`, NUL, backslash or invalid
+//! UTF-8; `..` may not climb above the root) and every open is `openat2` beneath the root's
+//! descriptor, so a symlink leaving the root fails unless `follow_symlinks`. Files are opened
+//! through the worker's open-file cache; reads are blocking, as nginx's default (`aio off`).
+
+use crate::codec::{RequestHead, ResponseHead};
+use crate::compress;
+use crate::open_files::{http_date_secs, Missing, OpenFile, OpenFiles};
+use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use bytes::Bytes;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::borrow::Cow;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use weir_config::{Encoding, StaticFiles};
+
+/// Ranges asked of one answer beyond which the `Range` header is ignored (a full 200).
+const MAX_RANGES: usize = 64;
+/// Bytes a `multipart/byteranges` answer may assemble in memory.
+const MAX_MULTIPART_BYTES: u64 = 16 << 20;
+/// The precompressed siblings looked for, in order of preference on equal q-values.
+const PRECOMPRESSED: [(Encoding, &str); 3] = [
+    (Encoding::Br, ".br"),
+    (Encoding::Zstd, ".zst"),
+    (Encoding::Gzip, ".gz"),
+];
+
+/// A compiled `static` action: its settings and the root folder's descriptor.
+pub struct StaticSite {
+    pub config: StaticFiles,
+    root: OwnedFd,
+    /// Distinguishes this site's entries in a worker's open-file cache.
+    id: u64,
+}
+
+impl std::fmt::Debug for StaticSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "static {}", self.config.root.display())
+    }
+}
+
+impl StaticSite {
+    pub fn open(config: &StaticFiles) -> Result<StaticSite, String> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let root = File::open(&config.root)
+            .map_err(|e| format!("static root {}: {e}", config.root.display()))?;
+        Ok(StaticSite {
+            config: config.clone(),
+            root: root.into(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// Opens `rel` (a clean relative path, `""` for the root) beneath the root.
+    fn open_file(&self, rel: &str) -> Result<File, Missing> {
+        let path = if rel.is_empty() { "." } else { rel };
+        let opened = if self.config.follow_symlinks {
+            File::open(self.config.root.join(path)).map(OwnedFd::from)
+        } else {
+            // The kernel refuses any resolution (`..`, an absolute or climbing symlink)
+            // that would leave the root.
+            rustix::fs::openat2(
+                &self.root,
+                path,
+                OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            )
+            .map_err(std::io::Error::from)
+        };
+        match opened {
+            Ok(fd) => Ok(File::from(fd)),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(Missing::Forbidden),
+            Err(_) => Err(Missing::NotFound),
+        }
+    }
+
+    fn lookup(&self, files: &OpenFiles, now: Instant, rel: &str) -> Result<Rc<OpenFile>, Missing> {
+        let key = format!("{}:{rel}", self.id);
+        files.get(&key, now, || self.open_file(rel))
+    }
+}
+
+/// Why a request path cannot name a file.
+#[derive(Debug, PartialEq, Eq)]
+enum BadPath {
+    /// Malformed or climbing above the root: 400.
+    Invalid,
+    /// A hidden name while `dotfiles` is off: 404.
+    Hidden,
+}
+
+/// Decodes a request path into clean segments under the root: percent-escapes decoded
+/// (an encoded `/` or NUL refused), valid UTF-8, no backslash, `.` dropped, `..` applied
+/// without climbing above the root. Returns the segments joined by `/`, and whether the
+/// path ended with `/`.
+fn clean_path(raw: &str, dotfiles: bool) -> Result<(String, bool), BadPath> {
+    let bytes = raw.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3).ok_or(BadPath::Invalid)?;
+            let text = std::str::from_utf8(hex).map_err(|_| BadPath::Invalid)?;
+            let byte = u8::from_str_radix(text, 16).map_err(|_| BadPath::Invalid)?;
+            if byte == b'/' || byte == 0 {
+                return Err(BadPath::Invalid);
+            }
+            decoded.push(byte);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let text = String::from_utf8(decoded).map_err(|_| BadPath::Invalid)?;
+    if text.contains(['\\', '\0']) || !text.starts_with('/') {
+        return Err(BadPath::Invalid);
+    }
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in text.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop().ok_or(BadPath::Invalid)?;
+            }
+            hidden if hidden.starts_with('.') && !dotfiles => return Err(BadPath::Hidden),
+            name => segments.push(name),
+        }
+    }
+    Ok((segments.join("/"), text.ends_with('/')))
+}
+
+/// Runs the `static` action for one request.
+pub(crate) fn serve<'r>(
+    site: &StaticSite,
+    files: &OpenFiles,
+    now: Instant,
+    req: &RequestHead,
+) -> Reply<'r> {
+    if !matches!(req.method(), "GET" | "HEAD") {
+        let refusal = LocalResponse::new(
+            405,
+            vec![
+                ("allow".into(), "GET, HEAD".into()),
+                ("content-type".into(), "text/plain; charset=utf-8".into()),
+            ],
+            "static files answer GET and HEAD only\n",
+        );
+        return Reply::local(Cow::Owned(refusal));
+    }
+    let config = &site.config;
+    let (rel, trailing_slash) = match clean_path(req.path(), config.dotfiles) {
+        Ok(clean) => clean,
+        Err(BadPath::Invalid) => return text(400, "invalid path"),
+        Err(BadPath::Hidden) => return not_found(site, files, now, req),
+    };
+    let mut found = match site.lookup(files, now, &rel) {
+        Ok(found) => found,
+        Err(Missing::Forbidden) => return text(403, "forbidden"),
+        Err(Missing::NotFound) => return not_found(site, files, now, req),
+    };
+    let mut name = rel.clone();
+    if found.is_dir {
+        if !trailing_slash {
+            // As nginx does: a folder is addressed with its trailing slash.
+            let mut location = format!("{}/", req.path());
+            if let Some(query) = req.target().split_once('?').map(|(_, q)| q) {
+                location = format!("{location}?{query}");
+            }
+            return Reply::local(Cow::Owned(LocalResponse::redirect(301, &location)));
+        }
+        let index = config.index.iter().find_map(|index| {
+            let path = if rel.is_empty() {
+                index.clone()
+            } else {
+                format!("{rel}/{index}")
+            };
+            match site.lookup(files, now, &path) {
+                Ok(file) if !file.is_dir => Some((path, file)),
+                _ => None,
+            }
+        });
+        match index {
+            Some((path, file)) => {
+                name = path;
+                found = file;
+            }
+            None if config.autoindex => return listing(site, &rel, req),
+            None => return text(403, "directory listing is off"),
+        }
+    }
+    let content_type = content_type(&name);
+    let mut encoding = None;
+    if config.precompressed {
+        let offered: Vec<Encoding> = PRECOMPRESSED.iter().map(|(e, _)| *e).collect();
+        for accepted in compress::acceptable(req.head.get_all("accept-encoding"), &offered) {
+            let suffix = PRECOMPRESSED
+                .iter()
+                .find(|(e, _)| *e == accepted)
+                .map_or("", |(_, s)| *s);
+            if let Ok(variant) = site.lookup(files, now, &format!("{name}{suffix}")) {
+                if !variant.is_dir {
+                    found = variant;
+                    encoding = Some(accepted);
+                    break;
+                }
+            }
+        }
+    }
+    answer_file(site, req, &found, 200, content_type, encoding)
+}
+
+/// The answer for a file: conditionals, then ranges, then the whole file.
+fn answer_file<'r>(
+    site: &StaticSite,
+    req: &RequestHead,
+    file: &Rc<OpenFile>,
+    status: u16,
+    content_type: String,
+    encoding: Option<Encoding>,
+) -> Reply<'r> {
+    let config = &site.config;
+    let mut headers: Vec<(String, String)> = vec![
+        ("content-type".into(), content_type),
+        ("etag".into(), file.etag.clone()),
+        ("last-modified".into(), file.last_modified.clone()),
+    ];
+    if let Some(encoding) = encoding {
+        headers.push(("content-encoding".into(), encoding.token().into()));
+    }
+    if config.precompressed {
+        headers.push(("vary".into(), "Accept-Encoding".into()));
+    }
+    if let Some(cache_control) = &config.cache_control {
+        headers.push(("cache-control".into(), cache_control.clone()));
+    }
+    if status == 200 {
+        if let Some(code) = precondition(req, file) {
+            let answered = if code == 304 {
+                // A 304 carries the validators and caching headers, no body.
+                headers.retain(|(n, _)| n != "content-type" && n != "content-encoding");
+                LocalResponse::new(304, headers, Bytes::new())
+            } else {
+                LocalResponse::text(412, "precondition failed")
+            };
+            return Reply::local(Cow::Owned(answered));
+        }
+        headers.push(("accept-ranges".into(), "bytes".into()));
+        if let Some(range) = req.head.get("range").filter(|_| if_range_holds(req, file)) {
+            match parse_ranges(range, file.len) {
+                Ranges::Ignore => {}
+                Ranges::Unsatisfiable => {
+                    let refused = LocalResponse::new(
+                        416,
+                        vec![("content-range".into(), format!("bytes */{}", file.len))],
+                        Bytes::new(),
+                    );
+                    return Reply::local(Cow::Owned(refused));
+                }
+                Ranges::One(start, end) => {
+                    headers.push((
+                        "content-range".into(),
+                        format!("bytes {start}-{}/{}", end - 1, file.len),
+                    ));
+                    return file_reply(206, &headers, file, start, end - start);
+                }
+                Ranges::Many(ranges) => return multipart(headers, file, &ranges),
+            }
+        }
+    }
+    file_reply(status, &headers, file, 0, file.len)
+}
+
+fn file_reply<'r>(
+    status: u16,
+    headers: &[(String, String)],
+    file: &Rc<OpenFile>,
+    offset: u64,
+    len: u64,
+) -> Reply<'r> {
+    let head = ResponseHead::local(status, headers, len as usize);
+    Reply {
+        head: ReplyHead::Response(head),
+        body: ReplyBody::File(FileBody {
+            file: file.clone(),
+            offset,
+            len,
+        }),
+        upstream: None,
+        body_filter: None,
+    }
+}
+
+/// RFC 9110 §13.2.2: `If-Match`, else `If-Unmodified-Since` (412); then `If-None-Match`, else
+/// `If-Modified-Since` (304).
+fn precondition(req: &RequestHead, file: &OpenFile) -> Option<u16> {
+    let etag = file.etag.as_bytes();
+    if let Some(list) = req.head.get("if-match") {
+        let strong_match = list_entries(list).any(|tag| tag == b"*" || tag == etag);
+        if !strong_match {
+            return Some(412);
+        }
+    } else if let Some(date) = req.head.get("if-unmodified-since").and_then(http_date_secs) {
+        if file.mtime > date {
+            return Some(412);
+        }
+    }
+    if let Some(list) = req.head.get("if-none-match") {
+        let weak_match = list_entries(list)
+            .any(|tag| tag == b"*" || tag.strip_prefix(b"W/").unwrap_or(tag) == etag);
+        if weak_match {
+            return Some(304);
+        }
+    } else if let Some(date) = req.head.get("if-modified-since").and_then(http_date_secs) {
+        if file.mtime <= date {
+            return Some(304);
+        }
+    }
+    None
+}
+
+fn list_entries(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    list.split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// `If-Range`: the range applies only if the validator still matches (a strong ETag, or the
+/// exact `Last-Modified` date).
+fn if_range_holds(req: &RequestHead, file: &OpenFile) -> bool {
+    match req.head.get("if-range").map(<[u8]>::trim_ascii) {
+        None => true,
+        Some(tag) if tag.starts_with(b"\"") => tag == file.etag.as_bytes(),
+        Some(date) => http_date_secs(date) == Some(file.mtime),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Ranges {
+    /// Not a byte-range request we honour: send the whole file.
+    Ignore,
+    Unsatisfiable,
+    /// `[start, end)`.
+    One(u64, u64),
+    Many(Vec<(u64, u64)>),
+}
+
+/// Parses `bytes=a-b, c-, -n` against a length; unsatisfiable ranges are dropped, and
+/// overlapping ones merged.
+fn parse_ranges(header: &[u8], len: u64) -> Ranges {
+    let Some(spec) = std::str::from_utf8(header)
+        .ok()
+        .and_then(|h| h.trim().strip_prefix("bytes="))
+    else {
+        return Ranges::Ignore;
+    };
+    let mut ranges = Vec::new();
+    let mut asked = 0;
+    for part in spec.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            continue;
+        }
+        asked += 1;
+        if asked > MAX_RANGES {
+            return Ranges::Ignore;
+        }
+        let Some((first, last)) = part.split_once('-') else {
+            return Ranges::Ignore;
+        };
+        let (first, last) = (first.trim(), last.trim());
+        let range = if first.is_empty() {
+            let Ok(suffix) = last.parse::<u64>() else {
+                return Ranges::Ignore;
+            };
+            (suffix > 0 && len > 0).then(|| (len.saturating_sub(suffix), len))
+        } else {
+            let Ok(start) = first.parse::<u64>() else {
+                return Ranges::Ignore;
+            };
+            let end = if last.is_empty() {
+                len
+            } else {
+                match last.parse::<u64>() {
+                    Ok(last) if last >= start => last.saturating_add(1).min(len),
+                    _ => return Ranges::Ignore,
+                }
+            };
+            (start < len).then_some((start, end))
+        };
+        ranges.extend(range);
+    }
+    if asked == 0 {
+        return Ranges::Ignore;
+    }
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, end) in ranges {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    match merged.len() {
+        0 => Ranges::Unsatisfiable,
+        1 => Ranges::One(merged[0].0, merged[0].1),
+        _ => Ranges::Many(merged),
+    }
+}
+
+/// Several ranges: a `multipart/byteranges` body assembled in memory (bounded; beyond the
+/// bound the whole file is sent instead).
+fn multipart<'r>(
+    mut headers: Vec<(String, String)>,
+    file: &Rc<OpenFile>,
+    ranges: &[(u64, u64)],
+) -> Reply<'r> {
+    let total: u64 = ranges.iter().map(|(s, e)| e - s).sum();
+    if total > MAX_MULTIPART_BYTES {
+        return file_reply(200, &headers, file, 0, file.len);
+    }
+    let boundary = format!("weir-{:016x}", file.len ^ (file.mtime << 20));
+    let part_type = headers
+        .iter()
+        .find(|(n, _)| n == "content-type")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let mut body = Vec::with_capacity(total as usize + ranges.len() * 128);
+    for &(start, end) in ranges {
+        body.extend_from_slice(
+            format!(
+                "\r\n--{boundary}\r\ncontent-type: {part_type}\r\ncontent-range: bytes {start}-{}/{}\r\n\r\n",
+                end - 1,
+                file.len
+            )
+            .as_bytes(),
+        );
+        let from = body.len();
+        body.resize(from + (end - start) as usize, 0);
+        if read_exact_at(&file.file, &mut body[from..], start).is_err() {
+            return text(500, "the file could not be read");
+        }
+    }
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    headers.retain(|(n, _)| n != "content-type");
+    headers.push((
+        "content-type".into(),
+        format!("multipart/byteranges; boundary={boundary}"),
+    ));
+    let head = ResponseHead::local(206, &headers, body.len());
+    Reply {
+        head: ReplyHead::Response(head),
+        body: ReplyBody::Bytes(body.into()),
+        upstream: None,
+        body_filter: None,
+    }
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` (blocking, like nginx without `aio`).
+pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+/// The `not_found` page with status 404, or a plain 404.
+fn not_found<'r>(
+    site: &StaticSite,
+    files: &OpenFiles,
+    now: Instant,
+    req: &RequestHead,
+) -> Reply<'r> {
+    if let Some(page) = &site.config.not_found {
+        if let Ok(file) = site.lookup(files, now, page) {
+            if !file.is_dir {
+                return answer_file(site, req, &file, 404, content_type(page), None);
+            }
+        }
+    }
+    text(404, "not found")
+}
+
+fn text<'r>(status: u16, message: &str) -> Reply<'r> {
+    Reply::local(Cow::Owned(LocalResponse::text(status, message)))
+}
+
+/// The MIME type from the extension, with `charset=utf-8` for text.
+fn content_type(name: &str) -> String {
+    let mime = mime_guess::from_path(name)
+        .first_raw()
+        .unwrap_or("application/octet-stream");
+    let texty = mime.starts_with("text/")
+        || matches!(
+            mime,
+            "application/javascript" | "application/json" | "image/svg+xml" | "application/xml"
+        );
+    if texty {
+        format!("{mime}; charset=utf-8")
+    } else {
+        mime.to_string()
+    }
+}
+
+/// An HTML listing of a folder (`autoindex`), names escaped.
+fn listing<'r>(site: &StaticSite, rel: &str, req: &RequestHead) -> Reply<'r> {
+    let dir = site
+        .config
+        .root
+        .join(if rel.is_empty() { "." } else { rel });
+    let Ok(read) = std::fs::read_dir(&dir) else {
+        return text(403, "forbidden");
+    };
+    let mut names: Vec<(String, bool)> = read
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let is_dir = entry.file_type().ok()?.is_dir();
+            (site.config.dotfiles || !name.starts_with('.')).then_some((name, is_dir))
+        })
+        .collect();
+    names.sort();
+    let title = html_escape(req.path());
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Index of {title}</title></head>\n<body><h1>Index of {title}</h1><ul>\n<li><a href=\"../\">../</a></li>\n"
+    );
+    for (name, is_dir) in names {
+        let slash = if is_dir { "/" } else { "" };
+        html.push_str(&format!(
+            "<li><a href=\"{}{slash}\">{}{slash}</a></li>\n",
+            html_escape(&percent_encode(&name)),
+            html_escape(&name)
+        ));
+    }
+    html.push_str("</ul></body></html>\n");
+    let answer = LocalResponse::new(
+        200,
+        vec![("content-type".into(), "text/html; charset=utf-8".into())],
+        html,
+    );
+    Reply::local(Cow::Owned(answer))
+}
+
+fn html_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes everything but unreserved characters, for a link to a file name.
+fn percent_encode(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_cleaned_or_refused() {
+        let ok = |p: &str| clean_path(p, false);
+        assert_eq!(ok("/a/b.txt"), Ok(("a/b.txt".into(), false)));
+        assert_eq!(ok("/a/./b/../c/"), Ok(("a/c".into(), true)));
+        assert_eq!(ok("/"), Ok(("".into(), true)));
+        assert_eq!(ok("/a%20b"), Ok(("a b".into(), false)));
+        assert_eq!(ok("/caf%C3%A9"), Ok(("café".into(), false)));
+        for bad in [
+            "/../etc/passwd",
+            "/a/../../etc",
+            "/%2e%2e/etc",
+            "/a%2fb",
+            "/a%2F..%2F..%2Fetc",
+            "/a\\..\\b",
+            "/a%5c..",
+            "/a%00b",
+            "/%c0%ae%c0%ae/etc",
+            "/%e0%80%af",
+            "/a%zz",
+            "/a%2",
+            "relative",
+        ] {
+            assert_eq!(ok(bad), Err(BadPath::Invalid), "{bad}");
+        }
+        assert_eq!(ok("/.env"), Err(BadPath::Hidden));
+        assert_eq!(ok("/a/.git/config"), Err(BadPath::Hidden));
+        assert_eq!(ok("/%2egit"), Err(BadPath::Hidden));
+        assert_eq!(
+            clean_path("/.well-known/x", true),
+            Ok((".well-known/x".into(), false))
+        );
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_ranges(b"bytes=0-99", 1000), Ranges::One(0, 100));
+        assert_eq!(parse_ranges(b"bytes=900-", 1000), Ranges::One(900, 1000));
+        assert_eq!(parse_ranges(b"bytes=-100", 1000), Ranges::One(900, 1000));
+        assert_eq!(parse_ranges(b"bytes=-5000", 1000), Ranges::One(0, 1000));
+        assert_eq!(parse_ranges(b"bytes=0-5000", 1000), Ranges::One(0, 1000));
+        assert_eq!(parse_ranges(b"bytes=1000-", 1000), Ranges::Unsatisfiable);
+        assert_eq!(parse_ranges(b"bytes=-0", 1000), Ranges::Unsatisfiable);
+        assert_eq!(
+            parse_ranges(b"bytes=0-9, 20-29", 1000),
+            Ranges::Many(vec![(0, 10), (20, 30)])
+        );
+        assert_eq!(parse_ranges(b"bytes=0-9, 5-19", 1000), Ranges::One(0, 20));
+        assert_eq!(parse_ranges(b"bytes=0-9, 2000-", 1000), Ranges::One(0, 10));
+        assert_eq!(parse_ranges(b"bytes=5-1", 1000), Ranges::Ignore);
+        assert_eq!(parse_ranges(b"items=0-1", 1000), Ranges::Ignore);
+        assert_eq!(parse_ranges(b"bytes=a-b", 1000), Ranges::Ignore);
+        let many = format!("bytes={}", vec!["0-0"; 65].join(","));
+        assert_eq!(parse_ranges(many.as_bytes(), 1000), Ranges::Ignore);
+    }
+
+    #[test]
+    fn types_and_escaping() {
+        assert_eq!(content_type("a/index.html"), "text/html; charset=utf-8");
+        assert_eq!(content_type("x.json"), "application/json; charset=utf-8");
+        assert_eq!(content_type("x.png"), "image/png");
+        assert_eq!(content_type("x.unknownext"), "application/octet-stream");
+        assert_eq!(
+            html_escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(percent_encode("a b<.txt"), "a%20b%3C.txt");
+    }
+}

@@ -1,7 +1,7 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
 import argparse, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
@@ -9,13 +9,14 @@ import argparse, json, os, resource, shutil, signal, socket, statistics, subproc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
 # two per maxconn, so 9,000 is the most all three peers can hold.
 IDLE_CONNS = 9000
 IDLE_SETTLE_SECONDS = 5.0
+STATIC_MANY = 10000
 
 def log(msg):
     print(msg, flush=True)
@@ -26,7 +27,8 @@ def sh(cmd, **kw):
 # ---------------------------------------------------------------- setup
 
 def ensure_tools():
-    need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux", "openssl": "openssl"}
+    need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux", "openssl": "openssl",
+            "caddy": "caddy"}
     missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
     if missing:
         log(f"installing {' '.join(missing)} from apt")
@@ -189,6 +191,26 @@ frontend fe
     open(path, "w").write(conf)
     return Proc(name, [which("haproxy"), "-f", path, "-db"], port, cpus)
 
+def start_caddy(name, port, site, cpus):
+    """Caddy (Debian's) with one site block, one OS thread's worth of Go scheduler."""
+    d = os.path.join(WORK, name)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "Caddyfile")
+    open(path, "w").write(f"""{{
+  admin off
+  auto_https off
+  storage file_system {d}
+  log {{
+    level ERROR
+  }}
+}}
+http://127.0.0.1:{port} {{
+{site}
+}}
+""")
+    return Proc(name, ["env", "GOMAXPROCS=1", f"XDG_DATA_HOME={d}", f"XDG_CONFIG_HOME={d}", which("caddy"), "run",
+                       "--config", path, "--adapter", "caddyfile"], port, cpus)
+
 def start_weir(weir_bin, name, port, yaml, cpus):
     d = os.path.join(WORK, name)
     os.makedirs(d, exist_ok=True)
@@ -231,6 +253,12 @@ def wrk_script(kind):
 """ + WRK_DONE
     if kind in ("gzip", "br", "zstd"):
         body = f"""wrk.headers["Accept-Encoding"] = "{kind}"
+""" + WRK_DONE
+    if kind == "many":
+        body = f"""math.randomseed(7)
+request = function()
+  return wrk.format(nil, string.format("/many/f%04d.txt", math.random(0, {STATIC_MANY - 1})))
+end
 """ + WRK_DONE
     if kind == "hosts":
         body = f"""math.randomseed(42)
@@ -535,6 +563,9 @@ def scenario_compress(ctx):
         ha = start_haproxy("haproxy-compress", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port}",
                            "  default_backend be\n  compression algo gzip\n  compression type application/json", ctx.proxy_cpus)
         procs.append(ha)
+        ca_port = free_port()
+        ca = start_caddy("caddy-compress", ca_port, f"  encode {{\n    gzip 6\n  }}\n  reverse_proxy 127.0.0.1:{up_port}", ctx.proxy_cpus)
+        procs.append(ca)
         # /z6/ is zstd at level 6, the level where it is smaller than gzip 6 too.
         routers = ("  all:\n    rule: \"PathPrefix(`/`)\"\n    service: up\n    middlewares: [compress]\n"
                    "  z6:\n    rule: \"PathPrefix(`/z6/`)\"\n    service: up\n    middlewares: [strip-z6, zstd6]\n")
@@ -546,6 +577,7 @@ def scenario_compress(ctx):
         path = "/data.json"
         targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}{path}?gzip"),
                    ("haproxy", ha, f"http://127.0.0.1:{ha_port}{path}?gzip"),
+                   ("caddy", ca, f"http://127.0.0.1:{ca_port}{path}?gzip"),
                    ("weir", we, f"http://127.0.0.1:{we_port}{path}?gzip"),
                    ("weir-zstd", we, f"http://127.0.0.1:{we_port}{path}?zstd"),
                    ("weir-zstd6", we, f"http://127.0.0.1:{we_port}/z6{path}?zstd"),
@@ -561,6 +593,59 @@ def scenario_compress(ctx):
         res = interleave(f"compress-c{conns}", targets, measure, ctx.rounds)
         res["_sizes"] = {"original": len(doc), **sizes}
         return {f"compress-c{conns}": res}
+    finally:
+        for p in procs:
+            p.stop()
+
+def scenario_static(ctx):
+    """Seeds 002 and 003's file cases: an 8 KB html page, a 1 MB file, and 10,000 distinct 4 KB
+    files requested at random; nginx with sendfile and open_file_cache, Caddy's file_server,
+    weir's static action, each serving the same folder."""
+    d = os.path.join(WORK, "static-files")
+    many = os.path.join(d, "many")
+    os.makedirs(many, exist_ok=True)
+    import random
+    rng = random.Random(3)
+    open(os.path.join(d, "page.html"), "wb").write(
+        (b"<!DOCTYPE html><html><body>" + b"<p>weir static bench</p>\n" * 400)[:8192])
+    open(os.path.join(d, "big.bin"), "wb").write(rng.randbytes(1 << 20))
+    count = 200 if ctx.smoke else STATIC_MANY
+    for i in range(count):
+        f = os.path.join(many, f"f{i:04d}.txt")
+        if not os.path.exists(f):
+            open(f, "wb").write(f"file {i}\n".encode() * (4096 // len(f"file {i}\n")))
+    ng_port, ca_port, we_port = free_port(), free_port(), free_port()
+    procs = []
+    try:
+        ng = start_nginx("nginx-static", ng_port, f"""  sendfile on; tcp_nopush on;
+  open_file_cache max=20000 inactive=60s; open_file_cache_valid 60s; open_file_cache_errors on;
+  types {{ text/html html; text/plain txt; application/octet-stream bin; }}
+  server {{ listen 127.0.0.1:{ng_port} backlog=4096; root {d}; location / {{ }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        ca = start_caddy("caddy-static", ca_port, f"  root * {d}\n  file_server", ctx.proxy_cpus)
+        procs.append(ca)
+        we = start_weir(ctx.weir, "weir-static", we_port,
+                        weir_yaml(we_port, f"  files:\n    rule: \"PathPrefix(`/`)\"\n    static: {{ root: \"{d}\" }}\n"),
+                        ctx.proxy_cpus)
+        procs.append(we)
+        conns = ctx.conn_levels[0]
+        out = {}
+        for label, path, kind in (("static-8k", "/page.html", "plain"), ("static-1m", "/big.bin", "plain"),
+                                  ("static-many", "/", "many")):
+            if kind == "many" and ctx.smoke:
+                kind = "plain"
+                path = "/many/f0001.txt"
+            targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}{path}"),
+                       ("caddy", ca, f"http://127.0.0.1:{ca_port}{path}"),
+                       ("weir", we, f"http://127.0.0.1:{we_port}{path}")]
+            measure = lambda url, proc, kind=kind: run_wrk(url, conns, ctx.duration, wrk_script(kind), ctx.load_cpus, proc)
+            res = interleave(f"{label}-c{conns}", targets, measure, ctx.rounds)
+            if label == "static-1m":
+                for name, m in res.items():
+                    if not name.startswith("_"):
+                        m["mb_per_s"] = m["rps"] * (1 << 20) / 1e6
+            out[f"{label}-c{conns}"] = res
+        return out
     finally:
         for p in procs:
             p.stop()
@@ -722,6 +807,10 @@ def write_report(scenario, results, ctx, outdir):
         md.append("")
         md.append(ratios(res))
         md.append("")
+        rates = [(n, m["mb_per_s"]) for n, m in res.items() if not n.startswith("_") and m.get("mb_per_s")]
+        if rates:
+            md.append("Throughput: " + ", ".join(f"{n} {r:.0f} MB/s" for n, r in rates))
+            md.append("")
         if "_sizes" in res:
             sizes = res["_sizes"]
             md.append(f"Body sizes (the original is {sizes['original']} bytes):")
@@ -790,7 +879,7 @@ def main():
             continue
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
                    "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
-                   "compress": scenario_compress}[name](ctx)
+                   "compress": scenario_compress, "static": scenario_static}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

@@ -55,7 +55,7 @@ impl TextSpan {
 
 /// The header lines of a message plus the bytes they point into. Edits append to `buf`
 /// and re-point spans, so untouched headers are never copied.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Head {
     buf: BytesMut,
     headers: Vec<(Span, Span)>,
@@ -285,7 +285,7 @@ impl RequestHead {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ResponseHead {
     pub head: Head,
     pub status: u16,

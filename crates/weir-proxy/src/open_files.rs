@@ -3,7 +3,8 @@
 //! [`REVALIDATE_AFTER`] and then looked up again, so a hot file costs no `open` or `stat` per
 //! request and a changed file is seen within a second. Bounded to [`MAX_ENTRIES`] per worker.
 
-use std::cell::RefCell;
+use crate::codec::ResponseHead;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::rc::Rc;
@@ -25,6 +26,9 @@ pub struct OpenFile {
     pub etag: String,
     /// `Last-Modified` value.
     pub last_modified: String,
+    /// The head of a plain 200 answer with this file, built on first use: it depends only on
+    /// the file and its site's settings, and entries are per site.
+    pub full_answer: OnceCell<ResponseHead>,
 }
 
 /// Why a lookup found nothing to serve.
@@ -97,6 +101,7 @@ fn describe(file: File) -> Result<Rc<OpenFile>, Missing> {
         len,
         is_dir: meta.is_dir(),
         mtime,
+        full_answer: OnceCell::new(),
     }))
 }
 

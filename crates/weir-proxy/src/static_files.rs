@@ -36,8 +36,8 @@ const PRECOMPRESSED: [(Encoding, &str); 3] = [
 pub struct StaticSite {
     pub config: StaticFiles,
     root: OwnedFd,
-    /// Distinguishes this site's entries in a worker's open-file cache.
-    id: u64,
+    /// Prefixes this site's entries in a worker's open-file cache.
+    key_prefix: String,
 }
 
 impl std::fmt::Debug for StaticSite {
@@ -54,7 +54,7 @@ impl StaticSite {
         Ok(StaticSite {
             config: config.clone(),
             root: root.into(),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key_prefix: format!("{}:", NEXT_ID.fetch_add(1, Ordering::Relaxed)),
         })
     }
 
@@ -74,6 +74,14 @@ impl StaticSite {
                 ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
             )
             .map_err(std::io::Error::from)
+            .or_else(|e| match e.raw_os_error() {
+                // No openat2 (Linux before 5.6, or valgrind): resolve the path in user
+                // space and check it still lies under the root before opening it.
+                Some(code) if code == rustix::io::Errno::NOSYS.raw_os_error() => {
+                    self.open_checked(path)
+                }
+                _ => Err(e),
+            })
         };
         match opened {
             Ok(fd) => Ok(File::from(fd)),
@@ -82,8 +90,20 @@ impl StaticSite {
         }
     }
 
+    /// `open_file` without `openat2`: the canonical path must lie under the canonical root.
+    fn open_checked(&self, path: &str) -> std::io::Result<OwnedFd> {
+        let root = self.config.root.canonicalize()?;
+        let target = root.join(path).canonicalize()?;
+        if !target.starts_with(&root) {
+            return Err(std::io::ErrorKind::NotFound.into());
+        }
+        File::open(target).map(OwnedFd::from)
+    }
+
     fn lookup(&self, files: &OpenFiles, now: Instant, rel: &str) -> Result<Rc<OpenFile>, Missing> {
-        let key = format!("{}:{rel}", self.id);
+        let mut key = String::with_capacity(self.key_prefix.len() + rel.len());
+        key.push_str(&self.key_prefix);
+        key.push_str(rel);
         files.get(&key, now, || self.open_file(rel))
     }
 }
@@ -197,7 +217,6 @@ pub(crate) fn serve<'r>(
             None => return text(403, "directory listing is off"),
         }
     }
-    let content_type = content_type(&name);
     let mut encoding = None;
     if config.precompressed {
         let offered: Vec<Encoding> = PRECOMPRESSED.iter().map(|(e, _)| *e).collect();
@@ -215,7 +234,7 @@ pub(crate) fn serve<'r>(
             }
         }
     }
-    answer_file(site, req, &found, 200, content_type, encoding)
+    answer_file(site, req, &found, 200, || content_type(&name), encoding)
 }
 
 /// The answer for a file: conditionals, then ranges, then the whole file.
@@ -224,69 +243,79 @@ fn answer_file<'r>(
     req: &RequestHead,
     file: &Rc<OpenFile>,
     status: u16,
-    content_type: String,
+    content_type: impl Fn() -> String,
     encoding: Option<Encoding>,
 ) -> Reply<'r> {
     let config = &site.config;
-    let mut headers: Vec<(String, String)> = vec![
-        ("content-type".into(), content_type),
-        ("etag".into(), file.etag.clone()),
-        ("last-modified".into(), file.last_modified.clone()),
-    ];
-    if let Some(encoding) = encoding {
-        headers.push(("content-encoding".into(), encoding.token().into()));
-    }
-    if config.precompressed {
-        headers.push(("vary".into(), "Accept-Encoding".into()));
-    }
-    if let Some(cache_control) = &config.cache_control {
-        headers.push(("cache-control".into(), cache_control.clone()));
-    }
-    if status == 200 {
-        if let Some(code) = precondition(req, file) {
-            let answered = if code == 304 {
-                // A 304 carries the validators and caching headers, no body.
-                headers.retain(|(n, _)| n != "content-type" && n != "content-encoding");
-                LocalResponse::new(304, headers, Bytes::new())
-            } else {
-                LocalResponse::text(412, "precondition failed")
-            };
-            return Reply::local(Cow::Owned(answered));
+    let headers = || {
+        let mut headers: Vec<(String, String)> = vec![
+            ("content-type".into(), content_type()),
+            ("etag".into(), file.etag.clone()),
+            ("last-modified".into(), file.last_modified.clone()),
+        ];
+        if let Some(encoding) = encoding {
+            headers.push(("content-encoding".into(), encoding.token().into()));
         }
+        if config.precompressed {
+            headers.push(("vary".into(), "Accept-Encoding".into()));
+        }
+        if let Some(cache_control) = &config.cache_control {
+            headers.push(("cache-control".into(), cache_control.clone()));
+        }
+        headers
+    };
+    if status != 200 {
+        return file_reply(
+            ResponseHead::local(status, &headers(), file.len as usize),
+            file,
+            0,
+            file.len,
+        );
+    }
+    if let Some(code) = precondition(req, file) {
+        let answered = if code == 304 {
+            // A 304 carries the validators and caching headers, no body.
+            let mut headers = headers();
+            headers.retain(|(n, _)| n != "content-type" && n != "content-encoding");
+            LocalResponse::new(304, headers, Bytes::new())
+        } else {
+            LocalResponse::text(412, "precondition failed")
+        };
+        return Reply::local(Cow::Owned(answered));
+    }
+    if let Some(range) = req.head.get("range").filter(|_| if_range_holds(req, file)) {
+        let mut headers = headers();
         headers.push(("accept-ranges".into(), "bytes".into()));
-        if let Some(range) = req.head.get("range").filter(|_| if_range_holds(req, file)) {
-            match parse_ranges(range, file.len) {
-                Ranges::Ignore => {}
-                Ranges::Unsatisfiable => {
-                    let refused = LocalResponse::new(
-                        416,
-                        vec![("content-range".into(), format!("bytes */{}", file.len))],
-                        Bytes::new(),
-                    );
-                    return Reply::local(Cow::Owned(refused));
-                }
-                Ranges::One(start, end) => {
-                    headers.push((
-                        "content-range".into(),
-                        format!("bytes {start}-{}/{}", end - 1, file.len),
-                    ));
-                    return file_reply(206, &headers, file, start, end - start);
-                }
-                Ranges::Many(ranges) => return multipart(headers, file, &ranges),
+        match parse_ranges(range, file.len) {
+            Ranges::Ignore => {}
+            Ranges::Unsatisfiable => {
+                let refused = LocalResponse::new(
+                    416,
+                    vec![("content-range".into(), format!("bytes */{}", file.len))],
+                    Bytes::new(),
+                );
+                return Reply::local(Cow::Owned(refused));
             }
+            Ranges::One(start, end) => {
+                headers.push((
+                    "content-range".into(),
+                    format!("bytes {start}-{}/{}", end - 1, file.len),
+                ));
+                let head = ResponseHead::local(206, &headers, (end - start) as usize);
+                return file_reply(head, file, start, end - start);
+            }
+            Ranges::Many(ranges) => return multipart(headers, file, &ranges),
         }
     }
-    file_reply(status, &headers, file, 0, file.len)
+    let head = file.full_answer.get_or_init(|| {
+        let mut headers = headers();
+        headers.push(("accept-ranges".into(), "bytes".into()));
+        ResponseHead::local(200, &headers, file.len as usize)
+    });
+    file_reply(head.clone(), file, 0, file.len)
 }
 
-fn file_reply<'r>(
-    status: u16,
-    headers: &[(String, String)],
-    file: &Rc<OpenFile>,
-    offset: u64,
-    len: u64,
-) -> Reply<'r> {
-    let head = ResponseHead::local(status, headers, len as usize);
+fn file_reply<'r>(head: ResponseHead, file: &Rc<OpenFile>, offset: u64, len: u64) -> Reply<'r> {
     Reply {
         head: ReplyHead::Response(head),
         body: ReplyBody::File(FileBody {
@@ -423,7 +452,8 @@ fn multipart<'r>(
 ) -> Reply<'r> {
     let total: u64 = ranges.iter().map(|(s, e)| e - s).sum();
     if total > MAX_MULTIPART_BYTES {
-        return file_reply(200, &headers, file, 0, file.len);
+        let head = ResponseHead::local(200, &headers, file.len as usize);
+        return file_reply(head, file, 0, file.len);
     }
     let boundary = format!("weir-{:016x}", file.len ^ (file.mtime << 20));
     let part_type = headers
@@ -477,7 +507,7 @@ fn not_found<'r>(
     if let Some(page) = &site.config.not_found {
         if let Ok(file) = site.lookup(files, now, page) {
             if !file.is_dir {
-                return answer_file(site, req, &file, 404, content_type(page), None);
+                return answer_file(site, req, &file, 404, || content_type(page), None);
             }
         }
     }

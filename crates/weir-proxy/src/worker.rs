@@ -126,6 +126,8 @@ impl Worker {
 pub struct Buffers {
     reads: RefCell<Vec<BytesMut>>,
     outs: RefCell<Vec<Vec<u8>>>,
+    /// Where file bytes are read before they are framed (borrowed, never across an await).
+    scratch: RefCell<Vec<u8>>,
 }
 
 /// Buffers kept for reuse per worker, of each kind; more are freed.
@@ -146,6 +148,16 @@ impl Buffers {
             buf.clear();
             reads.push(buf);
         }
+    }
+
+    /// The worker's scratch buffer, at least `len` bytes, zeroed once when it grows (so a
+    /// read into it costs no `memset` per request).
+    pub fn scratch(&self, len: usize) -> std::cell::RefMut<'_, Vec<u8>> {
+        let mut scratch = self.scratch.borrow_mut();
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        scratch
     }
 
     pub fn take_out(&self) -> Vec<u8> {

@@ -665,12 +665,14 @@ impl<S: ClientIo> H1Client<S> {
             filter,
             sent: 0,
         };
-        let mut chunk = Vec::new();
         while offset < end {
             let n = (end - offset).min(FILE_READ_CHUNK) as usize;
-            chunk.resize(n, 0);
-            read_exact_at(file, &mut chunk, offset).map_err(|_| BodyError::Source)?;
-            sink.push(&mut self.out, &chunk, chunked_out)?;
+            {
+                let mut scratch = worker.buffers.scratch(n);
+                let chunk = &mut scratch[..n];
+                read_exact_at(file, chunk, offset).map_err(|_| BodyError::Source)?;
+                sink.push(&mut self.out, chunk, chunked_out)?;
+            }
             offset += n as u64;
             if self.out.len() >= FLUSH_AT {
                 relay.flush(&mut sink, &mut self.out).await?;

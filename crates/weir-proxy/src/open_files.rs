@@ -1,7 +1,8 @@
 //! A worker's open-file cache for the `static` action, like nginx's `open_file_cache`: open
 //! descriptors with their metadata, and lookups that found nothing, each kept for
 //! [`REVALIDATE_AFTER`] and then looked up again, so a hot file costs no `open` or `stat` per
-//! request and a changed file is seen within a second. Bounded to [`MAX_ENTRIES`] per worker.
+//! request and a changed file is seen within a second. Bounded to [`MAX_ENTRIES`] per worker;
+//! when full, stale entries go first, then an eighth of the rest.
 
 use crate::codec::ResponseHead;
 use std::cell::{OnceCell, RefCell};
@@ -12,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a lookup's result is reused before the file is opened again.
 pub const REVALIDATE_AFTER: Duration = Duration::from_secs(1);
-/// Entries kept per worker.
-pub const MAX_ENTRIES: usize = 4096;
+/// Entries kept per worker (each holds a descriptor while the file exists).
+pub const MAX_ENTRIES: usize = 16384;
 
 /// An open file or folder and what its answers need.
 pub struct OpenFile {
@@ -68,8 +69,13 @@ impl OpenFiles {
         let mut entries = self.entries.borrow_mut();
         if entries.len() >= MAX_ENTRIES && !entries.contains_key(key) {
             entries.retain(|_, e| now.saturating_duration_since(e.checked) < REVALIDATE_AFTER);
+            // All in use: drop an eighth, whichever the map yields first.
+            let mut dropped = 0;
             if entries.len() >= MAX_ENTRIES {
-                entries.clear();
+                entries.retain(|_, _| {
+                    dropped += 1;
+                    dropped > MAX_ENTRIES / 8
+                });
             }
         }
         entries.insert(

@@ -122,6 +122,16 @@ enum BadPath {
 /// without climbing above the root. Returns the segments joined by `/`, and whether the
 /// path ended with `/`.
 fn clean_path(raw: &str, dotfiles: bool) -> Result<(String, bool), BadPath> {
+    // The common case, nothing to decode or resolve: the path is the name.
+    let plain = raw.starts_with('/')
+        && !raw.contains(['%', '\\', '\0'])
+        && !raw.contains("/.")
+        && !raw.contains("//");
+    if plain {
+        let trailing_slash = raw.ends_with('/');
+        let name = raw[1..].strip_suffix('/').unwrap_or(&raw[1..]);
+        return Ok((name.to_string(), trailing_slash));
+    }
     let bytes = raw.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -218,8 +228,8 @@ pub(crate) fn serve<'r>(
         }
     }
     let mut encoding = None;
-    if config.precompressed {
-        let offered: Vec<Encoding> = PRECOMPRESSED.iter().map(|(e, _)| *e).collect();
+    if config.precompressed && req.head.get("accept-encoding").is_some() {
+        let offered = PRECOMPRESSED.map(|(e, _)| e);
         for accepted in compress::acceptable(req.head.get_all("accept-encoding"), &offered) {
             let suffix = PRECOMPRESSED
                 .iter()

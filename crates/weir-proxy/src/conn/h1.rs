@@ -602,6 +602,45 @@ impl<S: ClientIo> H1Client<S> {
         }
     }
 
+    /// Writes the head in `out`, then the file by `sendfile` (a plain socket only).
+    async fn sendfile_after_head(
+        &mut self,
+        worker: &Worker,
+        body: &FileBody,
+    ) -> Result<u64, BodyError> {
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::ResponseBody, Duration::ZERO),
+            write: (Waiting::ClientWrite, worker.timeouts.send),
+            max_bytes: u64::MAX,
+        };
+        relay
+            .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
+            .await?;
+        let file = &body.file.file;
+        let end = body.offset + body.len;
+        let mut offset = body.offset;
+        while offset < end {
+            let Some(tcp) = self.io.as_tcp() else {
+                return Err(BodyError::Sink);
+            };
+            let count = (end - offset).min(SENDFILE_CHUNK) as usize;
+            let send = tcp.async_io(tokio::io::Interest::WRITABLE, || {
+                rustix::fs::sendfile(tcp, file, Some(&mut offset), count)
+                    .map_err(std::io::Error::from)
+            });
+            let (what, limit) = relay.write;
+            match self.watch.within(&worker.clock, what, limit, send).await {
+                // The file shrank under us: the promised length cannot be sent.
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(BodyError::Sink),
+                Ok(Ok(_)) => {}
+                Err(Expired) => return Err(BodyError::SinkStalled),
+            }
+        }
+        Ok(body.len)
+    }
+
     /// Writes the output buffer under the client's send timeout.
     async fn write_out(&mut self, worker: &Worker) -> Result<(), BodyError> {
         let relay = Relay {
@@ -638,27 +677,12 @@ impl<S: ClientIo> H1Client<S> {
         let end = body.offset + body.len;
         let mut offset = body.offset;
         if filter.is_none() && body.len > INLINE_FILE && self.io.as_tcp().is_some() {
-            relay
-                .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
-                .await?;
-            while offset < end {
-                let Some(tcp) = self.io.as_tcp() else {
-                    return Err(BodyError::Sink);
-                };
-                let count = (end - offset).min(SENDFILE_CHUNK) as usize;
-                let send = tcp.async_io(tokio::io::Interest::WRITABLE, || {
-                    rustix::fs::sendfile(tcp, file, Some(&mut offset), count)
-                        .map_err(std::io::Error::from)
-                });
-                let (what, limit) = relay.write;
-                match self.watch.within(&worker.clock, what, limit, send).await {
-                    // The file shrank under us: the promised length cannot be sent.
-                    Ok(Ok(0)) | Ok(Err(_)) => return Err(BodyError::Sink),
-                    Ok(Ok(_)) => {}
-                    Err(Expired) => return Err(BodyError::SinkStalled),
-                }
-            }
-            return Ok(body.len);
+            // Corked (as nginx's tcp_nopush): the head and the file leave in full segments
+            // instead of the head alone and whatever each sendfile call adds.
+            set_cork(&self.io, true);
+            let sent = self.sendfile_after_head(worker, body).await;
+            set_cork(&self.io, false);
+            return sent;
         }
         let mut sink = Sink {
             io: Some(&mut self.io),
@@ -1006,6 +1030,13 @@ fn filter_whole(filter: &mut BodyFilter, body: &[u8]) -> std::io::Result<Vec<u8>
     let mut filtered = filter.write(body)?.to_vec();
     filtered.extend_from_slice(filter.finish()?);
     Ok(filtered)
+}
+
+/// TCP_CORK on the client's socket, when it is a plain one.
+fn set_cork<S: ClientIo>(io: &S, on: bool) {
+    if let Some(tcp) = io.as_tcp() {
+        let _ = socket2::SockRef::from(tcp).set_cork(on);
+    }
 }
 
 fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {

@@ -374,6 +374,7 @@ impl Loader<'_> {
                 enabled: false,
                 path: LogTarget::Stdout,
             },
+            admin: None,
         };
         let Some(node) = node else { return server };
         let Some(f) = self.fields(
@@ -386,10 +387,31 @@ impl Loader<'_> {
                 "client_body_timeout",
                 "client_send_timeout",
                 "access_log",
+                "admin",
             ],
         ) else {
             return server;
         };
+        if let Some(admin) = f.get("admin") {
+            if let Some(af) = self.fields(admin, "`server.admin`", &["address"]) {
+                match af.get("address") {
+                    Some(a) => {
+                        let text = self.string(a, "`server.admin.address`").unwrap_or_default();
+                        match parse_listen_address(&text) {
+                            Some(address) => server.admin = Some(Admin { address }),
+                            None => self.error(
+                                a.pos,
+                                format!("`server.admin.address` must be HOST:PORT or :PORT, found `{text}`"),
+                            ),
+                        }
+                    }
+                    None => self.error(
+                        af.pos,
+                        "`server.admin` needs an `address`, e.g. \"127.0.0.1:9900\"",
+                    ),
+                }
+            }
+        }
         if let Some(w) = f.get("workers") {
             if w.as_str() != Some("auto") {
                 server.workers = self

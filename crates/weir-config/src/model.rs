@@ -28,6 +28,13 @@ pub struct Server {
     /// How long a write to the client may wait for it to read (then the connection closes).
     pub client_send_timeout: Duration,
     pub access_log: AccessLog,
+    /// The admin listener (`/metrics`), when configured.
+    pub admin: Option<Admin>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    pub address: std::net::SocketAddr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -60,7 +60,7 @@ pub(crate) async fn exchange<C: ClientSide>(
     }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
-    finish(
+    let outcome = finish(
         worker,
         runtime,
         route.map(|r| &**r),
@@ -68,7 +68,9 @@ pub(crate) async fn exchange<C: ClientSide>(
         logged,
         started,
         sent,
-    )
+    );
+    worker.metrics.entrypoints[entrypoint].responded(outcome.status);
+    outcome
 }
 
 async fn run_route<'r, C: ClientSide>(

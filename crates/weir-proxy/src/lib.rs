@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod accesslog;
+pub mod admin;
 pub mod balancer;
 pub mod client;
 pub mod codec;
@@ -12,6 +13,7 @@ pub mod compress;
 pub mod conn;
 pub mod exchange;
 pub mod filter;
+pub mod metrics;
 pub mod open_files;
 pub mod pool;
 pub mod reply;

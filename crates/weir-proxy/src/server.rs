@@ -4,11 +4,13 @@
 //! and drains. Accepted connections go to the TLS handshake or straight to the HTTP/1 driver,
 //! as do parked connections whose clients write again.
 
+use crate::admin;
 use crate::conn::watch::SWEEP_TICK;
 use crate::conn::{self, Scheme};
+use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::ticker::Ticker;
-use crate::worker::{ClientTimeouts, Shutdown, Worker};
+use crate::worker::{ClientTimeouts, Shutdown, Worker, WorkerSetup};
 use arc_swap::ArcSwap;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::Cell;
@@ -58,30 +60,39 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
             list.push(bind(actual).map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?);
         }
     }
+    let names = config.entrypoints.iter().map(|e| e.name.clone()).collect();
+    let metrics = Arc::new(Metrics::new(names, workers));
+    let admin = match &config.server.admin {
+        Some(admin) => {
+            let listener = bind(admin.address)
+                .map_err(|e| format!("admin: cannot listen on {}: {e}", admin.address))?;
+            let actual = listener.local_addr().map_err(|e| format!("admin: {e}"))?;
+            eprintln!("weir: admin listening on {actual}");
+            Some(listener)
+        }
+        None => None,
+    };
     eprintln!("weir: {workers} worker(s) running; graceful timeout {graceful:?}");
 
     let mut handles = Vec::with_capacity(workers);
     for (id, listeners) in per_worker.into_iter().enumerate() {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
+        let setup = WorkerSetup {
+            id,
+            config: shared,
+            shutdown,
+            timeouts,
+            metrics: metrics.workers[id].clone(),
+        };
         let handle = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || {
-                worker_main(
-                    id,
-                    listeners,
-                    shared,
-                    shutdown,
-                    graceful,
-                    timeouts,
-                    release_memory,
-                )
-            })
+            .spawn(move || worker_main(setup, listeners, graceful, release_memory))
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
 
-    wait_for_stop_signal()?;
+    wait_for_stop_signal(admin, metrics)?;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
     for handle in handles {
@@ -102,12 +113,20 @@ fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-fn wait_for_stop_signal() -> Result<(), String> {
+/// The control thread: serves the admin listener, if any, until a stop signal.
+fn wait_for_stop_signal(
+    admin: Option<std::net::TcpListener>,
+    metrics: Arc<Metrics>,
+) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start signal handler: {e}"))?;
     rt.block_on(async {
+        if let Some(listener) = admin {
+            let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            tokio::spawn(admin::serve(listener, metrics));
+        }
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -120,14 +139,13 @@ fn wait_for_stop_signal() -> Result<(), String> {
 }
 
 fn worker_main(
-    id: usize,
+    setup: WorkerSetup,
     listeners: Vec<std::net::TcpListener>,
-    config: Arc<ArcSwap<Runtime>>,
-    shutdown: Arc<Shutdown>,
     graceful: Duration,
-    timeouts: ClientTimeouts,
     release_memory: fn(),
 ) {
+    let id = setup.id;
+    let shutdown = setup.shutdown.clone();
     // I/O only: no tokio timer, whose clock reads and wheel walks on every park cost about
     // 1,100 instructions per request. Time is the worker's tick (`ticker.rs`) and sweep.
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -142,7 +160,7 @@ fn worker_main(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = match Worker::new(id, config, shutdown.clone(), timeouts) {
+        let worker = match Worker::new(setup) {
             Ok(worker) => Rc::new(worker),
             Err(e) => {
                 eprintln!("weir: worker {id} cannot start: {e}");
@@ -236,6 +254,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((io, peer)) => {
                     let _ = io.set_nodelay(true);
+                    worker.metrics.entrypoints[entrypoint].connections.add(1);
                     let counted = Active::enter(&active);
                     let worker = worker.clone();
                     // detect: TLS entrypoints go through the handshake first; a plain one

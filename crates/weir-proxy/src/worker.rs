@@ -5,6 +5,7 @@
 
 use crate::conn::idle::IdleConnections;
 use crate::conn::watch::{Clock, ConnWatch};
+use crate::metrics::WorkerCells;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::runtime::Runtime;
@@ -56,6 +57,15 @@ pub struct ClientTimeouts {
     pub send: Duration,
 }
 
+/// What a worker thread starts from.
+pub struct WorkerSetup {
+    pub id: usize,
+    pub config: Arc<ArcSwap<Runtime>>,
+    pub shutdown: Arc<Shutdown>,
+    pub timeouts: ClientTimeouts,
+    pub metrics: Arc<WorkerCells>,
+}
+
 /// What one worker thread owns.
 pub struct Worker {
     pub id: usize,
@@ -75,15 +85,19 @@ pub struct Worker {
     pub open_files: OpenFiles,
     /// Notified on every sweep tick, for the few waits that need time without a deadline.
     pub tick: Notify,
+    /// This worker's counters, summed by the admin listener.
+    pub metrics: Arc<WorkerCells>,
 }
 
 impl Worker {
-    pub fn new(
-        id: usize,
-        config: Arc<ArcSwap<Runtime>>,
-        shutdown: Arc<Shutdown>,
-        timeouts: ClientTimeouts,
-    ) -> std::io::Result<Worker> {
+    pub fn new(setup: WorkerSetup) -> std::io::Result<Worker> {
+        let WorkerSetup {
+            id,
+            config,
+            shutdown,
+            timeouts,
+            metrics,
+        } = setup;
         Ok(Worker {
             id,
             config,
@@ -96,6 +110,7 @@ impl Worker {
             buffers: Buffers::default(),
             open_files: OpenFiles::default(),
             tick: Notify::new(),
+            metrics,
         })
     }
 
@@ -117,6 +132,7 @@ impl Worker {
             Rc::strong_count(watch) > 1
         });
         self.idle.expire(now, stopping);
+        self.metrics.parked.set(self.idle.len() as u64);
     }
 }
 

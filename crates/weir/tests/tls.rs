@@ -200,11 +200,16 @@ fn https_reaches_upstreams_and_sessions_resume() {
 fn bad_clients_are_closed_cleanly() {
     let dir = temp_dir("tls-bad");
     let site = make_cert(&dir, "site", &["site.test"], false);
-    let weir = Weir::start(&tls_config(
+    let config = tls_config(
         &[&site],
         "      min_version: \"1.3\"\n      handshake_timeout: 1s\n",
         OK_ROUTE,
-    ));
+    )
+    .replace(
+        "server: { workers: 1 }",
+        "server: { workers: 1, admin: { address: \"127.0.0.1:0\" } }",
+    );
+    let weir = Weir::start(&config);
     let addr = weir.addrs["websecure"];
     // Plain HTTP to the TLS port: a readable 400.
     let r = request(addr, "GET / HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -255,6 +260,28 @@ except ssl.SSLError as e:
         curl(addr.port(), "site.test", &site.cert),
         (true, "ok".to_string())
     );
+    // Each failure was counted, by reason (the admin listener's /metrics).
+    let metrics = get(weir.addrs["@admin"], "admin", "/metrics");
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")));
+    let text = metrics.text();
+    let value = |series: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    let failures = "weir_tls_handshake_failures_total{entrypoint=\"websecure\",reason=";
+    assert_eq!(value(&format!("{failures}\"plain_http\"}}")), 1);
+    assert_eq!(value(&format!("{failures}\"timeout\"}}")), 1);
+    assert_eq!(value(&format!("{failures}\"error\"}}")), 2);
+    assert_eq!(
+        value("weir_responses_total{entrypoint=\"websecure\",code=\"2xx\"}"),
+        1
+    );
+    assert!(value("weir_connections_total{entrypoint=\"websecure\"}") >= 5);
+    assert_eq!(get(weir.addrs["@admin"], "admin", "/nope").status, 404);
 }
 
 fn weir_check(path: &Path) -> std::process::Output {

@@ -1,10 +1,12 @@
 //! The detect and handshake phases of a TLS entrypoint: a client speaking plain HTTP to the
 //! port gets a readable 400 (as nginx answers), otherwise the TLS handshake runs under
 //! `handshake_timeout` and the HTTP/1 driver takes the decrypted stream. A failed or stalled
-//! handshake just closes the connection; the worker goes on serving the others.
+//! handshake closes the connection and is counted (`weir_tls_handshake_failures_total`); the
+//! worker goes on serving the others.
 
-use crate::conn::watch::{ConnWatch, Waiting};
+use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::{h1, Scheme};
+use crate::metrics::HandshakeFailure;
 use crate::reply::LocalResponse;
 use crate::tls::ServerTls;
 use crate::worker::Worker;
@@ -28,21 +30,33 @@ pub async fn serve(
     let limit = tls.handshake_timeout;
     let mut first = [0u8; 1];
     let peek = io.peek(&mut first);
+    let failed = |why| worker.metrics.entrypoints[entrypoint].handshake_failed(why);
     match watch
         .within(&worker.clock, Waiting::Handshake, limit, peek)
         .await
     {
         Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
-        Ok(Ok(1)) => return refuse_plain_http(&worker, &watch, io).await,
+        Ok(Ok(1)) => {
+            failed(HandshakeFailure::PlainHttp);
+            return refuse_plain_http(&worker, &watch, io).await;
+        }
+        Err(Expired) if !worker.shutdown.is_requested() => {
+            return failed(HandshakeFailure::Timeout);
+        }
+        // Closed before a byte (a port check, say), or stopping: nothing was attempted.
         _ => return,
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
     let handshake = acceptor.accept(io);
-    if let Ok(Ok(stream)) = watch
+    match watch
         .within(&worker.clock, Waiting::Handshake, limit, handshake)
         .await
     {
-        h1::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+        Ok(Ok(stream)) => {
+            h1::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+        }
+        Ok(Err(_)) => failed(HandshakeFailure::Error),
+        Err(Expired) => failed(HandshakeFailure::Timeout),
     }
 }
 

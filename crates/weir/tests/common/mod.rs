@@ -73,6 +73,10 @@ impl Weir {
                 let (name, addr) = rest.split_once(" listening on ").unwrap();
                 addrs.insert(name.to_string(), addr.parse().unwrap());
             }
+            // The admin listener, under a name no entrypoint can have.
+            if let Some(addr) = line.strip_prefix("weir: admin listening on ") {
+                addrs.insert("@admin".to_string(), addr.parse().unwrap());
+            }
             if line.contains("worker(s) running") {
                 break;
             }

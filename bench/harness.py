@@ -624,9 +624,10 @@ def scenario_static(ctx):
         procs.append(ng)
         ca = start_caddy("caddy-static", ca_port, f"  root * {d}\n  file_server", ctx.proxy_cpus)
         procs.append(ca)
-        we = start_weir(ctx.weir, "weir-static", we_port,
-                        weir_yaml(we_port, f"  files:\n    rule: \"PathPrefix(`/`)\"\n    static: {{ root: \"{d}\" }}\n"),
-                        ctx.proxy_cpus)
+        # The same open-file cache validity as nginx's open_file_cache_valid.
+        yaml = weir_yaml(we_port, f"  files:\n    rule: \"PathPrefix(`/`)\"\n    static: {{ root: \"{d}\" }}\n").replace(
+            "server: { workers: 1,", "server: { workers: 1, open_file_cache: { max: 20000, valid: 60s },")
+        we = start_weir(ctx.weir, "weir-static", we_port, yaml, ctx.proxy_cpus)
         procs.append(we)
         conns = ctx.conn_levels[0]
         out = {}

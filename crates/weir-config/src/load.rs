@@ -375,6 +375,7 @@ impl Loader<'_> {
                 path: LogTarget::Stdout,
             },
             admin: None,
+            open_file_cache: OpenFileCache::default(),
         };
         let Some(node) = node else { return server };
         let Some(f) = self.fields(
@@ -388,10 +389,25 @@ impl Loader<'_> {
                 "client_send_timeout",
                 "access_log",
                 "admin",
+                "open_file_cache",
             ],
         ) else {
             return server;
         };
+        if let Some(cache) = f.get("open_file_cache") {
+            if let Some(cf) = self.fields(cache, "`server.open_file_cache`", &["max", "valid"]) {
+                if let Some(n) = cf.get("max") {
+                    if let Some(max) = self.uint(n, "`open_file_cache.max`", 1, 1 << 20) {
+                        server.open_file_cache.max = max as usize;
+                    }
+                }
+                if let Some(d) = cf.get("valid") {
+                    if let Some(valid) = self.duration(d, "`open_file_cache.valid`") {
+                        server.open_file_cache.valid = valid;
+                    }
+                }
+            }
+        }
         if let Some(admin) = f.get("admin") {
             if let Some(af) = self.fields(admin, "`server.admin`", &["address"]) {
                 match af.get("address") {

@@ -30,6 +30,25 @@ pub struct Server {
     pub access_log: AccessLog,
     /// The admin listener (`/metrics`), when configured.
     pub admin: Option<Admin>,
+    pub open_file_cache: OpenFileCache,
+}
+
+/// The open-file cache of `static` routes, per worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFileCache {
+    /// Entries (open files and misses) kept per worker.
+    pub max: usize,
+    /// How long an entry is used before the file is looked up again.
+    pub valid: Duration,
+}
+
+impl Default for OpenFileCache {
+    fn default() -> OpenFileCache {
+        OpenFileCache {
+            max: 16384,
+            valid: Duration::from_secs(1),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! A worker's open-file cache for the `static` action, like nginx's `open_file_cache`: open
 //! descriptors with their metadata, and lookups that found nothing, each kept for
-//! [`REVALIDATE_AFTER`] and then looked up again, so a hot file costs no `open` or `stat` per
-//! request and a changed file is seen within a second. Bounded to [`MAX_ENTRIES`] per worker;
-//! when full, stale entries go first, then an eighth of the rest.
+//! `server.open_file_cache.valid` (1 s by default) and then looked up again, so a hot file
+//! costs no `open` or `stat` per request and a changed file is seen within that time. Bounded
+//! to `open_file_cache.max` entries per worker; when full, stale entries go first, then an
+//! eighth of the rest.
 
 use crate::codec::ResponseHead;
 use std::cell::{OnceCell, RefCell};
@@ -10,11 +11,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// How long a lookup's result is reused before the file is opened again.
-pub const REVALIDATE_AFTER: Duration = Duration::from_secs(1);
-/// Entries kept per worker (each holds a descriptor while the file exists).
-pub const MAX_ENTRIES: usize = 16384;
 
 /// An open file or folder and what its answers need.
 pub struct OpenFile {
@@ -46,14 +42,25 @@ struct Entry {
     checked: Instant,
 }
 
-#[derive(Default)]
 pub struct OpenFiles {
     entries: RefCell<HashMap<String, Entry>>,
+    /// Entries kept (each holds a descriptor while its file exists).
+    max: usize,
+    /// How long a lookup's result is reused before the file is opened again.
+    valid: Duration,
 }
 
 impl OpenFiles {
+    pub fn new(settings: weir_config::OpenFileCache) -> OpenFiles {
+        OpenFiles {
+            entries: RefCell::default(),
+            max: settings.max,
+            valid: settings.valid,
+        }
+    }
+
     /// The cached result for `key`, or `open()`'s (then cached) when there is none or it is
-    /// older than [`REVALIDATE_AFTER`].
+    /// older than `valid`.
     pub fn get(
         &self,
         key: &str,
@@ -61,20 +68,22 @@ impl OpenFiles {
         open: impl FnOnce() -> Result<File, Missing>,
     ) -> Result<Rc<OpenFile>, Missing> {
         if let Some(entry) = self.entries.borrow().get(key) {
-            if now.saturating_duration_since(entry.checked) < REVALIDATE_AFTER {
+            if now.saturating_duration_since(entry.checked) < self.valid {
                 return entry.found.clone();
             }
         }
         let found = open().and_then(describe);
         let mut entries = self.entries.borrow_mut();
-        if entries.len() >= MAX_ENTRIES && !entries.contains_key(key) {
-            entries.retain(|_, e| now.saturating_duration_since(e.checked) < REVALIDATE_AFTER);
+        if entries.len() >= self.max && !entries.contains_key(key) {
+            let valid = self.valid;
+            entries.retain(|_, e| now.saturating_duration_since(e.checked) < valid);
             // All in use: drop an eighth, whichever the map yields first.
             let mut dropped = 0;
-            if entries.len() >= MAX_ENTRIES {
+            if entries.len() >= self.max {
+                let drop = (self.max / 8).max(1);
                 entries.retain(|_, _| {
                     dropped += 1;
-                    dropped > MAX_ENTRIES / 8
+                    dropped > drop
                 });
             }
         }

@@ -84,6 +84,7 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
             shutdown,
             timeouts,
             metrics: metrics.workers[id].clone(),
+            open_file_cache: config.server.open_file_cache,
         };
         let handle = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))

@@ -64,6 +64,7 @@ pub struct WorkerSetup {
     pub shutdown: Arc<Shutdown>,
     pub timeouts: ClientTimeouts,
     pub metrics: Arc<WorkerCells>,
+    pub open_file_cache: weir_config::OpenFileCache,
 }
 
 /// What one worker thread owns.
@@ -97,6 +98,7 @@ impl Worker {
             shutdown,
             timeouts,
             metrics,
+            open_file_cache,
         } = setup;
         Ok(Worker {
             id,
@@ -108,7 +110,7 @@ impl Worker {
             clock: Clock::default(),
             timeouts,
             buffers: Buffers::default(),
-            open_files: OpenFiles::default(),
+            open_files: OpenFiles::new(open_file_cache),
             tick: Notify::new(),
             metrics,
         })

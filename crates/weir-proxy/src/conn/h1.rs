@@ -634,6 +634,9 @@ impl<S: ClientIo> H1Client<S> {
             match self.watch.within(&worker.clock, what, limit, send).await {
                 // The file shrank under us: the promised length cannot be sent.
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(BodyError::Sink),
+                // A chunk per turn, as nginx's sendfile_max_chunk: a fast reader of a large
+                // file must not keep the worker from its other connections.
+                Ok(Ok(_)) if offset < end => tokio::task::yield_now().await,
                 Ok(Ok(_)) => {}
                 Err(Expired) => return Err(BodyError::SinkStalled),
             }

@@ -608,13 +608,7 @@ impl<S: ClientIo> H1Client<S> {
         worker: &Worker,
         body: &FileBody,
     ) -> Result<u64, BodyError> {
-        let relay = Relay {
-            clock: &worker.clock,
-            watch: &self.watch,
-            read: (Waiting::ResponseBody, Duration::ZERO),
-            write: (Waiting::ClientWrite, worker.timeouts.send),
-            max_bytes: u64::MAX,
-        };
+        let relay = Relay::to_client(worker, &self.watch);
         relay
             .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
             .await?;
@@ -646,13 +640,7 @@ impl<S: ClientIo> H1Client<S> {
 
     /// Writes the output buffer under the client's send timeout.
     async fn write_out(&mut self, worker: &Worker) -> Result<(), BodyError> {
-        let relay = Relay {
-            clock: &worker.clock,
-            watch: &self.watch,
-            read: (Waiting::ResponseBody, Duration::ZERO),
-            write: (Waiting::ClientWrite, worker.timeouts.send),
-            max_bytes: u64::MAX,
-        };
+        let relay = Relay::to_client(worker, &self.watch);
         relay
             .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
             .await
@@ -669,13 +657,7 @@ impl<S: ClientIo> H1Client<S> {
         filter: Option<&mut BodyFilter>,
         chunked_out: bool,
     ) -> Result<u64, BodyError> {
-        let relay = Relay {
-            clock: &worker.clock,
-            watch: &self.watch,
-            read: (Waiting::ResponseBody, Duration::ZERO),
-            write: (Waiting::ClientWrite, worker.timeouts.send),
-            max_bytes: u64::MAX,
-        };
+        let relay = Relay::to_client(worker, &self.watch);
         let file = &body.file.file;
         let end = body.offset + body.len;
         let mut offset = body.offset;
@@ -834,7 +816,19 @@ struct Relay<'a> {
     max_bytes: u64,
 }
 
-impl Relay<'_> {
+impl<'a> Relay<'a> {
+    /// Writes to the client under `client_send_timeout`, with nothing to read (a local or
+    /// file body).
+    fn to_client(worker: &'a Worker, watch: &'a ConnWatch) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::ResponseBody, Duration::ZERO),
+            write: (Waiting::ClientWrite, worker.timeouts.send),
+            max_bytes: u64::MAX,
+        }
+    }
+
     async fn fill<R: AsyncRead + Unpin>(
         &self,
         src: &mut R,
@@ -891,34 +885,35 @@ impl<'a, W> Sink<'a, W> {
 
     /// Frames a piece of the body into `out`, filtered if a filter is installed.
     fn push(&mut self, out: &mut Vec<u8>, data: &[u8], chunked: bool) -> Result<(), BodyError> {
-        match &mut self.filter {
-            None => push_data(out, data, chunked),
-            Some(filter) => {
-                let filtered = filter.write(data).map_err(|_| BodyError::Sink)?;
-                self.sent += filtered.len() as u64;
-                push_data(out, filtered, chunked);
-            }
+        if self.filter.is_none() {
+            push_data(out, data, chunked);
+            return Ok(());
         }
-        Ok(())
+        self.filtered(out, chunked, |filter| filter.write(data))
     }
 
     /// The source has nothing more for now: a filter emits what it holds back, so a stream
     /// that pauses (server-sent events) reaches the client.
     fn pause(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
-        if let Some(filter) = &mut self.filter {
-            let held = filter.flush().map_err(|_| BodyError::Sink)?;
-            self.sent += held.len() as u64;
-            push_data(out, held, chunked);
-        }
-        Ok(())
+        self.filtered(out, chunked, BodyFilter::flush)
     }
 
     /// The body has ended: a filter emits its last bytes.
     fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
+        self.filtered(out, chunked, BodyFilter::finish)
+    }
+
+    /// Frames what `step` makes the filter produce (nothing without a filter), counting it.
+    fn filtered(
+        &mut self,
+        out: &mut Vec<u8>,
+        chunked: bool,
+        step: impl FnOnce(&mut BodyFilter) -> std::io::Result<&[u8]>,
+    ) -> Result<(), BodyError> {
         if let Some(filter) = &mut self.filter {
-            let last = filter.finish().map_err(|_| BodyError::Sink)?;
-            self.sent += last.len() as u64;
-            push_data(out, last, chunked);
+            let produced = step(filter).map_err(|_| BodyError::Sink)?;
+            self.sent += produced.len() as u64;
+            push_data(out, produced, chunked);
         }
         Ok(())
     }

@@ -64,7 +64,9 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new(names, workers));
     let admin = match &config.server.admin {
         Some(admin) => {
-            let listener = bind(admin.address)
+            // A plain bind (no SO_REUSEPORT): a second weir must not share the admin port.
+            let listener = std::net::TcpListener::bind(admin.address)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .map_err(|e| format!("admin: cannot listen on {}: {e}", admin.address))?;
             let actual = listener.local_addr().map_err(|e| format!("admin: {e}"))?;
             eprintln!("weir: admin listening on {actual}");

@@ -5,7 +5,7 @@
 //! to `open_file_cache.max` entries per worker; when full, stale entries go first, then an
 //! eighth of the rest.
 
-use crate::codec::ResponseHead;
+use crate::reply::LocalResponse;
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// An open file or folder and what its answers need.
 pub struct OpenFile {
-    pub file: File,
+    pub file: Rc<File>,
     pub len: u64,
     pub is_dir: bool,
     /// Modification time, seconds since the epoch (what `Last-Modified` can say).
@@ -25,7 +25,7 @@ pub struct OpenFile {
     pub last_modified: String,
     /// The head of a plain 200 answer with this file, built on first use: it depends only on
     /// the file and its site's settings, and entries are per site.
-    pub full_answer: OnceCell<ResponseHead>,
+    pub full_answer: OnceCell<Rc<LocalResponse>>,
 }
 
 /// Why a lookup found nothing to serve.
@@ -112,7 +112,7 @@ fn describe(file: File) -> Result<Rc<OpenFile>, Missing> {
     Ok(Rc::new(OpenFile {
         etag: format!("\"{mtime:x}-{len:x}\""),
         last_modified: httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(mtime)),
-        file,
+        file: Rc::new(file),
         len,
         is_dir: meta.is_dir(),
         mtime,

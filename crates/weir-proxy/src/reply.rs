@@ -6,7 +6,6 @@
 use crate::balancer::UpstreamUse;
 use crate::codec::{header, push_decimal, reason, status_line, ResponseHead};
 use crate::filter::BodyFilter;
-use crate::open_files::OpenFile;
 use crate::pool::UpstreamConn;
 use bytes::Bytes;
 use std::borrow::Cow;
@@ -26,21 +25,23 @@ pub struct LocalResponse {
 impl LocalResponse {
     pub fn new(status: u16, headers: Vec<(String, String)>, body: impl Into<Bytes>) -> Self {
         let body = body.into();
-        let mut prebuilt = Vec::with_capacity(128);
-        status_line(&mut prebuilt, status, reason(status));
-        for (name, value) in &headers {
-            if !name.eq_ignore_ascii_case("content-length") {
-                header(&mut prebuilt, name.as_bytes(), value.as_bytes());
-            }
-        }
-        prebuilt.extend_from_slice(b"content-length: ");
-        push_decimal(&mut prebuilt, body.len() as u64);
-        prebuilt.extend_from_slice(b"\r\n");
+        let prebuilt = prebuild(status, &headers, body.len() as u64);
         LocalResponse {
             status,
             headers,
             body,
             prebuilt,
+        }
+    }
+
+    /// The head of an answer whose body (`len` bytes) comes from elsewhere, a file say: the
+    /// reply carries the body, and the prebuilt head declares its length.
+    pub fn head_for(status: u16, headers: Vec<(String, String)>, len: u64) -> Self {
+        LocalResponse {
+            prebuilt: prebuild(status, &headers, len),
+            status,
+            headers,
+            body: Bytes::new(),
         }
     }
 
@@ -83,6 +84,21 @@ impl LocalResponse {
     }
 }
 
+/// Status line, headers and a Content-Length of `len`, without the final CRLF.
+fn prebuild(status: u16, headers: &[(String, String)], len: u64) -> Vec<u8> {
+    let mut prebuilt = Vec::with_capacity(128);
+    status_line(&mut prebuilt, status, reason(status));
+    for (name, value) in headers {
+        if !name.eq_ignore_ascii_case("content-length") {
+            header(&mut prebuilt, name.as_bytes(), value.as_bytes());
+        }
+    }
+    prebuilt.extend_from_slice(b"content-length: ");
+    push_decimal(&mut prebuilt, len);
+    prebuilt.extend_from_slice(b"\r\n");
+    prebuilt
+}
+
 /// An action's answer: what to send, and the upstream it came from (if any).
 pub struct Reply<'r> {
     pub head: ReplyHead<'r>,
@@ -95,8 +111,11 @@ pub struct Reply<'r> {
 }
 
 pub enum ReplyHead<'r> {
-    /// A local answer, written from its prebuilt bytes; its body is its own.
+    /// A local answer, written from its prebuilt bytes; its body is its own, unless the
+    /// reply's body is a file.
     Local(Cow<'r, LocalResponse>),
+    /// The same, kept by a cache (a static file's head, built once per open file).
+    Shared(Rc<LocalResponse>),
     /// An editable head: an upstream's response, or a local answer that a response-head filter
     /// edited.
     Response(ResponseHead),
@@ -116,7 +135,7 @@ pub enum ReplyBody {
 
 /// `len` bytes of a file from `offset`.
 pub struct FileBody {
-    pub file: Rc<OpenFile>,
+    pub file: Rc<std::fs::File>,
     pub offset: u64,
     pub len: u64,
 }
@@ -134,9 +153,22 @@ impl<'r> Reply<'r> {
     /// Edits the head as a [`ResponseHead`], turning a prebuilt local answer into one first,
     /// so response-head filters treat local and proxied answers alike.
     pub fn edit_head(&mut self, edit: impl FnOnce(&mut ResponseHead)) {
-        if let ReplyHead::Local(local) = &self.head {
-            let head = ResponseHead::local(local.status, &local.headers, local.body.len());
-            self.body = ReplyBody::Bytes(local.body.clone());
+        let local = match &self.head {
+            ReplyHead::Local(local) => Some(&**local),
+            ReplyHead::Shared(local) => Some(&**local),
+            ReplyHead::Response(_) => None,
+        };
+        if let Some(local) = local {
+            let head = match &self.body {
+                ReplyBody::File(file) => {
+                    ResponseHead::local(local.status, &local.headers, file.len as usize)
+                }
+                _ => {
+                    let head = ResponseHead::local(local.status, &local.headers, local.body.len());
+                    self.body = ReplyBody::Bytes(local.body.clone());
+                    head
+                }
+            };
             self.head = ReplyHead::Response(head);
         }
         if let ReplyHead::Response(head) = &mut self.head {

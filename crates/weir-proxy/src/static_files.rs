@@ -320,16 +320,25 @@ fn answer_file<'r>(
     let head = file.full_answer.get_or_init(|| {
         let mut headers = headers();
         headers.push(("accept-ranges".into(), "bytes".into()));
-        ResponseHead::local(200, &headers, file.len as usize)
+        Rc::new(LocalResponse::head_for(200, headers, file.len))
     });
-    file_reply(head.clone(), file, 0, file.len)
+    Reply {
+        head: ReplyHead::Shared(head.clone()),
+        body: ReplyBody::File(FileBody {
+            file: file.file.clone(),
+            offset: 0,
+            len: file.len,
+        }),
+        upstream: None,
+        body_filter: None,
+    }
 }
 
 fn file_reply<'r>(head: ResponseHead, file: &Rc<OpenFile>, offset: u64, len: u64) -> Reply<'r> {
     Reply {
         head: ReplyHead::Response(head),
         body: ReplyBody::File(FileBody {
-            file: file.clone(),
+            file: file.file.clone(),
             offset,
             len,
         }),

@@ -407,25 +407,26 @@ impl<S: ClientIo> H1Client<S> {
             .map_or(Duration::ZERO, |u| u.service.read_timeout);
         self.out.clear();
         let (outcome, reusable) = match (reply.head, reply.body) {
+            (ReplyHead::Local(local), ReplyBody::File(file)) => {
+                let sending = self.send_local_file(worker, req, &local, file, keep_alive, broken);
+                (sending.await, None)
+            }
+            (ReplyHead::Shared(local), ReplyBody::File(file)) => {
+                let sending = self.send_local_file(worker, req, &local, file, keep_alive, broken);
+                (sending.await, None)
+            }
             (ReplyHead::Local(local), _) => {
-                let extra: &[u8] = if keep_alive && req.minor_version == 0 {
-                    b"connection: keep-alive\r\n"
-                } else {
-                    b""
-                };
-                let date = worker.clock.date_header();
-                local.write(&mut self.out, keep_alive, req.is_head(), extra, &date);
-                let ok = self.io.write_all(&self.out).await.is_ok();
-                let outcome = Outcome {
-                    keep_alive: keep_alive && ok,
-                    linger: broken,
-                    status: local.status,
-                    bytes: if req.is_head() {
-                        0
-                    } else {
-                        local.body.len() as u64
-                    },
-                };
+                let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
+                if self.io.write_all(&self.out).await.is_err() {
+                    outcome.keep_alive = false;
+                }
+                (outcome, None)
+            }
+            (ReplyHead::Shared(local), _) => {
+                let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
+                if self.io.write_all(&self.out).await.is_err() {
+                    outcome.keep_alive = false;
+                }
                 (outcome, None)
             }
             (ReplyHead::Response(response), ReplyBody::Upgrade(up)) => {
@@ -471,7 +472,7 @@ impl<S: ClientIo> H1Client<S> {
         if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
             if file.len <= WHOLE_BODY_LIMIT {
                 let mut data = vec![0; file.len as usize];
-                if read_exact_at(&file.file.file, &mut data, file.offset).is_err() {
+                if read_exact_at(&file.file, &mut data, file.offset).is_err() {
                     let failed = Outcome {
                         keep_alive: false,
                         linger: broken,
@@ -612,7 +613,7 @@ impl<S: ClientIo> H1Client<S> {
         relay
             .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
             .await?;
-        let file = &body.file.file;
+        let file = &*body.file;
         let end = body.offset + body.len;
         let mut offset = body.offset;
         while offset < end {
@@ -638,6 +639,59 @@ impl<S: ClientIo> H1Client<S> {
         Ok(body.len)
     }
 
+    /// Puts a local answer (prebuilt head and its own body) in the output buffer.
+    fn local_answer(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        local: &LocalResponse,
+        keep_alive: bool,
+        broken: bool,
+    ) -> Outcome {
+        let extra: &[u8] = if keep_alive && req.minor_version == 0 {
+            b"connection: keep-alive\r\n"
+        } else {
+            b""
+        };
+        let date = worker.clock.date_header();
+        local.write(&mut self.out, keep_alive, req.is_head(), extra, &date);
+        Outcome {
+            keep_alive,
+            linger: broken,
+            status: local.status,
+            bytes: if req.is_head() {
+                0
+            } else {
+                local.body.len() as u64
+            },
+        }
+    }
+
+    /// Writes a prebuilt head (a static file's) and the file after it.
+    async fn send_local_file(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        local: &LocalResponse,
+        file: FileBody,
+        keep_alive: bool,
+        broken: bool,
+    ) -> Outcome {
+        // The head alone: `local` has no body of its own.
+        let head_request = req.is_head();
+        let mut outcome = self.local_answer(worker, req, local, keep_alive, broken);
+        let sent = if head_request {
+            self.write_out(worker).await.map(|()| 0)
+        } else {
+            self.send_file(worker, &file, None, false).await
+        };
+        match sent {
+            Ok(bytes) => outcome.bytes = bytes,
+            Err(_) => outcome.keep_alive = false,
+        }
+        outcome
+    }
+
     /// Writes the output buffer under the client's send timeout.
     async fn write_out(&mut self, worker: &Worker) -> Result<(), BodyError> {
         let relay = Relay::to_client(worker, &self.watch);
@@ -658,7 +712,7 @@ impl<S: ClientIo> H1Client<S> {
         chunked_out: bool,
     ) -> Result<u64, BodyError> {
         let relay = Relay::to_client(worker, &self.watch);
-        let file = &body.file.file;
+        let file = &*body.file;
         let end = body.offset + body.len;
         let mut offset = body.offset;
         if filter.is_none() && body.len > INLINE_FILE && self.io.as_tcp().is_some() {

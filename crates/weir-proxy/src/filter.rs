@@ -5,10 +5,10 @@
 //! as the driver sends it (compression); without one, replies take the fused relay. A new
 //! middleware is a new variant of the config's `MiddlewareKind` plus its phases here.
 
+use crate::body_filter::BodyFilter;
 use crate::codec::{Head, RequestHead, ResponseHead};
-use crate::compress::{self, Compressor};
+use crate::compress;
 use crate::reply::LocalResponse;
-use std::io;
 use weir_config::{HeaderOps, MiddlewareKind};
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
@@ -96,36 +96,6 @@ impl Filter {
                 compress::install(config, req, resp).map(|c| BodyFilter::Compress(Box::new(c)))
             }
             _ => None,
-        }
-    }
-}
-
-/// A response-body filter, installed by a response-head filter for one response. Each call
-/// returns the bytes it produced for the client.
-pub enum BodyFilter {
-    /// Boxed: a reply carries an `Option<BodyFilter>`, which stays one word this way.
-    Compress(Box<Compressor>),
-}
-
-impl BodyFilter {
-    /// The next piece of the body.
-    pub fn write(&mut self, data: &[u8]) -> io::Result<&[u8]> {
-        match self {
-            BodyFilter::Compress(c) => c.write(data),
-        }
-    }
-
-    /// The source has nothing more for now: emit what is held back.
-    pub fn flush(&mut self) -> io::Result<&[u8]> {
-        match self {
-            BodyFilter::Compress(c) => c.flush(),
-        }
-    }
-
-    /// The body has ended.
-    pub fn finish(&mut self) -> io::Result<&[u8]> {
-        match self {
-            BodyFilter::Compress(c) => c.finish(),
         }
     }
 }

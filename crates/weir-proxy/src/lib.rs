@@ -7,6 +7,7 @@
 pub mod accesslog;
 pub mod admin;
 pub mod balancer;
+pub mod body_filter;
 pub mod client;
 pub mod codec;
 pub mod compress;

@@ -4,8 +4,8 @@
 //! keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
 
 use crate::balancer::UpstreamUse;
+use crate::body_filter::BodyFilter;
 use crate::codec::{header, push_decimal, reason, status_line, ResponseHead};
-use crate::filter::BodyFilter;
 use crate::pool::UpstreamConn;
 use bytes::Bytes;
 use std::borrow::Cow;

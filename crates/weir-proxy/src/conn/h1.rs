@@ -5,6 +5,7 @@
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
 //! second of idleness a plain one is parked ([`idle`](crate::conn::idle)) and its task ends.
 
+use crate::body_filter::BodyFilter;
 use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, push_hex, reason, status_line, ChunkEvent,
@@ -15,7 +16,6 @@ use crate::conn::idle::PARK_AFTER;
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
-use crate::filter::BodyFilter;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::static_files::read_exact_at;

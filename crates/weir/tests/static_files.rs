@@ -342,3 +342,23 @@ fn files_go_through_the_compress_filter() {
         assert_eq!(&decoded, text, "{path}");
     }
 }
+
+#[test]
+fn a_client_that_reads_late_gets_every_byte() {
+    // Small files go out with their head in one writev; when the socket takes only part of
+    // it, the rest must follow in order. Pipelined requests and a late reader force that.
+    let site = site("");
+    let body: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(site.root.join("blob.bin"), &body).unwrap();
+    let mut c = Conn::open(site.weir.addr());
+    let request = b"GET /blob.bin HTTP/1.1\r\nHost: t\r\n\r\n";
+    c.send(&request.repeat(200));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..200 {
+        let r = c
+            .read(false)
+            .unwrap_or_else(|| panic!("answer {i} missing"));
+        assert_eq!(r.status, 200, "answer {i}");
+        assert!(r.body == body, "answer {i}: {} bytes differ", r.body.len());
+    }
+}

@@ -22,6 +22,7 @@ use crate::static_files::read_exact_at;
 use crate::worker::{make_room, Worker};
 use bytes::{Buf, BytesMut};
 use std::future::Future;
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -722,6 +723,39 @@ impl<S: ClientIo> H1Client<S> {
             let sent = self.sendfile_after_head(worker, body).await;
             set_cork(&self.io, false);
             return sent;
+        }
+        if filter.is_none() && body.len <= INLINE_FILE {
+            if let Some(tcp) = self.io.as_tcp() {
+                // Head and file in one writev, the file bytes straight from the scratch
+                // buffer; whatever the socket does not take now is queued in `out`.
+                let len = body.len as usize;
+                let all_written = {
+                    let mut scratch = worker.buffers.scratch(len);
+                    let chunk = &mut scratch[..len];
+                    read_exact_at(file, chunk, offset).map_err(|_| BodyError::Source)?;
+                    let parts = [IoSlice::new(&self.out), IoSlice::new(chunk)];
+                    let written = match tcp.try_write_vectored(&parts) {
+                        Ok(written) => written,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+                        Err(_) => return Err(BodyError::Sink),
+                    };
+                    let head = self.out.len();
+                    if written < head {
+                        self.out.drain(..written);
+                        self.out.extend_from_slice(chunk);
+                    } else {
+                        self.out.clear();
+                        self.out.extend_from_slice(&chunk[written - head..]);
+                    }
+                    written == head + len
+                };
+                if !all_written {
+                    relay
+                        .flush(&mut Sink::plain(Some(&mut self.io)), &mut self.out)
+                        .await?;
+                }
+                return Ok(body.len);
+            }
         }
         let mut sink = Sink {
             io: Some(&mut self.io),

@@ -43,7 +43,9 @@ struct Entry {
 }
 
 pub struct OpenFiles {
-    entries: RefCell<HashMap<String, Entry>>,
+    /// Per site (a `static` action), by path under its root: looked up by `&str`, so a hit
+    /// allocates nothing.
+    sites: RefCell<HashMap<u64, HashMap<Box<str>, Entry>>>,
     /// Entries kept (each holds a descriptor while its file exists).
     max: usize,
     /// How long a lookup's result is reused before the file is opened again.
@@ -53,28 +55,30 @@ pub struct OpenFiles {
 impl OpenFiles {
     pub fn new(settings: weir_config::OpenFileCache) -> OpenFiles {
         OpenFiles {
-            entries: RefCell::default(),
+            sites: RefCell::default(),
             max: settings.max,
             valid: settings.valid,
         }
     }
 
-    /// The cached result for `key`, or `open()`'s (then cached) when there is none or it is
-    /// older than `valid`.
+    /// The cached result for `path` of `site`, or `open()`'s (then cached) when there is
+    /// none or it is older than `valid`. `max` applies per site.
     pub fn get(
         &self,
-        key: &str,
+        site: u64,
+        path: &str,
         now: Instant,
         open: impl FnOnce() -> Result<File, Missing>,
     ) -> Result<Rc<OpenFile>, Missing> {
-        if let Some(entry) = self.entries.borrow().get(key) {
+        if let Some(entry) = self.sites.borrow().get(&site).and_then(|s| s.get(path)) {
             if now.saturating_duration_since(entry.checked) < self.valid {
                 return entry.found.clone();
             }
         }
         let found = open().and_then(describe);
-        let mut entries = self.entries.borrow_mut();
-        if entries.len() >= self.max && !entries.contains_key(key) {
+        let mut sites = self.sites.borrow_mut();
+        let entries = sites.entry(site).or_default();
+        if entries.len() >= self.max && !entries.contains_key(path) {
             let valid = self.valid;
             entries.retain(|_, e| now.saturating_duration_since(e.checked) < valid);
             // All in use: drop an eighth, whichever the map yields first.
@@ -88,7 +92,7 @@ impl OpenFiles {
             }
         }
         entries.insert(
-            key.to_string(),
+            path.into(),
             Entry {
                 found: found.clone(),
                 checked: now,

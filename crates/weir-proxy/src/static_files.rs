@@ -36,8 +36,8 @@ const PRECOMPRESSED: [(Encoding, &str); 3] = [
 pub struct StaticSite {
     pub config: StaticFiles,
     root: OwnedFd,
-    /// Prefixes this site's entries in a worker's open-file cache.
-    key_prefix: String,
+    /// This site's entries in a worker's open-file cache.
+    id: u64,
 }
 
 impl std::fmt::Debug for StaticSite {
@@ -54,7 +54,7 @@ impl StaticSite {
         Ok(StaticSite {
             config: config.clone(),
             root: root.into(),
-            key_prefix: format!("{}:", NEXT_ID.fetch_add(1, Ordering::Relaxed)),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -101,10 +101,7 @@ impl StaticSite {
     }
 
     fn lookup(&self, files: &OpenFiles, now: Instant, rel: &str) -> Result<Rc<OpenFile>, Missing> {
-        let mut key = String::with_capacity(self.key_prefix.len() + rel.len());
-        key.push_str(&self.key_prefix);
-        key.push_str(rel);
-        files.get(&key, now, || self.open_file(rel))
+        files.get(self.id, rel, now, || self.open_file(rel))
     }
 }
 
@@ -121,7 +118,7 @@ enum BadPath {
 /// (an encoded `/` or NUL refused), valid UTF-8, no backslash, `.` dropped, `..` applied
 /// without climbing above the root. Returns the segments joined by `/`, and whether the
 /// path ended with `/`.
-fn clean_path(raw: &str, dotfiles: bool) -> Result<(String, bool), BadPath> {
+fn clean_path(raw: &str, dotfiles: bool) -> Result<(Cow<'_, str>, bool), BadPath> {
     // The common case, nothing to decode or resolve: the path is the name.
     let plain = raw.starts_with('/')
         && !raw.contains(['%', '\\', '\0'])
@@ -130,7 +127,7 @@ fn clean_path(raw: &str, dotfiles: bool) -> Result<(String, bool), BadPath> {
     if plain {
         let trailing_slash = raw.ends_with('/');
         let name = raw[1..].strip_suffix('/').unwrap_or(&raw[1..]);
-        return Ok((name.to_string(), trailing_slash));
+        return Ok((Cow::Borrowed(name), trailing_slash));
     }
     let bytes = raw.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
@@ -165,7 +162,7 @@ fn clean_path(raw: &str, dotfiles: bool) -> Result<(String, bool), BadPath> {
             name => segments.push(name),
         }
     }
-    Ok((segments.join("/"), text.ends_with('/')))
+    Ok((Cow::Owned(segments.join("/")), text.ends_with('/')))
 }
 
 /// Runs the `static` action for one request.
@@ -220,7 +217,7 @@ pub(crate) fn serve<'r>(
         });
         match index {
             Some((path, file)) => {
-                name = path;
+                name = Cow::Owned(path);
                 found = file;
             }
             None if config.autoindex => return listing(site, &rel, req),
@@ -627,7 +624,7 @@ mod tests {
 
     #[test]
     fn paths_are_cleaned_or_refused() {
-        let ok = |p: &str| clean_path(p, false);
+        let ok = |p: &'static str| clean_path(p, false);
         assert_eq!(ok("/a/b.txt"), Ok(("a/b.txt".into(), false)));
         assert_eq!(ok("/a/./b/../c/"), Ok(("a/c".into(), true)));
         assert_eq!(ok("/"), Ok(("".into(), true)));

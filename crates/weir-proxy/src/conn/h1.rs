@@ -469,32 +469,30 @@ impl<S: ClientIo> H1Client<S> {
         read_timeout: Duration,
     ) -> (Outcome, Option<UpstreamConn>) {
         let mut body = body;
+        // The head is not sent yet, but it promises a body that cannot be produced: close.
+        let status = response.status;
+        let failed = || {
+            let outcome = Outcome {
+                keep_alive: false,
+                linger: broken,
+                status,
+                bytes: 0,
+            };
+            (outcome, None)
+        };
         // A file small enough to be compressed whole is read now, like a local body.
         if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
             if file.len <= WHOLE_BODY_LIMIT {
                 let mut data = vec![0; file.len as usize];
                 if read_exact_at(&file.file, &mut data, file.offset).is_err() {
-                    let failed = Outcome {
-                        keep_alive: false,
-                        linger: broken,
-                        status: response.status,
-                        bytes: 0,
-                    };
-                    return (failed, None);
+                    return failed();
                 }
                 body = ReplyBody::Bytes(data.into());
             }
         }
         if let (Some(whole), ReplyBody::Bytes(bytes)) = (&mut filter, &body) {
             let Ok(filtered) = filter_whole(whole, bytes) else {
-                // The head promises an encoding that cannot be produced: send nothing.
-                let failed = Outcome {
-                    keep_alive: false,
-                    linger: broken,
-                    status: response.status,
-                    bytes: 0,
-                };
-                return (failed, None);
+                return failed();
             };
             response.framing = Framing::Length(filtered.len() as u64);
             body = ReplyBody::Bytes(filtered.into());

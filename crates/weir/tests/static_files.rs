@@ -66,14 +66,6 @@ fn status(head: &str) -> u16 {
         .unwrap_or(0)
 }
 
-/// A header's value; names compared without case.
-fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
 #[test]
 fn files_types_validators_and_conditionals() {
     let site = site("");
@@ -81,16 +73,16 @@ fn files_types_validators_and_conditionals() {
     assert_eq!(status(&head), 200, "{head}");
     assert_eq!(body, "<h1>home</h1>\n".repeat(100).as_bytes());
     assert_eq!(
-        header(&head, "content-type"),
+        header_value(&head, "content-type"),
         Some("text/html; charset=utf-8")
     );
-    assert_eq!(header(&head, "cache-control"), Some("max-age=60"));
-    assert_eq!(header(&head, "accept-ranges"), Some("bytes"));
-    let etag = header(&head, "etag").unwrap().to_string();
-    let modified = header(&head, "last-modified").unwrap().to_string();
+    assert_eq!(header_value(&head, "cache-control"), Some("max-age=60"));
+    assert_eq!(header_value(&head, "accept-ranges"), Some("bytes"));
+    let etag = header_value(&head, "etag").unwrap().to_string();
+    let modified = header_value(&head, "last-modified").unwrap().to_string();
     assert!(etag.starts_with('"'), "a strong ETag: {etag}");
     let (head, _) = curl(&site, "/app.js", &["-H", "accept-encoding: br"]);
-    let js = header(&head, "content-type").unwrap_or_default();
+    let js = header_value(&head, "content-type").unwrap_or_default();
     assert!(
         js.contains("javascript") && js.ends_with("charset=utf-8"),
         "{head}"
@@ -116,7 +108,7 @@ fn files_types_validators_and_conditionals() {
     let (head, body) = curl(&site, "/index.html", &["-z", &modified]);
     assert_eq!(status(&head), 304, "{head}");
     assert!(body.is_empty());
-    assert_eq!(header(&head, "etag"), Some(etag.as_str()));
+    assert_eq!(header_value(&head, "etag"), Some(etag.as_str()));
 
     // HEAD: the same head, no body; other methods: 405 with Allow.
     let mut c = Conn::open(site.weir.addr());
@@ -129,15 +121,19 @@ fn files_types_validators_and_conditionals() {
     assert_eq!(c.read(false).unwrap().text(), "0123456789".repeat(10));
     let (head, _) = curl(&site, "/index.html", &["-X", "POST"]);
     assert_eq!(status(&head), 405);
-    assert_eq!(header(&head, "allow"), Some("GET, HEAD"));
+    assert_eq!(header_value(&head, "allow"), Some("GET, HEAD"));
 
     // Precompressed sibling when accepted, with Vary; the plain file otherwise.
     let (head, body) = curl(&site, "/app.js", &["-H", "accept-encoding: gzip, br"]);
-    assert_eq!(header(&head, "content-encoding"), Some("gzip"), "{head}");
-    assert_eq!(header(&head, "vary"), Some("Accept-Encoding"));
+    assert_eq!(
+        header_value(&head, "content-encoding"),
+        Some("gzip"),
+        "{head}"
+    );
+    assert_eq!(header_value(&head, "vary"), Some("Accept-Encoding"));
     assert_eq!(body, b"not really gzip, but the sibling");
     let (head, body) = curl(&site, "/app.js", &["-H", "accept-encoding: gzip;q=0"]);
-    assert!(header(&head, "content-encoding").is_none(), "{head}");
+    assert!(header_value(&head, "content-encoding").is_none(), "{head}");
     assert_eq!(body.len(), "console.log('weir');\n".len() * 50);
 }
 
@@ -147,13 +143,16 @@ fn ranges_one_several_unsatisfiable_and_if_range() {
     let digits = "0123456789".repeat(10);
     let (head, body) = curl(&site, "/digits.txt", &["-r", "10-19"]);
     assert_eq!(status(&head), 206, "{head}");
-    assert_eq!(header(&head, "content-range"), Some("bytes 10-19/100"));
+    assert_eq!(
+        header_value(&head, "content-range"),
+        Some("bytes 10-19/100")
+    );
     assert_eq!(body, b"0123456789");
     let (_, body) = curl(&site, "/digits.txt", &["-r", "-5"]);
     assert_eq!(body, b"56789");
     let (head, body) = curl(&site, "/digits.txt", &["-r", "0-1,50-52"]);
     assert_eq!(status(&head), 206);
-    let content_type = header(&head, "content-type").unwrap();
+    let content_type = header_value(&head, "content-type").unwrap();
     let boundary = content_type
         .strip_prefix("multipart/byteranges; boundary=")
         .expect(content_type);
@@ -172,9 +171,9 @@ fn ranges_one_several_unsatisfiable_and_if_range() {
     );
     let (head, _) = curl(&site, "/digits.txt", &["-r", "100-200"]);
     assert_eq!(status(&head), 416);
-    assert_eq!(header(&head, "content-range"), Some("bytes */100"));
+    assert_eq!(header_value(&head, "content-range"), Some("bytes */100"));
     // If-Range: the range only while the validator matches.
-    let etag = header(&curl(&site, "/digits.txt", &["-I"]).0, "etag")
+    let etag = header_value(&curl(&site, "/digits.txt", &["-I"]).0, "etag")
         .unwrap()
         .to_string();
     let if_range = format!("if-range: {etag}");
@@ -194,7 +193,7 @@ fn folders_listing_and_not_found() {
     let site = site(", autoindex: true");
     let (head, _) = curl(&site, "/docs?x=1", &[]);
     assert_eq!(status(&head), 301);
-    assert_eq!(header(&head, "location"), Some("/docs/?x=1"));
+    assert_eq!(header_value(&head, "location"), Some("/docs/?x=1"));
     let (_, body) = curl(&site, "/docs/", &[]);
     assert_eq!(body, b"docs index\n");
     // A folder without an index is listed, names escaped, dotfiles hidden.

@@ -75,18 +75,10 @@ fn curl(port: u16, name: &str, ca: &Path) -> (bool, String) {
 
 /// Runs Python's `ssl` client against weir; the script prints one line of results.
 fn python(script: &str, args: &[String]) -> String {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python3 must be installed");
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    String::from_utf8_lossy(&common::python(script, &args))
+        .trim()
+        .to_string()
 }
 
 /// Connects with Python's ssl module: argv = port, cafile, server_hostname or "-", then

@@ -708,3 +708,34 @@ pub fn proxy_config_with(upstream: &str, server_extra: &str, service_extra: &str
          services:\n  app:\n    servers: [{{ url: \"{upstream}\" }}]\n{service_extra}"
     )
 }
+
+/// Runs a Python script with Debian's interpreter (the one whose packages scripts/test
+/// installs: brotli, zstandard) and returns what it printed; a failing script fails the test.
+pub fn python(script: &str, args: &[&str]) -> Vec<u8> {
+    let interpreter = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let out = Command::new(interpreter)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 must be installed");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A header's value in a response head printed as text (curl's `-D`); names compared
+/// without case.
+pub fn header_value<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}

@@ -344,8 +344,8 @@ fn files_go_through_the_compress_filter() {
 
 #[test]
 fn a_client_that_reads_late_gets_every_byte() {
-    // Small files go out with their head in one writev; when the socket takes only part of
-    // it, the rest must follow in order. Pipelined requests and a late reader force that.
+    // A file goes out by sendfile right after its head; when the socket takes only part of
+    // them, the rest must follow in order. Pipelined requests and a late reader force that.
     let site = site("");
     let body: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(site.root.join("blob.bin"), &body).unwrap();

@@ -1,6 +1,8 @@
 //! Turns a positioned YAML tree into the validated [`Config`], collecting every error it finds
 //! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
 
+mod tcp;
+
 use crate::model::*;
 use crate::rule;
 use crate::yaml::{self, Node, Pos, Value};
@@ -320,6 +322,7 @@ impl Loader<'_> {
                     "routers",
                     "services",
                     "middlewares",
+                    "tcp",
                 ],
             )
             .unwrap_or(Fields {
@@ -354,12 +357,14 @@ impl Loader<'_> {
                 routers.push(router);
             }
         }
+        let tcp = self.tcp(top.get("tcp"), &entrypoints);
         Config {
             server,
             entrypoints,
             routers,
             services,
             middlewares,
+            tcp,
         }
     }
 
@@ -495,8 +500,25 @@ impl Loader<'_> {
             return None;
         };
         let text = self.string(addr_node, "`address`")?;
+        let (text, transport) = match text.rsplit_once('/') {
+            Some((addr, "tcp")) => (addr.to_string(), Transport::Tcp),
+            Some((addr, "udp")) => (addr.to_string(), Transport::Udp),
+            _ => (text, Transport::Tcp),
+        };
+        if transport == Transport::Udp {
+            self.error(
+                addr_node.pos,
+                format!("{what}: `/udp` entrypoints are not supported yet; only TCP"),
+            );
+            return None;
+        }
         match parse_listen_address(&text) {
-            Some(address) => Some(Entrypoint { name, address, tls }),
+            Some(address) => Some(Entrypoint {
+                name,
+                address,
+                transport,
+                tls,
+            }),
             None => {
                 self.error(
                     addr_node.pos,
@@ -1277,7 +1299,7 @@ impl Loader<'_> {
     }
 }
 
-fn list_or_none(names: &[&str]) -> String {
+pub(crate) fn list_or_none(names: &[&str]) -> String {
     if names.is_empty() {
         "none".to_string()
     } else {
@@ -1286,7 +1308,7 @@ fn list_or_none(names: &[&str]) -> String {
 }
 
 /// The file position of character `offset` inside a one-line scalar (quotes accounted for).
-fn offset_pos(node: &Node, text: &str, offset: usize) -> Pos {
+pub(crate) fn offset_pos(node: &Node, text: &str, offset: usize) -> Pos {
     let quoted = matches!(node.value, Value::Scalar { quoted: true, .. });
     let Value::Scalar { text: raw, .. } = &node.value else {
         return node.pos;
@@ -1468,7 +1490,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"

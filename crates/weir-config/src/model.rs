@@ -1,7 +1,7 @@
 //! The validated configuration model: what the rest of weir consumes. Everything here has
 //! already been checked (references resolve, values in range), so consumers never re-validate.
 
-use crate::rule::Rule;
+use crate::rule::{Rule, TcpMatcher};
 use crate::yaml::Pos;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +14,59 @@ pub struct Config {
     pub routers: Vec<Router>,
     pub services: Vec<Service>,
     pub middlewares: Vec<Middleware>,
+    /// Routers and services for raw TCP connections (`tcp:`).
+    pub tcp: TcpConfig,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TcpConfig {
+    pub routers: Vec<TcpRouter>,
+    pub services: Vec<TcpService>,
+}
+
+/// A TCP router: connections on its entrypoints whose ClientHello (or client address) match
+/// its rule go to its service as bytes, before any HTTP routing.
+#[derive(Debug, Clone)]
+pub struct TcpRouter {
+    pub name: String,
+    pub pos: Pos,
+    /// Empty means every TCP entrypoint.
+    pub entrypoints: Vec<String>,
+    pub rule_text: String,
+    pub rule: Rule<TcpMatcher>,
+    pub priority: i64,
+    /// `tls.passthrough`: forward the TLS bytes as they are. Otherwise a TLS entrypoint
+    /// terminates TLS and forwards the plaintext, and a plain one forwards the bytes.
+    pub passthrough: bool,
+    pub service: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct TcpService {
+    pub name: String,
+    pub servers: Vec<TcpServer>,
+    pub load_balancer: Balancer,
+    /// A PROXY protocol header (version 1 or 2) sent to the server before the client's bytes.
+    pub proxy_protocol: Option<u8>,
+    pub connect_timeout: Duration,
+    /// A connection with no byte in either direction for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct TcpServer {
+    /// `host:port` as written.
+    pub address: String,
+    pub host: String,
+    pub port: u16,
+    pub weight: u32,
+}
+
+/// What an entrypoint's socket carries (`address: ":5353/udp"`; `/tcp` is the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Udp,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +126,7 @@ pub enum LogTarget {
 pub struct Entrypoint {
     pub name: String,
     pub address: SocketAddr,
+    pub transport: Transport,
     /// TLS termination on this entrypoint.
     pub tls: Option<EntrypointTls>,
 }
@@ -341,5 +395,6 @@ pub const DEFAULT_UPSTREAM_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,18 +1,53 @@
-//! The Traefik v3 rule language: `Host`, `HostRegexp`, `Path`, `PathPrefix`, `PathRegexp`,
-//! `Method`, `Header`, `HeaderRegexp`, `Query`, `QueryRegexp`, `ClientIP`, joined by `&&`, `||`,
-//! `!` and parentheses. Parsing yields an expression tree with regexes and CIDRs already compiled;
-//! errors carry the character offset in the rule text.
+//! The Traefik v3 rule languages, joined by `&&`, `||`, `!` and parentheses: HTTP routers'
+//! (`Host`, `HostRegexp`, `Path`, `PathPrefix`, `PathRegexp`, `Method`, `Header`,
+//! `HeaderRegexp`, `Query`, `QueryRegexp`, `ClientIP`) and TCP routers' (`HostSNI`,
+//! `HostSNIRegexp`, `ALPN`, `ClientIP`). Parsing yields an expression tree with regexes and CIDRs
+//! already compiled; errors carry the character offset in the rule text.
 
 use regex::Regex;
 use std::fmt;
 use std::net::IpAddr;
 
+/// A rule over matchers `M`: [`Matcher`] for HTTP routers, [`TcpMatcher`] for TCP ones.
 #[derive(Debug, Clone)]
-pub enum Rule {
-    And(Box<Rule>, Box<Rule>),
-    Or(Box<Rule>, Box<Rule>),
-    Not(Box<Rule>),
-    Match(Matcher),
+pub enum Rule<M = Matcher> {
+    And(Box<Rule<M>>, Box<Rule<M>>),
+    Or(Box<Rule<M>>, Box<Rule<M>>),
+    Not(Box<Rule<M>>),
+    Match(M),
+}
+
+impl<M> Rule<M> {
+    /// Whether the rule holds when each matcher is decided by `test`.
+    pub fn eval(&self, test: &impl Fn(&M) -> bool) -> bool {
+        match self {
+            Rule::And(a, b) => a.eval(test) && b.eval(test),
+            Rule::Or(a, b) => a.eval(test) || b.eval(test),
+            Rule::Not(a) => !a.eval(test),
+            Rule::Match(m) => test(m),
+        }
+    }
+
+    /// Whether some matcher in the rule satisfies `test`.
+    pub fn any_matcher(&self, test: &impl Fn(&M) -> bool) -> bool {
+        match self {
+            Rule::And(a, b) | Rule::Or(a, b) => a.any_matcher(test) || b.any_matcher(test),
+            Rule::Not(a) => a.any_matcher(test),
+            Rule::Match(m) => test(m),
+        }
+    }
+}
+
+/// What a TCP router's rule can look at: the TLS ClientHello's server name and ALPN
+/// protocols (read without consuming them), and the client's address.
+#[derive(Debug, Clone)]
+pub enum TcpMatcher {
+    /// `HostSNI(`*`)` matches every connection, TLS or not; other patterns need an SNI.
+    HostSni(HostPattern),
+    HostSniRegexp(Regex),
+    /// One of the protocols the client offers by ALPN.
+    Alpn(String),
+    ClientIp(Cidr),
 }
 
 #[derive(Debug, Clone)]
@@ -201,10 +236,7 @@ impl fmt::Display for RuleError {
     }
 }
 
-const MATCHERS: &str = "Host, HostRegexp, Path, PathPrefix, PathRegexp, Method, Header, \
-                        HeaderRegexp, Query, QueryRegexp, ClientIP";
-
-const MATCHER_NAMES: [&str; 11] = [
+const HTTP_MATCHERS: [&str; 11] = [
     "Host",
     "HostRegexp",
     "Path",
@@ -217,6 +249,8 @@ const MATCHER_NAMES: [&str; 11] = [
     "QueryRegexp",
     "ClientIP",
 ];
+
+const TCP_MATCHERS: [&str; 4] = ["HostSNI", "HostSNIRegexp", "ALPN", "ClientIP"];
 
 /// The spellings Traefik accepts for a matcher name.
 fn spellings(canonical: &str) -> impl Iterator<Item = String> + '_ {
@@ -232,12 +266,31 @@ fn spellings(canonical: &str) -> impl Iterator<Item = String> + '_ {
     .into_iter()
 }
 
+/// Parses an HTTP router's rule.
 pub fn parse(text: &str) -> Result<Rule, RuleError> {
+    parse_with(text, &HTTP_MATCHERS, http_matcher)
+}
+
+/// Parses a TCP router's rule.
+pub fn parse_tcp(text: &str) -> Result<Rule<TcpMatcher>, RuleError> {
+    parse_with(text, &TCP_MATCHERS, tcp_matcher)
+}
+
+/// A matcher's name (as canonically spelled) and its arguments with their offsets.
+type MatcherBuilder<M> = fn(&str, usize, &[(String, usize)]) -> Result<M, RuleError>;
+
+fn parse_with<M>(
+    text: &str,
+    names: &'static [&'static str],
+    build: MatcherBuilder<M>,
+) -> Result<Rule<M>, RuleError> {
     let tokens = tokenize(text)?;
     let mut parser = RuleParser {
         tokens,
         next: 0,
         end: text.chars().count(),
+        names,
+        build,
     };
     let rule = parser.or()?;
     match parser.peek() {
@@ -338,13 +391,16 @@ fn tokenize(text: &str) -> Result<Vec<(Token, usize)>, RuleError> {
     Ok(tokens)
 }
 
-struct RuleParser {
+struct RuleParser<M> {
     tokens: Vec<(Token, usize)>,
     next: usize,
     end: usize,
+    /// The matcher names of the rule's language.
+    names: &'static [&'static str],
+    build: MatcherBuilder<M>,
 }
 
-impl RuleParser {
+impl<M> RuleParser<M> {
     fn peek(&self) -> Option<(&Token, usize)> {
         self.tokens.get(self.next).map(|(t, at)| (t, *at))
     }
@@ -369,7 +425,7 @@ impl RuleParser {
         }
     }
 
-    fn or(&mut self) -> Result<Rule, RuleError> {
+    fn or(&mut self) -> Result<Rule<M>, RuleError> {
         let mut left = self.and()?;
         while matches!(self.peek(), Some((Token::Or, _))) {
             self.next += 1;
@@ -378,7 +434,7 @@ impl RuleParser {
         Ok(left)
     }
 
-    fn and(&mut self) -> Result<Rule, RuleError> {
+    fn and(&mut self) -> Result<Rule<M>, RuleError> {
         let mut left = self.unary()?;
         while matches!(self.peek(), Some((Token::And, _))) {
             self.next += 1;
@@ -387,7 +443,8 @@ impl RuleParser {
         Ok(left)
     }
 
-    fn unary(&mut self) -> Result<Rule, RuleError> {
+    fn unary(&mut self) -> Result<Rule<M>, RuleError> {
+        let matchers = self.names.join(", ");
         match self.bump() {
             Some((Token::Not, _)) => Ok(Rule::Not(Box::new(self.unary()?))),
             Some((Token::LParen, _)) => {
@@ -398,34 +455,31 @@ impl RuleParser {
             Some((Token::Ident(name), at)) => self.matcher(&name, at),
             Some((tok, at)) => Err(RuleError {
                 offset: at,
-                message: format!("expected a matcher ({MATCHERS}), `!` or `(`, found {tok}"),
+                message: format!("expected a matcher ({matchers}), `!` or `(`, found {tok}"),
             }),
             None => Err(RuleError {
                 offset: self.end,
-                message: format!("expected a matcher ({MATCHERS}), found the end of the rule"),
+                message: format!("expected a matcher ({matchers}), found the end of the rule"),
             }),
         }
     }
 
-    fn matcher(&mut self, written: &str, at: usize) -> Result<Rule, RuleError> {
+    fn matcher(&mut self, written: &str, at: usize) -> Result<Rule<M>, RuleError> {
         // Traefik accepts each name as written in its docs, all lowercase, all uppercase, or
         // capitalised (`PathPrefix`, `pathprefix`, `PATHPREFIX`, `Pathprefix`).
-        let name = MATCHER_NAMES
+        let Some(name) = self
+            .names
             .iter()
             .find(|canonical| spellings(canonical).any(|s| s == written))
             .copied()
-            .unwrap_or(written);
-        let arity: &[usize] = match name {
-            "Host" | "HostRegexp" | "Path" | "PathPrefix" | "PathRegexp" | "Method"
-            | "ClientIP" => &[1],
-            "Header" | "HeaderRegexp" | "QueryRegexp" => &[2],
-            "Query" => &[1, 2],
-            _ => {
-                return Err(RuleError {
-                    offset: at,
-                    message: format!("unknown matcher `{name}`, expected one of {MATCHERS}"),
-                })
-            }
+        else {
+            return Err(RuleError {
+                offset: at,
+                message: format!(
+                    "unknown matcher `{written}`, expected one of {}",
+                    self.names.join(", ")
+                ),
+            });
         };
         self.expect(Token::LParen, &format!("`(` after `{name}`"))?;
         let mut args: Vec<(String, usize)> = Vec::new();
@@ -466,6 +520,11 @@ impl RuleParser {
                 }
             }
         }
+        let arity: &[usize] = match name {
+            "Header" | "HeaderRegexp" | "QueryRegexp" => &[2],
+            "Query" => &[1, 2],
+            _ => &[1],
+        };
         if !arity.contains(&args.len()) {
             let want = arity
                 .iter()
@@ -484,66 +543,88 @@ impl RuleParser {
                 message: format!("`{name}` does not take an empty argument"),
             });
         }
-        if matches!(name, "Host" | "HostRegexp") && !args[0].0.is_ascii() {
-            return Err(RuleError {
-                offset: args[0].1,
-                message: format!(
-                    "`{name}` takes ASCII only; write an internationalised name in its xn-- form"
-                ),
-            });
-        }
-        let regex = |(text, pos): &(String, usize)| {
-            Regex::new(&from_go_syntax(text)).map_err(|e| RuleError {
-                offset: *pos,
-                message: format!("invalid regular expression `{text}`: {e}"),
-            })
-        };
-        let path = |(text, pos): &(String, usize)| {
-            if text.starts_with('/') {
-                Ok(text.clone())
-            } else {
-                Err(RuleError {
-                    offset: *pos,
-                    message: format!("path `{text}` must start with `/`"),
-                })
-            }
-        };
-        let m = match name {
-            "Host" => {
-                let host = &args[0].0;
-                Matcher::Host(match host.as_str() {
-                    "*" => HostPattern::Any,
-                    _ => match host.strip_prefix('*') {
-                        Some(suffix) if suffix.starts_with('.') && !suffix.contains('*') => {
-                            HostPattern::OneLabelUnder(canonical_host(suffix).into_owned())
-                        }
-                        _ => HostPattern::Exact(canonical_host(host).into_owned()),
-                    },
-                })
-            }
-            // Matched case-sensitively against the canonical (lowercased) host, as Traefik does.
-            "HostRegexp" => Matcher::HostRegexp(regex(&args[0])?),
-            "Path" => Matcher::Path(path(&args[0])?),
-            "PathPrefix" => Matcher::PathPrefix(path(&args[0])?),
-            "PathRegexp" => Matcher::PathRegexp(regex(&args[0])?),
-            "Method" => Matcher::Method(args[0].0.to_ascii_uppercase()),
-            "Header" => Matcher::Header(args[0].0.clone(), args[1].0.clone()),
-            "HeaderRegexp" => Matcher::HeaderRegexp(args[0].0.clone(), regex(&args[1])?),
-            "Query" => Matcher::Query(
-                args[0].0.clone(),
-                args.get(1).map(|a| a.0.clone()).unwrap_or_default(),
-            ),
-            "QueryRegexp" => Matcher::QueryRegexp(args[0].0.clone(), regex(&args[1])?),
-            _ => Matcher::ClientIp(Cidr::parse(&args[0].0).ok_or(RuleError {
-                offset: args[0].1,
-                message: format!(
-                    "`{}` is not an IP address or CIDR, expected e.g. `10.0.0.0/8`",
-                    args[0].0
-                ),
-            })?),
-        };
-        Ok(Rule::Match(m))
+        Ok(Rule::Match((self.build)(name, at, &args)?))
     }
+}
+
+fn regex_arg((text, pos): &(String, usize)) -> Result<Regex, RuleError> {
+    Regex::new(&from_go_syntax(text)).map_err(|e| RuleError {
+        offset: *pos,
+        message: format!("invalid regular expression `{text}`: {e}"),
+    })
+}
+
+fn cidr_arg((text, pos): &(String, usize)) -> Result<Cidr, RuleError> {
+    Cidr::parse(text).ok_or(RuleError {
+        offset: *pos,
+        message: format!("`{text}` is not an IP address or CIDR, expected e.g. `10.0.0.0/8`"),
+    })
+}
+
+/// `*`, `*.example.com` or an exact name, as `Host` and `HostSNI` take them.
+fn host_pattern_arg(name: &str, (host, pos): &(String, usize)) -> Result<HostPattern, RuleError> {
+    if !host.is_ascii() {
+        return Err(RuleError {
+            offset: *pos,
+            message: format!(
+                "`{name}` takes ASCII only; write an internationalised name in its xn-- form"
+            ),
+        });
+    }
+    Ok(match host.as_str() {
+        "*" => HostPattern::Any,
+        _ => match host.strip_prefix('*') {
+            Some(suffix) if suffix.starts_with('.') && !suffix.contains('*') => {
+                HostPattern::OneLabelUnder(canonical_host(suffix).into_owned())
+            }
+            _ => HostPattern::Exact(canonical_host(host).into_owned()),
+        },
+    })
+}
+
+fn http_matcher(name: &str, _at: usize, args: &[(String, usize)]) -> Result<Matcher, RuleError> {
+    let path = |(text, pos): &(String, usize)| {
+        if text.starts_with('/') {
+            Ok(text.clone())
+        } else {
+            Err(RuleError {
+                offset: *pos,
+                message: format!("path `{text}` must start with `/`"),
+            })
+        }
+    };
+    Ok(match name {
+        "Host" => Matcher::Host(host_pattern_arg(name, &args[0])?),
+        // Matched case-sensitively against the canonical (lowercased) host, as Traefik does.
+        "HostRegexp" => {
+            if !args[0].0.is_ascii() {
+                host_pattern_arg(name, &args[0])?;
+            }
+            Matcher::HostRegexp(regex_arg(&args[0])?)
+        }
+        "Path" => Matcher::Path(path(&args[0])?),
+        "PathPrefix" => Matcher::PathPrefix(path(&args[0])?),
+        "PathRegexp" => Matcher::PathRegexp(regex_arg(&args[0])?),
+        "Method" => Matcher::Method(args[0].0.to_ascii_uppercase()),
+        "Header" => Matcher::Header(args[0].0.clone(), args[1].0.clone()),
+        "HeaderRegexp" => Matcher::HeaderRegexp(args[0].0.clone(), regex_arg(&args[1])?),
+        "Query" => Matcher::Query(
+            args[0].0.clone(),
+            args.get(1).map(|a| a.0.clone()).unwrap_or_default(),
+        ),
+        "QueryRegexp" => Matcher::QueryRegexp(args[0].0.clone(), regex_arg(&args[1])?),
+        _ => Matcher::ClientIp(cidr_arg(&args[0])?),
+    })
+}
+
+fn tcp_matcher(name: &str, _at: usize, args: &[(String, usize)]) -> Result<TcpMatcher, RuleError> {
+    Ok(match name {
+        "HostSNI" => TcpMatcher::HostSni(host_pattern_arg(name, &args[0])?),
+        // Matched against the lowercased server name.
+        "HostSNIRegexp" => TcpMatcher::HostSniRegexp(regex_arg(&args[0])?),
+        "ALPN" => TcpMatcher::Alpn(args[0].0.clone()),
+        _ => TcpMatcher::ClientIp(cidr_arg(&args[0])?),
+    })
 }
 
 /// Removes a `:port` suffix from a host, keeping bracketed IPv6 literals whole.

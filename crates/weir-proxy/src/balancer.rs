@@ -79,6 +79,27 @@ impl Drop for UpstreamUse<'_> {
     }
 }
 
+impl Policy {
+    fn new(balancer: Balancer, servers: &[Server]) -> Policy {
+        let weights: Vec<u32> = servers.iter().map(|s| s.weight).collect();
+        match balancer {
+            Balancer::RoundRobin => Policy::RoundRobin(smooth_weighted_order(&weights)),
+            Balancer::LeastConn => Policy::LeastConn,
+            Balancer::Random => Policy::Random(cumulative(&weights)),
+            Balancer::P2c => Policy::P2c(cumulative(&weights)),
+            Balancer::ConsistentHash => Policy::ConsistentHash(hash_ring(servers)),
+        }
+    }
+}
+
+/// Each worker starts its turn at a different server, so requests that land on different
+/// workers do not all begin with the first server.
+fn cursors(workers: usize) -> Box<[Padded]> {
+    (0..workers.max(1))
+        .map(|w| Padded(AtomicUsize::new(w)))
+        .collect()
+}
+
 /// What a balancer may look at when picking.
 pub struct PickInput<'a> {
     pub client_ip: IpAddr,
@@ -119,18 +140,10 @@ impl Service {
                 },
             });
         }
-        let weights: Vec<u32> = servers.iter().map(|s| s.weight).collect();
-        let policy = match cfg.load_balancer {
-            Balancer::RoundRobin => Policy::RoundRobin(smooth_weighted_order(&weights)),
-            Balancer::LeastConn => Policy::LeastConn,
-            Balancer::Random => Policy::Random(cumulative(&weights)),
-            Balancer::P2c => Policy::P2c(cumulative(&weights)),
-            Balancer::ConsistentHash => Policy::ConsistentHash(hash_ring(&servers)),
-        };
         Ok(Service {
             name: cfg.name.clone(),
+            policy: Policy::new(cfg.load_balancer, &servers),
             servers,
-            policy,
             hash_key: cfg.hash_key.clone(),
             max_idle_per_server: cfg.keepalive.max_idle_per_server,
             idle_timeout: cfg.keepalive.idle_timeout,
@@ -139,11 +152,47 @@ impl Service {
             read_timeout: cfg.timeouts.read,
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
-            // Each worker starts its turn at a different server, so requests that land on
-            // different workers do not all begin with the first server.
-            cursors: (0..workers.max(1))
-                .map(|w| Padded(AtomicUsize::new(w)))
-                .collect(),
+            cursors: cursors(workers),
+        })
+    }
+
+    /// A TCP service's servers and balancer (`tcp.services`): the same policies, hashing on
+    /// the client's address; the HTTP settings keep their defaults and are not used.
+    pub fn for_tcp(cfg: &weir_config::TcpService, workers: usize) -> Result<Service, String> {
+        let mut servers = Vec::with_capacity(cfg.servers.len());
+        for s in &cfg.servers {
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| {
+                    format!(
+                        "tcp service `{}`: cannot resolve server `{}`",
+                        cfg.name, s.address
+                    )
+                })?;
+            servers.push(Server {
+                id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+                url: s.address.clone(),
+                addr,
+                authority: s.address.clone(),
+                weight: s.weight,
+                inflight: Padded::default(),
+                tls: None,
+            });
+        }
+        Ok(Service {
+            name: cfg.name.clone(),
+            policy: Policy::new(cfg.load_balancer, &servers),
+            servers,
+            hash_key: HashKey::ClientIp,
+            max_idle_per_server: 0,
+            idle_timeout: cfg.idle_timeout,
+            connect_timeout: cfg.connect_timeout,
+            response_header_timeout: cfg.idle_timeout,
+            read_timeout: cfg.idle_timeout,
+            write_timeout: cfg.idle_timeout,
+            pass_host_header: false,
+            cursors: cursors(workers),
         })
     }
 

@@ -5,6 +5,7 @@
 use crate::accesslog::AccessLog;
 use crate::balancer::Service;
 use crate::filter::Filter;
+use crate::l4::tcp::{self, TcpRoutes};
 use crate::reply::LocalResponse;
 use crate::router::Router;
 use crate::static_files::StaticSite;
@@ -25,6 +26,11 @@ pub struct EntrypointRuntime {
     /// TLS termination settings, for TLS entrypoints.
     pub tls: Option<ServerTls>,
     pub router: Router<Arc<Route>>,
+    /// Whether some HTTP router serves this entrypoint (else a connection no TCP router
+    /// takes is closed).
+    pub has_http_routes: bool,
+    /// TCP routers, tried before HTTP when present.
+    pub tcp: Option<TcpRoutes>,
 }
 
 pub struct Route {
@@ -117,6 +123,7 @@ impl Runtime {
                 action,
             }));
         }
+        let tcp_services = tcp::compile_services(config, workers)?;
         let entrypoints = config
             .entrypoints
             .iter()
@@ -128,11 +135,16 @@ impl Runtime {
                     .filter(|(r, _)| r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
                     .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
                     .collect();
+                let tls = ep.tls.as_ref().map(server_tls).transpose()?;
+                let tcp = TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?;
+                let mine: Vec<_> = mine;
                 Ok(EntrypointRuntime {
                     name: ep.name.clone(),
                     address: ep.address,
-                    tls: ep.tls.as_ref().map(server_tls).transpose()?,
+                    has_http_routes: !mine.is_empty(),
+                    tls,
                     router: Router::new(mine),
+                    tcp,
                 })
             })
             .collect::<Result<_, String>>()?;

@@ -7,6 +7,7 @@
 use crate::admin;
 use crate::conn::watch::SWEEP_TICK;
 use crate::conn::{self, Scheme};
+use crate::l4;
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::ticker::Ticker;
@@ -263,7 +264,20 @@ async fn accept_loop(
                     // detect: TLS entrypoints go through the handshake first; a plain one
                     // hands the stream straight to the HTTP/1 driver. Separate tasks, so a
                     // plain connection's task is sized for the plain path alone.
-                    match worker.config.load().entrypoints[entrypoint].tls.clone() {
+                    // Entrypoints with TCP routers detect first (`l4/tcp.rs`); what no TCP
+                    // router takes goes on to HTTP in the same task.
+                    let (tls, has_tcp) = {
+                        let config = worker.config.load();
+                        let ep = &config.entrypoints[entrypoint];
+                        (ep.tls.clone(), ep.tcp.is_some())
+                    };
+                    match tls {
+                        _ if has_tcp => tokio::task::spawn_local(async move {
+                            if let Some(io) = l4::tcp::serve(&worker, entrypoint, io, peer).await {
+                                serve_http(worker, entrypoint, io, peer, tls).await;
+                            }
+                            drop(counted);
+                        }),
                         Some(tls) => tokio::task::spawn_local(async move {
                             conn::tls::serve(worker, entrypoint, io, peer, tls).await;
                             drop(counted);
@@ -278,6 +292,23 @@ async fn accept_loop(
                 }
             },
             _ = &mut notified => return,
+        }
+    }
+}
+
+/// HTTP on a connection a TCP router did not take.
+async fn serve_http(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: TcpStream,
+    peer: SocketAddr,
+    tls: Option<crate::tls::ServerTls>,
+) {
+    match tls {
+        Some(tls) => conn::tls::serve(worker, entrypoint, io, peer, tls).await,
+        None => {
+            let watch = worker.watch_connection();
+            conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
         }
     }
 }

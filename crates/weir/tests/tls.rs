@@ -6,37 +6,9 @@
 mod common;
 use common::*;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-struct CertFiles {
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-/// A self-signed ECDSA P-256 certificate for `names` (it is its own CA for the clients).
-fn make_cert(dir: &Path, tag: &str, names: &[&str], expired: bool) -> CertFiles {
-    let mut params =
-        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-            .unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, names[0]);
-    if expired {
-        params.not_before = time::OffsetDateTime::from_unix_timestamp(1_577_836_800).unwrap();
-        params.not_after = time::OffsetDateTime::from_unix_timestamp(1_609_459_200).unwrap();
-    }
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    let files = CertFiles {
-        cert: dir.join(format!("{tag}.pem")),
-        key: dir.join(format!("{tag}.key")),
-    };
-    std::fs::write(&files.cert, cert.pem()).unwrap();
-    std::fs::write(&files.key, key.serialize_pem()).unwrap();
-    files
-}
 
 fn tls_config(certs: &[&CertFiles], tls_extra: &str, routes: &str) -> String {
     let list: Vec<String> = certs

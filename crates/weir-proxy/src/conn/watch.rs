@@ -32,6 +32,8 @@ pub enum Waiting {
     ResponseHead,
     /// More bytes of the upstream's response body.
     ResponseBody,
+    /// A byte either way on a TCP router's connection.
+    StreamIdle,
 }
 
 #[derive(Debug, Clone, Copy)]

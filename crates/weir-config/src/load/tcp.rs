@@ -1,0 +1,257 @@
+//! The `tcp:` section: TCP routers (rules over the ClientHello's SNI and ALPN and the client's
+//! address) and TCP services (servers by `host:port`, balancing, PROXY protocol, timeouts).
+
+use super::{list_or_none, offset_pos, Loader};
+use crate::model::*;
+use crate::rule;
+use crate::yaml::{Node, Value};
+
+impl Loader<'_> {
+    pub(super) fn tcp(&mut self, node: Option<&Node>, entrypoints: &[Entrypoint]) -> TcpConfig {
+        let Some(node) = node else {
+            return TcpConfig::default();
+        };
+        let Some(f) = self.fields(node, "`tcp`", &["routers", "services"]) else {
+            return TcpConfig::default();
+        };
+        let services: Vec<TcpService> = self
+            .named(f.get("services"), "tcp services")
+            .into_iter()
+            .filter_map(|(name, node)| self.tcp_service(name, node))
+            .collect();
+        let routers = self
+            .named(f.get("routers"), "tcp routers")
+            .into_iter()
+            .filter_map(|(name, node)| self.tcp_router(name, node, entrypoints, &services))
+            .collect();
+        TcpConfig { routers, services }
+    }
+
+    fn tcp_router(
+        &mut self,
+        name: String,
+        node: &Node,
+        entrypoints: &[Entrypoint],
+        services: &[TcpService],
+    ) -> Option<TcpRouter> {
+        let what = format!("tcp router `{name}`");
+        let f = self.fields(
+            node,
+            &what,
+            &["entrypoints", "rule", "priority", "tls", "service"],
+        )?;
+        let mut ok = true;
+        let mut eps = Vec::new();
+        if let Some(list) = f.get("entrypoints") {
+            for (ep, pos) in self.string_list(list, "`entrypoints`") {
+                match entrypoints.iter().find(|e| e.name == ep) {
+                    Some(e) if e.transport == Transport::Tcp => {}
+                    Some(_) => {
+                        self.error(
+                            pos,
+                            format!(
+                                "{what} names entrypoint `{ep}`, which is not a TCP entrypoint"
+                            ),
+                        );
+                        ok = false;
+                    }
+                    None => {
+                        let known: Vec<&str> =
+                            entrypoints.iter().map(|e| e.name.as_str()).collect();
+                        self.error(
+                            pos,
+                            format!(
+                                "{what} names entrypoint `{ep}`, which is not defined; defined: {}",
+                                list_or_none(&known)
+                            ),
+                        );
+                        ok = false;
+                    }
+                }
+                eps.push(ep);
+            }
+        }
+        let Some(rule_node) = f.get("rule") else {
+            self.error(
+                f.pos,
+                format!("{what} needs a `rule`, e.g. rule: \"HostSNI(`db.example.com`)\" or \"HostSNI(`*`)\""),
+            );
+            return None;
+        };
+        let rule_text = self.string(rule_node, "`rule`")?;
+        let rule = match rule::parse_tcp(&rule_text) {
+            Ok(rule) => rule,
+            Err(e) => {
+                self.error(
+                    offset_pos(rule_node, &rule_text, e.offset),
+                    format!("invalid rule: {}", e.message),
+                );
+                return None;
+            }
+        };
+        let priority = match f.get("priority") {
+            Some(p) => {
+                let text = self.string(p, "`priority`")?;
+                match text.parse::<i64>() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.error(
+                            p.pos,
+                            format!("`priority` must be a whole number, found `{text}`"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            None => rule_text.chars().count() as i64,
+        };
+        let mut passthrough = false;
+        if let Some(tls) = f.get("tls") {
+            let tf = self.fields(tls, "`tls`", &["passthrough"])?;
+            if let Some(p) = tf.get("passthrough") {
+                passthrough = self.boolean(p, "`passthrough`")?;
+            }
+        }
+        let Some(service_node) = f.get("service") else {
+            self.error(f.pos, format!("{what} needs a `service`"));
+            return None;
+        };
+        let service = self.string(service_node, "`service`")?;
+        if !services.iter().any(|s| s.name == service) {
+            let known: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
+            self.error(
+                service_node.pos,
+                format!(
+                    "{what} names tcp service `{service}`, which is not defined; defined: {}",
+                    list_or_none(&known)
+                ),
+            );
+            ok = false;
+        }
+        ok.then_some(TcpRouter {
+            name,
+            pos: node.pos,
+            entrypoints: eps,
+            rule_text,
+            rule,
+            priority,
+            passthrough,
+            service,
+        })
+    }
+
+    fn tcp_service(&mut self, name: String, node: &Node) -> Option<TcpService> {
+        let what = format!("tcp service `{name}`");
+        let f = self.fields(
+            node,
+            &what,
+            &["servers", "load_balancer", "proxy_protocol", "timeouts"],
+        )?;
+        let mut servers = Vec::new();
+        match f.get("servers") {
+            None => self.error(
+                f.pos,
+                format!(
+                    "{what} needs `servers`, e.g. `servers: [{{ address: \"127.0.0.1:6379\" }}]`"
+                ),
+            ),
+            Some(list) => match &list.value {
+                Value::Seq(items) => {
+                    for item in items {
+                        if let Some(s) = self.tcp_server(item) {
+                            servers.push(s);
+                        }
+                    }
+                }
+                _ => self.error(
+                    list.pos,
+                    format!("`servers` must be a list, found {}", list.kind_name()),
+                ),
+            },
+        }
+        let mut load_balancer = Balancer::RoundRobin;
+        if let Some(lb) = f.get("load_balancer") {
+            let s = self.string(lb, "`load_balancer`")?;
+            load_balancer = match s.as_str() {
+                "round_robin" => Balancer::RoundRobin,
+                "least_conn" => Balancer::LeastConn,
+                "random" => Balancer::Random,
+                "p2c" => Balancer::P2c,
+                // Hashed on the client's address.
+                "consistent_hash" => Balancer::ConsistentHash,
+                _ => {
+                    self.error(
+                        lb.pos,
+                        format!(
+                            "unknown load balancer `{s}`; expected one of: {}",
+                            Balancer::NAMES
+                        ),
+                    );
+                    return None;
+                }
+            };
+        }
+        let mut proxy_protocol = None;
+        if let Some(pp) = f.get("proxy_protocol") {
+            let pf = self.fields(pp, "`proxy_protocol`", &["version"])?;
+            let version = match pf.get("version") {
+                Some(v) => self.uint(v, "`version`", 1, 2)? as u8,
+                None => 2,
+            };
+            proxy_protocol = Some(version);
+        }
+        let mut connect_timeout = DEFAULT_CONNECT_TIMEOUT;
+        let mut idle_timeout = DEFAULT_TCP_IDLE_TIMEOUT;
+        if let Some(t) = f.get("timeouts") {
+            let tf = self.fields(t, "`timeouts`", &["connect", "idle"])?;
+            if let Some(c) = tf.get("connect") {
+                connect_timeout = self.duration(c, "`connect`")?;
+            }
+            if let Some(i) = tf.get("idle") {
+                idle_timeout = self.duration(i, "`idle`")?;
+            }
+        }
+        Some(TcpService {
+            name,
+            servers,
+            load_balancer,
+            proxy_protocol,
+            connect_timeout,
+            idle_timeout,
+        })
+    }
+
+    fn tcp_server(&mut self, node: &Node) -> Option<TcpServer> {
+        let f = self.fields(node, "a server", &["address", "weight"])?;
+        let Some(addr_node) = f.get("address") else {
+            self.error(
+                f.pos,
+                "a tcp server needs an `address`, e.g. \"127.0.0.1:6379\"",
+            );
+            return None;
+        };
+        let address = self.string(addr_node, "`address`")?;
+        let weight = match f.get("weight") {
+            Some(w) => self.uint(w, "`weight`", 1, 10_000)? as u32,
+            None => 1,
+        };
+        let parsed = address.rsplit_once(':').and_then(|(host, port)| {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
+            (!host.is_empty()).then(|| (host.to_string(), port))
+        });
+        let Some((host, port)) = parsed else {
+            self.error(
+                addr_node.pos,
+                format!("`{address}` is not a server address; expected HOST:PORT"),
+            );
+            return None;
+        };
+        Some(TcpServer {
+            address,
+            host,
+            port,
+            weight,
+        })
+    }
+}

@@ -1,20 +1,23 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static, tcp (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
-import argparse, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
+import argparse, csv, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
 # two per maxconn, so 9,000 is the most all three peers can hold.
 IDLE_CONNS = 9000
+NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+BULK_FILE_MB = 256  # each of the tcp scenario's bulk downloads
+BULK_STREAMS = 4
 IDLE_SETTLE_SECONDS = 5.0
 STATIC_MANY = 10000
 
@@ -28,8 +31,10 @@ def sh(cmd, **kw):
 
 def ensure_tools():
     need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux", "openssl": "openssl",
-            "caddy": "caddy"}
+            "caddy": "caddy", "redis-server": "redis-server", "redis-benchmark": "redis-tools"}
     missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
+    if not os.path.exists(NGINX_STREAM_MODULE):
+        missing.append("libnginx-mod-stream")
     if missing:
         log(f"installing {' '.join(missing)} from apt")
         sudo = [] if os.geteuid() == 0 else ["sudo"]
@@ -651,6 +656,121 @@ def scenario_static(ctx):
         for p in procs:
             p.stop()
 
+def start_nginx_stream(name, port, up_port, cpus):
+    """nginx's stream module forwarding TCP to 127.0.0.1:up_port."""
+    d = os.path.join(WORK, name)
+    os.makedirs(d, exist_ok=True)
+    conf = f"""load_module {NGINX_STREAM_MODULE};
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile 65535;
+pid {d}/nginx.pid;
+error_log {d}/error.log crit;
+events {{ worker_connections 20000; multi_accept on; }}
+stream {{ server {{ listen 127.0.0.1:{port} backlog=4096; proxy_pass 127.0.0.1:{up_port}; proxy_timeout 1h; }} }}
+"""
+    path = os.path.join(d, "nginx.conf")
+    open(path, "w").write(conf)
+    return Proc(name, [which("nginx"), "-c", path, "-p", d], port, cpus)
+
+def start_tcp_proxies(ctx, tag, up_port):
+    """nginx stream, HAProxy mode tcp and a weir TCP router, each forwarding to up_port."""
+    ng_port, ha_port, we_port = free_port(), free_port(), free_port()
+    procs = []
+    try:
+        procs.append(start_nginx_stream(f"nginx-{tag}", ng_port, up_port, ctx.proxy_cpus))
+        procs.append(start_haproxy(f"haproxy-{tag}", ha_port, f"backend be\n  mode tcp\n  server s1 127.0.0.1:{up_port}",
+                                   "  mode tcp\n  default_backend be", ctx.proxy_cpus))
+        yaml = f"""server: {{ workers: 1, access_log: {{ enabled: false }} }}
+entrypoints:
+  tcp: {{ address: "127.0.0.1:{we_port}" }}
+tcp:
+  routers: {{ all: {{ rule: "HostSNI(`*`)", service: up }} }}
+  services: {{ up: {{ servers: [{{ address: "127.0.0.1:{up_port}" }}] }} }}
+"""
+        procs.append(start_weir(ctx.weir, f"weir-{tag}", we_port, yaml, ctx.proxy_cpus))
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    names = ["nginx", "haproxy", "weir"]
+    return procs, [(n, p, str(port)) for n, p, port in zip(names, procs, (ng_port, ha_port, we_port))]
+
+def run_redis_benchmark(port, ops, cpus, target):
+    """redis-benchmark -P 16, SET then GET, ops of each; rps = both together."""
+    before, clock = target.cpu_seconds(), cpu_times()
+    out = subprocess.run(["taskset", "-c", cpus, "timeout", "300", "redis-benchmark", "-h", "127.0.0.1", "-p", port,
+                          "-c", "50", "-n", str(ops), "-P", "16", "-t", "set,get", "--csv"],
+                         capture_output=True, text=True).stdout
+    steal, after = steal_percent(clock, cpu_times()), target.cpu_seconds()
+    rows = {r[0]: r for r in csv.reader(out.splitlines()) if r and r[0] in ("SET", "GET")}
+    if len(rows) != 2:
+        return {"rps": 0, "requests": 0, "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "p999_ms": 0, "max_ms": 0,
+                "non_2xx": 0, "socket_errors": 1, "cpu_us_per_req": None, "steal_pct": steal}
+    seconds = sum(ops / float(r[1]) for r in rows.values())
+    get = rows["GET"]
+    return {"rps": 2 * ops / seconds, "requests": 2 * ops,
+            "p50_ms": float(get[4]), "p90_ms": float(get[5]), "p99_ms": float(get[6]), "p999_ms": None,
+            "max_ms": float(get[7]), "non_2xx": 0, "socket_errors": 0,
+            "cpu_us_per_req": (after - before) * 1e6 / (2 * ops), "steal_pct": steal}
+
+def run_bulk(port, cpus, target, size_mb):
+    """BULK_STREAMS concurrent curl downloads of size_mb through the proxy."""
+    before, clock = target.cpu_seconds(), cpu_times()
+    url = f"http://127.0.0.1:{port}/bulk.bin"
+    start = time.perf_counter()
+    curls = [subprocess.Popen(["taskset", "-c", cpus, "curl", "-s", "-o", "/dev/null", "-w", "%{size_download} %{time_total}",
+                               "--max-time", "120", url], stdout=subprocess.PIPE, text=True) for _ in range(BULK_STREAMS)]
+    results = [c.communicate()[0].split() for c in curls]
+    elapsed = time.perf_counter() - start
+    steal, after = steal_percent(clock, cpu_times()), target.cpu_seconds()
+    want = size_mb << 20
+    ok = [r for r in results if len(r) == 2 and int(r[0]) == want]
+    times = sorted(float(r[1]) * 1000 for r in ok)
+    gib = len(ok) * want / (1 << 30)
+    return {"rps": len(ok) / elapsed, "requests": len(ok),
+            "p50_ms": times[len(times) // 2] if times else 0, "p90_ms": times[-1] if times else 0,
+            "p99_ms": times[-1] if times else 0, "p999_ms": None, "max_ms": times[-1] if times else 0,
+            "non_2xx": 0, "socket_errors": BULK_STREAMS - len(ok),
+            "cpu_us_per_req": (after - before) * 1e6 / len(ok) if ok else None, "steal_pct": steal,
+            "mb_per_s": len(ok) * want / elapsed / 1e6, "cpu_s_per_gib": (after - before) / gib if gib else None}
+
+def scenario_tcp(ctx):
+    """Seed 001's tcp endpoints and issue 11's bars: Redis through each TCP proxy with
+    redis-benchmark -P 16 (SET and GET), and bulk transfer (BULK_STREAMS concurrent downloads of
+    BULK_FILE_MB from an nginx upstream, relayed as bytes)."""
+    out = {}
+    redis_port = free_port()
+    redis = Proc("redis", [which("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no"], redis_port, ctx.load_cpus)
+    procs = [redis]
+    try:
+        tcp_procs, targets = start_tcp_proxies(ctx, "tcp-redis", redis_port)
+        procs += tcp_procs
+        ops = 20000 if ctx.smoke else 500_000 * ctx.duration // 10 * 2
+        out["redis-P16-c50"] = interleave("redis-P16-c50", targets,
+                                          lambda port, proc: run_redis_benchmark(port, ops, ctx.load_cpus, proc), ctx.rounds)
+        d = os.path.join(WORK, "bulk-files")
+        os.makedirs(d, exist_ok=True)
+        size = (16 if ctx.smoke else BULK_FILE_MB) << 20
+        big = os.path.join(d, "bulk.bin")
+        if not os.path.exists(big) or os.path.getsize(big) != size:
+            with open(big, "wb") as f:
+                f.write(os.urandom(1 << 20) * (size >> 20))
+        up_port = free_port()
+        procs.append(start_nginx("upstream-bulk", up_port, f"""  sendfile on;
+  server {{ listen 127.0.0.1:{up_port} backlog=4096; root {d}; location / {{ }} }}""", ctx.load_cpus))
+        bulk_procs, targets = start_tcp_proxies(ctx, "tcp-bulk", up_port)
+        procs += bulk_procs
+        label = f"bulk-{BULK_STREAMS}x{size >> 20}MB"
+        out[label] = interleave(label, targets, lambda port, proc: run_bulk(port, ctx.load_cpus, proc, size >> 20),
+                                ctx.rounds)
+        return out
+    finally:
+        for p in procs:
+            p.stop()
+
 def read_one_response(sock):
     """Reads one small Content-Length response (the upstream's BODY) from a blocking socket."""
     data = b""
@@ -812,6 +932,10 @@ def write_report(scenario, results, ctx, outdir):
         if rates:
             md.append("Throughput: " + ", ".join(f"{n} {r:.0f} MB/s" for n, r in rates))
             md.append("")
+        per_gib = [(n, m["cpu_s_per_gib"]) for n, m in res.items() if not n.startswith("_") and m.get("cpu_s_per_gib")]
+        if per_gib:
+            md.append("CPU seconds per GiB relayed: " + ", ".join(f"{n} {c:.3f}" for n, c in per_gib))
+            md.append("")
         if "_sizes" in res:
             sizes = res["_sizes"]
             md.append(f"Body sizes (the original is {sizes['original']} bytes):")
@@ -880,7 +1004,7 @@ def main():
             continue
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
                    "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
-                   "compress": scenario_compress, "static": scenario_static}[name](ctx)
+                   "compress": scenario_compress, "static": scenario_static, "tcp": scenario_tcp}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

@@ -313,6 +313,49 @@ fn half_close_and_the_proxy_protocol_header() {
         format!("300000 bytes; first line: {}", "x".repeat(300_000))
     );
 
+    // Bulk: 64 MiB written by the server in one call and read through the router (which
+    // splices once its reads fill up), then 64 MiB echoed back both ways at once.
+    let data: Vec<u8> = (0..64u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    let source_data = data.clone();
+    let source = tcp_server(move |mut conn| {
+        let _ = conn.write_all(&source_data);
+    });
+    let echo_addr = tcp_server(echo);
+    let bulk = Weir::start(&tcp_config(
+        "  download: { address: \"127.0.0.1:0\" }\n  echo: { address: \"127.0.0.1:0\" }\n",
+        &format!("  routers:\n    d: {{ entrypoints: [download], rule: \"HostSNI(`*`)\", service: d }}\n    e: {{ entrypoints: [echo], rule: \"HostSNI(`*`)\", service: e }}\n  services:\n    d: {{ servers: [{{ address: \"{source}\" }}] }}\n    e: {{ servers: [{{ address: \"{echo_addr}\" }}] }}\n"),
+        "",
+    ));
+    let mut c = TcpStream::connect(bulk.addrs["download"]).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    assert!(
+        back == data,
+        "downloaded {} of {} bytes, or different",
+        back.len(),
+        data.len()
+    );
+    let mut c = TcpStream::connect(bulk.addrs["echo"]).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut writer = c.try_clone().unwrap();
+    let sent = data.clone();
+    let sending = std::thread::spawn(move || {
+        writer.write_all(&sent).unwrap();
+        writer.shutdown(Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    sending.join().unwrap();
+    assert!(
+        back == data,
+        "echoed {} of {} bytes, or different",
+        back.len(),
+        data.len()
+    );
+
     let mut c = TcpStream::connect(weir.addrs["proxied"]).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let client_port = c.local_addr().unwrap().port();

@@ -315,7 +315,7 @@ async fn proxy(
             let _ = relay::copy_both(&mut client, &mut upstream, idle).await;
         }
         None => {
-            let _ = relay::splice_both(&io, &upstream, idle).await;
+            let _ = relay::splice_both(&io, &upstream, &worker.buffers, idle).await;
         }
     }
 }

@@ -323,6 +323,7 @@ impl Loader<'_> {
                     "services",
                     "middlewares",
                     "tcp",
+                    "udp",
                 ],
             )
             .unwrap_or(Fields {
@@ -358,6 +359,10 @@ impl Loader<'_> {
             }
         }
         let tcp = self.tcp(top.get("tcp"), &entrypoints);
+        let udp = self.udp(top.get("udp"), &entrypoints);
+        for r in &routers {
+            self.check_tcp_entrypoints(&r.name, r.pos, &r.entrypoints, &entrypoints, "router");
+        }
         Config {
             server,
             entrypoints,
@@ -365,6 +370,7 @@ impl Loader<'_> {
             services,
             middlewares,
             tcp,
+            udp,
         }
     }
 
@@ -491,7 +497,6 @@ impl Loader<'_> {
     fn entrypoint(&mut self, name: String, node: &Node) -> Option<Entrypoint> {
         let what = format!("entrypoint `{name}`");
         let f = self.fields(node, &what, &["address", "tls"])?;
-        let tls = f.get("tls").and_then(|t| self.entrypoint_tls(&name, t));
         let Some(addr_node) = f.get("address") else {
             self.error(
                 f.pos,
@@ -505,13 +510,17 @@ impl Loader<'_> {
             Some((addr, "udp")) => (addr.to_string(), Transport::Udp),
             _ => (text, Transport::Tcp),
         };
-        if transport == Transport::Udp {
-            self.error(
-                addr_node.pos,
-                format!("{what}: `/udp` entrypoints are not supported yet; only TCP"),
-            );
-            return None;
-        }
+        let tls = match (transport, f.get("tls")) {
+            (_, None) => None,
+            (Transport::Tcp, Some(t)) => self.entrypoint_tls(&name, t),
+            (Transport::Udp, Some(t)) => {
+                self.error(
+                    t.pos,
+                    format!("{what} is UDP: `tls` applies to TCP entrypoints only"),
+                );
+                None
+            }
+        };
         match parse_listen_address(&text) {
             Some(address) => Some(Entrypoint {
                 name,
@@ -1490,7 +1499,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp, udp"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"

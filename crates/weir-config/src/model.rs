@@ -16,6 +16,36 @@ pub struct Config {
     pub middlewares: Vec<Middleware>,
     /// Routers and services for raw TCP connections (`tcp:`).
     pub tcp: TcpConfig,
+    /// Routers and services for UDP datagrams (`udp:`).
+    pub udp: UdpConfig,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UdpConfig {
+    pub routers: Vec<UdpRouter>,
+    pub services: Vec<UdpService>,
+}
+
+/// A UDP router: every datagram on its entrypoints goes to its service (UDP has nothing to
+/// match on; one router per entrypoint).
+#[derive(Debug, Clone)]
+pub struct UdpRouter {
+    pub name: String,
+    /// Empty means every UDP entrypoint.
+    pub entrypoints: Vec<String>,
+    pub service: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct UdpService {
+    pub name: String,
+    pub servers: Vec<TcpServer>,
+    pub load_balancer: Balancer,
+    /// A client's session (its upstream socket and server) ends after this long without a
+    /// datagram either way.
+    pub session_timeout: Duration,
+    /// Sessions kept per worker; when full, the oldest ends first.
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -395,6 +425,8 @@ pub const DEFAULT_UPSTREAM_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_UPSTREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_IDLE_PER_SERVER: usize = 256;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_UDP_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_UDP_MAX_SESSIONS: usize = 10_000;
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);

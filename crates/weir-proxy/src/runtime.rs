@@ -6,6 +6,7 @@ use crate::accesslog::AccessLog;
 use crate::balancer::Service;
 use crate::filter::Filter;
 use crate::l4::tcp::{self, TcpRoutes};
+use crate::l4::udp::{self, UdpService};
 use crate::reply::LocalResponse;
 use crate::router::Router;
 use crate::static_files::StaticSite;
@@ -13,7 +14,7 @@ use crate::tls::{server_tls, ServerTls};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use weir_config::{Action, Config};
+use weir_config::{Action, Config, Transport};
 
 pub struct Runtime {
     pub entrypoints: Vec<EntrypointRuntime>,
@@ -31,6 +32,8 @@ pub struct EntrypointRuntime {
     pub has_http_routes: bool,
     /// TCP routers, tried before HTTP when present.
     pub tcp: Option<TcpRoutes>,
+    /// For a UDP entrypoint: the service its router sends datagrams to.
+    pub udp: Option<Arc<UdpService>>,
 }
 
 pub struct Route {
@@ -124,6 +127,7 @@ impl Runtime {
             }));
         }
         let tcp_services = tcp::compile_services(config, workers)?;
+        let udp_services = udp::compile(config, workers)?;
         let entrypoints = config
             .entrypoints
             .iter()
@@ -135,9 +139,13 @@ impl Runtime {
                     .filter(|(r, _)| r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
                     .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
                     .collect();
+                let is_udp = ep.transport == Transport::Udp;
                 let tls = ep.tls.as_ref().map(server_tls).transpose()?;
-                let tcp = TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?;
-                let mine: Vec<_> = mine;
+                let tcp = match is_udp {
+                    true => None,
+                    false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
+                };
+                let mine: Vec<_> = if is_udp { Vec::new() } else { mine };
                 Ok(EntrypointRuntime {
                     name: ep.name.clone(),
                     address: ep.address,
@@ -145,6 +153,7 @@ impl Runtime {
                     tls,
                     router: Router::new(mine),
                     tcp,
+                    udp: udp_services.get(&ep.name).cloned(),
                 })
             })
             .collect::<Result<_, String>>()?;

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use weir_config::Config;
+use weir_config::{Config, Transport};
 
 /// Runs the gateway until a stop signal, then drains and returns. `release_memory` is called
 /// on each worker thread once a second, so the allocator can return the pages freed there
@@ -43,10 +43,9 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
 
     // Bind every socket up front: the first per entrypoint resolves port 0 to a real port,
     // the others join it through SO_REUSEPORT.
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
-        (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<Listener>> = (0..workers).map(|_| Vec::new()).collect();
     for ep in &config.entrypoints {
-        let first = bind(ep.address).map_err(|e| {
+        let first = Listener::bind(ep.address, ep.transport).map_err(|e| {
             format!(
                 "entrypoint `{}`: cannot listen on {}: {e}",
                 ep.name, ep.address
@@ -55,10 +54,18 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
         let actual = first
             .local_addr()
             .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?;
-        eprintln!("weir: entrypoint {} listening on {actual}", ep.name);
+        let udp = if ep.transport == Transport::Udp {
+            "/udp"
+        } else {
+            ""
+        };
+        eprintln!("weir: entrypoint {} listening on {actual}{udp}", ep.name);
         per_worker[0].push(first);
         for list in per_worker.iter_mut().skip(1) {
-            list.push(bind(actual).map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?);
+            list.push(
+                Listener::bind(actual, ep.transport)
+                    .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?,
+            );
         }
     }
     let names = config.entrypoints.iter().map(|e| e.name.clone()).collect();
@@ -106,15 +113,40 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
     Ok(())
 }
 
-fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nodelay(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    Ok(socket.into())
+/// An entrypoint's socket on one worker.
+enum Listener {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
+}
+
+impl Listener {
+    /// Binds with SO_REUSEPORT, so every worker has its own socket on the address.
+    fn bind(addr: SocketAddr, transport: Transport) -> std::io::Result<Listener> {
+        let (kind, protocol) = match transport {
+            Transport::Tcp => (Type::STREAM, Protocol::TCP),
+            Transport::Udp => (Type::DGRAM, Protocol::UDP),
+        };
+        let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        Ok(match transport {
+            Transport::Tcp => {
+                socket.set_nodelay(true)?;
+                socket.listen(4096)?;
+                Listener::Tcp(socket.into())
+            }
+            Transport::Udp => Listener::Udp(socket.into()),
+        })
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr(),
+            Listener::Udp(u) => u.local_addr(),
+        }
+    }
 }
 
 /// The control thread: serves the admin listener, if any, until a stop signal.
@@ -144,7 +176,7 @@ fn wait_for_stop_signal(
 
 fn worker_main(
     setup: WorkerSetup,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<Listener>,
     graceful: Duration,
     release_memory: fn(),
 ) {
@@ -173,19 +205,22 @@ fn worker_main(
         };
         let active = Rc::new(Cell::new(0usize));
         for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
-            let listener = match TcpListener::from_std(std_listener) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("weir: worker {id}: {e}");
-                    continue;
-                }
+            let started = match std_listener {
+                Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
+                    tokio::task::spawn_local(accept_loop(
+                        worker.clone(),
+                        entrypoint,
+                        listener,
+                        active.clone(),
+                    ));
+                }),
+                Listener::Udp(u) => tokio::net::UdpSocket::from_std(u).map(|socket| {
+                    tokio::task::spawn_local(l4::udp::serve(worker.clone(), entrypoint, socket));
+                }),
             };
-            tokio::task::spawn_local(accept_loop(
-                worker.clone(),
-                entrypoint,
-                listener,
-                active.clone(),
-            ));
+            if let Err(e) = started {
+                eprintln!("weir: worker {id}: {e}");
+            }
         }
         tokio::task::spawn_local(unpark_loop(worker.clone(), active.clone()));
         let ticker = match Ticker::new(SWEEP_TICK) {

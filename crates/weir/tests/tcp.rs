@@ -438,7 +438,7 @@ fn tcp_config_errors_point_at_the_problem() {
     let path = dir.join("weir.yaml");
     std::fs::write(
         &path,
-        "entrypoints:\n  web: { address: \":0\" }\n  dns: { address: \":5353/udp\" }\ntcp:\n  routers:\n    db: { rule: \"HostSNI(`db`) && Path(`/`)\", service: db }\n    x: { rule: \"HostSNI(`*`)\", service: missing }\n  services:\n    db: { servers: [{ address: \"nohost\" }] }\n",
+        "entrypoints:\n  web: { address: \":0\" }\n  dns: { address: \":5353/udp\", tls: {} }\ntcp:\n  routers:\n    db: { rule: \"HostSNI(`db`) && Path(`/`)\", service: db }\n    x: { entrypoints: [dns], rule: \"HostSNI(`*`)\", service: missing }\n  services:\n    db: { servers: [{ address: \"nohost\" }] }\nudp:\n  routers:\n    u: { entrypoints: [web], service: d }\n  services:\n    d: { servers: [{ address: \"127.0.0.1:53\" }] }\n",
     )
     .unwrap();
     let out = Command::new(weir_bin())
@@ -449,25 +449,24 @@ fn tcp_config_errors_point_at_the_problem() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let file = path.display().to_string();
-    assert!(
-        err.contains(&format!("{file}:3:"))
-            && err.contains("`/udp` entrypoints are not supported yet"),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("{file}:6:"))
-            && err.contains(
-                "unknown matcher `Path`, expected one of HostSNI, HostSNIRegexp, ALPN, ClientIP"
-            ),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("{file}:7:"))
-            && err.contains("tcp service `missing`, which is not defined"),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("{file}:9:")) && err.contains("`nohost` is not a server address"),
-        "{err}"
-    );
+    for (line, message) in [
+        (
+            3,
+            "entrypoint `dns` is UDP: `tls` applies to TCP entrypoints only",
+        ),
+        (
+            6,
+            "unknown matcher `Path`, expected one of HostSNI, HostSNIRegexp, ALPN, ClientIP",
+        ),
+        (7, "names entrypoint `dns`, which is not a TCP entrypoint"),
+        (7, "tcp service `missing`, which is not defined"),
+        (9, "`nohost` is not a server address"),
+        (12, "names entrypoint `web`, which is not UDP"),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("{file}:{line}:")) && l.contains(message)),
+            "line {line}: {message}\n{err}"
+        );
+    }
 }

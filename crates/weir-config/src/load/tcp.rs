@@ -1,5 +1,6 @@
-//! The `tcp:` section: TCP routers (rules over the ClientHello's SNI and ALPN and the client's
-//! address) and TCP services (servers by `host:port`, balancing, PROXY protocol, timeouts).
+//! The `tcp:` and `udp:` sections: TCP routers (rules over the ClientHello's SNI and ALPN and
+//! the client's address) and TCP services (servers by `host:port`, balancing, PROXY protocol,
+//! timeouts); UDP routers (one per UDP entrypoint) and UDP services (sessions per client).
 
 use super::{list_or_none, offset_pos, Loader};
 use crate::model::*;
@@ -169,28 +170,10 @@ impl Loader<'_> {
                 ),
             },
         }
-        let mut load_balancer = Balancer::RoundRobin;
-        if let Some(lb) = f.get("load_balancer") {
-            let s = self.string(lb, "`load_balancer`")?;
-            load_balancer = match s.as_str() {
-                "round_robin" => Balancer::RoundRobin,
-                "least_conn" => Balancer::LeastConn,
-                "random" => Balancer::Random,
-                "p2c" => Balancer::P2c,
-                // Hashed on the client's address.
-                "consistent_hash" => Balancer::ConsistentHash,
-                _ => {
-                    self.error(
-                        lb.pos,
-                        format!(
-                            "unknown load balancer `{s}`; expected one of: {}",
-                            Balancer::NAMES
-                        ),
-                    );
-                    return None;
-                }
-            };
-        }
+        let load_balancer = match f.get("load_balancer") {
+            Some(lb) => self.balancer(lb)?,
+            None => Balancer::RoundRobin,
+        };
         let mut proxy_protocol = None;
         if let Some(pp) = f.get("proxy_protocol") {
             let pf = self.fields(pp, "`proxy_protocol`", &["version"])?;
@@ -253,5 +236,169 @@ impl Loader<'_> {
             port,
             weight,
         })
+    }
+}
+
+impl Loader<'_> {
+    /// HTTP and TCP routers name TCP entrypoints only.
+    pub(super) fn check_tcp_entrypoints(
+        &mut self,
+        router: &str,
+        pos: crate::yaml::Pos,
+        names: &[String],
+        entrypoints: &[Entrypoint],
+        kind: &str,
+    ) {
+        for name in names {
+            if entrypoints
+                .iter()
+                .any(|e| &e.name == name && e.transport == Transport::Udp)
+            {
+                self.error(
+                    pos,
+                    format!("{kind} `{router}` names entrypoint `{name}`, which is UDP; use a `udp` router there"),
+                );
+            }
+        }
+    }
+
+    pub(super) fn udp(&mut self, node: Option<&Node>, entrypoints: &[Entrypoint]) -> UdpConfig {
+        let Some(node) = node else {
+            return UdpConfig::default();
+        };
+        let Some(f) = self.fields(node, "`udp`", &["routers", "services"]) else {
+            return UdpConfig::default();
+        };
+        let services: Vec<UdpService> = self
+            .named(f.get("services"), "udp services")
+            .into_iter()
+            .filter_map(|(name, node)| self.udp_service(name, node))
+            .collect();
+        let mut routers: Vec<UdpRouter> = Vec::new();
+        for (name, node) in self.named(f.get("routers"), "udp routers") {
+            let what = format!("udp router `{name}`");
+            let Some(rf) = self.fields(node, &what, &["entrypoints", "service"]) else {
+                continue;
+            };
+            let mut eps = Vec::new();
+            if let Some(list) = rf.get("entrypoints") {
+                for (ep, pos) in self.string_list(list, "`entrypoints`") {
+                    match entrypoints.iter().find(|e| e.name == ep) {
+                        Some(e) if e.transport == Transport::Udp => {}
+                        Some(_) => self.error(pos, format!("{what} names entrypoint `{ep}`, which is not UDP (write its address as \":PORT/udp\")")),
+                        None => self.error(pos, format!("{what} names entrypoint `{ep}`, which is not defined")),
+                    }
+                    eps.push(ep);
+                }
+            }
+            let Some(service_node) = rf.get("service") else {
+                self.error(rf.pos, format!("{what} needs a `service`"));
+                continue;
+            };
+            let Some(service) = self.string(service_node, "`service`") else {
+                continue;
+            };
+            if !services.iter().any(|s| s.name == service) {
+                self.error(
+                    service_node.pos,
+                    format!("{what} names udp service `{service}`, which is not defined"),
+                );
+                continue;
+            }
+            // UDP has nothing to match on: one router per entrypoint.
+            let covers =
+                |r_eps: &[String], ep: &str| r_eps.is_empty() || r_eps.iter().any(|e| e == ep);
+            for ep in entrypoints.iter().filter(|e| e.transport == Transport::Udp) {
+                if let Some(other) = routers
+                    .iter()
+                    .find(|o| covers(&o.entrypoints, &ep.name) && covers(&eps, &ep.name))
+                {
+                    self.error(node.pos, format!("{what} and udp router `{}` both take entrypoint `{}`; one router per UDP entrypoint", other.name, ep.name));
+                }
+            }
+            routers.push(UdpRouter {
+                name,
+                entrypoints: eps,
+                service,
+            });
+        }
+        UdpConfig { routers, services }
+    }
+
+    fn udp_service(&mut self, name: String, node: &Node) -> Option<UdpService> {
+        let what = format!("udp service `{name}`");
+        let f = self.fields(
+            node,
+            &what,
+            &[
+                "servers",
+                "load_balancer",
+                "session_timeout",
+                "max_sessions",
+            ],
+        )?;
+        let mut servers = Vec::new();
+        match f.get("servers") {
+            None => self.error(
+                f.pos,
+                format!(
+                    "{what} needs `servers`, e.g. `servers: [{{ address: \"127.0.0.1:53\" }}]`"
+                ),
+            ),
+            Some(list) => match &list.value {
+                Value::Seq(items) => {
+                    for item in items {
+                        if let Some(s) = self.tcp_server(item) {
+                            servers.push(s);
+                        }
+                    }
+                }
+                _ => self.error(
+                    list.pos,
+                    format!("`servers` must be a list, found {}", list.kind_name()),
+                ),
+            },
+        }
+        let load_balancer = match f.get("load_balancer") {
+            Some(lb) => self.balancer(lb)?,
+            None => Balancer::RoundRobin,
+        };
+        let session_timeout = match f.get("session_timeout") {
+            Some(t) => self.duration(t, "`session_timeout`")?,
+            None => DEFAULT_UDP_SESSION_TIMEOUT,
+        };
+        let max_sessions = match f.get("max_sessions") {
+            Some(m) => self.uint(m, "`max_sessions`", 1, 10_000_000)? as usize,
+            None => DEFAULT_UDP_MAX_SESSIONS,
+        };
+        Some(UdpService {
+            name,
+            servers,
+            load_balancer,
+            session_timeout,
+            max_sessions,
+        })
+    }
+
+    /// A `load_balancer` name (consistent_hash hashes on the client's address).
+    fn balancer(&mut self, lb: &Node) -> Option<Balancer> {
+        let s = self.string(lb, "`load_balancer`")?;
+        match s.as_str() {
+            "round_robin" => Some(Balancer::RoundRobin),
+            "least_conn" => Some(Balancer::LeastConn),
+            "random" => Some(Balancer::Random),
+            "p2c" => Some(Balancer::P2c),
+            "consistent_hash" => Some(Balancer::ConsistentHash),
+            _ => {
+                self.error(
+                    lb.pos,
+                    format!(
+                        "unknown load balancer `{s}`; expected one of: {}",
+                        Balancer::NAMES
+                    ),
+                );
+                None
+            }
+        }
     }
 }

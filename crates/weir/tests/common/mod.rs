@@ -71,6 +71,7 @@ impl Weir {
                 });
             if let Some(rest) = line.strip_prefix("weir: entrypoint ") {
                 let (name, addr) = rest.split_once(" listening on ").unwrap();
+                let addr = addr.strip_suffix("/udp").unwrap_or(addr);
                 addrs.insert(name.to_string(), addr.parse().unwrap());
             }
             // The admin listener, under a name no entrypoint can have.

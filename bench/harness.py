@@ -1,7 +1,7 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static, tcp (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static, tcp, udp (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
 import argparse, csv, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
@@ -9,7 +9,7 @@ import argparse, csv, json, os, resource, shutil, signal, socket, statistics, su
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
@@ -31,7 +31,8 @@ def sh(cmd, **kw):
 
 def ensure_tools():
     need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux", "openssl": "openssl",
-            "caddy": "caddy", "redis-server": "redis-server", "redis-benchmark": "redis-tools"}
+            "caddy": "caddy", "redis-server": "redis-server", "redis-benchmark": "redis-tools",
+            "dnsmasq": "dnsmasq-base", "dnsperf": "dnsperf"}
     missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
     if not os.path.exists(NGINX_STREAM_MODULE):
         missing.append("libnginx-mod-stream")
@@ -84,7 +85,8 @@ class Proc:
         self.proc = subprocess.Popen(["taskset", "-c", cpus] + cmd, cwd=cwd,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
-        wait_port(port, self.proc, name)
+        if port is not None:  # UDP servers have no port to connect to
+            wait_port(port, self.proc, name)
 
     def pids(self):
         pids, frontier = [self.proc.pid], [self.proc.pid]
@@ -334,7 +336,8 @@ def interleave(label, targets, measure, rounds):
             log(f"  [{label}] round {rnd}/{rounds}: {name} ...")
             r = measure(url, proc)
             runs[name].append(r)
-            log(f"  [{label}] round {rnd}/{rounds}: {name:<14} {r['rps']:>10.0f} req/s  p99 {r['p99_ms']:.3f} ms"
+            tail = r['p99_ms'] if r.get('p99_ms') is not None else r['max_ms']
+            log(f"  [{label}] round {rnd}/{rounds}: {name:<14} {r['rps']:>10.0f} req/s  p99 {tail:.3f} ms"
                 + (f"  {r['cpu_us_per_req']:.2f} us CPU/req" if r.get('cpu_us_per_req') else "")
                 + (f"  (hypervisor stole {r['steal_pct']:.0f}% of CPU)" if r['steal_pct'] >= 2 else ""))
     summary = {}
@@ -771,6 +774,74 @@ def scenario_tcp(ctx):
         for p in procs:
             p.stop()
 
+def run_dnsperf(port, duration, cpus, target):
+    """dnsperf for `duration` seconds: 20 clients (source ports), up to 200 queries in flight."""
+    before, clock = target.cpu_seconds(), cpu_times()
+    out = subprocess.run(["taskset", "-c", cpus, "dnsperf", "-s", "127.0.0.1", "-p", port, "-d",
+                          os.path.join(WORK, "dns-queries.txt"), "-l", str(duration), "-c", "20", "-q", "200"],
+                         capture_output=True, text=True).stdout
+    steal, after = steal_percent(clock, cpu_times()), target.cpu_seconds()
+    field = lambda name: next((l.split(":", 1)[1].split() for l in out.splitlines() if l.strip().startswith(name)), None)
+    qps, completed, lost, latency = field("Queries per second"), field("Queries completed"), field("Queries lost"), field("Average Latency")
+    if not qps or not completed:
+        return {"rps": 0, "requests": 0, "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "p999_ms": 0, "max_ms": 0,
+                "non_2xx": 0, "socket_errors": 1, "cpu_us_per_req": None, "steal_pct": steal}
+    done = int(completed[0])
+    avg_ms = float(latency[0]) * 1000
+    max_ms = float(latency[-1].rstrip(")")) * 1000
+    # dnsperf reports the mean and the maximum only.
+    return {"rps": float(qps[0]), "requests": done, "mean_ms": avg_ms, "p50_ms": None, "p90_ms": None, "p99_ms": None,
+            "p999_ms": None, "max_ms": max_ms, "non_2xx": 0,
+            # A few datagrams lost under saturation is UDP; a tenth is a failure.
+            "socket_errors": int(lost[0]) if lost and int(lost[0]) > done // 10 else 0,
+            "lost": int(lost[0]) if lost else None,
+            "cpu_us_per_req": (after - before) * 1e6 / done if done else None, "steal_pct": steal}
+
+def scenario_udp(ctx):
+    """UDP request/response: DNS queries from dnsperf through each proxy to dnsmasq (answering
+    from its own table), against nginx's stream module (HAProxy has no UDP proxy)."""
+    open(os.path.join(WORK, "dns-queries.txt"), "w").write("".join(f"h{i}.weir.test A\n" for i in range(1000)))
+    up_port, ng_port, we_port = free_port(), free_port(), free_port()
+    d = os.path.join(WORK, "dnsmasq")
+    os.makedirs(d, exist_ok=True)
+    procs = []
+    try:
+        procs.append(Proc("dnsmasq", [which("dnsmasq"), "-k", "--bind-interfaces", "--listen-address=127.0.0.1",
+                                      "--no-resolv", "--no-hosts", f"--port={up_port}", "--address=/weir.test/10.1.2.3",
+                                      "--user=root", f"--pid-file={d}/dnsmasq.pid", "--cache-size=10000"],
+                          None, ctx.load_cpus))
+        time.sleep(0.3)
+        ng_dir = os.path.join(WORK, "nginx-udp")
+        os.makedirs(ng_dir, exist_ok=True)
+        conf = f"""load_module {NGINX_STREAM_MODULE};
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile 65535;
+pid {ng_dir}/nginx.pid;
+error_log {ng_dir}/error.log crit;
+events {{ worker_connections 20000; }}
+stream {{ server {{ listen 127.0.0.1:{ng_port} udp reuseport; proxy_pass 127.0.0.1:{up_port}; proxy_responses 1; proxy_timeout 30s; }} }}
+"""
+        open(os.path.join(ng_dir, "nginx.conf"), "w").write(conf)
+        procs.append(Proc("nginx-udp", [which("nginx"), "-c", os.path.join(ng_dir, "nginx.conf"), "-p", ng_dir], None, ctx.proxy_cpus))
+        yaml = f"""server: {{ workers: 1, access_log: {{ enabled: false }} }}
+entrypoints:
+  dns: {{ address: "127.0.0.1:{we_port}/udp" }}
+udp:
+  routers: {{ dns: {{ service: dns }} }}
+  services: {{ dns: {{ servers: [{{ address: "127.0.0.1:{up_port}" }}] }} }}
+"""
+        procs.append(start_weir(ctx.weir, "weir-udp", None, yaml, ctx.proxy_cpus))
+        time.sleep(0.5)
+        targets = [("nginx", procs[1], str(ng_port)), ("weir", procs[2], str(we_port))]
+        duration = ctx.duration
+        return {"dns-c20-q200": interleave("dns-c20-q200", targets,
+                                           lambda port, proc: run_dnsperf(port, duration, ctx.load_cpus, proc), ctx.rounds)}
+    finally:
+        for p in procs:
+            p.stop()
+
 def read_one_response(sock):
     """Reads one small Content-Length response (the upstream's BODY) from a blocking socket."""
     data = b""
@@ -932,6 +1003,10 @@ def write_report(scenario, results, ctx, outdir):
         if rates:
             md.append("Throughput: " + ", ".join(f"{n} {r:.0f} MB/s" for n, r in rates))
             md.append("")
+        means = [(n, m["mean_ms"]) for n, m in res.items() if not n.startswith("_") and m.get("mean_ms")]
+        if means:
+            md.append("Mean latency (dnsperf reports no percentiles): " + ", ".join(f"{n} {v:.3f} ms" for n, v in means))
+            md.append("")
         per_gib = [(n, m["cpu_s_per_gib"]) for n, m in res.items() if not n.startswith("_") and m.get("cpu_s_per_gib")]
         if per_gib:
             md.append("CPU seconds per GiB relayed: " + ", ".join(f"{n} {c:.3f}" for n, c in per_gib))
@@ -1004,7 +1079,8 @@ def main():
             continue
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
                    "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
-                   "compress": scenario_compress, "static": scenario_static, "tcp": scenario_tcp}[name](ctx)
+                   "compress": scenario_compress, "static": scenario_static, "tcp": scenario_tcp,
+                   "udp": scenario_udp}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

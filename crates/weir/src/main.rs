@@ -137,8 +137,16 @@ fn main() -> ExitCode {
         Command::Check { config } => match load(&config) {
             Some(cfg) => match weir_proxy::Runtime::compile(&cfg, 1) {
                 Ok(_) => {
+                    let mut l4 = String::new();
+                    if !cfg.tcp.routers.is_empty() || !cfg.udp.routers.is_empty() {
+                        l4 = format!(
+                            ", {} tcp routers, {} udp routers",
+                            cfg.tcp.routers.len(),
+                            cfg.udp.routers.len()
+                        );
+                    }
                     println!(
-                        "{config}: ok ({} entrypoints, {} routers, {} services, {} middlewares)",
+                        "{config}: ok ({} entrypoints, {} routers, {} services, {} middlewares{l4})",
                         cfg.entrypoints.len(),
                         cfg.routers.len(),
                         cfg.services.len(),

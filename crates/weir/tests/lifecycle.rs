@@ -272,27 +272,33 @@ fn parked_connections_wake_expire_and_stop() {
 
 #[test]
 fn lifecycle_page_references_exist() {
-    // docs/lifecycle-h1.md points into the code as `FILE::NAME`; every pointer must name a
-    // function or constant that exists in that file, so the page stays true as the code moves.
+    // The lifecycle pages (docs/lifecycle-*.md) point into the code as `FILE::NAME`; every
+    // pointer must name a function or constant that exists in that file, so the pages stay
+    // true as the code moves.
     let root = workspace_root();
-    let page = std::fs::read_to_string(root.join("docs/lifecycle-h1.md")).unwrap();
-    let mut checked = 0;
-    for part in page.split('`').skip(1).step_by(2) {
-        let Some((file, function)) = part.split_once(".rs::") else {
-            continue;
-        };
-        let path = root
-            .join("crates/weir-proxy/src")
-            .join(format!("{file}.rs"));
-        let source = std::fs::read_to_string(&path)
-            .unwrap_or_else(|_| panic!("docs/lifecycle-h1.md names missing file {file}.rs"));
+    for (page_name, at_least) in [("lifecycle-h1.md", 20), ("lifecycle-l4.md", 12)] {
+        let page = std::fs::read_to_string(root.join("docs").join(page_name)).unwrap();
+        let mut checked = 0;
+        for part in page.split('`').skip(1).step_by(2) {
+            let Some((file, function)) = part.split_once(".rs::") else {
+                continue;
+            };
+            let path = root
+                .join("crates/weir-proxy/src")
+                .join(format!("{file}.rs"));
+            let source = std::fs::read_to_string(&path)
+                .unwrap_or_else(|_| panic!("docs/{page_name} names missing file {file}.rs"));
+            assert!(
+                source.contains(&format!("fn {function}("))
+                    || source.contains(&format!("fn {function}<"))
+                    || source.contains(&format!("const {function}:")),
+                "docs/{page_name} names `{part}`, which is not a function or constant in {file}.rs"
+            );
+            checked += 1;
+        }
         assert!(
-            source.contains(&format!("fn {function}("))
-                || source.contains(&format!("fn {function}<"))
-                || source.contains(&format!("const {function}:")),
-            "docs/lifecycle-h1.md names `{part}`, which is not a function or constant in {file}.rs"
+            checked >= at_least,
+            "{page_name}: only {checked} references found"
         );
-        checked += 1;
     }
-    assert!(checked >= 20, "only {checked} references found");
 }

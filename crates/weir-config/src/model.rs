@@ -81,6 +81,8 @@ pub struct TcpService {
     pub connect_timeout: Duration,
     /// A connection with no byte in either direction for this long is closed.
     pub idle_timeout: Duration,
+    /// Connections open at once through this service (all workers); more are closed at once.
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Debug, Clone)]

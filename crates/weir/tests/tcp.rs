@@ -470,3 +470,55 @@ fn tcp_config_errors_point_at_the_problem() {
         );
     }
 }
+
+#[test]
+fn idle_connections_close_and_the_cap_holds() {
+    let echo_addr = tcp_server(echo);
+    let yaml = tcp_config(
+        "  idle: { address: \"127.0.0.1:0\" }\n  capped: { address: \"127.0.0.1:0\" }\n",
+        &format!(
+            "  routers:\n    i: {{ entrypoints: [idle], rule: \"HostSNI(`*`)\", service: i }}\n    c: {{ entrypoints: [capped], rule: \"HostSNI(`*`)\", service: c }}\n  services:\n    i: {{ servers: [{{ address: \"{echo_addr}\" }}], timeouts: {{ idle: 1s }} }}\n    c: {{ servers: [{{ address: \"{echo_addr}\" }}], max_connections: 2 }}\n"
+        ),
+        "",
+    );
+    let weir = Weir::start(&yaml);
+    let round_trip = |c: &mut TcpStream, text: &[u8]| -> bool {
+        let mut buf = vec![0u8; text.len()];
+        c.write_all(text).is_ok() && c.read_exact(&mut buf).is_ok() && buf == text
+    };
+    // Traffic keeps a connection open past the idle time; silence closes it.
+    let mut c = TcpStream::connect(weir.addrs["idle"]).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for _ in 0..3 {
+        assert!(round_trip(&mut c, b"still here"));
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    let start = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(c.read(&mut buf).unwrap_or(0), 0);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(350) && took < Duration::from_millis(1800),
+        "closed after {took:?} of silence (plus 600 ms before)"
+    );
+    // Two connections at most through the capped service: a third is closed at once.
+    let mut first = TcpStream::connect(weir.addrs["capped"]).unwrap();
+    let mut second = TcpStream::connect(weir.addrs["capped"]).unwrap();
+    for c in [&mut first, &mut second] {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert!(round_trip(c, b"in"));
+    }
+    let mut third = TcpStream::connect(weir.addrs["capped"]).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(!round_trip(&mut third, b"over the cap"));
+    drop(first);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fourth = TcpStream::connect(weir.addrs["capped"]).unwrap();
+    fourth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(round_trip(&mut fourth, b"room again"));
+    assert!(round_trip(&mut second, b"second still fine"));
+}

@@ -146,7 +146,13 @@ impl Loader<'_> {
         let f = self.fields(
             node,
             &what,
-            &["servers", "load_balancer", "proxy_protocol", "timeouts"],
+            &[
+                "servers",
+                "load_balancer",
+                "proxy_protocol",
+                "timeouts",
+                "max_connections",
+            ],
         )?;
         let mut servers = Vec::new();
         match f.get("servers") {
@@ -194,6 +200,10 @@ impl Loader<'_> {
                 idle_timeout = self.duration(i, "`idle`")?;
             }
         }
+        let max_connections = match f.get("max_connections") {
+            Some(m) => Some(self.uint(m, "`max_connections`", 1, 10_000_000)? as usize),
+            None => None,
+        };
         Some(TcpService {
             name,
             servers,
@@ -201,6 +211,7 @@ impl Loader<'_> {
             proxy_protocol,
             connect_timeout,
             idle_timeout,
+            max_connections,
         })
     }
 

@@ -17,6 +17,7 @@ use crate::worker::Worker;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, Interest};
@@ -48,6 +49,30 @@ pub struct TcpRoute {
 pub struct TcpService {
     pub balancer: Service,
     proxy_protocol: Option<u8>,
+    max_connections: Option<usize>,
+    /// Connections open through this service, all workers together.
+    open: AtomicUsize,
+}
+
+/// A connection counted against its service's `max_connections` until dropped.
+struct Counted<'s>(&'s AtomicUsize);
+
+impl<'s> Counted<'s> {
+    /// `None` when the service already has `max` connections open.
+    fn enter(open: &'s AtomicUsize, max: Option<usize>) -> Option<Counted<'s>> {
+        let before = open.fetch_add(1, Ordering::Relaxed);
+        let counted = Counted(open);
+        match max {
+            Some(max) if before >= max => None,
+            _ => Some(counted),
+        }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The TCP services, compiled once per configuration.
@@ -62,6 +87,8 @@ pub fn compile_services(
             Arc::new(TcpService {
                 balancer: Service::for_tcp(svc, workers)?,
                 proxy_protocol: svc.proxy_protocol,
+                max_connections: svc.max_connections,
+                open: AtomicUsize::new(0),
             }),
         );
     }
@@ -251,6 +278,10 @@ async fn proxy(
     peer: SocketAddr,
     watch: &ConnWatch,
 ) {
+    let Some(_counted) = Counted::enter(&route.service.open, route.service.max_connections) else {
+        // At the cap: closed at once, as nginx's limit_conn does.
+        return;
+    };
     let balancer = &route.service.balancer;
     let no_headers = Head::default();
     let input = PickInput {

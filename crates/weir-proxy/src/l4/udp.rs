@@ -41,6 +41,7 @@ pub fn compile(
             proxy_protocol: None,
             connect_timeout: Duration::ZERO,
             idle_timeout: svc.session_timeout,
+            max_connections: None,
         };
         services.insert(
             svc.name.clone(),

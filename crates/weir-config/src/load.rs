@@ -1,6 +1,7 @@
 //! Turns a positioned YAML tree into the validated [`Config`], collecting every error it finds
 //! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
 
+mod health;
 mod tcp;
 
 use crate::model::*;
@@ -651,8 +652,14 @@ impl Loader<'_> {
                 "timeouts",
                 "pass_host_header",
                 "tls",
+                "health_check",
+                "passive_health",
+                "retry",
             ],
         )?;
+        let health_check = f.get("health_check").and_then(|n| self.health_check(n));
+        let passive_health = f.get("passive_health").and_then(|n| self.passive_health(n));
+        let retry = f.get("retry").and_then(|n| self.retry(n));
         let mut servers = Vec::new();
         match f.get("servers") {
             None => self.error(
@@ -814,6 +821,9 @@ impl Loader<'_> {
             timeouts,
             pass_host_header,
             tls,
+            health_check,
+            passive_health,
+            retry,
         })
     }
 
@@ -1492,6 +1502,45 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.routers[0].priority, 9);
         assert!(matches!(cfg.routers[0].action, Action::Respond(_)));
+    }
+
+    #[test]
+    fn health_and_retry_settings_and_their_errors() {
+        let cfg = load_str(
+            &format!("{BASE}services:\n  s:\n    servers: [{{ url: \"http://127.0.0.1:1\" }}]\n    health_check: {{ path: /healthz, interval: 1s, expect_status: \"200, 204-299\" }}\n    passive_health: {{ max_failures: 5 }}\n    retry: {{ attempts: 3, on: [connect_failure, 503] }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        let s = &cfg.services[0];
+        let check = s.health_check.as_ref().unwrap();
+        assert_eq!(check.path, "/healthz");
+        assert_eq!(check.interval, Duration::from_secs(1));
+        assert_eq!(check.expect_status, vec![(200, 200), (204, 299)]);
+        assert_eq!((check.healthy_threshold, check.unhealthy_threshold), (2, 3));
+        assert_eq!(s.passive_health.unwrap().max_failures, 5);
+        assert_eq!(s.passive_health.unwrap().eject, Duration::from_secs(30));
+        let retry = s.retry.as_ref().unwrap();
+        assert_eq!(retry.attempts, 3);
+        assert_eq!(
+            retry.on,
+            vec![RetryOn::ConnectFailure, RetryOn::Status(503)]
+        );
+        let errs = errors(&format!("{BASE}services:\n  s:\n    servers: []\n    health_check: {{ expect_status: \"2xx\" }}\n    retry: {{ on: [404, sometimes] }}\n"));
+        assert!(
+            errs.iter().any(|e| e.starts_with("t.yaml:6:")
+                && e.contains("`expect_status` must be statuses or ranges")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e
+                    .contains("`on` takes connect_failure, reset or a 5xx status, found `404`")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("found `sometimes`")),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -258,6 +258,51 @@ pub struct Service {
     pub pass_host_header: bool,
     /// How `https://` servers are verified and spoken to.
     pub tls: UpstreamTls,
+    /// Active checks from the control thread (`health_check`).
+    pub health_check: Option<HealthCheck>,
+    /// Ejecting a server after failures seen by requests (`passive_health`).
+    pub passive_health: Option<PassiveHealth>,
+    /// Trying another server when one fails (`retry`).
+    pub retry: Option<Retry>,
+}
+
+/// Active health checks: `GET path` to every server of the service every `interval`.
+#[derive(Debug, Clone)]
+pub struct HealthCheck {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive passes that bring a down server back.
+    pub healthy_threshold: u32,
+    /// Consecutive failures that take a server out.
+    pub unhealthy_threshold: u32,
+    /// Statuses that pass, inclusive ranges (default 200-399).
+    pub expect_status: Vec<(u16, u16)>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// Passive checks: `max_failures` failures (connect errors, resets, 502/503/504 from the
+/// server) within `window` eject the server for `eject`.
+#[derive(Debug, Clone, Copy)]
+pub struct PassiveHealth {
+    pub max_failures: u32,
+    pub window: Duration,
+    pub eject: Duration,
+}
+
+/// What a failed try may be retried on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOn {
+    ConnectFailure,
+    Reset,
+    Status(u16),
+}
+
+#[derive(Debug, Clone)]
+pub struct Retry {
+    /// Tries in all, the first included.
+    pub attempts: u32,
+    pub on: Vec<RetryOn>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -4,10 +4,11 @@
 //! least_conn and p2c see the whole process.
 
 use crate::codec::Head;
+use crate::health::Health;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use weir_config::{Balancer, HashKey};
+use weir_config::{Balancer, HashKey, HealthCheck, PassiveHealth, Retry};
 
 /// An atomic on its own cache line, so workers touching neighbouring slots do not contend.
 #[repr(align(64))]
@@ -26,6 +27,8 @@ pub struct Server {
     pub inflight: Padded,
     /// For https:// servers: how to speak TLS to it.
     pub tls: Option<crate::tls::UpstreamTlsTarget>,
+    /// Active and passive health, shared by every worker.
+    pub health: Health,
 }
 
 #[derive(Debug)]
@@ -43,6 +46,9 @@ pub struct Service {
     /// `timeouts.write`: idle time while the upstream takes the request.
     pub write_timeout: Duration,
     pub pass_host_header: bool,
+    pub health_check: Option<HealthCheck>,
+    pub passive_health: Option<PassiveHealth>,
+    pub retry: Option<Retry>,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
 }
@@ -138,6 +144,7 @@ impl Service {
                     }),
                     _ => None,
                 },
+                health: Health::default(),
             });
         }
         Ok(Service {
@@ -152,6 +159,9 @@ impl Service {
             read_timeout: cfg.timeouts.read,
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
+            health_check: cfg.health_check.clone(),
+            passive_health: cfg.passive_health,
+            retry: cfg.retry.clone(),
             cursors: cursors(workers),
         })
     }
@@ -178,6 +188,7 @@ impl Service {
                 weight: s.weight,
                 inflight: Padded::default(),
                 tls: None,
+                health: Health::default(),
             });
         }
         Ok(Service {
@@ -192,16 +203,39 @@ impl Service {
             read_timeout: cfg.idle_timeout,
             write_timeout: cfg.idle_timeout,
             pass_host_header: false,
+            health_check: None,
+            passive_health: None,
+            retry: None,
             cursors: cursors(workers),
         })
     }
 
-    /// Picks a server for a request; `None` when the service has no server to offer.
+    /// Picks a server for a request; `None` when the service has no usable server.
     pub fn pick(&self, worker: usize, input: &PickInput) -> Option<&Server> {
-        if self.servers.len() <= 1 {
-            return self.servers.first();
-        }
-        let index = match &self.policy {
+        self.pick_avoiding(worker, input, &[])
+    }
+
+    /// Picks a usable server whose id is not in `tried`: the policy's choice, or when that one
+    /// is down, ejected or tried already, the next usable one after it.
+    pub fn pick_avoiding(
+        &self,
+        worker: usize,
+        input: &PickInput,
+        tried: &[usize],
+    ) -> Option<&Server> {
+        let n = self.servers.len();
+        let first = if n <= 1 {
+            0
+        } else {
+            self.policy_choice(worker, input)
+        };
+        (0..n)
+            .map(|k| &self.servers[(first + k) % n])
+            .find(|s| s.health.usable() && !tried.contains(&s.id))
+    }
+
+    fn policy_choice(&self, worker: usize, input: &PickInput) -> usize {
+        match &self.policy {
             Policy::RoundRobin(order) => order[self.advance(worker) % order.len()] as usize,
             Policy::LeastConn => {
                 let n = self.servers.len();
@@ -233,8 +267,7 @@ impl Service {
                 let i = ring.partition_point(|(point, _)| *point < key);
                 ring[if i == ring.len() { 0 } else { i }].1 as usize
             }
-        };
-        self.servers.get(index)
+        }
     }
 
     fn advance(&self, worker: usize) -> usize {

@@ -14,6 +14,7 @@ pub mod compress;
 pub mod conn;
 pub mod exchange;
 pub mod filter;
+pub mod health;
 pub mod l4;
 pub mod metrics;
 pub mod open_files;

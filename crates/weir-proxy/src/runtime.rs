@@ -18,6 +18,8 @@ use weir_config::{Action, Config, Transport};
 
 pub struct Runtime {
     pub entrypoints: Vec<EntrypointRuntime>,
+    /// Every HTTP service (for the control thread's health checks).
+    pub services: Vec<Arc<Service>>,
     pub access_log: Option<AccessLog>,
 }
 
@@ -163,6 +165,11 @@ impl Runtime {
             None
         };
         Ok(Runtime {
+            services: config
+                .services
+                .iter()
+                .filter_map(|s| services.get(s.name.as_str()).cloned())
+                .collect(),
             entrypoints,
             access_log,
         })

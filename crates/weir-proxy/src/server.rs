@@ -103,7 +103,8 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
         handles.push(handle);
     }
 
-    wait_for_stop_signal(admin, metrics)?;
+    let checked = shared.load().services.clone();
+    wait_for_stop_signal(admin, metrics, checked)?;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
     for handle in handles {
@@ -149,10 +150,12 @@ impl Listener {
     }
 }
 
-/// The control thread: serves the admin listener, if any, until a stop signal.
+/// The control thread: serves the admin listener, if any, and runs the active health checks
+/// until a stop signal.
 fn wait_for_stop_signal(
     admin: Option<std::net::TcpListener>,
     metrics: Arc<Metrics>,
+    checked: Vec<Arc<crate::balancer::Service>>,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -163,6 +166,7 @@ fn wait_for_stop_signal(
             let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
             tokio::spawn(admin::serve(listener, metrics));
         }
+        tokio::spawn(crate::health::run_checks(checked));
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;

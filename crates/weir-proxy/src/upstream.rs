@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use weir_config::RetryOn;
 
 /// A local error answer that names the server it concerns (for the access log).
 fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) -> Reply<'r> {
@@ -27,7 +28,9 @@ fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) ->
     }
 }
 
-/// Runs the `service` action for one request.
+/// Runs the `service` action for one request: a server from the balancer (skipping those down
+/// or ejected), and with `retry`, another server after a failure the settings name, as long as
+/// the request may be sent again (nothing of it consumed, or idempotent without a body).
 pub(crate) async fn forward<'r, C: ClientSide>(
     worker: &Worker,
     service: &'r Service,
@@ -39,15 +42,111 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         path: head.path(),
         headers: &head.head,
     };
-    let Some(server) = service.pick(worker.id, &pick) else {
-        return failure(503, "no server available", None);
-    };
-    let used = UpstreamUse::new(server, service);
     let has_body = head.framing != Framing::None;
     // A reused connection can turn out dead after the request went out; only a request that
     // may be repeated (idempotent, no body consumed) is then sent again (RFC 9110 9.2.2).
     let may_resend = !has_body && head.is_idempotent();
+    let attempts = service.retry.as_ref().map_or(1, |r| r.attempts);
+    // Servers tried so far (no allocation unless a retry happens).
+    let mut tried: Vec<usize> = Vec::new();
+    loop {
+        let Some(server) = service.pick_avoiding(worker.id, &pick, &tried) else {
+            return failure(503, "no server available", None);
+        };
+        let used = UpstreamUse::new(server, service);
+        let failed = match try_server(worker, service, server, client, head, may_resend).await {
+            Ok(mut reply) => {
+                let status = match &reply.head {
+                    ReplyHead::Response(response) => response.status,
+                    _ => 0,
+                };
+                if matches!(status, 502..=504) {
+                    note_failure(service, server);
+                }
+                let retry_status = service
+                    .retry
+                    .as_ref()
+                    .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
+                if !(retry_status && may_resend && tried.len() + 1 < attempts as usize) {
+                    reply.upstream = Some(used);
+                    return reply;
+                }
+                // Retried: this answer's body is never read, so its connection is dropped.
+                Failed {
+                    status,
+                    message: "upstream answered with an error",
+                    cause: Cause::Status,
+                }
+            }
+            Err(failed) => failed,
+        };
+        if matches!(failed.cause, Cause::Connect | Cause::Reset) {
+            note_failure(service, server);
+        }
+        let retry_on = |on| service.retry.as_ref().is_some_and(|r| r.on.contains(&on));
+        let retryable = match failed.cause {
+            // Nothing was sent: any request may go elsewhere.
+            Cause::Connect => retry_on(RetryOn::ConnectFailure),
+            Cause::Reset => retry_on(RetryOn::Reset) && may_resend,
+            Cause::Status => true,
+            Cause::Other => false,
+        };
+        if retryable && tried.len() + 1 < attempts as usize {
+            tried.push(server.id);
+            continue;
+        }
+        return failure(failed.status, failed.message, Some(used));
+    }
+}
 
+/// Counts a failure towards the server's passive ejection, if the service has it.
+fn note_failure(service: &Service, server: &Server) {
+    if let Some(policy) = &service.passive_health {
+        if server.health.record_failure(policy) {
+            eprintln!(
+                "weir: service `{}`: server {} ejected for {:?} after {} failures",
+                service.name, server.url, policy.eject, policy.max_failures
+            );
+        }
+    }
+}
+
+/// Why a try at one server failed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// No connection (refused, unreachable, timed out, TLS failed): nothing was sent.
+    Connect,
+    /// The connection broke or closed before a response.
+    Reset,
+    /// A response whose status `retry.on` names.
+    Status,
+    /// Anything else (the client's side, a timeout after sending): never retried.
+    Other,
+}
+
+struct Failed {
+    status: u16,
+    message: &'static str,
+    cause: Cause,
+}
+
+/// Sends the request to `server` (a pooled connection or a new one) and reads the response
+/// head: a reply whose body is still on the connection (its `upstream` is the caller's).
+async fn try_server<'r, C: ClientSide>(
+    worker: &Worker,
+    service: &Service,
+    server: &Server,
+    client: &mut C,
+    head: &RequestHead,
+    may_resend: bool,
+) -> Result<Reply<'r>, Failed> {
+    let fail = |status, message, cause| {
+        Err(Failed {
+            status,
+            message,
+            cause,
+        })
+    };
     loop {
         let mut up = match worker.pool.checkout(server.id) {
             Some(conn) => conn,
@@ -75,19 +174,25 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                                 {
                                     Ok(Ok(io)) => UpstreamConn::new(UpstreamIo::Tls(Box::new(io))),
                                     Ok(Err(_)) => {
-                                        let message = "upstream TLS handshake failed";
-                                        return failure(502, message, Some(used));
+                                        return fail(
+                                            502,
+                                            "upstream TLS handshake failed",
+                                            Cause::Connect,
+                                        )
                                     }
                                     Err(Expired) => {
-                                        let message = "upstream TLS handshake timed out";
-                                        return failure(504, message, Some(used));
+                                        return fail(
+                                            504,
+                                            "upstream TLS handshake timed out",
+                                            Cause::Connect,
+                                        )
                                     }
                                 }
                             }
                         }
                     }
-                    Ok(Err(_)) => return failure(502, "upstream connection failed", Some(used)),
-                    Err(Expired) => return failure(504, "upstream connect timed out", Some(used)),
+                    Ok(Err(_)) => return fail(502, "upstream connection failed", Cause::Connect),
+                    Err(Expired) => return fail(504, "upstream connect timed out", Cause::Connect),
                 }
             }
         };
@@ -97,7 +202,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         let sent = client
             .send_request(worker, head, write_head, &mut up.io, service.write_timeout)
             .await;
-        let (status, message) = match sent {
+        let (status, message, cause) = match sent {
             Ok(_) => {
                 let read = read_response_head(&mut up, head.is_head(), head.upgrade);
                 let limit = service.response_header_timeout;
@@ -108,33 +213,44 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                 {
                     Ok(Ok(response)) => {
                         let body = if response.status == 101 {
-                            // Only reached when the client asked to upgrade (an unasked 101 is
-                            // refused below); the connection never returns to the pool.
+                            // Only reached when the client asked to upgrade (an unasked 101
+                            // is refused below); the connection never returns to the pool.
                             ReplyBody::Upgrade(up)
                         } else {
                             ReplyBody::Upstream(up)
                         };
-                        return Reply {
+                        return Ok(Reply {
                             head: ReplyHead::Response(response),
                             body,
-                            upstream: Some(used),
+                            upstream: None,
                             body_filter: None,
-                        };
+                        });
                     }
                     Ok(Err(ResponseError::ClosedEarly)) if up.reused && may_resend => continue,
-                    Ok(Err(_)) => (502, "invalid or missing upstream response"),
-                    Err(Expired) => (504, "upstream response timed out"),
+                    Ok(Err(ResponseError::ClosedEarly)) => {
+                        (502, "invalid or missing upstream response", Cause::Reset)
+                    }
+                    Ok(Err(_)) => (502, "invalid or missing upstream response", Cause::Other),
+                    Err(Expired) => (504, "upstream response timed out", Cause::Other),
                 }
             }
             Err(BodyError::Sink) if up.reused && may_resend => continue,
-            Err(BodyError::Sink) => (502, "upstream closed the connection"),
-            Err(BodyError::SinkStalled) => (504, "upstream did not take the request in time"),
-            Err(BodyError::Source) => (499, "client closed the connection"),
+            Err(BodyError::Sink) => (502, "upstream closed the connection", Cause::Reset),
+            Err(BodyError::SinkStalled) => (
+                504,
+                "upstream did not take the request in time",
+                Cause::Other,
+            ),
+            Err(BodyError::Source) => (499, "client closed the connection", Cause::Other),
             // Dropping `up` aborts the upstream request mid-body: it never sees a request
             // boundary. The client's body is bad (400) or stalled (408).
-            Err(e) => e.client_answer().unwrap_or((400, "malformed request body")),
+            Err(e) => {
+                let (status, message) =
+                    e.client_answer().unwrap_or((400, "malformed request body"));
+                (status, message, Cause::Other)
+            }
         };
-        return failure(status, message, Some(used));
+        return fail(status, message, cause);
     }
 }
 

@@ -1,0 +1,206 @@
+//! Health and retries on the real binary: a server killed under load costs no failed idempotent
+//! request with `retry` on (and does without it); a dead server is ejected by passive checks;
+//! active checks take a failing server out within `interval × unhealthy_threshold` and bring it
+//! back; with every server down the answer is 503 at once.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An HTTP server whose `/health` answers 200 or 503 as `healthy` says; every other path
+/// answers `switchable` and is counted.
+struct Switchable {
+    addr: SocketAddr,
+    healthy: Arc<AtomicBool>,
+    served: Arc<AtomicUsize>,
+}
+
+fn switchable() -> Switchable {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let healthy = Arc::new(AtomicBool::new(true));
+    let served = Arc::new(AtomicUsize::new(0));
+    let (h, s) = (healthy.clone(), served.clone());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(Result::ok) {
+            let (h, s) = (h.clone(), s.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let health = got.starts_with(b"GET /health ");
+                let status = if health && !h.load(Ordering::SeqCst) {
+                    503
+                } else {
+                    200
+                };
+                if !health {
+                    s.fetch_add(1, Ordering::SeqCst);
+                }
+                let body = if health { "health" } else { "switchable" };
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes());
+            });
+        }
+    });
+    Switchable {
+        addr,
+        healthy,
+        served,
+    }
+}
+
+fn config(services: &str, routes: &str) -> String {
+    format!("server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nrouters:\n{routes}services:\n{services}")
+}
+
+#[test]
+fn a_server_killed_under_load_fails_no_request_with_retries() {
+    let alive = Nginx::start();
+    let doomed = Nginx::start();
+    let servers = format!(
+        "[{{ url: \"http://{}\" }}, {{ url: \"http://{}\" }}]",
+        alive.addr, doomed.addr
+    );
+    let weir = Weir::start(&config(
+        &format!("  retried: {{ servers: {servers}, retry: {{ attempts: 2 }} }}\n  plain: {{ servers: {servers} }}\n"),
+        "  r: { rule: \"PathPrefix(`/r`)\", service: retried }\n  p: { rule: \"PathPrefix(`/p`)\", service: plain }\n",
+    ));
+    let addr = weir.addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = |prefix: &'static str| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0, 0);
+            let mut conn = Conn::open(addr);
+            while !stop.load(Ordering::SeqCst) {
+                conn.send(format!("GET {prefix} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+                match conn.read(false) {
+                    Some(r) if r.status == 200 => ok += 1,
+                    Some(_) => failed += 1,
+                    None => {
+                        failed += 1;
+                        conn = Conn::open(addr);
+                    }
+                }
+            }
+            (ok, failed)
+        })
+    };
+    let retried = load("/r");
+    let plain = load("/p");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(doomed);
+    std::thread::sleep(Duration::from_millis(700));
+    stop.store(true, Ordering::SeqCst);
+    let (ok, failed) = retried.join().unwrap();
+    assert!(ok > 100, "{ok} requests");
+    assert_eq!(
+        failed,
+        0,
+        "with retries: {failed} of {} failed",
+        ok + failed
+    );
+    // The same load without retries does see the dead server.
+    let (ok, failed) = plain.join().unwrap();
+    assert!(
+        failed > 0,
+        "without retries nothing failed ({ok} ok): the test proves nothing"
+    );
+}
+
+#[test]
+fn passive_checks_eject_and_all_down_is_503_at_once() {
+    let alive = Nginx::start();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let weir = Weir::start(&config(
+        &format!("  s: {{ servers: [{{ url: \"http://{}\" }}, {{ url: \"http://{dead}\" }}], passive_health: {{ max_failures: 2, window: 10s, eject: 30s }} }}\n  gone: {{ servers: [{{ url: \"http://{dead}\" }}], passive_health: {{ max_failures: 1, eject: 30s }} }}\n", alive.addr),
+        "  s: { rule: \"PathPrefix(`/s`)\", service: s }\n  g: { rule: \"PathPrefix(`/g`)\", service: gone }\n",
+    ));
+    let statuses: Vec<u16> = (0..20)
+        .map(|_| get(weir.addr(), "t", "/s").status)
+        .collect();
+    // Round robin sends every other request to the dead server until two failures eject it.
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 502).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert!(statuses[6..].iter().all(|s| *s == 200), "{statuses:?}");
+    let ejected: Vec<String> = weir
+        .stderr()
+        .into_iter()
+        .filter(|l| l.contains("ejected"))
+        .collect();
+    assert_eq!(ejected.len(), 1, "{ejected:?}");
+    // A service whose only server is ejected answers 503 without trying it.
+    assert_eq!(get(weir.addr(), "t", "/g").status, 502);
+    let start = Instant::now();
+    let r = get(weir.addr(), "t", "/g");
+    assert_eq!(r.status, 503);
+    assert!(start.elapsed() < Duration::from_millis(100));
+}
+
+#[test]
+fn active_checks_take_a_server_out_and_bring_it_back() {
+    let nginx = Nginx::start();
+    let sw = switchable();
+    let weir = Weir::start(&config(
+        &format!("  s:\n    servers: [{{ url: \"http://{}\" }}, {{ url: \"http://{}\" }}]\n    health_check: {{ path: /health, interval: 200ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 1 }}\n", nginx.addr, sw.addr),
+        "  s: { rule: \"PathPrefix(`/`)\", service: s }\n",
+    ));
+    let bodies =
+        |n| -> Vec<String> { (0..n).map(|_| get(weir.addr(), "t", "/x").text()).collect() };
+    assert!(bodies(10).iter().any(|b| b == "switchable"));
+    sw.healthy.store(false, Ordering::SeqCst);
+    let failing_since = Instant::now();
+    let down_line = |weir: &Weir| {
+        weir.stderr()
+            .into_iter()
+            .any(|l| l.contains(&format!("server http://{} is down", sw.addr)))
+    };
+    while !down_line(&weir) {
+        assert!(
+            failing_since.elapsed() < Duration::from_millis(1500),
+            "not marked down: {:?}",
+            weir.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // interval x unhealthy_threshold, plus a check's own time and the first wait's remainder.
+    assert!(
+        failing_since.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        failing_since.elapsed()
+    );
+    let before = sw.served.load(Ordering::SeqCst);
+    assert!(bodies(10).iter().all(|b| b.starts_with("conn=")));
+    assert_eq!(
+        sw.served.load(Ordering::SeqCst),
+        before,
+        "a down server got requests"
+    );
+    sw.healthy.store(true, Ordering::SeqCst);
+    let passing_since = Instant::now();
+    while !weir.stderr().iter().any(|l| l.contains("is up again")) {
+        assert!(
+            passing_since.elapsed() < Duration::from_millis(1000),
+            "not back: {:?}",
+            weir.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(bodies(10).iter().any(|b| b == "switchable"));
+}

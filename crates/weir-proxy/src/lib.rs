@@ -15,6 +15,7 @@ pub mod conn;
 pub mod exchange;
 pub mod filter;
 pub mod health;
+pub mod health_check;
 pub mod l4;
 pub mod metrics;
 pub mod open_files;

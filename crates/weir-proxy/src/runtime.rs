@@ -5,8 +5,7 @@
 use crate::accesslog::AccessLog;
 use crate::balancer::Service;
 use crate::filter::Filter;
-use crate::l4::tcp::{self, TcpRoutes};
-use crate::l4::udp::{self, UdpService};
+use crate::l4::routes::{self, TcpRoutes, UdpService};
 use crate::reply::LocalResponse;
 use crate::router::Router;
 use crate::static_files::StaticSite;
@@ -128,8 +127,8 @@ impl Runtime {
                 action,
             }));
         }
-        let tcp_services = tcp::compile_services(config, workers)?;
-        let udp_services = udp::compile(config, workers)?;
+        let tcp_services = routes::compile_services(config, workers)?;
+        let udp_services = routes::compile_udp(config, workers)?;
         let entrypoints = config
             .entrypoints
             .iter()

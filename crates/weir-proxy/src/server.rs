@@ -166,7 +166,7 @@ fn wait_for_stop_signal(
             let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
             tokio::spawn(admin::serve(listener, metrics));
         }
-        tokio::spawn(crate::health::run_checks(checked));
+        tokio::spawn(crate::health_check::run_checks(checked));
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;

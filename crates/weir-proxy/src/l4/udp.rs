@@ -6,67 +6,20 @@
 //! to make room (the oldest first). Each worker has its own listening socket (SO_REUSEPORT
 //! hashes a client to one worker) and its own sessions.
 
-use crate::balancer::{PickInput, Service, UpstreamUse};
+use crate::balancer::{PickInput, UpstreamUse};
 use crate::codec::Head;
+use crate::l4::routes::UdpService;
 use crate::worker::Worker;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::UdpSocket;
-use weir_config::Config;
 
 /// The largest datagram: UDP's length field allows 65,507 bytes of payload over IPv4.
 const MAX_DATAGRAM: usize = 65_536;
-
-pub struct UdpService {
-    pub balancer: Service,
-    session_timeout: Duration,
-    max_sessions: usize,
-}
-
-/// The UDP service each UDP entrypoint's router sends to, by entrypoint name.
-pub fn compile(
-    config: &Config,
-    workers: usize,
-) -> Result<HashMap<String, Arc<UdpService>>, String> {
-    let mut services = HashMap::new();
-    for svc in &config.udp.services {
-        let tcp_shaped = weir_config::TcpService {
-            name: svc.name.clone(),
-            servers: svc.servers.clone(),
-            load_balancer: svc.load_balancer,
-            proxy_protocol: None,
-            connect_timeout: Duration::ZERO,
-            idle_timeout: svc.session_timeout,
-            max_connections: None,
-        };
-        services.insert(
-            svc.name.clone(),
-            Arc::new(UdpService {
-                balancer: Service::for_tcp(&tcp_shaped, workers)?,
-                session_timeout: svc.session_timeout,
-                max_sessions: svc.max_sessions,
-            }),
-        );
-    }
-    let mut by_entrypoint = HashMap::new();
-    for ep in &config.entrypoints {
-        let router = config
-            .udp
-            .routers
-            .iter()
-            .find(|r| r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name));
-        if let (weir_config::Transport::Udp, Some(router)) = (ep.transport, router) {
-            if let Some(svc) = services.get(&router.service) {
-                by_entrypoint.insert(ep.name.clone(), svc.clone());
-            }
-        }
-    }
-    Ok(by_entrypoint)
-}
 
 struct Session {
     upstream: Rc<UdpSocket>,

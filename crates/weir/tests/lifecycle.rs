@@ -163,7 +163,11 @@ fn graceful_stop_finishes_in_flight_requests() {
     // The reader thread may not have taken the last line yet when the process has exited.
     let read_since = Instant::now();
     while !weir.stderr().iter().any(|l| l.contains("stopped")) {
-        assert!(read_since.elapsed() < Duration::from_secs(2), "{:?}", weir.stderr());
+        assert!(
+            read_since.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            weir.stderr()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -421,12 +421,32 @@ impl Loader<'_> {
             }
         }
         if let Some(admin) = f.get("admin") {
-            if let Some(af) = self.fields(admin, "`server.admin`", &["address"]) {
+            if let Some(af) = self.fields(admin, "`server.admin`", &["address", "token"]) {
+                let token = af
+                    .get("token")
+                    .and_then(|t| self.string(t, "`server.admin.token`"));
+                if token
+                    .as_deref()
+                    .is_some_and(|t| t.len() < 16 || !is_header_value(t))
+                {
+                    self.error(
+                        af.pos,
+                        "`server.admin.token` must be at least 16 characters, without control characters",
+                    );
+                }
                 match af.get("address") {
                     Some(a) => {
                         let text = self.string(a, "`server.admin.address`").unwrap_or_default();
                         match parse_listen_address(&text) {
-                            Some(address) => server.admin = Some(Admin { address }),
+                            // The API shows and (later) changes state: beyond loopback it
+                            // needs a token.
+                            Some(address) if !address.ip().is_loopback() && token.is_none() => {
+                                self.error(
+                                    a.pos,
+                                    format!("`server.admin.address` {address} is not a loopback address: set `server.admin.token` too"),
+                                )
+                            }
+                            Some(address) => server.admin = Some(Admin { address, token }),
                             None => self.error(
                                 a.pos,
                                 format!("`server.admin.address` must be HOST:PORT or :PORT, found `{text}`"),
@@ -1502,6 +1522,26 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.routers[0].priority, 9);
         assert!(matches!(cfg.routers[0].action, Action::Respond(_)));
+    }
+
+    #[test]
+    fn admin_beyond_loopback_needs_a_long_token() {
+        let errs = errors(&format!(
+            "server:\n  admin: {{ address: \"0.0.0.0:9900\" }}\n{BASE}"
+        ));
+        assert!(
+            errs[0].contains("is not a loopback address: set `server.admin.token` too"),
+            "{errs:?}"
+        );
+        let errs = errors(&format!(
+            "server:\n  admin: {{ address: \"0.0.0.0:9900\", token: short }}\n{BASE}"
+        ));
+        assert!(errs[0].contains("at least 16 characters"), "{errs:?}");
+        let cfg = load_str(&format!("server:\n  admin: {{ address: \"0.0.0.0:9900\", token: \"0123456789abcdef\" }}\n{BASE}"), "t.yaml").unwrap();
+        assert_eq!(
+            cfg.server.admin.unwrap().token.as_deref(),
+            Some("0123456789abcdef")
+        );
     }
 
     #[test]

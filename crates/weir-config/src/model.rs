@@ -139,6 +139,8 @@ impl Default for OpenFileCache {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admin {
     pub address: std::net::SocketAddr,
+    /// Bearer token required for everything but `/metrics`.
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

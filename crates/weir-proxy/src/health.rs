@@ -38,6 +38,12 @@ impl Health {
         self.down.load(Ordering::Relaxed)
     }
 
+    /// Whether passive checks have the server ejected now.
+    pub fn is_ejected(&self) -> bool {
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
+    }
+
     /// Set by the active checks (`health_check.rs`).
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::Relaxed);

@@ -104,7 +104,15 @@ pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
     }
 
     let checked = shared.load().services.clone();
-    wait_for_stop_signal(admin, metrics, checked)?;
+    let admin = admin.map(|listener| {
+        let state = admin::AdminState {
+            metrics: metrics.clone(),
+            runtime: shared.clone(),
+            token: config.server.admin.as_ref().and_then(|a| a.token.clone()),
+        };
+        (listener, Arc::new(state))
+    });
+    wait_for_stop_signal(admin, checked)?;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
     for handle in handles {
@@ -153,8 +161,7 @@ impl Listener {
 /// The control thread: serves the admin listener, if any, and runs the active health checks
 /// until a stop signal.
 fn wait_for_stop_signal(
-    admin: Option<std::net::TcpListener>,
-    metrics: Arc<Metrics>,
+    admin: Option<(std::net::TcpListener, Arc<admin::AdminState>)>,
     checked: Vec<Arc<crate::balancer::Service>>,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -162,9 +169,9 @@ fn wait_for_stop_signal(
         .build()
         .map_err(|e| format!("cannot start signal handler: {e}"))?;
     rt.block_on(async {
-        if let Some(listener) = admin {
+        if let Some((listener, state)) = admin {
             let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            tokio::spawn(admin::serve(listener, metrics));
+            tokio::spawn(admin::serve(listener, state));
         }
         tokio::spawn(crate::health_check::run_checks(checked));
         use tokio::signal::unix::{signal, SignalKind};

@@ -160,7 +160,39 @@ fn active_checks_take_a_server_out_and_bring_it_back() {
     let weir = Weir::start(&config(
         &format!("  s:\n    servers: [{{ url: \"http://{}\" }}, {{ url: \"http://{}\" }}]\n    health_check: {{ path: /health, interval: 200ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 1 }}\n", nginx.addr, sw.addr),
         "  s: { rule: \"PathPrefix(`/`)\", service: s }\n",
-    ));
+    ).replace("server: { workers: 1 }", &format!("server: {{ workers: 1, admin: {{ address: \"127.0.0.1:0\", token: \"{TOKEN}\" }} }}")));
+    let admin = weir.addrs["@admin"];
+    // The admin API shows the switchable server's state (and wants the token).
+    let server_state = || {
+        let r = request(
+            admin,
+            &format!(
+                "GET /api/services HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+            ),
+        );
+        assert_eq!(r.status, 200);
+        let json = r.json();
+        let servers = json["services"][0]["servers"].as_array().unwrap().clone();
+        let entry = servers
+            .into_iter()
+            .find(|s| s["url"] == format!("http://{}", sw.addr))
+            .unwrap();
+        (
+            entry["usable"].as_bool().unwrap(),
+            entry["down"].as_bool().unwrap(),
+        )
+    };
+    assert_eq!(server_state(), (true, false));
+    let r = request(admin, "GET /api/services HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    let r = request(admin, "GET /api/services HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer wrong-token-0000000\r\n\r\n");
+    assert_eq!(r.status, 401);
+    // /metrics needs no token.
+    assert_eq!(
+        request(admin, "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").status,
+        200
+    );
     let bodies =
         |n| -> Vec<String> { (0..n).map(|_| get(weir.addr(), "t", "/x").text()).collect() };
     assert!(bodies(10).iter().any(|b| b == "switchable"));
@@ -185,6 +217,7 @@ fn active_checks_take_a_server_out_and_bring_it_back() {
         "{:?}",
         failing_since.elapsed()
     );
+    assert_eq!(server_state(), (false, true));
     let before = sw.served.load(Ordering::SeqCst);
     assert!(bodies(10).iter().all(|b| b.starts_with("conn=")));
     assert_eq!(
@@ -203,4 +236,7 @@ fn active_checks_take_a_server_out_and_bring_it_back() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(bodies(10).iter().any(|b| b == "switchable"));
+    assert_eq!(server_state(), (true, false));
 }
+
+const TOKEN: &str = "s3cret-admin-token-42";

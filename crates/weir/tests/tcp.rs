@@ -128,22 +128,6 @@ fn redis_goes_through_a_catch_all_tcp_router() {
     assert!(text.contains("SET:") && text.contains("GET:"), "{text}");
 }
 
-/// curl over HTTPS to `name` (resolved to weir), trusting only `ca`: (exit ok, body).
-fn curl(port: u16, name: &str, ca: &std::path::Path) -> (bool, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--cacert"])
-        .arg(ca)
-        .arg("--resolve")
-        .arg(format!("{name}:{port}:127.0.0.1"))
-        .arg(format!("https://{name}:{port}/"))
-        .output()
-        .expect("curl must be installed");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
 #[test]
 fn passthrough_by_sni_beside_weirs_own_https() {
     let dir = temp_dir("tcp-sni");
@@ -168,15 +152,15 @@ fn passthrough_by_sni_beside_weirs_own_https() {
     let port = weir.addrs["websecure"].port();
     // Each name reaches the server holding its certificate: only that server can complete a
     // handshake the client trusts.
-    let (ok, body) = curl(port, "a.example", &a.cert);
+    let (ok, body) = curl_https(port, "a.example", &a.cert);
     assert!(ok && body.starts_with("conn="), "a: {body}");
-    let (ok, body) = curl(port, "b.example", &b.cert);
+    let (ok, body) = curl_https(port, "b.example", &b.cert);
     assert!(ok && body.starts_with("conn="), "b: {body}");
     // a.example does not reach b's server.
-    let (ok, _) = curl(port, "a.example", &b.cert);
+    let (ok, _) = curl_https(port, "a.example", &b.cert);
     assert!(!ok);
     // Any other name is weir's own HTTPS on the same port.
-    let (ok, body) = curl(port, "own.example", &own.cert);
+    let (ok, body) = curl_https(port, "own.example", &own.cert);
     assert!(ok, "own");
     assert_eq!(body, "weir itself");
     // A ClientHello in one-byte segments still routes by its SNI.

@@ -154,28 +154,7 @@ impl Loader<'_> {
                 "max_connections",
             ],
         )?;
-        let mut servers = Vec::new();
-        match f.get("servers") {
-            None => self.error(
-                f.pos,
-                format!(
-                    "{what} needs `servers`, e.g. `servers: [{{ address: \"127.0.0.1:6379\" }}]`"
-                ),
-            ),
-            Some(list) => match &list.value {
-                Value::Seq(items) => {
-                    for item in items {
-                        if let Some(s) = self.tcp_server(item) {
-                            servers.push(s);
-                        }
-                    }
-                }
-                _ => self.error(
-                    list.pos,
-                    format!("`servers` must be a list, found {}", list.kind_name()),
-                ),
-            },
-        }
+        let servers = self.address_servers(f.get("servers"), f.pos, &what, "127.0.0.1:6379");
         let load_balancer = match f.get("load_balancer") {
             Some(lb) => self.balancer(lb)?,
             None => Balancer::RoundRobin,
@@ -213,6 +192,37 @@ impl Loader<'_> {
             idle_timeout,
             max_connections,
         })
+    }
+
+    /// A `servers` list of `{ address, weight }`, as TCP and UDP services take it.
+    fn address_servers(
+        &mut self,
+        node: Option<&Node>,
+        pos: crate::yaml::Pos,
+        what: &str,
+        example: &str,
+    ) -> Vec<TcpServer> {
+        let mut servers = Vec::new();
+        match node {
+            None => self.error(
+                pos,
+                format!("{what} needs `servers`, e.g. `servers: [{{ address: \"{example}\" }}]`"),
+            ),
+            Some(list) => match &list.value {
+                Value::Seq(items) => {
+                    for item in items {
+                        if let Some(s) = self.tcp_server(item) {
+                            servers.push(s);
+                        }
+                    }
+                }
+                _ => self.error(
+                    list.pos,
+                    format!("`servers` must be a list, found {}", list.kind_name()),
+                ),
+            },
+        }
+        servers
     }
 
     fn tcp_server(&mut self, node: &Node) -> Option<TcpServer> {
@@ -348,28 +358,7 @@ impl Loader<'_> {
                 "max_sessions",
             ],
         )?;
-        let mut servers = Vec::new();
-        match f.get("servers") {
-            None => self.error(
-                f.pos,
-                format!(
-                    "{what} needs `servers`, e.g. `servers: [{{ address: \"127.0.0.1:53\" }}]`"
-                ),
-            ),
-            Some(list) => match &list.value {
-                Value::Seq(items) => {
-                    for item in items {
-                        if let Some(s) = self.tcp_server(item) {
-                            servers.push(s);
-                        }
-                    }
-                }
-                _ => self.error(
-                    list.pos,
-                    format!("`servers` must be a list, found {}", list.kind_name()),
-                ),
-            },
-        }
+        let servers = self.address_servers(f.get("servers"), f.pos, &what, "127.0.0.1:53");
         let load_balancer = match f.get("load_balancer") {
             Some(lb) => self.balancer(lb)?,
             None => Balancer::RoundRobin,

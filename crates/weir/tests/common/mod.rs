@@ -768,3 +768,19 @@ pub fn make_cert(dir: &std::path::Path, tag: &str, names: &[&str], expired: bool
     std::fs::write(&files.key, key.serialize_pem()).unwrap();
     files
 }
+
+/// curl over HTTPS to `name` (resolved to 127.0.0.1), trusting only `ca`: (exit ok, body).
+pub fn curl_https(port: u16, name: &str, ca: &std::path::Path) -> (bool, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{port}:127.0.0.1"))
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .expect("curl must be installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}

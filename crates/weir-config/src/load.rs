@@ -384,6 +384,7 @@ impl Loader<'_> {
             client_send_timeout: DEFAULT_CLIENT_SEND_TIMEOUT,
             access_log: AccessLog {
                 enabled: false,
+                format: LogFormat::Json,
                 path: LogTarget::Stdout,
             },
             admin: None,
@@ -493,11 +494,15 @@ impl Loader<'_> {
                 }
                 if let Some(fmt) = lf.get("format") {
                     if let Some(s) = self.string(fmt, "`access_log.format`") {
-                        if s != "json" {
-                            self.error(
+                        match s.as_str() {
+                            "json" => server.access_log.format = LogFormat::Json,
+                            "combined" => server.access_log.format = LogFormat::Combined,
+                            _ => self.error(
                                 fmt.pos,
-                                format!("unknown access log format `{s}`; expected: json"),
-                            );
+                                format!(
+                                    "unknown access log format `{s}`; expected: json, combined"
+                                ),
+                            ),
                         }
                     }
                 }

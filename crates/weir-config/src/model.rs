@@ -146,7 +146,17 @@ pub struct Admin {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessLog {
     pub enabled: bool,
+    pub format: LogFormat,
     pub path: LogTarget,
+}
+
+/// How an access log line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// nginx's `combined`.
+    Combined,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

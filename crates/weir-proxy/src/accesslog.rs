@@ -1,22 +1,33 @@
-//! The JSON access log: one line per request, written at the end of the exchange, only when
-//! `server.access_log.enabled` is true (nothing on the hot path otherwise).
+//! The access log: one line per request, JSON or nginx's `combined`, written at the end of the
+//! exchange, only when `server.access_log.enabled` is true (nothing on the hot path otherwise).
 
 use std::fs::OpenOptions;
 use std::io::{LineWriter, Write};
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use weir_config::LogTarget;
+use weir_config::{LogFormat, LogTarget};
 
 pub struct AccessLog {
     out: Mutex<Box<dyn Write + Send>>,
+    format: LogFormat,
+}
+
+/// What the log keeps of a request, taken before the filters may rewrite it.
+pub struct RequestLine {
+    pub method: String,
+    pub host: String,
+    /// The path and query as the client sent them.
+    pub target: String,
+    /// `HTTP/1.0` or `HTTP/1.1`.
+    pub version: &'static str,
+    pub referer: String,
+    pub user_agent: String,
 }
 
 pub struct Entry<'a> {
     pub client: IpAddr,
-    pub method: &'a str,
-    pub host: &'a str,
-    pub path: &'a str,
+    pub request: &'a RequestLine,
     pub status: u16,
     pub bytes: u64,
     pub duration: Duration,
@@ -25,7 +36,7 @@ pub struct Entry<'a> {
 }
 
 impl AccessLog {
-    pub fn open(target: &LogTarget) -> Result<AccessLog, String> {
+    pub fn open(target: &LogTarget, format: LogFormat) -> Result<AccessLog, String> {
         let out: Box<dyn Write + Send> = match target {
             LogTarget::Stdout => Box::new(LineWriter::new(std::io::stdout())),
             LogTarget::Stderr => Box::new(std::io::stderr()),
@@ -39,30 +50,71 @@ impl AccessLog {
         };
         Ok(AccessLog {
             out: Mutex::new(out),
+            format,
         })
     }
 
     pub fn record(&self, e: &Entry) {
-        let line = serde_json::json!({
-            "time": rfc3339(SystemTime::now()),
-            "client": e.client.to_string(),
-            "method": e.method,
-            "host": e.host,
-            "path": e.path,
-            "status": e.status,
-            "bytes": e.bytes,
-            "duration_ms": e.duration.as_secs_f64() * 1000.0,
-            "router": e.router,
-            "upstream": e.upstream,
-        });
+        let now = SystemTime::now();
+        let r = e.request;
+        let line = match self.format {
+            LogFormat::Json => serde_json::json!({
+                "time": rfc3339(now),
+                "client": e.client.to_string(),
+                "method": r.method,
+                "host": r.host,
+                "path": r.target.split('?').next().unwrap_or(""),
+                "status": e.status,
+                "bytes": e.bytes,
+                "duration_ms": e.duration.as_secs_f64() * 1000.0,
+                "router": e.router,
+                "upstream": e.upstream,
+            })
+            .to_string(),
+            // $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
+            // "$http_referer" "$http_user_agent"
+            LogFormat::Combined => format!(
+                "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"",
+                e.client,
+                clf_time(now),
+                escaped(&r.method),
+                escaped(&r.target),
+                r.version,
+                e.status,
+                e.bytes,
+                or_dash(&escaped(&r.referer)),
+                or_dash(&escaped(&r.user_agent)),
+            ),
+        };
         if let Ok(mut out) = self.out.lock() {
             let _ = writeln!(out, "{line}");
         }
     }
 }
 
-/// UTC timestamp with milliseconds, e.g. `2026-11-22T01:58:23.120Z`.
-fn rfc3339(t: SystemTime) -> String {
+/// nginx writes `"`, `\` and bytes outside printable ASCII as `\xHH`.
+fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            out.push_str(&format!("\\x{b:02X}"));
+        } else {
+            out.push(b as char);
+        }
+    }
+    out
+}
+
+fn or_dash(text: &str) -> &str {
+    if text.is_empty() {
+        "-"
+    } else {
+        text
+    }
+}
+
+/// Civil UTC time: (year, month, day, seconds of the day, milliseconds).
+fn civil(t: SystemTime) -> (i64, i64, i64, i64, u32) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
@@ -76,12 +128,32 @@ fn rfc3339(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rem, d.subsec_millis())
+}
+
+/// The common log format's time, in UTC: `22/Nov/2026:01:58:23 +0000`.
+fn clf_time(t: SystemTime) -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (year, month, day, rem, _) = civil(t);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{day:02}/{}/{year:04}:{:02}:{:02}:{:02} +0000",
+        MONTHS[(month - 1) as usize],
         rem / 3600,
         rem % 3600 / 60,
-        rem % 60,
-        d.subsec_millis()
+        rem % 60
+    )
+}
+
+/// UTC timestamp with milliseconds, e.g. `2026-11-22T01:58:23.120Z`.
+fn rfc3339(t: SystemTime) -> String {
+    let (year, month, day, rem, millis) = civil(t);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
     )
 }
 
@@ -93,5 +165,12 @@ mod tests {
     fn formats_utc() {
         let t = UNIX_EPOCH + Duration::from_millis(1_795_312_703_120);
         assert_eq!(rfc3339(t), "2026-11-22T01:58:23.120Z");
+        assert_eq!(clf_time(t), "22/Nov/2026:01:58:23 +0000");
+    }
+
+    #[test]
+    fn escapes_as_nginx_does() {
+        assert_eq!(escaped("a \"b\" \\ é"), "a \\x22b\\x22 \\x5C \\xC3\\xA9");
+        assert_eq!(or_dash(""), "-");
     }
 }

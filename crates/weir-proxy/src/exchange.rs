@@ -35,11 +35,25 @@ pub(crate) async fn exchange<C: ClientSide>(
         .route_request(&head, client.ip());
     // The original request line, kept only when a log line will need it.
     let logged = runtime.access_log.as_ref().map(|_| {
-        (
-            head.method().to_string(),
-            head.host().to_string(),
-            head.path().to_string(),
-        )
+        let header = |name| {
+            head.head
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        // Boxed: the exchange's state stays as small as without a log.
+        Box::new(accesslog::RequestLine {
+            method: head.method().to_string(),
+            host: head.host().to_string(),
+            target: head.target().to_string(),
+            version: if head.minor_version == 0 {
+                "HTTP/1.0"
+            } else {
+                "HTTP/1.1"
+            },
+            referer: header("referer"),
+            user_agent: header("user-agent"),
+        })
     });
     // request filters, then the action
     let mut reply = match route {
@@ -100,7 +114,7 @@ fn finish(
     runtime: &Runtime,
     route: Option<&Route>,
     client: std::net::IpAddr,
-    logged: Option<(String, String, String)>,
+    logged: Option<Box<accesslog::RequestLine>>,
     started: Option<Instant>,
     sent: Sent<'_>,
 ) -> Outcome {
@@ -118,18 +132,14 @@ fn finish(
             service.idle_timeout,
         );
     }
-    if let (Some(log), Some((method, host, path)), Some(started)) =
-        (&runtime.access_log, logged, started)
-    {
+    if let (Some(log), Some(request), Some(started)) = (&runtime.access_log, logged, started) {
         let upstream = upstream
             .as_ref()
             .map(|u| u.server.addr.to_string())
             .unwrap_or_default();
         log.record(&accesslog::Entry {
             client,
-            method: &method,
-            host: &host,
-            path: &path,
+            request: &request,
             status: outcome.status,
             bytes: outcome.bytes,
             duration: started.elapsed(),

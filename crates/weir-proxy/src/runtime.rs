@@ -159,7 +159,10 @@ impl Runtime {
             })
             .collect::<Result<_, String>>()?;
         let access_log = if config.server.access_log.enabled {
-            Some(AccessLog::open(&config.server.access_log.path)?)
+            Some(AccessLog::open(
+                &config.server.access_log.path,
+                config.server.access_log.format,
+            )?)
         } else {
             None
         };

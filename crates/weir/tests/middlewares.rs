@@ -185,3 +185,53 @@ fn access_log_writes_one_json_line_per_request() {
         (Some(""), Some(404))
     );
 }
+
+#[test]
+fn access_log_combined_is_nginx_s_format() {
+    let dir = temp_dir("log-combined");
+    let log = dir.join("access.log");
+    let weir = Weir::start(&format!(
+        "server:\n  workers: 1\n  access_log: {{ enabled: true, format: combined, path: \"{}\" }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  hi:\n    rule: \"PathPrefix(`/hi`)\"\n    respond: {{ body: hello }}\n",
+        log.display()
+    ));
+    let r = request(
+        weir.addr(),
+        "GET /hi/there?x=1 HTTP/1.1\r\nHost: t\r\nReferer: https://ref.example/\r\nUser-Agent: agent \"quoted\"\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let missing = request(weir.addr(), "GET /nope HTTP/1.0\r\n\r\n");
+    assert_eq!(missing.status, 404);
+    let mut lines: Vec<String> = Vec::new();
+    for _ in 0..50 {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    // 127.0.0.1 - - [22/Nov/2026:23:59:01 +0000] "GET /hi/there?x=1 HTTP/1.1" 200 5 "https://ref.example/" "agent \x22quoted\x22"
+    let (start, rest) = lines[0].split_once(" [").unwrap();
+    assert_eq!(start, "127.0.0.1 - -");
+    let (time, rest) = rest.split_once("] ").unwrap();
+    assert_eq!(time.len(), "22/Nov/2026:23:59:01 +0000".len(), "{time}");
+    assert!(
+        time.ends_with(" +0000") && time.as_bytes()[2] == b'/',
+        "{time}"
+    );
+    assert_eq!(
+        rest,
+        "\"GET /hi/there?x=1 HTTP/1.1\" 200 5 \"https://ref.example/\" \"agent \\x22quoted\\x22\""
+    );
+    let tail = format!(
+        "\"GET /nope HTTP/1.0\" 404 {} \"-\" \"-\"",
+        missing.body.len()
+    );
+    assert!(lines[1].ends_with(&tail), "{}", lines[1]);
+}

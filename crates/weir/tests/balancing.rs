@@ -66,8 +66,14 @@ fn least_conn_prefers_the_idle_server() {
     assert!(counts["a"] >= 10 && counts["b"] >= 10, "{counts:?}");
     // While one slow request occupies server X, every new request goes to the other one.
     let addr = weir.addr();
+    let served = || a.request_count() + b.request_count();
+    let before = served();
     let slow = std::thread::spawn(move || get(addr, "t", "/slow/1500"));
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Wait until the slow request has reached its server (a loaded machine may take a while).
+    let waiting = std::time::Instant::now();
+    while served() == before && waiting.elapsed() < std::time::Duration::from_secs(1) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let during = spread(&weir, 10, |_| String::new());
     let busy = slow
         .join()

@@ -1157,6 +1157,24 @@ impl Loader<'_> {
         }
     }
 
+    /// A router's `priority`: as written, else the rule's length (Traefik's default).
+    fn router_priority(&mut self, node: Option<&Node>, rule_text: &str) -> Option<i64> {
+        let Some(p) = node else {
+            return Some(rule_text.chars().count() as i64);
+        };
+        let text = self.string(p, "`priority`")?;
+        match text.parse::<i64>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.error(
+                    p.pos,
+                    format!("`priority` must be a whole number, found `{text}`"),
+                );
+                None
+            }
+        }
+    }
+
     fn router(
         &mut self,
         name: String,
@@ -1216,22 +1234,7 @@ impl Loader<'_> {
                 return None;
             }
         };
-        let priority = match f.get("priority") {
-            Some(p) => {
-                let text = self.string(p, "`priority`")?;
-                match text.parse::<i64>() {
-                    Ok(n) => n,
-                    Err(_) => {
-                        self.error(
-                            p.pos,
-                            format!("`priority` must be a whole number, found `{text}`"),
-                        );
-                        return None;
-                    }
-                }
-            }
-            None => rule_text.chars().count() as i64,
-        };
+        let priority = self.router_priority(f.get("priority"), &rule_text)?;
         let mut mws = Vec::new();
         if let Some(list) = f.get("middlewares") {
             for (mw, pos) in self.string_list(list, "`middlewares`") {

@@ -98,6 +98,14 @@ impl Policy {
     }
 }
 
+/// The first address `host:port` resolves to (once, at start), else the error `why` says.
+fn resolve(host: &str, port: u16, why: impl FnOnce() -> String) -> Result<SocketAddr, String> {
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(why)
+}
+
 /// Each worker starts its turn at a different server, so requests that land on different
 /// workers do not all begin with the first server.
 fn cursors(workers: usize) -> Box<[Padded]> {
@@ -124,12 +132,9 @@ impl Service {
         };
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
-            let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| {
-                    format!("service `{}`: cannot resolve server `{}`", cfg.name, s.url)
-                })?;
+            let addr = resolve(&s.host, s.port, || {
+                format!("service `{}`: cannot resolve server `{}`", cfg.name, s.url)
+            })?;
             servers.push(Server {
                 id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
                 url: s.url.clone(),
@@ -171,15 +176,12 @@ impl Service {
     pub fn for_tcp(cfg: &weir_config::TcpService, workers: usize) -> Result<Service, String> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
-            let addr = std::net::ToSocketAddrs::to_socket_addrs(&(s.host.as_str(), s.port))
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| {
-                    format!(
-                        "tcp service `{}`: cannot resolve server `{}`",
-                        cfg.name, s.address
-                    )
-                })?;
+            let addr = resolve(&s.host, s.port, || {
+                format!(
+                    "tcp service `{}`: cannot resolve server `{}`",
+                    cfg.name, s.address
+                )
+            })?;
             servers.push(Server {
                 id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
                 url: s.address.clone(),

@@ -150,18 +150,7 @@ fn access_log_writes_one_json_line_per_request() {
     assert_eq!(get(weir.addr(), "log.test", "/app/x?q=1").status, 200);
     assert_eq!(get(weir.addr(), "log.test", "/hi").status, 200);
     assert_eq!(get(weir.addr(), "log.test", "/missing").status, 404);
-    let mut lines = Vec::new();
-    for _ in 0..50 {
-        lines = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(String::from)
-            .collect();
-        if lines.len() >= 3 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let lines = log_lines(&log, 3);
     assert_eq!(lines.len(), 3, "{lines:?}");
     let entries: Vec<serde_json::Value> = lines
         .iter()
@@ -203,18 +192,7 @@ fn access_log_combined_is_nginx_s_format() {
     assert_eq!(r.status, 200);
     let missing = request(weir.addr(), "GET /nope HTTP/1.0\r\n\r\n");
     assert_eq!(missing.status, 404);
-    let mut lines: Vec<String> = Vec::new();
-    for _ in 0..50 {
-        lines = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(String::from)
-            .collect();
-        if lines.len() >= 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let lines = log_lines(&log, 2);
     assert_eq!(lines.len(), 2, "{lines:?}");
     // 127.0.0.1 - - [22/Nov/2026:23:59:01 +0000] "GET /hi/there?x=1 HTTP/1.1" 200 5 "https://ref.example/" "agent \x22quoted\x22"
     let (start, rest) = lines[0].split_once(" [").unwrap();
@@ -234,4 +212,22 @@ fn access_log_combined_is_nginx_s_format() {
         missing.body.len()
     );
     assert!(lines[1].ends_with(&tail), "{}", lines[1]);
+}
+
+/// The access log's lines once it has `count` of them (or what it has after a second): the
+/// worker writes a line just after the answer leaves.
+fn log_lines(log: &std::path::Path, count: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        lines = std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
+        if lines.len() >= count {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    lines
 }

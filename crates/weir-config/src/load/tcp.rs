@@ -90,22 +90,7 @@ impl Loader<'_> {
                 return None;
             }
         };
-        let priority = match f.get("priority") {
-            Some(p) => {
-                let text = self.string(p, "`priority`")?;
-                match text.parse::<i64>() {
-                    Ok(n) => n,
-                    Err(_) => {
-                        self.error(
-                            p.pos,
-                            format!("`priority` must be a whole number, found `{text}`"),
-                        );
-                        return None;
-                    }
-                }
-            }
-            None => rule_text.chars().count() as i64,
-        };
+        let priority = self.router_priority(f.get("priority"), &rule_text)?;
         let mut passthrough = false;
         if let Some(tls) = f.get("tls") {
             let tf = self.fields(tls, "`tls`", &["passthrough"])?;

@@ -6,5 +6,5 @@ pub mod model;
 pub mod rule;
 pub mod yaml;
 
-pub use load::{load_file, load_str, ConfigError};
+pub use load::{load_file, load_str, located, ConfigError};
 pub use model::*;

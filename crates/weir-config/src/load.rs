@@ -29,6 +29,17 @@ impl fmt::Display for ConfigError {
 }
 
 /// Reads and validates a config file.
+/// An error about a config file for the user: one about a place in it (it starts with
+/// `LINE:COLUMN:`, as compile errors do) becomes `FILE:LINE:COLUMN: message`, like every other
+/// config error.
+pub fn located(file: &str, error: &str) -> String {
+    if error.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("{file}:{error}")
+    } else {
+        format!("{file}: {error}")
+    }
+}
+
 pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
     match std::fs::read_to_string(path) {
         Ok(text) => load_str(&text, path),
@@ -389,6 +400,7 @@ impl Loader<'_> {
             },
             admin: None,
             open_file_cache: OpenFileCache::default(),
+            pid_file: None,
         };
         let Some(node) = node else { return server };
         let Some(f) = self.fields(
@@ -403,10 +415,17 @@ impl Loader<'_> {
                 "access_log",
                 "admin",
                 "open_file_cache",
+                "pid_file",
             ],
         ) else {
             return server;
         };
+        if let Some(p) = f.get("pid_file") {
+            server.pid_file = self
+                .string(p, "`server.pid_file`")
+                .filter(|p| !p.is_empty())
+                .map(Into::into);
+        }
         if let Some(cache) = f.get("open_file_cache") {
             if let Some(cf) = self.fields(cache, "`server.open_file_cache`", &["max", "valid"]) {
                 if let Some(n) = cf.get("max") {

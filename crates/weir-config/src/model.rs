@@ -116,6 +116,8 @@ pub struct Server {
     /// The admin listener (`/metrics`), when configured.
     pub admin: Option<Admin>,
     pub open_file_cache: OpenFileCache,
+    /// Where the running process writes its pid (for `weir reload` and init scripts).
+    pub pid_file: Option<std::path::PathBuf>,
 }
 
 /// The open-file cache of `static` routes, per worker.

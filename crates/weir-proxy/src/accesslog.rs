@@ -11,6 +11,7 @@ use weir_config::{LogFormat, LogTarget};
 pub struct AccessLog {
     out: Mutex<Box<dyn Write + Send>>,
     format: LogFormat,
+    target: LogTarget,
 }
 
 /// What the log keeps of a request, taken before the filters may rewrite it.
@@ -37,21 +38,20 @@ pub struct Entry<'a> {
 
 impl AccessLog {
     pub fn open(target: &LogTarget, format: LogFormat) -> Result<AccessLog, String> {
-        let out: Box<dyn Write + Send> = match target {
-            LogTarget::Stdout => Box::new(LineWriter::new(std::io::stdout())),
-            LogTarget::Stderr => Box::new(std::io::stderr()),
-            LogTarget::File(path) => Box::new(LineWriter::new(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| format!("cannot open access log {}: {e}", path.display()))?,
-            )),
-        };
         Ok(AccessLog {
-            out: Mutex::new(out),
+            out: Mutex::new(open_target(target)?),
             format,
+            target: target.clone(),
         })
+    }
+
+    /// Opens the file again (by path: logrotate may have moved the old one away).
+    pub fn reopen(&self) -> Result<(), String> {
+        let fresh = open_target(&self.target)?;
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = out.flush();
+        *out = fresh;
+        Ok(())
     }
 
     pub fn record(&self, e: &Entry) {
@@ -155,6 +155,22 @@ fn rfc3339(t: SystemTime) -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+/// The writer for a log target (a file opened for appending).
+fn open_target(target: &LogTarget) -> Result<Box<dyn Write + Send>, String> {
+    let out: Box<dyn Write + Send> = match target {
+        LogTarget::Stdout => Box::new(LineWriter::new(std::io::stdout())),
+        LogTarget::Stderr => Box::new(std::io::stderr()),
+        LogTarget::File(path) => Box::new(LineWriter::new(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot open access log {}: {e}", path.display()))?,
+        )),
+    };
+    Ok(out)
 }
 
 #[cfg(test)]

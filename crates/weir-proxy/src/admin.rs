@@ -1,16 +1,23 @@
 //! The admin listener (`server.admin`), served by the control thread, never by a worker:
 //! `GET /metrics` answers the Prometheus text of [`Metrics`]; `GET /api/services` the HTTP
-//! services' servers with their health and requests in flight (JSON). With `token` set,
-//! everything but `/metrics` needs `Authorization: Bearer TOKEN`. One request per connection.
+//! services' servers with their health and requests in flight (JSON); `GET /api/status` the
+//! config version and the last reload's result; `POST /api/reload` reloads the file and answers
+//! how it went. With `token` set, everything but `/metrics` needs
+//! `Authorization: Bearer TOKEN`. One request per connection. A reload may move the listener to
+//! another address ([`AdminListener`]).
 
 use crate::metrics::Metrics;
+use crate::reload::ReloadStatus;
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 /// Largest request head the admin listener reads.
 const MAX_HEAD: usize = 8 * 1024;
@@ -21,7 +28,77 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub runtime: Arc<ArcSwap<Runtime>>,
-    pub token: Option<String>,
+    pub reloads: Arc<Mutex<ReloadStatus>>,
+    /// Asks the control thread's loop for a reload.
+    pub reload: UnboundedSender<ReloadRequest>,
+}
+
+/// A reload asked for through the API, answered with the version now in service or the errors.
+pub struct ReloadRequest {
+    pub answer: oneshot::Sender<Result<u64, Vec<String>>>,
+}
+
+/// The admin listener as configured, moved by a reload that changes `server.admin`: the new
+/// socket is bound before the snapshot is swapped (a failure refuses the reload), and
+/// served from then on.
+pub struct AdminListener {
+    state: Arc<AdminState>,
+    address: Option<SocketAddr>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// What `commit` will serve: `Some(None)` to stop serving.
+    pending: Option<Option<(SocketAddr, std::net::TcpListener)>>,
+}
+
+impl AdminListener {
+    pub fn new(state: Arc<AdminState>) -> AdminListener {
+        AdminListener {
+            state,
+            address: None,
+            task: None,
+            pending: None,
+        }
+    }
+
+    /// Binds the listener `admin` asks for, unless it is the one in service. The last step of
+    /// a reload that can fail.
+    pub fn prepare(&mut self, admin: Option<&weir_config::Admin>) -> Result<(), String> {
+        let wanted = admin.map(|a| a.address);
+        self.pending = None;
+        if wanted == self.address {
+            return Ok(());
+        }
+        self.pending = Some(match wanted {
+            None => None,
+            Some(address) => {
+                // A plain bind (no SO_REUSEPORT): a second weir must not share the admin port.
+                let listener = std::net::TcpListener::bind(address)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|e| format!("admin: cannot listen on {address}: {e}"))?;
+                if let Ok(actual) = listener.local_addr() {
+                    eprintln!("weir: admin listening on {actual}");
+                }
+                Some((address, listener))
+            }
+        });
+        Ok(())
+    }
+
+    /// Serves what `prepare` bound, closing the listener it replaces (on the control thread).
+    pub fn commit(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.address = pending.as_ref().map(|(address, _)| *address);
+        if let Some((_, listener)) = pending {
+            match TcpListener::from_std(listener) {
+                Ok(listener) => self.task = Some(tokio::spawn(serve(listener, self.state.clone()))),
+                Err(e) => eprintln!("weir: admin: {e}"),
+            }
+        }
+    }
 }
 
 /// Accepts admin connections until the runtime stops.
@@ -62,7 +139,14 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         parts.next().unwrap_or_default(),
     );
     let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let authorized = match &state.token {
+    let runtime = state.runtime.load_full();
+    let token = runtime
+        .config
+        .server
+        .admin
+        .as_ref()
+        .and_then(|a| a.token.as_ref());
+    let authorized = match token {
         None => true,
         Some(token) => head
             .split(|&b| b == b'\n')
@@ -78,18 +162,34 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         (b"GET", b"/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(),
+            state.metrics.render(&runtime),
         ),
         _ if !authorized => (
             "401 Unauthorized",
             "text/plain; charset=utf-8",
             "a bearer token is required\n".into(),
         ),
-        (b"GET", b"/api/services") => (
-            "200 OK",
-            "application/json",
-            services_json(&state.runtime.load()),
-        ),
+        (b"GET", b"/api/services") => ("200 OK", "application/json", services_json(&runtime)),
+        (b"GET", b"/api/status") => ("200 OK", "application/json", status_json(state, &runtime)),
+        (b"POST", b"/api/reload") => {
+            let (answer, answered) = oneshot::channel();
+            let outcome = match state.reload.send(ReloadRequest { answer }) {
+                Ok(()) => answered
+                    .await
+                    .unwrap_or_else(|_| Err(vec!["stopping".into()])),
+                Err(_) => Err(vec!["stopping".into()]),
+            };
+            let body = match &outcome {
+                Ok(version) => serde_json::json!({ "ok": true, "version": version }),
+                Err(errors) => serde_json::json!({ "ok": false, "errors": errors }),
+            };
+            let status = if outcome.is_ok() {
+                "200 OK"
+            } else {
+                "422 Unprocessable Entity"
+            };
+            (status, "application/json", format!("{body}\n"))
+        }
         (b"GET", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
@@ -98,7 +198,7 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         _ => (
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            "the admin listener answers GET\n".into(),
+            "the admin listener answers GET, and POST on /api/reload\n".into(),
         ),
     };
     let challenge = if authorized {
@@ -112,6 +212,29 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
     );
     let _ = io.write_all(answer.as_bytes()).await;
     let _ = io.shutdown().await;
+}
+
+/// The version in service and what the last reload did.
+fn status_json(state: &AdminState, runtime: &Runtime) -> String {
+    let reloads = state
+        .reloads
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let last = reloads.last.map(|last| {
+        serde_json::json!({
+            "at": last.at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            "trigger": last.trigger,
+            "ok": last.errors.is_empty(),
+            "errors": last.errors,
+        })
+    });
+    let body = serde_json::json!({
+        "version": runtime.version,
+        "reloads": { "succeeded": reloads.succeeded, "failed": reloads.failed },
+        "last_reload": last,
+    });
+    format!("{body}\n")
 }
 
 /// The HTTP services, their servers, health and requests in flight.

@@ -5,8 +5,10 @@
 
 use crate::codec::Head;
 use crate::health::Health;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use weir_config::{Balancer, HashKey, HealthCheck, PassiveHealth, Retry};
 
@@ -15,20 +17,72 @@ use weir_config::{Balancer, HashKey, HealthCheck, PassiveHealth, Retry};
 #[derive(Default, Debug)]
 pub struct Padded(pub AtomicUsize);
 
+/// What a server keeps across reloads while its identity holds (`ServerStates`): its pool
+/// id, requests in flight and health.
 #[derive(Debug)]
-pub struct Server {
+pub struct ServerState {
     /// Process-unique id; indexes each worker's connection pool.
     pub id: usize,
+    pub inflight: Padded,
+    /// Active and passive health, shared by every worker.
+    pub health: Health,
+}
+
+/// Server states by identity: the service's name, the server's scheme, address and TLS
+/// name. A compile takes the states of the previous configuration's servers that are still
+/// there (so pools, health and in-flight counts carry over a reload) and makes the others.
+#[derive(Default)]
+pub struct ServerStates {
+    previous: HashMap<String, Arc<ServerState>>,
+    current: HashMap<String, Arc<ServerState>>,
+}
+
+impl ServerStates {
+    /// Starts a compile that carries the states of `previous` (the last compile's result).
+    pub fn carrying(previous: Option<&ServerStates>) -> ServerStates {
+        ServerStates {
+            previous: previous.map(|p| p.current.clone()).unwrap_or_default(),
+            current: HashMap::new(),
+        }
+    }
+
+    fn state(&mut self, key: String) -> Arc<ServerState> {
+        let state = self.previous.get(&key).cloned().unwrap_or_else(|| {
+            Arc::new(ServerState {
+                id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+                inflight: Padded::default(),
+                health: Health::default(),
+            })
+        });
+        self.current.entry(key).or_insert(state).clone()
+    }
+
+    /// Forgets the previous configuration's states once the compile is done.
+    pub fn finish(mut self) -> ServerStates {
+        self.previous = HashMap::new();
+        self
+    }
+}
+
+#[derive(Debug)]
+pub struct Server {
+    /// Pool id, in-flight count and health: kept across reloads.
+    pub state: Arc<ServerState>,
     pub url: String,
     pub addr: SocketAddr,
     /// `host:port` sent as Host when the client's is not passed through.
     pub authority: String,
     pub weight: u32,
-    pub inflight: Padded,
     /// For https:// servers: how to speak TLS to it.
     pub tls: Option<crate::tls::UpstreamTlsTarget>,
-    /// Active and passive health, shared by every worker.
-    pub health: Health,
+}
+
+impl std::ops::Deref for Server {
+    type Target = ServerState;
+
+    fn deref(&self) -> &ServerState {
+        &self.state
+    }
 }
 
 #[derive(Debug)]
@@ -124,7 +178,11 @@ pub struct PickInput<'a> {
 static NEXT_SERVER_ID: AtomicUsize = AtomicUsize::new(0);
 
 impl Service {
-    pub fn new(cfg: &weir_config::Service, workers: usize) -> Result<Service, String> {
+    pub fn new(
+        cfg: &weir_config::Service,
+        workers: usize,
+        states: &mut ServerStates,
+    ) -> Result<Service, String> {
         let client_tls = if cfg.servers.iter().any(|s| s.tls) {
             Some(crate::tls::client_config(&cfg.tls)?)
         } else {
@@ -135,21 +193,22 @@ impl Service {
             let addr = resolve(&s.host, s.port, || {
                 format!("service `{}`: cannot resolve server `{}`", cfg.name, s.url)
             })?;
+            let tls = match (&client_tls, s.tls) {
+                (Some(config), true) => Some(crate::tls::UpstreamTlsTarget {
+                    config: config.clone(),
+                    name: crate::tls::server_name(&cfg.tls, &s.host)?,
+                }),
+                _ => None,
+            };
+            let tls_name = tls.as_ref().map(|t| format!("{:?}", t.name));
+            let key = format!("{} http {addr} {}", cfg.name, tls_name.unwrap_or_default());
             servers.push(Server {
-                id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+                state: states.state(key),
                 url: s.url.clone(),
                 addr,
                 authority: s.authority.clone(),
                 weight: s.weight,
-                inflight: Padded::default(),
-                tls: match (&client_tls, s.tls) {
-                    (Some(config), true) => Some(crate::tls::UpstreamTlsTarget {
-                        config: config.clone(),
-                        name: crate::tls::server_name(&cfg.tls, &s.host)?,
-                    }),
-                    _ => None,
-                },
-                health: Health::default(),
+                tls,
             });
         }
         Ok(Service {
@@ -173,7 +232,11 @@ impl Service {
 
     /// A TCP service's servers and balancer (`tcp.services`): the same policies, hashing on
     /// the client's address; the HTTP settings keep their defaults and are not used.
-    pub fn for_tcp(cfg: &weir_config::TcpService, workers: usize) -> Result<Service, String> {
+    pub fn for_tcp(
+        cfg: &weir_config::TcpService,
+        workers: usize,
+        states: &mut ServerStates,
+    ) -> Result<Service, String> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
             let addr = resolve(&s.host, s.port, || {
@@ -183,14 +246,12 @@ impl Service {
                 )
             })?;
             servers.push(Server {
-                id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+                state: states.state(format!("{} tcp {addr}", cfg.name)),
                 url: s.address.clone(),
                 addr,
                 authority: s.address.clone(),
                 weight: s.weight,
-                inflight: Padded::default(),
                 tls: None,
-                health: Health::default(),
             });
         }
         Ok(Service {

@@ -19,6 +19,10 @@ use std::time::Instant;
 static NO_ROUTE: LazyLock<LocalResponse> =
     LazyLock::new(|| LocalResponse::text(404, "no route matches this request"));
 
+static ENTRYPOINT_REMOVED: LazyLock<LocalResponse> = LazyLock::new(|| {
+    LocalResponse::text(503, "this entrypoint was removed by a configuration reload")
+});
+
 /// Runs one exchange on a client connection.
 pub(crate) async fn exchange<C: ClientSide>(
     worker: &Worker,
@@ -29,10 +33,9 @@ pub(crate) async fn exchange<C: ClientSide>(
 ) -> Outcome {
     // Read the clock only when a log line will use it.
     let started = runtime.access_log.as_ref().map(|_| Instant::now());
-    // route
-    let route = runtime.entrypoints[entrypoint]
-        .router
-        .route_request(&head, client.ip());
+    // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
+    let ep = runtime.entrypoint(entrypoint);
+    let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
     // The original request line, kept only when a log line will need it.
     let logged = runtime.access_log.as_ref().map(|_| {
         let header = |name| {
@@ -57,6 +60,7 @@ pub(crate) async fn exchange<C: ClientSide>(
     });
     // request filters, then the action
     let mut reply = match route {
+        None if ep.is_none() => Reply::local(Cow::Borrowed(&*ENTRYPOINT_REMOVED)),
         None => Reply::local(Cow::Borrowed(&*NO_ROUTE)),
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
@@ -83,7 +87,9 @@ pub(crate) async fn exchange<C: ClientSide>(
         started,
         sent,
     );
-    worker.metrics.entrypoints[entrypoint].responded(outcome.status);
+    if let Some(ep) = ep {
+        ep.cells[worker.id].responded(outcome.status);
+    }
     outcome
 }
 

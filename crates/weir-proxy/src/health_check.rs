@@ -4,28 +4,51 @@
 //! lives in each server's `Health` (`health.rs`), which the workers' balancers read.
 
 use crate::balancer::{Server, Service};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir_config::HealthCheck;
 
-/// Runs the active checks of every service that has them, forever (on the control thread).
-pub async fn run_checks(services: Vec<Arc<Service>>) {
-    let mut tasks = Vec::new();
-    for service in services {
-        let Some(check) = service.health_check.clone() else {
-            continue;
-        };
-        for index in 0..service.servers.len() {
-            let service = service.clone();
-            let check = check.clone();
-            tasks.push(tokio::spawn(async move {
-                check_server(&service, &service.servers[index], &check).await;
-            }));
+/// The running checks, one task per server of each service with `health_check`, keyed by
+/// what they check (service, server state, settings): a reload keeps the tasks whose key is
+/// unchanged, so their counts and rhythm go on, and starts or ends the others.
+#[derive(Default)]
+pub struct ActiveChecks {
+    tasks: HashMap<String, tokio::task::JoinHandle<()>>,
+}
+
+impl ActiveChecks {
+    /// Makes the running checks those of `services` (on the control thread's runtime).
+    pub fn sync(&mut self, services: &[Arc<Service>]) {
+        let mut wanted = HashMap::new();
+        for service in services {
+            let Some(check) = &service.health_check else {
+                // Without checks, nothing keeps a server down.
+                for server in &service.servers {
+                    server.health.set_down(false);
+                }
+                continue;
+            };
+            for index in 0..service.servers.len() {
+                let key = format!("{} {} {check:?}", service.name, service.servers[index].id);
+                wanted.insert(key, (service.clone(), index, check.clone()));
+            }
         }
-    }
-    for task in tasks {
-        let _ = task.await;
+        self.tasks.retain(|key, task| {
+            let keep = wanted.contains_key(key);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (key, (service, index, check)) in wanted {
+            self.tasks.entry(key).or_insert_with(|| {
+                tokio::spawn(async move {
+                    check_server(&service, &service.servers[index], &check).await;
+                })
+            });
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! Each cell is written by one worker only (a relaxed load and store, no locked instruction on
 //! the request path) and summed over the workers when scraped.
 
+use crate::runtime::Runtime;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,8 +56,9 @@ impl Cell {
     }
 }
 
-/// One entrypoint's cells in one worker.
+/// One entrypoint's cells in one worker, on cache lines of their own.
 #[derive(Default)]
+#[repr(align(64))]
 pub struct EntrypointCells {
     pub connections: Cell,
     pub handshake_failures: [Cell; 3],
@@ -75,58 +77,61 @@ impl EntrypointCells {
     }
 }
 
-/// One worker's cells.
+/// An entrypoint's cells, one set per worker (indexed by worker id). They belong to the
+/// entrypoint's runtime and are carried over a reload by name, so counts survive it.
+pub type EntrypointCounters = Arc<[EntrypointCells]>;
+
+pub fn entrypoint_counters(workers: usize) -> EntrypointCounters {
+    (0..workers.max(1))
+        .map(|_| EntrypointCells::default())
+        .collect()
+}
+
+/// One worker's cells that belong to no part of the configuration.
+#[derive(Default)]
 pub struct WorkerCells {
-    /// Indexed like the configuration's entrypoints.
-    pub entrypoints: Vec<EntrypointCells>,
     /// Keep-alive connections parked without a task (`conn/idle.rs`), set every tick.
     pub parked: Cell,
 }
 
-/// Every worker's cells, and the entrypoint names for labels.
+/// Every worker's cells.
 pub struct Metrics {
-    entrypoints: Vec<String>,
     pub workers: Vec<Arc<WorkerCells>>,
 }
 
 impl Metrics {
-    pub fn new(entrypoints: Vec<String>, workers: usize) -> Metrics {
-        let cells = (0..workers)
-            .map(|_| {
-                Arc::new(WorkerCells {
-                    entrypoints: entrypoints
-                        .iter()
-                        .map(|_| EntrypointCells::default())
-                        .collect(),
-                    parked: Cell::default(),
-                })
-            })
-            .collect();
+    pub fn new(workers: usize) -> Metrics {
         Metrics {
-            entrypoints,
-            workers: cells,
+            workers: (0..workers).map(|_| Arc::default()).collect(),
         }
     }
 
-    /// The Prometheus text exposition of every metric, summed over workers.
-    pub fn render(&self) -> String {
+    /// The Prometheus text exposition of every metric, summed over workers, for the
+    /// entrypoints of `runtime`.
+    pub fn render(&self, runtime: &Runtime) -> String {
         let mut out = String::new();
-        let sum = |cell: &dyn Fn(&WorkerCells) -> u64| -> u64 {
-            self.workers.iter().map(|w| cell(w)).sum()
+        let entrypoints: Vec<(&str, &[EntrypointCells])> = runtime
+            .entrypoints
+            .iter()
+            .flatten()
+            .map(|ep| (ep.name.as_str(), &ep.cells[..]))
+            .collect();
+        let sum = |cells: &[EntrypointCells], cell: &dyn Fn(&EntrypointCells) -> u64| -> u64 {
+            cells.iter().map(cell).sum()
         };
         out.push_str("# HELP weir_connections_total Client connections accepted.\n");
         out.push_str("# TYPE weir_connections_total counter\n");
-        for (i, name) in self.entrypoints.iter().enumerate() {
-            let n = sum(&|w| w.entrypoints[i].connections.get());
+        for (name, cells) in &entrypoints {
+            let n = sum(cells, &|c| c.connections.get());
             let _ = writeln!(out, "weir_connections_total{{entrypoint=\"{name}\"}} {n}");
         }
         out.push_str(
             "# HELP weir_tls_handshake_failures_total TLS connections that never reached HTTP.\n",
         );
         out.push_str("# TYPE weir_tls_handshake_failures_total counter\n");
-        for (i, name) in self.entrypoints.iter().enumerate() {
+        for (name, cells) in &entrypoints {
             for why in HandshakeFailure::ALL {
-                let n = sum(&|w| w.entrypoints[i].handshake_failures[why as usize].get());
+                let n = sum(cells, &|c| c.handshake_failures[why as usize].get());
                 let _ = writeln!(
                     out,
                     "weir_tls_handshake_failures_total{{entrypoint=\"{name}\",reason=\"{}\"}} {n}",
@@ -136,9 +141,9 @@ impl Metrics {
         }
         out.push_str("# HELP weir_responses_total Answers sent, by status class.\n");
         out.push_str("# TYPE weir_responses_total counter\n");
-        for (i, name) in self.entrypoints.iter().enumerate() {
+        for (name, cells) in &entrypoints {
             for class in 0..5 {
-                let n = sum(&|w| w.entrypoints[i].responses[class].get());
+                let n = sum(cells, &|c| c.responses[class].get());
                 let _ = writeln!(
                     out,
                     "weir_responses_total{{entrypoint=\"{name}\",code=\"{}xx\"}} {n}",
@@ -150,7 +155,8 @@ impl Metrics {
             "# HELP weir_connections_parked Idle keep-alive connections waiting without a task.\n",
         );
         out.push_str("# TYPE weir_connections_parked gauge\n");
-        let _ = writeln!(out, "weir_connections_parked {}", sum(&|w| w.parked.get()));
+        let parked: u64 = self.workers.iter().map(|w| w.parked.get()).sum();
+        let _ = writeln!(out, "weir_connections_parked {parked}");
         out
     }
 }
@@ -161,14 +167,23 @@ mod tests {
 
     #[test]
     fn cells_sum_over_workers() {
-        let metrics = Metrics::new(vec!["web".into(), "tls".into()], 2);
-        metrics.workers[0].entrypoints[1].handshake_failed(HandshakeFailure::Timeout);
-        metrics.workers[1].entrypoints[1].handshake_failed(HandshakeFailure::Timeout);
-        metrics.workers[1].entrypoints[0].responded(404);
-        metrics.workers[0].entrypoints[0].responded(200);
-        metrics.workers[0].entrypoints[0].responded(204);
+        let yaml = "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\n  tls: { address: \"127.0.0.1:0\" }\nrouters:\n  r: { rule: \"PathPrefix(`/`)\", respond: { status: 204 } }\n";
+        let config = weir_config::load_str(yaml, "test.yaml").expect("config");
+        let runtime = Runtime::compile(&config, 2, None).expect("runtime");
+        let cells = |name: &str| {
+            &runtime
+                .entrypoint(runtime.slot(name).expect("slot"))
+                .expect("ep")
+                .cells
+        };
+        let metrics = Metrics::new(2);
+        cells("tls")[0].handshake_failed(HandshakeFailure::Timeout);
+        cells("tls")[1].handshake_failed(HandshakeFailure::Timeout);
+        cells("web")[1].responded(404);
+        cells("web")[0].responded(200);
+        cells("web")[0].responded(204);
         metrics.workers[1].parked.set(3);
-        let text = metrics.render();
+        let text = metrics.render(&runtime);
         for line in [
             "weir_tls_handshake_failures_total{entrypoint=\"tls\",reason=\"timeout\"} 2",
             "weir_tls_handshake_failures_total{entrypoint=\"tls\",reason=\"error\"} 0",

@@ -6,7 +6,7 @@
 //! eighth of the rest.
 
 use crate::reply::LocalResponse;
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::rc::Rc;
@@ -47,17 +47,26 @@ pub struct OpenFiles {
     /// allocates nothing.
     sites: RefCell<HashMap<u64, HashMap<Box<str>, Entry>>>,
     /// Entries kept (each holds a descriptor while its file exists).
-    max: usize,
+    max: Cell<usize>,
     /// How long a lookup's result is reused before the file is opened again.
-    valid: Duration,
+    valid: Cell<Duration>,
 }
 
 impl OpenFiles {
     pub fn new(settings: weir_config::OpenFileCache) -> OpenFiles {
         OpenFiles {
             sites: RefCell::default(),
-            max: settings.max,
-            valid: settings.valid,
+            max: Cell::new(settings.max),
+            valid: Cell::new(settings.valid),
+        }
+    }
+
+    /// Applies reloaded settings; a change empties the cache.
+    pub fn configure(&self, settings: weir_config::OpenFileCache) {
+        if settings.max != self.max.get() || settings.valid != self.valid.get() {
+            self.max.set(settings.max);
+            self.valid.set(settings.valid);
+            self.sites.borrow_mut().clear();
         }
     }
 
@@ -71,20 +80,21 @@ impl OpenFiles {
         open: impl FnOnce() -> Result<File, Missing>,
     ) -> Result<Rc<OpenFile>, Missing> {
         if let Some(entry) = self.sites.borrow().get(&site).and_then(|s| s.get(path)) {
-            if now.saturating_duration_since(entry.checked) < self.valid {
+            if now.saturating_duration_since(entry.checked) < self.valid.get() {
                 return entry.found.clone();
             }
         }
         let found = open().and_then(describe);
         let mut sites = self.sites.borrow_mut();
         let entries = sites.entry(site).or_default();
-        if entries.len() >= self.max && !entries.contains_key(path) {
-            let valid = self.valid;
+        let max = self.max.get();
+        if entries.len() >= max && !entries.contains_key(path) {
+            let valid = self.valid.get();
             entries.retain(|_, e| now.saturating_duration_since(e.checked) < valid);
             // All in use: drop an eighth, whichever the map yields first.
             let mut dropped = 0;
-            if entries.len() >= self.max {
-                let drop = (self.max / 8).max(1);
+            if entries.len() >= max {
+                let drop = (max / 8).max(1);
                 entries.retain(|_, _| {
                     dropped += 1;
                     dropped > drop

@@ -1,25 +1,41 @@
 //! The compiled configuration snapshot: per-entrypoint routers over shared routes, services
 //! with their balancers, middlewares. Built once per (re)load off the hot path and read
-//! through an `ArcSwap` by every worker.
+//! through an `ArcSwap` by every worker. A compile carries what has a stable identity over
+//! from the previous snapshot: entrypoints keep their slot and counters by name, servers their
+//! state by address (`balancer::ServerStates`).
 
 use crate::accesslog::AccessLog;
-use crate::balancer::Service;
+use crate::balancer::{ServerStates, Service};
 use crate::filter::Filter;
 use crate::l4::routes::{self, TcpRoutes, UdpService};
+use crate::metrics::{entrypoint_counters, EntrypointCounters};
 use crate::reply::LocalResponse;
 use crate::router::Router;
 use crate::static_files::StaticSite;
 use crate::tls::{server_tls, ServerTls};
+use crate::worker::ClientTimeouts;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use weir_config::{Action, Config, Transport};
 
 pub struct Runtime {
-    pub entrypoints: Vec<EntrypointRuntime>,
+    /// The configuration this was compiled from.
+    pub config: Config,
+    /// 1 for the configuration the process started with, one more per successful reload.
+    pub version: u64,
+    /// Every entrypoint name this process has served, in first-seen order. A name's index (its
+    /// slot) never changes, so listeners and connections hold it across reloads.
+    pub slots: Vec<String>,
+    /// By slot; `None` for an entrypoint a reload removed.
+    pub entrypoints: Vec<Option<EntrypointRuntime>>,
     /// Every HTTP service (for the control thread's health checks).
     pub services: Vec<Arc<Service>>,
     pub access_log: Option<AccessLog>,
+    /// The client-side limits from `server`.
+    pub timeouts: ClientTimeouts,
+    /// The states of every server, for the next compile to carry over.
+    server_states: ServerStates,
 }
 
 pub struct EntrypointRuntime {
@@ -35,6 +51,8 @@ pub struct EntrypointRuntime {
     pub tcp: Option<TcpRoutes>,
     /// For a UDP entrypoint: the service its router sends datagrams to.
     pub udp: Option<Arc<UdpService>>,
+    /// Counters, one set per worker.
+    pub cells: EntrypointCounters,
 }
 
 pub struct Route {
@@ -82,10 +100,20 @@ impl RouteAction {
 }
 
 impl Runtime {
-    pub fn compile(config: &Config, workers: usize) -> Result<Runtime, String> {
+    /// Compiles `config` for `workers` workers, carrying over from `previous` (the snapshot in
+    /// service, on a reload) what keeps its identity.
+    pub fn compile(
+        config: &Config,
+        workers: usize,
+        previous: Option<&Runtime>,
+    ) -> Result<Runtime, String> {
+        let mut states = ServerStates::carrying(previous.map(|p| &p.server_states));
         let mut services = HashMap::new();
         for svc in &config.services {
-            services.insert(svc.name.as_str(), Arc::new(Service::new(svc, workers)?));
+            services.insert(
+                svc.name.as_str(),
+                Arc::new(Service::new(svc, workers, &mut states)?),
+            );
         }
         let filters: HashMap<&str, Arc<Filter>> = config
             .middlewares
@@ -127,37 +155,49 @@ impl Runtime {
                 action,
             }));
         }
-        let tcp_services = routes::compile_services(config, workers)?;
-        let udp_services = routes::compile_udp(config, workers)?;
-        let entrypoints = config
-            .entrypoints
-            .iter()
-            .map(|ep| {
-                let mine = config
-                    .routers
-                    .iter()
-                    .zip(&routes)
-                    .filter(|(r, _)| r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
-                    .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
-                    .collect();
-                let is_udp = ep.transport == Transport::Udp;
-                let tls = ep.tls.as_ref().map(server_tls).transpose()?;
-                let tcp = match is_udp {
-                    true => None,
-                    false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
-                };
-                let mine: Vec<_> = if is_udp { Vec::new() } else { mine };
-                Ok(EntrypointRuntime {
-                    name: ep.name.clone(),
-                    address: ep.address,
-                    has_http_routes: !mine.is_empty(),
-                    tls,
-                    router: Router::new(mine),
-                    tcp,
-                    udp: udp_services.get(&ep.name).cloned(),
+        let tcp_services = routes::compile_services(config, workers, &mut states)?;
+        let udp_services = routes::compile_udp(config, workers, &mut states)?;
+        let mut slots = previous.map(|p| p.slots.clone()).unwrap_or_default();
+        for ep in &config.entrypoints {
+            if !slots.contains(&ep.name) {
+                slots.push(ep.name.clone());
+            }
+        }
+        let mut entrypoints: Vec<Option<EntrypointRuntime>> = slots.iter().map(|_| None).collect();
+        for ep in &config.entrypoints {
+            let Some(slot) = slots.iter().position(|name| *name == ep.name) else {
+                continue;
+            };
+            let is_udp = ep.transport == Transport::Udp;
+            let mine: Vec<_> = config
+                .routers
+                .iter()
+                .zip(&routes)
+                .filter(|(r, _)| {
+                    !is_udp && (r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
                 })
-            })
-            .collect::<Result<_, String>>()?;
+                .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
+                .collect();
+            let tls = ep.tls.as_ref().map(server_tls).transpose()?;
+            let tcp = match is_udp {
+                true => None,
+                false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
+            };
+            entrypoints[slot] = Some(EntrypointRuntime {
+                name: ep.name.clone(),
+                address: ep.address,
+                has_http_routes: !mine.is_empty(),
+                tls,
+                router: Router::new(mine),
+                tcp,
+                udp: udp_services.get(&ep.name).cloned(),
+                // Counters carry over a reload by name.
+                cells: previous
+                    .and_then(|p| p.entrypoint(slot))
+                    .map(|old| old.cells.clone())
+                    .unwrap_or_else(|| entrypoint_counters(workers)),
+            });
+        }
         let access_log = if config.server.access_log.enabled {
             Some(AccessLog::open(
                 &config.server.access_log.path,
@@ -167,6 +207,15 @@ impl Runtime {
             None
         };
         Ok(Runtime {
+            config: config.clone(),
+            version: previous.map_or(1, |p| p.version + 1),
+            slots,
+            timeouts: ClientTimeouts {
+                idle: config.server.client_idle_timeout,
+                body: config.server.client_body_timeout,
+                send: config.server.client_send_timeout,
+            },
+            server_states: states.finish(),
             services: config
                 .services
                 .iter()
@@ -175,5 +224,15 @@ impl Runtime {
             entrypoints,
             access_log,
         })
+    }
+
+    /// The entrypoint in `slot`, unless a reload removed it.
+    pub fn entrypoint(&self, slot: usize) -> Option<&EntrypointRuntime> {
+        self.entrypoints.get(slot).and_then(Option::as_ref)
+    }
+
+    /// The slot of the entrypoint called `name`.
+    pub fn slot(&self, name: &str) -> Option<usize> {
+        self.slots.iter().position(|n| n == name)
     }
 }

@@ -1,194 +1,130 @@
-//! Starting and stopping, and the accept phase: the main thread binds every entrypoint once per
-//! worker (SO_REUSEPORT, so the kernel spreads connections), starts the worker threads, each a
-//! single-threaded tokio runtime with its timerfd tick and sweep, waits for SIGTERM / SIGINT,
-//! and drains. Accepted connections go to the TLS handshake or straight to the HTTP/1 driver,
-//! as do parked connections whose clients write again.
+//! Starting and stopping, and the accept phase: the main thread compiles the configuration,
+//! binds every entrypoint once per worker (`listeners.rs`), starts the worker threads (each a
+//! single-threaded tokio runtime with its timerfd tick and sweep) and hands the control thread
+//! (`control.rs`) the rest until a stop signal, then drains. A worker starts and stops
+//! accepting when the control thread tells it (at start and on reload). Accepted connections
+//! go to the TLS handshake or straight to the HTTP/1 driver, as do parked connections whose
+//! clients write again.
 
-use crate::admin;
+use crate::admin::{self, AdminListener};
 use crate::conn::watch::SWEEP_TICK;
 use crate::conn::{self, Scheme};
+use crate::control;
+use crate::health_check::ActiveChecks;
 use crate::l4;
+use crate::listeners::{BoundEntrypoints, Inherited, Listener};
 use crate::metrics::Metrics;
+use crate::reload::{udp_suffix, Reloader};
 use crate::runtime::Runtime;
 use crate::ticker::Ticker;
-use crate::worker::{ClientTimeouts, Shutdown, Worker, WorkerSetup};
+use crate::worker::{Shutdown, Worker, WorkerCommand, WorkerSetup};
 use arc_swap::ArcSwap;
-use socket2::{Domain, Protocol, Socket, Type};
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::{TcpListener, TcpStream};
-use weir_config::{Config, Transport};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::Notify;
+use weir_config::Config;
 
-/// Runs the gateway until a stop signal, then drains and returns. `release_memory` is called
-/// on each worker thread once a second, so the allocator can return the pages freed there
-/// (by parked connections' ended tasks, say) to the system.
-pub fn run(config: Config, release_memory: fn()) -> Result<(), String> {
+/// How the gateway was started.
+pub struct RunOptions {
+    /// The config file, read again on reload.
+    pub config_path: String,
+    /// Reload when the file changes.
+    pub watch: bool,
+    /// Called on each worker thread once a second, so the allocator can return the pages
+    /// freed there (by parked connections' ended tasks, say) to the system.
+    pub release_memory: fn(),
+}
+
+/// Runs the gateway until a stop signal, then drains and returns.
+pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     let workers = config.server.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let runtime = Runtime::compile(&config, workers)?;
+    let runtime = Runtime::compile(&config, workers, None)?;
     let shared = Arc::new(ArcSwap::from_pointee(runtime));
     let shutdown = Arc::new(Shutdown::default());
-    let graceful = config.server.graceful_timeout;
-    let timeouts = ClientTimeouts {
-        idle: config.server.client_idle_timeout,
-        body: config.server.client_body_timeout,
-        send: config.server.client_send_timeout,
-    };
 
-    // Bind every socket up front: the first per entrypoint resolves port 0 to a real port,
-    // the others join it through SO_REUSEPORT.
-    let mut per_worker: Vec<Vec<Listener>> = (0..workers).map(|_| Vec::new()).collect();
+    // Bind every socket up front and queue each worker's listeners on its command channel.
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| unbounded_channel()).unzip();
+    let mut bound = BoundEntrypoints::default();
+    let mut inherited = Inherited::default();
     for ep in &config.entrypoints {
-        let first = Listener::bind(ep.address, ep.transport).map_err(|e| {
-            format!(
-                "entrypoint `{}`: cannot listen on {}: {e}",
-                ep.name, ep.address
-            )
-        })?;
-        let actual = first
-            .local_addr()
-            .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?;
-        let udp = if ep.transport == Transport::Udp {
-            "/udp"
-        } else {
-            ""
-        };
-        eprintln!("weir: entrypoint {} listening on {actual}{udp}", ep.name);
-        per_worker[0].push(first);
-        for list in per_worker.iter_mut().skip(1) {
-            list.push(
-                Listener::bind(actual, ep.transport)
-                    .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?,
-            );
+        let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
+        eprintln!(
+            "weir: entrypoint {} listening on {}{}",
+            ep.name,
+            entry.actual,
+            udp_suffix(ep.transport)
+        );
+        let slot = shared.load().slot(&ep.name).unwrap_or(0);
+        for (sender, listener) in senders.iter().zip(listeners) {
+            let _ = sender.send(WorkerCommand::Listen { slot, listener });
         }
+        bound.by_name.insert(ep.name.clone(), entry);
     }
-    let names = config.entrypoints.iter().map(|e| e.name.clone()).collect();
-    let metrics = Arc::new(Metrics::new(names, workers));
-    let admin = match &config.server.admin {
-        Some(admin) => {
-            // A plain bind (no SO_REUSEPORT): a second weir must not share the admin port.
-            let listener = std::net::TcpListener::bind(admin.address)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|e| format!("admin: cannot listen on {}: {e}", admin.address))?;
-            let actual = listener.local_addr().map_err(|e| format!("admin: {e}"))?;
-            eprintln!("weir: admin listening on {actual}");
-            Some(listener)
-        }
-        None => None,
-    };
-    eprintln!("weir: {workers} worker(s) running; graceful timeout {graceful:?}");
+    let metrics = Arc::new(Metrics::new(workers));
+    let (reload_sender, reload_requests) = unbounded_channel();
+    let admin_state = Arc::new(admin::AdminState {
+        metrics: metrics.clone(),
+        runtime: shared.clone(),
+        reloads: Arc::default(),
+        reload: reload_sender,
+    });
+    let mut admin = AdminListener::new(admin_state.clone());
+    admin.prepare(config.server.admin.as_ref())?;
+    eprintln!(
+        "weir: {workers} worker(s) running; graceful timeout {:?}",
+        config.server.graceful_timeout
+    );
 
     let mut handles = Vec::with_capacity(workers);
-    for (id, listeners) in per_worker.into_iter().enumerate() {
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
+    for (id, commands) in receivers.into_iter().enumerate() {
         let setup = WorkerSetup {
             id,
-            config: shared,
-            shutdown,
-            timeouts,
+            config: shared.clone(),
+            shutdown: shutdown.clone(),
             metrics: metrics.workers[id].clone(),
-            open_file_cache: config.server.open_file_cache,
         };
+        let release_memory = options.release_memory;
         let handle = std::thread::Builder::new()
             .name(format!("weir-worker-{id}"))
-            .spawn(move || worker_main(setup, listeners, graceful, release_memory))
+            .spawn(move || worker_main(setup, commands, release_memory))
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
 
-    let checked = shared.load().services.clone();
-    let admin = admin.map(|listener| {
-        let state = admin::AdminState {
-            metrics: metrics.clone(),
-            runtime: shared.clone(),
-            token: config.server.admin.as_ref().and_then(|a| a.token.clone()),
-        };
-        (listener, Arc::new(state))
-    });
-    wait_for_stop_signal(admin, checked)?;
+    let reloader = Reloader {
+        config_path: options.config_path,
+        shared: shared.clone(),
+        workers: senders,
+        bound,
+        checks: ActiveChecks::default(),
+        status: admin_state.reloads.clone(),
+        admin,
+    };
+    control::write_pid_file(config.server.pid_file.as_deref())?;
+    control::run(reloader, reload_requests, options.watch)?;
+    let graceful = shared.load().config.server.graceful_timeout;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
     for handle in handles {
         let _ = handle.join();
     }
+    control::remove_pid_file(shared.load().config.server.pid_file.as_deref());
     eprintln!("weir: stopped");
     Ok(())
 }
 
-/// An entrypoint's socket on one worker.
-enum Listener {
-    Tcp(std::net::TcpListener),
-    Udp(std::net::UdpSocket),
-}
-
-impl Listener {
-    /// Binds with SO_REUSEPORT, so every worker has its own socket on the address.
-    fn bind(addr: SocketAddr, transport: Transport) -> std::io::Result<Listener> {
-        let (kind, protocol) = match transport {
-            Transport::Tcp => (Type::STREAM, Protocol::TCP),
-            Transport::Udp => (Type::DGRAM, Protocol::UDP),
-        };
-        let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
-        socket.set_reuse_address(true)?;
-        socket.set_reuse_port(true)?;
-        socket.set_nonblocking(true)?;
-        socket.bind(&addr.into())?;
-        Ok(match transport {
-            Transport::Tcp => {
-                socket.set_nodelay(true)?;
-                socket.listen(4096)?;
-                Listener::Tcp(socket.into())
-            }
-            Transport::Udp => Listener::Udp(socket.into()),
-        })
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        match self {
-            Listener::Tcp(l) => l.local_addr(),
-            Listener::Udp(u) => u.local_addr(),
-        }
-    }
-}
-
-/// The control thread: serves the admin listener, if any, and runs the active health checks
-/// until a stop signal.
-fn wait_for_stop_signal(
-    admin: Option<(std::net::TcpListener, Arc<admin::AdminState>)>,
-    checked: Vec<Arc<crate::balancer::Service>>,
-) -> Result<(), String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start signal handler: {e}"))?;
-    rt.block_on(async {
-        if let Some((listener, state)) = admin {
-            let listener = TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            tokio::spawn(admin::serve(listener, state));
-        }
-        tokio::spawn(crate::health_check::run_checks(checked));
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        Ok(())
-    })
-}
-
 fn worker_main(
     setup: WorkerSetup,
-    listeners: Vec<Listener>,
-    graceful: Duration,
+    commands: UnboundedReceiver<WorkerCommand>,
     release_memory: fn(),
 ) {
     let id = setup.id;
@@ -215,24 +151,7 @@ fn worker_main(
             }
         };
         let active = Rc::new(Cell::new(0usize));
-        for (entrypoint, std_listener) in listeners.into_iter().enumerate() {
-            let started = match std_listener {
-                Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
-                    tokio::task::spawn_local(accept_loop(
-                        worker.clone(),
-                        entrypoint,
-                        listener,
-                        active.clone(),
-                    ));
-                }),
-                Listener::Udp(u) => tokio::net::UdpSocket::from_std(u).map(|socket| {
-                    tokio::task::spawn_local(l4::udp::serve(worker.clone(), entrypoint, socket));
-                }),
-            };
-            if let Err(e) = started {
-                eprintln!("weir: worker {id}: {e}");
-            }
-        }
+        tokio::task::spawn_local(follow_commands(worker.clone(), commands, active.clone()));
         tokio::task::spawn_local(unpark_loop(worker.clone(), active.clone()));
         let ticker = match Ticker::new(SWEEP_TICK) {
             Ok(ticker) => ticker,
@@ -263,12 +182,55 @@ fn worker_main(
             notified.await;
         }
         // Close idle connections now and as they become idle; busy ones finish their request.
+        let graceful = worker.config.load().config.server.graceful_timeout;
         let deadline = Instant::now() + graceful;
         while active.get() > 0 && Instant::now() < deadline {
             worker.sweep_connections();
             worker.tick.notified().await;
         }
     });
+}
+
+/// Acts on the control thread's commands: listeners to start and stop, settings to apply.
+async fn follow_commands(
+    worker: Rc<Worker>,
+    mut commands: UnboundedReceiver<WorkerCommand>,
+    active: Rc<Cell<usize>>,
+) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            WorkerCommand::Listen { slot, listener } => {
+                let stop = Rc::new(Notify::new());
+                if let Some(old) = worker.listeners.borrow_mut().insert(slot, stop.clone()) {
+                    old.notify_one();
+                }
+                let started = match listener {
+                    Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
+                        let accepting =
+                            accept_loop(worker.clone(), slot, listener, stop, active.clone());
+                        tokio::task::spawn_local(accepting);
+                    }),
+                    Listener::Udp(u) => tokio::net::UdpSocket::from_std(u).map(|socket| {
+                        tokio::task::spawn_local(l4::udp::serve(
+                            worker.clone(),
+                            slot,
+                            socket,
+                            stop,
+                        ));
+                    }),
+                };
+                if let Err(e) = started {
+                    eprintln!("weir: worker {}: {e}", worker.id);
+                }
+            }
+            WorkerCommand::Close { slot } => {
+                if let Some(stop) = worker.listeners.borrow_mut().remove(&slot) {
+                    stop.notify_one();
+                }
+            }
+            WorkerCommand::Reloaded => worker.apply_settings(),
+        }
+    }
 }
 
 /// Counts a connection as active (a graceful stop waits for it) until dropped.
@@ -287,10 +249,12 @@ impl Drop for Active {
     }
 }
 
+/// Accepts on one listener until the worker stops or the control thread closes it (`stop`).
 async fn accept_loop(
     worker: Rc<Worker>,
     entrypoint: usize,
     listener: TcpListener,
+    stop: Rc<Notify>,
     active: Rc<Cell<usize>>,
 ) {
     loop {
@@ -304,7 +268,6 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((io, peer)) => {
                     let _ = io.set_nodelay(true);
-                    worker.metrics.entrypoints[entrypoint].connections.add(1);
                     let counted = Active::enter(&active);
                     let worker = worker.clone();
                     // detect: TLS entrypoints go through the handshake first; a plain one
@@ -314,7 +277,11 @@ async fn accept_loop(
                     // router takes goes on to HTTP in the same task.
                     let (tls, has_tcp) = {
                         let config = worker.config.load();
-                        let ep = &config.entrypoints[entrypoint];
+                        // Closed by a reload an instant ago: the connection goes too.
+                        let Some(ep) = config.entrypoint(entrypoint) else {
+                            continue;
+                        };
+                        ep.cells[worker.id].connections.add(1);
                         (ep.tls.clone(), ep.tcp.is_some())
                     };
                     match tls {
@@ -338,6 +305,7 @@ async fn accept_loop(
                 }
             },
             _ = &mut notified => return,
+            _ = stop.notified() => return,
         }
     }
 }

@@ -5,13 +5,15 @@
 
 use crate::conn::idle::IdleConnections;
 use crate::conn::watch::{Clock, ConnWatch};
+use crate::listeners::Listener;
 use crate::metrics::WorkerCells;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -57,14 +59,22 @@ pub struct ClientTimeouts {
     pub send: Duration,
 }
 
+/// What the control thread tells a worker (`server.rs` acts on it).
+pub enum WorkerCommand {
+    /// Accept on this socket for the entrypoint in `slot`.
+    Listen { slot: usize, listener: Listener },
+    /// Stop accepting for the entrypoint in `slot` and close its socket.
+    Close { slot: usize },
+    /// A new snapshot is in place: apply its worker-wide settings.
+    Reloaded,
+}
+
 /// What a worker thread starts from.
 pub struct WorkerSetup {
     pub id: usize,
     pub config: Arc<ArcSwap<Runtime>>,
     pub shutdown: Arc<Shutdown>,
-    pub timeouts: ClientTimeouts,
     pub metrics: Arc<WorkerCells>,
-    pub open_file_cache: weir_config::OpenFileCache,
 }
 
 /// What one worker thread owns.
@@ -80,7 +90,8 @@ pub struct Worker {
     pub idle: IdleConnections,
     /// Read once per sweep tick, for deadlines and the `Date` header.
     pub clock: Clock,
-    pub timeouts: ClientTimeouts,
+    /// The snapshot's client-side limits, set again on every reload.
+    pub timeouts: Cell<ClientTimeouts>,
     pub buffers: Buffers,
     /// Open files of `static` routes.
     pub open_files: OpenFiles,
@@ -88,6 +99,8 @@ pub struct Worker {
     pub tick: Notify,
     /// This worker's counters, summed by the admin listener.
     pub metrics: Arc<WorkerCells>,
+    /// The stop signal of each listener's accept task, by entrypoint slot.
+    pub listeners: RefCell<HashMap<usize, Rc<Notify>>>,
 }
 
 impl Worker {
@@ -96,10 +109,12 @@ impl Worker {
             id,
             config,
             shutdown,
-            timeouts,
             metrics,
-            open_file_cache,
         } = setup;
+        let (timeouts, open_file_cache) = {
+            let runtime = config.load();
+            (runtime.timeouts, runtime.config.server.open_file_cache)
+        };
         Ok(Worker {
             id,
             config,
@@ -108,12 +123,21 @@ impl Worker {
             connections: RefCell::new(Vec::new()),
             idle: IdleConnections::new()?,
             clock: Clock::default(),
-            timeouts,
+            timeouts: Cell::new(timeouts),
             buffers: Buffers::default(),
             open_files: OpenFiles::new(open_file_cache),
             tick: Notify::new(),
             metrics,
+            listeners: RefCell::default(),
         })
+    }
+
+    /// Applies the worker-wide settings of the snapshot now in place.
+    pub fn apply_settings(&self) {
+        let runtime = self.config.load();
+        self.timeouts.set(runtime.timeouts);
+        self.open_files
+            .configure(runtime.config.server.open_file_cache);
     }
 
     /// Registers a new client connection's watch with the sweep.

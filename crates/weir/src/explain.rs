@@ -48,13 +48,14 @@ pub fn explain(
     let head = weir_proxy::codec::parse_request(&mut BytesMut::from(raw.as_str()))
         .map_err(|e| format!("invalid request: {e:?}"))?
         .ok_or("invalid request")?;
-    let runtime = Runtime::compile(config, 1)?;
+    let runtime = Runtime::compile(config, 1, None)?;
 
     let mut text = String::new();
     let mut matched = false;
     for ep in runtime
         .entrypoints
         .iter()
+        .flatten()
         .filter(|ep| only.is_none_or(|name| ep.name == name))
     {
         match ep.router.route_request(&head, client_ip) {

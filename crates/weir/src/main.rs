@@ -4,6 +4,7 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use weir_config::located;
 
 /// The global allocator: mimalloc, whose per-thread size classes make a request's
 /// allocations (its boxed exchange, a few small vectors) a handful of instructions where glibc's
@@ -75,6 +76,15 @@ enum Command {
         /// Config file.
         #[arg(short, long, default_value = "./weir.yaml")]
         config: String,
+        /// Reload when the config file changes.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Ask the running gateway to reload its config file: through its admin API when the
+    /// file configures one (and print the result), else by SIGHUP to the pid in `server.pid_file`.
+    Reload {
+        #[arg(short, long, default_value = "./weir.yaml")]
+        config: String,
     },
     /// Validate a config file without starting anything.
     Check {
@@ -110,23 +120,18 @@ enum RouteCommand {
     },
 }
 
-/// A startup error for the user: one about a place in the file (it starts with `LINE:COLUMN:`)
-/// becomes `FILE:LINE:COLUMN: message`, like every other config error.
-fn located(config: &str, error: &str) -> String {
-    if error.starts_with(|c: char| c.is_ascii_digit()) {
-        format!("{config}:{error}")
-    } else {
-        format!("{config}: {error}")
-    }
-}
-
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { config } => {
+        Command::Run { config, watch } => {
             let Some(cfg) = load(&config) else {
                 return ExitCode::FAILURE;
             };
-            match weir_proxy::run(cfg, release_freed_pages) {
+            let options = weir_proxy::RunOptions {
+                config_path: config.clone(),
+                watch,
+                release_memory: release_freed_pages,
+            };
+            match weir_proxy::run(cfg, options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("weir: {}", located(&config, &e));
@@ -134,8 +139,23 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Reload { config } => {
+            let Some(cfg) = load(&config) else {
+                return ExitCode::FAILURE;
+            };
+            match reload::ask(&cfg) {
+                Ok(message) => {
+                    println!("{message}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Check { config } => match load(&config) {
-            Some(cfg) => match weir_proxy::Runtime::compile(&cfg, 1) {
+            Some(cfg) => match weir_proxy::Runtime::compile(&cfg, 1, None) {
                 Ok(_) => {
                     let mut l4 = String::new();
                     if !cfg.tcp.routers.is_empty() || !cfg.udp.routers.is_empty() {
@@ -215,3 +235,4 @@ fn load(path: &str) -> Option<weir_config::Config> {
 }
 
 mod explain;
+mod reload;

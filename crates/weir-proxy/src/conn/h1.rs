@@ -158,7 +158,7 @@ impl<S: ClientIo> H1Client<S> {
             return Idle::Close;
         }
         let read = read_lent(&mut self.io, &mut self.buf, worker);
-        let idle = worker.timeouts.idle;
+        let idle = worker.timeouts.get().idle;
         let parks = S::PARKS && idle > PARK_AFTER;
         let limit = if parks { PARK_AFTER } else { idle };
         let since = worker.clock.now();
@@ -190,7 +190,10 @@ impl<S: ClientIo> H1Client<S> {
         worker.buffers.give_out(std::mem::take(&mut self.out));
         if outcome.linger {
             Next::Linger
-        } else if !outcome.keep_alive || worker.shutdown.is_requested() {
+        } else if !outcome.keep_alive
+            || worker.shutdown.is_requested()
+            || runtime.entrypoint(entrypoint).is_none()
+        {
             Next::Close
         } else {
             Next::KeepAlive
@@ -217,7 +220,7 @@ impl<S: ClientIo> H1Client<S> {
                 }
             }
             let read = read_lent(&mut self.io, &mut self.buf, worker);
-            let idle = worker.timeouts.idle;
+            let idle = worker.timeouts.get().idle;
             match self
                 .watch
                 .within(&worker.clock, Waiting::RequestHead, idle, read)
@@ -309,7 +312,7 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         let relay = Relay {
             clock: &worker.clock,
             watch: &self.watch,
-            read: (Waiting::RequestBody, worker.timeouts.body),
+            read: (Waiting::RequestBody, worker.timeouts.get().body),
             write: (Waiting::UpstreamWrite, write_limit),
             max_bytes: u64::MAX,
         };
@@ -355,7 +358,7 @@ impl<S: ClientIo> H1Client<S> {
         let relay = Relay {
             clock: &worker.clock,
             watch: &self.watch,
-            read: (Waiting::RequestBody, worker.timeouts.body),
+            read: (Waiting::RequestBody, worker.timeouts.get().body),
             // Never used: a drained body has no sink.
             write: (Waiting::UpstreamWrite, Duration::ZERO),
             max_bytes: LOCAL_DRAIN_LIMIT,
@@ -538,7 +541,7 @@ impl<S: ClientIo> H1Client<S> {
                     clock: &worker.clock,
                     watch: &self.watch,
                     read: (Waiting::ResponseBody, read_timeout),
-                    write: (Waiting::ClientWrite, worker.timeouts.send),
+                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
                     max_bytes: u64::MAX,
                 };
                 let mut sink = Sink {
@@ -907,7 +910,7 @@ impl<'a> Relay<'a> {
             clock: &worker.clock,
             watch,
             read: (Waiting::ResponseBody, Duration::ZERO),
-            write: (Waiting::ClientWrite, worker.timeouts.send),
+            write: (Waiting::ClientWrite, worker.timeouts.get().send),
             max_bytes: u64::MAX,
         }
     }

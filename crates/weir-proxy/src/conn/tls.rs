@@ -30,7 +30,11 @@ pub async fn serve(
     let limit = tls.handshake_timeout;
     let mut first = [0u8; 1];
     let peek = io.peek(&mut first);
-    let failed = |why| worker.metrics.entrypoints[entrypoint].handshake_failed(why);
+    let failed = |why| {
+        if let Some(ep) = worker.config.load().entrypoint(entrypoint) {
+            ep.cells[worker.id].handshake_failed(why);
+        }
+    };
     match watch
         .within(&worker.clock, Waiting::Handshake, limit, peek)
         .await

@@ -31,7 +31,7 @@ pub async fn serve(
     peer: SocketAddr,
 ) -> Option<TcpStream> {
     let config = worker.config.load_full();
-    let ep = &config.entrypoints[entrypoint];
+    let ep = config.entrypoint(entrypoint)?;
     let routes = ep.tcp.as_ref()?;
     let watch = worker.watch_connection();
     let peeked = if routes.needs_hello {

@@ -17,6 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::net::UdpSocket;
+use tokio::sync::Notify;
 
 /// The largest datagram: UDP's length field allows 65,507 bytes of payload over IPv4.
 const MAX_DATAGRAM: usize = 65_536;
@@ -28,8 +29,9 @@ struct Session {
     ended: Rc<Cell<bool>>,
 }
 
-/// Serves one UDP entrypoint on one worker until the worker stops.
-pub async fn serve(worker: Rc<Worker>, entrypoint: usize, socket: UdpSocket) {
+/// Serves one UDP entrypoint on one worker until the worker stops or the control thread closes
+/// the socket (`stop`).
+pub async fn serve(worker: Rc<Worker>, entrypoint: usize, socket: UdpSocket, stop: Rc<Notify>) {
     let socket = Rc::new(socket);
     let sessions: Rc<RefCell<HashMap<SocketAddr, Session>>> = Rc::default();
     // Clients in the order their sessions began, for ending the oldest first.
@@ -49,6 +51,7 @@ pub async fn serve(worker: Rc<Worker>, entrypoint: usize, socket: UdpSocket) {
                 Err(_) => continue,
             },
             _ = &mut notified => break,
+            _ = stop.notified() => break,
         };
         let datagram = &buf[..n];
         let now = worker.clock.now();
@@ -58,7 +61,7 @@ pub async fn serve(worker: Rc<Worker>, entrypoint: usize, socket: UdpSocket) {
             continue;
         }
         let config = worker.config.load_full();
-        let Some(service) = config.entrypoints[entrypoint].udp.clone() else {
+        let Some(service) = config.entrypoint(entrypoint).and_then(|ep| ep.udp.clone()) else {
             continue;
         };
         while sessions.borrow().len() >= service.max_sessions {

@@ -1,0 +1,91 @@
+//! The control thread: everything that is not a request. It serves the admin listener, runs the
+//! active health checks, and waits for signals: `SIGTERM` / `SIGINT` stop, `SIGHUP` reloads,
+//! `SIGUSR1` reopens the access log (after logrotate moved it); it also takes reloads asked
+//! for through the admin API and, under `--watch`, notices when the config file changes.
+
+use crate::admin::ReloadRequest;
+use crate::reload::Reloader;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// How often `--watch` looks at the config file.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Runs the control loop until a stop signal.
+pub fn run(
+    mut reloader: Reloader,
+    mut reload_requests: UnboundedReceiver<ReloadRequest>,
+    watch: bool,
+) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control thread: {e}"))?;
+    rt.block_on(async {
+        reloader.start();
+        reloader.admin.commit();
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+        let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+        let mut watched = file_stamp(&reloader.config_path);
+        let mut watch_tick = tokio::time::interval(WATCH_EVERY);
+        watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => {
+                    let _ = reloader.reload("SIGHUP");
+                }
+                Some(request) = reload_requests.recv() => {
+                    let _ = request.answer.send(reloader.reload("admin API"));
+                }
+                _ = usr1.recv() => reopen_access_log(&reloader),
+                _ = watch_tick.tick(), if watch => {
+                    let stamp = file_stamp(&reloader.config_path);
+                    if stamp != watched {
+                        watched = stamp;
+                        let _ = reloader.reload("file change");
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// What `--watch` compares: the file's modification time and length.
+fn file_stamp(path: &str) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+fn reopen_access_log(reloader: &Reloader) {
+    let runtime = reloader.shared.load();
+    if let Some(log) = &runtime.access_log {
+        match log.reopen() {
+            Ok(()) => eprintln!("weir: access log reopened"),
+            Err(e) => eprintln!("weir: cannot reopen the access log: {e}"),
+        }
+    }
+}
+
+/// Writes this process's pid to `server.pid_file` (at start, and when a reload moves it).
+pub fn write_pid_file(path: Option<&Path>) -> Result<(), String> {
+    let Some(path) = path else { return Ok(()) };
+    std::fs::write(path, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("cannot write the pid file {}: {e}", path.display()))
+}
+
+/// Removes the pid file, unless another process (the one an upgrade started) wrote it since.
+pub fn remove_pid_file(path: Option<&Path>) {
+    let Some(path) = path else { return };
+    let ours = std::fs::read_to_string(path)
+        .is_ok_and(|text| text.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
+}

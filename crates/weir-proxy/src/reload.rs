@@ -1,0 +1,215 @@
+//! The reload phase, run by the control thread on `SIGHUP`, `POST /api/reload` or a change of
+//! the file under `--watch`: read and validate the file, compile it carrying over what keeps
+//! its identity (`runtime.rs`), bind the entrypoints that are new or moved, then swap the
+//! snapshot in and tell the workers which listeners to start and stop. Any error before the
+//! swap refuses the whole reload, with every error reported, and the old configuration keeps
+//! serving; kept listeners are never closed.
+
+use crate::admin;
+use crate::health_check::ActiveChecks;
+use crate::listeners::{Bound, BoundEntrypoints, Inherited, Listener};
+use crate::runtime::Runtime;
+use crate::worker::WorkerCommand;
+use arc_swap::ArcSwap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+use tokio::sync::mpsc::UnboundedSender;
+use weir_config::{located, Config};
+
+/// What the last reloads did, for the admin API and `/metrics`.
+#[derive(Debug, Default, Clone)]
+pub struct ReloadStatus {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub last: Option<ReloadReport>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReloadReport {
+    pub at: SystemTime,
+    /// What asked for it: `SIGHUP`, `admin API`, `file change`.
+    pub trigger: &'static str,
+    /// The version in service afterwards.
+    pub version: u64,
+    /// Empty when the reload succeeded.
+    pub errors: Vec<String>,
+}
+
+/// What the control thread holds to reload.
+pub struct Reloader {
+    pub config_path: String,
+    pub shared: Arc<ArcSwap<Runtime>>,
+    /// Each worker's command channel.
+    pub workers: Vec<UnboundedSender<WorkerCommand>>,
+    pub bound: BoundEntrypoints,
+    pub checks: ActiveChecks,
+    pub status: Arc<Mutex<ReloadStatus>>,
+    pub admin: admin::AdminListener,
+}
+
+/// An entrypoint bound for a reload that has not been swapped in yet.
+struct Added {
+    name: String,
+    bound: Bound,
+    listeners: Vec<Listener>,
+}
+
+impl Reloader {
+    /// Starts what the configuration in service needs (its listeners are sent to the workers
+    /// by `server.rs` at start).
+    pub fn start(&mut self) {
+        self.checks.sync(&self.shared.load().services);
+    }
+
+    /// Reloads the file; on success, the version now in service.
+    pub fn reload(&mut self, trigger: &'static str) -> Result<u64, Vec<String>> {
+        let result = self.try_reload();
+        let version = self.shared.load().version;
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        match &result {
+            Ok(_) => status.succeeded += 1,
+            Err(errors) => {
+                status.failed += 1;
+                eprintln!(
+                    "weir: reload ({trigger}) refused; still serving version {version}: {} error(s)",
+                    errors.len()
+                );
+                for e in errors {
+                    eprintln!("weir:   {e}");
+                }
+            }
+        }
+        status.last = Some(ReloadReport {
+            at: SystemTime::now(),
+            trigger,
+            version,
+            errors: result.as_ref().err().cloned().unwrap_or_default(),
+        });
+        result
+    }
+
+    fn try_reload(&mut self) -> Result<u64, Vec<String>> {
+        let path = self.config_path.clone();
+        let config = weir_config::load_file(&path)
+            .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        let old = self.shared.load_full();
+        let workers = self.workers.len();
+        let runtime =
+            Runtime::compile(&config, workers, Some(&old)).map_err(|e| vec![located(&path, &e)])?;
+        if config.server.workers != old.config.server.workers {
+            eprintln!(
+                "weir: reload: `server.workers` changed; it takes effect at the next restart (still {workers})"
+            );
+        }
+        let added = self.bind_new_entrypoints(&config, workers)?;
+        let pid_file = config.server.pid_file.as_deref();
+        if pid_file != old.config.server.pid_file.as_deref() {
+            crate::control::write_pid_file(pid_file).map_err(|e| vec![e])?;
+            crate::control::remove_pid_file(old.config.server.pid_file.as_deref());
+        }
+
+        self.admin
+            .prepare(config.server.admin.as_ref())
+            .map_err(|e| vec![e])?;
+
+        // Nothing can fail from here: swap, then move the listeners.
+        self.shared.store(Arc::new(runtime));
+        let new = self.shared.load_full();
+        let mut closed = Vec::new();
+        self.bound.by_name.retain(|name, bound| {
+            let kept = config
+                .entrypoints
+                .iter()
+                .any(|ep| ep.name == *name && bound.serves(ep));
+            if !kept {
+                closed.push(name.clone());
+            }
+            kept
+        });
+        for name in &closed {
+            if let Some(slot) = new.slot(name) {
+                self.tell_workers(|| WorkerCommand::Close { slot });
+            }
+        }
+        let mut opened = Vec::new();
+        for Added {
+            name,
+            bound,
+            listeners,
+        } in added
+        {
+            if let Some(slot) = new.slot(&name) {
+                for (worker, listener) in self.workers.iter().zip(listeners) {
+                    let _ = worker.send(WorkerCommand::Listen { slot, listener });
+                }
+                eprintln!(
+                    "weir: entrypoint {name} listening on {}{}",
+                    bound.actual,
+                    udp_suffix(bound.transport)
+                );
+            }
+            self.bound.by_name.insert(name.clone(), bound);
+            opened.push(name);
+        }
+        self.tell_workers(|| WorkerCommand::Reloaded);
+        self.checks.sync(&new.services);
+        self.admin.commit();
+        eprintln!(
+            "weir: reloaded {path} (version {}): {} entrypoints (opened [{}], closed [{}]), {} routers, {} services",
+            new.version,
+            config.entrypoints.len(),
+            opened.join(", "),
+            closed.join(", "),
+            config.routers.len() + config.tcp.routers.len() + config.udp.routers.len(),
+            config.services.len() + config.tcp.services.len() + config.udp.services.len(),
+        );
+        Ok(new.version)
+    }
+
+    /// Binds the entrypoints that are new or whose address or transport changed.
+    fn bind_new_entrypoints(
+        &self,
+        config: &Config,
+        workers: usize,
+    ) -> Result<Vec<Added>, Vec<String>> {
+        let mut added = Vec::new();
+        let mut errors = Vec::new();
+        for ep in &config.entrypoints {
+            if self
+                .bound
+                .by_name
+                .get(&ep.name)
+                .is_some_and(|b| b.serves(ep))
+            {
+                continue;
+            }
+            match BoundEntrypoints::bind(ep, workers, &mut Inherited::default()) {
+                Ok((bound, listeners)) => added.push(Added {
+                    name: ep.name.clone(),
+                    bound,
+                    listeners,
+                }),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(added)
+        } else {
+            Err(errors)
+        }
+    }
+
+    fn tell_workers(&self, command: impl Fn() -> WorkerCommand) {
+        for worker in &self.workers {
+            let _ = worker.send(command());
+        }
+    }
+}
+
+/// `/udp` after a UDP entrypoint's address in log lines.
+pub fn udp_suffix(transport: weir_config::Transport) -> &'static str {
+    match transport {
+        weir_config::Transport::Udp => "/udp",
+        weir_config::Transport::Tcp => "",
+    }
+}

@@ -12,11 +12,13 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// How often `--watch` looks at the config file.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
-/// Runs the control loop until a stop signal.
+/// Runs the control loop until a stop signal. `ready` is logged once the signals are
+/// handled (a `SIGHUP` before that would end the process).
 pub fn run(
     mut reloader: Reloader,
     mut reload_requests: UnboundedReceiver<ReloadRequest>,
     watch: bool,
+    ready: &str,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -30,6 +32,7 @@ pub fn run(
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
         let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+        eprintln!("{ready}");
         let mut watched = file_stamp(&reloader.config_path);
         let mut watch_tick = tokio::time::interval(WATCH_EVERY);
         watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

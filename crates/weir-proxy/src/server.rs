@@ -79,10 +79,6 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     });
     let mut admin = AdminListener::new(admin_state.clone());
     admin.prepare(config.server.admin.as_ref())?;
-    eprintln!(
-        "weir: {workers} worker(s) running; graceful timeout {:?}",
-        config.server.graceful_timeout
-    );
 
     let mut handles = Vec::with_capacity(workers);
     for (id, commands) in receivers.into_iter().enumerate() {
@@ -110,7 +106,11 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         admin,
     };
     control::write_pid_file(config.server.pid_file.as_deref())?;
-    control::run(reloader, reload_requests, options.watch)?;
+    let ready = format!(
+        "weir: {workers} worker(s) running; graceful timeout {:?}",
+        config.server.graceful_timeout
+    );
+    control::run(reloader, reload_requests, options.watch, &ready)?;
     let graceful = shared.load().config.server.graceful_timeout;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();

@@ -1,6 +1,6 @@
 //! `weir reload`: asks the running gateway to reload, through its admin API when the config
-//! has one (the answer says whether the reload took and, if not, every error), else by
-//! `SIGHUP` to the pid in `server.pid_file`.
+//! has one on a fixed port (the answer says whether the reload took and, if not, every error),
+//! else by `SIGHUP` to the pid in `server.pid_file`.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
@@ -9,7 +9,13 @@ use weir_config::Config;
 
 /// Asks for a reload; the message to print on success.
 pub fn ask(config: &Config) -> Result<String, String> {
-    if let Some(admin) = &config.server.admin {
+    // Port 0 was resolved at start: only the process knows it.
+    if let Some(admin) = config
+        .server
+        .admin
+        .as_ref()
+        .filter(|a| a.address.port() != 0)
+    {
         return through_admin(admin);
     }
     if let Some(path) = &config.server.pid_file {

@@ -40,12 +40,18 @@ pub struct Weir {
 impl Weir {
     /// Starts weir with `yaml` and waits until every entrypoint reports its address.
     pub fn start(yaml: &str) -> Weir {
+        Weir::start_with(yaml, &[])
+    }
+
+    /// Starts weir with `yaml` and more `weir run` arguments.
+    pub fn start_with(yaml: &str, args: &[&str]) -> Weir {
         let dir = temp_dir("weir");
         let path = dir.join("weir.yaml");
         std::fs::write(&path, yaml).unwrap();
         let mut child = Command::new(weir_bin())
             .args(["run", "-c"])
             .arg(&path)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -103,6 +109,28 @@ impl Weir {
 
     pub fn stderr(&self) -> Vec<String> {
         self.stderr_lines.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 10 s) until stderr holds `count` lines containing `text`; the last of them.
+    pub fn wait_for_line(&self, text: &str, count: usize) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = self.stderr();
+            let found: Vec<&String> = lines.iter().filter(|l| l.contains(text)).collect();
+            if found.len() >= count {
+                return found[count - 1].clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no line #{count} with `{text}` in weir's stderr: {lines:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The config file weir was started with.
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir.join("weir.yaml")
     }
 }
 

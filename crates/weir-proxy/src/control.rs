@@ -1,13 +1,17 @@
 //! The control thread: everything that is not a request. It serves the admin listener, runs the
 //! active health checks, and waits for signals: `SIGTERM` / `SIGINT` stop, `SIGHUP` reloads,
-//! `SIGUSR1` reopens the access log (after logrotate moved it); it also takes reloads asked
-//! for through the admin API and, under `--watch`, notices when the config file changes.
+//! `SIGUSR1` reopens the access log (after logrotate moved it), `SIGUSR2` upgrades the binary
+//! (`upgrade.rs`: the loop ends, as for a stop, once the new process is ready); it also takes
+//! reloads asked for through the admin API and, under `--watch`, notices when the config file
+//! changes.
 
 use crate::admin::ReloadRequest;
 use crate::reload::Reloader;
+use crate::upgrade::{self, Predecessor};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::oneshot;
 
 /// How often `--watch` looks at the config file.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -19,6 +23,7 @@ pub fn run(
     mut reload_requests: UnboundedReceiver<ReloadRequest>,
     watch: bool,
     ready: &str,
+    predecessor: Option<Predecessor>,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -32,7 +37,13 @@ pub fn run(
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
         let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+        let mut usr2 = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
         eprintln!("{ready}");
+        if let Some(predecessor) = predecessor {
+            predecessor.report_ready();
+        }
+        // The handoff of a binary upgrade under way, answered with the new process's pid.
+        let mut upgrading: Option<oneshot::Receiver<Result<u32, String>>> = None;
         let mut watched = file_stamp(&reloader.config_path);
         let mut watch_tick = tokio::time::interval(WATCH_EVERY);
         watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -47,6 +58,22 @@ pub fn run(
                     let _ = request.answer.send(reloader.reload("admin API"));
                 }
                 _ = usr1.recv() => reopen_access_log(&reloader),
+                _ = usr2.recv() => {
+                    if upgrading.is_none() {
+                        upgrading = start_upgrade(&reloader);
+                    }
+                }
+                done = async { upgrading.as_mut()?.await.ok() }, if upgrading.is_some() => {
+                    upgrading = None;
+                    match done {
+                        Some(Ok(pid)) => {
+                            eprintln!("weir: upgrade: process {pid} is serving; this one drains and exits");
+                            break;
+                        }
+                        Some(Err(e)) => eprintln!("weir: upgrade failed; still serving: {e}"),
+                        None => eprintln!("weir: upgrade failed; still serving"),
+                    }
+                }
                 _ = watch_tick.tick(), if watch => {
                     let stamp = file_stamp(&reloader.config_path);
                     if stamp != watched {
@@ -58,6 +85,31 @@ pub fn run(
         }
         Ok(())
     })
+}
+
+/// Starts a binary upgrade on a thread of its own (it waits for the new process).
+fn start_upgrade(reloader: &Reloader) -> Option<oneshot::Receiver<Result<u32, String>>> {
+    eprintln!("weir: upgrade: starting the new binary");
+    let sockets = match upgrade::duplicates(&reloader.bound) {
+        Ok(sockets) => sockets,
+        Err(e) => {
+            eprintln!("weir: upgrade failed; still serving: {e}");
+            return None;
+        }
+    };
+    let (answer, answered) = oneshot::channel();
+    let started = std::thread::Builder::new()
+        .name("weir-upgrade".into())
+        .spawn(move || {
+            let _ = answer.send(upgrade::hand_over(sockets));
+        });
+    match started {
+        Ok(_) => Some(answered),
+        Err(e) => {
+            eprintln!("weir: upgrade failed; still serving: {e}");
+            None
+        }
+    }
 }
 
 /// What `--watch` compares: the file's modification time and length.

@@ -30,6 +30,7 @@ pub mod server;
 pub mod static_files;
 pub mod ticker;
 pub mod tls;
+pub mod upgrade;
 pub mod upstream;
 pub mod worker;
 

@@ -12,7 +12,7 @@ use crate::conn::{self, Scheme};
 use crate::control;
 use crate::health_check::ActiveChecks;
 use crate::l4;
-use crate::listeners::{BoundEntrypoints, Inherited, Listener};
+use crate::listeners::{BoundEntrypoints, Listener};
 use crate::metrics::Metrics;
 use crate::reload::{udp_suffix, Reloader};
 use crate::runtime::Runtime;
@@ -54,7 +54,7 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     // Bind every socket up front and queue each worker's listeners on its command channel.
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| unbounded_channel()).unzip();
     let mut bound = BoundEntrypoints::default();
-    let mut inherited = Inherited::default();
+    let (mut inherited, predecessor) = crate::upgrade::inherit()?;
     for ep in &config.entrypoints {
         let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
         eprintln!(
@@ -110,7 +110,13 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         "weir: {workers} worker(s) running; graceful timeout {:?}",
         config.server.graceful_timeout
     );
-    control::run(reloader, reload_requests, options.watch, &ready)?;
+    control::run(
+        reloader,
+        reload_requests,
+        options.watch,
+        &ready,
+        predecessor,
+    )?;
     let graceful = shared.load().config.server.graceful_timeout;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();

@@ -65,6 +65,8 @@ pub struct H1Client<S> {
     pub ip_text: String,
     pub body: RequestBody,
     pub scheme: Scheme,
+    /// Whether a request was answered on this connection (a later wait is keep-alive idle).
+    pub served: bool,
 }
 
 /// Serves one client connection until it closes: read a head, run the exchange, repeat.
@@ -86,6 +88,7 @@ pub async fn serve<S: ClientIo>(
         ip_text: ip.to_string(),
         body: RequestBody::Done,
         scheme,
+        served: false,
     };
     loop {
         // Idle between requests: only a small wait for the first bytes lives in the
@@ -152,11 +155,17 @@ enum HeadRead {
 
 impl<S: ClientIo> H1Client<S> {
     /// Waits, idle, for the first bytes of the next request, parking the connection once it
-    /// has waited `PARK_AFTER` with time left before the idle timeout.
+    /// has waited `PARK_AFTER` with time left before the idle timeout. A stop closes a
+    /// keep-alive connection here; a new one gets its first request answered.
     async fn await_request(&mut self, worker: &Worker) -> Idle {
-        if worker.shutdown.is_requested() {
+        if self.served && worker.shutdown.is_requested() {
             return Idle::Close;
         }
+        let waiting = if self.served {
+            Waiting::KeepAlive
+        } else {
+            Waiting::RequestHead
+        };
         let read = read_lent(&mut self.io, &mut self.buf, worker);
         let idle = worker.timeouts.get().idle;
         let parks = S::PARKS && idle > PARK_AFTER;
@@ -164,7 +173,7 @@ impl<S: ClientIo> H1Client<S> {
         let since = worker.clock.now();
         match self
             .watch
-            .within(&worker.clock, Waiting::RequestHead, limit, read)
+            .within(&worker.clock, waiting, limit, read)
             .await
         {
             Ok(Ok(n)) if n > 0 => Idle::Request,
@@ -187,6 +196,7 @@ impl<S: ClientIo> H1Client<S> {
         self.out = worker.buffers.take_out();
         let runtime = worker.config.load_full();
         let outcome = exchange(worker, &runtime, entrypoint, self, head).await;
+        self.served = true;
         worker.buffers.give_out(std::mem::take(&mut self.out));
         if outcome.linger {
             Next::Linger

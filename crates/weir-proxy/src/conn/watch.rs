@@ -13,13 +13,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// ticks after it: the arming time is read from a clock that is up to one tick old.
 pub const SWEEP_TICK: Duration = Duration::from_millis(100);
 
-/// What a connection is waiting for; the sweep treats `RequestHead` waits specially on stop.
+/// What a connection is waiting for; the sweep ends `KeepAlive` waits on stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Waiting {
     /// A TLS client's handshake.
     Handshake,
-    /// The client's next request head (keep-alive idle time, or a dribbled head).
+    /// A request head: a new connection's first request, or the rest of a head. A stop lets
+    /// it arrive (the client sent it to a listener that was open).
     RequestHead,
+    /// The next request on a keep-alive connection: the only wait a stop ends, since nothing
+    /// is in flight there.
+    KeepAlive,
     /// More bytes of the client's request body.
     RequestBody,
     /// The client to take more of the response.
@@ -110,7 +114,7 @@ impl ConnWatch {
     }
 
     /// The sweep's check: fires an armed deadline that has passed, or, when the worker is
-    /// stopping, a wait for a request head or a handshake (nothing is in flight there).
+    /// stopping, a keep-alive connection's wait for its next request.
     pub fn check(&self, now: Instant, stopping: bool) {
         let Some(armed) = self.armed.get() else {
             return;
@@ -119,7 +123,7 @@ impl ConnWatch {
         // more keeps the deadline at or after the configured limit.
         let due =
             now.saturating_duration_since(armed.since) >= armed.limit.saturating_add(SWEEP_TICK);
-        let idle = matches!(armed.what, Waiting::RequestHead | Waiting::Handshake);
+        let idle = armed.what == Waiting::KeepAlive;
         if due || (stopping && idle) {
             self.fire();
         }
@@ -212,7 +216,12 @@ mod tests {
     #[test]
     fn stop_ends_only_idle_waits() {
         let now = Instant::now();
-        for (what, fires) in [(Waiting::RequestHead, true), (Waiting::ResponseHead, false)] {
+        for (what, fires) in [
+            (Waiting::KeepAlive, true),
+            (Waiting::RequestHead, false),
+            (Waiting::Handshake, false),
+            (Waiting::ResponseHead, false),
+        ] {
             let watch = ConnWatch::default();
             watch.armed.set(Some(Armed {
                 what,

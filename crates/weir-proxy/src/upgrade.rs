@@ -1,0 +1,252 @@
+//! Zero-downtime binary upgrade, both sides. On `SIGUSR2` the running process starts its
+//! binary again (the path it was started as, so a binary replaced on disk is the one that runs)
+//! with the same arguments, and hands the new process every listening socket over a Unix
+//! socket (`SCM_RIGHTS`), one message per entrypoint. The new process adopts the sockets whose
+//! entrypoint is unchanged in its config (`listeners.rs`), starts, and answers `ready`; only
+//! then does the old one stop accepting and drain as on `SIGTERM`. The sockets themselves are
+//! never closed, so no connection queued in them is lost. If the new process fails to start,
+//! the old one goes on serving.
+
+use crate::listeners::{Bound, BoundEntrypoints, Inherited};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::{Duration, Instant};
+use weir_config::Transport;
+
+/// Names the abstract Unix socket the new process fetches its sockets from.
+const HANDOFF_ENV: &str = "WEIR_UPGRADE_FROM";
+/// How long the new process may take to connect, and then to become ready.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+const READY_WITHIN: Duration = Duration::from_secs(60);
+/// Descriptors in one message (the kernel's SCM_MAX_FD is 253).
+const MAX_FDS: usize = 253;
+/// The largest message: one entrypoint's description.
+const MAX_MESSAGE: usize = 4096;
+
+/// The old side: starts the new binary, hands it duplicates of `bound`'s sockets and waits
+/// until it is ready. Blocking; run it off the control loop. Returns the new process's pid.
+pub fn hand_over(bound: Vec<(String, Bound)>) -> Result<u32, String> {
+    let name = format!(
+        "weir-upgrade-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |e: rustix::io::Errno| format!("{what}: {e}")
+    };
+    let address = SocketAddrUnix::new_abstract_name(name.as_bytes()).map_err(io("address"))?;
+    let listener = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(io("socket"))?;
+    rustix::net::bind(&listener, &address).map_err(io("bind"))?;
+    rustix::net::listen(&listener, 1).map_err(io("listen"))?;
+
+    let mut args = std::env::args_os();
+    let program = args
+        .next()
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::current_exe().ok())
+        .ok_or("cannot tell which binary this process runs")?;
+    let mut child = std::process::Command::new(&program)
+        .args(args)
+        .env(HANDOFF_ENV, &name)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let result = serve_new_process(&listener, &mut child, bound);
+    if result.is_err() {
+        // Ours, and not ready: make sure it does not linger beside us.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    result.map(|()| child.id())
+}
+
+fn serve_new_process(
+    listener: &OwnedFd,
+    child: &mut std::process::Child,
+    bound: Vec<(String, Bound)>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + CONNECT_WITHIN;
+    let conn = loop {
+        match rustix::net::accept_with(listener, SocketFlags::CLOEXEC) {
+            Ok(conn) => break conn,
+            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the new process exited ({status})"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the new process did not connect within {CONNECT_WITHIN:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    rustix::net::sockopt::set_socket_timeout(
+        &conn,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(READY_WITHIN),
+    )
+    .map_err(|e| format!("handoff socket: {e}"))?;
+    for (name, entry) in &bound {
+        let description = serde_json::json!({
+            "name": name,
+            "configured": entry.configured.to_string(),
+            "actual": entry.actual.to_string(),
+            "udp": entry.transport == Transport::Udp,
+        })
+        .to_string();
+        for fds in entry.sockets.chunks(MAX_FDS) {
+            send_with_fds(&conn, description.as_bytes(), fds)
+                .map_err(|e| format!("handing over `{name}`: {e}"))?;
+        }
+    }
+    send_with_fds(&conn, b"end", &[]).map_err(|e| format!("handoff: {e}"))?;
+    let mut answer = [0u8; 16];
+    match rustix::net::recv(&conn, &mut answer, RecvFlags::empty()) {
+        Ok((n, _)) if &answer[..n] == b"ready" => Ok(()),
+        Ok(_) => Err("the new process stopped before it was ready".into()),
+        Err(e) => Err(format!("the new process did not get ready: {e}")),
+    }
+}
+
+fn send_with_fds(conn: &OwnedFd, bytes: &[u8], fds: &[OwnedFd]) -> rustix::io::Result<()> {
+    let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+    let mut space =
+        vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(borrowed.len().max(1)))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !borrowed.is_empty() {
+        control.push(SendAncillaryMessage::ScmRights(&borrowed));
+    }
+    rustix::net::sendmsg(
+        conn,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// The new side's link to the process it replaces: told `ready` once this one serves.
+pub struct Predecessor(OwnedFd);
+
+impl Predecessor {
+    pub fn report_ready(self) {
+        let _ = rustix::net::send(&self.0, b"ready", SendFlags::empty());
+    }
+}
+
+/// The new side: when this process was started by an upgrade, fetches the sockets the old
+/// process hands over.
+pub fn inherit() -> Result<(Inherited, Option<Predecessor>), String> {
+    let Some(name) = std::env::var_os(HANDOFF_ENV) else {
+        return Ok((Inherited::default(), None));
+    };
+    let fail = |e: rustix::io::Errno| format!("upgrade: cannot take over the sockets: {e}");
+    let address = SocketAddrUnix::new_abstract_name(name.as_encoded_bytes()).map_err(fail)?;
+    let conn = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(fail)?;
+    rustix::net::connect(&conn, &address).map_err(fail)?;
+    let mut inherited = Inherited::default();
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let received = rustix::net::recvmsg(
+            &conn,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )
+        .map_err(fail)?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(rights) = message {
+                fds.extend(rights);
+            }
+        }
+        let text = &buf[..received.bytes];
+        if text == b"end" || received.bytes == 0 {
+            break;
+        }
+        let entry = describe(text).ok_or("upgrade: a handoff message is not understood")?;
+        let (name, configured, actual, transport) = entry;
+        inherited
+            .by_name
+            .entry(name)
+            .or_insert_with(|| Bound {
+                configured,
+                actual,
+                transport,
+                sockets: Vec::new(),
+            })
+            .sockets
+            .extend(fds);
+    }
+    let count: usize = inherited.by_name.values().map(|b| b.sockets.len()).sum();
+    eprintln!(
+        "weir: upgrade: took over {count} listening socket(s) of {} entrypoint(s)",
+        inherited.by_name.len()
+    );
+    Ok((inherited, Some(Predecessor(conn))))
+}
+
+fn describe(text: &[u8]) -> Option<(String, SocketAddr, SocketAddr, Transport)> {
+    let value: serde_json::Value = serde_json::from_slice(text).ok()?;
+    let addr = |key: &str| value[key].as_str()?.parse::<SocketAddr>().ok();
+    let transport = if value["udp"].as_bool()? {
+        Transport::Udp
+    } else {
+        Transport::Tcp
+    };
+    Some((
+        value["name"].as_str()?.to_string(),
+        addr("configured")?,
+        addr("actual")?,
+        transport,
+    ))
+}
+
+/// Duplicates of every bound entrypoint's sockets, for `hand_over` to send.
+pub fn duplicates(bound: &BoundEntrypoints) -> Result<Vec<(String, Bound)>, String> {
+    bound
+        .by_name
+        .iter()
+        .map(|(name, entry)| {
+            let sockets = entry
+                .sockets
+                .iter()
+                .map(|fd| fd.try_clone())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("cannot duplicate a socket of `{name}`: {e}"))?;
+            Ok((
+                name.clone(),
+                Bound {
+                    configured: entry.configured,
+                    actual: entry.actual,
+                    transport: entry.transport,
+                    sockets,
+                },
+            ))
+        })
+        .collect()
+}

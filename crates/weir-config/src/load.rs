@@ -401,6 +401,7 @@ impl Loader<'_> {
             admin: None,
             open_file_cache: OpenFileCache::default(),
             pid_file: None,
+            metrics: true,
         };
         let Some(node) = node else { return server };
         let Some(f) = self.fields(
@@ -416,10 +417,14 @@ impl Loader<'_> {
                 "admin",
                 "open_file_cache",
                 "pid_file",
+                "metrics",
             ],
         ) else {
             return server;
         };
+        if let Some(m) = f.get("metrics") {
+            server.metrics = self.boolean(m, "`server.metrics`").unwrap_or(true);
+        }
         if let Some(p) = f.get("pid_file") {
             server.pid_file = self
                 .string(p, "`server.pid_file`")

@@ -118,6 +118,9 @@ pub struct Server {
     pub open_file_cache: OpenFileCache,
     /// Where the running process writes its pid (for `weir reload` and init scripts).
     pub pid_file: Option<std::path::PathBuf>,
+    /// Whether exchanges are counted by router and service and timed (entrypoint counts are
+    /// always kept).
+    pub metrics: bool,
 }
 
 /// The open-file cache of `static` routes, per worker.

@@ -162,7 +162,10 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         (b"GET", b"/metrics") => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(&runtime),
+            state.metrics.render(
+                &runtime,
+                &state.reloads.lock().unwrap_or_else(|e| e.into_inner()),
+            ),
         ),
         _ if !authorized => (
             "401 Unauthorized",

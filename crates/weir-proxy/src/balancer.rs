@@ -3,9 +3,10 @@
 //! per worker (one padded slot each, never shared); in-flight counts are shared atomics so
 //! least_conn and p2c see the whole process.
 
+use crate::carry::Carried;
 use crate::codec::Head;
 use crate::health::Health;
-use std::collections::HashMap;
+use crate::metrics::{PerWorker, ServiceCells};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,8 +18,8 @@ use weir_config::{Balancer, HashKey, HealthCheck, PassiveHealth, Retry};
 #[derive(Default, Debug)]
 pub struct Padded(pub AtomicUsize);
 
-/// What a server keeps across reloads while its identity holds (`ServerStates`): its pool
-/// id, requests in flight and health.
+/// What a server keeps across reloads while its identity (service, scheme, address, TLS name)
+/// holds (`carry.rs`): its pool id, requests in flight and health.
 #[derive(Debug)]
 pub struct ServerState {
     /// Process-unique id; indexes each worker's connection pool.
@@ -26,42 +27,6 @@ pub struct ServerState {
     pub inflight: Padded,
     /// Active and passive health, shared by every worker.
     pub health: Health,
-}
-
-/// Server states by identity: the service's name, the server's scheme, address and TLS
-/// name. A compile takes the states of the previous configuration's servers that are still
-/// there (so pools, health and in-flight counts carry over a reload) and makes the others.
-#[derive(Default)]
-pub struct ServerStates {
-    previous: HashMap<String, Arc<ServerState>>,
-    current: HashMap<String, Arc<ServerState>>,
-}
-
-impl ServerStates {
-    /// Starts a compile that carries the states of `previous` (the last compile's result).
-    pub fn carrying(previous: Option<&ServerStates>) -> ServerStates {
-        ServerStates {
-            previous: previous.map(|p| p.current.clone()).unwrap_or_default(),
-            current: HashMap::new(),
-        }
-    }
-
-    fn state(&mut self, key: String) -> Arc<ServerState> {
-        let state = self.previous.get(&key).cloned().unwrap_or_else(|| {
-            Arc::new(ServerState {
-                id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
-                inflight: Padded::default(),
-                health: Health::default(),
-            })
-        });
-        self.current.entry(key).or_insert(state).clone()
-    }
-
-    /// Forgets the previous configuration's states once the compile is done.
-    pub fn finish(mut self) -> ServerStates {
-        self.previous = HashMap::new();
-        self
-    }
 }
 
 #[derive(Debug)]
@@ -89,6 +54,8 @@ impl std::ops::Deref for Server {
 pub struct Service {
     pub name: String,
     pub servers: Vec<Server>,
+    /// Counters, one set per worker (carried over a reload by name).
+    pub cells: Arc<PerWorker<ServiceCells>>,
     policy: Policy,
     pub hash_key: HashKey,
     pub max_idle_per_server: usize,
@@ -177,11 +144,19 @@ pub struct PickInput<'a> {
 
 static NEXT_SERVER_ID: AtomicUsize = AtomicUsize::new(0);
 
+fn new_server_state() -> Arc<ServerState> {
+    Arc::new(ServerState {
+        id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+        inflight: Padded::default(),
+        health: Health::default(),
+    })
+}
+
 impl Service {
     pub fn new(
         cfg: &weir_config::Service,
         workers: usize,
-        states: &mut ServerStates,
+        carried: &mut Carried,
     ) -> Result<Service, String> {
         let client_tls = if cfg.servers.iter().any(|s| s.tls) {
             Some(crate::tls::client_config(&cfg.tls)?)
@@ -203,7 +178,7 @@ impl Service {
             let tls_name = tls.as_ref().map(|t| format!("{:?}", t.name));
             let key = format!("{} http {addr} {}", cfg.name, tls_name.unwrap_or_default());
             servers.push(Server {
-                state: states.state(key),
+                state: carried.servers.get(key, new_server_state),
                 url: s.url.clone(),
                 addr,
                 authority: s.authority.clone(),
@@ -227,6 +202,9 @@ impl Service {
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),
             cursors: cursors(workers),
+            cells: carried
+                .services
+                .get(cfg.name.clone(), || Arc::new(PerWorker::new(workers))),
         })
     }
 
@@ -235,7 +213,7 @@ impl Service {
     pub fn for_tcp(
         cfg: &weir_config::TcpService,
         workers: usize,
-        states: &mut ServerStates,
+        carried: &mut Carried,
     ) -> Result<Service, String> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
@@ -246,7 +224,9 @@ impl Service {
                 )
             })?;
             servers.push(Server {
-                state: states.state(format!("{} tcp {addr}", cfg.name)),
+                state: carried
+                    .servers
+                    .get(format!("{} tcp {addr}", cfg.name), new_server_state),
                 url: s.address.clone(),
                 addr,
                 authority: s.address.clone(),
@@ -270,6 +250,8 @@ impl Service {
             passive_health: None,
             retry: None,
             cursors: cursors(workers),
+            // Not rendered: TCP services have no HTTP counters.
+            cells: Arc::new(PerWorker::new(1)),
         })
     }
 
@@ -287,10 +269,17 @@ impl Service {
         tried: &[usize],
     ) -> Option<&Server> {
         let n = self.servers.len();
-        let first = if n <= 1 {
-            0
-        } else {
-            self.policy_choice(worker, input)
+        // A retry goes on from the server that failed, without moving the policy's cursor
+        // (else round robin would skip a server per retry and send every first try to the
+        // same one).
+        let after_failed = tried
+            .last()
+            .and_then(|&id| self.servers.iter().position(|s| s.id == id))
+            .map(|i| i + 1);
+        let first = match after_failed {
+            _ if n <= 1 => 0,
+            Some(next) => next,
+            None => self.policy_choice(worker, input),
         };
         (0..n)
             .map(|k| &self.servers[(first + k) % n])

@@ -31,8 +31,8 @@ pub(crate) async fn exchange<C: ClientSide>(
     client: &mut C,
     mut head: RequestHead,
 ) -> Outcome {
-    // Read the clock only when a log line will use it.
-    let started = runtime.access_log.as_ref().map(|_| Instant::now());
+    // Read the clock only when a log line or the metrics will use it.
+    let started = (runtime.metrics || runtime.access_log.is_some()).then(Instant::now);
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
@@ -89,6 +89,15 @@ pub(crate) async fn exchange<C: ClientSide>(
     );
     if let Some(ep) = ep {
         ep.cells[worker.id].responded(outcome.status);
+    }
+    if let (Some(route), Some(started), true) = (route, started, runtime.metrics) {
+        let took = started.elapsed();
+        route.cells[worker.id].record(outcome.status, took);
+        if let RouteAction::Proxy(service) = &route.action {
+            service.cells[worker.id]
+                .traffic
+                .record(outcome.status, took);
+        }
     }
     outcome
 }

@@ -131,12 +131,15 @@ impl Pool {
         });
     }
 
-    /// Closes idle connections past their timeout.
-    pub fn sweep(&self) {
+    /// Closes idle connections past their timeout; returns how many stay idle.
+    pub fn sweep(&self) -> usize {
         let now = Instant::now();
+        let mut idle = 0;
         for slot in self.slots.borrow_mut().iter_mut() {
             slot.retain(|idle| idle.expires > now);
+            idle += slot.len();
         }
+        idle
     }
 }
 

@@ -2,13 +2,14 @@
 //! with their balancers, middlewares. Built once per (re)load off the hot path and read
 //! through an `ArcSwap` by every worker. A compile carries what has a stable identity over
 //! from the previous snapshot: entrypoints keep their slot and counters by name, servers their
-//! state by address (`balancer::ServerStates`).
+//! state by address, routers and services their counters by name (`carry.rs`).
 
 use crate::accesslog::AccessLog;
-use crate::balancer::{ServerStates, Service};
+use crate::balancer::Service;
+use crate::carry::Carried;
 use crate::filter::Filter;
 use crate::l4::routes::{self, TcpRoutes, UdpService};
-use crate::metrics::{entrypoint_counters, EntrypointCounters};
+use crate::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::reply::LocalResponse;
 use crate::router::Router;
 use crate::static_files::StaticSite;
@@ -34,8 +35,12 @@ pub struct Runtime {
     pub access_log: Option<AccessLog>,
     /// The client-side limits from `server`.
     pub timeouts: ClientTimeouts,
-    /// The states of every server, for the next compile to carry over.
-    server_states: ServerStates,
+    /// Every HTTP router, in file order.
+    pub routes: Vec<Arc<Route>>,
+    /// Whether exchanges are counted and timed (`server.metrics`).
+    pub metrics: bool,
+    /// What the next compile carries over.
+    carried: Carried,
 }
 
 pub struct EntrypointRuntime {
@@ -64,6 +69,8 @@ pub struct Route {
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
     pub action: RouteAction,
+    /// Counters, one set per worker (carried over a reload by name).
+    pub cells: Arc<PerWorker<RouteCells>>,
 }
 
 pub enum RouteAction {
@@ -107,12 +114,12 @@ impl Runtime {
         workers: usize,
         previous: Option<&Runtime>,
     ) -> Result<Runtime, String> {
-        let mut states = ServerStates::carrying(previous.map(|p| &p.server_states));
+        let mut carried = Carried::carrying(previous.map(|p| &p.carried));
         let mut services = HashMap::new();
         for svc in &config.services {
             services.insert(
                 svc.name.as_str(),
-                Arc::new(Service::new(svc, workers, &mut states)?),
+                Arc::new(Service::new(svc, workers, &mut carried)?),
             );
         }
         let filters: HashMap<&str, Arc<Filter>> = config
@@ -153,10 +160,13 @@ impl Runtime {
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
                 filters: mws,
                 action,
+                cells: carried
+                    .routes
+                    .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
             }));
         }
-        let tcp_services = routes::compile_services(config, workers, &mut states)?;
-        let udp_services = routes::compile_udp(config, workers, &mut states)?;
+        let tcp_services = routes::compile_services(config, workers, &mut carried)?;
+        let udp_services = routes::compile_udp(config, workers, &mut carried)?;
         let mut slots = previous.map(|p| p.slots.clone()).unwrap_or_default();
         for ep in &config.entrypoints {
             if !slots.contains(&ep.name) {
@@ -191,11 +201,9 @@ impl Runtime {
                 router: Router::new(mine),
                 tcp,
                 udp: udp_services.get(&ep.name).cloned(),
-                // Counters carry over a reload by name.
-                cells: previous
-                    .and_then(|p| p.entrypoint(slot))
-                    .map(|old| old.cells.clone())
-                    .unwrap_or_else(|| entrypoint_counters(workers)),
+                cells: carried
+                    .entrypoints
+                    .get(ep.name.clone(), || Arc::new(PerWorker::new(workers))),
             });
         }
         let access_log = if config.server.access_log.enabled {
@@ -215,7 +223,9 @@ impl Runtime {
                 body: config.server.client_body_timeout,
                 send: config.server.client_send_timeout,
             },
-            server_states: states.finish(),
+            routes,
+            metrics: config.server.metrics,
+            carried: carried.finish(),
             services: config
                 .services
                 .iter()

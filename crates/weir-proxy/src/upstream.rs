@@ -91,8 +91,12 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             Cause::Status => true,
             Cause::Other => false,
         };
+        if failed.cause == Cause::Connect {
+            service.cells[worker.id].connect_errors.add(1);
+        }
         if retryable && tried.len() + 1 < attempts as usize {
             tried.push(server.id);
+            service.cells[worker.id].retries.add(1);
             continue;
         }
         return failure(failed.status, failed.message, Some(used));

@@ -171,11 +171,7 @@ impl<S: ClientIo> H1Client<S> {
         let parks = S::PARKS && idle > PARK_AFTER;
         let limit = if parks { PARK_AFTER } else { idle };
         let since = worker.clock.now();
-        match self
-            .watch
-            .within(&worker.clock, waiting, limit, read)
-            .await
-        {
+        match self.watch.within(&worker.clock, waiting, limit, read).await {
             Ok(Ok(n)) if n > 0 => Idle::Request,
             // `since` may be a tick stale, so the idle timeout ends a tick later, as in
             // `ConnWatch::check`.

@@ -4,7 +4,8 @@
 //! UDP entrypoint sends to. The connection handling that uses them is in `tcp.rs` and
 //! `udp.rs`.
 
-use crate::balancer::{ServerStates, Service};
+use crate::balancer::Service;
+use crate::carry::Carried;
 use crate::l4::client_hello::{Hello, Peeked};
 use crate::tls::ServerTls;
 use std::collections::HashMap;
@@ -69,14 +70,14 @@ impl Drop for Counted<'_> {
 pub fn compile_services(
     config: &Config,
     workers: usize,
-    states: &mut ServerStates,
+    carried: &mut Carried,
 ) -> Result<HashMap<String, Arc<TcpService>>, String> {
     let mut services = HashMap::new();
     for svc in &config.tcp.services {
         services.insert(
             svc.name.clone(),
             Arc::new(TcpService {
-                balancer: Service::for_tcp(svc, workers, states)?,
+                balancer: Service::for_tcp(svc, workers, carried)?,
                 proxy_protocol: svc.proxy_protocol,
                 max_connections: svc.max_connections,
                 open: AtomicUsize::new(0),
@@ -203,7 +204,7 @@ pub struct UdpService {
 pub fn compile_udp(
     config: &Config,
     workers: usize,
-    states: &mut ServerStates,
+    carried: &mut Carried,
 ) -> Result<HashMap<String, Arc<UdpService>>, String> {
     let mut services = HashMap::new();
     for svc in &config.udp.services {
@@ -219,7 +220,7 @@ pub fn compile_udp(
         services.insert(
             svc.name.clone(),
             Arc::new(UdpService {
-                balancer: Service::for_tcp(&tcp_shaped, workers, states)?,
+                balancer: Service::for_tcp(&tcp_shaped, workers, carried)?,
                 session_timeout: svc.session_timeout,
                 max_sessions: svc.max_sessions,
             }),

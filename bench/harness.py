@@ -4,12 +4,12 @@ Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
 Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static, tcp, udp (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
-import argparse, csv, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, time
+import argparse, csv, json, os, resource, shutil, signal, socket, statistics, subprocess, sys, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp", "reload"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
@@ -106,7 +106,9 @@ class Proc:
         for pid in self.pids():
             try:
                 fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
+                # utime + stime, and cutime + cstime: the time of children that exited and
+                # were reaped (nginx's old workers after a reload).
+                total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
             except OSError:
                 pass
         return total / tick
@@ -383,13 +385,22 @@ def start_proxies(ctx, conns, tag, maxconn=8000):
     return procs, up_port, targets
 
 def scenario_proxy(ctx):
+    """Keep-alive proxying at 50 and 1000 connections; `weir-nometrics` is weir with
+    `server.metrics: false`, for the cost of the per-router and per-service counting."""
     out = {}
     for conns in ctx.conn_levels:
         label = f"proxy-c{conns}"
         procs, up_port, targets = start_proxies(ctx, conns, "proxy")
         try:
+            nm_port = free_port()
+            nm = start_weir(ctx.weir, "weir-nometrics", nm_port,
+                            weir_yaml(nm_port, WEIR_CATCH_ALL, weir_service(up_port, conns))
+                            .replace("server: { workers: 1,", "server: { workers: 1, metrics: false,"),
+                            ctx.proxy_cpus)
+            procs.append(nm)
             script = wrk_script("plain")
-            targets = [("direct", None, f"http://127.0.0.1:{up_port}/")] + targets
+            targets = ([("direct", None, f"http://127.0.0.1:{up_port}/")] + targets
+                       + [("weir-nometrics", nm, f"http://127.0.0.1:{nm_port}/")])
             measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
             out[label] = interleave(label, targets, measure, ctx.rounds)
         finally:
@@ -417,6 +428,56 @@ def scenario_ping(ctx):
                    ("weir", we, f"http://127.0.0.1:{we_port}/ping")]
         measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
         return {f"ping-c{conns}": interleave("ping", targets, measure, ctx.rounds)}
+    finally:
+        for p in procs:
+            p.stop()
+
+def scenario_reload(ctx):
+    """Issue 12's reload bench: keep-alive proxying at 50 connections with no reload and with
+    one reload per second (SIGHUP to the master / the process), nginx beside weir. Failed
+    requests must be 0 for weir; nginx's are reported as they are (its old workers close their
+    keep-alive connections on reload)."""
+    conns = ctx.conn_levels[0]
+    up_port, ng_port, we_port = free_port(), free_port(), free_port()
+    procs = []
+    try:
+        procs.append(start_upstream(ctx, up_port))
+        ng = start_nginx("nginx-reload", ng_port, nginx_upstream_block(up_port, conns) +
+                         f"""\n  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        we = start_weir(ctx.weir, "weir-reload", we_port,
+                        weir_yaml(we_port, WEIR_CATCH_ALL, weir_service(up_port, conns)), ctx.proxy_cpus)
+        procs.append(we)
+        script = wrk_script("plain")
+
+        def measure(url, proc):
+            reloading = url.endswith("#reload")
+            stop = threading.Event()
+            reloads = []
+            def reloader():
+                while not stop.wait(1.0):
+                    os.kill(proc.proc.pid, signal.SIGHUP)
+                    reloads.append(time.time())
+            thread = threading.Thread(target=reloader, daemon=True)
+            if reloading:
+                thread.start()
+            try:
+                r = run_wrk(url.split("#")[0], conns, ctx.duration, script, ctx.load_cpus, proc)
+            finally:
+                stop.set()
+                if reloading:
+                    thread.join()
+            r["reloads"] = len(reloads)
+            return r
+
+        targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}/"),
+                   ("nginx + 1 reload/s", ng, f"http://127.0.0.1:{ng_port}/#reload"),
+                   ("weir", we, f"http://127.0.0.1:{we_port}/"),
+                   ("weir + 1 reload/s", we, f"http://127.0.0.1:{we_port}/#reload")]
+        res = interleave(f"reload-c{conns}", targets, measure, ctx.rounds)
+        # nginx's failures under reload are a result, not a harness failure.
+        res["nginx + 1 reload/s"]["errors_expected"] = True
+        return {f"reload-c{conns}": res}
     finally:
         for p in procs:
             p.stop()
@@ -933,7 +994,7 @@ COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms"
            ("p99 ms", "p99_ms", "{:.3f}"), ("p99.9 ms", "p999_ms", "{:.3f}"), ("max ms", "max_ms", "{:.2f}"),
            ("non-2xx", "non_2xx", "{}"), ("sock err", "socket_errors", "{}"),
            ("CPU us/req", "cpu_us_per_req", "{:.2f}"), ("peak RSS MB", "peak_rss_mb", "{:.1f}"),
-           ("steal %", "steal_pct", "{:.1f}")]
+           ("steal %", "steal_pct", "{:.1f}"), ("reloads", "reloads", "{:.0f}")]
 
 def table(res):
     rows = ["| target | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
@@ -947,7 +1008,7 @@ def table(res):
 def ratios(res):
     lines = []
     w = res.get("weir")
-    for peer in ("nginx", "haproxy", "weir-1route"):
+    for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics"):
         p = res.get(peer)
         if not w or not p:
             continue
@@ -1080,11 +1141,11 @@ def main():
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
                    "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
                    "compress": scenario_compress, "static": scenario_static, "tcp": scenario_tcp,
-                   "udp": scenario_udp}[name](ctx)
+                   "udp": scenario_udp, "reload": scenario_reload}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():
-                if target.startswith("_"):
+                if target.startswith("_") or m.get("errors_expected"):
                     continue
                 if m["requests"] == 0 or m["non_2xx"] or m["socket_errors"]:
                     failures.append(f"{label}/{target}: {m['requests']} requests, {m['non_2xx']} non-2xx, {m['socket_errors']} socket errors")

@@ -397,6 +397,7 @@ impl Loader<'_> {
                 enabled: false,
                 format: LogFormat::Json,
                 path: LogTarget::Stdout,
+                sample: 1.0,
             },
             admin: None,
             open_file_cache: OpenFileCache::default(),
@@ -509,9 +510,11 @@ impl Loader<'_> {
             }
         }
         if let Some(log) = f.get("access_log") {
-            if let Some(lf) =
-                self.fields(log, "`server.access_log`", &["enabled", "format", "path"])
-            {
+            if let Some(lf) = self.fields(
+                log,
+                "`server.access_log`",
+                &["enabled", "format", "path", "sample"],
+            ) {
                 if let Some(e) = lf.get("enabled") {
                     server.access_log.enabled =
                         self.boolean(e, "`access_log.enabled`").unwrap_or(false);
@@ -528,6 +531,17 @@ impl Loader<'_> {
                                 ),
                             ),
                         }
+                    }
+                }
+                if let Some(n) = lf.get("sample") {
+                    match n.as_str().and_then(|t| t.parse::<f64>().ok()) {
+                        Some(share) if (0.0..=1.0).contains(&share) => {
+                            server.access_log.sample = share
+                        }
+                        _ => self.error(
+                            n.pos,
+                            "`access_log.sample` must be a number from 0 to 1 (the share of requests logged)",
+                        ),
                     }
                 }
                 if let Some(p) = lf.get("path") {

@@ -148,11 +148,13 @@ pub struct Admin {
     pub token: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AccessLog {
     pub enabled: bool,
     pub format: LogFormat,
     pub path: LogTarget,
+    /// The share of requests logged, 0 to 1 (answers of 500 and above always are).
+    pub sample: f64,
 }
 
 /// How an access log line is written.

@@ -138,7 +138,9 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or_default(),
     );
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let mut target = target.splitn(2, |&b| b == b'?');
+    let path = target.next().unwrap_or_default();
+    let query = String::from_utf8_lossy(target.next().unwrap_or_default()).into_owned();
     let runtime = state.runtime.load_full();
     let token = runtime
         .config
@@ -167,12 +169,35 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
                 &state.reloads.lock().unwrap_or_else(|e| e.into_inner()),
             ),
         ),
+        // The page holds no data: it asks the API, with the token, from the browser.
+        (b"GET", b"/" | b"/dashboard") => {
+            ("200 OK", "text/html; charset=utf-8", DASHBOARD.to_string())
+        }
         _ if !authorized => (
             "401 Unauthorized",
             "text/plain; charset=utf-8",
             "a bearer token is required\n".into(),
         ),
         (b"GET", b"/api/services") => ("200 OK", "application/json", services_json(&runtime)),
+        (b"GET", b"/api/routers") => ("200 OK", "application/json", routers_json(&runtime)),
+        (b"POST", b"/api/servers/drain" | b"/api/servers/undrain") => {
+            let drain = path == b"/api/servers/drain";
+            match find_server(&runtime, &query) {
+                Some(server) => {
+                    server.health.set_drained(drain);
+                    let verb = if drain { "drained" } else { "undrained" };
+                    eprintln!("weir: admin API: server {} {verb}", server.url);
+                    let body = serde_json::json!({ "server": server.url, "drained": drain });
+                    ("200 OK", "application/json", format!("{body}\n"))
+                }
+                None => (
+                    "404 Not Found",
+                    "text/plain; charset=utf-8",
+                    "no such server: give ?service=NAME&server=URL as /api/services lists them\n"
+                        .into(),
+                ),
+            }
+        }
         (b"GET", b"/api/status") => ("200 OK", "application/json", status_json(state, &runtime)),
         (b"POST", b"/api/reload") => {
             let (answer, answered) = oneshot::channel();
@@ -201,7 +226,8 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         _ => (
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            "the admin listener answers GET, and POST on /api/reload\n".into(),
+            "the admin listener answers GET, and POST on /api/reload and /api/servers/(un)drain\n"
+                .into(),
         ),
     };
     let challenge = if authorized {
@@ -215,6 +241,79 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
     );
     let _ = io.write_all(answer.as_bytes()).await;
     let _ = io.shutdown().await;
+}
+
+/// The dashboard page (`dashboard.html`): embedded, no external asset.
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// The server `?service=NAME&server=URL` names.
+fn find_server<'r>(runtime: &'r Runtime, query: &str) -> Option<&'r crate::balancer::Server> {
+    let param = |key: &str| {
+        query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k == key).then(|| percent_decode(v))
+        })
+    };
+    let (service, server) = (param("service")?, param("server")?);
+    runtime
+        .services
+        .iter()
+        .find(|s| s.name == service)?
+        .servers
+        .iter()
+        .find(|s| s.url == server)
+}
+
+/// `%XX` and `+` decoded, as browsers and curl encode query strings.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(decoded)) => {
+                out.push(decoded);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Every HTTP router: its rule, action and middlewares, and its counters (answers by status
+/// class, the latency histogram's buckets) for the dashboard to chart.
+fn routers_json(runtime: &Runtime) -> String {
+    let routers: Vec<serde_json::Value> = runtime
+        .routes
+        .iter()
+        .map(|route| {
+            let config = runtime.config.routers.iter().find(|r| r.name == route.name);
+            let (responses, buckets) = route.cells.snapshot();
+            serde_json::json!({
+                "name": route.name,
+                "rule": route.rule_text,
+                "priority": route.priority,
+                "entrypoints": config.map(|c| c.entrypoints.clone()).unwrap_or_default(),
+                "middlewares": config.map(|c| c.middlewares.clone()).unwrap_or_default(),
+                "action": route.action.describe(),
+                "responses": responses,
+                "latency_buckets": buckets,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "latency_bounds_seconds": crate::metrics::latency_bounds_seconds(),
+        "routers": routers,
+    });
+    format!("{body}\n")
 }
 
 /// The version in service and what the last reload did.
@@ -256,6 +355,7 @@ fn services_json(runtime: &Runtime) -> String {
                         "usable": s.health.usable(),
                         "down": s.health.is_down(),
                         "ejected": s.health.is_ejected(),
+                        "drained": s.health.is_drained(),
                         "in_flight": s.inflight.0.load(Ordering::Relaxed),
                     })
                 })

@@ -37,7 +37,8 @@ pub(crate) async fn exchange<C: ClientSide>(
     let ep = runtime.entrypoint(entrypoint);
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
     // The original request line, kept only when a log line will need it.
-    let logged = runtime.access_log.as_ref().map(|_| {
+    // With whether it is sampled in (answers of 500 and above are logged anyway).
+    let logged = runtime.access_log.as_ref().map(|log| {
         let header = |name| {
             head.head
                 .get(name)
@@ -45,7 +46,7 @@ pub(crate) async fn exchange<C: ClientSide>(
                 .unwrap_or_default()
         };
         // Boxed: the exchange's state stays as small as without a log.
-        Box::new(accesslog::RequestLine {
+        let line = Box::new(accesslog::RequestLine {
             method: head.method().to_string(),
             host: head.host().to_string(),
             target: head.target().to_string(),
@@ -56,7 +57,8 @@ pub(crate) async fn exchange<C: ClientSide>(
             },
             referer: header("referer"),
             user_agent: header("user-agent"),
-        })
+        });
+        (line, log.samples())
     });
     // request filters, then the action
     let mut reply = match route {
@@ -129,7 +131,7 @@ fn finish(
     runtime: &Runtime,
     route: Option<&Route>,
     client: std::net::IpAddr,
-    logged: Option<Box<accesslog::RequestLine>>,
+    logged: Option<(Box<accesslog::RequestLine>, bool)>,
     started: Option<Instant>,
     sent: Sent<'_>,
 ) -> Outcome {
@@ -147,12 +149,13 @@ fn finish(
             service.idle_timeout,
         );
     }
-    if let (Some(log), Some(request), Some(started)) = (&runtime.access_log, logged, started) {
+    let logged = logged.filter(|(_, sampled)| *sampled || outcome.status >= 500);
+    if let (Some(log), Some((request, _)), Some(started)) = (&runtime.access_log, logged, started) {
         let upstream = upstream
             .as_ref()
             .map(|u| u.server.addr.to_string())
             .unwrap_or_default();
-        log.record(&accesslog::Entry {
+        let entry = accesslog::Entry {
             client,
             request: &request,
             status: outcome.status,
@@ -160,7 +163,8 @@ fn finish(
             duration: started.elapsed(),
             router: route.map(|r| r.name.as_str()).unwrap_or(""),
             upstream: &upstream,
-        });
+        };
+        log.record(&entry, &worker.log_lines);
     }
     outcome
 }

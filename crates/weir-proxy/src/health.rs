@@ -1,9 +1,10 @@
-//! Server health, shared by every worker: down by active checks (`health_check.rs`) or ejected
-//! by passive checks (`passive_health`: `max_failures` failures seen by requests within
-//! `window` eject the server for `eject`). Balancers skip servers that are down or ejected; reading that costs two
-//! relaxed atomic loads, and no clock unless the server was ejected.
+//! Server health, shared by every worker: down by active checks (`health_check.rs`), drained by
+//! an operator (the admin API), or ejected by passive checks (`passive_health`: `max_failures`
+//! failures seen by requests within `window` eject the server for `eject`). Balancers skip
+//! servers that are down, drained or ejected; reading that costs two relaxed atomic loads, and
+//! no clock unless the server was ejected.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 use weir_config::PassiveHealth;
@@ -14,10 +15,15 @@ pub fn now_ms() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
+/// In `Health::out`: down by active checks.
+const DOWN: u8 = 1;
+/// In `Health::out`: drained through the admin API.
+const DRAINED: u8 = 2;
+
 #[derive(Debug, Default)]
 pub struct Health {
-    /// Down by active checks.
-    down: AtomicBool,
+    /// Why the server takes no new requests: `DOWN`, `DRAINED`, both, or 0.
+    out: AtomicU8,
     /// Ejected by passive checks until this `now_ms()`; 0 when not ejected.
     ejected_until: AtomicU64,
     /// Passive failures counted in the window that began at `window_start`.
@@ -27,7 +33,7 @@ pub struct Health {
 
 impl Health {
     pub fn usable(&self) -> bool {
-        if self.down.load(Ordering::Relaxed) {
+        if self.out.load(Ordering::Relaxed) != 0 {
             return false;
         }
         let until = self.ejected_until.load(Ordering::Relaxed);
@@ -35,7 +41,11 @@ impl Health {
     }
 
     pub fn is_down(&self) -> bool {
-        self.down.load(Ordering::Relaxed)
+        self.out.load(Ordering::Relaxed) & DOWN != 0
+    }
+
+    pub fn is_drained(&self) -> bool {
+        self.out.load(Ordering::Relaxed) & DRAINED != 0
     }
 
     /// Whether passive checks have the server ejected now.
@@ -46,7 +56,20 @@ impl Health {
 
     /// Set by the active checks (`health_check.rs`).
     pub fn set_down(&self, down: bool) {
-        self.down.store(down, Ordering::Relaxed);
+        self.set(DOWN, down);
+    }
+
+    /// Set through the admin API: no new requests, those in flight finish.
+    pub fn set_drained(&self, drained: bool) {
+        self.set(DRAINED, drained);
+    }
+
+    fn set(&self, flag: u8, on: bool) {
+        if on {
+            self.out.fetch_or(flag, Ordering::Relaxed);
+        } else {
+            self.out.fetch_and(!flag, Ordering::Relaxed);
+        }
     }
 
     /// A request saw this server fail (connect error, reset, 502/503/504). Returns true when

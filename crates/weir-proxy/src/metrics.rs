@@ -94,6 +94,24 @@ impl<T> PerWorker<T> {
     }
 }
 
+impl PerWorker<TrafficCells> {
+    /// Answers by status class and latency bucket counts, summed over the workers.
+    pub fn snapshot(&self) -> (Vec<u64>, Vec<u64>) {
+        let responses = (0..5).map(|class| self.sum(|c| c.responses[class].get()));
+        let buckets =
+            (0..=LATENCY_BOUNDS_US.len()).map(|i| self.sum(|c| c.latency.buckets[i].get()));
+        (responses.collect(), buckets.collect())
+    }
+}
+
+/// The latency buckets' upper bounds in seconds (the last bucket, beyond them, is `+Inf`).
+pub fn latency_bounds_seconds() -> Vec<f64> {
+    LATENCY_BOUNDS_US
+        .iter()
+        .map(|&us| us as f64 / 1e6)
+        .collect()
+}
+
 impl<T> std::ops::Index<usize> for PerWorker<T> {
     type Output = T;
 

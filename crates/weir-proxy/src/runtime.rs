@@ -207,10 +207,7 @@ impl Runtime {
             });
         }
         let access_log = if config.server.access_log.enabled {
-            Some(AccessLog::open(
-                &config.server.access_log.path,
-                config.server.access_log.format,
-            )?)
+            Some(AccessLog::open(&config.server.access_log)?)
         } else {
             None
         };

@@ -171,6 +171,7 @@ fn worker_main(
             let mut ticks = 0u32;
             while ticker.tick().await.is_ok() {
                 sweeper.sweep_connections();
+                sweeper.flush_log();
                 ticks = ticks.wrapping_add(1);
                 // Pooled connections expire with second precision.
                 if ticks % 10 == 0 {
@@ -194,6 +195,7 @@ fn worker_main(
             worker.sweep_connections();
             worker.tick.notified().await;
         }
+        worker.flush_log();
     });
 }
 

@@ -101,6 +101,8 @@ pub struct Worker {
     pub metrics: Arc<WorkerCells>,
     /// The stop signal of each listener's accept task, by entrypoint slot.
     pub listeners: RefCell<HashMap<usize, Rc<Notify>>>,
+    /// Access-log lines not written yet (`accesslog.rs`), written at the latest on the next tick.
+    pub log_lines: RefCell<Vec<u8>>,
 }
 
 impl Worker {
@@ -129,7 +131,15 @@ impl Worker {
             tick: Notify::new(),
             metrics,
             listeners: RefCell::default(),
+            log_lines: RefCell::default(),
         })
+    }
+
+    /// Writes the access-log lines gathered since the last tick.
+    pub fn flush_log(&self) {
+        if let Some(log) = &self.config.load().access_log {
+            log.flush(&self.log_lines);
+        }
     }
 
     /// Applies the worker-wide settings of the snapshot now in place.

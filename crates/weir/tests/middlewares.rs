@@ -231,3 +231,33 @@ fn log_lines(log: &std::path::Path, count: usize) -> Vec<String> {
     }
     lines
 }
+
+#[test]
+fn access_log_samples_keeps_server_errors_and_reopens_on_sigusr1() {
+    let dir = temp_dir("accesslog-sample");
+    let log = dir.join("access.log");
+    let weir = Weir::start(&format!(
+        "server:\n  workers: 1\n  access_log: {{ enabled: true, sample: 0, path: \"{}\" }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  fail: {{ rule: \"Path(`/fail`)\", priority: 100, respond: {{ status: 500, body: no }} }}\n  \
+         ok: {{ rule: \"PathPrefix(`/`)\", respond: {{ status: 200, body: yes }} }}\n",
+        log.display()
+    ));
+    for _ in 0..20 {
+        assert_eq!(get(weir.addr(), "a", "/ok").status, 200);
+    }
+    assert_eq!(get(weir.addr(), "a", "/fail").status, 500);
+    let lines = log_lines(&log, 1);
+    assert_eq!(lines.len(), 1, "sample 0 logs only the 500: {lines:?}");
+    assert!(lines[0].contains("\"status\":500"), "{}", lines[0]);
+
+    // logrotate: move the file away, SIGUSR1, and the next lines go to a new file.
+    let rotated = dir.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    weir.signal("USR1");
+    weir.wait_for_line("weir: access log reopened", 1);
+    assert_eq!(get(weir.addr(), "a", "/fail").status, 500);
+    let fresh = log_lines(&log, 1);
+    assert_eq!(fresh.len(), 1);
+    assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 1);
+}

@@ -813,6 +813,7 @@ impl Loader<'_> {
             }
         }
         let mut timeouts = Timeouts {
+            request: None,
             connect: DEFAULT_CONNECT_TIMEOUT,
             response_header: DEFAULT_RESPONSE_HEADER_TIMEOUT,
             read: DEFAULT_UPSTREAM_READ_TIMEOUT,
@@ -822,8 +823,12 @@ impl Loader<'_> {
             if let Some(tf) = self.fields(
                 t,
                 "`timeouts`",
-                &["connect", "response_header", "read", "write"],
+                &["request", "connect", "response_header", "read", "write"],
             ) {
+                timeouts.request = tf
+                    .get("request")
+                    .and_then(|d| self.duration(d, "`timeouts.request`"))
+                    .filter(|d| !d.is_zero());
                 for (key, slot) in [
                     ("connect", &mut timeouts.connect),
                     ("response_header", &mut timeouts.response_header),

@@ -322,6 +322,11 @@ pub struct Retry {
     /// Tries in all, the first included.
     pub attempts: u32,
     pub on: Vec<RetryOn>,
+    /// Bounds each try's wait for the response head (else `timeouts.response_header` does).
+    pub per_try_timeout: Option<Duration>,
+    /// Retries allowed per request, as a share over time (0.2 = one retry per five requests,
+    /// with a burst of ten); `None`: no limit.
+    pub budget: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -378,6 +383,8 @@ pub struct Keepalive {
 
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
+    /// The whole `service` action, every try included, up to the response head; `None`: off.
+    pub request: Option<Duration>,
     pub connect: Duration,
     pub response_header: Duration,
     /// Idle time allowed between reads of a response body.

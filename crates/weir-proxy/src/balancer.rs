@@ -60,6 +60,8 @@ pub struct Service {
     pub hash_key: HashKey,
     pub max_idle_per_server: usize,
     pub idle_timeout: Duration,
+    /// `timeouts.request`: the whole action, every try included, up to the response head.
+    pub request_timeout: Option<Duration>,
     pub connect_timeout: Duration,
     pub response_header_timeout: Duration,
     /// `timeouts.read`: idle time between reads of a response body.
@@ -193,6 +195,7 @@ impl Service {
             hash_key: cfg.hash_key.clone(),
             max_idle_per_server: cfg.keepalive.max_idle_per_server,
             idle_timeout: cfg.keepalive.idle_timeout,
+            request_timeout: cfg.timeouts.request,
             connect_timeout: cfg.timeouts.connect,
             response_header_timeout: cfg.timeouts.response_header,
             read_timeout: cfg.timeouts.read,
@@ -241,6 +244,7 @@ impl Service {
             hash_key: HashKey::ClientIp,
             max_idle_per_server: 0,
             idle_timeout: cfg.idle_timeout,
+            request_timeout: None,
             connect_timeout: cfg.connect_timeout,
             response_header_timeout: cfg.idle_timeout,
             read_timeout: cfg.idle_timeout,

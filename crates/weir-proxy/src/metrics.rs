@@ -52,7 +52,7 @@ impl Cell {
         self.0.store(n, Ordering::Relaxed);
     }
 
-    fn get(&self) -> u64 {
+    pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -184,6 +184,8 @@ pub struct ServiceCells {
     pub retries: Cell,
     /// Tries that got no connection (refused, unreachable, timed out, TLS failed).
     pub connect_errors: Cell,
+    /// `retry.budget`: retries owed, in thousandths (`upstream.rs::RetryBudget`).
+    pub retry_debt: Cell,
 }
 
 /// One worker's cells that belong to no part of the configuration.

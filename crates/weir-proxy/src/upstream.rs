@@ -47,6 +47,11 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     // may be repeated (idempotent, no body consumed) is then sent again (RFC 9110 9.2.2).
     let may_resend = !has_body && head.is_idempotent();
     let attempts = service.retry.as_ref().map_or(1, |r| r.attempts);
+    let budget = RetryBudget::new(service, worker.id);
+    // `timeouts.request` bounds every wait of every try.
+    let until = service
+        .request_timeout
+        .map(|limit| worker.clock.now() + limit);
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
     loop {
@@ -54,32 +59,34 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             return failure(503, "no server available", None);
         };
         let used = UpstreamUse::new(server, service);
-        let failed = match try_server(worker, service, server, client, head, may_resend).await {
-            Ok(mut reply) => {
-                let status = match &reply.head {
-                    ReplyHead::Response(response) => response.status,
-                    _ => 0,
-                };
-                if matches!(status, 502..=504) {
-                    note_failure(service, server);
+        let failed =
+            match try_server(worker, service, server, client, head, may_resend, until).await {
+                Ok(mut reply) => {
+                    let status = match &reply.head {
+                        ReplyHead::Response(response) => response.status,
+                        _ => 0,
+                    };
+                    if matches!(status, 502..=504) {
+                        note_failure(service, server);
+                    }
+                    let retry_status = service
+                        .retry
+                        .as_ref()
+                        .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
+                    let may_retry = tried.len() + 1 < attempts as usize && budget.allows();
+                    if !(retry_status && may_resend && may_retry) {
+                        reply.upstream = Some(used);
+                        return reply;
+                    }
+                    // Retried: this answer's body is never read, so its connection is dropped.
+                    Failed {
+                        status,
+                        message: "upstream answered with an error",
+                        cause: Cause::Status,
+                    }
                 }
-                let retry_status = service
-                    .retry
-                    .as_ref()
-                    .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
-                if !(retry_status && may_resend && tried.len() + 1 < attempts as usize) {
-                    reply.upstream = Some(used);
-                    return reply;
-                }
-                // Retried: this answer's body is never read, so its connection is dropped.
-                Failed {
-                    status,
-                    message: "upstream answered with an error",
-                    cause: Cause::Status,
-                }
-            }
-            Err(failed) => failed,
-        };
+                Err(failed) => failed,
+            };
         if matches!(failed.cause, Cause::Connect | Cause::Reset) {
             note_failure(service, server);
         }
@@ -89,17 +96,54 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             Cause::Connect => retry_on(RetryOn::ConnectFailure),
             Cause::Reset => retry_on(RetryOn::Reset) && may_resend,
             Cause::Status => true,
+            // No answer in time (`per_try_timeout`, `response_header`): as a 504.
+            Cause::Timeout => retry_on(RetryOn::Status(504)) && may_resend,
             Cause::Other => false,
         };
         if failed.cause == Cause::Connect {
             service.cells[worker.id].connect_errors.add(1);
         }
-        if retryable && tried.len() + 1 < attempts as usize {
+        let out_of_time = until.is_some_and(|until| worker.clock.now() >= until);
+        if retryable && !out_of_time && tried.len() + 1 < attempts as usize && budget.allows() {
             tried.push(server.id);
+            budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;
         }
         return failure(failed.status, failed.message, Some(used));
+    }
+}
+
+/// `retry.budget` in one worker: a bucket of retries, ten when full, refilled by `budget` of a
+/// retry per request; a retry takes one. Kept as a debt in thousandths (0 = full) in the
+/// service's cells, so it starts full and carries over reloads.
+struct RetryBudget<'s> {
+    debt: Option<&'s crate::metrics::Cell>,
+}
+
+/// Retries a full bucket holds, in thousandths.
+const RETRY_BURST: u64 = 10_000;
+
+impl<'s> RetryBudget<'s> {
+    /// Refills for this request.
+    fn new(service: &'s Service, worker: usize) -> RetryBudget<'s> {
+        let Some(share) = service.retry.as_ref().and_then(|r| r.budget) else {
+            return RetryBudget { debt: None };
+        };
+        let debt = &service.cells[worker].retry_debt;
+        debt.set(debt.get().saturating_sub((share * 1000.0) as u64));
+        RetryBudget { debt: Some(debt) }
+    }
+
+    fn allows(&self) -> bool {
+        self.debt
+            .is_none_or(|debt| debt.get() + 1000 <= RETRY_BURST)
+    }
+
+    fn spend(&self) {
+        if let Some(debt) = self.debt {
+            debt.add(1000);
+        }
     }
 }
 
@@ -124,6 +168,8 @@ enum Cause {
     Reset,
     /// A response whose status `retry.on` names.
     Status,
+    /// No response head in time (`retry.per_try_timeout` or `timeouts.response_header`).
+    Timeout,
     /// Anything else (the client's side, a timeout after sending): never retried.
     Other,
 }
@@ -143,7 +189,13 @@ async fn try_server<'r, C: ClientSide>(
     client: &mut C,
     head: &RequestHead,
     may_resend: bool,
+    until: Option<std::time::Instant>,
 ) -> Result<Reply<'r>, Failed> {
+    // A wait's limit, cut to what `timeouts.request` leaves.
+    let within = |limit: std::time::Duration| match until {
+        Some(until) => limit.min(until.saturating_duration_since(worker.clock.now())),
+        None => limit,
+    };
     let fail = |status, message, cause| {
         Err(Failed {
             status,
@@ -157,7 +209,7 @@ async fn try_server<'r, C: ClientSide>(
             None => {
                 // Boxed: connecting is rare with pooling, and its future is large.
                 let connecting = Box::pin(TcpStream::connect(server.addr));
-                let limit = service.connect_timeout;
+                let limit = within(service.connect_timeout);
                 match client
                     .watch()
                     .within(&worker.clock, Waiting::Connect, limit, connecting)
@@ -209,7 +261,8 @@ async fn try_server<'r, C: ClientSide>(
         let (status, message, cause) = match sent {
             Ok(_) => {
                 let read = read_response_head(&mut up, head.is_head(), head.upgrade);
-                let limit = service.response_header_timeout;
+                let per_try = service.retry.as_ref().and_then(|r| r.per_try_timeout);
+                let limit = within(per_try.unwrap_or(service.response_header_timeout));
                 match client
                     .watch()
                     .within(&worker.clock, Waiting::ResponseHead, limit, read)
@@ -235,7 +288,7 @@ async fn try_server<'r, C: ClientSide>(
                         (502, "invalid or missing upstream response", Cause::Reset)
                     }
                     Ok(Err(_)) => (502, "invalid or missing upstream response", Cause::Other),
-                    Err(Expired) => (504, "upstream response timed out", Cause::Other),
+                    Err(Expired) => (504, "upstream response timed out", Cause::Timeout),
                 }
             }
             Err(BodyError::Sink) if up.reused && may_resend => continue,

@@ -240,3 +240,76 @@ fn active_checks_take_a_server_out_and_bring_it_back() {
 }
 
 const TOKEN: &str = "s3cret-admin-token-42";
+
+/// A server that reads a request and never answers (until the test ends).
+fn silent() -> RawUpstream {
+    RawUpstream::start(|conn| {
+        conn.read_head();
+        std::thread::sleep(Duration::from_secs(30));
+    })
+}
+
+#[test]
+fn a_try_that_times_out_is_retried_on_another_server() {
+    let hung = silent();
+    let fine = Upstream::start("fine");
+    let weir = Weir::start(&config(
+        &format!(
+            "  s:\n    servers: [{{ url: \"{}\" }}, {{ url: \"{}\" }}]\n    retry: {{ attempts: 2, per_try_timeout: 300ms }}\n",
+            hung.url(),
+            fine.url()
+        ),
+        "  s: { rule: \"PathPrefix(`/`)\", service: s }\n",
+    ));
+    // Round robin starts at the silent server.
+    let start = Instant::now();
+    let r = get(weir.addr(), "t", "/x");
+    let took = start.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(fine.request_count(), 1);
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn the_request_timeout_bounds_the_whole_action() {
+    let hung = silent();
+    let weir = Weir::start(&config(
+        &format!(
+            "  s:\n    servers: [{{ url: \"{}\" }}]\n    timeouts: {{ request: 400ms }}\n",
+            hung.url()
+        ),
+        "  s: { rule: \"PathPrefix(`/`)\", service: s }\n",
+    ));
+    let start = Instant::now();
+    let r = get(weir.addr(), "t", "/x");
+    let took = start.elapsed();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn the_retry_budget_limits_retries() {
+    let fine = Upstream::start("fine");
+    let dead = free_port();
+    // Budget 0: the ten retries of a full bucket, and no refill.
+    let weir = Weir::start(&config(
+        &format!(
+            "  s:\n    servers: [{{ url: \"http://127.0.0.1:{dead}\" }}, {{ url: \"{}\" }}]\n    retry: {{ attempts: 2, budget: 0 }}\n",
+            fine.url()
+        ),
+        "  s: { rule: \"PathPrefix(`/`)\", service: s }\n",
+    ));
+    let statuses: Vec<u16> = (0..40)
+        .map(|_| get(weir.addr(), "t", "/x").status)
+        .collect();
+    let failed = statuses.iter().filter(|&&s| s == 502).count();
+    // Round robin sends every other first try to the dead server: 20, of which 10 retried.
+    assert_eq!(failed, 10, "{statuses:?}");
+    assert_eq!(fine.request_count(), 30);
+}

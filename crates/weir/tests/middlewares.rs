@@ -259,5 +259,8 @@ fn access_log_samples_keeps_server_errors_and_reopens_on_sigusr1() {
     assert_eq!(get(weir.addr(), "a", "/fail").status, 500);
     let fresh = log_lines(&log, 1);
     assert_eq!(fresh.len(), 1);
-    assert_eq!(std::fs::read_to_string(&rotated).unwrap().lines().count(), 1);
+    assert_eq!(
+        std::fs::read_to_string(&rotated).unwrap().lines().count(),
+        1
+    );
 }

@@ -107,7 +107,27 @@ impl Loader<'_> {
     }
 
     pub(super) fn retry(&mut self, node: &Node) -> Option<Retry> {
-        let f = self.fields(node, "`retry`", &["attempts", "on"])?;
+        let f = self.fields(
+            node,
+            "`retry`",
+            &["attempts", "on", "per_try_timeout", "budget"],
+        )?;
+        let per_try_timeout = f
+            .get("per_try_timeout")
+            .and_then(|d| self.duration(d, "`retry.per_try_timeout`"));
+        let budget = match f.get("budget") {
+            Some(n) => match n.as_str().and_then(parse_share) {
+                Some(share) => Some(share),
+                None => {
+                    self.error(
+                        n.pos,
+                        "`retry.budget` must be a share of requests, from 0 to 1 or a percentage such as 20%",
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
         let attempts = match f.get("attempts") {
             Some(n) => self.uint(n, "`attempts`", 1, 10)? as u32,
             None => 2,
@@ -137,6 +157,20 @@ impl Loader<'_> {
                 }
             }
         }
-        Some(Retry { attempts, on })
+        Some(Retry {
+            attempts,
+            on,
+            per_try_timeout,
+            budget,
+        })
     }
+}
+
+/// `0.2` or `20%`, between 0 and 1.
+fn parse_share(text: &str) -> Option<f64> {
+    let share = match text.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().ok()? / 100.0,
+        None => text.parse::<f64>().ok()?,
+    };
+    (0.0..=1.0).contains(&share).then_some(share)
 }

@@ -32,6 +32,9 @@ impl fmt::Display for ConfigError {
 /// An error about a config file for the user: one about a place in it (it starts with
 /// `LINE:COLUMN:`, as compile errors do) becomes `FILE:LINE:COLUMN: message`, like every other
 /// config error.
+/// Where the admin listener serves when `server.admin` names no address: loopback only.
+pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9900";
+
 pub fn located(file: &str, error: &str) -> String {
     if error.starts_with(|c: char| c.is_ascii_digit()) {
         format!("{file}:{error}")
@@ -447,7 +450,11 @@ impl Loader<'_> {
             }
         }
         if let Some(admin) = f.get("admin") {
-            if let Some(af) = self.fields(admin, "`server.admin`", &["address", "token"]) {
+            if let Some(af) = self.fields(
+                admin,
+                "`server.admin`",
+                &["address", "token", "token_for_metrics"],
+            ) {
                 let token = af
                     .get("token")
                     .and_then(|t| self.string(t, "`server.admin.token`"));
@@ -460,28 +467,35 @@ impl Loader<'_> {
                         "`server.admin.token` must be at least 16 characters, without control characters",
                     );
                 }
-                match af.get("address") {
-                    Some(a) => {
-                        let text = self.string(a, "`server.admin.address`").unwrap_or_default();
-                        match parse_listen_address(&text) {
-                            // The API shows and (later) changes state: beyond loopback it
-                            // needs a token.
-                            Some(address) if !address.ip().is_loopback() && token.is_none() => {
-                                self.error(
-                                    a.pos,
-                                    format!("`server.admin.address` {address} is not a loopback address: set `server.admin.token` too"),
-                                )
-                            }
-                            Some(address) => server.admin = Some(Admin { address, token }),
-                            None => self.error(
-                                a.pos,
-                                format!("`server.admin.address` must be HOST:PORT or :PORT, found `{text}`"),
-                            ),
-                        }
+                let token_for_metrics = match af.get("token_for_metrics") {
+                    Some(b) => self
+                        .boolean(b, "`server.admin.token_for_metrics`")
+                        .unwrap_or(false),
+                    None => false,
+                };
+                let (text, pos) = match af.get("address") {
+                    Some(a) => (
+                        self.string(a, "`server.admin.address`").unwrap_or_default(),
+                        a.pos,
+                    ),
+                    None => (DEFAULT_ADMIN_ADDRESS.to_string(), af.pos),
+                };
+                match parse_listen_address(&text) {
+                    // The API shows and changes state: beyond loopback it needs a token.
+                    Some(address) if !address.ip().is_loopback() && token.is_none() => self.error(
+                        pos,
+                        format!("`server.admin.address` {address} is not a loopback address: set `server.admin.token` too"),
+                    ),
+                    Some(address) => {
+                        server.admin = Some(Admin {
+                            address,
+                            token,
+                            token_for_metrics,
+                        })
                     }
                     None => self.error(
-                        af.pos,
-                        "`server.admin` needs an `address`, e.g. \"127.0.0.1:9900\"",
+                        pos,
+                        format!("`server.admin.address` must be HOST:PORT or :PORT, found `{text}`"),
                     ),
                 }
             }
@@ -1592,6 +1606,30 @@ mod tests {
         assert_eq!(
             cfg.server.admin.unwrap().token.as_deref(),
             Some("0123456789abcdef")
+        );
+        // `admin: {}` listens on loopback.
+        let cfg = load_str(&format!("server:\n  admin: {{}}\n{BASE}"), "t.yaml").unwrap();
+        let admin = cfg.server.admin.unwrap();
+        assert_eq!(admin.address.to_string(), DEFAULT_ADMIN_ADDRESS);
+        assert!(!admin.token_for_metrics);
+    }
+
+    #[test]
+    fn retry_budget_per_try_and_request_timeouts() {
+        let cfg = load_str(
+            &format!("{BASE}services:\n  s:\n    servers: [{{ url: \"http://127.0.0.1:1\" }}]\n    retry: {{ per_try_timeout: 250ms, budget: 20% }}\n    timeouts: {{ request: 3s }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        let s = &cfg.services[0];
+        let retry = s.retry.as_ref().unwrap();
+        assert_eq!(retry.per_try_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(retry.budget, Some(0.2));
+        assert_eq!(s.timeouts.request, Some(Duration::from_secs(3)));
+        let errs = errors(&format!("{BASE}services:\n  s:\n    servers: [{{ url: \"http://127.0.0.1:1\" }}]\n    retry: {{ budget: 2 }}\n"));
+        assert!(
+            errs[0].contains("`retry.budget` must be a share"),
+            "{errs:?}"
         );
     }
 

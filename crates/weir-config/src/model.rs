@@ -146,6 +146,8 @@ pub struct Admin {
     pub address: std::net::SocketAddr,
     /// Bearer token required for everything but `/metrics`.
     pub token: Option<String>,
+    /// Whether `/metrics` needs the token too.
+    pub token_for_metrics: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

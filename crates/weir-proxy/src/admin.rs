@@ -142,12 +142,9 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
     let path = target.next().unwrap_or_default();
     let query = String::from_utf8_lossy(target.next().unwrap_or_default()).into_owned();
     let runtime = state.runtime.load_full();
-    let token = runtime
-        .config
-        .server
-        .admin
-        .as_ref()
-        .and_then(|a| a.token.as_ref());
+    let admin = runtime.config.server.admin.as_ref();
+    let token = admin.and_then(|a| a.token.as_ref());
+    let metrics_open = admin.is_none_or(|a| !a.token_for_metrics);
     let authorized = match token {
         None => true,
         Some(token) => head
@@ -161,7 +158,7 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
             }),
     };
     let (status, content_type, body) = match (method, path) {
-        (b"GET", b"/metrics") => (
+        (b"GET", b"/metrics") if metrics_open || authorized => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
             state.metrics.render(

@@ -144,3 +144,11 @@ impl Inherited {
         }
     }
 }
+
+/// `/udp` after a UDP entrypoint's address in log lines.
+pub fn udp_suffix(transport: Transport) -> &'static str {
+    match transport {
+        Transport::Udp => "/udp",
+        Transport::Tcp => "",
+    }
+}

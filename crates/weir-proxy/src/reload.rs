@@ -7,7 +7,7 @@
 
 use crate::admin;
 use crate::health_check::ActiveChecks;
-use crate::listeners::{Bound, BoundEntrypoints, Inherited, Listener};
+use crate::listeners::{udp_suffix, Bound, BoundEntrypoints, Inherited, Listener};
 use crate::runtime::Runtime;
 use crate::worker::WorkerCommand;
 use arc_swap::ArcSwap;
@@ -203,13 +203,5 @@ impl Reloader {
         for worker in &self.workers {
             let _ = worker.send(command());
         }
-    }
-}
-
-/// `/udp` after a UDP entrypoint's address in log lines.
-pub fn udp_suffix(transport: weir_config::Transport) -> &'static str {
-    match transport {
-        weir_config::Transport::Udp => "/udp",
-        weir_config::Transport::Tcp => "",
     }
 }

@@ -155,3 +155,18 @@ fn the_dashboard_renders_in_headless_chromium() {
         .unwrap_or(0);
     assert!(points >= 1, "no chart points:\n{dom}");
 }
+
+#[test]
+fn metrics_need_the_token_only_when_asked() {
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1, admin: {{ address: \"127.0.0.1:0\", token: \"{TOKEN}\", token_for_metrics: true }} }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  hello: {{ rule: \"PathPrefix(`/`)\", respond: {{ status: 200, body: hi }} }}\n"
+    ));
+    let anonymous = request(
+        weir.addrs["@admin"],
+        "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+    );
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(admin(&weir, "GET", "/metrics").status, 200);
+}

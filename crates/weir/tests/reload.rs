@@ -8,8 +8,6 @@
 mod common;
 use common::*;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 const TOKEN: &str = "reload-test-token-0123456789";
@@ -185,40 +183,7 @@ fn a_hundred_reloads_under_load_fail_no_request() {
     // A fixed port, so both configs name the same address and `web` is kept.
     let port = free_port();
     let weir = Weir::start(&alternating(true, &one, &two, port));
-    let web = weir.addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let ok = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let mut clients = Vec::new();
-    for keep_alive in [true, true, false, false] {
-        let (stop, ok, failures) = (stop.clone(), ok.clone(), failures.clone());
-        clients.push(std::thread::spawn(move || {
-            let mut conn = keep_alive.then(|| Conn::open(web));
-            while !stop.load(Ordering::Relaxed) {
-                let resp = match conn.as_mut() {
-                    Some(conn) => {
-                        conn.send(b"GET /api HTTP/1.1\r\nHost: a\r\n\r\n");
-                        conn.read(false)
-                    }
-                    None => {
-                        let mut fresh = Conn::open(web);
-                        fresh.send(b"GET /api HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
-                        fresh.read(false)
-                    }
-                };
-                match resp {
-                    Some(r) if r.status == 200 => {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Some(r) => failures
-                        .lock()
-                        .unwrap()
-                        .push(format!("{} {}", r.status, r.text())),
-                    None => failures.lock().unwrap().push("no response".into()),
-                }
-            }
-        }));
-    }
+    let load = SteadyLoad::start(weir.addr(), "/api");
     let path = weir.config_path();
     for i in 1..=100 {
         let a = i % 2 == 0;
@@ -227,18 +192,11 @@ fn a_hundred_reloads_under_load_fail_no_request() {
         weir.wait_for_line("weir: reloaded", i);
         std::thread::sleep(Duration::from_millis(10));
     }
-    stop.store(true, Ordering::Relaxed);
-    for client in clients {
-        client.join().unwrap();
-    }
-    let failures = failures.lock().unwrap();
-    assert!(
-        failures.is_empty(),
-        "{} failed: {:?}",
-        failures.len(),
-        &failures[..failures.len().min(10)]
-    );
-    let served = ok.load(Ordering::Relaxed);
+    let report = load.finish();
+    report.assert_no_failure();
+    // `web` was kept by every reload: none of its keep-alive connections was closed.
+    assert_eq!(report.retried, 0);
+    let served = report.ok;
     assert!(served > 500, "only {served} requests in 100 reloads");
     // Both servers took traffic while they were configured.
     assert!(one.request_count() > 0 && two.request_count() > 0);

@@ -7,13 +7,13 @@
 //! another address ([`AdminListener`]).
 
 use crate::metrics::Metrics;
-use crate::reload::ReloadStatus;
+use crate::prometheus;
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::UnboundedSender;
@@ -23,6 +23,25 @@ use tokio::sync::oneshot;
 const MAX_HEAD: usize = 8 * 1024;
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the last reloads did, for the admin API and `/metrics`.
+#[derive(Debug, Default, Clone)]
+pub struct ReloadStatus {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub last: Option<ReloadReport>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReloadReport {
+    pub at: SystemTime,
+    /// What asked for it: `SIGHUP`, `admin API`, `file change`.
+    pub trigger: &'static str,
+    /// The version in service afterwards.
+    pub version: u64,
+    /// Empty when the reload succeeded.
+    pub errors: Vec<String>,
+}
 
 /// What the admin listener reads from.
 pub struct AdminState {
@@ -161,10 +180,7 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
         (b"GET", b"/metrics") if metrics_open || authorized => (
             "200 OK",
             "text/plain; version=0.0.4; charset=utf-8",
-            state.metrics.render(
-                &runtime,
-                &state.reloads.lock().unwrap_or_else(|e| e.into_inner()),
-            ),
+            prometheus::render(&state.metrics, &runtime, &state.reload_counts()),
         ),
         // The page holds no data: it asks the API, with the token, from the browser.
         (b"GET", b"/" | b"/dashboard") => {
@@ -242,6 +258,17 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
 
 /// The dashboard page (`dashboard.html`): embedded, no external asset.
 const DASHBOARD: &str = include_str!("dashboard.html");
+
+impl AdminState {
+    fn reload_counts(&self) -> prometheus::ReloadCounts {
+        let status = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+        prometheus::ReloadCounts {
+            succeeded: status.succeeded,
+            failed: status.failed,
+            last_ok: status.last.as_ref().is_none_or(|r| r.errors.is_empty()),
+        }
+    }
+}
 
 /// The server `?service=NAME&server=URL` names.
 fn find_server<'r>(runtime: &'r Runtime, query: &str) -> Option<&'r crate::balancer::Server> {

@@ -5,29 +5,13 @@
 
 use crate::carry::Carried;
 use crate::codec::Head;
-use crate::health::Health;
+use crate::health::{new_server_state, Padded, ServerState};
 use crate::metrics::{PerWorker, ServiceCells};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use weir_config::{Balancer, HashKey, HealthCheck, PassiveHealth, Retry};
-
-/// An atomic on its own cache line, so workers touching neighbouring slots do not contend.
-#[repr(align(64))]
-#[derive(Default, Debug)]
-pub struct Padded(pub AtomicUsize);
-
-/// What a server keeps across reloads while its identity (service, scheme, address, TLS name)
-/// holds (`carry.rs`): its pool id, requests in flight and health.
-#[derive(Debug)]
-pub struct ServerState {
-    /// Process-unique id; indexes each worker's connection pool.
-    pub id: usize,
-    pub inflight: Padded,
-    /// Active and passive health, shared by every worker.
-    pub health: Health,
-}
 
 #[derive(Debug)]
 pub struct Server {
@@ -142,16 +126,6 @@ pub struct PickInput<'a> {
     pub client_ip: IpAddr,
     pub path: &'a str,
     pub headers: &'a Head,
-}
-
-static NEXT_SERVER_ID: AtomicUsize = AtomicUsize::new(0);
-
-fn new_server_state() -> Arc<ServerState> {
-    Arc::new(ServerState {
-        id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
-        inflight: Padded::default(),
-        health: Health::default(),
-    })
 }
 
 impl Service {

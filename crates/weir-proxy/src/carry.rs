@@ -49,7 +49,7 @@ impl<T: ?Sized> Kept<T> {
 /// Everything a compile carries over, by kind.
 #[derive(Default)]
 pub struct Carried {
-    pub servers: Kept<crate::balancer::ServerState>,
+    pub servers: Kept<crate::health::ServerState>,
     pub entrypoints: Kept<crate::metrics::PerWorker<crate::metrics::EntrypointCells>>,
     pub routes: Kept<crate::metrics::PerWorker<crate::metrics::RouteCells>>,
     pub services: Kept<crate::metrics::PerWorker<crate::metrics::ServiceCells>>,

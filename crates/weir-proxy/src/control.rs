@@ -8,7 +8,6 @@
 use crate::admin::ReloadRequest;
 use crate::reload::Reloader;
 use crate::upgrade::{self, Predecessor};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
@@ -125,22 +124,5 @@ fn reopen_access_log(reloader: &Reloader) {
             Ok(()) => eprintln!("weir: access log reopened"),
             Err(e) => eprintln!("weir: cannot reopen the access log: {e}"),
         }
-    }
-}
-
-/// Writes this process's pid to `server.pid_file` (at start, and when a reload moves it).
-pub fn write_pid_file(path: Option<&Path>) -> Result<(), String> {
-    let Some(path) = path else { return Ok(()) };
-    std::fs::write(path, format!("{}\n", std::process::id()))
-        .map_err(|e| format!("cannot write the pid file {}: {e}", path.display()))
-}
-
-/// Removes the pid file, unless another process (the one an upgrade started) wrote it since.
-pub fn remove_pid_file(path: Option<&Path>) {
-    let Some(path) = path else { return };
-    let ours = std::fs::read_to_string(path)
-        .is_ok_and(|text| text.trim() == std::process::id().to_string());
-    if ours {
-        let _ = std::fs::remove_file(path);
     }
 }

@@ -1,10 +1,12 @@
-//! Server health, shared by every worker: down by active checks (`health_check.rs`), drained by
+//! A server's state shared by every worker and kept across reloads (`ServerState`: pool id,
+//! requests in flight, health). Health: down by active checks (`health_check.rs`), drained by
 //! an operator (the admin API), or ejected by passive checks (`passive_health`: `max_failures`
 //! failures seen by requests within `window` eject the server for `eject`). Balancers skip
 //! servers that are down, drained or ejected; reading that costs two relaxed atomic loads, and
 //! no clock unless the server was ejected.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Instant;
 use weir_config::PassiveHealth;
@@ -90,4 +92,30 @@ impl Health {
         }
         false
     }
+}
+
+/// An atomic on its own cache line, so workers touching neighbouring slots do not contend.
+#[repr(align(64))]
+#[derive(Default, Debug)]
+pub struct Padded(pub AtomicUsize);
+
+/// What a server keeps across reloads while its identity (service, scheme, address, TLS name)
+/// holds (`carry.rs`): its pool id, requests in flight and health.
+#[derive(Debug)]
+pub struct ServerState {
+    /// Process-unique id; indexes each worker's connection pool.
+    pub id: usize,
+    pub inflight: Padded,
+    /// Active and passive health, shared by every worker.
+    pub health: Health,
+}
+
+static NEXT_SERVER_ID: AtomicUsize = AtomicUsize::new(0);
+
+pub fn new_server_state() -> Arc<ServerState> {
+    Arc::new(ServerState {
+        id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+        inflight: Padded::default(),
+        health: Health::default(),
+    })
 }

@@ -23,6 +23,7 @@ pub mod listeners;
 pub mod metrics;
 pub mod open_files;
 pub mod pool;
+pub mod prometheus;
 pub mod reload;
 pub mod reply;
 pub mod router;

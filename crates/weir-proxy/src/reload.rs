@@ -5,35 +5,17 @@
 //! swap refuses the whole reload, with every error reported, and the old configuration keeps
 //! serving; kept listeners are never closed.
 
-use crate::admin;
+use crate::admin::{self, ReloadReport, ReloadStatus};
 use crate::health_check::ActiveChecks;
 use crate::listeners::{udp_suffix, Bound, BoundEntrypoints, Inherited, Listener};
 use crate::runtime::Runtime;
 use crate::worker::WorkerCommand;
 use arc_swap::ArcSwap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::mpsc::UnboundedSender;
 use weir_config::{located, Config};
-
-/// What the last reloads did, for the admin API and `/metrics`.
-#[derive(Debug, Default, Clone)]
-pub struct ReloadStatus {
-    pub succeeded: u64,
-    pub failed: u64,
-    pub last: Option<ReloadReport>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ReloadReport {
-    pub at: SystemTime,
-    /// What asked for it: `SIGHUP`, `admin API`, `file change`.
-    pub trigger: &'static str,
-    /// The version in service afterwards.
-    pub version: u64,
-    /// Empty when the reload succeeded.
-    pub errors: Vec<String>,
-}
 
 /// What the control thread holds to reload.
 pub struct Reloader {
@@ -104,8 +86,8 @@ impl Reloader {
         let added = self.bind_new_entrypoints(&config, workers)?;
         let pid_file = config.server.pid_file.as_deref();
         if pid_file != old.config.server.pid_file.as_deref() {
-            crate::control::write_pid_file(pid_file).map_err(|e| vec![e])?;
-            crate::control::remove_pid_file(old.config.server.pid_file.as_deref());
+            write_pid_file(pid_file).map_err(|e| vec![e])?;
+            remove_pid_file(old.config.server.pid_file.as_deref());
         }
 
         self.admin
@@ -203,5 +185,22 @@ impl Reloader {
         for worker in &self.workers {
             let _ = worker.send(command());
         }
+    }
+}
+
+/// Writes this process's pid to `server.pid_file` (at start, and when a reload moves it).
+pub fn write_pid_file(path: Option<&Path>) -> Result<(), String> {
+    let Some(path) = path else { return Ok(()) };
+    std::fs::write(path, format!("{}\n", std::process::id()))
+        .map_err(|e| format!("cannot write the pid file {}: {e}", path.display()))
+}
+
+/// Removes the pid file, unless another process (the one an upgrade started) wrote it since.
+pub fn remove_pid_file(path: Option<&Path>) {
+    let Some(path) = path else { return };
+    let ours = std::fs::read_to_string(path)
+        .is_ok_and(|text| text.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(path);
     }
 }

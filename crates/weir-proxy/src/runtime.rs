@@ -14,11 +14,22 @@ use crate::reply::LocalResponse;
 use crate::router::Router;
 use crate::static_files::StaticSite;
 use crate::tls::{server_tls, ServerTls};
-use crate::worker::ClientTimeouts;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use weir_config::{Action, Config, Transport};
+
+/// The client-side limits from `server`, each enforced through the connection's watch.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTimeouts {
+    /// `client_idle_timeout`: waiting for (or dribbling) a request head.
+    pub idle: Duration,
+    /// `client_body_timeout`: between reads of a request body.
+    pub body: Duration,
+    /// `client_send_timeout`: a write to a client that does not read.
+    pub send: Duration,
+}
 
 pub struct Runtime {
     /// The configuration this was compiled from.

@@ -105,7 +105,7 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         status: admin_state.reloads.clone(),
         admin,
     };
-    control::write_pid_file(config.server.pid_file.as_deref())?;
+    crate::reload::write_pid_file(config.server.pid_file.as_deref())?;
     let ready = format!(
         "weir: {workers} worker(s) running; graceful timeout {:?}",
         config.server.graceful_timeout
@@ -123,7 +123,7 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     for handle in handles {
         let _ = handle.join();
     }
-    control::remove_pid_file(shared.load().config.server.pid_file.as_deref());
+    crate::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
     eprintln!("weir: stopped");
     Ok(())
 }

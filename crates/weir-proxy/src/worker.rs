@@ -9,7 +9,7 @@ use crate::listeners::Listener;
 use crate::metrics::WorkerCells;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
-use crate::runtime::Runtime;
+use crate::runtime::{ClientTimeouts, Runtime};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use std::cell::{Cell, RefCell};
@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Size of the read buffers the worker lends to connections.
@@ -46,17 +45,6 @@ impl Shutdown {
         self.requested.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
-}
-
-/// The client-side limits from `server`, each enforced through the connection's watch.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientTimeouts {
-    /// `client_idle_timeout`: waiting for (or dribbling) a request head.
-    pub idle: Duration,
-    /// `client_body_timeout`: between reads of a request body.
-    pub body: Duration,
-    /// `client_send_timeout`: a write to a client that does not read.
-    pub send: Duration,
 }
 
 /// What the control thread tells a worker (`server.rs` acts on it).

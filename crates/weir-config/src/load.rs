@@ -574,7 +574,61 @@ impl Loader<'_> {
 
     fn entrypoint(&mut self, name: String, node: &Node) -> Option<Entrypoint> {
         let what = format!("entrypoint `{name}`");
-        let f = self.fields(node, &what, &["address", "tls"])?;
+        let f = self.fields(node, &what, &["address", "tls", "h2c", "http2"])?;
+        let h2c = match f.get("h2c") {
+            Some(b) => self.boolean(b, "`h2c`").unwrap_or(false),
+            None => false,
+        };
+        let mut http2 = Http2Settings::default();
+        if let Some(h) = f.get("http2") {
+            if let Some(hf) = self.fields(
+                h,
+                "`http2`",
+                &[
+                    "max_concurrent_streams",
+                    "initial_window_size",
+                    "max_frame_size",
+                    "max_header_list_size",
+                ],
+            ) {
+                if let Some(n) = hf.get("max_concurrent_streams") {
+                    if let Some(v) = self.uint(n, "`max_concurrent_streams`", 1, 1 << 20) {
+                        http2.max_concurrent_streams = v as u32;
+                    }
+                }
+                for (key, slot, low, high) in [
+                    (
+                        "initial_window_size",
+                        &mut http2.initial_window_size,
+                        1u64,
+                        (1u64 << 31) - 1,
+                    ),
+                    (
+                        "max_frame_size",
+                        &mut http2.max_frame_size,
+                        1 << 14,
+                        (1 << 24) - 1,
+                    ),
+                    (
+                        "max_header_list_size",
+                        &mut http2.max_header_list_size,
+                        1024,
+                        1 << 24,
+                    ),
+                ] {
+                    if let Some(n) = hf.get(key) {
+                        let what = format!("`http2.{key}`");
+                        match n.as_str().and_then(parse_size) {
+                            Some(v) if (low..=high).contains(&v) => *slot = v as u32,
+                            _ => self.error(
+                                n.pos,
+                                format!("{what} must be a size from {low} to {high} bytes"),
+                            ),
+                        }
+                    }
+                }
+            }
+        }
         let Some(addr_node) = f.get("address") else {
             self.error(
                 f.pos,
@@ -605,6 +659,8 @@ impl Loader<'_> {
                 address,
                 transport,
                 tls,
+                h2c,
+                http2,
             }),
             None => {
                 self.error(
@@ -662,16 +718,18 @@ impl Loader<'_> {
                 None => {}
             }
         }
-        let mut alpn = vec!["http/1.1".to_string()];
+        let mut alpn = vec!["h2".to_string(), "http/1.1".to_string()];
         if let Some(a) = f.get("alpn") {
             alpn.clear();
             for (proto, pos) in self.string_list(a, "`alpn`") {
-                if proto == "http/1.1" {
+                if proto == "http/1.1" || proto == "h2" {
                     alpn.push(proto);
                 } else {
                     self.error(
                         pos,
-                        format!("ALPN protocol `{proto}` is not served here; expected: http/1.1"),
+                        format!(
+                            "ALPN protocol `{proto}` is not served here; expected: h2, http/1.1"
+                        ),
                     );
                 }
             }

@@ -182,6 +182,32 @@ pub struct Entrypoint {
     pub transport: Transport,
     /// TLS termination on this entrypoint.
     pub tls: Option<EntrypointTls>,
+    /// Cleartext HTTP/2 with prior knowledge beside HTTP/1.1 (the connection preface decides).
+    pub h2c: bool,
+    /// HTTP/2 settings, for `h2` (TLS) and `h2c` connections.
+    pub http2: Http2Settings,
+}
+
+/// What weir announces to HTTP/2 clients in its SETTINGS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Settings {
+    pub max_concurrent_streams: u32,
+    /// Per stream; the connection's window is four times this.
+    pub initial_window_size: u32,
+    pub max_frame_size: u32,
+    /// The largest decoded header block accepted (HPACK bombs stop here).
+    pub max_header_list_size: u32,
+}
+
+impl Default for Http2Settings {
+    fn default() -> Http2Settings {
+        Http2Settings {
+            max_concurrent_streams: 128,
+            initial_window_size: 1 << 20,
+            max_frame_size: 1 << 14,
+            max_header_list_size: 32 << 10,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

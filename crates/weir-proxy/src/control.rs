@@ -37,13 +37,14 @@ pub fn run(
         let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
         let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
         let mut usr2 = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
+        // Before the ready line: a change made once it is out is a change to act on.
+        let mut watched = file_stamp(&reloader.config_path);
         eprintln!("{ready}");
         if let Some(predecessor) = predecessor {
             predecessor.report_ready();
         }
         // The handoff of a binary upgrade under way, answered with the new process's pid.
         let mut upgrading: Option<oneshot::Receiver<Result<u32, String>>> = None;
-        let mut watched = file_stamp(&reloader.config_path);
         let mut watch_tick = tokio::time::interval(WATCH_EVERY);
         watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

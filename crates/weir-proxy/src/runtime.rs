@@ -69,6 +69,9 @@ pub struct EntrypointRuntime {
     pub udp: Option<Arc<UdpService>>,
     /// Counters, one set per worker.
     pub cells: EntrypointCounters,
+    /// Plain connections may open with the HTTP/2 preface (`h2c`).
+    pub h2c: bool,
+    pub http2: weir_config::Http2Settings,
 }
 
 pub struct Route {
@@ -212,6 +215,8 @@ impl Runtime {
                 router: Router::new(mine),
                 tcp,
                 udp: udp_services.get(&ep.name).cloned(),
+                h2c: ep.h2c,
+                http2: ep.http2,
                 cells: carried
                     .entrypoints
                     .get(ep.name.clone(), || Arc::new(PerWorker::new(workers))),

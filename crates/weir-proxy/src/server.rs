@@ -283,14 +283,14 @@ async fn accept_loop(
                     // plain connection's task is sized for the plain path alone.
                     // Entrypoints with TCP routers detect first (`l4/tcp.rs`); what no TCP
                     // router takes goes on to HTTP in the same task.
-                    let (tls, has_tcp) = {
+                    let (tls, has_tcp, h2c) = {
                         let config = worker.config.load();
                         // Closed by a reload an instant ago: the connection goes too.
                         let Some(ep) = config.entrypoint(entrypoint) else {
                             continue;
                         };
                         ep.cells[worker.id].connections.add(1);
-                        (ep.tls.clone(), ep.tcp.is_some())
+                        (ep.tls.clone(), ep.tcp.is_some(), ep.h2c)
                     };
                     match tls {
                         _ if has_tcp => tokio::task::spawn_local(async move {
@@ -301,6 +301,10 @@ async fn accept_loop(
                         }),
                         Some(tls) => tokio::task::spawn_local(async move {
                             conn::tls::serve(worker, entrypoint, io, peer, tls).await;
+                            drop(counted);
+                        }),
+                        None if h2c => tokio::task::spawn_local(async move {
+                            serve_http(worker, entrypoint, io, peer, None).await;
                             drop(counted);
                         }),
                         None => spawn_plain(worker, entrypoint, io, peer, counted),
@@ -318,7 +322,8 @@ async fn accept_loop(
     }
 }
 
-/// HTTP on a connection a TCP router did not take.
+/// HTTP on a connection a TCP router did not take, or on an `h2c` entrypoint: TLS (whose
+/// ALPN picks the driver), the HTTP/2 preface, or HTTP/1.
 async fn serve_http(
     worker: Rc<Worker>,
     entrypoint: usize,
@@ -330,9 +335,54 @@ async fn serve_http(
         Some(tls) => conn::tls::serve(worker, entrypoint, io, peer, tls).await,
         None => {
             let watch = worker.watch_connection();
-            conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+            let h2c = worker
+                .config
+                .load()
+                .entrypoint(entrypoint)
+                .is_some_and(|ep| ep.h2c);
+            if h2c && starts_with_preface(&worker, &watch, &io).await {
+                conn::h2::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+            } else {
+                conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+            }
         }
     }
+}
+
+/// The detect phase of an `h2c` entrypoint: whether the connection opens with the HTTP/2
+/// preface (peeked, not consumed; decided as soon as the bytes differ).
+async fn starts_with_preface(
+    worker: &Worker,
+    watch: &conn::watch::ConnWatch,
+    io: &TcpStream,
+) -> bool {
+    let preface = conn::h2::PREFACE;
+    let mut seen = [0u8; 24];
+    let peeking = async {
+        loop {
+            let n = io.peek(&mut seen).await.unwrap_or(0);
+            if n == 0 || seen[..n] != preface[..n] {
+                return false;
+            }
+            if n == preface.len() {
+                return true;
+            }
+            // Part of the preface so far: wait for more.
+            worker.tick.notified().await;
+        }
+    };
+    let idle = worker.timeouts.get().idle;
+    matches!(
+        watch
+            .within(
+                &worker.clock,
+                conn::watch::Waiting::RequestHead,
+                idle,
+                peeking
+            )
+            .await,
+        Ok(true)
+    )
 }
 
 /// A plain connection's HTTP/1 task (on accept, and when a parked connection wakes).

@@ -127,7 +127,7 @@ enum Next {
     Linger,
 }
 
-fn canonical_ip(ip: IpAddr) -> IpAddr {
+pub(super) fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,
@@ -900,12 +900,12 @@ fn write_client_head(
 
 /// The limits of one body relay: how long a read from the source and a write to the sink may
 /// wait (each wait re-arms the connection's watch), and how many bytes may pass.
-struct Relay<'a> {
-    clock: &'a Clock,
-    watch: &'a ConnWatch,
-    read: (Waiting, Duration),
-    write: (Waiting, Duration),
-    max_bytes: u64,
+pub(super) struct Relay<'a> {
+    pub(super) clock: &'a Clock,
+    pub(super) watch: &'a ConnWatch,
+    pub(super) read: (Waiting, Duration),
+    pub(super) write: (Waiting, Duration),
+    pub(super) max_bytes: u64,
 }
 
 impl<'a> Relay<'a> {
@@ -936,7 +936,7 @@ impl<'a> Relay<'a> {
         }
     }
 
-    async fn flush<W: AsyncWrite + Unpin>(
+    pub(super) async fn flush<W: AsyncWrite + Unpin>(
         &self,
         sink: &mut Sink<'_, W>,
         out: &mut Vec<u8>,
@@ -959,11 +959,11 @@ impl<'a> Relay<'a> {
 
 /// Where a relayed body goes: a stream (none when it is drained), through the response's
 /// body filter if one is installed.
-struct Sink<'a, W> {
-    io: Option<&'a mut W>,
-    filter: Option<&'a mut BodyFilter>,
+pub(super) struct Sink<'a, W> {
+    pub(super) io: Option<&'a mut W>,
+    pub(super) filter: Option<&'a mut BodyFilter>,
     /// Bytes the filter produced (what the client gets, for the log).
-    sent: u64,
+    pub(super) sent: u64,
 }
 
 impl<'a, W> Sink<'a, W> {
@@ -976,7 +976,12 @@ impl<'a, W> Sink<'a, W> {
     }
 
     /// Frames a piece of the body into `out`, filtered if a filter is installed.
-    fn push(&mut self, out: &mut Vec<u8>, data: &[u8], chunked: bool) -> Result<(), BodyError> {
+    pub(super) fn push(
+        &mut self,
+        out: &mut Vec<u8>,
+        data: &[u8],
+        chunked: bool,
+    ) -> Result<(), BodyError> {
         if self.filter.is_none() {
             push_data(out, data, chunked);
             return Ok(());
@@ -991,7 +996,7 @@ impl<'a, W> Sink<'a, W> {
     }
 
     /// The body has ended: a filter emits its last bytes.
-    fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
+    pub(super) fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
         self.filtered(out, chunked, BodyFilter::finish)
     }
 
@@ -1014,7 +1019,7 @@ impl<'a, W> Sink<'a, W> {
 /// Streams one message body from `src` (its buffered bytes first) to `sink`, re-framing it
 /// as chunked when `chunked_out`. Bytes already in `out` (a head) go out first, in the
 /// same write when the body is small. Returns the body bytes read from `src`.
-async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+pub(super) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     src: &mut R,
     buf: &mut BytesMut,
     framing: Framing,
@@ -1116,7 +1121,7 @@ async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 /// Runs a body that is already in memory through `filter` whole.
-fn filter_whole(filter: &mut BodyFilter, body: &[u8]) -> std::io::Result<Vec<u8>> {
+pub(super) fn filter_whole(filter: &mut BodyFilter, body: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut filtered = filter.write(body)?.to_vec();
     filtered.extend_from_slice(filter.finish()?);
     Ok(filtered)
@@ -1129,7 +1134,7 @@ fn set_cork<S: ClientIo>(io: &S, on: bool) {
     }
 }
 
-fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+pub(super) fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
     if data.is_empty() {
         return;
     }

@@ -5,7 +5,7 @@
 //! worker goes on serving the others.
 
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
-use crate::conn::{h1, Scheme};
+use crate::conn::{h1, h2, Scheme};
 use crate::metrics::HandshakeFailure;
 use crate::reply::LocalResponse;
 use crate::tls::ServerTls;
@@ -57,7 +57,12 @@ pub async fn serve(
         .await
     {
         Ok(Ok(stream)) => {
-            h1::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+            // ALPN picked the driver.
+            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                h2::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+            } else {
+                h1::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+            }
         }
         Ok(Err(_)) => failed(HandshakeFailure::Error),
         Err(Expired) => failed(HandshakeFailure::Timeout),

@@ -1,0 +1,705 @@
+//! The HTTP/2 connection driver (server side), over TLS with ALPN `h2` or cleartext with prior
+//! knowledge (`h2c`). The `h2` crate speaks the protocol: frames, HPACK, flow control, and the
+//! abuse limits weir sets from `entrypoints.NAME.http2` (concurrent streams, header list size,
+//! pending and locally-caused resets). Each stream runs the normal lifecycle: its head becomes
+//! weir's head at the edge (`:authority` as `Host`, cookies joined, a body without a length
+//! declared chunked), [`exchange`] routes it and runs the action, and this driver writes the
+//! reply as HEADERS and DATA frames under the client's flow control. Upstreams stay HTTP/1:
+//! the request body is re-framed for them, and their response bodies are relayed through the
+//! same relay (and body filters) as the HTTP/1 driver's.
+
+use crate::body_filter::BodyFilter;
+use crate::client::{BodyError, ClientSide, Outcome, Sent};
+use crate::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
+use crate::compress::WHOLE_BODY_LIMIT;
+use crate::conn::h1::{canonical_ip, filter_whole, push_data, relay_body, Relay, Sink};
+use crate::conn::watch::{ConnWatch, Expired, Waiting};
+use crate::conn::Scheme;
+use crate::exchange::exchange;
+use crate::pool::UpstreamIo;
+use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::static_files::read_exact_at;
+use crate::worker::Worker;
+use bytes::{Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use std::cell::Cell;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+/// The client connection preface: what an `h2c` connection starts with.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Streams the client may reset before weir has seen them, and resets weir may cause, before
+/// the connection is closed (rapid reset, CVE-2023-44487).
+const MAX_PENDING_RESETS: usize = 64;
+const MAX_LOCAL_RESETS: usize = 256;
+/// Output buffered before it is written to the upstream or the client.
+const FLUSH_AT: usize = 64 * 1024;
+/// Bytes per read of a file body.
+const FILE_READ_CHUNK: u64 = 64 * 1024;
+
+/// Serves one HTTP/2 connection until the client or weir ends it. A stop (or the idle timeout
+/// with no stream open) sends GOAWAY and lets open streams finish.
+pub async fn serve<S>(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: S,
+    peer: SocketAddr,
+    scheme: Scheme,
+    watch: Rc<ConnWatch>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let settings = {
+        let runtime = worker.config.load();
+        match runtime.entrypoint(entrypoint) {
+            Some(ep) => ep.http2,
+            None => return,
+        }
+    };
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .initial_window_size(settings.initial_window_size)
+        .initial_connection_window_size(settings.initial_window_size.saturating_mul(4))
+        .max_frame_size(settings.max_frame_size)
+        .max_header_list_size(settings.max_header_list_size)
+        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
+        .max_send_buffer_size(FLUSH_AT * 4);
+    let idle = worker.timeouts.get().idle;
+    let handshake = builder.handshake::<S, Bytes>(io);
+    let mut conn = match watch
+        .within(&worker.clock, Waiting::RequestHead, idle, handshake)
+        .await
+    {
+        Ok(Ok(conn)) => conn,
+        _ => return,
+    };
+    let ip = canonical_ip(peer.ip());
+    let open = Rc::new(Cell::new(0usize));
+    let mut going_away = false;
+    loop {
+        if !going_away && worker.shutdown.is_requested() {
+            conn.graceful_shutdown();
+            going_away = true;
+        }
+        // With no stream open the connection is idle: the idle timeout and a stop end it.
+        // Otherwise `accept` is polled without a deadline: it drives the open streams too.
+        let accepted = if open.get() == 0 && !going_away {
+            let accept = conn.accept();
+            match watch
+                .within(&worker.clock, Waiting::KeepAlive, idle, accept)
+                .await
+            {
+                Ok(accepted) => accepted,
+                Err(Expired) => {
+                    conn.graceful_shutdown();
+                    going_away = true;
+                    continue;
+                }
+            }
+        } else {
+            let stopping = worker.shutdown.notify.notified();
+            tokio::pin!(stopping);
+            stopping.as_mut().enable();
+            tokio::select! {
+                accepted = conn.accept() => accepted,
+                _ = &mut stopping, if !going_away => continue,
+            }
+        };
+        match accepted {
+            Some(Ok((request, respond))) => {
+                open.set(open.get() + 1);
+                let stream = Stream {
+                    worker: worker.clone(),
+                    entrypoint,
+                    ip,
+                    scheme,
+                    open: open.clone(),
+                };
+                tokio::task::spawn_local(stream.serve(request, respond));
+            }
+            // A connection error: h2 has sent GOAWAY with its code.
+            Some(Err(_)) | None => break,
+        }
+    }
+}
+
+/// One stream's task; counted as open until it ends.
+struct Stream {
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    ip: IpAddr,
+    scheme: Scheme,
+    open: Rc<Cell<usize>>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.open.set(self.open.get() - 1);
+    }
+}
+
+impl Stream {
+    async fn serve(self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+        let (parts, body) = request.into_parts();
+        let end_stream = body.is_end_stream();
+        let head = match request_head(&parts, end_stream) {
+            Ok(head) => head,
+            Err((status, message)) => {
+                let answer = LocalResponse::text(status, message);
+                let date = date_value(&self.worker);
+                let _ = send_local(&mut respond, &answer, &answer.body, &date, false).await;
+                return;
+            }
+        };
+        let watch = self.worker.watch_connection();
+        let mut client = H2Client {
+            body: (!end_stream).then_some(body),
+            respond,
+            watch,
+            ip: self.ip,
+            ip_text: self.ip.to_string(),
+            scheme: self.scheme,
+            out: Vec::new(),
+        };
+        let runtime = self.worker.config.load_full();
+        let _ = exchange(&self.worker, &runtime, self.entrypoint, &mut client, head).await;
+    }
+}
+
+/// An HTTP/2 request head as weir's head: the pseudo-headers become a request line and `Host`,
+/// `cookie` fields are joined with `; ` (RFC 9113 8.2.3), a body of unknown length is declared
+/// chunked (so an HTTP/1 upstream gets it chunked). Parsed by the HTTP/1 codec, so the same
+/// checks apply to both protocols.
+fn request_head(
+    parts: &http::request::Parts,
+    end_stream: bool,
+) -> Result<RequestHead, (u16, &'static str)> {
+    let mut raw = Vec::with_capacity(512);
+    raw.extend_from_slice(parts.method.as_str().as_bytes());
+    raw.push(b' ');
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    raw.extend_from_slice(target.as_bytes());
+    raw.extend_from_slice(b" HTTP/1.1\r\n");
+    if !parts.headers.contains_key(http::header::HOST) {
+        if let Some(authority) = parts.uri.authority() {
+            codec::header(&mut raw, b"host", authority.as_str().as_bytes());
+        }
+    }
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in &parts.headers {
+        if name == http::header::COOKIE {
+            cookies.push(value.as_bytes());
+        } else {
+            codec::header(&mut raw, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    if !cookies.is_empty() {
+        codec::header(&mut raw, b"cookie", &cookies.join(&b"; "[..]));
+    }
+    if !end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+        raw.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    raw.extend_from_slice(b"\r\n");
+    match codec::parse_request(&mut BytesMut::from(&raw[..])) {
+        Ok(Some(head)) => Ok(head),
+        Ok(None) => Err((400, "invalid request head")),
+        Err(e) => Err((e.status(), e.message())),
+    }
+}
+
+/// One stream as the lifecycle sees it.
+struct H2Client {
+    /// The request body, until it is read (or dropped, unread, with the answer).
+    body: Option<RecvStream>,
+    respond: SendResponse<Bytes>,
+    watch: Rc<ConnWatch>,
+    ip: IpAddr,
+    ip_text: String,
+    scheme: Scheme,
+    out: Vec<u8>,
+}
+
+impl ClientSide for H2Client {
+    fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
+    fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    fn watch(&self) -> &ConnWatch {
+        &self.watch
+    }
+
+    /// The head, then the DATA frames as they arrive, framed as the head declares (with a
+    /// length, or chunked). A frame's flow-control window is given back once it has been
+    /// written to the upstream, so a slow upstream slows the client.
+    async fn send_request(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
+        upstream: &mut UpstreamIo,
+        write_limit: Duration,
+    ) -> Result<u64, BodyError> {
+        self.out.clear();
+        write_head(&mut self.out, &self.ip_text, self.scheme);
+        let chunked = req.framing == Framing::Chunked;
+        let body_limit = worker.timeouts.get().body;
+        let mut sent = 0u64;
+        let mut unreleased = 0usize;
+        if let Some(mut body) = self.body.take() {
+            loop {
+                let next = std::future::poll_fn(|cx| body.poll_data(cx));
+                let data = match self
+                    .watch
+                    .within(&worker.clock, Waiting::RequestBody, body_limit, next)
+                    .await
+                {
+                    Ok(None) => break,
+                    Ok(Some(Ok(data))) => data,
+                    Ok(Some(Err(_))) => return Err(BodyError::Source),
+                    Err(Expired) => return Err(BodyError::SourceStalled),
+                };
+                push_data(&mut self.out, &data, chunked);
+                sent += data.len() as u64;
+                unreleased += data.len();
+                if self.out.len() >= FLUSH_AT {
+                    write_upstream(worker, &self.watch, upstream, &mut self.out, write_limit)
+                        .await?;
+                    let _ = body.flow_control().release_capacity(unreleased);
+                    unreleased = 0;
+                }
+            }
+            if chunked {
+                self.out.extend_from_slice(b"0\r\n\r\n");
+            }
+        }
+        write_upstream(worker, &self.watch, upstream, &mut self.out, write_limit).await?;
+        Ok(sent)
+    }
+
+    async fn send_reply<'r>(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        reply: Reply<'r>,
+    ) -> Sent<'r> {
+        // A body nobody read: dropping it tells the client (RST_STREAM once the answer ends).
+        self.body = None;
+        let upstream = reply.upstream;
+        let read_timeout = upstream
+            .as_ref()
+            .map_or(Duration::ZERO, |u| u.service.read_timeout);
+        let date = date_value(worker);
+        let head_only = req.is_head();
+        let mut outcome = Outcome {
+            keep_alive: true,
+            linger: false,
+            status: 0,
+            bytes: 0,
+        };
+        let mut reusable = None;
+        let (status, sent) = match (reply.head, reply.body) {
+            (ReplyHead::Local(local), ReplyBody::File(file)) => {
+                let sending = self.send_file(worker, &local, &file, &date, head_only);
+                (local.status, sending.await)
+            }
+            (ReplyHead::Shared(local), ReplyBody::File(file)) => {
+                let sending = self.send_file(worker, &local, &file, &date, head_only);
+                (local.status, sending.await)
+            }
+            (ReplyHead::Local(local), _) => {
+                let sending = send_local(&mut self.respond, &local, &local.body, &date, head_only);
+                (local.status, sending.await)
+            }
+            (ReplyHead::Shared(local), _) => {
+                let sending = send_local(&mut self.respond, &local, &local.body, &date, head_only);
+                (local.status, sending.await)
+            }
+            (ReplyHead::Response(response), body) => {
+                let status = response.status;
+                let relaying = self.send_response(
+                    worker,
+                    response,
+                    (body, reply.body_filter),
+                    &date,
+                    head_only,
+                    read_timeout,
+                );
+                let (sent, conn) = relaying.await;
+                reusable = conn;
+                (status, sent)
+            }
+        };
+        outcome.status = status;
+        outcome.bytes = sent.unwrap_or(0);
+        Sent {
+            outcome,
+            reusable,
+            upstream,
+        }
+    }
+}
+
+impl H2Client {
+    /// An editable head and its body: bytes, a file, or the relay from an upstream (through
+    /// the body filter, if one was installed). Returns the body bytes sent and the upstream
+    /// connection when its response was read completely.
+    async fn send_response(
+        &mut self,
+        worker: &Worker,
+        mut response: ResponseHead,
+        (mut body, mut filter): (ReplyBody, Option<BodyFilter>),
+        date: &str,
+        head_only: bool,
+        read_timeout: Duration,
+    ) -> (Result<u64, BodyError>, Option<crate::pool::UpstreamConn>) {
+        if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
+            if file.len <= WHOLE_BODY_LIMIT {
+                let mut data = vec![0; file.len as usize];
+                if read_exact_at(&file.file, &mut data, file.offset).is_err() {
+                    return (Err(BodyError::Source), None);
+                }
+                body = ReplyBody::Bytes(data.into());
+            }
+        }
+        if let (Some(whole), ReplyBody::Bytes(bytes)) = (&mut filter, &body) {
+            let Ok(filtered) = filter_whole(whole, bytes) else {
+                return (Err(BodyError::Sink), None);
+            };
+            response.framing = Framing::Length(filtered.len() as u64);
+            body = ReplyBody::Bytes(filtered.into());
+            filter = None;
+        }
+        let framing = if head_only {
+            Framing::None
+        } else {
+            response.framing
+        };
+        let length = match (&filter, framing) {
+            (None, Framing::Length(n)) => Some(n),
+            _ => None,
+        };
+        let parts = response_parts(&response, length, date, head_only);
+        let no_body = framing == Framing::None || matches!(body, ReplyBody::Upgrade(_));
+        let mut send = match self.respond.send_response(parts, no_body) {
+            Ok(send) => send,
+            Err(_) => return (Err(BodyError::Sink), None),
+        };
+        if no_body {
+            return (Ok(0), None);
+        }
+        match body {
+            ReplyBody::Upstream(mut up) => {
+                let relay = Relay {
+                    clock: &worker.clock,
+                    watch: &self.watch,
+                    read: (Waiting::ResponseBody, read_timeout),
+                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
+                    max_bytes: u64::MAX,
+                };
+                let mut out = DataOut(&mut send);
+                let mut sink = Sink {
+                    io: Some(&mut out),
+                    filter: filter.as_mut(),
+                    sent: 0,
+                };
+                self.out.clear();
+                let relayed = relay_body(
+                    &mut up.io,
+                    &mut up.buf,
+                    framing,
+                    &mut sink,
+                    &mut self.out,
+                    false,
+                    &relay,
+                )
+                .await;
+                let filtered = sink.sent;
+                match relayed {
+                    Ok(bytes) if send.send_data(Bytes::new(), true).is_ok() => {
+                        let sent = if filter.is_some() { filtered } else { bytes };
+                        (Ok(sent), response.keep_alive.then_some(up))
+                    }
+                    Ok(_) => (Err(BodyError::Sink), None),
+                    Err(e) => {
+                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        (Err(e), None)
+                    }
+                }
+            }
+            ReplyBody::Bytes(bytes) => (
+                send_all(worker, &self.watch, &mut send, bytes, true).await,
+                None,
+            ),
+            ReplyBody::File(file) => {
+                let sending = send_file_body(worker, &self.watch, &mut send, &file, filter);
+                (sending.await, None)
+            }
+            ReplyBody::Local | ReplyBody::Upgrade(_) => (
+                send_all(worker, &self.watch, &mut send, Bytes::new(), true).await,
+                None,
+            ),
+        }
+    }
+
+    /// A local head with a file body (the `static` action).
+    async fn send_file(
+        &mut self,
+        worker: &Worker,
+        local: &LocalResponse,
+        file: &FileBody,
+        date: &str,
+        head_only: bool,
+    ) -> Result<u64, BodyError> {
+        let parts = local_parts(local, file.len, date);
+        let no_body = head_only || file.len == 0;
+        let mut send = self
+            .respond
+            .send_response(parts, no_body)
+            .map_err(|_| BodyError::Sink)?;
+        if no_body {
+            return Ok(0);
+        }
+        send_file_body(worker, &self.watch, &mut send, file, None).await
+    }
+}
+
+/// A local answer with its body in memory.
+async fn send_local(
+    respond: &mut SendResponse<Bytes>,
+    local: &LocalResponse,
+    body: &Bytes,
+    date: &str,
+    head_only: bool,
+) -> Result<u64, BodyError> {
+    let parts = local_parts(local, body.len() as u64, date);
+    let no_body = head_only || body.is_empty();
+    let mut send = respond
+        .send_response(parts, no_body)
+        .map_err(|_| BodyError::Sink)?;
+    if no_body {
+        return Ok(0);
+    }
+    // No deadline here: a local body is small, and the stream's window holds it.
+    let mut out = DataOut(&mut send);
+    out.write_all(body).await.map_err(|_| BodyError::Sink)?;
+    send.send_data(Bytes::new(), true)
+        .map_err(|_| BodyError::Sink)?;
+    Ok(body.len() as u64)
+}
+
+/// Sends `data` as DATA frames as the client's window allows, under `client_send_timeout`.
+async fn send_all(
+    worker: &Worker,
+    watch: &ConnWatch,
+    send: &mut SendStream<Bytes>,
+    data: Bytes,
+    end: bool,
+) -> Result<u64, BodyError> {
+    let len = data.len() as u64;
+    let mut out = DataOut(send);
+    let write = out.write_all(&data);
+    let limit = worker.timeouts.get().send;
+    match watch
+        .within(&worker.clock, Waiting::ClientWrite, limit, write)
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return Err(BodyError::Sink),
+        Err(Expired) => {
+            send.send_reset(h2::Reason::CANCEL);
+            return Err(BodyError::SinkStalled);
+        }
+    }
+    if end {
+        send.send_data(Bytes::new(), true)
+            .map_err(|_| BodyError::Sink)?;
+    }
+    Ok(len)
+}
+
+/// A file body read in chunks (from the page cache, as the HTTP/1 driver's copy path does),
+/// through `filter` when one is installed.
+async fn send_file_body(
+    worker: &Worker,
+    watch: &ConnWatch,
+    send: &mut SendStream<Bytes>,
+    file: &FileBody,
+    mut filter: Option<BodyFilter>,
+) -> Result<u64, BodyError> {
+    let mut offset = file.offset;
+    let end = file.offset + file.len;
+    let mut sent = 0;
+    while offset < end {
+        let take = FILE_READ_CHUNK.min(end - offset) as usize;
+        let mut chunk = vec![0; take];
+        read_exact_at(&file.file, &mut chunk, offset).map_err(|_| BodyError::Source)?;
+        offset += take as u64;
+        let data = match &mut filter {
+            Some(filter) => filter.write(&chunk).map_err(|_| BodyError::Sink)?.to_vec(),
+            None => chunk,
+        };
+        sent += send_all(worker, watch, send, data.into(), false).await?;
+    }
+    if let Some(filter) = &mut filter {
+        let last = filter.finish().map_err(|_| BodyError::Sink)?.to_vec();
+        sent += send_all(worker, watch, send, last.into(), false).await?;
+    }
+    send.send_data(Bytes::new(), true)
+        .map_err(|_| BodyError::Sink)?;
+    Ok(sent)
+}
+
+/// The `date` value of the worker's clock (its header line without name and CRLF).
+fn date_value(worker: &Worker) -> String {
+    let line = worker.clock.date_header();
+    let line = String::from_utf8_lossy(&line).into_owned();
+    line.trim_end()
+        .split_once(": ")
+        .map_or(String::new(), |(_, value)| value.to_string())
+}
+
+/// A local answer's head for HTTP/2: its status and headers, its length and a date.
+fn local_parts(local: &LocalResponse, len: u64, date: &str) -> http::Response<()> {
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(local.status).unwrap_or(http::StatusCode::OK);
+    let headers = response.headers_mut();
+    for (name, value) in &local.headers {
+        if name.eq_ignore_ascii_case("content-length") || is_hop_by_hop(name.as_bytes()) {
+            continue;
+        }
+        append(headers, name.as_bytes(), value.as_bytes());
+    }
+    if !(100..200).contains(&local.status) && local.status != 204 {
+        append(headers, b"content-length", len.to_string().as_bytes());
+    }
+    append(headers, b"date", date.as_bytes());
+    response
+}
+
+/// An editable head for HTTP/2: connection-specific fields dropped (RFC 9113 8.2.2), names
+/// lowercased, the length when it is known, a date when the upstream sent none.
+fn response_parts(
+    resp: &ResponseHead,
+    length: Option<u64>,
+    date: &str,
+    head_only: bool,
+) -> http::Response<()> {
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(resp.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    let connection = resp
+        .connection_names_headers
+        .then(|| resp.head.get("connection"))
+        .flatten();
+    let headers = response.headers_mut();
+    for (name, value) in resp.head.iter() {
+        if is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"content-length")
+            || connection.is_some_and(|c| lists_token(c, name))
+        {
+            continue;
+        }
+        append(headers, name, value);
+    }
+    match length {
+        Some(n) => append(headers, b"content-length", n.to_string().as_bytes()),
+        // HEAD answers describe the length they would have had.
+        None if head_only => {
+            if let Some(len) = resp.head.get("content-length") {
+                append(headers, b"content-length", len);
+            }
+        }
+        None => {}
+    }
+    if !resp.has_date {
+        append(headers, b"date", date.as_bytes());
+    }
+    response
+}
+
+/// Adds a field, skipping one HTTP/2 cannot carry (an invalid name or value).
+fn append(headers: &mut http::HeaderMap, name: &[u8], value: &[u8]) {
+    if let (Ok(name), Ok(value)) = (
+        http::HeaderName::from_bytes(name),
+        http::HeaderValue::from_bytes(value),
+    ) {
+        headers.append(name, value);
+    }
+}
+
+/// Writes to the upstream under its write timeout.
+async fn write_upstream(
+    worker: &Worker,
+    watch: &ConnWatch,
+    upstream: &mut UpstreamIo,
+    out: &mut Vec<u8>,
+    limit: Duration,
+) -> Result<(), BodyError> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let write = upstream.write_all(out);
+    match watch
+        .within(&worker.clock, Waiting::UpstreamWrite, limit, write)
+        .await
+    {
+        Ok(Ok(())) => {
+            out.clear();
+            Ok(())
+        }
+        Ok(Err(_)) => Err(BodyError::Sink),
+        Err(Expired) => Err(BodyError::SinkStalled),
+    }
+}
+
+/// A stream's send side as a byte sink: each write becomes a DATA frame as large as the
+/// client's window allows, waiting while the window is closed (so a slow reader slows the
+/// relay, and the relay's deadline covers the wait).
+struct DataOut<'a>(&'a mut SendStream<Bytes>);
+
+impl AsyncWrite for DataOut<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let send = &mut *self.get_mut().0;
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        send.reserve_capacity(buf.len());
+        while send.capacity() == 0 {
+            match send.poll_capacity(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io::Error::other(e))),
+                Poll::Ready(Some(Ok(_))) => {}
+            }
+        }
+        let n = send.capacity().min(buf.len());
+        send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
+            .map_err(io::Error::other)?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,242 @@
+//! HTTP/2 from clients on the real binary: curl with `--http2-prior-knowledge` on an `h2c`
+//! entrypoint (beside HTTP/1.1 on the same port) and with ALPN `h2` over TLS; requests reach
+//! an HTTP/1.1 upstream with `:authority` as `Host`, cookies joined and bodies re-framed;
+//! large answers pass under flow control; static files and compression work over HTTP/2; and
+//! a client that opens and resets thousands of streams is cut off while the worker goes on
+//! answering others promptly.
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn config(upstream: &Upstream, extra_entrypoint: &str) -> String {
+    format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n{extra_entrypoint}\
+         routers:\n  ping: {{ rule: \"Path(`/ping`)\", priority: 100, respond: {{ status: 200, body: pong }} }}\n  \
+         api: {{ rule: \"PathPrefix(`/`)\", service: up, middlewares: [gz] }}\n\
+         services:\n  up: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n  gz: {{ compress: {{ algorithms: [gzip], min_length: 10 }} }}\n",
+        upstream.url()
+    )
+}
+
+/// curl with `args`; (stdout, the response head lines curl wrote with `-D -` included).
+fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn h2c_prior_knowledge_and_http1_share_the_port() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, ""));
+    let base = format!("http://{}", weir.addr());
+    let ping = curl(&[
+        "--http2-prior-knowledge",
+        "-D",
+        "-",
+        &format!("{base}/ping"),
+    ]);
+    assert!(ping.starts_with("HTTP/2 200"), "{ping}");
+    assert!(ping.ends_with("pong"), "{ping}");
+    // HTTP/1.1 on the same port.
+    let plain = curl(&["--http1.1", "-D", "-", &format!("{base}/ping")]);
+    assert!(plain.starts_with("HTTP/1.1 200"), "{plain}");
+
+    // To an HTTP/1.1 upstream: Host from :authority, cookies joined, no hop-by-hop field back.
+    let echoed = curl(&[
+        "--http2-prior-knowledge",
+        "-H",
+        "cookie: a=1",
+        "-H",
+        "cookie: b=2",
+        "-H",
+        "X-Mixed-Case: v",
+        &format!("{base}/echo?q=1"),
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&echoed).unwrap();
+    assert_eq!(json["target"], "/echo?q=1");
+    assert_eq!(
+        echoed_header(&json, "host").unwrap(),
+        weir.addr().to_string()
+    );
+    assert_eq!(echoed_header(&json, "cookie").unwrap(), "a=1; b=2");
+    assert_eq!(echoed_header(&json, "x-mixed-case").unwrap(), "v");
+    let head = curl(&[
+        "--http2-prior-knowledge",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &format!("{base}/echo"),
+    ]);
+    assert!(
+        !head.contains("x-hop"),
+        "a connection-specific field reached the client: {head}"
+    );
+
+    // Request bodies: with a length, and without one (chunked to the upstream).
+    let posted = curl(&[
+        "--http2-prior-knowledge",
+        "--data-binary",
+        "hello body",
+        &format!("{base}/post"),
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&posted).unwrap();
+    assert_eq!(json["body"], "hello body");
+    let dir = temp_dir("h2-upload");
+    let file = dir.join("upload.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    let streamed = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cat {} | curl -sS --max-time 10 --http2-prior-knowledge -X POST -T - {base}/upload",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&streamed.stdout).unwrap();
+    assert_eq!(
+        echoed_header(&json, "transfer-encoding").as_deref(),
+        Some("chunked")
+    );
+    assert_eq!(
+        json["body"].as_str().unwrap().len(),
+        String::from_utf8_lossy(&data).len()
+    );
+
+    // A large answer passes under flow control, byte for byte; compression works over h2.
+    let big = curl(&["--http2-prior-knowledge", &format!("{base}/big/5000000")]);
+    assert_eq!(big.len(), 5_000_000);
+    assert!(big
+        .bytes()
+        .enumerate()
+        .all(|(i, b)| b == b'a' + (i % 26) as u8));
+    let gz = curl(&[
+        "--http2-prior-knowledge",
+        "--compressed",
+        "-D",
+        "-",
+        &format!("{base}/json"),
+    ]);
+    assert!(gz.contains("content-encoding: gzip"), "{gz}");
+    let body = gz.split("\r\n\r\n").nth(1).unwrap();
+    let json: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(json["target"], "/json");
+}
+
+#[test]
+fn alpn_h2_over_tls() {
+    let upstream = Upstream::start("up");
+    let dir = temp_dir("h2-tls");
+    let cert = make_cert(&dir, "site", &["h2.test"], false);
+    let tls_entrypoint = format!(
+        "  secure:\n    address: \"127.0.0.1:0\"\n    tls: {{ certificates: [{{ cert: \"{}\", key: \"{}\" }}] }}\n",
+        cert.cert.display(),
+        cert.key.display()
+    );
+    let weir = Weir::start(&config(&upstream, &tls_entrypoint));
+    let port = weir.addrs["secure"].port();
+    let url = format!("https://h2.test:{port}/ping");
+    let resolve = format!("h2.test:{port}:127.0.0.1");
+    let ca = cert.cert.to_str().unwrap();
+    let h2 = curl(&[
+        "--http2",
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve,
+        "-D",
+        "-",
+        &url,
+    ]);
+    assert!(h2.starts_with("HTTP/2 200"), "{h2}");
+    let h1 = curl(&[
+        "--http1.1",
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve,
+        "-D",
+        "-",
+        &url,
+    ]);
+    assert!(h1.starts_with("HTTP/1.1 200"), "{h1}");
+    let proxied = curl(&[
+        "--http2",
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve,
+        &format!("https://h2.test:{port}/x"),
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&proxied).unwrap();
+    assert_eq!(
+        echoed_header(&json, "x-forwarded-proto").as_deref(),
+        Some("https")
+    );
+}
+
+#[test]
+fn rapid_resets_close_the_abuser_not_the_worker() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, ""));
+    let addr = weir.addr();
+    // Python's h2 (Debian's python3-h2): open and reset 5,000 streams as fast as it can.
+    let script = r#"
+import socket, sys, h2.connection, h2.config, h2.events
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+c.initiate_connection()
+s.sendall(c.data_to_send())
+sent = 0
+closed = False
+try:
+    for i in range(5000):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, [(':method', 'GET'), (':path', '/slow/50'), (':scheme', 'http'), (':authority', 'x')])
+        c.reset_stream(sid)
+        s.sendall(c.data_to_send())
+        sent += 1
+except Exception:
+    closed = True
+s.settimeout(5)
+goaway = False
+try:
+    while True:
+        data = s.recv(65536)
+        if not data:
+            break
+        for e in c.receive_data(data):
+            if isinstance(e, h2.events.ConnectionTerminated):
+                goaway = True
+except Exception:
+    pass
+print(sent, closed or goaway)
+"#;
+    let start = Instant::now();
+    let out = python(script, &[&addr.ip().to_string(), &addr.port().to_string()]);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let mut fields = out.split_whitespace();
+    let sent: usize = fields.next().unwrap().parse().unwrap();
+    let cut_off = fields.next() == Some("True");
+    assert!(cut_off, "the connection survived {sent} resets: {out}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // The worker answers another client at once.
+    let t = Instant::now();
+    let ping = curl(&["--http2-prior-knowledge", &format!("http://{addr}/ping")]);
+    assert_eq!(ping, "pong");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+}

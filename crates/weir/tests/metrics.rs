@@ -20,17 +20,23 @@ fn config(upstream: &Upstream, dead: u16, metrics: bool) -> String {
     )
 }
 
-/// Fetches `/metrics` until `line` is in it (a worker counts an answer just after sending it).
-fn metrics_with(weir: &Weir, line: &str) -> String {
+/// Fetches `/metrics` until every one of `lines` is in it: a worker counts an answer just
+/// after sending it, and a scrape may read one cell before and the next after that.
+fn metrics_with_all(weir: &Weir, lines: &[&str]) -> String {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = get(weir.addrs["@admin"], "a", "/metrics").text();
-        if text.lines().any(|l| l == line) {
-            return text;
+        let missing = lines.iter().find(|line| !text.lines().any(|l| l == **line));
+        match missing {
+            None => return text,
+            Some(line) => assert!(Instant::now() < deadline, "no `{line}` in:\n{text}"),
         }
-        assert!(Instant::now() < deadline, "no `{line}` in:\n{text}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+fn metrics_with(weir: &Weir, line: &str) -> String {
+    metrics_with_all(weir, &[line])
 }
 
 fn promtool_check(text: &str) {
@@ -67,20 +73,22 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
     for _ in 0..3 {
         assert_eq!(get(weir.addr(), "a", "/other").status, 404);
     }
-    let text = metrics_with(
+    let text = metrics_with_all(
         &weir,
-        "weir_router_request_duration_seconds_count{router=\"hello \\\"q\\\"\"} 3",
+        &[
+            "weir_router_request_duration_seconds_count{router=\"hello \\\"q\\\"\"} 3",
+            "weir_responses_total{entrypoint=\"web\",code=\"2xx\"} 20",
+            "weir_responses_total{entrypoint=\"web\",code=\"4xx\"} 3",
+            "weir_router_responses_total{router=\"api\",code=\"2xx\"} 20",
+            "weir_router_responses_total{router=\"hello \\\"q\\\"\",code=\"4xx\"} 3",
+            "weir_service_responses_total{service=\"api\",code=\"2xx\"} 20",
+            "weir_router_request_duration_seconds_count{router=\"api\"} 20",
+            "weir_router_request_duration_seconds_bucket{router=\"api\",le=\"+Inf\"} 20",
+            "weir_service_request_duration_seconds_count{service=\"api\"} 20",
+        ],
     );
     promtool_check(&text);
     let has = |line: &str| assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
-    has("weir_responses_total{entrypoint=\"web\",code=\"2xx\"} 20");
-    has("weir_responses_total{entrypoint=\"web\",code=\"4xx\"} 3");
-    has("weir_router_responses_total{router=\"api\",code=\"2xx\"} 20");
-    has("weir_router_responses_total{router=\"hello \\\"q\\\"\",code=\"4xx\"} 3");
-    has("weir_service_responses_total{service=\"api\",code=\"2xx\"} 20");
-    has("weir_router_request_duration_seconds_count{router=\"api\"} 20");
-    has("weir_router_request_duration_seconds_bucket{router=\"api\",le=\"+Inf\"} 20");
-    has("weir_service_request_duration_seconds_count{service=\"api\"} 20");
     // Round robin sent every other first try to the dead server; each was retried.
     assert_eq!(upstream.request_count(), 20);
     has("weir_upstream_retries_total{service=\"api\"} 10");

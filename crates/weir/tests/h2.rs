@@ -1,9 +1,10 @@
 //! HTTP/2 from clients on the real binary: curl with `--http2-prior-knowledge` on an `h2c`
 //! entrypoint (beside HTTP/1.1 on the same port) and with ALPN `h2` over TLS; requests reach
 //! an HTTP/1.1 upstream with `:authority` as `Host`, cookies joined and bodies re-framed;
-//! large answers pass under flow control; static files and compression work over HTTP/2; and
-//! a client that opens and resets thousands of streams is cut off while the worker goes on
-//! answering others promptly.
+//! large answers pass under flow control; compression works over HTTP/2; a client that opens
+//! and resets thousands of streams is cut off, and one that never opens its window has its
+//! stream reset after `client_send_timeout`, while the worker goes on answering others
+//! promptly; a stop lets open streams finish.
 
 mod common;
 use common::*;
@@ -239,4 +240,97 @@ print(sent, closed or goaway)
     let ping = curl(&["--http2-prior-knowledge", &format!("http://{addr}/ping")]);
     assert_eq!(ping, "pong");
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+}
+
+/// Python's h2 as a client: runs `body` after connecting (`c` the connection, `s` the socket,
+/// `events()` reads what arrived) and returns what it printed.
+fn h2_client(addr: std::net::SocketAddr, body: &str) -> String {
+    let script = format!(
+        r#"
+import socket, sys, time, h2.connection, h2.config, h2.events, h2.settings
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.settimeout(10)
+c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+def events():
+    data = s.recv(65536)
+    if not data:
+        return None
+    out = c.receive_data(data)
+    s.sendall(c.data_to_send())
+    return out
+{body}
+"#
+    );
+    let out = python(&script, &[&addr.ip().to_string(), &addr.port().to_string()]);
+    String::from_utf8_lossy(&out).trim().to_string()
+}
+
+#[test]
+fn a_stalled_reader_is_reset_and_others_are_served() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, "").replace(
+        "server: { workers: 1 }",
+        "server: { workers: 1, client_send_timeout: 1s }",
+    ));
+    let addr = weir.addr();
+    // A client whose stream window is 0: weir can send no DATA, and cuts the stream.
+    let body = r#"
+c.initiate_connection()
+c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+c.send_headers(1, [(':method', 'GET'), (':path', '/big/200000'), (':scheme', 'http'), (':authority', 'x')], end_stream=True)
+s.sendall(c.data_to_send())
+start = time.time()
+result = "no reset"
+while time.time() - start < 8:
+    evs = events()
+    if evs is None:
+        break
+    if any(isinstance(e, h2.events.StreamReset) for e in evs):
+        result = "reset after %.1f s" % (time.time() - start)
+        break
+print(result)
+"#;
+    let stalled = std::thread::spawn(move || h2_client(addr, body));
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    assert_eq!(
+        curl(&["--http2-prior-knowledge", &format!("http://{addr}/ping")]),
+        "pong"
+    );
+    assert!(t.elapsed() < Duration::from_secs(1));
+    let result = stalled.join().unwrap();
+    assert!(result.starts_with("reset after"), "{result}");
+}
+
+#[test]
+fn a_stop_lets_open_streams_finish() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, ""));
+    let url = format!("http://{}/slow/800", weir.addr());
+    let client = std::thread::spawn(move || {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "--http2-prior-knowledge",
+                "-w",
+                "%{http_code} %{http_version}",
+                &url,
+            ])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    weir.signal("TERM");
+    let out = client.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.ends_with("200 2"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(text.trim_end_matches("200 2")).unwrap();
+    assert_eq!(json["target"], "/slow/800");
 }

@@ -153,36 +153,17 @@ fn alpn_h2_over_tls() {
     let url = format!("https://h2.test:{port}/ping");
     let resolve = format!("h2.test:{port}:127.0.0.1");
     let ca = cert.cert.to_str().unwrap();
-    let h2 = curl(&[
-        "--http2",
-        "--cacert",
-        ca,
-        "--resolve",
-        &resolve,
-        "-D",
-        "-",
-        &url,
-    ]);
+    // curl trusting the test CA, with h2.test resolved to weir.
+    let curl_tls = |args: &[&str]| {
+        let mut all = vec!["--cacert", ca, "--resolve", &resolve];
+        all.extend_from_slice(args);
+        curl(&all)
+    };
+    let h2 = curl_tls(&["--http2", "-D", "-", &url]);
     assert!(h2.starts_with("HTTP/2 200"), "{h2}");
-    let h1 = curl(&[
-        "--http1.1",
-        "--cacert",
-        ca,
-        "--resolve",
-        &resolve,
-        "-D",
-        "-",
-        &url,
-    ]);
+    let h1 = curl_tls(&["--http1.1", "-D", "-", &url]);
     assert!(h1.starts_with("HTTP/1.1 200"), "{h1}");
-    let proxied = curl(&[
-        "--http2",
-        "--cacert",
-        ca,
-        "--resolve",
-        &resolve,
-        &format!("https://h2.test:{port}/x"),
-    ]);
+    let proxied = curl_tls(&["--http2", &format!("https://h2.test:{port}/x")]);
     let json: serde_json::Value = serde_json::from_str(&proxied).unwrap();
     assert_eq!(
         echoed_header(&json, "x-forwarded-proto").as_deref(),

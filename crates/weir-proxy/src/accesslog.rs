@@ -30,7 +30,7 @@ pub struct RequestLine {
     pub host: String,
     /// The path and query as the client sent them.
     pub target: String,
-    /// `HTTP/1.0` or `HTTP/1.1`.
+    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0` (as nginx logs it).
     pub version: &'static str,
     pub referer: String,
     pub user_agent: String,

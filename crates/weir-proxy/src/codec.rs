@@ -185,6 +185,8 @@ pub struct RequestHead {
     pub connection_names_headers: bool,
     /// The client accepts trailers (`TE: trailers`), so weir asks the upstream for them too.
     pub te_trailers: bool,
+    /// The request came on an HTTP/2 stream (its head was converted at the edge).
+    pub http2: bool,
 }
 
 impl RequestHead {
@@ -427,6 +429,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         host: known.host,
         connection_names_headers: known.names_headers,
         te_trailers: known.te_trailers,
+        http2: false,
     };
     req.split_target();
     if let Some(authority) = req.authority {

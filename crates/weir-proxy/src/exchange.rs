@@ -50,10 +50,10 @@ pub(crate) async fn exchange<C: ClientSide>(
             method: head.method().to_string(),
             host: head.host().to_string(),
             target: head.target().to_string(),
-            version: if head.minor_version == 0 {
-                "HTTP/1.0"
-            } else {
-                "HTTP/1.1"
+            version: match (head.http2, head.minor_version) {
+                (true, _) => "HTTP/2.0",
+                (false, 0) => "HTTP/1.0",
+                (false, _) => "HTTP/1.1",
             },
             referer: header("referer"),
             user_agent: header("user-agent"),

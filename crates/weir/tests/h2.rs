@@ -315,3 +315,32 @@ fn a_stop_lets_open_streams_finish() {
     let json: serde_json::Value = serde_json::from_str(text.trim_end_matches("200 2")).unwrap();
     assert_eq!(json["target"], "/slow/800");
 }
+
+#[test]
+fn the_access_log_names_http2() {
+    let upstream = Upstream::start("up");
+    let dir = temp_dir("h2-log");
+    let log = dir.join("access.log");
+    let weir = Weir::start(&config(&upstream, "").replace(
+        "server: { workers: 1 }",
+        &format!(
+            "server: {{ workers: 1, access_log: {{ enabled: true, format: combined, path: \"{}\" }} }}",
+            log.display()
+        ),
+    ));
+    curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://{}/ping", weir.addr()),
+    ]);
+    curl(&["--http1.1", &format!("http://{}/ping", weir.addr())]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 2 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(text.contains("\"GET /ping HTTP/2.0\" 200 4"), "{text}");
+    assert!(text.contains("\"GET /ping HTTP/1.1\" 200 4"), "{text}");
+}

@@ -209,7 +209,10 @@ fn request_head(
     }
     raw.extend_from_slice(b"\r\n");
     match codec::parse_request(&mut BytesMut::from(&raw[..])) {
-        Ok(Some(head)) => Ok(head),
+        Ok(Some(mut head)) => {
+            head.http2 = true;
+            Ok(head)
+        }
         Ok(None) => Err((400, "invalid request head")),
         Err(e) => Err((e.status(), e.message())),
     }

@@ -170,7 +170,10 @@ impl Stream {
             out: Vec::new(),
         };
         let runtime = self.worker.config.load_full();
-        let _ = exchange(&self.worker, &runtime, self.entrypoint, &mut client, head).await;
+        // Boxed: the exchange's state is large, and the stream's task is moved whole when it
+        // is spawned (perf: memmove was 15% of an h2c worker's time unboxed).
+        let exchanging = exchange(&self.worker, &runtime, self.entrypoint, &mut client, head);
+        let _ = Box::pin(exchanging).await;
     }
 }
 

@@ -70,6 +70,15 @@ pub struct Bound {
 }
 
 impl Bound {
+    /// Logs where entrypoint `name` listens (tests and operators read this line).
+    pub fn announce(&self, name: &str) {
+        eprintln!(
+            "weir: entrypoint {name} listening on {}{}",
+            self.actual,
+            udp_suffix(self.transport)
+        );
+    }
+
     /// Whether `ep` can keep these sockets.
     pub fn serves(&self, ep: &Entrypoint) -> bool {
         self.configured == ep.address && self.transport == ep.transport
@@ -146,7 +155,7 @@ impl Inherited {
 }
 
 /// `/udp` after a UDP entrypoint's address in log lines.
-pub fn udp_suffix(transport: Transport) -> &'static str {
+fn udp_suffix(transport: Transport) -> &'static str {
     match transport {
         Transport::Udp => "/udp",
         Transport::Tcp => "",

@@ -7,7 +7,7 @@
 
 use crate::admin::{self, ReloadReport, ReloadStatus};
 use crate::health_check::ActiveChecks;
-use crate::listeners::{udp_suffix, Bound, BoundEntrypoints, Inherited, Listener};
+use crate::listeners::{Bound, BoundEntrypoints, Inherited, Listener};
 use crate::runtime::Runtime;
 use crate::worker::WorkerCommand;
 use arc_swap::ArcSwap;
@@ -124,11 +124,7 @@ impl Reloader {
                 for (worker, listener) in self.workers.iter().zip(listeners) {
                     let _ = worker.send(WorkerCommand::Listen { slot, listener });
                 }
-                eprintln!(
-                    "weir: entrypoint {name} listening on {}{}",
-                    bound.actual,
-                    udp_suffix(bound.transport)
-                );
+                bound.announce(&name);
             }
             self.bound.by_name.insert(name.clone(), bound);
             opened.push(name);

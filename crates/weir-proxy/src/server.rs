@@ -12,7 +12,7 @@ use crate::conn::{self, Scheme};
 use crate::control;
 use crate::health_check::ActiveChecks;
 use crate::l4;
-use crate::listeners::{udp_suffix, BoundEntrypoints, Listener};
+use crate::listeners::{BoundEntrypoints, Listener};
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::runtime::Runtime;
@@ -57,12 +57,7 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     let (mut inherited, predecessor) = crate::upgrade::inherit()?;
     for ep in &config.entrypoints {
         let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
-        eprintln!(
-            "weir: entrypoint {} listening on {}{}",
-            ep.name,
-            entry.actual,
-            udp_suffix(ep.transport)
-        );
+        entry.announce(&ep.name);
         let slot = shared.load().slot(&ep.name).unwrap_or(0);
         for (sender, listener) in senders.iter().zip(listeners) {
             let _ = sender.send(WorkerCommand::Listen { slot, listener });

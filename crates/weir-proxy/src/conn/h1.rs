@@ -967,7 +967,7 @@ pub(super) struct Sink<'a, W> {
 }
 
 impl<'a, W> Sink<'a, W> {
-    fn plain(io: Option<&'a mut W>) -> Sink<'a, W> {
+    pub(super) fn plain(io: Option<&'a mut W>) -> Sink<'a, W> {
         Sink {
             io,
             filter: None,

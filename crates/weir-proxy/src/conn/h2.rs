@@ -261,14 +261,23 @@ impl ClientSide for H2Client {
         write_head(&mut self.out, &self.ip_text, self.scheme);
         let chunked = req.framing == Framing::Chunked;
         let body_limit = worker.timeouts.get().body;
+        // Writes to the upstream under its write timeout, as the HTTP/1 driver's relay does.
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::RequestBody, body_limit),
+            write: (Waiting::UpstreamWrite, write_limit),
+            max_bytes: u64::MAX,
+        };
+        let mut sink = Sink::plain(Some(upstream));
         let mut sent = 0u64;
         let mut unreleased = 0usize;
         if let Some(mut body) = self.body.take() {
             loop {
                 let next = std::future::poll_fn(|cx| body.poll_data(cx));
-                let data = match self
+                let data = match relay
                     .watch
-                    .within(&worker.clock, Waiting::RequestBody, body_limit, next)
+                    .within(relay.clock, relay.read.0, relay.read.1, next)
                     .await
                 {
                     Ok(None) => break,
@@ -280,8 +289,7 @@ impl ClientSide for H2Client {
                 sent += data.len() as u64;
                 unreleased += data.len();
                 if self.out.len() >= FLUSH_AT {
-                    write_upstream(worker, &self.watch, upstream, &mut self.out, write_limit)
-                        .await?;
+                    relay.flush(&mut sink, &mut self.out).await?;
                     let _ = body.flow_control().release_capacity(unreleased);
                     unreleased = 0;
                 }
@@ -290,7 +298,7 @@ impl ClientSide for H2Client {
                 self.out.extend_from_slice(b"0\r\n\r\n");
             }
         }
-        write_upstream(worker, &self.watch, upstream, &mut self.out, write_limit).await?;
+        relay.flush(&mut sink, &mut self.out).await?;
         Ok(sent)
     }
 
@@ -643,31 +651,6 @@ fn append(headers: &mut http::HeaderMap, name: &[u8], value: &[u8]) {
         http::HeaderValue::from_bytes(value),
     ) {
         headers.append(name, value);
-    }
-}
-
-/// Writes to the upstream under its write timeout.
-async fn write_upstream(
-    worker: &Worker,
-    watch: &ConnWatch,
-    upstream: &mut UpstreamIo,
-    out: &mut Vec<u8>,
-    limit: Duration,
-) -> Result<(), BodyError> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    let write = upstream.write_all(out);
-    match watch
-        .within(&worker.clock, Waiting::UpstreamWrite, limit, write)
-        .await
-    {
-        Ok(Ok(())) => {
-            out.clear();
-            Ok(())
-        }
-        Ok(Err(_)) => Err(BodyError::Sink),
-        Err(Expired) => Err(BodyError::SinkStalled),
     }
 }
 

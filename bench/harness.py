@@ -491,7 +491,7 @@ def run_h2load(url, conns, streams, duration, cpus, target):
                           f"-D{duration}", url], capture_output=True, text=True).stdout
     steal = steal_percent(clock, cpu_times())
     after = target.cpu_seconds()
-    rps = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", out)
+    rps = re.search(r"finished in ([\d.]+)(?:ms|s), ([\d.]+) req/s", out)
     counts = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", out)
     codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
     latency = re.search(r"time for request:\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)\s+([\d.]+)(us|ms|s)", out)

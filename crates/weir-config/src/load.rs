@@ -579,56 +579,9 @@ impl Loader<'_> {
             Some(b) => self.boolean(b, "`h2c`").unwrap_or(false),
             None => false,
         };
-        let mut http2 = Http2Settings::default();
-        if let Some(h) = f.get("http2") {
-            if let Some(hf) = self.fields(
-                h,
-                "`http2`",
-                &[
-                    "max_concurrent_streams",
-                    "initial_window_size",
-                    "max_frame_size",
-                    "max_header_list_size",
-                ],
-            ) {
-                if let Some(n) = hf.get("max_concurrent_streams") {
-                    if let Some(v) = self.uint(n, "`max_concurrent_streams`", 1, 1 << 20) {
-                        http2.max_concurrent_streams = v as u32;
-                    }
-                }
-                for (key, slot, low, high) in [
-                    (
-                        "initial_window_size",
-                        &mut http2.initial_window_size,
-                        1u64,
-                        (1u64 << 31) - 1,
-                    ),
-                    (
-                        "max_frame_size",
-                        &mut http2.max_frame_size,
-                        1 << 14,
-                        (1 << 24) - 1,
-                    ),
-                    (
-                        "max_header_list_size",
-                        &mut http2.max_header_list_size,
-                        1024,
-                        1 << 24,
-                    ),
-                ] {
-                    if let Some(n) = hf.get(key) {
-                        let what = format!("`http2.{key}`");
-                        match n.as_str().and_then(parse_size) {
-                            Some(v) if (low..=high).contains(&v) => *slot = v as u32,
-                            _ => self.error(
-                                n.pos,
-                                format!("{what} must be a size from {low} to {high} bytes"),
-                            ),
-                        }
-                    }
-                }
-            }
-        }
+        let http2 = f
+            .get("http2")
+            .map_or_else(Http2Settings::default, |h| self.http2_settings(h));
         let Some(addr_node) = f.get("address") else {
             self.error(
                 f.pos,
@@ -774,6 +727,59 @@ impl Loader<'_> {
         })
     }
 
+    /// `http2:` settings (an entrypoint's, or a service's towards its servers).
+    fn http2_settings(&mut self, h: &Node) -> Http2Settings {
+        let mut http2 = Http2Settings::default();
+        if let Some(hf) = self.fields(
+            h,
+            "`http2`",
+            &[
+                "max_concurrent_streams",
+                "initial_window_size",
+                "max_frame_size",
+                "max_header_list_size",
+            ],
+        ) {
+            if let Some(n) = hf.get("max_concurrent_streams") {
+                if let Some(v) = self.uint(n, "`max_concurrent_streams`", 1, 1 << 20) {
+                    http2.max_concurrent_streams = v as u32;
+                }
+            }
+            for (key, slot, low, high) in [
+                (
+                    "initial_window_size",
+                    &mut http2.initial_window_size,
+                    1u64,
+                    (1u64 << 31) - 1,
+                ),
+                (
+                    "max_frame_size",
+                    &mut http2.max_frame_size,
+                    1 << 14,
+                    (1 << 24) - 1,
+                ),
+                (
+                    "max_header_list_size",
+                    &mut http2.max_header_list_size,
+                    1024,
+                    1 << 24,
+                ),
+            ] {
+                if let Some(n) = hf.get(key) {
+                    let what = format!("`http2.{key}`");
+                    match n.as_str().and_then(parse_size) {
+                        Some(v) if (low..=high).contains(&v) => *slot = v as u32,
+                        _ => self.error(
+                            n.pos,
+                            format!("{what} must be a size from {low} to {high} bytes"),
+                        ),
+                    }
+                }
+            }
+        }
+        http2
+    }
+
     fn service(&mut self, name: String, node: &Node) -> Option<Service> {
         let what = format!("service `{name}`");
         let f = self.fields(
@@ -790,6 +796,8 @@ impl Loader<'_> {
                 "health_check",
                 "passive_health",
                 "retry",
+                "protocol",
+                "http2",
             ],
         )?;
         let health_check = f.get("health_check").and_then(|n| self.health_check(n));
@@ -952,8 +960,19 @@ impl Loader<'_> {
                 );
             }
         }
+        let protocol = self.upstream_protocol(&f, &servers);
+        let http2 = match f.get("http2") {
+            Some(h) if protocol == UpstreamProtocol::Http1 => {
+                self.error(h.pos, "`http2` applies to `protocol: h2` or `h2c`");
+                Http2Settings::default()
+            }
+            Some(h) => self.http2_settings(h),
+            None => Http2Settings::default(),
+        };
         Some(Service {
             name,
+            protocol,
+            http2,
             servers,
             load_balancer,
             hash_key,
@@ -965,6 +984,44 @@ impl Loader<'_> {
             passive_health,
             retry,
         })
+    }
+
+    /// `protocol:` h1 (the default), h2 (TLS with ALPN, `https://` servers) or h2c (prior
+    /// knowledge, `http://` servers).
+    fn upstream_protocol(
+        &mut self,
+        f: &Fields<'_>,
+        servers: &[UpstreamServer],
+    ) -> UpstreamProtocol {
+        let Some(node) = f.get("protocol") else {
+            return UpstreamProtocol::Http1;
+        };
+        let protocol = match self.string(node, "`protocol`").as_deref() {
+            Some("h1") => UpstreamProtocol::Http1,
+            Some("h2") => UpstreamProtocol::Http2,
+            Some("h2c") => UpstreamProtocol::H2c,
+            Some(other) => {
+                self.error(
+                    node.pos,
+                    format!("unknown protocol `{other}`; expected h1, h2 or h2c"),
+                );
+                return UpstreamProtocol::Http1;
+            }
+            None => return UpstreamProtocol::Http1,
+        };
+        let mismatch = match protocol {
+            UpstreamProtocol::Http2 => servers.iter().find(|s| !s.tls).map(|s| {
+                format!("`protocol: h2` is HTTP/2 over TLS, but {} is http:// (cleartext HTTP/2 is `h2c`)", s.url)
+            }),
+            UpstreamProtocol::H2c => servers.iter().find(|s| s.tls).map(|s| {
+                format!("`protocol: h2c` is cleartext HTTP/2, but {} is https:// (HTTP/2 over TLS is `h2`)", s.url)
+            }),
+            UpstreamProtocol::Http1 => None,
+        };
+        if let Some(message) = mismatch {
+            self.error(node.pos, message);
+        }
+        protocol
     }
 
     fn upstream_server(&mut self, node: &Node) -> Option<UpstreamServer> {

@@ -297,6 +297,11 @@ pub struct Redirect {
 #[derive(Debug, Clone)]
 pub struct Service {
     pub name: String,
+    /// What the servers are spoken to in.
+    pub protocol: UpstreamProtocol,
+    /// With HTTP/2: the settings weir announces to the servers; `max_concurrent_streams` caps
+    /// the streams weir opens on one connection before it opens another.
+    pub http2: Http2Settings,
     pub servers: Vec<UpstreamServer>,
     pub load_balancer: Balancer,
     pub hash_key: HashKey,
@@ -368,6 +373,17 @@ pub struct UpstreamTls {
     pub certificate: Option<CertificateFiles>,
     /// Where `tls` is written (the service's position when absent).
     pub pos: Pos,
+}
+
+/// The protocol a service speaks to its servers (`protocol:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// `h1`: HTTP/1.1, over TLS for `https://` servers.
+    Http1,
+    /// `h2`: HTTP/2 over TLS, negotiated by ALPN.
+    Http2,
+    /// `h2c`: cleartext HTTP/2 with prior knowledge.
+    H2c,
 }
 
 #[derive(Debug, Clone)]

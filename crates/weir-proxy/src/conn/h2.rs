@@ -12,7 +12,8 @@ use crate::body_filter::BodyFilter;
 use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
 use crate::compress::WHOLE_BODY_LIMIT;
-use crate::conn::h1::{canonical_ip, filter_whole, push_data, relay_body, Relay, Sink};
+use crate::conn::h1::canonical_ip;
+use crate::conn::relay::{filter_whole, push_data, relay_body, DataOut, Relay, Sink, FLUSH_AT};
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::Scheme;
 use crate::exchange::exchange;
@@ -24,11 +25,8 @@ use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use std::cell::Cell;
-use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -38,8 +36,6 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// the connection is closed (rapid reset, CVE-2023-44487).
 const MAX_PENDING_RESETS: usize = 64;
 const MAX_LOCAL_RESETS: usize = 256;
-/// Output buffered before it is written to the upstream or the client.
-const FLUSH_AT: usize = 64 * 1024;
 /// Bytes per read of a file body.
 const FILE_READ_CHUNK: u64 = 64 * 1024;
 
@@ -651,44 +647,5 @@ fn append(headers: &mut http::HeaderMap, name: &[u8], value: &[u8]) {
         http::HeaderValue::from_bytes(value),
     ) {
         headers.append(name, value);
-    }
-}
-
-/// A stream's send side as a byte sink: each write becomes a DATA frame as large as the
-/// client's window allows, waiting while the window is closed (so a slow reader slows the
-/// relay, and the relay's deadline covers the wait).
-struct DataOut<'a>(&'a mut SendStream<Bytes>);
-
-impl AsyncWrite for DataOut<'_> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let send = &mut *self.get_mut().0;
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        send.reserve_capacity(buf.len());
-        while send.capacity() == 0 {
-            match send.poll_capacity(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io::Error::other(e))),
-                Poll::Ready(Some(Ok(_))) => {}
-            }
-        }
-        let n = send.capacity().min(buf.len());
-        send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
-            .map_err(io::Error::other)?;
-        Poll::Ready(Ok(n))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
     }
 }

@@ -1,0 +1,303 @@
+//! The body relay both client drivers share: a body moves from a source (the client, an
+//! upstream connection) to a sink (an upstream, the client, or nowhere when it is drained)
+//! through the response's body filter, re-framed on the way, with each wait under its own
+//! limit (the connection's watch fires it).
+
+use crate::body_filter::BodyFilter;
+use crate::client::BodyError;
+use crate::codec::{push_hex, ChunkEvent, ChunkedDecoder, Framing};
+use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting};
+use crate::worker::{make_room, Worker};
+use bytes::{Buf, Bytes, BytesMut};
+use h2::SendStream;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Buffered output is written once it reaches this size.
+pub(crate) const FLUSH_AT: usize = 64 * 1024;
+
+/// The limits of one body relay: how long a read from the source and a write to the sink may
+/// wait (each wait re-arms the connection's watch), and how many bytes may pass.
+pub(crate) struct Relay<'a> {
+    pub(crate) clock: &'a Clock,
+    pub(crate) watch: &'a ConnWatch,
+    pub(crate) read: (Waiting, Duration),
+    pub(crate) write: (Waiting, Duration),
+    pub(crate) max_bytes: u64,
+}
+
+impl<'a> Relay<'a> {
+    /// Writes to the client under `client_send_timeout`, with nothing to read (a local or
+    /// file body).
+    pub(crate) fn to_client(worker: &'a Worker, watch: &'a ConnWatch) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::ResponseBody, Duration::ZERO),
+            write: (Waiting::ClientWrite, worker.timeouts.get().send),
+            max_bytes: u64::MAX,
+        }
+    }
+
+    async fn fill<R: AsyncRead + Unpin>(
+        &self,
+        src: &mut R,
+        buf: &mut BytesMut,
+    ) -> Result<(), BodyError> {
+        make_room(buf);
+        let (what, limit) = self.read;
+        let read = src.read_buf(buf);
+        match self.watch.within(self.clock, what, limit, read).await {
+            Ok(Ok(0)) | Ok(Err(_)) => Err(BodyError::Source),
+            Ok(Ok(_)) => Ok(()),
+            Err(Expired) => Err(BodyError::SourceStalled),
+        }
+    }
+
+    pub(crate) async fn flush<W: AsyncWrite + Unpin>(
+        &self,
+        sink: &mut Sink<'_, W>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), BodyError> {
+        if !out.is_empty() {
+            if let Some(io) = &mut sink.io {
+                let (what, limit) = self.write;
+                let write = io.write_all(out);
+                match self.watch.within(self.clock, what, limit, write).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(BodyError::Sink),
+                    Err(Expired) => return Err(BodyError::SinkStalled),
+                }
+            }
+            out.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Where a relayed body goes: a stream (none when it is drained), through the response's
+/// body filter if one is installed.
+pub(crate) struct Sink<'a, W> {
+    pub(crate) io: Option<&'a mut W>,
+    pub(crate) filter: Option<&'a mut BodyFilter>,
+    /// Bytes the filter produced (what the client gets, for the log).
+    pub(crate) sent: u64,
+}
+
+impl<'a, W> Sink<'a, W> {
+    pub(crate) fn plain(io: Option<&'a mut W>) -> Sink<'a, W> {
+        Sink {
+            io,
+            filter: None,
+            sent: 0,
+        }
+    }
+
+    /// Frames a piece of the body into `out`, filtered if a filter is installed.
+    pub(crate) fn push(
+        &mut self,
+        out: &mut Vec<u8>,
+        data: &[u8],
+        chunked: bool,
+    ) -> Result<(), BodyError> {
+        if self.filter.is_none() {
+            push_data(out, data, chunked);
+            return Ok(());
+        }
+        self.filtered(out, chunked, |filter| filter.write(data))
+    }
+
+    /// The source has nothing more for now: a filter emits what it holds back, so a stream
+    /// that pauses (server-sent events) reaches the client.
+    fn pause(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
+        self.filtered(out, chunked, BodyFilter::flush)
+    }
+
+    /// The body has ended: a filter emits its last bytes.
+    pub(crate) fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
+        self.filtered(out, chunked, BodyFilter::finish)
+    }
+
+    /// Frames what `step` makes the filter produce (nothing without a filter), counting it.
+    fn filtered(
+        &mut self,
+        out: &mut Vec<u8>,
+        chunked: bool,
+        step: impl FnOnce(&mut BodyFilter) -> std::io::Result<&[u8]>,
+    ) -> Result<(), BodyError> {
+        if let Some(filter) = &mut self.filter {
+            let produced = step(filter).map_err(|_| BodyError::Sink)?;
+            self.sent += produced.len() as u64;
+            push_data(out, produced, chunked);
+        }
+        Ok(())
+    }
+}
+
+/// Streams one message body from `src` (its buffered bytes first) to `sink`, re-framing it
+/// as chunked when `chunked_out`. Bytes already in `out` (a head) go out first, in the
+/// same write when the body is small. Returns the body bytes read from `src`.
+pub(crate) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    framing: Framing,
+    sink: &mut Sink<'_, W>,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    relay: &Relay<'_>,
+) -> Result<u64, BodyError> {
+    let mut relayed: u64 = 0;
+    match framing {
+        Framing::None => {}
+        Framing::Length(total) => {
+            let mut remaining = total;
+            while remaining > 0 {
+                if buf.is_empty() {
+                    sink.pause(out, chunked_out)?;
+                    relay.flush(sink, out).await?;
+                    relay.fill(src, buf).await?;
+                }
+                let take = remaining.min(buf.len() as u64) as usize;
+                sink.push(out, &buf[..take], chunked_out)?;
+                buf.advance(take);
+                remaining -= take as u64;
+                relayed += take as u64;
+                if relayed > relay.max_bytes {
+                    return Err(BodyError::TooLarge);
+                }
+                if out.len() >= FLUSH_AT {
+                    relay.flush(sink, out).await?;
+                }
+            }
+            sink.end(out, chunked_out)?;
+            if chunked_out {
+                out.extend_from_slice(b"0\r\n\r\n");
+            }
+        }
+        Framing::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            loop {
+                let (event, used) = decoder.decode(buf).map_err(|_| BodyError::Malformed)?;
+                match event {
+                    ChunkEvent::Data(start, end) => {
+                        sink.push(out, &buf[start..end], chunked_out)?;
+                        relayed += (end - start) as u64;
+                        buf.advance(used);
+                        if relayed > relay.max_bytes {
+                            return Err(BodyError::TooLarge);
+                        }
+                        if out.len() >= FLUSH_AT {
+                            relay.flush(sink, out).await?;
+                        }
+                    }
+                    ChunkEvent::End(start, end) => {
+                        sink.end(out, chunked_out)?;
+                        // Trailers pass on when the output is chunked too (HTTP/1.0 has none).
+                        if chunked_out {
+                            out.extend_from_slice(b"0\r\n");
+                            out.extend_from_slice(&buf[start..end]);
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        buf.advance(used);
+                        break;
+                    }
+                    ChunkEvent::NeedMore => {
+                        buf.advance(used);
+                        sink.pause(out, chunked_out)?;
+                        relay.flush(sink, out).await?;
+                        relay.fill(src, buf).await?;
+                    }
+                }
+            }
+        }
+        Framing::UntilClose => loop {
+            if !buf.is_empty() {
+                sink.push(out, buf, chunked_out)?;
+                relayed += buf.len() as u64;
+                buf.clear();
+            }
+            sink.pause(out, chunked_out)?;
+            relay.flush(sink, out).await?;
+            if relayed > relay.max_bytes {
+                return Err(BodyError::TooLarge);
+            }
+            match relay.fill(src, buf).await {
+                Ok(()) => {}
+                Err(BodyError::SourceStalled) => return Err(BodyError::SourceStalled),
+                Err(_) => {
+                    sink.end(out, chunked_out)?;
+                    if chunked_out {
+                        out.extend_from_slice(b"0\r\n\r\n");
+                    }
+                    break;
+                }
+            }
+        },
+    }
+    relay.flush(sink, out).await?;
+    Ok(relayed)
+}
+
+/// Runs a body that is already in memory through `filter` whole.
+pub(crate) fn filter_whole(filter: &mut BodyFilter, body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut filtered = filter.write(body)?.to_vec();
+    filtered.extend_from_slice(filter.finish()?);
+    Ok(filtered)
+}
+
+/// Appends a piece of body, as a chunk when `chunked`.
+pub(crate) fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
+    if data.is_empty() {
+        return;
+    }
+    if chunked {
+        push_hex(out, data.len() as u64);
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+/// A stream's send side as a byte sink: each write becomes a DATA frame as large as the
+/// client's window allows, waiting while the window is closed (so a slow reader slows the
+/// relay, and the relay's deadline covers the wait).
+pub(crate) struct DataOut<'a>(pub(crate) &'a mut SendStream<Bytes>);
+
+impl AsyncWrite for DataOut<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let send = &mut *self.get_mut().0;
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        send.reserve_capacity(buf.len());
+        while send.capacity() == 0 {
+            match send.poll_capacity(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io::Error::other(e))),
+                Poll::Ready(Some(Ok(_))) => {}
+            }
+        }
+        let n = send.capacity().min(buf.len());
+        send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
+            .map_err(io::Error::other)?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

@@ -11,7 +11,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use weir_config::{Balancer, HashKey, HealthCheck, PassiveHealth, Retry};
+use weir_config::{
+    Balancer, HashKey, HealthCheck, Http2Settings, PassiveHealth, Retry, UpstreamProtocol,
+};
 
 #[derive(Debug)]
 pub struct Server {
@@ -38,6 +40,10 @@ impl std::ops::Deref for Server {
 pub struct Service {
     pub name: String,
     pub servers: Vec<Server>,
+    /// HTTP/1.1, or HTTP/2 multiplexed (`upstream_h2.rs`).
+    pub protocol: UpstreamProtocol,
+    /// With HTTP/2: what weir announces, and the streams it opens per connection.
+    pub http2: Http2Settings,
     /// Counters, one set per worker (carried over a reload by name).
     pub cells: Arc<PerWorker<ServiceCells>>,
     policy: Policy,
@@ -135,7 +141,7 @@ impl Service {
         carried: &mut Carried,
     ) -> Result<Service, String> {
         let client_tls = if cfg.servers.iter().any(|s| s.tls) {
-            Some(crate::tls::client_config(&cfg.tls)?)
+            Some(crate::tls::client_config(&cfg.tls, cfg.protocol)?)
         } else {
             None
         };
@@ -152,7 +158,14 @@ impl Service {
                 _ => None,
             };
             let tls_name = tls.as_ref().map(|t| format!("{:?}", t.name));
-            let key = format!("{} http {addr} {}", cfg.name, tls_name.unwrap_or_default());
+            // A protocol change makes a new server: its pooled connections speak the old one.
+            let protocol = match cfg.protocol {
+                UpstreamProtocol::Http1 => "http",
+                UpstreamProtocol::Http2 => "h2",
+                UpstreamProtocol::H2c => "h2c",
+            };
+            let tls_name = tls_name.unwrap_or_default();
+            let key = format!("{} {protocol} {addr} {tls_name}", cfg.name);
             servers.push(Server {
                 state: carried.servers.get(key, new_server_state),
                 url: s.url.clone(),
@@ -164,6 +177,8 @@ impl Service {
         }
         Ok(Service {
             name: cfg.name.clone(),
+            protocol: cfg.protocol,
+            http2: cfg.http2,
             policy: Policy::new(cfg.load_balancer, &servers),
             servers,
             hash_key: cfg.hash_key.clone(),
@@ -213,6 +228,8 @@ impl Service {
         }
         Ok(Service {
             name: cfg.name.clone(),
+            protocol: UpstreamProtocol::Http1,
+            http2: Http2Settings::default(),
             policy: Policy::new(cfg.load_balancer, &servers),
             servers,
             hash_key: HashKey::ClientIp,

@@ -8,7 +8,10 @@ use crate::conn::watch::ConnWatch;
 use crate::conn::Scheme;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::Reply;
+use crate::upstream_h2::BodyPump;
 use crate::worker::Worker;
+use bytes::Bytes;
+use h2::SendStream;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -17,6 +20,8 @@ use std::time::Duration;
 /// a reply). The HTTP/1 driver implements it (`conn/h1.rs`); actions and filters see only this.
 pub(crate) trait ClientSide {
     fn ip(&self) -> IpAddr;
+    /// The client's address as text (for the forwarding headers).
+    fn ip_text(&self) -> &str;
     fn scheme(&self) -> Scheme;
     fn watch(&self) -> &ConnWatch;
 
@@ -32,6 +37,18 @@ pub(crate) trait ClientSide {
         upstream: &mut UpstreamIo,
         write_limit: Duration,
     ) -> Result<u64, BodyError>;
+
+    /// Sends the request body on an HTTP/2 upstream stream and ends the stream. An HTTP/2
+    /// client's body is handed to a task of its own, so it flows while the response does
+    /// (the returned pump is kept as long as the response body); an HTTP/1 client's is
+    /// relayed before the response is awaited.
+    async fn send_body_h2(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        stream: SendStream<Bytes>,
+        write_limit: Duration,
+    ) -> Result<Option<BodyPump>, BodyError>;
 
     /// Writes the reply to the client (the response-body phase happens here).
     async fn send_reply<'r>(

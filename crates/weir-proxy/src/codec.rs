@@ -306,6 +306,32 @@ impl ResponseHead {
         self.head.str(self.reason)
     }
 
+    /// An editable head from fields another protocol parsed (an HTTP/2 response), framed as
+    /// the caller determined.
+    pub fn from_fields<'a>(
+        status: u16,
+        fields: impl Iterator<Item = (&'a str, &'a [u8])>,
+        framing: Framing,
+    ) -> ResponseHead {
+        let mut head = Head::default();
+        let mut has_date = false;
+        for (name, value) in fields {
+            has_date |= name == "date";
+            head.append(name, value);
+        }
+        head.edited = false;
+        ResponseHead {
+            head,
+            status,
+            reason: Span::default(),
+            minor_version: 1,
+            framing,
+            keep_alive: true,
+            connection_names_headers: false,
+            has_date,
+        }
+    }
+
     /// An editable head for an answer weir makes itself, framed by its body's length.
     pub fn local(status: u16, headers: &[(String, String)], body_len: usize) -> ResponseHead {
         let mut head = Head::default();

@@ -7,6 +7,7 @@ use crate::accesslog;
 use crate::client::{ClientSide, Outcome, Sent};
 use crate::codec::RequestHead;
 use crate::filter::Flow;
+use crate::grpc;
 use crate::reply::{LocalResponse, Reply};
 use crate::runtime::{Route, RouteAction, Runtime};
 use crate::static_files;
@@ -61,11 +62,12 @@ pub(crate) async fn exchange<C: ClientSide>(
         (line, log.samples())
     });
     // request filters, then the action
-    let mut reply = match route {
+    let reply = match route {
         None if ep.is_none() => Reply::local(Cow::Borrowed(&*ENTRYPOINT_REMOVED)),
         None => Reply::local(Cow::Borrowed(&*NO_ROUTE)),
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
+    let mut reply = grpc::local_errors_in_grpc_form(&head, reply);
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         let mut body_filter = None;

@@ -16,6 +16,7 @@ pub mod conn;
 pub mod control;
 pub mod exchange;
 pub mod filter;
+pub mod grpc;
 pub mod health;
 pub mod health_check;
 pub mod l4;
@@ -34,6 +35,7 @@ pub mod ticker;
 pub mod tls;
 pub mod upgrade;
 pub mod upstream;
+pub mod upstream_h2;
 pub mod worker;
 
 pub use runtime::Runtime;

@@ -127,6 +127,8 @@ pub enum ReplyBody {
     Bytes(Bytes),
     /// Still on the upstream connection, framed as the response head says.
     Upstream(UpstreamConn),
+    /// Still on an HTTP/2 upstream stream (DATA frames, then trailers).
+    Stream(crate::upstream_h2::H2Body),
     /// A part of a file (the `static` action).
     File(FileBody),
     /// After `101 Switching Protocols`: the connection becomes a byte tunnel.

@@ -170,7 +170,8 @@ fn worker_main(
                 ticks = ticks.wrapping_add(1);
                 // Pooled connections expire with second precision.
                 if ticks % 10 == 0 {
-                    sweeper.metrics.pooled.set(sweeper.pool.sweep() as u64);
+                    let pooled = sweeper.pool.sweep() + sweeper.h2_pool.sweep();
+                    sweeper.metrics.pooled.set(pooled as u64);
                     release_memory();
                 }
                 sweeper.tick.notify_waiters();

@@ -14,7 +14,7 @@ use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_config::{CertificateFiles, EntrypointTls, TlsVersion, UpstreamTls};
+use weir_config::{CertificateFiles, EntrypointTls, TlsVersion, UpstreamProtocol, UpstreamTls};
 
 /// A TLS entrypoint's compiled settings.
 #[derive(Clone)]
@@ -189,7 +189,10 @@ pub struct UpstreamTlsTarget {
 }
 
 /// The client config for a service's https:// servers; errors read `LINE:COLUMN: message`.
-pub fn client_config(tls: &UpstreamTls) -> Result<Arc<rustls::ClientConfig>, String> {
+pub fn client_config(
+    tls: &UpstreamTls,
+    protocol: UpstreamProtocol,
+) -> Result<Arc<rustls::ClientConfig>, String> {
     let at = format!("{}:{}", tls.pos.line, tls.pos.column);
     let provider = provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -231,7 +234,10 @@ pub fn client_config(tls: &UpstreamTls) -> Result<Arc<rustls::ClientConfig>, Str
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = match protocol {
+        UpstreamProtocol::Http2 => vec![b"h2".to_vec()],
+        _ => vec![b"http/1.1".to_vec()],
+    };
     Ok(Arc::new(config))
 }
 

@@ -10,15 +10,17 @@ use crate::codec::{self, is_hop_by_hop, lists_token, push_decimal, RequestHead, 
 use crate::codec::{header, Framing};
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::Scheme;
+use crate::grpc;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::upstream_h2;
 use crate::worker::make_room;
 use crate::worker::Worker;
 use std::borrow::Cow;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use weir_config::RetryOn;
+use weir_config::{RetryOn, UpstreamProtocol};
 
 /// A local error answer that names the server it concerns (for the access log).
 fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) -> Reply<'r> {
@@ -48,10 +50,14 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     let may_resend = !has_body && head.is_idempotent();
     let attempts = service.retry.as_ref().map_or(1, |r| r.attempts);
     let budget = RetryBudget::new(service, worker.id);
-    // `timeouts.request` bounds every wait of every try.
-    let until = service
-        .request_timeout
-        .map(|limit| worker.clock.now() + limit);
+    // `timeouts.request` bounds every wait of every try, and so does a gRPC call's deadline
+    // (gRPC needs HTTP/2, so HTTP/1 requests skip the lookup).
+    let deadline = head.http2.then(|| grpc::timeout(head)).flatten();
+    let limit = match (service.request_timeout, deadline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let until = limit.map(|limit| worker.clock.now() + limit);
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
     loop {
@@ -59,34 +65,45 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             return failure(503, "no server available", None);
         };
         let used = UpstreamUse::new(server, service);
-        let failed =
-            match try_server(worker, service, server, client, head, may_resend, until).await {
-                Ok(mut reply) => {
-                    let status = match &reply.head {
-                        ReplyHead::Response(response) => response.status,
-                        _ => 0,
-                    };
-                    if matches!(status, 502..=504) {
-                        note_failure(service, server);
-                    }
-                    let retry_status = service
-                        .retry
-                        .as_ref()
-                        .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
-                    let may_retry = tried.len() + 1 < attempts as usize && budget.allows();
-                    if !(retry_status && may_resend && may_retry) {
-                        reply.upstream = Some(used);
-                        return reply;
-                    }
-                    // Retried: this answer's body is never read, so its connection is dropped.
-                    Failed {
-                        status,
-                        message: "upstream answered with an error",
-                        cause: Cause::Status,
-                    }
+        let tried_server = match service.protocol {
+            UpstreamProtocol::Http1 => {
+                try_server(worker, service, server, client, head, may_resend, until).await
+            }
+            // Boxed: HTTP/2 tries are rarer, and their state is larger.
+            _ => {
+                Box::pin(upstream_h2::try_server(
+                    worker, service, server, client, head, until,
+                ))
+                .await
+            }
+        };
+        let failed = match tried_server {
+            Ok(mut reply) => {
+                let status = match &reply.head {
+                    ReplyHead::Response(response) => response.status,
+                    _ => 0,
+                };
+                if matches!(status, 502..=504) {
+                    note_failure(service, server);
                 }
-                Err(failed) => failed,
-            };
+                let retry_status = service
+                    .retry
+                    .as_ref()
+                    .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
+                let may_retry = tried.len() + 1 < attempts as usize && budget.allows();
+                if !(retry_status && may_resend && may_retry) {
+                    reply.upstream = Some(used);
+                    return reply;
+                }
+                // Retried: this answer's body is never read, so its connection is dropped.
+                Failed {
+                    status,
+                    message: "upstream answered with an error",
+                    cause: Cause::Status,
+                }
+            }
+            Err(failed) => failed,
+        };
         if matches!(failed.cause, Cause::Connect | Cause::Reset) {
             note_failure(service, server);
         }

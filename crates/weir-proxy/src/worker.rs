@@ -10,6 +10,7 @@ use crate::metrics::WorkerCells;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::runtime::{ClientTimeouts, Runtime};
+use crate::upstream_h2::H2Pool;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use std::cell::{Cell, RefCell};
@@ -70,6 +71,8 @@ pub struct Worker {
     pub id: usize,
     pub config: Arc<ArcSwap<Runtime>>,
     pub pool: Pool,
+    /// Multiplexed connections to HTTP/2 servers.
+    pub h2_pool: H2Pool,
     pub shutdown: Arc<Shutdown>,
     /// Every open client connection's watch, so the worker's sweep can fire their deadlines
     /// and a stop can end idle ones. Compacted by the sweep.
@@ -109,6 +112,7 @@ impl Worker {
             id,
             config,
             pool: Pool::default(),
+            h2_pool: H2Pool::default(),
             shutdown,
             connections: RefCell::new(Vec::new()),
             idle: IdleConnections::new()?,

@@ -13,15 +13,18 @@ use crate::codec::{
 };
 use crate::compress::WHOLE_BODY_LIMIT;
 use crate::conn::idle::PARK_AFTER;
-use crate::conn::relay::{filter_whole, relay_body, Relay, Sink, FLUSH_AT};
+use crate::conn::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT};
 use crate::conn::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::static_files::read_exact_at;
+use crate::upstream_h2::BodyPump;
 use crate::worker::{make_room, Worker};
+use bytes::Bytes;
 use bytes::BytesMut;
+use h2::SendStream;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -291,6 +294,10 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         self.ip
     }
 
+    fn ip_text(&self) -> &str {
+        &self.ip_text
+    }
+
     fn scheme(&self) -> Scheme {
         self.scheme
     }
@@ -341,6 +348,48 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
             Err(_) => RequestBody::Broken,
         };
         sent
+    }
+
+    /// Relayed from the connection into DATA frames as the stream's window allows.
+    async fn send_body_h2(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        mut stream: SendStream<Bytes>,
+        write_limit: Duration,
+    ) -> Result<Option<BodyPump>, BodyError> {
+        if self.send_continue(req).await.is_err() {
+            return Err(BodyError::Source);
+        }
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::RequestBody, worker.timeouts.get().body),
+            write: (Waiting::UpstreamWrite, write_limit),
+            max_bytes: u64::MAX,
+        };
+        self.out.clear();
+        let mut frames = DataOut(&mut stream);
+        let sent = relay_body(
+            &mut self.io,
+            &mut self.buf,
+            req.framing,
+            &mut Sink::plain(Some(&mut frames)),
+            &mut self.out,
+            false,
+            &relay,
+        )
+        .await;
+        self.body = if sent.is_ok() {
+            RequestBody::Done
+        } else {
+            RequestBody::Broken
+        };
+        sent?;
+        stream
+            .send_data(Bytes::new(), true)
+            .map_err(|_| BodyError::Sink)?;
+        Ok(None)
     }
 
     async fn send_reply<'r>(
@@ -576,6 +625,38 @@ impl<S: ClientIo> H1Client<S> {
                         (outcome, None)
                     }
                 }
+            }
+            ReplyBody::Stream(mut stream) => {
+                let relay = Relay {
+                    clock: &worker.clock,
+                    watch: &self.watch,
+                    read: (Waiting::ResponseBody, read_timeout),
+                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
+                    max_bytes: u64::MAX,
+                };
+                let mut sink = Sink {
+                    io: Some(&mut self.io),
+                    filter: filter.as_mut(),
+                    sent: 0,
+                };
+                let relayed = if framing_in == Framing::None {
+                    relay.flush(&mut sink, &mut self.out).await.map(|()| 0)
+                } else {
+                    let relaying = relay_stream(
+                        &mut stream.recv,
+                        &mut sink,
+                        &mut self.out,
+                        chunked_out,
+                        &relay,
+                    );
+                    relaying.await.map(|(bytes, _)| bytes)
+                };
+                let sent = sink.sent;
+                match relayed {
+                    Ok(bytes) => outcome.bytes = if filter.is_some() { sent } else { bytes },
+                    Err(_) => outcome.keep_alive = false,
+                }
+                (outcome, None)
             }
             ReplyBody::Bytes(bytes) => {
                 if framing_out != Framing::None {

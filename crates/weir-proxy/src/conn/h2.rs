@@ -13,13 +13,16 @@ use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
 use crate::compress::WHOLE_BODY_LIMIT;
 use crate::conn::h1::canonical_ip;
-use crate::conn::relay::{filter_whole, push_data, relay_body, DataOut, Relay, Sink, FLUSH_AT};
+use crate::conn::relay::{
+    filter_whole, push_data, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT,
+};
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::Scheme;
 use crate::exchange::exchange;
 use crate::pool::UpstreamIo;
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::static_files::read_exact_at;
+use crate::upstream_h2::{pump_body, BodyPump};
 use crate::worker::Worker;
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
@@ -234,6 +237,10 @@ impl ClientSide for H2Client {
         self.ip
     }
 
+    fn ip_text(&self) -> &str {
+        &self.ip_text
+    }
+
     fn scheme(&self) -> Scheme {
         self.scheme
     }
@@ -296,6 +303,27 @@ impl ClientSide for H2Client {
         }
         relay.flush(&mut sink, &mut self.out).await?;
         Ok(sent)
+    }
+
+    /// Pumped by a task of its own (`upstream_h2::pump_body`), so it flows while the
+    /// response does.
+    async fn send_body_h2(
+        &mut self,
+        _worker: &Worker,
+        _req: &RequestHead,
+        mut stream: SendStream<Bytes>,
+        _write_limit: Duration,
+    ) -> Result<Option<BodyPump>, BodyError> {
+        match self.body.take() {
+            Some(body) => Ok(Some(BodyPump::spawn(pump_body(body, stream)))),
+            None => {
+                // The length was declared, but the client's stream had already ended.
+                stream
+                    .send_data(Bytes::new(), true)
+                    .map_err(|_| BodyError::Sink)?;
+                Ok(None)
+            }
+        }
     }
 
     async fn send_reply<'r>(
@@ -396,12 +424,15 @@ impl H2Client {
         } else {
             response.framing
         };
+        // An HTTP/2 upstream's answer that ended with its head (gRPC's trailers-only form)
+        // ends with its head here too.
+        let ended = matches!(&body, ReplyBody::Stream(stream) if stream.ended());
         let length = match (&filter, framing) {
-            (None, Framing::Length(n)) => Some(n),
+            (None, Framing::Length(n)) if !ended => Some(n),
             _ => None,
         };
         let parts = response_parts(&response, length, date, head_only);
-        let no_body = framing == Framing::None || matches!(body, ReplyBody::Upgrade(_));
+        let no_body = framing == Framing::None || ended || matches!(body, ReplyBody::Upgrade(_));
         let mut send = match self.respond.send_response(parts, no_body) {
             Ok(send) => send,
             Err(_) => return (Err(BodyError::Sink), None),
@@ -447,6 +478,48 @@ impl H2Client {
                         (Err(e), None)
                     }
                 }
+            }
+            ReplyBody::Stream(mut stream) => {
+                let relay = Relay {
+                    clock: &worker.clock,
+                    watch: &self.watch,
+                    read: (Waiting::ResponseBody, read_timeout),
+                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
+                    max_bytes: u64::MAX,
+                };
+                let mut out = DataOut(&mut send);
+                let mut sink = Sink {
+                    io: Some(&mut out),
+                    filter: filter.as_mut(),
+                    sent: 0,
+                };
+                self.out.clear();
+                let relaying =
+                    relay_stream(&mut stream.recv, &mut sink, &mut self.out, false, &relay);
+                let relayed = relaying.await;
+                let filtered = sink.sent;
+                let sent = if filter.is_some() { filtered } else { 0 };
+                let ended = match relayed {
+                    Ok((bytes, Some(trailers))) => send.send_trailers(trailers).map(|()| {
+                        if filter.is_some() {
+                            sent
+                        } else {
+                            bytes
+                        }
+                    }),
+                    Ok((bytes, None)) => send.send_data(Bytes::new(), true).map(|()| {
+                        if filter.is_some() {
+                            sent
+                        } else {
+                            bytes
+                        }
+                    }),
+                    Err(e) => {
+                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        return (Err(e), None);
+                    }
+                };
+                (ended.map_err(|_| BodyError::Sink), None)
             }
             ReplyBody::Bytes(bytes) => (
                 send_all(worker, &self.watch, &mut send, bytes, true).await,

@@ -5,11 +5,11 @@
 
 use crate::body_filter::BodyFilter;
 use crate::client::BodyError;
-use crate::codec::{push_hex, ChunkEvent, ChunkedDecoder, Framing};
+use crate::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting};
 use crate::worker::{make_room, Worker};
 use bytes::{Buf, Bytes, BytesMut};
-use h2::SendStream;
+use h2::{RecvStream, SendStream};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -239,6 +239,74 @@ pub(crate) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
     relay.flush(sink, out).await?;
     Ok(relayed)
+}
+
+/// Streams an HTTP/2 upstream's response body (DATA frames, then trailers) to `sink`. What
+/// has arrived goes out together and a pause flushes it, so streamed messages (gRPC,
+/// server-sent events) are not held back; each frame's window is given back once it has been
+/// written, so a slow client slows the upstream. With `chunked_out` the trailers end the
+/// chunked body; otherwise they are returned, for an HTTP/2 client's HEADERS frame.
+pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
+    recv: &mut RecvStream,
+    sink: &mut Sink<'_, W>,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    relay: &Relay<'_>,
+) -> Result<(u64, Option<http::HeaderMap>), BodyError> {
+    let mut relayed = 0u64;
+    let mut unreleased = 0usize;
+    let (what, limit) = relay.read;
+    loop {
+        let now = std::future::poll_fn(|cx| Poll::Ready(recv.poll_data(cx))).await;
+        let next = match now {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                sink.pause(out, chunked_out)?;
+                relay.flush(sink, out).await?;
+                let _ = recv.flow_control().release_capacity(unreleased);
+                unreleased = 0;
+                let later = std::future::poll_fn(|cx| recv.poll_data(cx));
+                match relay.watch.within(relay.clock, what, limit, later).await {
+                    Ok(next) => next,
+                    Err(Expired) => return Err(BodyError::SourceStalled),
+                }
+            }
+        };
+        match next {
+            None => break,
+            Some(Err(_)) => return Err(BodyError::Source),
+            Some(Ok(data)) => {
+                sink.push(out, &data, chunked_out)?;
+                relayed += data.len() as u64;
+                unreleased += data.len();
+                if out.len() >= FLUSH_AT {
+                    relay.flush(sink, out).await?;
+                    let _ = recv.flow_control().release_capacity(unreleased);
+                    unreleased = 0;
+                }
+            }
+        }
+    }
+    sink.end(out, chunked_out)?;
+    let trailers = std::future::poll_fn(|cx| recv.poll_trailers(cx));
+    let trailers = match relay.watch.within(relay.clock, what, limit, trailers).await {
+        Ok(Ok(trailers)) => trailers,
+        Ok(Err(_)) => return Err(BodyError::Source),
+        Err(Expired) => return Err(BodyError::SourceStalled),
+    };
+    let trailers = if chunked_out {
+        out.extend_from_slice(b"0\r\n");
+        for (name, value) in trailers.iter().flatten() {
+            header(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+        None
+    } else {
+        trailers
+    };
+    relay.flush(sink, out).await?;
+    let _ = recv.flow_control().release_capacity(unreleased);
+    Ok((relayed, trailers))
 }
 
 /// Runs a body that is already in memory through `filter` whole.

@@ -1,0 +1,405 @@
+//! HTTP/2 to the servers (`protocol: h2`, over TLS with ALPN, or `h2c` in clear). Per worker,
+//! each server has a few multiplexed connections ([`H2Pool`]), each carrying at most the
+//! service's `http2.max_concurrent_streams` streams (fewer if the server says so); another
+//! connection is opened when all are full. One try of a request is one stream: the head goes
+//! out as HEADERS and the body follows, pumped by a task of its own when the client speaks
+//! HTTP/2 too, so both directions flow at once (gRPC streaming). The response's body and
+//! trailers stay on the stream ([`H2Body`]) for the client's driver to relay.
+
+use crate::balancer::{Server, Service};
+use crate::client::{BodyError, ClientSide};
+use crate::codec::{Framing, RequestHead, ResponseHead};
+use crate::conn::relay::DataOut;
+use crate::conn::watch::{Expired, Waiting};
+use crate::pool::UpstreamIo;
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::upstream::{self, Cause, Failed, FieldSink};
+use crate::worker::Worker;
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{RecvStream, SendStream};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use weir_config::UpstreamProtocol;
+
+/// One multiplexed connection's state, shared by its pool entry, its task and its streams.
+struct ConnState {
+    /// Streams open on it (a [`StreamSlot`] each).
+    streams: Cell<usize>,
+    /// Set by the connection's task when the connection ends.
+    closed: Cell<bool>,
+    /// When its last stream ended, for the idle timeout.
+    last_used: Cell<Instant>,
+}
+
+struct H2Conn {
+    send: SendRequest<Bytes>,
+    state: Rc<ConnState>,
+    idle_timeout: Duration,
+}
+
+/// A stream counted against its connection's cap until dropped (with the response body).
+pub struct StreamSlot(Rc<ConnState>);
+
+impl StreamSlot {
+    fn enter(state: &Rc<ConnState>) -> StreamSlot {
+        state.streams.set(state.streams.get() + 1);
+        StreamSlot(state.clone())
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let left = self.0.streams.get() - 1;
+        self.0.streams.set(left);
+        if left == 0 {
+            self.0.last_used.set(Instant::now());
+        }
+    }
+}
+
+/// A worker's HTTP/2 connections, by server id. Single-threaded, like the HTTP/1 pool.
+#[derive(Default)]
+pub struct H2Pool {
+    slots: RefCell<Vec<Vec<H2Conn>>>,
+}
+
+impl H2Pool {
+    /// A live connection to `server` with room for one more stream, and that stream's slot.
+    fn checkout(&self, server: usize, cap: usize) -> Option<(SendRequest<Bytes>, StreamSlot)> {
+        let mut slots = self.slots.borrow_mut();
+        let conns = slots.get_mut(server)?;
+        conns.retain(|c| !c.state.closed.get());
+        let conn = conns
+            .iter()
+            .find(|c| c.state.streams.get() < cap.min(c.send.current_max_send_streams()))?;
+        Some((conn.send.clone(), StreamSlot::enter(&conn.state)))
+    }
+
+    fn add(&self, server: usize, conn: H2Conn) {
+        let mut slots = self.slots.borrow_mut();
+        if slots.len() <= server {
+            slots.resize_with(server + 1, Vec::new);
+        }
+        slots[server].push(conn);
+    }
+
+    /// Closes connections that ended or carried no stream for their idle timeout; returns
+    /// how many stay open.
+    pub fn sweep(&self) -> usize {
+        let now = Instant::now();
+        let mut open = 0;
+        for conns in self.slots.borrow_mut().iter_mut() {
+            conns.retain(|c| {
+                let state = &c.state;
+                !state.closed.get()
+                    && (state.streams.get() > 0 || now < state.last_used.get() + c.idle_timeout)
+            });
+            open += conns.len();
+        }
+        open
+    }
+}
+
+/// A response body still on its HTTP/2 stream: DATA frames, then maybe trailers.
+pub struct H2Body {
+    pub recv: RecvStream,
+    /// The request body's pump, when it runs on its own: stopped if the exchange ends first.
+    pub pump: Option<BodyPump>,
+    pub slot: StreamSlot,
+}
+
+impl H2Body {
+    /// The response ended with its head: nothing (not even trailers) follows.
+    pub fn ended(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
+
+/// A request body being pumped by its own task; dropping this stops it (which resets the
+/// upstream stream if the body had not ended).
+pub struct BodyPump(tokio::task::AbortHandle);
+
+impl BodyPump {
+    pub fn spawn(pumping: impl std::future::Future<Output = ()> + 'static) -> BodyPump {
+        BodyPump(tokio::task::spawn_local(pumping).abort_handle())
+    }
+}
+
+impl Drop for BodyPump {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Moves an HTTP/2 client's request body to the upstream stream, frame by frame: each frame's
+/// window is given back to the client once the upstream has taken it (so a slow upstream
+/// slows the client), and trailers pass on. A reset on either side resets the other.
+pub async fn pump_body(mut body: RecvStream, mut send: SendStream<Bytes>) {
+    loop {
+        match body.data().await {
+            None => break,
+            Some(Ok(data)) => {
+                let len = data.len();
+                if DataOut(&mut send).write_all(&data).await.is_err() {
+                    body.flow_control().release_capacity(len).ok();
+                    return;
+                }
+                let _ = body.flow_control().release_capacity(len);
+            }
+            Some(Err(_)) => {
+                send.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+        }
+    }
+    match body.trailers().await {
+        Ok(Some(trailers)) => {
+            let _ = send.send_trailers(trailers);
+        }
+        Ok(None) => {
+            let _ = send.send_data(Bytes::new(), true);
+        }
+        Err(_) => send.send_reset(h2::Reason::CANCEL),
+    }
+}
+
+/// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a
+/// reply whose body is still on the stream.
+pub(crate) async fn try_server<'r, C: ClientSide>(
+    worker: &Worker,
+    service: &Service,
+    server: &Server,
+    client: &mut C,
+    head: &RequestHead,
+    until: Option<Instant>,
+) -> Result<Reply<'r>, Failed> {
+    // A wait's limit, cut to what `timeouts.request` leaves.
+    let within = |limit: Duration| match until {
+        Some(until) => limit.min(until.saturating_duration_since(worker.clock.now())),
+        None => limit,
+    };
+    let fail = |status, message, cause| {
+        Err(Failed {
+            status,
+            message,
+            cause,
+        })
+    };
+    if head.upgrade {
+        let message = "a protocol upgrade needs an HTTP/1.1 service";
+        return fail(502, message, Cause::Other);
+    }
+    let cap = service.http2.max_concurrent_streams as usize;
+    let (mut send, slot) = match worker.h2_pool.checkout(server.id, cap) {
+        Some(open) => open,
+        None => Box::pin(open_connection(worker, service, server, client, &within)).await?,
+    };
+    let request = match request_parts(head, service, server, client) {
+        Some(request) => request,
+        None => return fail(400, "request cannot be sent over HTTP/2", Cause::Other),
+    };
+    let has_body = head.framing != Framing::None;
+    let ready = std::future::poll_fn(|cx| send.poll_ready(cx));
+    let limit = within(service.connect_timeout);
+    let watch = client.watch();
+    match watch
+        .within(&worker.clock, Waiting::Connect, limit, ready)
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return fail(502, "upstream HTTP/2 connection failed", Cause::Reset),
+        Err(Expired) => return fail(504, "upstream HTTP/2 connection timed out", Cause::Reset),
+    }
+    let Ok((response, stream)) = send.send_request(request, !has_body) else {
+        return fail(502, "upstream HTTP/2 connection failed", Cause::Reset);
+    };
+    let pump = if has_body {
+        let sending = client.send_body_h2(worker, head, stream, service.write_timeout);
+        match sending.await {
+            Ok(pump) => pump,
+            Err(BodyError::Sink) => return fail(502, "upstream reset the stream", Cause::Reset),
+            Err(BodyError::SinkStalled) => {
+                let message = "upstream did not take the request in time";
+                return fail(504, message, Cause::Other);
+            }
+            Err(BodyError::Source) => {
+                return fail(499, "client closed the connection", Cause::Other)
+            }
+            Err(e) => {
+                let (status, message) =
+                    e.client_answer().unwrap_or((400, "malformed request body"));
+                return fail(status, message, Cause::Other);
+            }
+        }
+    } else {
+        None
+    };
+    let per_try = service.retry.as_ref().and_then(|r| r.per_try_timeout);
+    let limit = within(per_try.unwrap_or(service.response_header_timeout));
+    let waited = client
+        .watch()
+        .within(&worker.clock, Waiting::ResponseHead, limit, response)
+        .await;
+    let response = match waited {
+        Ok(Ok(response)) => response,
+        // Refused streams were never processed; other errors may have been.
+        Ok(Err(_)) => return fail(502, "upstream reset the stream", Cause::Reset),
+        Err(Expired) => return fail(504, "upstream response timed out", Cause::Timeout),
+    };
+    let (parts, recv) = response.into_parts();
+    let framing = response_framing(head, &parts, &recv);
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()));
+    let response = ResponseHead::from_fields(parts.status.as_u16(), fields, framing);
+    Ok(Reply {
+        head: ReplyHead::Response(response),
+        body: ReplyBody::Stream(H2Body { recv, pump, slot }),
+        upstream: None,
+        body_filter: None,
+    })
+}
+
+/// Opens a connection (TLS with ALPN `h2`, or `h2c`), adds it to the pool, and takes a
+/// stream slot on it.
+async fn open_connection<C: ClientSide>(
+    worker: &Worker,
+    service: &Service,
+    server: &Server,
+    client: &C,
+    within: &impl Fn(Duration) -> Duration,
+) -> Result<(SendRequest<Bytes>, StreamSlot), Failed> {
+    let limit = within(service.connect_timeout);
+    let io = upstream::connect(worker, server, client.watch(), limit).await?;
+    let failed = |status, message| Failed {
+        status,
+        message,
+        cause: Cause::Connect,
+    };
+    if let UpstreamIo::Tls(tls) = &io {
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(failed(502, "upstream did not agree to HTTP/2 (ALPN)"));
+        }
+    }
+    let settings = service.http2;
+    let mut builder = h2::client::Builder::new();
+    builder
+        .enable_push(false)
+        .initial_window_size(settings.initial_window_size)
+        .initial_connection_window_size(settings.initial_window_size.saturating_mul(4))
+        .max_frame_size(settings.max_frame_size)
+        .max_header_list_size(settings.max_header_list_size)
+        .max_send_buffer_size(crate::conn::relay::FLUSH_AT * 4);
+    let handshake = builder.handshake::<UpstreamIo, Bytes>(io);
+    let (send, connection) = match client
+        .watch()
+        .within(&worker.clock, Waiting::Connect, limit, handshake)
+        .await
+    {
+        Ok(Ok(done)) => done,
+        Ok(Err(_)) => return Err(failed(502, "upstream HTTP/2 handshake failed")),
+        Err(Expired) => return Err(failed(504, "upstream HTTP/2 handshake timed out")),
+    };
+    let state = Rc::new(ConnState {
+        streams: Cell::new(0),
+        closed: Cell::new(false),
+        last_used: Cell::new(Instant::now()),
+    });
+    let ended = state.clone();
+    tokio::task::spawn_local(async move {
+        let _ = connection.await;
+        ended.closed.set(true);
+    });
+    let slot = StreamSlot::enter(&state);
+    worker.h2_pool.add(
+        server.id,
+        H2Conn {
+            send: send.clone(),
+            state,
+            idle_timeout: service.idle_timeout,
+        },
+    );
+    Ok((send, slot))
+}
+
+/// The request head as an HTTP/2 upstream gets it: `:authority` from the Host weir would
+/// send an HTTP/1 upstream, the same forwarded fields, the length when it is known.
+fn request_parts<C: ClientSide>(
+    req: &RequestHead,
+    service: &Service,
+    server: &Server,
+    client: &C,
+) -> Option<http::Request<()>> {
+    let target = req.target();
+    let path_and_query = if target.starts_with('/') {
+        target.to_string()
+    } else if req.query().is_empty() {
+        req.path().to_string()
+    } else {
+        format!("{}?{}", req.path(), req.query())
+    };
+    let scheme = match service.protocol {
+        UpstreamProtocol::Http2 => "https",
+        _ => "http",
+    };
+    let uri = http::Uri::builder()
+        .scheme(scheme)
+        .authority(upstream::upstream_host(req, service, server))
+        .path_and_query(path_and_query)
+        .build()
+        .ok()?;
+    let mut request = http::Request::new(());
+    *request.method_mut() = http::Method::from_bytes(req.method().as_bytes()).ok()?;
+    *request.uri_mut() = uri;
+    let headers = request.headers_mut();
+    upstream::forwarded_fields(headers, req, client.ip_text(), client.scheme());
+    if let Framing::Length(n) = req.framing {
+        headers.insert(http::header::CONTENT_LENGTH, n.into());
+    }
+    Some(request)
+}
+
+impl FieldSink for http::HeaderMap {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            self.append(name, value);
+        }
+    }
+
+    fn field_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
+        let mut value = Vec::with_capacity(64);
+        write(&mut value);
+        self.field(name, &value);
+    }
+}
+
+/// How the response body is delimited, for the client's driver: none for HEAD and bodiless
+/// statuses, the declared length, nothing when the head ended the stream, else unknown
+/// (relayed as it comes, chunked to an HTTP/1.1 client).
+fn response_framing(
+    req: &RequestHead,
+    parts: &http::response::Parts,
+    recv: &RecvStream,
+) -> Framing {
+    let status = parts.status.as_u16();
+    if req.is_head() || (100..200).contains(&status) || status == 204 || status == 304 {
+        return Framing::None;
+    }
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) => Framing::Length(n),
+        None if recv.is_end_stream() => Framing::Length(0),
+        None => Framing::Chunked,
+    }
+}

@@ -9,7 +9,7 @@ import argparse, csv, json, os, re, resource, shutil, signal, socket, statistics
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp", "reload", "h2"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp", "reload", "h2", "grpc"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
@@ -482,13 +482,14 @@ def scenario_reload(ctx):
         for p in procs:
             p.stop()
 
-def run_h2load(url, conns, streams, duration, cpus, target):
-    """h2load (nghttp2-client): `conns` connections with `streams` concurrent streams each.
-    h2load reports a mean and a maximum, no percentiles."""
+def run_h2load(url, conns, streams, duration, cpus, target, extra=()):
+    """h2load (nghttp2-client): `conns` connections with `streams` concurrent streams each;
+    `extra` are more h2load arguments (a body to POST, headers). h2load reports a mean and a
+    maximum, no percentiles."""
     before = target.cpu_seconds()
     clock = cpu_times()
     out = subprocess.run(["taskset", "-c", cpus, "h2load", "-t1", f"-c{conns}", f"-m{streams}",
-                          f"-D{duration}", url], capture_output=True, text=True).stdout
+                          f"-D{duration}", *extra, url], capture_output=True, text=True).stdout
     steal = steal_percent(clock, cpu_times())
     after = target.cpu_seconds()
     rps = re.search(r"finished in ([\d.]+)(?:ms|s), ([\d.]+) req/s", out)
@@ -552,6 +553,42 @@ def scenario_h2(ctx):
             for p in procs:
                 p.stop()
     return out
+
+def scenario_grpc(ctx):
+    """Issue 8's gRPC bench: unary calls (a 100-byte message, echoed) through the gateway to
+    `weir-grpc-upstream` over cleartext HTTP/2, h2load with 50 connections x 10 streams posting
+    the gRPC-framed message; against nginx `grpc_pass` (upstream keepalive) and HAProxy
+    (`proto h2` both sides)."""
+    conns, streams = ctx.conn_levels[0], 10
+    message = os.path.join(WORK, "grpc-message.bin")
+    payload = b"x" * 100
+    with open(message, "wb") as f:
+        f.write(b"\x00" + len(payload).to_bytes(4, "big") + payload)
+    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
+    procs = []
+    try:
+        upstream_bin = os.path.join(os.path.dirname(ctx.bench), "weir-grpc-upstream")
+        procs.append(Proc("grpc-upstream", [upstream_bin, f"127.0.0.1:{up_port}"], up_port, ctx.load_cpus))
+        ng = start_nginx("nginx-grpc", ng_port, f"""  upstream grpcup {{ server 127.0.0.1:{up_port}; keepalive 64; }}
+  http2_max_concurrent_streams 128;
+  server {{ listen 127.0.0.1:{ng_port} http2 backlog=4096; location / {{ grpc_pass grpc://grpcup; }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        ha = start_haproxy("haproxy-grpc", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port} proto h2",
+                           "  default_backend be", ctx.proxy_cpus, bind_extra=" proto h2")
+        procs.append(ha)
+        yaml = weir_yaml(we_port, WEIR_CATCH_ALL,
+                         f'services:\n  up:\n    protocol: h2c\n    servers: [{{ url: "http://127.0.0.1:{up_port}" }}]\n').replace(
+            f'  web: {{ address: "127.0.0.1:{we_port}" }}', f'  web: {{ address: "127.0.0.1:{we_port}", h2c: true }}')
+        we = start_weir(ctx.weir, "weir-grpc", we_port, yaml, ctx.proxy_cpus)
+        procs.append(we)
+        targets = [(name, proc, f"http://127.0.0.1:{port}/bench.Echo/Unary")
+                   for name, proc, port in (("nginx", ng, ng_port), ("haproxy", ha, ha_port), ("weir", we, we_port))]
+        extra = ("-d", message, "-H", "content-type: application/grpc", "-H", "te: trailers")
+        measure = lambda url, proc: run_h2load(url, conns, streams, ctx.duration, ctx.load_cpus, proc, extra)
+        return {f"grpc-unary-c{conns}x{streams}": interleave("grpc", targets, measure, ctx.rounds)}
+    finally:
+        for p in procs:
+            p.stop()
 
 def make_bench_certificate():
     """An ECDSA P-256 certificate for bench.test and 127.0.0.1, shared by every TLS peer."""
@@ -1212,7 +1249,8 @@ def main():
         results = {"proxy": scenario_proxy, "ping": scenario_ping, "hosts": scenario_hosts,
                    "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
                    "compress": scenario_compress, "static": scenario_static, "tcp": scenario_tcp,
-                   "udp": scenario_udp, "reload": scenario_reload, "h2": scenario_h2}[name](ctx)
+                   "udp": scenario_udp, "reload": scenario_reload, "h2": scenario_h2,
+                   "grpc": scenario_grpc}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

@@ -1,14 +1,15 @@
 //! Active health checks, run by the control thread: `GET path` to every server of a service
-//! with `health_check` every `interval`; a server goes down after `unhealthy_threshold`
-//! consecutive failures and back up after `healthy_threshold` passes (both logged). The state
-//! lives in each server's `Health` (`health.rs`), which the workers' balancers read.
+//! with `health_check` every `interval`, in the service's protocol (HTTP/2 for `h2` and `h2c`);
+//! a server goes down after `unhealthy_threshold` consecutive failures and back up after
+//! `healthy_threshold` passes (both logged). The state lives in each server's `Health`
+//! (`health.rs`), which the workers' balancers read.
 
 use crate::balancer::{Server, Service};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir_config::HealthCheck;
+use weir_config::{HealthCheck, UpstreamProtocol};
 
 /// The running checks, one task per server of each service with `health_check`, keyed by
 /// what they check (service, server state, settings): a reload keeps the tasks whose key is
@@ -55,7 +56,7 @@ impl ActiveChecks {
 async fn check_server(service: &Service, server: &Server, check: &HealthCheck) {
     let (mut passes, mut fails) = (0u32, 0u32);
     loop {
-        let result = tokio::time::timeout(check.timeout, probe(server, check)).await;
+        let result = tokio::time::timeout(check.timeout, probe(service, server, check)).await;
         let outcome = match result {
             Ok(Ok(status))
                 if check
@@ -97,9 +98,19 @@ async fn check_server(service: &Service, server: &Server, check: &HealthCheck) {
     }
 }
 
-/// One `GET path` on a new connection; the response's status.
-async fn probe(server: &Server, check: &HealthCheck) -> std::io::Result<u16> {
+/// One `GET path` on a new connection, in the service's protocol; the response's status.
+async fn probe(service: &Service, server: &Server, check: &HealthCheck) -> std::io::Result<u16> {
     let io = TcpStream::connect(server.addr).await?;
+    if service.protocol != UpstreamProtocol::Http1 {
+        return match &server.tls {
+            None => probe_h2(io, "http", server, check).await,
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let io = connector.connect(tls.name.clone(), io).await?;
+                probe_h2(io, "https", server, check).await
+            }
+        };
+    }
     let mut request = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nUser-Agent: weir-health-check\r\n",
         check.path, server.authority
@@ -122,6 +133,32 @@ async fn probe(server: &Server, check: &HealthCheck) -> std::io::Result<u16> {
         .and_then(|s| s.parse().ok())
         .filter(|_| text.starts_with("HTTP/1."))
         .ok_or_else(|| std::io::Error::other("not an HTTP response"))
+}
+
+/// The probe as one HTTP/2 stream on its own connection.
+async fn probe_h2<S: AsyncRead + AsyncWrite + Unpin>(
+    io: S,
+    scheme: &str,
+    server: &Server,
+    check: &HealthCheck,
+) -> std::io::Result<u16> {
+    let (mut send, connection) = h2::client::handshake(io)
+        .await
+        .map_err(std::io::Error::other)?;
+    let uri = format!("{scheme}://{}{}", server.authority, check.path);
+    let mut request = http::Request::get(uri).header("user-agent", "weir-health-check");
+    for (name, value) in &check.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = request.body(()).map_err(std::io::Error::other)?;
+    let (response, _) = send
+        .send_request(request, true)
+        .map_err(std::io::Error::other)?;
+    tokio::pin!(connection);
+    tokio::select! {
+        response = response => Ok(response.map_err(std::io::Error::other)?.status().as_u16()),
+        _ = &mut connection => Err(std::io::Error::other("the connection closed")),
+    }
 }
 
 /// Sends the request and reads until the status line is complete.

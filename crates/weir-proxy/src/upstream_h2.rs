@@ -22,22 +22,35 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
 use weir_config::UpstreamProtocol;
 
-/// One multiplexed connection's state, shared by its pool entry, its task and its streams.
+/// One multiplexed connection, shared by its pool entry, its task and its streams. It is in
+/// the pool from the moment it starts opening, so requests that arrive meanwhile wait for it
+/// instead of each opening their own.
 struct ConnState {
-    /// Streams open on it (a [`StreamSlot`] each).
+    /// Set once the handshake is done.
+    send: RefCell<Option<SendRequest<Bytes>>>,
+    /// Wakes the requests waiting for the handshake (or its failure).
+    opened: Notify,
+    /// Streams open on it, or waiting for it to open (a [`StreamSlot`] each).
     streams: Cell<usize>,
-    /// Set by the connection's task when the connection ends.
+    /// Set when opening failed or the connection ended.
     closed: Cell<bool>,
     /// When its last stream ended, for the idle timeout.
     last_used: Cell<Instant>,
+    idle_timeout: Duration,
 }
 
-struct H2Conn {
-    send: SendRequest<Bytes>,
-    state: Rc<ConnState>,
-    idle_timeout: Duration,
+impl ConnState {
+    /// Streams it may carry: the service's cap, or fewer if the server says so.
+    fn has_room(&self, cap: usize) -> bool {
+        let limit = match &*self.send.borrow() {
+            Some(send) => cap.min(send.current_max_send_streams()),
+            None => cap,
+        };
+        !self.closed.get() && self.streams.get() < limit
+    }
 }
 
 /// A stream counted against its connection's cap until dropped (with the response body).
@@ -63,27 +76,33 @@ impl Drop for StreamSlot {
 /// A worker's HTTP/2 connections, by server id. Single-threaded, like the HTTP/1 pool.
 #[derive(Default)]
 pub struct H2Pool {
-    slots: RefCell<Vec<Vec<H2Conn>>>,
+    slots: RefCell<Vec<Vec<Rc<ConnState>>>>,
 }
 
 impl H2Pool {
-    /// A live connection to `server` with room for one more stream, and that stream's slot.
-    fn checkout(&self, server: usize, cap: usize) -> Option<(SendRequest<Bytes>, StreamSlot)> {
-        let mut slots = self.slots.borrow_mut();
-        let conns = slots.get_mut(server)?;
-        conns.retain(|c| !c.state.closed.get());
-        let conn = conns
-            .iter()
-            .find(|c| c.state.streams.get() < cap.min(c.send.current_max_send_streams()))?;
-        Some((conn.send.clone(), StreamSlot::enter(&conn.state)))
-    }
-
-    fn add(&self, server: usize, conn: H2Conn) {
+    /// A slot on a connection to `server` with room for one more stream (open or opening);
+    /// else a slot on a new entry, which the caller opens (`true`).
+    fn take_slot(&self, server: usize, cap: usize, idle_timeout: Duration) -> (StreamSlot, bool) {
         let mut slots = self.slots.borrow_mut();
         if slots.len() <= server {
             slots.resize_with(server + 1, Vec::new);
         }
-        slots[server].push(conn);
+        let conns = &mut slots[server];
+        conns.retain(|c| !c.closed.get());
+        if let Some(conn) = conns.iter().find(|c| c.has_room(cap)) {
+            return (StreamSlot::enter(conn), false);
+        }
+        let state = Rc::new(ConnState {
+            send: RefCell::new(None),
+            opened: Notify::new(),
+            streams: Cell::new(0),
+            closed: Cell::new(false),
+            last_used: Cell::new(Instant::now()),
+            idle_timeout,
+        });
+        let slot = StreamSlot::enter(&state);
+        conns.push(state);
+        (slot, true)
     }
 
     /// Closes connections that ended or carried no stream for their idle timeout; returns
@@ -93,9 +112,7 @@ impl H2Pool {
         let mut open = 0;
         for conns in self.slots.borrow_mut().iter_mut() {
             conns.retain(|c| {
-                let state = &c.state;
-                !state.closed.get()
-                    && (state.streams.get() > 0 || now < state.last_used.get() + c.idle_timeout)
+                !c.closed.get() && (c.streams.get() > 0 || now < c.last_used.get() + c.idle_timeout)
             });
             open += conns.len();
         }
@@ -193,9 +210,31 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
         return fail(502, message, Cause::Other);
     }
     let cap = service.http2.max_concurrent_streams as usize;
-    let (mut send, slot) = match worker.h2_pool.checkout(server.id, cap) {
-        Some(open) => open,
-        None => Box::pin(open_connection(worker, service, server, client, &within)).await?,
+    let (slot, opener) = worker
+        .h2_pool
+        .take_slot(server.id, cap, service.idle_timeout);
+    let state = slot.0.clone();
+    if opener {
+        let opening = open_connection(worker, service, server, client, &within, &state);
+        if let Err(failed) = Box::pin(opening).await {
+            state.closed.set(true);
+            state.opened.notify_waiters();
+            return Err(failed);
+        }
+    } else if state.send.borrow().is_none() {
+        // Another request is opening this connection: wait for it.
+        let opened = state.opened.notified();
+        let limit = within(service.connect_timeout);
+        let waited = client
+            .watch()
+            .within(&worker.clock, Waiting::Connect, limit, opened)
+            .await;
+        if waited.is_err() {
+            return fail(504, "upstream connect timed out", Cause::Connect);
+        }
+    }
+    let Some(mut send) = state.send.borrow().clone() else {
+        return fail(502, "upstream connection failed", Cause::Connect);
     };
     let request = match request_parts(head, service, server, client) {
         Some(request) => request,
@@ -220,7 +259,9 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
         let sending = client.send_body_h2(worker, head, stream, service.write_timeout);
         match sending.await {
             Ok(pump) => pump,
-            Err(BodyError::Sink) => return fail(502, "upstream reset the stream", Cause::Reset),
+            // The server may answer before the body ends and reset the stream (RFC 9113
+            // 8.1): its answer is still awaited below.
+            Err(BodyError::Sink) => None,
             Err(BodyError::SinkStalled) => {
                 let message = "upstream did not take the request in time";
                 return fail(504, message, Cause::Other);
@@ -264,15 +305,16 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     })
 }
 
-/// Opens a connection (TLS with ALPN `h2`, or `h2c`), adds it to the pool, and takes a
-/// stream slot on it.
+/// Opens the connection of a new pool entry (TLS with ALPN `h2`, or `h2c`), starts its task,
+/// and wakes the requests waiting for it.
 async fn open_connection<C: ClientSide>(
     worker: &Worker,
     service: &Service,
     server: &Server,
     client: &C,
     within: &impl Fn(Duration) -> Duration,
-) -> Result<(SendRequest<Bytes>, StreamSlot), Failed> {
+    state: &Rc<ConnState>,
+) -> Result<(), Failed> {
     let limit = within(service.connect_timeout);
     let io = upstream::connect(worker, server, client.watch(), limit).await?;
     let failed = |status, message| Failed {
@@ -304,26 +346,14 @@ async fn open_connection<C: ClientSide>(
         Ok(Err(_)) => return Err(failed(502, "upstream HTTP/2 handshake failed")),
         Err(Expired) => return Err(failed(504, "upstream HTTP/2 handshake timed out")),
     };
-    let state = Rc::new(ConnState {
-        streams: Cell::new(0),
-        closed: Cell::new(false),
-        last_used: Cell::new(Instant::now()),
-    });
     let ended = state.clone();
     tokio::task::spawn_local(async move {
         let _ = connection.await;
         ended.closed.set(true);
     });
-    let slot = StreamSlot::enter(&state);
-    worker.h2_pool.add(
-        server.id,
-        H2Conn {
-            send: send.clone(),
-            state,
-            idle_timeout: service.idle_timeout,
-        },
-    );
-    Ok((send, slot))
+    *state.send.borrow_mut() = Some(send);
+    state.opened.notify_waiters();
+    Ok(())
 }
 
 /// The request head as an HTTP/2 upstream gets it: `:authority` from the Host weir would

@@ -2,7 +2,8 @@
 take and return raw bytes.
 
   grpc_peer.py serve            serves weir.Test on a free port, prints "port N", runs until killed
-  grpc_peer.py call ADDR CASE   runs one call through ADDR and prints its outcome as JSON
+  grpc_peer.py call ADDR CASES  runs the calls (comma-separated cases) through ADDR and prints
+                                their outcomes as one JSON object
 """
 import json
 import sys
@@ -19,6 +20,9 @@ def unary(request, context):
     if request.startswith(b"sleep:"):
         time.sleep(float(request[6:]))
         return b"slept"
+    if request.startswith(b"peer:"):
+        time.sleep(float(request[5:]))
+        return context.peer().encode()
     if request == b"fail":
         context.set_trailing_metadata((("x-detail", "on purpose"),))
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bad request: fail")
@@ -69,8 +73,7 @@ def status_of(error):
     }
 
 
-def call(addr, case):
-    channel = grpc.insecure_channel(addr)
+def call(channel, case):
     method = lambda kind, name: getattr(channel, kind)(f"/{SERVICE}/{name}")
     out = {}
     try:
@@ -108,6 +111,20 @@ def call(addr, case):
                 replies.append(reply.decode())
                 ready.release()
             out = {"count": len(replies), "last": replies[-1] if replies else None}
+        elif case == "peers":
+            # Eight calls at once, each held 0.5 s by the server: which connections carried them.
+            unary_call = method("unary_unary", "Unary")
+            with futures.ThreadPoolExecutor(max_workers=8) as pool:
+                peers = list(pool.map(lambda _: unary_call(b"peer:0.5", timeout=10), range(8)))
+            out = {"calls": len(peers), "connections": len(set(peers))}
+        elif case == "slow_reader":
+            # 200 MB streamed to a client that reads slowly: flow control must hold the rest
+            # back at the server, not in weir.
+            count = 0
+            for reply in method("unary_stream", "ServerStream")(b"400,524288", timeout=60):
+                count += 1
+                time.sleep(0.004)
+            out = {"count": count}
         elif case == "unrouted":
             channel.unary_unary("/nowhere.Svc/X")(b"x", timeout=10)
         elif case == "unavailable":
@@ -116,11 +133,13 @@ def call(addr, case):
             raise SystemExit(f"unknown case {case}")
     except grpc.RpcError as error:
         out.update(status_of(error))
-    print(json.dumps(out), flush=True)
+    return out
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve()
     else:
-        call(sys.argv[2], sys.argv[3])
+        channel = grpc.insecure_channel(sys.argv[2])
+        outcomes = {case: call(channel, case) for case in sys.argv[3].split(",")}
+        print(json.dumps(outcomes), flush=True)

@@ -558,6 +558,20 @@ impl Nginx {
         )
     }
 
+    /// Starts nginx speaking HTTP/2 only: in clear with prior knowledge (`h2c`), or over TLS
+    /// with this certificate and key. `location` is the `location /` block's body.
+    pub fn start_h2(tls: Option<(&std::path::Path, &std::path::Path)>, location: &str) -> Nginx {
+        let listen = match tls {
+            None => " http2".to_string(),
+            Some((cert, key)) => format!(
+                " ssl http2;\n    ssl_certificate {};\n    ssl_certificate_key {}",
+                cert.display(),
+                key.display()
+            ),
+        };
+        Nginx::start_server("", &listen, location)
+    }
+
     fn start_server(http_extra: &str, listen_extra: &str, location: &str) -> Nginx {
         // free_port() releases the port before nginx binds it, so another process (a weir
         // binding port 0 in a parallel test) can take it first: then this nginx exits and the

@@ -62,12 +62,12 @@ pub(crate) async fn exchange<C: ClientSide>(
         (line, log.samples())
     });
     // request filters, then the action
-    let reply = match route {
+    let mut reply = match route {
         None if ep.is_none() => Reply::local(Cow::Borrowed(&*ENTRYPOINT_REMOVED)),
         None => Reply::local(Cow::Borrowed(&*NO_ROUTE)),
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
-    let mut reply = grpc::local_errors_in_grpc_form(&head, reply);
+    grpc::local_errors_in_grpc_form(&head, &mut reply);
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         let mut body_filter = None;

@@ -52,16 +52,15 @@ fn status_code(status: u16) -> u8 {
     }
 }
 
-/// A local error reply (status 400 and up) to a gRPC request, in gRPC form; any other reply
-/// as it is.
-pub fn local_errors_in_grpc_form<'r>(req: &RequestHead, reply: Reply<'r>) -> Reply<'r> {
+/// Turns a local error reply (status 400 and up) to a gRPC request into gRPC form; any
+/// other reply stays as it is.
+pub fn local_errors_in_grpc_form(req: &RequestHead, reply: &mut Reply<'_>) {
     let (status, message) = match &reply.head {
-        ReplyHead::Local(local) if local.status >= 400 => (local.status, local.body.clone()),
-        _ => return reply,
+        ReplyHead::Local(local) if local.status >= 400 && is_grpc(req) => {
+            (local.status, local.body.clone())
+        }
+        _ => return,
     };
-    if !is_grpc(req) {
-        return reply;
-    }
     let message = String::from_utf8_lossy(&message);
     let answer = LocalResponse::new(
         200,
@@ -72,10 +71,7 @@ pub fn local_errors_in_grpc_form<'r>(req: &RequestHead, reply: Reply<'r>) -> Rep
         ],
         bytes::Bytes::new(),
     );
-    Reply {
-        head: ReplyHead::Local(Cow::Owned(answer)),
-        ..reply
-    }
+    reply.head = ReplyHead::Local(Cow::Owned(answer));
 }
 
 /// `grpc-message` is percent-encoded UTF-8; printable ASCII other than `%` stays as it is.

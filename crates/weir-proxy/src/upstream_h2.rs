@@ -9,7 +9,6 @@
 use crate::balancer::{Server, Service};
 use crate::client::{BodyError, ClientSide};
 use crate::codec::{Framing, RequestHead, ResponseHead};
-use crate::conn::relay::DataOut;
 use crate::conn::watch::{Expired, Waiting};
 use crate::pool::UpstreamIo;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
@@ -21,7 +20,6 @@ use h2::{RecvStream, SendStream};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 use weir_config::UpstreamProtocol;
 
@@ -151,25 +149,29 @@ impl Drop for BodyPump {
     }
 }
 
-/// Moves an HTTP/2 client's request body to the upstream stream, frame by frame: each frame's
-/// window is given back to the client once the upstream has taken it (so a slow upstream
-/// slows the client), and trailers pass on. A reset on either side resets the other.
-pub async fn pump_body(mut body: RecvStream, mut send: SendStream<Bytes>) {
+/// Moves an HTTP/2 client's request body to the upstream stream, frame by frame, starting
+/// with `first` when a frame was already taken: each frame's window is given back to the
+/// client once the upstream has taken it (so a slow upstream slows the client), and trailers
+/// pass on. A reset on either side resets the other.
+pub async fn pump_body(mut body: RecvStream, first: Option<Bytes>, mut send: SendStream<Bytes>) {
+    let mut next = first;
     loop {
-        match body.data().await {
-            None => break,
-            Some(Ok(data)) => {
-                let len = data.len();
-                if DataOut(&mut send).write_all(&data).await.is_err() {
-                    body.flow_control().release_capacity(len).ok();
+        let data = match next.take() {
+            Some(data) => data,
+            None => match body.data().await {
+                None => break,
+                Some(Ok(data)) => data,
+                Some(Err(_)) => {
+                    send.send_reset(h2::Reason::CANCEL);
                     return;
                 }
-                let _ = body.flow_control().release_capacity(len);
-            }
-            Some(Err(_)) => {
-                send.send_reset(h2::Reason::CANCEL);
-                return;
-            }
+            },
+        };
+        let len = data.len();
+        let sent = send_in_window(&mut send, data).await;
+        let _ = body.flow_control().release_capacity(len);
+        if sent.is_err() {
+            return;
         }
     }
     match body.trailers().await {
@@ -181,6 +183,26 @@ pub async fn pump_body(mut body: RecvStream, mut send: SendStream<Bytes>) {
         }
         Err(_) => send.send_reset(h2::Reason::CANCEL),
     }
+}
+
+/// Sends `data` as the peer's window allows, in pieces of the same buffer (no copy).
+async fn send_in_window(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = std::future::poll_fn(|cx| match send.capacity() {
+            0 => send.poll_capacity(cx),
+            n => std::task::Poll::Ready(Some(Ok(n))),
+        })
+        .await;
+        let n = match granted {
+            Some(Ok(n)) if n > 0 => n,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e),
+            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+        };
+        send.send_data(data.split_to(n.min(data.len())), false)?;
+    }
+    Ok(())
 }
 
 /// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a

@@ -30,6 +30,7 @@ use h2::{RecvStream, SendStream};
 use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -39,6 +40,9 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// the connection is closed (rapid reset, CVE-2023-44487).
 const MAX_PENDING_RESETS: usize = 64;
 const MAX_LOCAL_RESETS: usize = 256;
+/// A request body up to this size that has arrived whole is sent to an HTTP/2 upstream at
+/// once, without a task of its own.
+const INLINE_BODY_LIMIT: usize = 16 * 1024;
 /// Bytes per read of a file body.
 const FILE_READ_CHUNK: u64 = 64 * 1024;
 
@@ -305,8 +309,9 @@ impl ClientSide for H2Client {
         Ok(sent)
     }
 
-    /// Pumped by a task of its own (`upstream_h2::pump_body`), so it flows while the
-    /// response does.
+    /// A body that has already arrived whole (a unary gRPC call's one message) goes out at
+    /// once; any other is pumped by a task of its own (`upstream_h2::pump_body`), so it flows
+    /// while the response does.
     async fn send_body_h2(
         &mut self,
         _worker: &Worker,
@@ -314,16 +319,29 @@ impl ClientSide for H2Client {
         mut stream: SendStream<Bytes>,
         _write_limit: Duration,
     ) -> Result<Option<BodyPump>, BodyError> {
-        match self.body.take() {
-            Some(body) => Ok(Some(BodyPump::spawn(pump_body(body, stream)))),
-            None => {
-                // The length was declared, but the client's stream had already ended.
-                stream
-                    .send_data(Bytes::new(), true)
-                    .map_err(|_| BodyError::Sink)?;
-                Ok(None)
+        let Some(mut body) = self.body.take() else {
+            // The length was declared, but the client's stream had already ended.
+            stream
+                .send_data(Bytes::new(), true)
+                .map_err(|_| BodyError::Sink)?;
+            return Ok(None);
+        };
+        let arrived = std::future::poll_fn(|cx| Poll::Ready(body.poll_data(cx))).await;
+        let first = match arrived {
+            Poll::Ready(Some(Ok(data)))
+                if body.is_end_stream() && data.len() <= INLINE_BODY_LIMIT =>
+            {
+                // Buffered by the h2 crate if the server's window is smaller: at most this.
+                let len = data.len();
+                stream.send_data(data, true).map_err(|_| BodyError::Sink)?;
+                let _ = body.flow_control().release_capacity(len);
+                return Ok(None);
             }
-        }
+            Poll::Ready(Some(Ok(data))) => Some(data),
+            Poll::Ready(Some(Err(_))) => return Err(BodyError::Source),
+            Poll::Ready(None) | Poll::Pending => None,
+        };
+        Ok(Some(BodyPump::spawn(pump_body(body, first, stream))))
     }
 
     async fn send_reply<'r>(

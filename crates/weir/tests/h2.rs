@@ -344,3 +344,26 @@ fn the_access_log_names_http2() {
     assert!(text.contains("\"GET /ping HTTP/2.0\" 200 4"), "{text}");
     assert!(text.contains("\"GET /ping HTTP/1.1\" 200 4"), "{text}");
 }
+
+#[test]
+fn trailers_from_an_http1_upstream_reach_http2_clients() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, ""));
+    let url = format!("http://{}/trailers", weir.addr());
+    // curl writes trailers after the head in its header dump.
+    let out = curl(&[
+        "--http2-prior-knowledge",
+        "-H",
+        "te: trailers",
+        "-H",
+        "accept-encoding: identity",
+        "-D",
+        "-",
+        &url,
+    ]);
+    assert!(out.starts_with("HTTP/2 200"), "{out}");
+    let body_at = out.find("payload").expect("the body");
+    let tail = &out[body_at..];
+    assert!(tail.contains("grpc-status: 0"), "{out}");
+    assert!(tail.contains("grpc-message: all-good"), "{out}");
+}

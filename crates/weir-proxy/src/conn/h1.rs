@@ -602,6 +602,7 @@ impl<S: ClientIo> H1Client<S> {
                     io: Some(&mut self.io),
                     filter: filter.as_mut(),
                     sent: 0,
+                    trailers: None,
                 };
                 let relayed = relay_body(
                     &mut up.io,
@@ -638,6 +639,7 @@ impl<S: ClientIo> H1Client<S> {
                     io: Some(&mut self.io),
                     filter: filter.as_mut(),
                     sent: 0,
+                    trailers: None,
                 };
                 let relayed = if framing_in == Framing::None {
                     relay.flush(&mut sink, &mut self.out).await.map(|()| 0)
@@ -845,6 +847,7 @@ impl<S: ClientIo> H1Client<S> {
             io: Some(&mut self.io),
             filter,
             sent: 0,
+            trailers: None,
         };
         while offset < end {
             let n = (end - offset).min(FILE_READ_CHUNK) as usize;

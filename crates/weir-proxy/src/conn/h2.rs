@@ -472,6 +472,7 @@ impl H2Client {
                     io: Some(&mut out),
                     filter: filter.as_mut(),
                     sent: 0,
+                    trailers: Some(Vec::new()),
                 };
                 self.out.clear();
                 let relayed = relay_body(
@@ -485,8 +486,14 @@ impl H2Client {
                 )
                 .await;
                 let filtered = sink.sent;
+                // A chunked body's trailers end the stream as its trailers.
+                let trailers = sink.trailers.take().map(|raw| trailer_fields(&raw));
+                let ended = match trailers {
+                    Some(fields) if !fields.is_empty() => send.send_trailers(fields),
+                    _ => send.send_data(Bytes::new(), true),
+                };
                 match relayed {
-                    Ok(bytes) if send.send_data(Bytes::new(), true).is_ok() => {
+                    Ok(bytes) if ended.is_ok() => {
                         let sent = if filter.is_some() { filtered } else { bytes };
                         (Ok(sent), response.keep_alive.then_some(up))
                     }
@@ -510,6 +517,7 @@ impl H2Client {
                     io: Some(&mut out),
                     filter: filter.as_mut(),
                     sent: 0,
+                    trailers: None,
                 };
                 self.out.clear();
                 let relaying =
@@ -729,6 +737,26 @@ fn response_parts(
         append(headers, b"date", date.as_bytes());
     }
     response
+}
+
+/// An HTTP/1 chunked body's trailer section as HTTP/2 trailers; fields that may not be
+/// trailers (framing, hop-by-hop) are dropped.
+fn trailer_fields(raw: &[u8]) -> http::HeaderMap {
+    let mut fields = http::HeaderMap::new();
+    let mut section = raw.to_vec();
+    section.extend_from_slice(b"\r\n");
+    let mut parsed = [httparse::EMPTY_HEADER; 32];
+    if let Ok(httparse::Status::Complete((_, lines))) =
+        httparse::parse_headers(&section, &mut parsed)
+    {
+        for line in lines {
+            let name = line.name.as_bytes();
+            if !is_hop_by_hop(name) && !name.eq_ignore_ascii_case(b"content-length") {
+                append(&mut fields, name, line.value);
+            }
+        }
+    }
+    fields
 }
 
 /// Adds a field, skipping one HTTP/2 cannot carry (an invalid name or value).

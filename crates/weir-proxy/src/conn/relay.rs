@@ -85,6 +85,9 @@ pub(crate) struct Sink<'a, W> {
     pub(crate) filter: Option<&'a mut BodyFilter>,
     /// Bytes the filter produced (what the client gets, for the log).
     pub(crate) sent: u64,
+    /// With `Some`, a chunked body's trailer fields are kept here instead of framed (an
+    /// HTTP/2 client gets them as a HEADERS frame).
+    pub(crate) trailers: Option<Vec<u8>>,
 }
 
 impl<'a, W> Sink<'a, W> {
@@ -93,6 +96,7 @@ impl<'a, W> Sink<'a, W> {
             io,
             filter: None,
             sent: 0,
+            trailers: None,
         }
     }
 
@@ -200,6 +204,8 @@ pub(crate) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                             out.extend_from_slice(b"0\r\n");
                             out.extend_from_slice(&buf[start..end]);
                             out.extend_from_slice(b"\r\n");
+                        } else if let Some(kept) = &mut sink.trailers {
+                            kept.extend_from_slice(&buf[start..end]);
                         }
                         buf.advance(used);
                         break;

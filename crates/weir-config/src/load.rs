@@ -1705,6 +1705,40 @@ mod tests {
     }
 
     #[test]
+    fn upstream_protocols_match_their_servers() {
+        let services =
+            "services:\n  s:\n    protocol: h3\n    servers: [{ url: \"http://a:1\" }]\n  \
+            t:\n    protocol: h2\n    servers: [{ url: \"http://a:1\" }]\n  \
+            u:\n    protocol: h2c\n    servers: [{ url: \"https://a:1\" }]\n  \
+            v:\n    http2: { max_concurrent_streams: 4 }\n    servers: [{ url: \"http://a:1\" }]\n";
+        let errs = errors(&format!("{BASE}{services}"));
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(
+            errs[0].starts_with("t.yaml:5:15: unknown protocol `h3`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].contains("`protocol: h2` is HTTP/2 over TLS, but http://a:1"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].contains("`protocol: h2c` is cleartext HTTP/2, but https://a:1"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[3].starts_with("t.yaml:14:12: `http2` applies to `protocol: h2` or `h2c`"),
+            "{errs:?}"
+        );
+        let cfg = load_str(
+            &format!("{BASE}services:\n  g:\n    protocol: h2c\n    http2: {{ max_concurrent_streams: 4 }}\n    servers: [{{ url: \"http://a:1\" }}]\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.services[0].protocol, UpstreamProtocol::H2c);
+        assert_eq!(cfg.services[0].http2.max_concurrent_streams, 4);
+    }
+
+    #[test]
     fn admin_beyond_loopback_needs_a_long_token() {
         let errs = errors(&format!(
             "server:\n  admin: {{ address: \"0.0.0.0:9900\" }}\n{BASE}"

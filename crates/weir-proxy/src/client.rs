@@ -8,7 +8,7 @@ use crate::conn::watch::ConnWatch;
 use crate::conn::Scheme;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::Reply;
-use crate::upstream_h2::BodyPump;
+use crate::upstream_h2::pool::BodyPump;
 use crate::worker::Worker;
 use bytes::Bytes;
 use h2::SendStream;

@@ -16,6 +16,7 @@ pub mod conn;
 pub mod control;
 pub mod exchange;
 pub mod filter;
+pub mod forwarding;
 pub mod grpc;
 pub mod health;
 pub mod health_check;

@@ -128,7 +128,7 @@ pub enum ReplyBody {
     /// Still on the upstream connection, framed as the response head says.
     Upstream(UpstreamConn),
     /// Still on an HTTP/2 upstream stream (DATA frames, then trailers).
-    Stream(crate::upstream_h2::H2Body),
+    Stream(crate::upstream_h2::pool::H2Body),
     /// A part of a file (the `static` action).
     File(FileBody),
     /// After `101 Switching Protocols`: the connection becomes a byte tunnel.

@@ -10,7 +10,7 @@ use crate::metrics::WorkerCells;
 use crate::open_files::OpenFiles;
 use crate::pool::Pool;
 use crate::runtime::{ClientTimeouts, Runtime};
-use crate::upstream_h2::H2Pool;
+use crate::upstream_h2::pool::H2Pool;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use std::cell::{Cell, RefCell};

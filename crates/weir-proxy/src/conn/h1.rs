@@ -20,7 +20,7 @@ use crate::exchange::exchange;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::static_files::read_exact_at;
-use crate::upstream_h2::BodyPump;
+use crate::upstream_h2::pool::BodyPump;
 use crate::worker::{make_room, Worker};
 use bytes::Bytes;
 use bytes::BytesMut;

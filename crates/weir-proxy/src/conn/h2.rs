@@ -22,7 +22,7 @@ use crate::exchange::exchange;
 use crate::pool::UpstreamIo;
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::static_files::read_exact_at;
-use crate::upstream_h2::{pump_body, BodyPump};
+use crate::upstream_h2::pool::{pump_body, BodyPump};
 use crate::worker::Worker;
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;

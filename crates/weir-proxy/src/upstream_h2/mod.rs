@@ -10,200 +10,19 @@ use crate::balancer::{Server, Service};
 use crate::client::{BodyError, ClientSide};
 use crate::codec::{Framing, RequestHead, ResponseHead};
 use crate::conn::watch::{Expired, Waiting};
+use crate::forwarding::{self, Cause, Failed, FieldSink};
 use crate::pool::UpstreamIo;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::upstream::{self, Cause, Failed, FieldSink};
 use crate::worker::Worker;
 use bytes::Bytes;
-use h2::client::SendRequest;
-use h2::{RecvStream, SendStream};
-use std::cell::{Cell, RefCell};
+use h2::RecvStream;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
 use weir_config::UpstreamProtocol;
 
-/// One multiplexed connection, shared by its pool entry, its task and its streams. It is in
-/// the pool from the moment it starts opening, so requests that arrive meanwhile wait for it
-/// instead of each opening their own.
-struct ConnState {
-    /// Set once the handshake is done.
-    send: RefCell<Option<SendRequest<Bytes>>>,
-    /// Wakes the requests waiting for the handshake (or its failure).
-    opened: Notify,
-    /// Streams open on it, or waiting for it to open (a [`StreamSlot`] each).
-    streams: Cell<usize>,
-    /// Set when opening failed or the connection ended.
-    closed: Cell<bool>,
-    /// When its last stream ended, for the idle timeout.
-    last_used: Cell<Instant>,
-    idle_timeout: Duration,
-}
+pub mod pool;
 
-impl ConnState {
-    /// Streams it may carry: the service's cap, or fewer if the server says so.
-    fn has_room(&self, cap: usize) -> bool {
-        let limit = match &*self.send.borrow() {
-            Some(send) => cap.min(send.current_max_send_streams()),
-            None => cap,
-        };
-        !self.closed.get() && self.streams.get() < limit
-    }
-}
-
-/// A stream counted against its connection's cap until dropped (with the response body).
-pub struct StreamSlot(Rc<ConnState>);
-
-impl StreamSlot {
-    fn enter(state: &Rc<ConnState>) -> StreamSlot {
-        state.streams.set(state.streams.get() + 1);
-        StreamSlot(state.clone())
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let left = self.0.streams.get() - 1;
-        self.0.streams.set(left);
-        if left == 0 {
-            self.0.last_used.set(Instant::now());
-        }
-    }
-}
-
-/// A worker's HTTP/2 connections, by server id. Single-threaded, like the HTTP/1 pool.
-#[derive(Default)]
-pub struct H2Pool {
-    slots: RefCell<Vec<Vec<Rc<ConnState>>>>,
-}
-
-impl H2Pool {
-    /// A slot on a connection to `server` with room for one more stream (open or opening);
-    /// else a slot on a new entry, which the caller opens (`true`).
-    fn take_slot(&self, server: usize, cap: usize, idle_timeout: Duration) -> (StreamSlot, bool) {
-        let mut slots = self.slots.borrow_mut();
-        if slots.len() <= server {
-            slots.resize_with(server + 1, Vec::new);
-        }
-        let conns = &mut slots[server];
-        conns.retain(|c| !c.closed.get());
-        if let Some(conn) = conns.iter().find(|c| c.has_room(cap)) {
-            return (StreamSlot::enter(conn), false);
-        }
-        let state = Rc::new(ConnState {
-            send: RefCell::new(None),
-            opened: Notify::new(),
-            streams: Cell::new(0),
-            closed: Cell::new(false),
-            last_used: Cell::new(Instant::now()),
-            idle_timeout,
-        });
-        let slot = StreamSlot::enter(&state);
-        conns.push(state);
-        (slot, true)
-    }
-
-    /// Closes connections that ended or carried no stream for their idle timeout; returns
-    /// how many stay open.
-    pub fn sweep(&self) -> usize {
-        let now = Instant::now();
-        let mut open = 0;
-        for conns in self.slots.borrow_mut().iter_mut() {
-            conns.retain(|c| {
-                !c.closed.get() && (c.streams.get() > 0 || now < c.last_used.get() + c.idle_timeout)
-            });
-            open += conns.len();
-        }
-        open
-    }
-}
-
-/// A response body still on its HTTP/2 stream: DATA frames, then maybe trailers.
-pub struct H2Body {
-    pub recv: RecvStream,
-    /// The request body's pump, when it runs on its own: stopped if the exchange ends first.
-    pub pump: Option<BodyPump>,
-    pub slot: StreamSlot,
-}
-
-impl H2Body {
-    /// The response ended with its head: nothing (not even trailers) follows.
-    pub fn ended(&self) -> bool {
-        self.recv.is_end_stream()
-    }
-}
-
-/// A request body being pumped by its own task; dropping this stops it (which resets the
-/// upstream stream if the body had not ended).
-pub struct BodyPump(tokio::task::AbortHandle);
-
-impl BodyPump {
-    pub fn spawn(pumping: impl std::future::Future<Output = ()> + 'static) -> BodyPump {
-        BodyPump(tokio::task::spawn_local(pumping).abort_handle())
-    }
-}
-
-impl Drop for BodyPump {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Moves an HTTP/2 client's request body to the upstream stream, frame by frame, starting
-/// with `first` when a frame was already taken: each frame's window is given back to the
-/// client once the upstream has taken it (so a slow upstream slows the client), and trailers
-/// pass on. A reset on either side resets the other.
-pub async fn pump_body(mut body: RecvStream, first: Option<Bytes>, mut send: SendStream<Bytes>) {
-    let mut next = first;
-    loop {
-        let data = match next.take() {
-            Some(data) => data,
-            None => match body.data().await {
-                None => break,
-                Some(Ok(data)) => data,
-                Some(Err(_)) => {
-                    send.send_reset(h2::Reason::CANCEL);
-                    return;
-                }
-            },
-        };
-        let len = data.len();
-        let sent = send_in_window(&mut send, data).await;
-        let _ = body.flow_control().release_capacity(len);
-        if sent.is_err() {
-            return;
-        }
-    }
-    match body.trailers().await {
-        Ok(Some(trailers)) => {
-            let _ = send.send_trailers(trailers);
-        }
-        Ok(None) => {
-            let _ = send.send_data(Bytes::new(), true);
-        }
-        Err(_) => send.send_reset(h2::Reason::CANCEL),
-    }
-}
-
-/// Sends `data` as the peer's window allows, in pieces of the same buffer (no copy).
-async fn send_in_window(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
-    while !data.is_empty() {
-        send.reserve_capacity(data.len());
-        let granted = std::future::poll_fn(|cx| match send.capacity() {
-            0 => send.poll_capacity(cx),
-            n => std::task::Poll::Ready(Some(Ok(n))),
-        })
-        .await;
-        let n = match granted {
-            Some(Ok(n)) if n > 0 => n,
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(e),
-            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
-        };
-        send.send_data(data.split_to(n.min(data.len())), false)?;
-    }
-    Ok(())
-}
+use pool::{ConnState, H2Body};
 
 /// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a
 /// reply whose body is still on the stream.
@@ -338,7 +157,7 @@ async fn open_connection<C: ClientSide>(
     state: &Rc<ConnState>,
 ) -> Result<(), Failed> {
     let limit = within(service.connect_timeout);
-    let io = upstream::connect(worker, server, client.watch(), limit).await?;
+    let io = forwarding::connect(worker, server, client.watch(), limit).await?;
     let failed = |status, message| Failed {
         status,
         message,
@@ -400,7 +219,7 @@ fn request_parts<C: ClientSide>(
     };
     let uri = http::Uri::builder()
         .scheme(scheme)
-        .authority(upstream::upstream_host(req, service, server))
+        .authority(forwarding::upstream_host(req, service, server))
         .path_and_query(path_and_query)
         .build()
         .ok()?;
@@ -408,7 +227,7 @@ fn request_parts<C: ClientSide>(
     *request.method_mut() = http::Method::from_bytes(req.method().as_bytes()).ok()?;
     *request.uri_mut() = uri;
     let headers = request.headers_mut();
-    upstream::forwarded_fields(headers, req, client.ip_text(), client.scheme());
+    forwarding::forwarded_fields(headers, req, client.ip_text(), client.scheme());
     if let Framing::Length(n) = req.framing {
         headers.insert(http::header::CONTENT_LENGTH, n.into());
     }

@@ -1,0 +1,199 @@
+//! A worker's multiplexed HTTP/2 connections ([`H2Pool`]) and what outlives a try, which the
+//! reply and the client drivers hold: a connection's shared state and the stream slot counted
+//! against it, the response body still on its stream, and the task that pumps a request body
+//! into it.
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::{RecvStream, SendStream};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// One multiplexed connection, shared by its pool entry, its task and its streams. It is in
+/// the pool from the moment it starts opening, so requests that arrive meanwhile wait for it
+/// instead of each opening their own.
+pub(crate) struct ConnState {
+    /// Set once the handshake is done.
+    pub(crate) send: RefCell<Option<SendRequest<Bytes>>>,
+    /// Wakes the requests waiting for the handshake (or its failure).
+    pub(crate) opened: Notify,
+    /// Streams open on it, or waiting for it to open (a [`StreamSlot`] each).
+    pub(crate) streams: Cell<usize>,
+    /// Set when opening failed or the connection ended.
+    pub(crate) closed: Cell<bool>,
+    /// When its last stream ended, for the idle timeout.
+    pub(crate) last_used: Cell<Instant>,
+    pub(crate) idle_timeout: Duration,
+}
+
+impl ConnState {
+    /// Streams it may carry: the service's cap, or fewer if the server says so.
+    pub(crate) fn has_room(&self, cap: usize) -> bool {
+        let limit = match &*self.send.borrow() {
+            Some(send) => cap.min(send.current_max_send_streams()),
+            None => cap,
+        };
+        !self.closed.get() && self.streams.get() < limit
+    }
+}
+
+/// A stream counted against its connection's cap until dropped (with the response body).
+pub struct StreamSlot(pub(crate) Rc<ConnState>);
+
+impl StreamSlot {
+    pub(crate) fn enter(state: &Rc<ConnState>) -> StreamSlot {
+        state.streams.set(state.streams.get() + 1);
+        StreamSlot(state.clone())
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let left = self.0.streams.get() - 1;
+        self.0.streams.set(left);
+        if left == 0 {
+            self.0.last_used.set(Instant::now());
+        }
+    }
+}
+
+/// A worker's HTTP/2 connections, by server id. Single-threaded, like the HTTP/1 pool.
+#[derive(Default)]
+pub struct H2Pool {
+    slots: RefCell<Vec<Vec<Rc<ConnState>>>>,
+}
+
+impl H2Pool {
+    /// A slot on a connection to `server` with room for one more stream (open or opening);
+    /// else a slot on a new entry, which the caller opens (`true`).
+    pub(crate) fn take_slot(
+        &self,
+        server: usize,
+        cap: usize,
+        idle_timeout: Duration,
+    ) -> (StreamSlot, bool) {
+        let mut slots = self.slots.borrow_mut();
+        if slots.len() <= server {
+            slots.resize_with(server + 1, Vec::new);
+        }
+        let conns = &mut slots[server];
+        conns.retain(|c| !c.closed.get());
+        if let Some(conn) = conns.iter().find(|c| c.has_room(cap)) {
+            return (StreamSlot::enter(conn), false);
+        }
+        let state = Rc::new(ConnState {
+            send: RefCell::new(None),
+            opened: Notify::new(),
+            streams: Cell::new(0),
+            closed: Cell::new(false),
+            last_used: Cell::new(Instant::now()),
+            idle_timeout,
+        });
+        let slot = StreamSlot::enter(&state);
+        conns.push(state);
+        (slot, true)
+    }
+
+    /// Closes connections that ended or carried no stream for their idle timeout; returns
+    /// how many stay open.
+    pub fn sweep(&self) -> usize {
+        let now = Instant::now();
+        let mut open = 0;
+        for conns in self.slots.borrow_mut().iter_mut() {
+            conns.retain(|c| {
+                !c.closed.get() && (c.streams.get() > 0 || now < c.last_used.get() + c.idle_timeout)
+            });
+            open += conns.len();
+        }
+        open
+    }
+}
+
+/// A response body still on its HTTP/2 stream: DATA frames, then maybe trailers.
+pub struct H2Body {
+    pub recv: RecvStream,
+    /// The request body's pump, when it runs on its own: stopped if the exchange ends first.
+    pub pump: Option<BodyPump>,
+    pub slot: StreamSlot,
+}
+
+impl H2Body {
+    /// The response ended with its head: nothing (not even trailers) follows.
+    pub fn ended(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
+
+/// A request body being pumped by its own task; dropping this stops it (which resets the
+/// upstream stream if the body had not ended).
+pub struct BodyPump(tokio::task::AbortHandle);
+
+impl BodyPump {
+    pub fn spawn(pumping: impl std::future::Future<Output = ()> + 'static) -> BodyPump {
+        BodyPump(tokio::task::spawn_local(pumping).abort_handle())
+    }
+}
+
+impl Drop for BodyPump {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Moves an HTTP/2 client's request body to the upstream stream, frame by frame, starting
+/// with `first` when a frame was already taken: each frame's window is given back to the
+/// client once the upstream has taken it (so a slow upstream slows the client), and trailers
+/// pass on. A reset on either side resets the other.
+pub async fn pump_body(mut body: RecvStream, first: Option<Bytes>, mut send: SendStream<Bytes>) {
+    let mut next = first;
+    loop {
+        let data = match next.take() {
+            Some(data) => data,
+            None => match body.data().await {
+                None => break,
+                Some(Ok(data)) => data,
+                Some(Err(_)) => {
+                    send.send_reset(h2::Reason::CANCEL);
+                    return;
+                }
+            },
+        };
+        let len = data.len();
+        let sent = send_in_window(&mut send, data).await;
+        let _ = body.flow_control().release_capacity(len);
+        if sent.is_err() {
+            return;
+        }
+    }
+    match body.trailers().await {
+        Ok(Some(trailers)) => {
+            let _ = send.send_trailers(trailers);
+        }
+        Ok(None) => {
+            let _ = send.send_data(Bytes::new(), true);
+        }
+        Err(_) => send.send_reset(h2::Reason::CANCEL),
+    }
+}
+
+/// Sends `data` as the peer's window allows, in pieces of the same buffer (no copy).
+async fn send_in_window(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = std::future::poll_fn(|cx| match send.capacity() {
+            0 => send.poll_capacity(cx),
+            n => std::task::Poll::Ready(Some(Ok(n))),
+        })
+        .await;
+        let n = match granted {
+            Some(Ok(n)) if n > 0 => n,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e),
+            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
+        };
+        send.send_data(data.split_to(n.min(data.len())), false)?;
+    }
+    Ok(())
+}

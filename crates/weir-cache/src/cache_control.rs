@@ -1,0 +1,138 @@
+//! `Cache-Control` (RFC 9111 §5.2, RFC 5861): the directives of every field line of a request
+//! or a response, read once. Unknown directives are ignored, as the RFC requires; a
+//! directive whose argument does not parse counts as absent (or, for `max-age`, as stale:
+//! §4.2.1 says an invalid freshness value means the response is stale).
+
+/// The directives weir acts on. Durations are in seconds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Directives {
+    pub max_age: Option<u64>,
+    pub s_maxage: Option<u64>,
+    pub no_store: bool,
+    /// `no-cache`: stored, but revalidated before every use (a field list counts as the whole).
+    pub no_cache: bool,
+    pub private: bool,
+    pub public: bool,
+    pub must_revalidate: bool,
+    pub proxy_revalidate: bool,
+    pub must_understand: bool,
+    pub no_transform: bool,
+    /// RFC 5861: served stale for this long while a revalidation runs.
+    pub stale_while_revalidate: Option<u64>,
+    /// RFC 5861: served stale for this long when the origin fails.
+    pub stale_if_error: Option<u64>,
+    /// Request only: `max-stale` (with no value: any staleness).
+    pub max_stale: Option<u64>,
+    pub min_fresh: Option<u64>,
+    pub only_if_cached: bool,
+}
+
+impl Directives {
+    /// Reads every line of the field (they form one comma-separated list).
+    pub fn parse<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Directives {
+        let mut d = Directives::default();
+        for line in lines {
+            let Ok(text) = std::str::from_utf8(line) else {
+                continue;
+            };
+            for item in split_list(text) {
+                let (name, value) = match item.split_once('=') {
+                    Some((n, v)) => (n.trim(), Some(unquote(v.trim()))),
+                    None => (item.trim(), None),
+                };
+                let seconds = || value.and_then(parse_seconds);
+                match name.to_ascii_lowercase().as_str() {
+                    // An invalid max-age makes the response stale (§4.2.1): zero.
+                    "max-age" => d.max_age = Some(seconds().unwrap_or(0)),
+                    "s-maxage" => d.s_maxage = Some(seconds().unwrap_or(0)),
+                    "no-store" => d.no_store = true,
+                    "no-cache" => d.no_cache = true,
+                    "private" => d.private = true,
+                    "public" => d.public = true,
+                    "must-revalidate" => d.must_revalidate = true,
+                    "proxy-revalidate" => d.proxy_revalidate = true,
+                    "must-understand" => d.must_understand = true,
+                    "no-transform" => d.no_transform = true,
+                    "stale-while-revalidate" => d.stale_while_revalidate = seconds(),
+                    "stale-if-error" => d.stale_if_error = seconds(),
+                    "max-stale" => d.max_stale = Some(seconds().unwrap_or(u64::MAX)),
+                    "min-fresh" => d.min_fresh = seconds(),
+                    "only-if-cached" => d.only_if_cached = true,
+                    _ => {}
+                }
+            }
+        }
+        d
+    }
+}
+
+/// Splits a comma-separated list, keeping commas inside quoted strings
+/// (`no-cache="set-cookie, x-a"`).
+fn split_list(text: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    for (i, c) in text.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                items.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&text[start..]);
+    items.into_iter().filter(|i| !i.trim().is_empty()).collect()
+}
+
+fn unquote(v: &str) -> &str {
+    v.strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(v)
+}
+
+/// Delta-seconds (§1.2.2): digits only; too large a value is taken as 2^31 as the RFC says.
+fn parse_seconds(v: &str) -> Option<u64> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(v.parse::<u64>().unwrap_or(1 << 31).min(1 << 31))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(lines: &[&str]) -> Directives {
+        Directives::parse(lines.iter().map(|l| l.as_bytes()))
+    }
+
+    #[test]
+    fn reads_the_directives_of_every_line() {
+        let d = parse(&[
+            "public, max-age=60",
+            "S-MaxAge=\"120\", stale-while-revalidate=30",
+        ]);
+        assert!(d.public);
+        assert_eq!(d.max_age, Some(60));
+        assert_eq!(d.s_maxage, Some(120));
+        assert_eq!(d.stale_while_revalidate, Some(30));
+        let d = parse(&["no-cache=\"set-cookie, x-a\", private, no-store"]);
+        assert!(d.no_cache && d.private && d.no_store);
+        assert_eq!(d.max_age, None);
+    }
+
+    #[test]
+    fn bad_values_are_safe() {
+        // An invalid max-age means stale; an invalid stale-if-error grants nothing.
+        let d = parse(&["max-age=soon, stale-if-error=-1, max-stale"]);
+        assert_eq!(d.max_age, Some(0));
+        assert_eq!(d.stale_if_error, None);
+        assert_eq!(d.max_stale, Some(u64::MAX));
+        assert_eq!(
+            parse(&["max-age=99999999999999999999"]).max_age,
+            Some(1 << 31)
+        );
+        assert_eq!(parse(&["\u{0}garbage,,  ,"]), Directives::default());
+    }
+}

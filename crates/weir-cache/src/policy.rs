@@ -47,6 +47,10 @@ pub enum NotStorable {
     VaryAll,
     /// Neither explicit freshness nor a status that may be stored without it.
     NoFreshness,
+    /// Larger than the cache's `max_object_size`.
+    TooLarge,
+    /// A body whose length is not declared (weir stores only what it can size first).
+    UnknownLength,
 }
 
 impl NotStorable {
@@ -61,6 +65,8 @@ impl NotStorable {
             NotStorable::SetCookie => "set-cookie",
             NotStorable::VaryAll => "vary-star",
             NotStorable::NoFreshness => "no-freshness",
+            NotStorable::TooLarge => "too-large",
+            NotStorable::UnknownLength => "unknown-length",
         }
     }
 }
@@ -324,13 +330,13 @@ pub fn secondary_key(
 
 /// What the cache did with a request, for `Cache-Status` (RFC 9211).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Outcome<'a> {
     /// Answered from the store; `ttl` seconds of freshness left (negative: stale by that).
     Hit { ttl: i64 },
     /// Went to the origin: `fwd` says why (`uri-miss`, `vary-miss`, `stale`, `request`,
     /// `bypass`), `fwd_status` is the origin's status, `stored` whether the answer was kept.
     Forward {
-        fwd: &'static str,
+        fwd: &'a str,
         fwd_status: u16,
         stored: bool,
         detail: Option<&'static str>,
@@ -338,7 +344,7 @@ pub enum Outcome {
 }
 
 /// The `Cache-Status` value for `outcome`, as cache `name`.
-pub fn cache_status(name: &str, outcome: Outcome) -> String {
+pub fn cache_status(name: &str, outcome: Outcome<'_>) -> String {
     match outcome {
         Outcome::Hit { ttl } => format!("{name}; hit; ttl={ttl}"),
         Outcome::Forward {

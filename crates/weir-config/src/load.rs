@@ -1,6 +1,7 @@
 //! Turns a positioned YAML tree into the validated [`Config`], collecting every error it finds
 //! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
 
+mod cache;
 mod health;
 mod tcp;
 
@@ -339,6 +340,7 @@ impl Loader<'_> {
                     "middlewares",
                     "tcp",
                     "udp",
+                    "caches",
                 ],
             )
             .unwrap_or(Fields {
@@ -367,9 +369,20 @@ impl Loader<'_> {
             .into_iter()
             .filter_map(|(name, node)| self.middleware(name, node))
             .collect();
+        let caches: Vec<Cache> = self
+            .named(top.get("caches"), "caches")
+            .into_iter()
+            .filter_map(|(name, node)| self.cache(name, node))
+            .collect();
         let mut routers = Vec::new();
         for (name, node) in self.named(top.get("routers"), "routers") {
-            if let Some(router) = self.router(name, node, &entrypoints, &services, &middlewares) {
+            let known = Known {
+                entrypoints: &entrypoints,
+                services: &services,
+                middlewares: &middlewares,
+                caches: &caches,
+            };
+            if let Some(router) = self.router(name, node, &known) {
                 routers.push(router);
             }
         }
@@ -386,6 +399,7 @@ impl Loader<'_> {
             middlewares,
             tcp,
             udp,
+            caches,
         }
     }
 
@@ -1347,14 +1361,13 @@ impl Loader<'_> {
         }
     }
 
-    fn router(
-        &mut self,
-        name: String,
-        node: &Node,
-        entrypoints: &[Entrypoint],
-        services: &[Service],
-        middlewares: &[Middleware],
-    ) -> Option<Router> {
+    fn router(&mut self, name: String, node: &Node, known: &Known<'_>) -> Option<Router> {
+        let Known {
+            entrypoints,
+            services,
+            middlewares,
+            caches,
+        } = *known;
         let what = format!("router `{name}`");
         let f = self.fields(
             node,
@@ -1368,6 +1381,7 @@ impl Loader<'_> {
                 "respond",
                 "redirect",
                 "static",
+                "cache",
             ],
         )?;
         let mut ok = true;
@@ -1505,6 +1519,28 @@ impl Loader<'_> {
                 Action::Redirect(Redirect { to, status })
             }
         };
+        let cache = match f.get("cache") {
+            None => None,
+            Some(n) => {
+                let cache = self.string(n, "`cache`")?;
+                if !caches.iter().any(|c| c.name == cache) {
+                    let known: Vec<&str> = caches.iter().map(|c| c.name.as_str()).collect();
+                    self.error(
+                        n.pos,
+                        format!(
+                            "{what} names cache `{cache}`, which is not defined; defined: {}",
+                            list_or_none(&known)
+                        ),
+                    );
+                    ok = false;
+                }
+                if !matches!(action, Action::Service(_)) {
+                    self.error(n.pos, "`cache` applies to routers with a `service`");
+                    ok = false;
+                }
+                Some(cache)
+            }
+        };
         ok.then_some(Router {
             name,
             pos: node.pos,
@@ -1514,8 +1550,18 @@ impl Loader<'_> {
             priority,
             middlewares: mws,
             action,
+            cache,
         })
     }
+}
+
+/// What a router may name.
+#[derive(Clone, Copy)]
+struct Known<'a> {
+    entrypoints: &'a [Entrypoint],
+    services: &'a [Service],
+    middlewares: &'a [Middleware],
+    caches: &'a [Cache],
 }
 
 pub(crate) fn list_or_none(names: &[&str]) -> String {
@@ -1705,6 +1751,46 @@ mod tests {
     }
 
     #[test]
+    fn caches_and_the_routers_that_name_them() {
+        let text = format!(
+            "{BASE}caches:\n  main: {{ memory: 1MiB, max_object_size: 2MiB, key: [host, query, color] }}\n\
+             routers:\n  a: {{ rule: \"Path(`/a`)\", respond: {{ body: x }}, cache: main }}\n  \
+             b: {{ rule: \"Path(`/b`)\", service: s, cache: nope }}\n\
+             services:\n  s: {{ servers: [{{ url: \"http://a:1\" }}] }}\n"
+        );
+        let errs = errors(&text);
+        assert_eq!(errs.len(), 5, "{errs:?}");
+        assert!(
+            errs[0].contains("`max_object_size` is larger than `memory`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:4:53: `key` must include `path`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].starts_with("t.yaml:4:67: unknown `key` part `color`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[3].ends_with("`cache` applies to routers with a `service`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[4].contains("router `b` names cache `nope`, which is not defined; defined: main"),
+            "{errs:?}"
+        );
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  main: {{}}\nrouters:\n  b: {{ rule: \"Path(`/b`)\", service: s, cache: main }}\nservices:\n  s: {{ servers: [{{ url: \"http://a:1\" }}] }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.caches[0].memory, DEFAULT_CACHE_MEMORY);
+        assert_eq!(cfg.caches[0].key, CacheKeyPart::DEFAULT.to_vec());
+        assert_eq!(cfg.routers[0].cache.as_deref(), Some("main"));
+    }
+
+    #[test]
     fn upstream_protocols_match_their_servers() {
         let services =
             "services:\n  s:\n    protocol: h3\n    servers: [{ url: \"http://a:1\" }]\n  \
@@ -1826,7 +1912,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp, udp"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"

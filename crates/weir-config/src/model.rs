@@ -18,6 +18,41 @@ pub struct Config {
     pub tcp: TcpConfig,
     /// Routers and services for UDP datagrams (`udp:`).
     pub udp: UdpConfig,
+    /// Shared response caches (`caches:`), named by routers.
+    pub caches: Vec<Cache>,
+}
+
+/// A shared response cache (`caches.NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cache {
+    pub name: String,
+    /// Bytes of stored responses (heads and bodies) kept in memory, across all workers.
+    pub memory: u64,
+    /// Larger responses are passed on without being stored.
+    pub max_object_size: u64,
+    /// What the primary key is made of (`Vary`'d request fields are added per response).
+    pub key: Vec<CacheKeyPart>,
+}
+
+pub const DEFAULT_CACHE_MEMORY: u64 = 256 << 20;
+pub const DEFAULT_CACHE_MAX_OBJECT: u64 = 8 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKeyPart {
+    Method,
+    Scheme,
+    Host,
+    Path,
+    Query,
+}
+
+impl CacheKeyPart {
+    pub const DEFAULT: [CacheKeyPart; 4] = [
+        CacheKeyPart::Method,
+        CacheKeyPart::Host,
+        CacheKeyPart::Path,
+        CacheKeyPart::Query,
+    ];
 }
 
 #[derive(Debug, Clone, Default)]
@@ -251,6 +286,8 @@ pub struct Router {
     pub priority: i64,
     pub middlewares: Vec<String>,
     pub action: Action,
+    /// `cache: NAME`: the `service` action's answers go through this cache.
+    pub cache: Option<String>,
 }
 
 #[derive(Debug, Clone)]

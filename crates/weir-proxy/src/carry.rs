@@ -53,6 +53,7 @@ pub struct Carried {
     pub entrypoints: Kept<crate::metrics::PerWorker<crate::metrics::EntrypointCells>>,
     pub routes: Kept<crate::metrics::PerWorker<crate::metrics::RouteCells>>,
     pub services: Kept<crate::metrics::PerWorker<crate::metrics::ServiceCells>>,
+    pub caches: Kept<crate::cache::store::ResponseCache>,
 }
 
 impl Carried {
@@ -62,6 +63,7 @@ impl Carried {
             entrypoints: Kept::carrying(previous.map(|p| &p.entrypoints)),
             routes: Kept::carrying(previous.map(|p| &p.routes)),
             services: Kept::carrying(previous.map(|p| &p.services)),
+            caches: Kept::carrying(previous.map(|p| &p.caches)),
         }
     }
 
@@ -71,6 +73,7 @@ impl Carried {
             entrypoints: self.entrypoints.finish(),
             routes: self.routes.finish(),
             services: self.services.finish(),
+            caches: self.caches.finish(),
         }
     }
 }

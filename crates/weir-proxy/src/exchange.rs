@@ -4,6 +4,7 @@
 //! the pool and writes the access-log line.
 
 use crate::accesslog;
+use crate::cache;
 use crate::client::{ClientSide, Outcome, Sent};
 use crate::codec::RequestHead;
 use crate::filter::Flow;
@@ -97,7 +98,7 @@ pub(crate) async fn exchange<C: ClientSide>(
     if let (Some(route), Some(started), true) = (route, started, runtime.metrics) {
         let took = started.elapsed();
         route.cells[worker.id].record(outcome.status, took);
-        if let RouteAction::Proxy(service) = &route.action {
+        if let Some(service) = route.action.service() {
             service.cells[worker.id]
                 .traffic
                 .record(outcome.status, took);
@@ -120,6 +121,10 @@ async fn run_route<'r, C: ClientSide>(
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::Proxy(service) => upstream::forward(worker, service, client, head).await,
+        // Boxed: a cache's state is large, and routes without one need not carry it.
+        RouteAction::Cached(service, cache) => {
+            Box::pin(cache::serve(worker, cache, service, client, head)).await
+        }
         RouteAction::Static(site) => {
             static_files::serve(site, &worker.open_files, worker.clock.now(), head)
         }

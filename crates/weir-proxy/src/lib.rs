@@ -8,6 +8,7 @@ pub mod accesslog;
 pub mod admin;
 pub mod balancer;
 pub mod body_filter;
+pub mod cache;
 pub mod carry;
 pub mod client;
 pub mod codec;

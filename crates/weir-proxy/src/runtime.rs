@@ -92,14 +92,33 @@ pub enum RouteAction {
     Respond(LocalResponse),
     Redirect(LocalResponse),
     Static(StaticSite),
+    /// `service` with `cache: NAME`: the cache wraps the proxy action.
+    Cached(Arc<Service>, Arc<crate::cache::store::ResponseCache>),
 }
 
 impl RouteAction {
+    /// The service the route proxies to, cached or not.
+    pub fn service(&self) -> Option<&Arc<Service>> {
+        match self {
+            RouteAction::Proxy(service) | RouteAction::Cached(service, _) => Some(service),
+            _ => None,
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             RouteAction::Proxy(svc) => {
                 let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
                 format!("proxy to service `{}` [{}]", svc.name, servers.join(", "))
+            }
+            RouteAction::Cached(svc, cache) => {
+                let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
+                format!(
+                    "proxy to service `{}` [{}] through cache `{}`",
+                    svc.name,
+                    servers.join(", "),
+                    cache.name
+                )
             }
             RouteAction::Respond(r) => {
                 format!("respond {} with a {}-byte body", r.status, r.body.len())
@@ -141,6 +160,15 @@ impl Runtime {
             .iter()
             .map(|m| (m.name.as_str(), Arc::new(Filter(m.kind.clone()))))
             .collect();
+        // A cache keeps what it stored over a reload while its settings stay the same.
+        let mut caches = HashMap::new();
+        for c in &config.caches {
+            let key = format!("{} {} {} {:?}", c.name, c.memory, c.max_object_size, c.key);
+            let cache = carried
+                .caches
+                .get(key, || Arc::new(crate::cache::store::ResponseCache::new(c)));
+            caches.insert(c.name.as_str(), cache);
+        }
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {
             let mws: Vec<Arc<Filter>> = r
@@ -149,12 +177,16 @@ impl Runtime {
                 .filter_map(|name| filters.get(name.as_str()).cloned())
                 .collect();
             let action = match &r.action {
-                Action::Service(name) => RouteAction::Proxy(
-                    services
+                Action::Service(name) => {
+                    let service = services
                         .get(name.as_str())
                         .cloned()
-                        .ok_or_else(|| format!("router `{}`: unknown service `{name}`", r.name))?,
-                ),
+                        .ok_or_else(|| format!("router `{}`: unknown service `{name}`", r.name))?;
+                    match r.cache.as_deref().and_then(|c| caches.get(c)) {
+                        Some(cache) => RouteAction::Cached(service, cache.clone()),
+                        None => RouteAction::Proxy(service),
+                    }
+                }
                 Action::Respond(resp) => RouteAction::Respond(LocalResponse::new(
                     resp.status,
                     resp.headers.clone(),

@@ -558,6 +558,12 @@ impl Nginx {
         )
     }
 
+    /// Starts nginx with `location` as the body of its `location /` block (nested locations
+    /// allowed).
+    pub fn with_location(location: &str) -> Nginx {
+        Nginx::start_server("", "", location)
+    }
+
     /// Starts nginx speaking HTTP/2 only: in clear with prior knowledge (`h2c`), or over TLS
     /// with this certificate and key. `location` is the `location /` block's body.
     pub fn start_h2(tls: Option<(&std::path::Path, &std::path::Path)>, location: &str) -> Nginx {

@@ -1,0 +1,56 @@
+//! `caches.NAME`: the shared response caches routers name with `cache:`.
+
+use super::Loader;
+use crate::model::*;
+use crate::yaml::Node;
+
+impl Loader<'_> {
+    pub(super) fn cache(&mut self, name: String, node: &Node) -> Option<Cache> {
+        let what = format!("cache `{name}`");
+        let f = self.fields(node, &what, &["memory", "max_object_size", "key"])?;
+        let mut cache = Cache {
+            name,
+            memory: DEFAULT_CACHE_MEMORY,
+            max_object_size: DEFAULT_CACHE_MAX_OBJECT,
+            key: CacheKeyPart::DEFAULT.to_vec(),
+        };
+        if let Some(n) = f.get("memory") {
+            cache.memory = self.size(n, "`memory`")?;
+        }
+        if let Some(n) = f.get("max_object_size") {
+            cache.max_object_size = self.size(n, "`max_object_size`")?;
+        }
+        if cache.max_object_size > cache.memory {
+            self.error(
+                f.pos,
+                format!("{what}: `max_object_size` is larger than `memory`"),
+            );
+        }
+        if let Some(list) = f.get("key") {
+            let mut parts = Vec::new();
+            for (part, pos) in self.string_list(list, "`key`") {
+                let parsed = match part.as_str() {
+                    "method" => Some(CacheKeyPart::Method),
+                    "scheme" => Some(CacheKeyPart::Scheme),
+                    "host" => Some(CacheKeyPart::Host),
+                    "path" => Some(CacheKeyPart::Path),
+                    "query" => Some(CacheKeyPart::Query),
+                    _ => None,
+                };
+                match parsed {
+                    Some(p) if !parts.contains(&p) => parts.push(p),
+                    Some(_) => self.error(pos, format!("`key` names `{part}` twice")),
+                    None => self.error(
+                        pos,
+                        format!("unknown `key` part `{part}`; expected method, scheme, host, path, query"),
+                    ),
+                }
+            }
+            if !parts.contains(&CacheKeyPart::Path) {
+                self.error(list.pos, "`key` must include `path`");
+            }
+            cache.key = parts;
+        }
+        Some(cache)
+    }
+}

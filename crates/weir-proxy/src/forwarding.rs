@@ -8,6 +8,7 @@ use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::Scheme;
 use crate::pool::UpstreamIo;
 use crate::worker::Worker;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -30,6 +31,14 @@ pub(crate) struct Failed {
     pub(crate) status: u16,
     pub(crate) message: &'static str,
     pub(crate) cause: Cause,
+}
+
+/// A wait's limit, cut to what `timeouts.request` (or a gRPC deadline) leaves of the exchange.
+pub(crate) fn within(worker: &Worker, until: Option<Instant>, limit: Duration) -> Duration {
+    match until {
+        Some(until) => limit.min(until.saturating_duration_since(worker.clock.now())),
+        None => limit,
+    }
 }
 
 /// Opens a connection to `server`, with TLS for an https:// one (the handshake shares the

@@ -10,7 +10,7 @@ use crate::codec::{self, push_decimal, RequestHead, ResponseHead};
 use crate::codec::{header, Framing};
 use crate::conn::watch::{Expired, Waiting};
 use crate::conn::Scheme;
-use crate::forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
+use crate::forwarding::{self, connect, forwarded_fields, upstream_host, Cause, Failed};
 use crate::grpc;
 use crate::pool::UpstreamConn;
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
@@ -187,10 +187,7 @@ async fn try_server<'r, C: ClientSide>(
     until: Option<std::time::Instant>,
 ) -> Result<Reply<'r>, Failed> {
     // A wait's limit, cut to what `timeouts.request` leaves.
-    let within = |limit: std::time::Duration| match until {
-        Some(until) => limit.min(until.saturating_duration_since(worker.clock.now())),
-        None => limit,
-    };
+    let within = |limit| forwarding::within(worker, until, limit);
     let fail = |status, message, cause| {
         Err(Failed {
             status,

@@ -591,13 +591,7 @@ impl<S: ClientIo> H1Client<S> {
         };
         match body {
             ReplyBody::Upstream(mut up) => {
-                let relay = Relay {
-                    clock: &worker.clock,
-                    watch: &self.watch,
-                    read: (Waiting::ResponseBody, read_timeout),
-                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
-                    max_bytes: u64::MAX,
-                };
+                let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut sink = Sink {
                     io: Some(&mut self.io),
                     filter: filter.as_mut(),
@@ -628,13 +622,7 @@ impl<S: ClientIo> H1Client<S> {
                 }
             }
             ReplyBody::Stream(mut stream) => {
-                let relay = Relay {
-                    clock: &worker.clock,
-                    watch: &self.watch,
-                    read: (Waiting::ResponseBody, read_timeout),
-                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
-                    max_bytes: u64::MAX,
-                };
+                let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut sink = Sink {
                     io: Some(&mut self.io),
                     filter: filter.as_mut(),

@@ -460,13 +460,7 @@ impl H2Client {
         }
         match body {
             ReplyBody::Upstream(mut up) => {
-                let relay = Relay {
-                    clock: &worker.clock,
-                    watch: &self.watch,
-                    read: (Waiting::ResponseBody, read_timeout),
-                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
-                    max_bytes: u64::MAX,
-                };
+                let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut out = DataOut(&mut send);
                 let mut sink = Sink {
                     io: Some(&mut out),
@@ -505,13 +499,7 @@ impl H2Client {
                 }
             }
             ReplyBody::Stream(mut stream) => {
-                let relay = Relay {
-                    clock: &worker.clock,
-                    watch: &self.watch,
-                    read: (Waiting::ResponseBody, read_timeout),
-                    write: (Waiting::ClientWrite, worker.timeouts.get().send),
-                    max_bytes: u64::MAX,
-                };
+                let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut out = DataOut(&mut send);
                 let mut sink = Sink {
                     io: Some(&mut out),

@@ -42,6 +42,22 @@ impl<'a> Relay<'a> {
         }
     }
 
+    /// An upstream's response body to the client: reads under the service's `timeouts.read`,
+    /// writes under `client_send_timeout`.
+    pub(crate) fn to_client_from_upstream(
+        worker: &'a Worker,
+        watch: &'a ConnWatch,
+        read_timeout: Duration,
+    ) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::ResponseBody, read_timeout),
+            write: (Waiting::ClientWrite, worker.timeouts.get().send),
+            max_bytes: u64::MAX,
+        }
+    }
+
     async fn fill<R: AsyncRead + Unpin>(
         &self,
         src: &mut R,

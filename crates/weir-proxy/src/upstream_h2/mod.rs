@@ -34,11 +34,7 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     head: &RequestHead,
     until: Option<Instant>,
 ) -> Result<Reply<'r>, Failed> {
-    // A wait's limit, cut to what `timeouts.request` leaves.
-    let within = |limit: Duration| match until {
-        Some(until) => limit.min(until.saturating_duration_since(worker.clock.now())),
-        None => limit,
-    };
+    let within = |limit| forwarding::within(worker, until, limit);
     let fail = |status, message, cause| {
         Err(Failed {
             status,

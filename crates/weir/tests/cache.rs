@@ -3,8 +3,9 @@
 //! the same id are one origin request served twice. Checked here: a fresh answer is stored
 //! and served with `Age` and `Cache-Status`, HEAD from a stored GET, `no-store`, `private`,
 //! `Set-Cookie` and `Authorization` keep answers out, `Vary` keeps variants apart, an expired
-//! answer is fetched again, the client's `no-cache` goes to the origin, and an answer over
-//! `max_object_size` passes whole without being stored.
+//! answer is fetched again, the client's `no-cache` goes to the origin, an answer over
+//! `max_object_size` passes whole without being stored, and an unsafe method's success removes
+//! its URL and its `Location` and `Content-Location` (a failure removes nothing).
 
 mod common;
 use common::*;
@@ -18,6 +19,8 @@ const ORIGIN: &str = r#"
     location /cookie { add_header cache-control "max-age=60"; add_header set-cookie "s=1"; return 200 "id=$request_id\n"; }
     location /vary { add_header cache-control "max-age=60"; add_header vary "accept-language"; return 200 "id=$request_id lang=$http_accept_language\n"; }
     location /big { add_header cache-control "max-age=60"; return 200 "id=$request_id $request_id $request_id $request_id\n"; }
+    location /update { add_header content-location /fresh-other; add_header location http://cache.test/fresh-third?x=1; return 200 "updated\n"; }
+    location /fresh-keep { add_header cache-control "max-age=60"; if ($request_method = POST) { return 500 "no\n"; } return 200 "id=$request_id\n"; }
     return 200 "id=$request_id\n";
 "#;
 
@@ -164,4 +167,45 @@ fn an_expired_answer_is_fetched_again() {
         "{}",
         status_of(&later)
     );
+}
+
+#[test]
+fn unsafe_methods_invalidate_what_they_change() {
+    let (_origin, weir) = start();
+    let send = |method: &str, target: &str| {
+        request(
+            weir.addr(),
+            &format!("{method} {target} HTTP/1.1\r\nHost: cache.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+        )
+    };
+    let stored = |target: &str| {
+        let first = ask(&weir, target, "");
+        assert_eq!(
+            ask(&weir, target, "").text(),
+            first.text(),
+            "{target} is stored"
+        );
+        first.text()
+    };
+    // A failed POST changes nothing; a successful one removes its own URL.
+    let keep = stored("/fresh-keep");
+    assert_eq!(send("POST", "/fresh-keep").status, 500);
+    assert_eq!(ask(&weir, "/fresh-keep", "").text(), keep);
+    let fresh = stored("/fresh");
+    assert_eq!(send("DELETE", "/fresh").status, 200);
+    let after = ask(&weir, "/fresh", "");
+    assert_ne!(after.text(), fresh, "DELETE /fresh removed it");
+    assert!(
+        status_of(&after).contains("fwd=uri-miss"),
+        "{}",
+        status_of(&after)
+    );
+    // Content-Location and Location (same host, with its query) go too; others stay.
+    let other = stored("/fresh-other");
+    let third = stored("/fresh-third?x=1");
+    let kept = stored("/fresh-third?x=2");
+    assert_eq!(send("POST", "/update").status, 200);
+    assert_ne!(ask(&weir, "/fresh-other", "").text(), other);
+    assert_ne!(ask(&weir, "/fresh-third?x=1", "").text(), third);
+    assert_eq!(ask(&weir, "/fresh-third?x=2", "").text(), kept);
 }

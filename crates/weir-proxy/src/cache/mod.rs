@@ -5,8 +5,10 @@
 //! carries `Cache-Status` (RFC 9211), and hits carry `Age`. One store for all workers: a
 //! sharded map (quick_cache), bounded by bytes, whose hits take a shard's read lock only.
 //!
-//! Not yet here: revalidation, stale answers, request coalescing, invalidation by unsafe
-//! methods, purge, ranges served from a stored answer, the disk tier.
+//! A non-error answer to an unsafe method removes what it may have changed (RFC 9111 §4.4).
+//!
+//! Not yet here: revalidation, stale answers, request coalescing, purge, ranges served from a
+//! stored answer, the disk tier.
 
 use crate::balancer::Service;
 use crate::client::ClientSide;
@@ -60,7 +62,9 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     head: &RequestHead,
 ) -> Reply<'r> {
     if !matches!(head.method(), "GET" | "HEAD") {
-        return upstream::forward(worker, service, client, head).await;
+        let reply = upstream::forward(worker, service, client, head).await;
+        invalidate_after(cache, head, client.scheme().as_str(), &reply);
+        return reply;
     }
     let key = cache.primary_key(head, client.scheme().as_str());
     let asked = Directives::parse(head.head.get_all("cache-control"));
@@ -214,6 +218,46 @@ async fn fill<'r, C: ClientSide>(
     Reply {
         upstream: upstream_use,
         ..reply_from(&object, response_time, value)
+    }
+}
+
+/// After an unsafe method's non-error answer, the stored answers it may have changed go
+/// (RFC 9111 §4.4): the request's URL, and `Location` and `Content-Location` when they are
+/// on the same host.
+fn invalidate_after(cache: &ResponseCache, req: &RequestHead, scheme: &str, reply: &Reply<'_>) {
+    if matches!(req.method(), "OPTIONS" | "TRACE") {
+        return;
+    }
+    let response = match &reply.head {
+        ReplyHead::Response(response) if (200..400).contains(&response.status) => response,
+        _ => return,
+    };
+    let host = req.host();
+    cache
+        .store
+        .remove(&cache.key_for(scheme, host, req.path(), req.query()));
+    for name in ["location", "content-location"] {
+        let Some(target) = response.head.get(name) else {
+            continue;
+        };
+        let target = String::from_utf8_lossy(target);
+        // Relative, or absolute on the same host (another host's entries stay).
+        let path_and_query = match target.split_once("://") {
+            Some((_, rest)) => match rest.split_once('/') {
+                Some((authority, path)) if authority.eq_ignore_ascii_case(host) => {
+                    format!("/{path}")
+                }
+                _ => continue,
+            },
+            None if target.starts_with('/') => target.into_owned(),
+            None => continue,
+        };
+        let (path, query) = path_and_query
+            .split_once('?')
+            .unwrap_or((path_and_query.as_str(), ""));
+        cache
+            .store
+            .remove(&cache.key_for(scheme, host, path, query));
     }
 }
 

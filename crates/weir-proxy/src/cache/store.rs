@@ -93,16 +93,19 @@ impl ResponseCache {
     /// The primary key: the configured parts of the request (HEAD is looked up as GET, so a
     /// stored GET answers it).
     pub(super) fn primary_key(&self, req: &RequestHead, scheme: &str) -> Vec<u8> {
+        self.key_for(scheme, req.host(), req.path(), req.query())
+    }
+
+    /// The primary key of a GET for this URL.
+    pub(super) fn key_for(&self, scheme: &str, host: &str, path: &str, query: &str) -> Vec<u8> {
         let mut key = Vec::with_capacity(128);
         for part in &self.key {
             match part {
                 CacheKeyPart::Method => key.extend_from_slice(b"GET"),
                 CacheKeyPart::Scheme => key.extend_from_slice(scheme.as_bytes()),
-                CacheKeyPart::Host => {
-                    key.extend_from_slice(req.host().to_ascii_lowercase().as_bytes())
-                }
-                CacheKeyPart::Path => key.extend_from_slice(req.path().as_bytes()),
-                CacheKeyPart::Query => key.extend_from_slice(req.query().as_bytes()),
+                CacheKeyPart::Host => key.extend_from_slice(host.to_ascii_lowercase().as_bytes()),
+                CacheKeyPart::Path => key.extend_from_slice(path.as_bytes()),
+                CacheKeyPart::Query => key.extend_from_slice(query.as_bytes()),
             }
             key.push(0);
         }

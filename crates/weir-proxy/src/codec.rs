@@ -334,28 +334,21 @@ impl ResponseHead {
 
     /// An editable head for an answer weir makes itself, framed by its body's length.
     pub fn local(status: u16, headers: &[(String, String)], body_len: usize) -> ResponseHead {
-        let mut head = Head::default();
-        for (name, value) in headers {
-            if !name.eq_ignore_ascii_case("content-length") {
-                head.append(name, value.as_bytes());
-            }
-        }
         let mut length = Vec::with_capacity(20);
         push_decimal(&mut length, body_len as u64);
-        head.append("content-length", &length);
-        head.edited = false;
+        let fields = headers
+            .iter()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length"))
+            .map(|(name, value)| (name.as_str(), value.as_bytes()))
+            .chain([("content-length", length.as_slice())]);
+        let framing = match body_len {
+            0 => Framing::None,
+            n => Framing::Length(n as u64),
+        };
         ResponseHead {
-            head,
-            status,
-            reason: Span::default(),
-            minor_version: 1,
-            framing: match body_len {
-                0 => Framing::None,
-                n => Framing::Length(n as u64),
-            },
-            keep_alive: true,
-            connection_names_headers: false,
+            // weir's own answers get the worker's `Date`, whatever their headers say.
             has_date: false,
+            ..ResponseHead::from_fields(status, fields, framing)
         }
     }
 }

@@ -321,13 +321,7 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         if self.send_continue(req).await.is_err() {
             return Err(BodyError::Source);
         }
-        let relay = Relay {
-            clock: &worker.clock,
-            watch: &self.watch,
-            read: (Waiting::RequestBody, worker.timeouts.get().body),
-            write: (Waiting::UpstreamWrite, write_limit),
-            max_bytes: u64::MAX,
-        };
+        let relay = Relay::to_upstream(worker, &self.watch, write_limit);
         let chunked = req.framing == Framing::Chunked;
         let sent = relay_body(
             &mut self.io,
@@ -339,14 +333,7 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
             &relay,
         )
         .await;
-        self.body = match sent {
-            Ok(_) => RequestBody::Done,
-            // Nothing of the body was taken: the connection can still carry it to a drain.
-            Err(BodyError::Sink | BodyError::SinkStalled) if req.framing == Framing::None => {
-                RequestBody::Done
-            }
-            Err(_) => RequestBody::Broken,
-        };
+        self.body = body_after(&sent, req.framing);
         sent
     }
 
@@ -361,13 +348,7 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         if self.send_continue(req).await.is_err() {
             return Err(BodyError::Source);
         }
-        let relay = Relay {
-            clock: &worker.clock,
-            watch: &self.watch,
-            read: (Waiting::RequestBody, worker.timeouts.get().body),
-            write: (Waiting::UpstreamWrite, write_limit),
-            max_bytes: u64::MAX,
-        };
+        let relay = Relay::to_upstream(worker, &self.watch, write_limit);
         self.out.clear();
         let mut frames = DataOut(&mut stream);
         let sent = relay_body(
@@ -380,11 +361,7 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
             &relay,
         )
         .await;
-        self.body = if sent.is_ok() {
-            RequestBody::Done
-        } else {
-            RequestBody::Broken
-        };
+        self.body = body_after(&sent, req.framing);
         sent?;
         stream
             .send_data(Bytes::new(), true)
@@ -887,6 +864,18 @@ impl<S: ClientIo> H1Client<S> {
             bytes: copied.map(|(_, down)| down).unwrap_or(0),
             ..closed
         }
+    }
+}
+
+/// Where the request body stands after it was sent upstream.
+fn body_after<T>(sent: &Result<T, BodyError>, framing: Framing) -> RequestBody {
+    match sent {
+        Ok(_) => RequestBody::Done,
+        // Nothing of the body was taken: the connection can still carry it to a drain.
+        Err(BodyError::Sink | BodyError::SinkStalled) if framing == Framing::None => {
+            RequestBody::Done
+        }
+        Err(_) => RequestBody::Broken,
     }
 }
 

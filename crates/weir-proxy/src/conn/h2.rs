@@ -267,15 +267,7 @@ impl ClientSide for H2Client {
         self.out.clear();
         write_head(&mut self.out, &self.ip_text, self.scheme);
         let chunked = req.framing == Framing::Chunked;
-        let body_limit = worker.timeouts.get().body;
-        // Writes to the upstream under its write timeout, as the HTTP/1 driver's relay does.
-        let relay = Relay {
-            clock: &worker.clock,
-            watch: &self.watch,
-            read: (Waiting::RequestBody, body_limit),
-            write: (Waiting::UpstreamWrite, write_limit),
-            max_bytes: u64::MAX,
-        };
+        let relay = Relay::to_upstream(worker, &self.watch, write_limit);
         let mut sink = Sink::plain(Some(upstream));
         let mut sent = 0u64;
         let mut unreleased = 0usize;

@@ -42,6 +42,22 @@ impl<'a> Relay<'a> {
         }
     }
 
+    /// A client's request body to an upstream: reads under `client_body_timeout`, writes
+    /// under the service's `timeouts.write`.
+    pub(crate) fn to_upstream(
+        worker: &'a Worker,
+        watch: &'a ConnWatch,
+        write_limit: Duration,
+    ) -> Relay<'a> {
+        Relay {
+            clock: &worker.clock,
+            watch,
+            read: (Waiting::RequestBody, worker.timeouts.get().body),
+            write: (Waiting::UpstreamWrite, write_limit),
+            max_bytes: u64::MAX,
+        }
+    }
+
     /// An upstream's response body to the client: reads under the service's `timeouts.read`,
     /// writes under `client_send_timeout`.
     pub(crate) fn to_client_from_upstream(

@@ -1787,7 +1787,31 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.caches[0].memory, DEFAULT_CACHE_MEMORY);
         assert_eq!(cfg.caches[0].key, CacheKeyPart::DEFAULT.to_vec());
+        assert_eq!(cfg.caches[0].lock_timeout, DEFAULT_CACHE_LOCK_TIMEOUT);
+        assert!(cfg.caches[0].purge_allow.is_empty());
         assert_eq!(cfg.routers[0].cache.as_deref(), Some("main"));
+    }
+
+    #[test]
+    fn cache_lock_and_purge_settings() {
+        let errs = errors(&format!(
+            "{BASE}caches:\n  main: {{ lock_timeout: soon, purge: {{ allow: [127.0.0.1/32, 10.0.0.0/33], deny: [] }} }}\n"
+        ));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs[0].starts_with("t.yaml:4:25: "), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("`10.0.0.0/33` is not an address or network")),
+            "{errs:?}"
+        );
+        assert!(errs.iter().any(|e| e.contains("deny")), "{errs:?}");
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  main: {{ lock_timeout: 2s, purge: {{ allow: [127.0.0.1, \"::1\"] }} }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.caches[0].lock_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.caches[0].purge_allow.len(), 2);
     }
 
     #[test]

@@ -32,10 +32,16 @@ pub struct Cache {
     pub max_object_size: u64,
     /// What the primary key is made of (`Vary`'d request fields are added per response).
     pub key: Vec<CacheKeyPart>,
+    /// How long a request for a key another request is fetching waits for that answer
+    /// before it goes to the origin itself.
+    pub lock_timeout: Duration,
+    /// Client networks that may send `PURGE` (none: `PURGE` is refused).
+    pub purge_allow: Vec<crate::rule::Cidr>,
 }
 
 pub const DEFAULT_CACHE_MEMORY: u64 = 256 << 20;
 pub const DEFAULT_CACHE_MAX_OBJECT: u64 = 8 << 20;
+pub const DEFAULT_CACHE_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheKeyPart {

@@ -53,7 +53,7 @@ pub struct Carried {
     pub entrypoints: Kept<crate::metrics::PerWorker<crate::metrics::EntrypointCells>>,
     pub routes: Kept<crate::metrics::PerWorker<crate::metrics::RouteCells>>,
     pub services: Kept<crate::metrics::PerWorker<crate::metrics::ServiceCells>>,
-    pub caches: Kept<crate::cache::store::ResponseCache>,
+    pub caches: Kept<crate::cache::store::Store>,
 }
 
 impl Carried {

@@ -158,7 +158,7 @@ pub enum Framing {
     UntilClose,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RequestHead {
     pub head: Head,
     method: TextSpan,

@@ -15,6 +15,7 @@ use crate::static_files;
 use crate::upstream;
 use crate::worker::Worker;
 use std::borrow::Cow;
+use std::rc::Rc;
 use std::sync::LazyLock;
 use std::time::Instant;
 
@@ -27,7 +28,7 @@ static ENTRYPOINT_REMOVED: LazyLock<LocalResponse> = LazyLock::new(|| {
 
 /// Runs one exchange on a client connection.
 pub(crate) async fn exchange<C: ClientSide>(
-    worker: &Worker,
+    worker: &Rc<Worker>,
     runtime: &Runtime,
     entrypoint: usize,
     client: &mut C,
@@ -108,7 +109,7 @@ pub(crate) async fn exchange<C: ClientSide>(
 }
 
 async fn run_route<'r, C: ClientSide>(
-    worker: &Worker,
+    worker: &Rc<Worker>,
     route: &'r Route,
     client: &mut C,
     head: &mut RequestHead,

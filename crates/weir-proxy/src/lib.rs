@@ -13,6 +13,7 @@ pub mod carry;
 pub mod client;
 pub mod codec;
 pub mod compress;
+pub mod conditional;
 pub mod conn;
 pub mod control;
 pub mod exchange;

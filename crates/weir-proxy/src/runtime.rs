@@ -160,14 +160,14 @@ impl Runtime {
             .iter()
             .map(|m| (m.name.as_str(), Arc::new(Filter(m.kind.clone()))))
             .collect();
-        // A cache keeps what it stored over a reload while its settings stay the same.
+        // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();
         for c in &config.caches {
-            let key = format!("{} {} {} {:?}", c.name, c.memory, c.max_object_size, c.key);
-            let cache = carried
-                .caches
-                .get(key, || Arc::new(crate::cache::store::ResponseCache::new(c)));
-            caches.insert(c.name.as_str(), cache);
+            use crate::cache::store::{ResponseCache, Store};
+            let store = carried.caches.get(ResponseCache::store_identity(c), || {
+                Arc::new(Store::new(c.memory))
+            });
+            caches.insert(c.name.as_str(), Arc::new(ResponseCache::new(c, store)));
         }
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {

@@ -9,7 +9,10 @@
 
 use crate::codec::{RequestHead, ResponseHead};
 use crate::compress;
-use crate::open_files::{http_date_secs, Missing, OpenFile, OpenFiles};
+use crate::conditional::{
+    if_range_holds, multipart_body, parse_ranges, precondition, Ranges, Validators,
+};
+use crate::open_files::{Missing, OpenFile, OpenFiles};
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -21,8 +24,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use weir_config::{Encoding, StaticFiles};
 
-/// Ranges asked of one answer beyond which the `Range` header is ignored (a full 200).
-const MAX_RANGES: usize = 64;
 /// Bytes a `multipart/byteranges` answer may assemble in memory.
 const MAX_MULTIPART_BYTES: u64 = 16 << 20;
 /// The precompressed siblings looked for, in order of preference on equal q-values.
@@ -279,7 +280,11 @@ fn answer_file<'r>(
             file.len,
         );
     }
-    if let Some(code) = precondition(req, file) {
+    let validators = Validators {
+        etag: Some(file.etag.as_bytes()),
+        modified: Some(file.mtime),
+    };
+    if let Some(code) = precondition(req, &validators) {
         let answered = if code == 304 {
             // A 304 carries the validators and caching headers, no body.
             let mut headers = headers();
@@ -290,7 +295,11 @@ fn answer_file<'r>(
         };
         return Reply::local(Cow::Owned(answered));
     }
-    if let Some(range) = req.head.get("range").filter(|_| if_range_holds(req, file)) {
+    if let Some(range) = req
+        .head
+        .get("range")
+        .filter(|_| if_range_holds(req, &validators))
+    {
         let mut headers = headers();
         headers.push(("accept-ranges".into(), "bytes".into()));
         match parse_ranges(range, file.len) {
@@ -344,121 +353,6 @@ fn file_reply<'r>(head: ResponseHead, file: &Rc<OpenFile>, offset: u64, len: u64
     }
 }
 
-/// RFC 9110 §13.2.2: `If-Match`, else `If-Unmodified-Since` (412); then `If-None-Match`, else
-/// `If-Modified-Since` (304).
-fn precondition(req: &RequestHead, file: &OpenFile) -> Option<u16> {
-    let etag = file.etag.as_bytes();
-    if let Some(list) = req.head.get("if-match") {
-        let strong_match = list_entries(list).any(|tag| tag == b"*" || tag == etag);
-        if !strong_match {
-            return Some(412);
-        }
-    } else if let Some(date) = req.head.get("if-unmodified-since").and_then(http_date_secs) {
-        if file.mtime > date {
-            return Some(412);
-        }
-    }
-    if let Some(list) = req.head.get("if-none-match") {
-        let weak_match = list_entries(list)
-            .any(|tag| tag == b"*" || tag.strip_prefix(b"W/").unwrap_or(tag) == etag);
-        if weak_match {
-            return Some(304);
-        }
-    } else if let Some(date) = req.head.get("if-modified-since").and_then(http_date_secs) {
-        if file.mtime <= date {
-            return Some(304);
-        }
-    }
-    None
-}
-
-fn list_entries(list: &[u8]) -> impl Iterator<Item = &[u8]> {
-    list.split(|&b| b == b',').map(<[u8]>::trim_ascii)
-}
-
-/// `If-Range`: the range applies only if the validator still matches (a strong ETag, or the
-/// exact `Last-Modified` date).
-fn if_range_holds(req: &RequestHead, file: &OpenFile) -> bool {
-    match req.head.get("if-range").map(<[u8]>::trim_ascii) {
-        None => true,
-        Some(tag) if tag.starts_with(b"\"") => tag == file.etag.as_bytes(),
-        Some(date) => http_date_secs(date) == Some(file.mtime),
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Ranges {
-    /// Not a byte-range request we honour: send the whole file.
-    Ignore,
-    Unsatisfiable,
-    /// `[start, end)`.
-    One(u64, u64),
-    Many(Vec<(u64, u64)>),
-}
-
-/// Parses `bytes=a-b, c-, -n` against a length; unsatisfiable ranges are dropped, and
-/// overlapping ones merged.
-fn parse_ranges(header: &[u8], len: u64) -> Ranges {
-    let Some(spec) = std::str::from_utf8(header)
-        .ok()
-        .and_then(|h| h.trim().strip_prefix("bytes="))
-    else {
-        return Ranges::Ignore;
-    };
-    let mut ranges = Vec::new();
-    let mut asked = 0;
-    for part in spec.split(',') {
-        let part = part.trim();
-        if part.is_empty() {
-            continue;
-        }
-        asked += 1;
-        if asked > MAX_RANGES {
-            return Ranges::Ignore;
-        }
-        let Some((first, last)) = part.split_once('-') else {
-            return Ranges::Ignore;
-        };
-        let (first, last) = (first.trim(), last.trim());
-        let range = if first.is_empty() {
-            let Ok(suffix) = last.parse::<u64>() else {
-                return Ranges::Ignore;
-            };
-            (suffix > 0 && len > 0).then(|| (len.saturating_sub(suffix), len))
-        } else {
-            let Ok(start) = first.parse::<u64>() else {
-                return Ranges::Ignore;
-            };
-            let end = if last.is_empty() {
-                len
-            } else {
-                match last.parse::<u64>() {
-                    Ok(last) if last >= start => last.saturating_add(1).min(len),
-                    _ => return Ranges::Ignore,
-                }
-            };
-            (start < len).then_some((start, end))
-        };
-        ranges.extend(range);
-    }
-    if asked == 0 {
-        return Ranges::Ignore;
-    }
-    ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-    for (start, end) in ranges {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    match merged.len() {
-        0 => Ranges::Unsatisfiable,
-        1 => Ranges::One(merged[0].0, merged[0].1),
-        _ => Ranges::Many(merged),
-    }
-}
-
 /// Several ranges: a `multipart/byteranges` body assembled in memory (bounded; beyond the
 /// bound the whole file is sent instead).
 fn multipart<'r>(
@@ -471,34 +365,17 @@ fn multipart<'r>(
         let head = ResponseHead::local(200, &headers, file.len as usize);
         return file_reply(head, file, 0, file.len);
     }
-    let boundary = format!("weir-{:016x}", file.len ^ (file.mtime << 20));
     let part_type = headers
         .iter()
         .find(|(n, _)| n == "content-type")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    let mut body = Vec::with_capacity(total as usize + ranges.len() * 128);
-    for &(start, end) in ranges {
-        body.extend_from_slice(
-            format!(
-                "\r\n--{boundary}\r\ncontent-type: {part_type}\r\ncontent-range: bytes {start}-{}/{}\r\n\r\n",
-                end - 1,
-                file.len
-            )
-            .as_bytes(),
-        );
-        let from = body.len();
-        body.resize(from + (end - start) as usize, 0);
-        if read_exact_at(&file.file, &mut body[from..], start).is_err() {
-            return text(500, "the file could not be read");
-        }
-    }
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let read = |buf: &mut [u8], start| read_exact_at(&file.file, buf, start);
+    let Ok((body, content_type)) = multipart_body(&part_type, file.len, ranges, read) else {
+        return text(500, "the file could not be read");
+    };
     headers.retain(|(n, _)| n != "content-type");
-    headers.push((
-        "content-type".into(),
-        format!("multipart/byteranges; boundary={boundary}"),
-    ));
+    headers.push(("content-type".into(), content_type));
     let head = ResponseHead::local(206, &headers, body.len());
     Reply {
         head: ReplyHead::Response(head),
@@ -654,28 +531,6 @@ mod tests {
             clean_path("/.well-known/x", true),
             Ok((".well-known/x".into(), false))
         );
-    }
-
-    #[test]
-    fn ranges() {
-        assert_eq!(parse_ranges(b"bytes=0-99", 1000), Ranges::One(0, 100));
-        assert_eq!(parse_ranges(b"bytes=900-", 1000), Ranges::One(900, 1000));
-        assert_eq!(parse_ranges(b"bytes=-100", 1000), Ranges::One(900, 1000));
-        assert_eq!(parse_ranges(b"bytes=-5000", 1000), Ranges::One(0, 1000));
-        assert_eq!(parse_ranges(b"bytes=0-5000", 1000), Ranges::One(0, 1000));
-        assert_eq!(parse_ranges(b"bytes=1000-", 1000), Ranges::Unsatisfiable);
-        assert_eq!(parse_ranges(b"bytes=-0", 1000), Ranges::Unsatisfiable);
-        assert_eq!(
-            parse_ranges(b"bytes=0-9, 20-29", 1000),
-            Ranges::Many(vec![(0, 10), (20, 30)])
-        );
-        assert_eq!(parse_ranges(b"bytes=0-9, 5-19", 1000), Ranges::One(0, 20));
-        assert_eq!(parse_ranges(b"bytes=0-9, 2000-", 1000), Ranges::One(0, 10));
-        assert_eq!(parse_ranges(b"bytes=5-1", 1000), Ranges::Ignore);
-        assert_eq!(parse_ranges(b"items=0-1", 1000), Ranges::Ignore);
-        assert_eq!(parse_ranges(b"bytes=a-b", 1000), Ranges::Ignore);
-        let many = format!("bytes={}", vec!["0-0"; 65].join(","));
-        assert_eq!(parse_ranges(many.as_bytes(), 1000), Ranges::Ignore);
     }
 
     #[test]

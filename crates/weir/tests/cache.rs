@@ -20,6 +20,8 @@ const ORIGIN: &str = r#"
     location /vary { add_header cache-control "max-age=60"; add_header vary "accept-language"; return 200 "id=$request_id lang=$http_accept_language\n"; }
     location /big { add_header cache-control "max-age=60"; return 200 "id=$request_id $request_id $request_id $request_id\n"; }
     location /update { add_header content-location /fresh-other; add_header location http://cache.test/fresh-third?x=1; return 200 "updated\n"; }
+    location /swr { add_header cache-control "max-age=1, stale-while-revalidate=30"; return 200 "id=$request_id\n"; }
+    location /sie { add_header cache-control "max-age=1, stale-if-error=60"; return 200 "id=$request_id\n"; }
     location /fresh-keep { add_header cache-control "max-age=60"; if ($request_method = POST) { return 500 "no\n"; } return 200 "id=$request_id\n"; }
     return 200 "id=$request_id\n";
 "#;
@@ -208,4 +210,308 @@ fn unsafe_methods_invalidate_what_they_change() {
     assert_ne!(ask(&weir, "/fresh-other", "").text(), other);
     assert_ne!(ask(&weir, "/fresh-third?x=1", "").text(), third);
     assert_eq!(ask(&weir, "/fresh-third?x=2", "").text(), kept);
+}
+
+/// nginx serving the files under a fresh folder (its `ETag`, `Last-Modified`, conditionals and
+/// ranges), each answer with `max-age` and its request id in `x-origin-id`, every request
+/// written to `access.log` in that folder; and weir caching it.
+fn file_origin(max_age: u32, location_extra: &str) -> (Nginx, Weir, std::path::PathBuf) {
+    let dir = temp_dir("cache-origin");
+    let origin = Nginx::with_location(&format!(
+        "root {dir}; access_log {dir}/access.log; add_header cache-control \"max-age={max_age}\"; \
+         add_header x-origin-id $request_id; {location_extra}",
+        dir = dir.display()
+    ));
+    let yaml = format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         caches:\n  main: {{ memory: 64MiB, max_object_size: 1MiB, purge: {{ allow: [127.0.0.1/32] }} }}\n  \
+         closed: {{ memory: 1MiB, max_object_size: 64KiB, purge: {{ allow: [10.0.0.0/8] }} }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main }}\n  \
+         closed: {{ rule: \"PathPrefix(`/closed`)\", service: origin, cache: closed }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        origin.addr
+    );
+    (origin, Weir::start(&yaml), dir)
+}
+
+/// The origin's access-log lines so far.
+fn origin_log(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("access.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn conditions_and_ranges_are_answered_from_the_store() {
+    let (_origin, weir, dir) = file_origin(60, "");
+    std::fs::write(dir.join("a.txt"), "hello, cached world\n").unwrap();
+    // A miss asked for a range: the origin is asked for the whole file, which is stored, and
+    // the range is cut from it.
+    let part = ask(&weir, "/a.txt", "Range: bytes=0-4\r\n");
+    assert_eq!(part.status, 206);
+    assert_eq!(part.text(), "hello");
+    assert_eq!(part.header("content-range"), Some("bytes 0-4/20"));
+    assert_eq!(
+        status_of(&part),
+        "weir; fwd=uri-miss; fwd-status=200; stored"
+    );
+    let log = origin_log(&dir);
+    assert_eq!(log.len(), 1);
+    assert!(log[0].contains("\" 200 20 "), "{}", log[0]);
+    let whole = ask(&weir, "/a.txt", "");
+    assert_eq!(whole.text(), "hello, cached world\n");
+    let etag = whole.header("etag").unwrap().to_string();
+    let modified = whole.header("last-modified").unwrap().to_string();
+    for (extra, status, body) in [
+        (format!("If-None-Match: {etag}\r\n"), 304, ""),
+        (format!("If-None-Match: \"x\", W/{etag}\r\n"), 304, ""),
+        (format!("If-Modified-Since: {modified}\r\n"), 304, ""),
+        (
+            "If-None-Match: \"other\"\r\n".into(),
+            200,
+            "hello, cached world\n",
+        ),
+        (
+            "If-Match: \"other\"\r\n".into(),
+            412,
+            "precondition failed\n",
+        ),
+        ("Range: bytes=-6\r\n".into(), 206, "world\n"),
+        ("Range: bytes=100-\r\n".into(), 416, ""),
+        (
+            "Range: bytes=0-4\r\nIf-Range: \"stale\"\r\n".into(),
+            200,
+            "hello, cached world\n",
+        ),
+        (
+            format!("Range: bytes=7-12\r\nIf-Range: {etag}\r\n"),
+            206,
+            "cached",
+        ),
+    ] {
+        let answer = ask(&weir, "/a.txt", &extra);
+        assert_eq!(answer.status, status, "{extra}");
+        assert_eq!(answer.text(), body, "{extra}");
+        if status != 412 && status != 416 {
+            assert!(status_of(&answer).starts_with("weir; hit"), "{extra}");
+        }
+    }
+    let many = ask(&weir, "/a.txt", "Range: bytes=0-1,7-8\r\n");
+    assert_eq!(many.status, 206);
+    assert!(many
+        .header("content-type")
+        .unwrap()
+        .starts_with("multipart/byteranges; boundary="));
+    assert!(many
+        .text()
+        .contains("content-range: bytes 7-8/20\r\n\r\nca\r\n"));
+    assert_eq!(origin_log(&dir).len(), 1, "all from the one stored answer");
+}
+
+#[test]
+fn a_stale_answer_is_revalidated_and_a_304_refreshes_it() {
+    let (_origin, weir, dir) = file_origin(1, "");
+    std::fs::write(dir.join("b.txt"), "validated by etag\n").unwrap();
+    let first = ask(&weir, "/b.txt", "");
+    let first_id = first.header("x-origin-id").unwrap().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let again = ask(&weir, "/b.txt", "");
+    assert_eq!(status_of(&again), "weir; fwd=stale; fwd-status=304; stored");
+    assert_eq!(again.text(), first.text());
+    // The 304's fields replaced the stored ones; the stored body stayed.
+    let second_id = again.header("x-origin-id").unwrap().to_string();
+    assert_ne!(second_id, first_id);
+    let hit = ask(&weir, "/b.txt", "");
+    assert!(
+        status_of(&hit).starts_with("weir; hit"),
+        "{}",
+        status_of(&hit)
+    );
+    assert_eq!(hit.header("x-origin-id"), Some(second_id.as_str()));
+    let log = origin_log(&dir);
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(
+        log[1].contains("\" 304 "),
+        "a conditional request: {}",
+        log[1]
+    );
+    // A changed file: the conditional request gets the new body, which replaces the old.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    std::fs::write(dir.join("b.txt"), "a new version of the file\n").unwrap();
+    let changed = ask(&weir, "/b.txt", "");
+    assert_eq!(changed.text(), "a new version of the file\n");
+    assert_eq!(
+        status_of(&changed),
+        "weir; fwd=stale; fwd-status=200; stored"
+    );
+}
+
+#[test]
+fn a_chunked_answer_is_stored_whole() {
+    let (_origin, weir, dir) = file_origin(
+        60,
+        "gzip on; gzip_min_length 1; gzip_types text/plain; gzip_vary on;",
+    );
+    let text = "compressible line of text\n".repeat(2000);
+    std::fs::write(dir.join("c.txt"), &text).unwrap();
+    let gzip = "Accept-Encoding: gzip\r\n";
+    let first = ask(&weir, "/c.txt", gzip);
+    assert_eq!(first.header("content-encoding"), Some("gzip"));
+    assert_eq!(
+        status_of(&first),
+        "weir; fwd=uri-miss; fwd-status=200; stored"
+    );
+    let again = ask(&weir, "/c.txt", gzip);
+    assert!(
+        status_of(&again).starts_with("weir; hit"),
+        "{}",
+        status_of(&again)
+    );
+    assert_eq!(again.body, first.body);
+    // The plain variant is another entry (`Vary: Accept-Encoding`).
+    let plain = ask(&weir, "/c.txt", "");
+    assert_eq!(plain.text(), text);
+    assert!(
+        status_of(&plain).contains("fwd=vary-miss"),
+        "{}",
+        status_of(&plain)
+    );
+}
+
+#[test]
+fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
+    let (_origin, weir) = start();
+    let first = ask(&weir, "/swr", "");
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let stale = ask(&weir, "/swr", "");
+    assert_eq!(stale.text(), first.text());
+    assert!(
+        status_of(&stale).ends_with("; detail=stale-while-revalidate"),
+        "{}",
+        status_of(&stale)
+    );
+    // The background request stored a fresh answer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let later = ask(&weir, "/swr", "");
+        if later.text() != first.text() {
+            assert!(
+                status_of(&later).starts_with("weir; hit; ttl="),
+                "{}",
+                status_of(&later)
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never refreshed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn stale_if_error_answers_when_the_origin_is_down() {
+    let (origin, weir) = start();
+    let kept = ask(&weir, "/sie", "");
+    let gone = ask(&weir, "/short", "");
+    assert_eq!(gone.status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    drop(origin);
+    let stale = ask(&weir, "/sie", "");
+    assert_eq!(stale.status, 200);
+    assert_eq!(stale.text(), kept.text());
+    assert_eq!(
+        status_of(&stale),
+        "weir; fwd=stale; fwd-status=502; detail=stale-if-error"
+    );
+    // Without `stale-if-error`, the error is the answer.
+    assert_eq!(ask(&weir, "/short", "").status, 502);
+}
+
+#[test]
+fn a_stampede_on_a_cold_key_makes_one_origin_request() {
+    // 200 KB at 100 KB/s: the origin takes about two seconds, while 500 clients ask.
+    let (_origin, weir, dir) = file_origin(60, "limit_rate 100k;");
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.join("cold.bin"), &body).unwrap();
+    let start = std::sync::Arc::new(std::sync::Barrier::new(500));
+    let clients: Vec<_> = (0..500)
+        .map(|_| {
+            let start = start.clone();
+            let addr = weir.addr();
+            std::thread::spawn(move || {
+                start.wait();
+                request(
+                    addr,
+                    "GET /cold.bin HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n\r\n",
+                )
+            })
+        })
+        .collect();
+    let mut hits = 0;
+    for client in clients {
+        let answer = client.join().unwrap();
+        assert_eq!(answer.status, 200);
+        assert!(answer.body == body, "the whole body");
+        hits += usize::from(status_of(&answer).starts_with("weir; hit"));
+    }
+    assert_eq!(origin_log(&dir).len(), 1, "exactly one origin request");
+    assert_eq!(hits, 499);
+}
+
+#[test]
+fn purge_removes_a_url_a_prefix_or_a_tag_from_allowed_addresses() {
+    let (_origin, weir, dir) = file_origin(60, "location /tagged/ { add_header cache-tag \"red, blue\"; add_header cache-control max-age=60; }");
+    for path in [
+        "p/one.txt",
+        "p/two.txt",
+        "q.txt",
+        "tagged/a.txt",
+        "tagged/b.txt",
+        "closed.txt",
+    ] {
+        let file = dir.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, path).unwrap();
+    }
+    let stored = |target: &str| {
+        ask(&weir, target, "");
+        status_of(&ask(&weir, target, "")).starts_with("weir; hit")
+    };
+    let purge = |target: &str, extra: &str| {
+        request(
+            weir.addr(),
+            &format!(
+                "PURGE {target} HTTP/1.1\r\nHost: cache.test\r\n{extra}Connection: close\r\n\r\n"
+            ),
+        )
+    };
+    for target in [
+        "/p/one.txt",
+        "/p/two.txt",
+        "/q.txt",
+        "/tagged/a.txt",
+        "/tagged/b.txt",
+    ] {
+        assert!(stored(target), "{target}");
+    }
+    let one = purge("/q.txt", "");
+    assert_eq!((one.status, one.text()), (200, "{\"purged\":1}\n".into()));
+    assert!(status_of(&ask(&weir, "/q.txt", "")).contains("fwd=uri-miss"));
+    assert!(status_of(&ask(&weir, "/p/one.txt", "")).starts_with("weir; hit"));
+    let prefix = purge("/p/*", "");
+    assert_eq!(prefix.text(), "{\"purged\":2}\n");
+    let tag = purge("/", "Cache-Tag: green, blue\r\n");
+    assert_eq!(tag.text(), "{\"purged\":2}\n");
+    for target in ["/p/one.txt", "/tagged/a.txt", "/tagged/b.txt"] {
+        assert!(
+            status_of(&ask(&weir, target, "")).contains("fwd=uri-miss"),
+            "{target} was purged"
+        );
+    }
+    // A cache whose `purge.allow` does not list 127.0.0.1 refuses.
+    assert!(stored("/closed.txt"));
+    assert_eq!(purge("/closed.txt", "").status, 403);
+    assert!(status_of(&ask(&weir, "/closed.txt", "")).starts_with("weir; hit"));
 }

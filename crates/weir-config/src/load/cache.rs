@@ -7,13 +7,38 @@ use crate::yaml::Node;
 impl Loader<'_> {
     pub(super) fn cache(&mut self, name: String, node: &Node) -> Option<Cache> {
         let what = format!("cache `{name}`");
-        let f = self.fields(node, &what, &["memory", "max_object_size", "key"])?;
+        let f = self.fields(
+            node,
+            &what,
+            &["memory", "max_object_size", "key", "lock_timeout", "purge"],
+        )?;
         let mut cache = Cache {
             name,
             memory: DEFAULT_CACHE_MEMORY,
             max_object_size: DEFAULT_CACHE_MAX_OBJECT,
             key: CacheKeyPart::DEFAULT.to_vec(),
+            lock_timeout: DEFAULT_CACHE_LOCK_TIMEOUT,
+            purge_allow: Vec::new(),
         };
+        if let Some(n) = f.get("lock_timeout") {
+            cache.lock_timeout = self.duration(n, "`lock_timeout`").unwrap_or_default();
+        }
+        let purge = f
+            .get("purge")
+            .and_then(|p| self.fields(p, "`purge`", &["allow"]));
+        if let Some(p) = purge {
+            if let Some(list) = p.get("allow") {
+                for (text, pos) in self.string_list(list, "`purge.allow`") {
+                    match crate::rule::Cidr::parse(&text) {
+                        Some(net) => cache.purge_allow.push(net),
+                        None => self.error(
+                            pos,
+                            format!("`{text}` is not an address or network; expected e.g. 127.0.0.1/32 or ::1"),
+                        ),
+                    }
+                }
+            }
+        }
         if let Some(n) = f.get("memory") {
             cache.memory = self.size(n, "`memory`")?;
         }

@@ -1,224 +1,289 @@
 //! The shared response cache (`caches.NAME`, `routers.NAME.cache`): it wraps a route's
-//! `service` action. A fresh stored answer is a reply whose body comes from memory; otherwise
-//! the action runs, and an answer that may be stored (RFC 9111, `weir-cache`'s policy) is read
-//! whole, stored, and answered from the stored copy. Every answer that went through the cache
-//! carries `Cache-Status` (RFC 9211), and hits carry `Age`. One store for all workers: a
-//! sharded map (quick_cache), bounded by bytes, whose hits take a shard's read lock only.
+//! `service` action. `serve` is the lifecycle of a request through it:
 //!
-//! A non-error answer to an unsafe method removes what it may have changed (RFC 9111 §4.4).
+//! 1. `PURGE` from an allowed address removes a URL, a prefix or a tag (`purge.rs`); other
+//!    unsafe methods go to the origin, and a non-error answer removes what it may have changed
+//!    (RFC 9111 §4.4).
+//! 2. A GET or HEAD looks up its variant (`store.rs`). A fresh one, or a stale one the client
+//!    accepts, is the answer (`answer.rs`: 304, 206, or the whole). One inside
+//!    `stale-while-revalidate` is the answer too, and one request revalidates it in the
+//!    background (`revalidate.rs`).
+//! 3. Otherwise the request goes to the origin, one per key at a time: the first leads, the
+//!    others wait for its answer (at most `lock_timeout`), then look again. The origin is
+//!    asked for the whole answer, conditionally when a stale copy has validators; the
+//!    client's own conditions and range are applied to what is stored.
+//! 4. The answer is stored when it may be (`fill.rs`), a 304 refreshes the stale copy, and
+//!    an error lets a stale copy answer within `stale-if-error`. Every answer that went
+//!    through the cache carries `Cache-Status` (RFC 9211).
 //!
-//! Not yet here: revalidation, stale answers, request coalescing, purge, ranges served from a
-//! stored answer, the disk tier.
+//! Not yet here: the disk tier.
 
 use crate::balancer::Service;
 use crate::client::ClientSide;
-use crate::codec::{is_hop_by_hop, Framing, RequestHead, ResponseHead};
-use crate::conn::watch::{Expired, Waiting};
+use crate::codec::{Framing, RequestHead};
+use crate::conn::watch::Waiting;
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::upstream;
-use crate::worker::{make_room, Worker};
+use crate::worker::Worker;
 use std::borrow::Cow;
+use std::rc::Rc;
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
-use weir_cache::{Directives, NotStorable, Outcome, Stored, Usable};
+use weir_cache::{Directives, Fields, NotStorable, Outcome, Usable};
 
+mod answer;
+mod fill;
+mod purge;
+mod revalidate;
 pub mod store;
 
-use store::{unix_now, Object, ObjectFields, ResponseCache, CACHE_NAME};
+use fill::Filled;
+use store::{unix_now, Join, Leader, Object, ResponseCache, CACHE_NAME};
 
-/// The stored answer as a reply, with `Age` and `Cache-Status`.
-fn reply_from<'r>(object: &Object, now: u64, status_value: String) -> Reply<'r> {
-    let age = object.meta.age_at(now).to_string();
-    // The length as a field too: a HEAD answer declares it without the body.
-    let length = object.body.len().to_string();
-    let fields = object
-        .fields
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_slice()))
-        .chain([
-            ("content-length", length.as_bytes()),
-            ("age", age.as_bytes()),
-            ("cache-status", status_value.as_bytes()),
-        ]);
-    let head = ResponseHead::from_fields(
-        object.status,
-        fields,
-        Framing::Length(object.body.len() as u64),
-    );
-    Reply {
-        head: ReplyHead::Response(head),
-        body: ReplyBody::Bytes(object.body.clone()),
-        upstream: None,
-        body_filter: None,
-    }
-}
+/// The request fields the cache answers itself from a stored answer, so the origin is asked
+/// without them.
+const CLIENT_CONDITIONS: [&str; 6] = [
+    "if-none-match",
+    "if-modified-since",
+    "if-match",
+    "if-unmodified-since",
+    "if-range",
+    "range",
+];
 
 /// Runs the `service` action through `cache`.
 pub(crate) async fn serve<'r, C: ClientSide>(
+    worker: &Rc<Worker>,
+    cache: &Arc<ResponseCache>,
+    service: &'r Arc<Service>,
+    client: &mut C,
+    head: &mut RequestHead,
+) -> Reply<'r> {
+    match head.method() {
+        "GET" | "HEAD" => {}
+        "PURGE" => return purge::purge(cache, client.ip(), client.scheme().as_str(), head),
+        _ => {
+            let reply = upstream::forward(worker, service, client, head).await;
+            invalidate_after(cache, head, client.scheme().as_str(), &reply);
+            return reply;
+        }
+    }
+    let key = cache.primary_key(head, client.scheme().as_str());
+    let asked = Directives::parse(head.head.get_all("cache-control"));
+    let mut waited = false;
+    loop {
+        let now = unix_now();
+        let found = cache.store.lookup(&key, &head.head);
+        let stale = match &found.object {
+            Some(object) => match object.meta.usable(now, &asked) {
+                Usable::Fresh { ttl } | Usable::Stale { ttl } => {
+                    let status = weir_cache::cache_status(CACHE_NAME, Outcome::Hit { ttl });
+                    return answer::stored(object, head, now, &status);
+                }
+                Usable::StaleWhileRevalidate { ttl } => {
+                    // One request revalidates (a GET without a body, which a background
+                    // fetch can repeat); every one is answered with the stale copy now.
+                    if !head.is_head() && head.framing == Framing::None {
+                        if let Some(leader) = cache.store.flights.lead(&key) {
+                            let from = revalidate::Requester::of(client);
+                            revalidate::in_background(
+                                worker, cache, service, from, head, object, key, leader,
+                            );
+                        }
+                    }
+                    let hit = weir_cache::cache_status(CACHE_NAME, Outcome::Hit { ttl });
+                    let status = format!("{hit}; detail=stale-while-revalidate");
+                    return answer::stored(object, head, now, &status);
+                }
+                Usable::Revalidate => Some(object.clone()),
+            },
+            None => None,
+        };
+        let fwd = match (&stale, found.other_variants) {
+            (Some(_), _) => "stale",
+            (None, true) => "vary-miss",
+            (None, false) => "uri-miss",
+        };
+        // Coalescing: a GET that may fill the key leads or waits, once.
+        let coalesce = !head.is_head() && !waited && !found.pass && !asked.no_store;
+        let leader = match coalesce.then(|| cache.store.flights.join(&key)) {
+            Some(Join::Follow(flight)) => {
+                let landed = flight.landed();
+                let watch = client.watch();
+                let _ = watch
+                    .within(
+                        &worker.clock,
+                        Waiting::ResponseHead,
+                        cache.lock_timeout,
+                        landed,
+                    )
+                    .await;
+                waited = true;
+                continue;
+            }
+            Some(Join::Lead(leader)) => Some(leader),
+            None => None,
+        };
+        let asking = Asking {
+            key,
+            stale,
+            fwd,
+            asked: &asked,
+            _leader: leader,
+        };
+        return forward_and_fill(worker, cache, service, client, head, asking).await;
+    }
+}
+
+/// One trip to the origin for the cache.
+struct Asking<'a> {
+    key: Vec<u8>,
+    /// The stored answer this trip revalidates.
+    stale: Option<Arc<Object>>,
+    /// Why the trip is made (`Cache-Status`'s `fwd`).
+    fwd: &'static str,
+    /// The request's `Cache-Control`.
+    asked: &'a Directives,
+    /// Held until the answer is stored (or not): the key's followers wait for it.
+    _leader: Option<Leader>,
+}
+
+/// Asks the origin, then stores, refreshes, or falls back to the stale copy.
+async fn forward_and_fill<'r, C: ClientSide>(
     worker: &Worker,
     cache: &ResponseCache,
     service: &'r Service,
     client: &mut C,
-    head: &RequestHead,
+    head: &mut RequestHead,
+    asking: Asking<'_>,
 ) -> Reply<'r> {
-    if !matches!(head.method(), "GET" | "HEAD") {
-        let reply = upstream::forward(worker, service, client, head).await;
-        invalidate_after(cache, head, client.scheme().as_str(), &reply);
-        return reply;
-    }
-    let key = cache.primary_key(head, client.scheme().as_str());
-    let asked = Directives::parse(head.head.get_all("cache-control"));
-    let now = unix_now();
-    let mut fwd = "uri-miss";
-    if let Some(entry) = cache.store.get(&key) {
-        fwd = "vary-miss";
-        let variant = entry.variants.iter().find(|o| {
-            weir_cache::secondary_key(&ObjectFields(&o.fields), &head.head).as_deref()
-                == Some(o.secondary.as_slice())
-        });
-        if let Some(object) = variant {
-            match object.meta.usable(now, &asked) {
-                Usable::Fresh { ttl } | Usable::Stale { ttl } => {
-                    let status = weir_cache::cache_status(CACHE_NAME, Outcome::Hit { ttl });
-                    return reply_from(object, now, status);
-                }
-                // Revalidation is a later step: a stale answer is fetched again.
-                Usable::StaleWhileRevalidate { .. } | Usable::Revalidate => fwd = "stale",
+    let Asking {
+        key,
+        stale,
+        fwd,
+        asked,
+        _leader,
+    } = asking;
+    // A GET asks for the whole answer (validated against the stale copy); the client's
+    // conditions and range are applied to it afterwards. A HEAD goes as it came.
+    let mut taken = Vec::new();
+    if !head.is_head() {
+        for name in CLIENT_CONDITIONS {
+            for value in head.head.get_all(name) {
+                taken.push((name, value.to_vec()));
+            }
+            if !taken.is_empty() {
+                head.head.remove(name);
+            }
+        }
+        if let Some(stale) = &stale {
+            if let Some(etag) = stale.field("etag") {
+                head.head.append("if-none-match", etag);
+            }
+            if let Some(modified) = stale.field("last-modified") {
+                head.head.append("if-modified-since", modified);
             }
         }
     }
-    let request_time = now;
+    let request_time = unix_now();
     let reply = upstream::forward(worker, service, client, head).await;
-    fill(worker, cache, key, head, reply, fwd, request_time, client).await
+    if !head.is_head() {
+        head.head.remove("if-none-match");
+        head.head.remove("if-modified-since");
+        for (name, value) in taken {
+            head.head.append(name, &value);
+        }
+    }
+    let status = reply_status(&reply);
+    let reply = match (stale.as_deref(), reply) {
+        (
+            Some(stale),
+            Reply {
+                head: ReplyHead::Response(response),
+                body,
+                upstream,
+                ..
+            },
+        ) if status == 304 => {
+            let object = fill::refresh(cache, &key, stale, &response, request_time);
+            if let (ReplyBody::Upstream(up), true) = (body, response.keep_alive) {
+                fill::check_in(worker, &upstream, up);
+            }
+            let value = forwarded(fwd, 304, true, None);
+            return Reply {
+                upstream,
+                ..answer::stored(&object, head, unix_now(), &value)
+            };
+        }
+        (Some(stale), reply)
+            if (500..=504).contains(&status) && stale.meta.usable_on_error(unix_now(), asked) =>
+        {
+            let value = forwarded(fwd, status, false, Some("stale-if-error"));
+            return Reply {
+                upstream: reply.upstream,
+                ..answer::stored(stale, head, unix_now(), &value)
+            };
+        }
+        (_, reply) => reply,
+    };
+    match fill::fill(
+        worker,
+        client.watch(),
+        cache,
+        &key,
+        head,
+        reply,
+        request_time,
+    )
+    .await
+    {
+        Filled::Stored(object, upstream) => {
+            let value = forwarded(fwd, object.status, true, None);
+            Reply {
+                upstream,
+                ..answer::stored(&object, head, unix_now(), &value)
+            }
+        }
+        Filled::Passed(mut reply, why) => {
+            // An answer the origin made unstorable skips coalescing for a while; one the
+            // request made so (or an error) does not.
+            let from_origin = matches!(reply.head, ReplyHead::Response(_));
+            let request_caused =
+                matches!(why, NotStorable::Method | NotStorable::Authorization) || asked.no_store;
+            if from_origin && !request_caused && status < 500 {
+                cache.store.mark_pass(key);
+            }
+            let value = forwarded(fwd, status, false, Some(why.detail()));
+            reply.edit_head(|response| response.head.append("cache-status", value.as_bytes()));
+            reply
+        }
+        Filled::Failed(upstream) => {
+            let failed = LocalResponse::text(502, "upstream body ended early");
+            Reply {
+                upstream,
+                ..Reply::local(Cow::Owned(failed))
+            }
+        }
+    }
 }
 
-/// Stores the answer when it may be stored, then answers from the stored copy; otherwise
-/// passes it on, marked as not stored.
-#[allow(clippy::too_many_arguments)]
-async fn fill<'r, C: ClientSide>(
-    worker: &Worker,
-    cache: &ResponseCache,
-    key: Vec<u8>,
-    head: &RequestHead,
-    reply: Reply<'r>,
-    fwd: &'static str,
-    request_time: u64,
-    client: &C,
-) -> Reply<'r> {
-    let Reply {
-        head: reply_head,
-        body,
-        upstream: upstream_use,
-        body_filter,
-    } = reply;
-    let (response, mut up) = match (reply_head, body) {
-        (ReplyHead::Response(response), ReplyBody::Upstream(up)) => (response, up),
-        // A local answer (no server, a timeout), or one that is not a plain body.
-        (head, body) => {
-            let status = match &head {
-                ReplyHead::Local(local) => local.status,
-                ReplyHead::Shared(local) => local.status,
-                ReplyHead::Response(response) => response.status,
-            };
-            let reply = Reply {
-                head,
-                body,
-                upstream: upstream_use,
-                body_filter,
-            };
-            return not_stored(reply, fwd, status, NotStorable::Status);
-        }
+/// The status the client would get from `reply`.
+fn reply_status(reply: &Reply<'_>) -> u16 {
+    match &reply.head {
+        ReplyHead::Local(local) => local.status,
+        ReplyHead::Shared(local) => local.status,
+        ReplyHead::Response(response) => response.status,
+    }
+}
+
+/// `Cache-Status` for an answer that went to the origin.
+fn forwarded(fwd: &str, fwd_status: u16, stored: bool, detail: Option<&'static str>) -> String {
+    let outcome = Outcome::Forward {
+        fwd,
+        fwd_status,
+        stored,
+        detail,
     };
-    let length = match verdict(cache, head, &response) {
-        Ok(length) => length,
-        Err(why) => {
-            let status = response.status;
-            let reply = Reply {
-                head: ReplyHead::Response(response),
-                body: ReplyBody::Upstream(up),
-                upstream: upstream_use,
-                body_filter,
-            };
-            return not_stored(reply, fwd, status, why);
-        }
-    };
-    // Read the whole body (at most `max_object_size`) under the service's read timeout.
-    let read_timeout = upstream_use
-        .as_ref()
-        .map_or(std::time::Duration::from_secs(60), |u| {
-            u.service.read_timeout
-        });
-    while (up.buf.len() as u64) < length {
-        make_room(&mut up.buf);
-        let read = up.io.read_buf(&mut up.buf);
-        match client
-            .watch()
-            .within(&worker.clock, Waiting::ResponseBody, read_timeout, read)
-            .await
-        {
-            Ok(Ok(n)) if n > 0 => {}
-            Ok(_) | Err(Expired) => {
-                let failed = LocalResponse::text(502, "upstream body ended early");
-                return Reply {
-                    upstream: upstream_use,
-                    ..Reply::local(Cow::Owned(failed))
-                };
-            }
-        }
-    }
-    let body = up.buf.split_to(length as usize).freeze();
-    if let Some(used) = &upstream_use {
-        if response.keep_alive && up.buf.is_empty() {
-            let service = used.service;
-            worker.pool.checkin(
-                used.server.id,
-                up,
-                service.max_idle_per_server,
-                service.idle_timeout,
-            );
-        }
-    }
-    let connection = response
-        .connection_names_headers
-        .then(|| response.head.get("connection"))
-        .flatten();
-    let fields: Vec<(String, Vec<u8>)> = response
-        .head
-        .iter()
-        .filter(|(name, _)| {
-            !is_hop_by_hop(name)
-                && !name.eq_ignore_ascii_case(b"content-length")
-                && !name.eq_ignore_ascii_case(b"age")
-                && !connection.is_some_and(|c| crate::codec::lists_token(c, name))
-        })
-        .map(|(n, v)| (String::from_utf8_lossy(n).to_ascii_lowercase(), v.to_vec()))
-        .collect();
-    let secondary = weir_cache::secondary_key(&response.head, &head.head).unwrap_or_default();
-    let response_time = unix_now();
-    let object = Arc::new(Object {
-        status: response.status,
-        meta: Stored::new(response.status, &response.head, request_time, response_time),
-        fields,
-        body,
-        secondary,
-    });
-    let mut entry = cache.store.get(&key).unwrap_or_default();
-    entry.variants.retain(|o| o.secondary != object.secondary);
-    entry.variants.push(object.clone());
-    cache.store.insert(key, entry);
-    let value = weir_cache::cache_status(
-        CACHE_NAME,
-        Outcome::Forward {
-            fwd,
-            fwd_status: object.status,
-            stored: true,
-            detail: None,
-        },
-    );
-    Reply {
-        upstream: upstream_use,
-        ..reply_from(&object, response_time, value)
-    }
+    weir_cache::cache_status(CACHE_NAME, outcome)
 }
 
 /// After an unsafe method's non-error answer, the stored answers it may have changed go
@@ -233,11 +298,10 @@ fn invalidate_after(cache: &ResponseCache, req: &RequestHead, scheme: &str, repl
         _ => return,
     };
     let host = req.host();
-    cache
-        .store
-        .remove(&cache.key_for(scheme, host, req.path(), req.query()));
+    let objects = &cache.store.objects;
+    objects.remove(&cache.key_for(scheme, host, req.path(), req.query()));
     for name in ["location", "content-location"] {
-        let Some(target) = response.head.get(name) else {
+        let Some(target) = response.head.first(name) else {
             continue;
         };
         let target = String::from_utf8_lossy(target);
@@ -255,41 +319,6 @@ fn invalidate_after(cache: &ResponseCache, req: &RequestHead, scheme: &str, repl
         let (path, query) = path_and_query
             .split_once('?')
             .unwrap_or((path_and_query.as_str(), ""));
-        cache
-            .store
-            .remove(&cache.key_for(scheme, host, path, query));
-    }
-}
-
-/// Passes an answer on with a `Cache-Status` that says it was not stored, and why.
-fn not_stored<'r>(mut reply: Reply<'r>, fwd: &str, status: u16, why: NotStorable) -> Reply<'r> {
-    let value = weir_cache::cache_status(
-        CACHE_NAME,
-        Outcome::Forward {
-            fwd,
-            fwd_status: status,
-            stored: false,
-            detail: Some(why.detail()),
-        },
-    );
-    reply.edit_head(|response| response.head.append("cache-status", value.as_bytes()));
-    reply
-}
-
-/// Whether the answer may be stored: the policy's verdict, a GET (HEAD answers have no body
-/// to store), and a known length within `max_object_size`; the length when it may.
-fn verdict(
-    cache: &ResponseCache,
-    req: &RequestHead,
-    response: &ResponseHead,
-) -> Result<u64, NotStorable> {
-    weir_cache::storable(req.method(), response.status, &req.head, &response.head)?;
-    if req.is_head() {
-        return Err(NotStorable::Method);
-    }
-    match response.framing {
-        Framing::Length(n) if n <= cache.max_object_size => Ok(n),
-        Framing::Length(_) => Err(NotStorable::TooLarge),
-        _ => Err(NotStorable::UnknownLength),
+        objects.remove(&cache.key_for(scheme, host, path, query));
     }
 }

@@ -1,16 +1,28 @@
 //! The cache's store: stored answers (`Object`) by primary key, each key holding its `Vary`
-//! variants, in one quick_cache map shared by every worker and bounded by bytes. A lookup
-//! takes a shard's read lock and clones an `Arc`; a stored answer turns into a reply with
-//! `Age` and `Cache-Status`.
+//! variants, in one quick_cache map shared by every worker and bounded by bytes, beside the
+//! fetches in flight (`Flights`) that requests for the same key wait on. A lookup takes a
+//! shard's read lock and clones an `Arc`. The store outlives reloads that keep its size and
+//! key; `ResponseCache` is the compiled `caches.NAME` around it.
 
-use crate::codec::{Head, RequestHead};
+use crate::codec::{is_hop_by_hop, lists_token, Head, RequestHead};
+use crate::conditional::Validators;
+use crate::open_files::http_date_secs;
 use bytes::Bytes;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
 use weir_cache::{Fields, Stored};
+use weir_config::rule::Cidr;
 use weir_config::CacheKeyPart;
 
 /// The identifier in `Cache-Status`.
 pub(super) const CACHE_NAME: &str = "weir";
+
+/// How long a key whose answer could not be stored skips request coalescing (Varnish's
+/// hit-for-miss): requests for it go to the origin at once instead of one after another.
+pub(super) const PASS_FOR: u64 = 60;
 
 impl Fields for Head {
     fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
@@ -34,6 +46,29 @@ impl Object {
         let head: usize = self.fields.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
         (head + self.body.len() + self.secondary.len() + 128) as u64
     }
+
+    pub(super) fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// What conditional and range requests compare against.
+    pub(super) fn validators(&self) -> Validators<'_> {
+        Validators {
+            etag: self.field("etag"),
+            modified: self.field("last-modified").and_then(http_date_secs),
+        }
+    }
+
+    /// Whether its `Cache-Tag` field names any of `tags`.
+    pub(super) fn tagged(&self, tags: &[&[u8]]) -> bool {
+        ObjectFields(&self.fields)
+            .lines("cache-tag")
+            .flat_map(|line| line.split(|&b| b == b','))
+            .any(|tag| tags.contains(&tag.trim_ascii()))
+    }
 }
 
 pub(super) struct ObjectFields<'a>(pub(super) &'a [(String, Vec<u8>)]);
@@ -47,10 +82,30 @@ impl Fields for ObjectFields<'_> {
     }
 }
 
+/// The fields of an upstream head worth storing: all but hop-by-hop ones, those its
+/// `Connection` names, the length and `Age` (both are written per answer).
+pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Vec<(String, Vec<u8>)> {
+    let connection = connection_names_headers
+        .then(|| head.get("connection"))
+        .flatten();
+    head.iter()
+        .filter(|(name, _)| {
+            !is_hop_by_hop(name)
+                && !name.eq_ignore_ascii_case(b"content-length")
+                && !name.eq_ignore_ascii_case(b"age")
+                && !connection.is_some_and(|c| lists_token(c, name))
+        })
+        .map(|(n, v)| (String::from_utf8_lossy(n).to_ascii_lowercase(), v.to_vec()))
+        .collect()
+}
+
 /// What a primary key holds: the stored variants (one per secondary key).
 #[derive(Clone, Default)]
 pub(super) struct Entry {
     pub(super) variants: Vec<Arc<Object>>,
+    /// Until when (Unix seconds) requests for this key skip coalescing: the last answer
+    /// could not be stored.
+    pub(super) pass_until: u64,
 }
 
 #[derive(Clone)]
@@ -58,15 +113,157 @@ pub(super) struct Weigh;
 
 impl quick_cache::Weighter<Vec<u8>, Entry> for Weigh {
     fn weight(&self, key: &Vec<u8>, entry: &Entry) -> u64 {
-        key.len() as u64 + entry.variants.iter().map(|o| o.weight()).sum::<u64>()
+        // A pass marker weighs its key and a little.
+        key.len() as u64 + 64 + entry.variants.iter().map(|o| o.weight()).sum::<u64>()
     }
 }
 
-/// A compiled `caches.NAME`.
+/// A lookup's result.
+#[derive(Default)]
+pub(super) struct Found {
+    /// The variant for the request.
+    pub(super) object: Option<Arc<Object>>,
+    /// The key holds variants for other values of the `Vary`'d fields.
+    pub(super) other_variants: bool,
+    /// The key's answers are not stored just now: skip coalescing.
+    pub(super) pass: bool,
+}
+
+/// The fetches in flight, by primary key: the first request for a key that must go to the
+/// origin leads, the others wait for it (`Flights::join`).
+#[derive(Default)]
+pub(super) struct Flights {
+    leading: Mutex<HashMap<Vec<u8>, Arc<Flight>>>,
+}
+
+/// One fetch in flight: done once its leader stored the answer (or gave up).
+#[derive(Default)]
+pub(super) struct Flight {
+    done: AtomicBool,
+    landed: Notify,
+}
+
+impl Flight {
+    /// Waits until the leader is done (the caller bounds the wait).
+    pub(super) async fn landed(&self) {
+        // Created before the check, a `Notified` gets the leader's wake-up even if it comes
+        // before the first poll.
+        let landed = self.landed.notified();
+        if !self.done.load(Ordering::Acquire) {
+            landed.await;
+        }
+    }
+}
+
+/// Leading or following the fetch of a key.
+pub(super) enum Join {
+    Lead(Leader),
+    Follow(Arc<Flight>),
+}
+
+/// The right to fetch a key; dropping it (stored, failed, or cancelled) wakes the followers.
+pub(super) struct Leader {
+    flights: Arc<Flights>,
+    key: Vec<u8>,
+    flight: Arc<Flight>,
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if let Ok(mut leading) = self.flights.leading.lock() {
+            leading.remove(&self.key);
+        }
+        self.flight.done.store(true, Ordering::Release);
+        self.flight.landed.notify_waiters();
+    }
+}
+
+impl Flights {
+    pub(super) fn join(self: &Arc<Self>, key: &[u8]) -> Join {
+        let Ok(mut leading) = self.leading.lock() else {
+            // A poisoned lock (a panic elsewhere): fetch without coalescing.
+            return Join::Follow(Arc::new(Flight {
+                done: AtomicBool::new(true),
+                landed: Notify::new(),
+            }));
+        };
+        if let Some(flight) = leading.get(key) {
+            return Join::Follow(flight.clone());
+        }
+        let flight = Arc::new(Flight::default());
+        leading.insert(key.to_vec(), flight.clone());
+        Join::Lead(Leader {
+            flights: self.clone(),
+            key: key.to_vec(),
+            flight,
+        })
+    }
+
+    /// Leads the fetch of `key` if nobody does.
+    pub(super) fn lead(self: &Arc<Self>, key: &[u8]) -> Option<Leader> {
+        match self.join(key) {
+            Join::Lead(leader) => Some(leader),
+            Join::Follow(_) => None,
+        }
+    }
+}
+
+/// The part of a cache that outlives a reload while its size and key stay the same.
+pub struct Store {
+    pub(super) objects: quick_cache::sync::Cache<Vec<u8>, Entry, Weigh>,
+    pub(super) flights: Arc<Flights>,
+}
+
+impl Store {
+    pub fn new(memory: u64) -> Store {
+        // quick_cache sizes its shards from an item estimate: one per 16 KiB.
+        let items = (memory / (16 << 10)).clamp(64, 1 << 22) as usize;
+        Store {
+            objects: quick_cache::sync::Cache::with_weighter(items, memory, Weigh),
+            flights: Arc::default(),
+        }
+    }
+
+    /// What `key` holds for this request.
+    pub(super) fn lookup(&self, key: &[u8], req: &Head) -> Found {
+        let Some(entry) = self.objects.get(key) else {
+            return Found::default();
+        };
+        let variant = entry.variants.iter().find(|o| {
+            weir_cache::secondary_key(&ObjectFields(&o.fields), req).as_deref()
+                == Some(o.secondary.as_slice())
+        });
+        Found {
+            object: variant.cloned(),
+            other_variants: !entry.variants.is_empty(),
+            pass: entry.pass_until > unix_now(),
+        }
+    }
+
+    /// Stores `object` as its key's variant for its secondary key.
+    pub(super) fn put(&self, key: Vec<u8>, object: Arc<Object>) {
+        let mut entry = self.objects.get(&key).unwrap_or_default();
+        entry.variants.retain(|o| o.secondary != object.secondary);
+        entry.variants.push(object);
+        entry.pass_until = 0;
+        self.objects.insert(key, entry);
+    }
+
+    /// Marks `key` as one whose answers are not stored, for `PASS_FOR`.
+    pub(super) fn mark_pass(&self, key: Vec<u8>) {
+        let mut entry = self.objects.get(&key).unwrap_or_default();
+        entry.pass_until = unix_now() + PASS_FOR;
+        self.objects.insert(key, entry);
+    }
+}
+
+/// A compiled `caches.NAME`: its settings around its store.
 pub struct ResponseCache {
     pub name: String,
-    pub(super) store: quick_cache::sync::Cache<Vec<u8>, Entry, Weigh>,
+    pub(super) store: Arc<Store>,
     pub(super) max_object_size: u64,
+    pub(super) lock_timeout: Duration,
+    pub(super) purge_allow: Vec<Cidr>,
     key: Vec<CacheKeyPart>,
 }
 
@@ -79,15 +276,20 @@ impl std::fmt::Debug for ResponseCache {
 }
 
 impl ResponseCache {
-    pub fn new(cfg: &weir_config::Cache) -> ResponseCache {
-        // quick_cache sizes its shards from an item estimate: one per 16 KiB.
-        let items = (cfg.memory / (16 << 10)).clamp(64, 1 << 22) as usize;
+    pub fn new(cfg: &weir_config::Cache, store: Arc<Store>) -> ResponseCache {
         ResponseCache {
             name: cfg.name.clone(),
-            store: quick_cache::sync::Cache::with_weighter(items, cfg.memory, Weigh),
+            store,
             max_object_size: cfg.max_object_size,
+            lock_timeout: cfg.lock_timeout,
+            purge_allow: cfg.purge_allow.clone(),
             key: cfg.key.clone(),
         }
+    }
+
+    /// The store's reload identity: a store is kept while these stay the same.
+    pub fn store_identity(cfg: &weir_config::Cache) -> String {
+        format!("{} {} {:?}", cfg.name, cfg.memory, cfg.key)
     }
 
     /// The primary key: the configured parts of the request (HEAD is looked up as GET, so a
@@ -110,6 +312,19 @@ impl ResponseCache {
             key.push(0);
         }
         key
+    }
+
+    /// A key's host part (`None` when the key has none) and path part.
+    pub(super) fn host_and_path<'k>(&self, key: &'k [u8]) -> (Option<&'k [u8]>, &'k [u8]) {
+        let (mut host, mut path): (Option<&[u8]>, &[u8]) = (None, b"");
+        for (part, value) in self.key.iter().zip(key.split(|&b| b == 0)) {
+            match part {
+                CacheKeyPart::Host => host = Some(value),
+                CacheKeyPart::Path => path = value,
+                _ => {}
+            }
+        }
+        (host, path)
     }
 }
 

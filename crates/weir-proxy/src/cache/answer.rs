@@ -1,0 +1,131 @@
+//! Answers from a stored object, as the origin would have answered this request: a 304 or
+//! 412 for a conditional request (RFC 9110 §13), a 206 or 416 for a range (§14), else the
+//! whole stored answer; each with `Age` and `Cache-Status`. The stored body is shared
+//! (`Bytes`), so a hit or a single range copies no body bytes.
+
+use super::store::Object;
+use crate::codec::{Framing, RequestHead, ResponseHead};
+use crate::conditional::{if_range_holds, multipart_body, parse_ranges, precondition, Ranges};
+use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use bytes::Bytes;
+use std::borrow::Cow;
+use std::convert::Infallible;
+
+/// The answer to `req` from `object`, `now` (for `Age`), with `Cache-Status: cache_status`.
+pub(super) fn stored<'r>(
+    object: &Object,
+    req: &RequestHead,
+    now: u64,
+    cache_status: &str,
+) -> Reply<'r> {
+    let age = object.meta.age_at(now).to_string();
+    let len = object.body.len() as u64;
+    let extra = [
+        ("age", age.as_bytes()),
+        ("cache-status", cache_status.as_bytes()),
+    ];
+    // Conditions and ranges apply to a stored 200 (RFC 9110 §13.2.1, §14.2).
+    if object.status == 200 {
+        let validators = object.validators();
+        match precondition(req, &validators) {
+            Some(304) => {
+                // A 304 carries the stored fields that describe the answer, not its body's.
+                let fields = object
+                    .fields
+                    .iter()
+                    .filter(|(n, _)| !n.starts_with("content-") || n == "content-location")
+                    .map(|(n, v)| (n.as_str(), v.as_slice()))
+                    .chain(extra);
+                let head = ResponseHead::from_fields(304, fields, Framing::None);
+                return with_body(head, Bytes::new());
+            }
+            Some(_) => {
+                let refused = LocalResponse::text(412, "precondition failed");
+                return Reply::local(Cow::Owned(refused));
+            }
+            None => {}
+        }
+        let range = req
+            .head
+            .get("range")
+            .filter(|_| if_range_holds(req, &validators));
+        if let Some(range) = range {
+            match parse_ranges(range, len) {
+                Ranges::Ignore => {}
+                Ranges::Unsatisfiable => {
+                    let refused = LocalResponse::new(
+                        416,
+                        vec![("content-range".into(), format!("bytes */{len}"))],
+                        Bytes::new(),
+                    );
+                    return Reply::local(Cow::Owned(refused));
+                }
+                Ranges::One(start, end) => {
+                    let content_range = format!("bytes {start}-{}/{len}", end - 1);
+                    let part = object.body.slice(start as usize..end as usize);
+                    let head = head_with(
+                        object,
+                        206,
+                        &[("content-range", content_range.as_bytes())],
+                        &extra,
+                        part.len(),
+                        |_| true,
+                    );
+                    return with_body(head, part);
+                }
+                Ranges::Many(ranges) => {
+                    let part_type = object.field("content-type").unwrap_or_default();
+                    let part_type = String::from_utf8_lossy(part_type);
+                    let copy = |buf: &mut [u8], start: u64| {
+                        let start = start as usize;
+                        buf.copy_from_slice(&object.body[start..start + buf.len()]);
+                        Ok::<(), Infallible>(())
+                    };
+                    let Ok((body, content_type)) = multipart_body(&part_type, len, &ranges, copy);
+                    let head = head_with(
+                        object,
+                        206,
+                        &[("content-type", content_type.as_bytes())],
+                        &extra,
+                        body.len(),
+                        |name| name != "content-type",
+                    );
+                    return with_body(head, body.into());
+                }
+            }
+        }
+    }
+    let head = head_with(object, object.status, &[], &extra, len as usize, |_| true);
+    with_body(head, object.body.clone())
+}
+
+/// A head of the stored fields `keep` admits, then `more` and `extra`, and the length.
+fn head_with(
+    object: &Object,
+    status: u16,
+    more: &[(&str, &[u8])],
+    extra: &[(&str, &[u8])],
+    len: usize,
+    keep: impl Fn(&str) -> bool,
+) -> ResponseHead {
+    // The length as a field too: a HEAD answer declares it without the body.
+    let length = len.to_string();
+    let fields = object
+        .fields
+        .iter()
+        .filter(|(n, _)| keep(n))
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .chain(more.iter().copied())
+        .chain(extra.iter().copied())
+        .chain([("content-length", length.as_bytes())]);
+    ResponseHead::from_fields(status, fields, Framing::Length(len as u64))
+}
+
+fn with_body<'r>(head: ResponseHead, body: Bytes) -> Reply<'r> {
+    Reply {
+        head: ReplyHead::Response(head),
+        body: ReplyBody::Bytes(body),
+        upstream: None,
+        body_filter: None,
+    }
+}

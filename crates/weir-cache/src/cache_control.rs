@@ -28,36 +28,42 @@ pub struct Directives {
 }
 
 impl Directives {
-    /// Reads every line of the field (they form one comma-separated list).
     pub fn parse<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Directives {
         let mut d = Directives::default();
         for line in lines {
             let Ok(text) = std::str::from_utf8(line) else {
                 continue;
             };
-            for item in split_list(text) {
+            for item in list_items(text) {
                 let (name, value) = match item.split_once('=') {
                     Some((n, v)) => (n.trim(), Some(unquote(v.trim()))),
                     None => (item.trim(), None),
                 };
                 let seconds = || value.and_then(parse_seconds);
-                match name.to_ascii_lowercase().as_str() {
+                // Lowercased on the stack: no directive weir knows is longer than 24 bytes.
+                let mut lower = [0u8; 24];
+                let Some(folded) = lower.get_mut(..name.len()) else {
+                    continue;
+                };
+                folded.copy_from_slice(name.as_bytes());
+                folded.make_ascii_lowercase();
+                match &*folded {
                     // An invalid max-age makes the response stale (§4.2.1): zero.
-                    "max-age" => d.max_age = Some(seconds().unwrap_or(0)),
-                    "s-maxage" => d.s_maxage = Some(seconds().unwrap_or(0)),
-                    "no-store" => d.no_store = true,
-                    "no-cache" => d.no_cache = true,
-                    "private" => d.private = true,
-                    "public" => d.public = true,
-                    "must-revalidate" => d.must_revalidate = true,
-                    "proxy-revalidate" => d.proxy_revalidate = true,
-                    "must-understand" => d.must_understand = true,
-                    "no-transform" => d.no_transform = true,
-                    "stale-while-revalidate" => d.stale_while_revalidate = seconds(),
-                    "stale-if-error" => d.stale_if_error = seconds(),
-                    "max-stale" => d.max_stale = Some(seconds().unwrap_or(u64::MAX)),
-                    "min-fresh" => d.min_fresh = seconds(),
-                    "only-if-cached" => d.only_if_cached = true,
+                    b"max-age" => d.max_age = Some(seconds().unwrap_or(0)),
+                    b"s-maxage" => d.s_maxage = Some(seconds().unwrap_or(0)),
+                    b"no-store" => d.no_store = true,
+                    b"no-cache" => d.no_cache = true,
+                    b"private" => d.private = true,
+                    b"public" => d.public = true,
+                    b"must-revalidate" => d.must_revalidate = true,
+                    b"proxy-revalidate" => d.proxy_revalidate = true,
+                    b"must-understand" => d.must_understand = true,
+                    b"no-transform" => d.no_transform = true,
+                    b"stale-while-revalidate" => d.stale_while_revalidate = seconds(),
+                    b"stale-if-error" => d.stale_if_error = seconds(),
+                    b"max-stale" => d.max_stale = Some(seconds().unwrap_or(u64::MAX)),
+                    b"min-fresh" => d.min_fresh = seconds(),
+                    b"only-if-cached" => d.only_if_cached = true,
                     _ => {}
                 }
             }
@@ -66,23 +72,34 @@ impl Directives {
     }
 }
 
-/// Splits a comma-separated list, keeping commas inside quoted strings
-/// (`no-cache="set-cookie, x-a"`).
-fn split_list(text: &str) -> Vec<&str> {
-    let mut items = Vec::new();
-    let (mut start, mut quoted) = (0, false);
-    for (i, c) in text.char_indices() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => {
-                items.push(&text[start..i]);
-                start = i + 1;
+/// The non-empty items of a comma-separated list; commas inside quotes do not split.
+fn list_items(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || loop {
+        let current = rest?;
+        let mut quoted = false;
+        let end = current.char_indices().find_map(|(i, c)| {
+            match c {
+                '"' => quoted = !quoted,
+                ',' if !quoted => return Some(i),
+                _ => {}
             }
-            _ => {}
+            None
+        });
+        let item = match end {
+            Some(i) => {
+                rest = Some(&current[i + 1..]);
+                &current[..i]
+            }
+            None => {
+                rest = None;
+                current
+            }
+        };
+        if !item.trim().is_empty() {
+            return Some(item);
         }
-    }
-    items.push(&text[start..]);
-    items.into_iter().filter(|i| !i.trim().is_empty()).collect()
+    })
 }
 
 fn unquote(v: &str) -> &str {

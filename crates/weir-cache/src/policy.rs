@@ -80,12 +80,13 @@ fn heuristically_cacheable(status: u16) -> bool {
     )
 }
 
-/// Whether a shared cache may store this response to this request (§3, §3.5).
+/// Whether a shared cache may store this response to this request (§3, §3.5); `asked` and
+/// `answered` are their `Cache-Control` directives, parsed once by the caller.
 pub fn storable(
     method: &str,
     status: u16,
-    request: &(impl Fields + ?Sized),
-    response: &(impl Fields + ?Sized),
+    (request, asked): (&(impl Fields + ?Sized), &Directives),
+    (response, answered): (&(impl Fields + ?Sized), &Directives),
 ) -> Result<(), NotStorable> {
     if method != "GET" && method != "HEAD" {
         return Err(NotStorable::Method);
@@ -94,8 +95,6 @@ pub fn storable(
     if !stored_statuses {
         return Err(NotStorable::Status);
     }
-    let asked = Directives::parse(request.lines("cache-control"));
-    let answered = Directives::parse(response.lines("cache-control"));
     if asked.no_store || answered.no_store {
         return Err(NotStorable::NoStore);
     }
@@ -130,19 +129,39 @@ pub fn storable(
 pub const HEURISTIC_CAP: u64 = 24 * 3600;
 
 fn http_date(value: Option<&[u8]>) -> Option<u64> {
-    let text = std::str::from_utf8(value?).ok()?;
-    let time = httpdate::parse_http_date(text.trim()).ok()?;
-    time.duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs())
+    let value = value?;
+    // The last date parsed on this thread: an origin's `Date` changes once a second, and
+    // parsing it was a tenth of a miss's policy work (callgrind).
+    thread_local! {
+        static LAST: std::cell::RefCell<(Vec<u8>, Option<u64>)> = const {
+            std::cell::RefCell::new((Vec::new(), None))
+        };
+    }
+    let parse = |value: &[u8]| {
+        let text = std::str::from_utf8(value).ok()?;
+        let time = httpdate::parse_http_date(text.trim()).ok()?;
+        time.duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs())
+    };
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != value {
+            *last = (value.to_vec(), parse(value));
+        }
+        last.1
+    })
 }
 
 /// How long the response stays fresh after it was made (§4.2.1): `s-maxage`, else `max-age`,
 /// else `Expires` minus `Date` (an invalid `Expires` means already stale), else the heuristic
 /// for a status that allows one: a tenth of the time since `Last-Modified`, at most a day.
-/// `received` stands in for a missing `Date`.
-pub fn freshness_lifetime(status: u16, response: &(impl Fields + ?Sized), received: u64) -> u64 {
-    let d = Directives::parse(response.lines("cache-control"));
+/// `received` stands in for a missing `Date`; `d` is the response's `Cache-Control`.
+pub fn freshness_lifetime(
+    status: u16,
+    (response, d): (&(impl Fields + ?Sized), &Directives),
+    received: u64,
+) -> u64 {
     if let Some(s) = d.s_maxage {
         return s;
     }
@@ -181,13 +200,13 @@ pub struct Stored {
 }
 
 impl Stored {
+    /// `d` is the response's `Cache-Control`.
     pub fn new(
         status: u16,
-        response: &(impl Fields + ?Sized),
+        (response, d): (&(impl Fields + ?Sized), &Directives),
         request_time: u64,
         response_time: u64,
     ) -> Stored {
-        let d = Directives::parse(response.lines("cache-control"));
         let age = response
             .first("age")
             .and_then(|v| std::str::from_utf8(v).ok())
@@ -198,23 +217,12 @@ impl Stored {
             response_time,
             date: http_date(response.first("date")).unwrap_or(response_time),
             age,
-            lifetime: freshness_lifetime(status, response, response_time),
+            lifetime: freshness_lifetime(status, (response, d), response_time),
             no_cache: d.no_cache,
             no_stale: d.must_revalidate || d.proxy_revalidate || d.s_maxage.is_some(),
             stale_while_revalidate: d.stale_while_revalidate.unwrap_or(0),
             stale_if_error: d.stale_if_error.unwrap_or(0),
         }
-    }
-
-    /// After a 304 (§4.3.4): the new head's times and freshness replace the old ones.
-    pub fn refreshed(
-        &self,
-        status: u16,
-        merged: &(impl Fields + ?Sized),
-        request_time: u64,
-        response_time: u64,
-    ) -> Stored {
-        Stored::new(status, merged, request_time, response_time)
     }
 
     /// The stored response's age now, to be sent as `Age`.
@@ -345,15 +353,23 @@ pub enum Outcome<'a> {
 
 /// The `Cache-Status` value for `outcome`, as cache `name`.
 pub fn cache_status(name: &str, outcome: Outcome<'_>) -> String {
+    let mut value = String::with_capacity(64);
+    value.push_str(name);
     match outcome {
-        Outcome::Hit { ttl } => format!("{name}; hit; ttl={ttl}"),
+        Outcome::Hit { ttl } => {
+            value.push_str("; hit; ttl=");
+            push_int(&mut value, ttl);
+        }
         Outcome::Forward {
             fwd,
             fwd_status,
             stored,
             detail,
         } => {
-            let mut value = format!("{name}; fwd={fwd}; fwd-status={fwd_status}");
+            value.push_str("; fwd=");
+            value.push_str(fwd);
+            value.push_str("; fwd-status=");
+            push_int(&mut value, i64::from(fwd_status));
             if stored {
                 value.push_str("; stored");
             }
@@ -361,8 +377,29 @@ pub fn cache_status(name: &str, outcome: Outcome<'_>) -> String {
                 value.push_str("; detail=");
                 value.push_str(detail);
             }
-            value
         }
+    }
+    value
+}
+
+/// Appends `n` in decimal (without the formatting machinery: this runs on every answer).
+fn push_int(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    let mut digits = [0u8; 20];
+    let mut left = n.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (left % 10) as u8;
+        left /= 10;
+        if left == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
     }
 }
 
@@ -378,6 +415,11 @@ mod tests {
 
     const NOW: u64 = 1_700_000_000;
 
+    /// A head's `Cache-Control`, parsed.
+    fn cc_of(h: &[(&str, &[u8])]) -> Directives {
+        Directives::parse(h.lines("cache-control"))
+    }
+
     fn date(secs: u64) -> String {
         httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
     }
@@ -385,8 +427,14 @@ mod tests {
     #[test]
     fn what_may_be_stored() {
         let plain = head(&[]);
-        let ok =
-            |method, status, req: &Head, res: &Head| storable(method, status, &req[..], &res[..]);
+        let ok = |method, status, req: &Head, res: &Head| {
+            storable(
+                method,
+                status,
+                (&req[..], &cc_of(req)),
+                (&res[..], &cc_of(res)),
+            )
+        };
         let cc = |v| head(&[("cache-control", v)]);
         assert_eq!(ok("GET", 200, &plain, &plain), Ok(()));
         assert_eq!(
@@ -437,7 +485,10 @@ mod tests {
     #[test]
     fn freshness_lifetime_follows_the_order_of_the_rfc() {
         let d = date(NOW);
-        let life = |fields: &[(&str, &str)]| freshness_lifetime(200, &head(fields)[..], NOW);
+        let life = |fields: &[(&str, &str)]| {
+            let h = head(fields);
+            freshness_lifetime(200, (&h[..], &cc_of(&h)), NOW)
+        };
         assert_eq!(life(&[("cache-control", "max-age=60, s-maxage=600")]), 600);
         assert_eq!(
             life(&[("cache-control", "max-age=60"), ("expires", &date(NOW + 9))]),
@@ -458,7 +509,10 @@ mod tests {
         // Not for a status that needs explicit freshness.
         let modified = date(NOW - 1000);
         let redirect = head(&[("date", &d), ("last-modified", &modified)]);
-        assert_eq!(freshness_lifetime(302, &redirect[..], NOW), 0);
+        assert_eq!(
+            freshness_lifetime(302, (&redirect[..], &cc_of(&redirect)), NOW),
+            0
+        );
         assert_eq!(life(&[]), 0);
     }
 
@@ -471,12 +525,15 @@ mod tests {
             ("age", "10"),
             ("cache-control", "max-age=60"),
         ]);
-        let stored = Stored::new(200, &res[..], NOW - 2, NOW);
+        let stored = Stored::new(200, (&res[..], &cc_of(&res)), NOW - 2, NOW);
         assert_eq!(stored.age_at(NOW + 30), 42);
         // A Date in the future (clock skew) does not make it younger than its Age.
         let later = date(NOW + 100);
         let skewed = head(&[("date", &later), ("age", "5")]);
-        assert_eq!(Stored::new(200, &skewed[..], NOW, NOW).age_at(NOW), 5);
+        assert_eq!(
+            Stored::new(200, (&skewed[..], &cc_of(&skewed)), NOW, NOW).age_at(NOW),
+            5
+        );
     }
 
     #[test]
@@ -485,7 +542,7 @@ mod tests {
         let stored = |cc: &str| {
             let now = date(NOW);
             let res = head(&[("date", &now), ("cache-control", cc)]);
-            Stored::new(200, &res[..], NOW, NOW)
+            Stored::new(200, (&res[..], &cc_of(&res)), NOW, NOW)
         };
         let s = stored("max-age=60, stale-while-revalidate=30, stale-if-error=300");
         assert_eq!(s.usable(NOW + 10, &none), Usable::Fresh { ttl: 50 });
@@ -545,6 +602,12 @@ mod tests {
             cache_status("weir", Outcome::Hit { ttl: 42 }),
             "weir; hit; ttl=42"
         );
+        for (ttl, text) in [(0, "0"), (-7, "-7"), (i64::MIN + 1, "-9223372036854775807")] {
+            assert_eq!(
+                cache_status("weir", Outcome::Hit { ttl }),
+                format!("weir; hit; ttl={text}")
+            );
+        }
         let miss = Outcome::Forward {
             fwd: "uri-miss",
             fwd_status: 200,

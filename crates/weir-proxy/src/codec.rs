@@ -64,6 +64,15 @@ pub struct Head {
 }
 
 impl Head {
+    /// An empty head with room for `bytes` of names and values in `fields` lines.
+    pub fn with_capacity(bytes: usize, fields: usize) -> Head {
+        Head {
+            buf: BytesMut::with_capacity(bytes),
+            headers: Vec::with_capacity(fields),
+            edited: false,
+        }
+    }
+
     pub fn bytes(&self, span: Span) -> &[u8] {
         &self.buf[span.start as usize..span.end as usize]
     }
@@ -119,8 +128,13 @@ impl Head {
     }
 
     pub fn append(&mut self, name: &str, value: &[u8]) {
+        self.append_field(name.as_bytes(), value);
+    }
+
+    /// `append` for a name already in bytes (a field copied from another head).
+    pub fn append_field(&mut self, name: &[u8], value: &[u8]) {
         self.edited = true;
-        let name = self.push_bytes(name.as_bytes());
+        let name = self.push_bytes(name);
         let value = self.push_bytes(value);
         self.headers.push((name, value));
     }
@@ -310,14 +324,15 @@ impl ResponseHead {
     /// the caller determined.
     pub fn from_fields<'a>(
         status: u16,
-        fields: impl Iterator<Item = (&'a str, &'a [u8])>,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
         framing: Framing,
     ) -> ResponseHead {
-        let mut head = Head::default();
+        // Sized for a typical answer's fields: growing the buffer was a miss's main copy.
+        let mut head = Head::with_capacity(1024, 16);
         let mut has_date = false;
         for (name, value) in fields {
-            has_date |= name == "date";
-            head.append(name, value);
+            has_date |= name.eq_ignore_ascii_case(b"date");
+            head.append_field(name, value);
         }
         head.edited = false;
         ResponseHead {
@@ -339,8 +354,8 @@ impl ResponseHead {
         let fields = headers
             .iter()
             .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length"))
-            .map(|(name, value)| (name.as_str(), value.as_bytes()))
-            .chain([("content-length", length.as_slice())]);
+            .map(|(name, value)| (name.as_bytes(), value.as_bytes()))
+            .chain([(&b"content-length"[..], length.as_slice())]);
         let framing = match body_len {
             0 => Framing::None,
             n => Framing::Length(n as u64),

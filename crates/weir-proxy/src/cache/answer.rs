@@ -20,9 +20,9 @@ pub(super) fn stored<'r>(
 ) -> Reply<'r> {
     let age = object.meta.age_at(now).to_string();
     let len = object.body.len() as u64;
-    let extra = [
-        ("age", age.as_bytes()),
-        ("cache-status", cache_status.as_bytes()),
+    let extra: [(&[u8], &[u8]); 2] = [
+        (b"age", age.as_bytes()),
+        (b"cache-status", cache_status.as_bytes()),
     ];
     // Conditions and ranges apply to a stored 200 (RFC 9110 §13.2.1, §14.2).
     if object.status == 200 {
@@ -33,8 +33,11 @@ pub(super) fn stored<'r>(
                 let fields = object
                     .fields
                     .iter()
-                    .filter(|(n, _)| !n.starts_with("content-") || n == "content-location")
-                    .map(|(n, v)| (n.as_str(), v.as_slice()))
+                    .filter(|(n, _)| {
+                        !n.get(..8)
+                            .is_some_and(|p| p.eq_ignore_ascii_case(b"content-"))
+                            || n.eq_ignore_ascii_case(b"content-location")
+                    })
                     .chain(extra);
                 let head = ResponseHead::from_fields(304, fields, Framing::None);
                 return with_body(head, Bytes::new());
@@ -66,7 +69,7 @@ pub(super) fn stored<'r>(
                     let head = head_with(
                         object,
                         206,
-                        &[("content-range", content_range.as_bytes())],
+                        &[(b"content-range", content_range.as_bytes())],
                         &extra,
                         part.len(),
                         |_| true,
@@ -85,10 +88,10 @@ pub(super) fn stored<'r>(
                     let head = head_with(
                         object,
                         206,
-                        &[("content-type", content_type.as_bytes())],
+                        &[(b"content-type", content_type.as_bytes())],
                         &extra,
                         body.len(),
-                        |name| name != "content-type",
+                        |name| !name.eq_ignore_ascii_case(b"content-type"),
                     );
                     return with_body(head, body.into());
                 }
@@ -103,10 +106,10 @@ pub(super) fn stored<'r>(
 fn head_with(
     object: &Object,
     status: u16,
-    more: &[(&str, &[u8])],
-    extra: &[(&str, &[u8])],
+    more: &[(&[u8], &[u8])],
+    extra: &[(&[u8], &[u8])],
     len: usize,
-    keep: impl Fn(&str) -> bool,
+    keep: impl Fn(&[u8]) -> bool,
 ) -> ResponseHead {
     // The length as a field too: a HEAD answer declares it without the body.
     let length = len.to_string();
@@ -114,10 +117,9 @@ fn head_with(
         .fields
         .iter()
         .filter(|(n, _)| keep(n))
-        .map(|(n, v)| (n.as_str(), v.as_slice()))
         .chain(more.iter().copied())
         .chain(extra.iter().copied())
-        .chain([("content-length", length.as_bytes())]);
+        .chain([(&b"content-length"[..], length.as_bytes())]);
     ResponseHead::from_fields(status, fields, Framing::Length(len as u64))
 }
 

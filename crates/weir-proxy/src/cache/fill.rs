@@ -6,22 +6,23 @@
 
 use super::store::{stored_fields, unix_now, Object, ResponseCache};
 use crate::balancer::UpstreamUse;
-use crate::codec::{ChunkEvent, ChunkedDecoder, Framing, RequestHead, ResponseHead};
+use crate::codec::{ChunkEvent, ChunkedDecoder, Framing, Head, RequestHead, ResponseHead};
 use crate::conn::watch::{ConnWatch, Waiting};
 use crate::pool::UpstreamConn;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::upstream_h2::pool::H2Body;
 use crate::worker::{make_room, Worker};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use weir_cache::{NotStorable, Stored};
+use weir_cache::{Directives, NotStorable, Stored};
 
 /// An origin answer read for the cache.
 pub(super) enum Filled<'r> {
-    /// Stored; the connection (if any) went back to the pool.
-    Stored(Arc<Object>, Option<UpstreamUse<'r>>),
+    /// Stored, with the origin's head as it came; the connection (if any) went back to the
+    /// pool.
+    Stored(Arc<Object>, Option<UpstreamUse<'r>>, ResponseHead),
     /// Not stored, for this reason: the reply goes on as it came.
     Passed(Reply<'r>, NotStorable),
     /// The body failed midway: nothing to store or pass on.
@@ -35,7 +36,7 @@ pub(super) async fn fill<'r>(
     watch: &ConnWatch,
     cache: &ResponseCache,
     key: &[u8],
-    req: &RequestHead,
+    (req, asked): (&RequestHead, &Directives),
     reply: Reply<'r>,
     request_time: u64,
 ) -> Filled<'r> {
@@ -58,7 +59,8 @@ pub(super) async fn fill<'r>(
             return Filled::Passed(reply, NotStorable::Status);
         }
     };
-    if let Err(why) = verdict(cache, req, &response) {
+    let answered = Directives::parse(response.head.get_all("cache-control"));
+    if let Err(why) = verdict(cache, req, asked, &response, &answered) {
         let reply = Reply {
             head: ReplyHead::Response(response),
             body,
@@ -108,15 +110,16 @@ pub(super) async fn fill<'r>(
         }
     };
     let response_time = unix_now();
+    let judged = (&response.head, &answered);
     let object = Arc::new(Object {
         status: response.status,
-        meta: Stored::new(response.status, &response.head, request_time, response_time),
+        meta: Stored::new(response.status, judged, request_time, response_time),
         fields: stored_fields(&response.head, response.connection_names_headers),
         body,
         secondary: weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
     });
     cache.store.put(key.to_vec(), object.clone());
-    Filled::Stored(object, upstream)
+    Filled::Stored(object, upstream, response)
 }
 
 /// After a `304` to a revalidation (RFC 9111 §4.3.4): the stored answer with the 304's fields
@@ -129,20 +132,22 @@ pub(super) fn refresh(
     request_time: u64,
 ) -> Arc<Object> {
     let update = stored_fields(&response.head, response.connection_names_headers);
-    let mut fields: Vec<(String, Vec<u8>)> = stale
-        .fields
-        .iter()
-        .filter(|(name, _)| !update.iter().any(|(n, _)| n == name))
-        .cloned()
-        .collect();
-    fields.extend(update);
+    let mut fields = Head::default();
+    for (name, value) in stale.fields.iter() {
+        if !update.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            fields.append_field(name, value);
+        }
+    }
+    for (name, value) in update.iter() {
+        fields.append_field(name, value);
+    }
     // Judged with the 304's `Age`, which is not kept among the fields.
-    let mut judged: Vec<(&str, &[u8])> = fields
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_slice()))
-        .collect();
-    judged.extend(response.head.get("age").map(|age| ("age", age)));
-    let meta = Stored::new(stale.status, judged.as_slice(), request_time, unix_now());
+    let mut judged = fields.clone();
+    if let Some(age) = response.head.get("age") {
+        judged.append("age", age);
+    }
+    let answered = Directives::parse(judged.get_all("cache-control"));
+    let meta = Stored::new(stale.status, (&judged, &answered), request_time, unix_now());
     let object = Arc::new(Object {
         status: stale.status,
         meta,
@@ -174,9 +179,17 @@ pub(super) fn check_in(worker: &Worker, used: &Option<UpstreamUse<'_>>, up: Upst
 fn verdict(
     cache: &ResponseCache,
     req: &RequestHead,
+    asked: &Directives,
     response: &ResponseHead,
+    answered: &Directives,
 ) -> Result<(), NotStorable> {
-    weir_cache::storable(req.method(), response.status, &req.head, &response.head)?;
+    let request = (&req.head, asked);
+    weir_cache::storable(
+        req.method(),
+        response.status,
+        request,
+        (&response.head, answered),
+    )?;
     if req.is_head() {
         return Err(NotStorable::Method);
     }
@@ -227,7 +240,16 @@ impl Reader<'_> {
                         return Whole::Failed;
                     }
                 }
-                let body = up.buf.split_to(n as usize).freeze();
+                // A small body is copied out: a split would pin the whole read buffer in
+                // the store for as long as the object lives.
+                let n = n as usize;
+                let body = if n < up.buf.capacity() / 2 {
+                    let body = Bytes::copy_from_slice(&up.buf[..n]);
+                    up.buf.advance(n);
+                    body
+                } else {
+                    up.buf.split_to(n).freeze()
+                };
                 Whole::Body(body, true)
             }
             Framing::Chunked => {

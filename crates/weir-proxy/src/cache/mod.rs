@@ -72,7 +72,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     let mut waited = false;
     loop {
         let now = unix_now();
-        let found = cache.store.lookup(&key, &head.head);
+        let found = cache.store.lookup(&key, &head.head, now);
         let stale = match &found.object {
             Some(object) => match object.meta.usable(now, &asked) {
                 Usable::Fresh { ttl } | Usable::Stale { ttl } => {
@@ -128,6 +128,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
             stale,
             fwd,
             asked: &asked,
+            request_time: now,
             _leader: leader,
         };
         return forward_and_fill(worker, cache, service, client, head, asking).await;
@@ -143,6 +144,8 @@ struct Asking<'a> {
     fwd: &'static str,
     /// The request's `Cache-Control`.
     asked: &'a Directives,
+    /// When the request was made (Unix seconds; the RFC's `request_time`).
+    request_time: u64,
     /// Held until the answer is stored (or not): the key's followers wait for it.
     _leader: Option<Leader>,
 }
@@ -161,6 +164,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
         stale,
         fwd,
         asked,
+        request_time,
         _leader,
     } = asking;
     // A GET asks for the whole answer (validated against the stale copy); the client's
@@ -184,8 +188,8 @@ async fn forward_and_fill<'r, C: ClientSide>(
             }
         }
     }
-    let request_time = unix_now();
     let reply = upstream::forward(worker, service, client, head).await;
+    let conditions_or_range = !taken.is_empty();
     if !head.is_head() {
         head.head.remove("if-none-match");
         head.head.remove("if-modified-since");
@@ -194,6 +198,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
         }
     }
     let status = reply_status(&reply);
+    let answered_at = unix_now();
     let reply = match (stale.as_deref(), reply) {
         (
             Some(stale),
@@ -211,36 +216,40 @@ async fn forward_and_fill<'r, C: ClientSide>(
             let value = forwarded(fwd, 304, true, None);
             return Reply {
                 upstream,
-                ..answer::stored(&object, head, unix_now(), &value)
+                ..answer::stored(&object, head, answered_at, &value)
             };
         }
         (Some(stale), reply)
-            if (500..=504).contains(&status) && stale.meta.usable_on_error(unix_now(), asked) =>
+            if (500..=504).contains(&status) && stale.meta.usable_on_error(answered_at, asked) =>
         {
             let value = forwarded(fwd, status, false, Some("stale-if-error"));
             return Reply {
                 upstream: reply.upstream,
-                ..answer::stored(stale, head, unix_now(), &value)
+                ..answer::stored(stale, head, answered_at, &value)
             };
         }
         (_, reply) => reply,
     };
-    match fill::fill(
-        worker,
-        client.watch(),
-        cache,
-        &key,
-        head,
-        reply,
-        request_time,
-    )
-    .await
-    {
-        Filled::Stored(object, upstream) => {
+    let request = (&*head, asked);
+    let watch = client.watch();
+    match fill::fill(worker, watch, cache, &key, request, reply, request_time).await {
+        Filled::Stored(object, upstream, mut response) => {
             let value = forwarded(fwd, object.status, true, None);
+            if !conditions_or_range {
+                // The origin's head as it came, with the stored body: nothing to cut or
+                // compare, so nothing to build again.
+                response.framing = Framing::Length(object.body.len() as u64);
+                response.head.append("cache-status", value.as_bytes());
+                return Reply {
+                    head: ReplyHead::Response(response),
+                    body: ReplyBody::Bytes(object.body.clone()),
+                    upstream,
+                    body_filter: None,
+                };
+            }
             Reply {
                 upstream,
-                ..answer::stored(&object, head, unix_now(), &value)
+                ..answer::stored(&object, head, answered_at, &value)
             }
         }
         Filled::Passed(mut reply, why) => {

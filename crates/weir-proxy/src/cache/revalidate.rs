@@ -69,6 +69,7 @@ pub(super) fn in_background(
             stale: Some(stale),
             fwd: "stale",
             asked: &asked,
+            request_time: super::store::unix_now(),
             _leader: Some(leader),
         };
         let forwarding =

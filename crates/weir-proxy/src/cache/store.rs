@@ -34,7 +34,7 @@ impl Fields for Head {
 pub(super) struct Object {
     pub(super) status: u16,
     /// The fields the client gets (hop-by-hop ones, `Age` and the length left out).
-    pub(super) fields: Vec<(String, Vec<u8>)>,
+    pub(super) fields: Head,
     pub(super) body: Bytes,
     pub(super) meta: Stored,
     /// The request's values of the fields `Vary` names (empty without `Vary`).
@@ -43,15 +43,16 @@ pub(super) struct Object {
 
 impl Object {
     fn weight(&self) -> u64 {
-        let head: usize = self.fields.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+        let head: usize = self
+            .fields
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 12)
+            .sum();
         (head + self.body.len() + self.secondary.len() + 128) as u64
     }
 
     pub(super) fn field(&self, name: &str) -> Option<&[u8]> {
-        self.fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
+        self.fields.get(name)
     }
 
     /// What conditional and range requests compare against.
@@ -64,39 +65,33 @@ impl Object {
 
     /// Whether its `Cache-Tag` field names any of `tags`.
     pub(super) fn tagged(&self, tags: &[&[u8]]) -> bool {
-        ObjectFields(&self.fields)
-            .lines("cache-tag")
+        self.fields
+            .get_all("cache-tag")
             .flat_map(|line| line.split(|&b| b == b','))
             .any(|tag| tags.contains(&tag.trim_ascii()))
     }
 }
 
-pub(super) struct ObjectFields<'a>(pub(super) &'a [(String, Vec<u8>)]);
-
-impl Fields for ObjectFields<'_> {
-    fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.0
-            .iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
-    }
-}
-
 /// The fields of an upstream head worth storing: all but hop-by-hop ones, those its
 /// `Connection` names, the length and `Age` (both are written per answer).
-pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Vec<(String, Vec<u8>)> {
+pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Head {
     let connection = connection_names_headers
         .then(|| head.get("connection"))
         .flatten();
-    head.iter()
-        .filter(|(name, _)| {
-            !is_hop_by_hop(name)
-                && !name.eq_ignore_ascii_case(b"content-length")
-                && !name.eq_ignore_ascii_case(b"age")
-                && !connection.is_some_and(|c| lists_token(c, name))
-        })
-        .map(|(n, v)| (String::from_utf8_lossy(n).to_ascii_lowercase(), v.to_vec()))
-        .collect()
+    let mut kept = Head::with_capacity(
+        head.iter().map(|(n, v)| n.len() + v.len()).sum(),
+        head.len(),
+    );
+    for (name, value) in head.iter() {
+        let dropped = is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"content-length")
+            || name.eq_ignore_ascii_case(b"age")
+            || connection.is_some_and(|c| lists_token(c, name));
+        if !dropped {
+            kept.append_field(name, value);
+        }
+    }
+    kept
 }
 
 /// What a primary key holds: the stored variants (one per secondary key).
@@ -133,7 +128,7 @@ pub(super) struct Found {
 /// origin leads, the others wait for it (`Flights::join`).
 #[derive(Default)]
 pub(super) struct Flights {
-    leading: Mutex<HashMap<Vec<u8>, Arc<Flight>>>,
+    leading: Mutex<HashMap<Vec<u8>, Arc<Flight>, foldhash::fast::RandomState>>,
 }
 
 /// One fetch in flight: done once its leader stored the answer (or gave up).
@@ -208,9 +203,19 @@ impl Flights {
     }
 }
 
+/// Keys are hashed with foldhash: SipHash was 2% of a miss's instructions (callgrind), and
+/// keys are URLs the cache already bounds.
+type Objects = quick_cache::sync::Cache<
+    Vec<u8>,
+    Entry,
+    Weigh,
+    foldhash::fast::RandomState,
+    quick_cache::sync::DefaultLifecycle<Vec<u8>, Entry>,
+>;
+
 /// The part of a cache that outlives a reload while its size and key stay the same.
 pub struct Store {
-    pub(super) objects: quick_cache::sync::Cache<Vec<u8>, Entry, Weigh>,
+    pub(super) objects: Objects,
     pub(super) flights: Arc<Flights>,
 }
 
@@ -219,24 +224,23 @@ impl Store {
         // quick_cache sizes its shards from an item estimate: one per 16 KiB.
         let items = (memory / (16 << 10)).clamp(64, 1 << 22) as usize;
         Store {
-            objects: quick_cache::sync::Cache::with_weighter(items, memory, Weigh),
+            objects: Objects::with(items, memory, Weigh, Default::default(), Default::default()),
             flights: Arc::default(),
         }
     }
 
     /// What `key` holds for this request.
-    pub(super) fn lookup(&self, key: &[u8], req: &Head) -> Found {
+    pub(super) fn lookup(&self, key: &[u8], req: &Head, now: u64) -> Found {
         let Some(entry) = self.objects.get(key) else {
             return Found::default();
         };
         let variant = entry.variants.iter().find(|o| {
-            weir_cache::secondary_key(&ObjectFields(&o.fields), req).as_deref()
-                == Some(o.secondary.as_slice())
+            weir_cache::secondary_key(&o.fields, req).as_deref() == Some(o.secondary.as_slice())
         });
         Found {
             object: variant.cloned(),
             other_variants: !entry.variants.is_empty(),
-            pass: entry.pass_until > unix_now(),
+            pass: entry.pass_until > now,
         }
     }
 
@@ -305,7 +309,7 @@ impl ResponseCache {
             match part {
                 CacheKeyPart::Method => key.extend_from_slice(b"GET"),
                 CacheKeyPart::Scheme => key.extend_from_slice(scheme.as_bytes()),
-                CacheKeyPart::Host => key.extend_from_slice(host.to_ascii_lowercase().as_bytes()),
+                CacheKeyPart::Host => key.extend(host.bytes().map(|b| b.to_ascii_lowercase())),
                 CacheKeyPart::Path => key.extend_from_slice(path.as_bytes()),
                 CacheKeyPart::Query => key.extend_from_slice(query.as_bytes()),
             }

@@ -132,7 +132,7 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     let fields = parts
         .headers
         .iter()
-        .map(|(name, value)| (name.as_str(), value.as_bytes()));
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
     let response = ResponseHead::from_fields(parts.status.as_u16(), fields, framing);
     Ok(Reply {
         head: ReplyHead::Response(response),

@@ -240,16 +240,11 @@ impl Reader<'_> {
                         return Whole::Failed;
                     }
                 }
-                // A small body is copied out: a split would pin the whole read buffer in
-                // the store for as long as the object lives.
-                let n = n as usize;
-                let body = if n < up.buf.capacity() / 2 {
-                    let body = Bytes::copy_from_slice(&up.buf[..n]);
-                    up.buf.advance(n);
-                    body
-                } else {
-                    up.buf.split_to(n).freeze()
-                };
+                // Copied out at its exact size: a split would pin the whole read buffer
+                // (often twice the body) in the store, and make the connection allocate a
+                // new one for its next answer.
+                let body = Bytes::copy_from_slice(&up.buf[..n as usize]);
+                up.buf.advance(n as usize);
                 Whole::Body(body, true)
             }
             Framing::Chunked => {
@@ -267,8 +262,8 @@ impl Reader<'_> {
                         }
                         Ok((ChunkEvent::End(..), used)) => {
                             // Trailers are not stored.
-                            let _ = up.buf.split_to(scanned + used);
-                            return Whole::Body(body.freeze(), true);
+                            up.buf.advance(scanned + used);
+                            return Whole::Body(Bytes::copy_from_slice(&body), true);
                         }
                         Ok((ChunkEvent::NeedMore, used)) => {
                             scanned += used;
@@ -293,7 +288,7 @@ impl Reader<'_> {
                     read,
                 );
                 match waited.await {
-                    Ok(Ok(0)) => return Whole::Body(up.buf.split().freeze(), false),
+                    Ok(Ok(0)) => return Whole::Body(Bytes::copy_from_slice(&up.buf), false),
                     Ok(Ok(_)) => {}
                     _ => return Whole::Failed,
                 }

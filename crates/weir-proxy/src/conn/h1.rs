@@ -626,12 +626,15 @@ impl<S: ClientIo> H1Client<S> {
                 (outcome, None)
             }
             ReplyBody::Bytes(bytes) => {
-                if framing_out != Framing::None {
-                    self.out.extend_from_slice(&bytes);
-                    outcome.bytes = bytes.len() as u64;
-                }
-                if self.io.write_all(&self.out).await.is_err() {
-                    outcome.keep_alive = false;
+                let body: &[u8] = if framing_out == Framing::None {
+                    &[]
+                } else {
+                    &bytes
+                };
+                let relay = Relay::to_client(worker, &self.watch);
+                match relay.send_bytes(&mut self.io, &mut self.out, body).await {
+                    Ok(()) => outcome.bytes = body.len() as u64,
+                    Err(_) => outcome.keep_alive = false,
                 }
                 (outcome, None)
             }

@@ -18,6 +18,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Buffered output is written once it reaches this size.
 pub(crate) const FLUSH_AT: usize = 64 * 1024;
+/// A body in memory up to this size is copied behind its head and sent in one write; a
+/// larger one goes out from where it is, beside the head (a vectored write).
+const COPY_BODY_UNDER: usize = 16 * 1024;
 
 /// The limits of one body relay: how long a read from the source and a write to the sink may
 /// wait (each wait re-arms the connection's watch), and how many bytes may pass.
@@ -108,6 +111,47 @@ impl<'a> Relay<'a> {
         }
         Ok(())
     }
+
+    /// Writes the head in `out`, then `body`, under the write limit.
+    pub(crate) async fn send_bytes<W: AsyncWrite + Unpin>(
+        &self,
+        io: &mut W,
+        out: &mut Vec<u8>,
+        body: &[u8],
+    ) -> Result<(), BodyError> {
+        if body.len() < COPY_BODY_UNDER {
+            out.extend_from_slice(body);
+            return self.flush(&mut Sink::plain(Some(io)), out).await;
+        }
+        let (what, limit) = self.write;
+        let write = write_all_vectored(io, out, body);
+        let written = self.watch.within(self.clock, what, limit, write).await;
+        out.clear();
+        match written {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(BodyError::Sink),
+            Err(Expired) => Err(BodyError::SinkStalled),
+        }
+    }
+}
+
+/// Writes `head` then `body` with as few calls as the socket allows.
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    mut head: &[u8],
+    mut body: &[u8],
+) -> io::Result<()> {
+    while !head.is_empty() || !body.is_empty() {
+        let slices = [io::IoSlice::new(head), io::IoSlice::new(body)];
+        let written = io.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_head = written.min(head.len());
+        head = &head[from_head..];
+        body = &body[written - from_head..];
+    }
+    Ok(())
 }
 
 /// Where a relayed body goes: a stream (none when it is drained), through the response's

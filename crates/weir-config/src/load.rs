@@ -1812,6 +1812,22 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.caches[0].lock_timeout, Duration::from_secs(2));
         assert_eq!(cfg.caches[0].purge_allow.len(), 2);
+        assert_eq!(cfg.caches[0].disk, None);
+        // The disk tier: a folder (relative to the config file's), and a size.
+        let errs = errors(&format!(
+            "{BASE}caches:\n  main: {{ disk: {{ size: 1GiB }} }}\n"
+        ));
+        assert!(errs[0].contains("`disk` needs a `path`"), "{errs:?}");
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  a: {{ disk: {{ path: data/cache }} }}\n  b: {{ disk: {{ path: /var/cache/w, size: 2GiB }} }}\n"),
+            "conf/t.yaml",
+        )
+        .unwrap();
+        let disk = |i: usize| cfg.caches[i].disk.clone().unwrap();
+        assert_eq!(disk(0).path, std::path::Path::new("conf/data/cache"));
+        assert_eq!(disk(0).size, DEFAULT_CACHE_DISK_SIZE);
+        assert_eq!(disk(1).path, std::path::Path::new("/var/cache/w"));
+        assert_eq!(disk(1).size, 2 << 30);
     }
 
     #[test]

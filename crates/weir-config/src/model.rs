@@ -37,7 +37,20 @@ pub struct Cache {
     pub lock_timeout: Duration,
     /// Client networks that may send `PURGE` (none: `PURGE` is refused).
     pub purge_allow: Vec<crate::rule::Cidr>,
+    /// The second tier on disk, which outlives restarts.
+    pub disk: Option<CacheDisk>,
 }
+
+/// `caches.NAME.disk`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheDisk {
+    /// The folder (relative paths are from the config file's folder).
+    pub path: PathBuf,
+    /// Bytes of files kept; the oldest written leave first.
+    pub size: u64,
+}
+
+pub const DEFAULT_CACHE_DISK_SIZE: u64 = 1 << 30;
 
 pub const DEFAULT_CACHE_MEMORY: u64 = 256 << 20;
 pub const DEFAULT_CACHE_MAX_OBJECT: u64 = 8 << 20;

@@ -32,11 +32,21 @@ impl<T: ?Sized> Kept<T> {
 
     /// The entry for `key`: the previous compile's, else a new one from `make`.
     pub fn get(&mut self, key: String, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
+        let Ok(entry) = self.try_get::<std::convert::Infallible>(key, || Ok(make()));
+        entry
+    }
+
+    /// `get` with a `make` that may fail (opening a folder, say).
+    pub fn try_get<E>(
+        &mut self,
+        key: String,
+        make: impl FnOnce() -> Result<Arc<T>, E>,
+    ) -> Result<Arc<T>, E> {
         let entry = match self.previous.get(&key) {
             Some(kept) => kept.clone(),
-            None => make(),
+            None => make()?,
         };
-        self.current.entry(key).or_insert(entry).clone()
+        Ok(self.current.entry(key).or_insert(entry).clone())
     }
 
     /// Forgets the previous compile's entries once the compile is done.

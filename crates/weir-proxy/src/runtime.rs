@@ -164,9 +164,12 @@ impl Runtime {
         let mut caches = HashMap::new();
         for c in &config.caches {
             use crate::cache::store::{ResponseCache, Store};
-            let store = carried.caches.get(ResponseCache::store_identity(c), || {
-                Arc::new(Store::new(c.memory))
-            });
+            let store = carried
+                .caches
+                .try_get(ResponseCache::store_identity(c), || {
+                    Store::new(c.memory, c.disk.as_ref()).map(Arc::new)
+                })
+                .map_err(|e| format!("cache `{}`: {e}", c.name))?;
             caches.insert(c.name.as_str(), Arc::new(ResponseCache::new(c, store)));
         }
         let mut routes = Vec::with_capacity(config.routers.len());

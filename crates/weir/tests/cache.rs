@@ -515,3 +515,178 @@ fn purge_removes_a_url_a_prefix_or_a_tag_from_allowed_addresses() {
     assert_eq!(purge("/closed.txt", "").status, 403);
     assert!(status_of(&ask(&weir, "/closed.txt", "")).starts_with("weir; hit"));
 }
+
+/// Every file under the disk tier's folder but its temporary ones.
+fn cache_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for folder in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if folder.file_name() == "tmp" || !folder.path().is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(folder.path()).unwrap().flatten() {
+            files.push(file.path());
+        }
+    }
+    files
+}
+
+#[test]
+fn the_disk_tier_survives_restarts_and_never_serves_a_torn_file() {
+    let files = temp_dir("cache-disk-origin");
+    std::fs::write(files.join("page.txt"), "kept across restarts\n").unwrap();
+    let slow: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::create_dir_all(files.join("slow")).unwrap();
+    std::fs::write(files.join("slow/big.bin"), &slow).unwrap();
+    let headers = "add_header cache-control \"max-age=600\"; add_header x-origin-id $request_id;";
+    let origin = Nginx::with_location(&format!(
+        "root {}; {headers} location /slow/ {{ limit_rate 100k; {headers} }}",
+        files.display()
+    ));
+    let store = temp_dir("cache-disk");
+    let yaml = format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         caches:\n  main: {{ memory: 16MiB, disk: {{ path: \"{}\", size: 64MiB }} }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        store.display(),
+        origin.addr
+    );
+    let id = |r: &Resp| r.header("x-origin-id").unwrap_or("").to_string();
+    let first = {
+        let weir = Weir::start(&yaml);
+        let first = ask(&weir, "/page.txt", "");
+        assert!(
+            status_of(&first).ends_with("; stored"),
+            "{}",
+            status_of(&first)
+        );
+        // The file is written behind the answer; wait for it, then kill -9.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while cache_files(&store).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no cache file written"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        first
+    };
+    // A new process answers from the file: the origin is not asked.
+    {
+        let weir = Weir::start(&yaml);
+        let again = ask(&weir, "/page.txt", "");
+        assert!(
+            status_of(&again).starts_with("weir; hit"),
+            "{}",
+            status_of(&again)
+        );
+        assert_eq!((again.text(), id(&again)), (first.text(), id(&first)));
+        // kill -9 while a 300 KB answer is still arriving from the origin (3 s at 100 KB/s).
+        let addr = weir.addr();
+        let pending = std::thread::spawn(move || {
+            let mut conn = Conn::open(addr);
+            conn.send(b"GET /slow/big.bin HTTP/1.1\r\nHost: cache.test\r\n\r\n");
+            conn.read(false)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        weir.signal("KILL");
+        assert!(
+            pending.join().unwrap().is_none(),
+            "no answer from a killed weir"
+        );
+    }
+    // Tear the stored file (cut it short) and leave a half-written temporary file behind, as
+    // a process that is gone (its pid is over Linux's largest) would.
+    let stored = cache_files(&store);
+    assert_eq!(stored.len(), 1, "only the page was written: {stored:?}");
+    let whole = std::fs::read(&stored[0]).unwrap();
+    std::fs::write(&stored[0], &whole[..whole.len() / 2]).unwrap();
+    std::fs::write(
+        store.join("tmp").join("0123456789abcdef.4194305.0"),
+        &whole[..10],
+    )
+    .unwrap();
+    let weir = Weir::start(&yaml);
+    let refetched = ask(&weir, "/page.txt", "");
+    assert_eq!(refetched.text(), first.text());
+    assert_ne!(id(&refetched), id(&first), "the torn file was not served");
+    assert!(
+        status_of(&refetched).contains("fwd=uri-miss"),
+        "{}",
+        status_of(&refetched)
+    );
+    assert!(!store
+        .join("tmp")
+        .join("0123456789abcdef.4194305.0")
+        .exists());
+    let big = ask(&weir, "/slow/big.bin", "");
+    assert!(big.body == slow, "the whole body after the killed fill");
+    assert!(
+        status_of(&big).contains("fwd=uri-miss"),
+        "{}",
+        status_of(&big)
+    );
+}
+
+#[test]
+fn http2_clients_get_hits_ranges_and_304s_from_the_store() {
+    let (origin, _weir, dir) = file_origin(60, "");
+    std::fs::write(dir.join("h2.txt"), "served over HTTP/2 from the store\n").unwrap();
+    let yaml = format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
+         caches:\n  main: {{ memory: 16MiB }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        origin.addr
+    );
+    let weir = Weir::start(&yaml);
+    let url = format!("http://{}/h2.txt", weir.addr());
+    let curl = |extra: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--http2-prior-knowledge",
+                "-D",
+                "-",
+                "--max-time",
+                "10",
+            ])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("curl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = curl(&[]);
+    assert!(first.starts_with("HTTP/2 200"), "{first}");
+    assert!(
+        first.contains("cache-status: weir; fwd=uri-miss; fwd-status=200; stored"),
+        "{first}"
+    );
+    let hit = curl(&[]);
+    assert!(hit.contains("cache-status: weir; hit"), "{hit}");
+    assert!(
+        hit.ends_with("\r\n\r\nserved over HTTP/2 from the store\n"),
+        "{hit}"
+    );
+    let part = curl(&["-H", "Range: bytes=0-5"]);
+    assert!(
+        part.starts_with("HTTP/2 206") && part.ends_with("served"),
+        "{part}"
+    );
+    let etag = hit
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let not_modified = curl(&["-H", &format!("If-None-Match: {etag}")]);
+    assert!(not_modified.starts_with("HTTP/2 304"), "{not_modified}");
+    assert_eq!(origin_log(&dir).len(), 1);
+}

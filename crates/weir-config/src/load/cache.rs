@@ -10,7 +10,14 @@ impl Loader<'_> {
         let f = self.fields(
             node,
             &what,
-            &["memory", "max_object_size", "key", "lock_timeout", "purge"],
+            &[
+                "memory",
+                "max_object_size",
+                "key",
+                "lock_timeout",
+                "purge",
+                "disk",
+            ],
         )?;
         let mut cache = Cache {
             name,
@@ -19,7 +26,29 @@ impl Loader<'_> {
             key: CacheKeyPart::DEFAULT.to_vec(),
             lock_timeout: DEFAULT_CACHE_LOCK_TIMEOUT,
             purge_allow: Vec::new(),
+            disk: None,
         };
+        if let Some(node) = f.get("disk") {
+            if let Some(d) = self.fields(node, "`disk`", &["path", "size"]) {
+                let path = match d.get("path") {
+                    Some(p) => self.string(p, "`disk.path`").map(|p| self.base.join(p)),
+                    None => {
+                        self.error(
+                            d.pos,
+                            "`disk` needs a `path` (a folder for the cache files)",
+                        );
+                        None
+                    }
+                };
+                let size = match d.get("size") {
+                    Some(n) => self.size(n, "`disk.size`"),
+                    None => Some(DEFAULT_CACHE_DISK_SIZE),
+                };
+                if let (Some(path), Some(size)) = (path, size) {
+                    cache.disk = Some(CacheDisk { path, size });
+                }
+            }
+        }
         if let Some(n) = f.get("lock_timeout") {
             cache.lock_timeout = self.duration(n, "`lock_timeout`").unwrap_or_default();
         }

@@ -16,7 +16,8 @@
 //!    an error lets a stale copy answer within `stale-if-error`. Every answer that went
 //!    through the cache carries `Cache-Status` (RFC 9211).
 //!
-//! Not yet here: the disk tier.
+//! 5. With a disk tier (`disk.rs`), what is stored is written to disk too, and a key missing
+//!    from memory is read from disk before the origin is asked.
 
 use crate::balancer::Service;
 use crate::client::ClientSide;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use weir_cache::{Directives, Fields, NotStorable, Outcome, Usable};
 
 mod answer;
+mod disk;
 mod fill;
 mod purge;
 mod revalidate;
@@ -60,7 +62,9 @@ pub(crate) async fn serve<'r, C: ClientSide>(
 ) -> Reply<'r> {
     match head.method() {
         "GET" | "HEAD" => {}
-        "PURGE" => return purge::purge(cache, client.ip(), client.scheme().as_str(), head),
+        "PURGE" => {
+            return purge::purge(cache, client.ip(), client.scheme().as_str(), head).await;
+        }
         _ => {
             let reply = upstream::forward(worker, service, client, head).await;
             invalidate_after(cache, head, client.scheme().as_str(), &reply);
@@ -72,7 +76,11 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     let mut waited = false;
     loop {
         let now = unix_now();
-        let found = cache.store.lookup(&key, &head.head, now);
+        let mut found = cache.store.lookup(&key, &head.head, now);
+        if found.object.is_none() && !found.other_variants && cache.store.load_from_disk(&key).await
+        {
+            found = cache.store.lookup(&key, &head.head, now);
+        }
         let stale = match &found.object {
             Some(object) => match object.meta.usable(now, &asked) {
                 Usable::Fresh { ttl } | Usable::Stale { ttl } => {
@@ -307,8 +315,8 @@ fn invalidate_after(cache: &ResponseCache, req: &RequestHead, scheme: &str, repl
         _ => return,
     };
     let host = req.host();
-    let objects = &cache.store.objects;
-    objects.remove(&cache.key_for(scheme, host, req.path(), req.query()));
+    let store = &cache.store;
+    store.remove(&cache.key_for(scheme, host, req.path(), req.query()));
     for name in ["location", "content-location"] {
         let Some(target) = response.head.first(name) else {
             continue;
@@ -328,6 +336,6 @@ fn invalidate_after(cache: &ResponseCache, req: &RequestHead, scheme: &str, repl
         let (path, query) = path_and_query
             .split_once('?')
             .unwrap_or((path_and_query.as_str(), ""));
-        objects.remove(&cache.key_for(scheme, host, path, query));
+        store.remove(&cache.key_for(scheme, host, path, query));
     }
 }

@@ -4,6 +4,7 @@
 //! shard's read lock and clones an `Arc`. The store outlives reloads that keep its size and
 //! key; `ResponseCache` is the compiled `caches.NAME` around it.
 
+use super::disk::Disk;
 use crate::codec::{is_hop_by_hop, lists_token, Head, RequestHead};
 use crate::conditional::Validators;
 use crate::open_files::http_date_secs;
@@ -63,12 +64,9 @@ impl Object {
         }
     }
 
-    /// Whether its `Cache-Tag` field names any of `tags`.
-    pub(super) fn tagged(&self, tags: &[&[u8]]) -> bool {
-        self.fields
-            .get_all("cache-tag")
-            .flat_map(|line| line.split(|&b| b == b','))
-            .any(|tag| tags.contains(&tag.trim_ascii()))
+    /// Its `Cache-Tag` lines, comma-joined (what a purge by tag reads).
+    pub(super) fn tag_line(&self) -> Box<[u8]> {
+        tag_line(&self.fields)
     }
 }
 
@@ -217,15 +215,52 @@ type Objects = quick_cache::sync::Cache<
 pub struct Store {
     pub(super) objects: Objects,
     pub(super) flights: Arc<Flights>,
+    /// The second tier, when configured: every stored answer is written there too.
+    pub(super) disk: Option<Arc<Disk>>,
 }
 
 impl Store {
-    pub fn new(memory: u64) -> Store {
+    pub fn new(memory: u64, disk: Option<&weir_config::CacheDisk>) -> Result<Store, String> {
         // quick_cache sizes its shards from an item estimate: one per 16 KiB.
         let items = (memory / (16 << 10)).clamp(64, 1 << 22) as usize;
-        Store {
+        let disk = match disk {
+            Some(d) => {
+                Some(Arc::new(Disk::open(&d.path, d.size).map_err(|e| {
+                    format!("disk folder {}: {e}", d.path.display())
+                })?))
+            }
+            None => None,
+        };
+        Ok(Store {
             objects: Objects::with(items, memory, Weigh, Default::default(), Default::default()),
             flights: Arc::default(),
+            disk,
+        })
+    }
+
+    /// Brings the answer stored on disk for `key` into memory (on a blocking thread); false
+    /// when there is none (or no disk tier).
+    pub(super) async fn load_from_disk(&self, key: &[u8]) -> bool {
+        let Some(disk) = self.disk.clone().filter(|d| d.contains(key)) else {
+            return false;
+        };
+        let wanted = key.to_vec();
+        let loaded = tokio::task::spawn_blocking(move || disk.load(&wanted).map(|o| (wanted, o)));
+        match loaded.await {
+            Ok(Some((key, object))) => {
+                self.put_in_memory(key, Arc::new(object));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes `key`'s answers from both tiers.
+    pub(super) fn remove(&self, key: &[u8]) {
+        self.objects.remove(key);
+        if let Some(disk) = self.disk.clone() {
+            let key = key.to_vec();
+            tokio::task::spawn_blocking(move || disk.remove(&key));
         }
     }
 
@@ -244,8 +279,21 @@ impl Store {
         }
     }
 
-    /// Stores `object` as its key's variant for its secondary key.
+    /// Stores `object` as its key's variant for its secondary key, in memory and (written on
+    /// a blocking thread) on disk.
     pub(super) fn put(&self, key: Vec<u8>, object: Arc<Object>) {
+        if let Some(disk) = self.disk.clone() {
+            let (key, object) = (key.clone(), object.clone());
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = disk.save(&key, &object) {
+                    eprintln!("weir: cache file not written: {e}");
+                }
+            });
+        }
+        self.put_in_memory(key, object);
+    }
+
+    fn put_in_memory(&self, key: Vec<u8>, object: Arc<Object>) {
         let mut entry = self.objects.get(&key).unwrap_or_default();
         entry.variants.retain(|o| o.secondary != object.secondary);
         entry.variants.push(object);
@@ -293,7 +341,7 @@ impl ResponseCache {
 
     /// The store's reload identity: a store is kept while these stay the same.
     pub fn store_identity(cfg: &weir_config::Cache) -> String {
-        format!("{} {} {:?}", cfg.name, cfg.memory, cfg.key)
+        format!("{} {} {:?} {:?}", cfg.name, cfg.memory, cfg.key, cfg.disk)
     }
 
     /// The primary key: the configured parts of the request (HEAD is looked up as GET, so a
@@ -318,18 +366,32 @@ impl ResponseCache {
         key
     }
 
-    /// A key's host part (`None` when the key has none) and path part.
-    pub(super) fn host_and_path<'k>(&self, key: &'k [u8]) -> (Option<&'k [u8]>, &'k [u8]) {
-        let (mut host, mut path): (Option<&[u8]>, &[u8]) = (None, b"");
-        for (part, value) in self.key.iter().zip(key.split(|&b| b == 0)) {
-            match part {
-                CacheKeyPart::Host => host = Some(value),
-                CacheKeyPart::Path => path = value,
-                _ => {}
-            }
-        }
-        (host, path)
+    /// What the key is made of.
+    pub(super) fn key_parts(&self) -> &[CacheKeyPart] {
+        &self.key
     }
+}
+
+/// The `Cache-Tag` lines of `fields`, comma-joined.
+pub(super) fn tag_line(fields: &Head) -> Box<[u8]> {
+    let lines: Vec<&[u8]> = fields.get_all("cache-tag").collect();
+    lines.join(&b","[..]).into()
+}
+
+/// A key's host part (`None` when the key has none) and path part, for a key made of `parts`.
+pub(super) fn host_and_path<'k>(
+    parts: &[CacheKeyPart],
+    key: &'k [u8],
+) -> (Option<&'k [u8]>, &'k [u8]) {
+    let (mut host, mut path): (Option<&[u8]>, &[u8]) = (None, b"");
+    for (part, value) in parts.iter().zip(key.split(|&b| b == 0)) {
+        match part {
+            CacheKeyPart::Host => host = Some(value),
+            CacheKeyPart::Path => path = value,
+            _ => {}
+        }
+    }
+    (host, path)
 }
 
 pub(super) fn unix_now() -> u64 {

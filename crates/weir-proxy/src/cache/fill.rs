@@ -217,8 +217,9 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// Reads more of `up` into its buffer; false at its end or on failure.
-    async fn read_more(&self, up: &mut UpstreamConn) -> bool {
+    /// Reads more of `up` into its buffer: how many bytes (0 at its end), or `None` when the
+    /// read failed or went quiet.
+    async fn read_more(&self, up: &mut UpstreamConn) -> Option<usize> {
         make_room(&mut up.buf);
         let read = up.io.read_buf(&mut up.buf);
         let waited = self.watch.within(
@@ -227,7 +228,7 @@ impl Reader<'_> {
             self.read_timeout,
             read,
         );
-        matches!(waited.await, Ok(Ok(n)) if n > 0)
+        waited.await.ok()?.ok()
     }
 
     /// An HTTP/1 body. The buffer is consumed only once the whole body is in hand.
@@ -236,7 +237,7 @@ impl Reader<'_> {
             Framing::None => Whole::Body(Bytes::new(), true),
             Framing::Length(n) => {
                 while (up.buf.len() as u64) < n {
-                    if !self.read_more(up).await {
+                    if !matches!(self.read_more(up).await, Some(1..)) {
                         return Whole::Failed;
                     }
                 }
@@ -267,7 +268,7 @@ impl Reader<'_> {
                         }
                         Ok((ChunkEvent::NeedMore, used)) => {
                             scanned += used;
-                            if !self.read_more(up).await {
+                            if !matches!(self.read_more(up).await, Some(1..)) {
                                 return Whole::Failed;
                             }
                         }
@@ -279,18 +280,10 @@ impl Reader<'_> {
                 if up.buf.len() as u64 > self.max {
                     return Whole::TooLarge;
                 }
-                make_room(&mut up.buf);
-                let read = up.io.read_buf(&mut up.buf);
-                let waited = self.watch.within(
-                    &self.worker.clock,
-                    Waiting::ResponseBody,
-                    self.read_timeout,
-                    read,
-                );
-                match waited.await {
-                    Ok(Ok(0)) => return Whole::Body(Bytes::copy_from_slice(&up.buf), false),
-                    Ok(Ok(_)) => {}
-                    _ => return Whole::Failed,
+                match self.read_more(up).await {
+                    Some(0) => return Whole::Body(Bytes::copy_from_slice(&up.buf), false),
+                    Some(_) => {}
+                    None => return Whole::Failed,
                 }
             },
         }

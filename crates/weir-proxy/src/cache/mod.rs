@@ -178,32 +178,35 @@ async fn forward_and_fill<'r, C: ClientSide>(
     // A GET asks for the whole answer (validated against the stale copy); the client's
     // conditions and range are applied to it afterwards. A HEAD goes as it came.
     let mut taken = Vec::new();
+    let mut validated = false;
     if !head.is_head() {
         for name in CLIENT_CONDITIONS {
-            for value in head.head.get_all(name) {
-                taken.push((name, value.to_vec()));
-            }
-            if !taken.is_empty() {
+            let before = taken.len();
+            taken.extend(head.head.get_all(name).map(|value| (name, value.to_vec())));
+            if taken.len() > before {
                 head.head.remove(name);
             }
         }
         if let Some(stale) = &stale {
             if let Some(etag) = stale.field("etag") {
                 head.head.append("if-none-match", etag);
+                validated = true;
             }
             if let Some(modified) = stale.field("last-modified") {
                 head.head.append("if-modified-since", modified);
+                validated = true;
             }
         }
     }
     let reply = upstream::forward(worker, service, client, head).await;
+    // The head goes back to what the client sent (the access log and filters read it).
     let conditions_or_range = !taken.is_empty();
-    if !head.is_head() {
+    if validated {
         head.head.remove("if-none-match");
         head.head.remove("if-modified-since");
-        for (name, value) in taken {
-            head.head.append(name, &value);
-        }
+    }
+    for (name, value) in taken {
+        head.head.append(name, &value);
     }
     let status = reply_status(&reply);
     let answered_at = unix_now();

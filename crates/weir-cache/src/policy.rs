@@ -129,7 +129,12 @@ pub fn storable(
 pub const HEURISTIC_CAP: u64 = 24 * 3600;
 
 fn http_date(value: Option<&[u8]>) -> Option<u64> {
-    let value = value?;
+    http_date_secs(value?)
+}
+
+/// Seconds since the Unix epoch of an HTTP date (`Date`, `Expires`, `Last-Modified`,
+/// `If-Modified-Since`, ...); `None` when it does not parse.
+pub fn http_date_secs(value: &[u8]) -> Option<u64> {
     // The last date parsed on this thread: an origin's `Date` changes once a second, and
     // parsing it was a tenth of a miss's policy work (callgrind).
     thread_local! {

@@ -4,7 +4,7 @@
 //! whether a range applies, and `parse_ranges` turns `Range` into byte spans.
 
 use crate::codec::RequestHead;
-use crate::open_files::http_date_secs;
+use weir_cache::http_date_secs;
 
 /// Ranges asked of one answer beyond which the `Range` header is ignored (a full 200).
 const MAX_RANGES: usize = 64;

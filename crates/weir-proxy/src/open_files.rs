@@ -10,7 +10,7 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// An open file or folder and what its answers need.
 pub struct OpenFile {
@@ -132,11 +132,4 @@ fn describe(file: File) -> Result<Rc<OpenFile>, Missing> {
         mtime,
         full_answer: OnceCell::new(),
     }))
-}
-
-/// Seconds since the epoch of an HTTP date, for `If-Modified-Since` and friends.
-pub fn http_date_secs(value: &[u8]) -> Option<u64> {
-    let text = std::str::from_utf8(value).ok()?;
-    let time: SystemTime = httpdate::parse_http_date(text.trim()).ok()?;
-    time.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())
 }

@@ -3,7 +3,7 @@
 //! whole stored answer; each with `Age` and `Cache-Status`. The stored body is shared
 //! (`Bytes`), so a hit or a single range copies no body bytes.
 
-use super::store::Object;
+use super::object::Object;
 use crate::codec::{Framing, RequestHead, ResponseHead};
 use crate::conditional::{if_range_holds, multipart_body, parse_ranges, precondition, Ranges};
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};

@@ -10,7 +10,7 @@
 //! never served. Writes and reads run on tokio's blocking threads, not on a worker. When the
 //! files exceed `size`, the oldest written leave first.
 
-use super::store::{tag_line, Object};
+use super::object::{tag_line, Object};
 use crate::codec::Head;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};

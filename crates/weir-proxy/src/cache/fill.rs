@@ -4,7 +4,8 @@
 //! turns out too large is passed on untouched: its raw bytes stay in the connection's buffer,
 //! where the relay reads them from the start.
 
-use super::store::{stored_fields, unix_now, Object, ResponseCache};
+use super::object::{stored_fields, Object};
+use super::store::{unix_now, ResponseCache};
 use crate::balancer::UpstreamUse;
 use crate::codec::{ChunkEvent, ChunkedDecoder, Framing, Head, RequestHead, ResponseHead};
 use crate::conn::watch::{ConnWatch, Waiting};

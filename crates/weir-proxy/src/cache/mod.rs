@@ -34,12 +34,14 @@ use weir_cache::{Directives, Fields, NotStorable, Outcome, Usable};
 mod answer;
 mod disk;
 mod fill;
+mod object;
 mod purge;
 mod revalidate;
 pub mod store;
 
 use fill::Filled;
-use store::{unix_now, Join, Leader, Object, ResponseCache, CACHE_NAME};
+use object::Object;
+use store::{unix_now, Join, Leader, ResponseCache, CACHE_NAME};
 
 /// The request fields the cache answers itself from a stored answer, so the origin is asked
 /// without them.

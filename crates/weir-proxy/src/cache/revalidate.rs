@@ -4,7 +4,8 @@
 //! (`upstream::forward`) as any request, on behalf of a `Requester` that sends no body and
 //! takes no reply.
 
-use super::store::{Leader, Object, ResponseCache};
+use super::object::Object;
+use super::store::{Leader, ResponseCache};
 use super::Asking;
 use crate::balancer::{Service, UpstreamUse};
 use crate::client::{BodyError, ClientSide, Outcome, Sent};

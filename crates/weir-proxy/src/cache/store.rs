@@ -1,20 +1,18 @@
-//! The cache's store: stored answers (`Object`) by primary key, each key holding its `Vary`
+//! The cache's store: stored answers (`object.rs`) by primary key, each key holding its `Vary`
 //! variants, in one quick_cache map shared by every worker and bounded by bytes, beside the
 //! fetches in flight (`Flights`) that requests for the same key wait on. A lookup takes a
 //! shard's read lock and clones an `Arc`. The store outlives reloads that keep its size and
 //! key; `ResponseCache` is the compiled `caches.NAME` around it.
 
 use super::disk::Disk;
-use crate::codec::{is_hop_by_hop, lists_token, Head, RequestHead};
-use crate::conditional::Validators;
-use crate::open_files::http_date_secs;
-use bytes::Bytes;
+use super::object::Object;
+use crate::codec::{Head, RequestHead};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
-use weir_cache::{Fields, Stored};
+use weir_cache::Fields;
 use weir_config::rule::Cidr;
 use weir_config::CacheKeyPart;
 
@@ -29,67 +27,6 @@ impl Fields for Head {
     fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.get_all(name)
     }
-}
-
-/// One stored answer.
-pub(super) struct Object {
-    pub(super) status: u16,
-    /// The fields the client gets (hop-by-hop ones, `Age` and the length left out).
-    pub(super) fields: Head,
-    pub(super) body: Bytes,
-    pub(super) meta: Stored,
-    /// The request's values of the fields `Vary` names (empty without `Vary`).
-    pub(super) secondary: Vec<u8>,
-}
-
-impl Object {
-    fn weight(&self) -> u64 {
-        let head: usize = self
-            .fields
-            .iter()
-            .map(|(n, v)| n.len() + v.len() + 12)
-            .sum();
-        (head + self.body.len() + self.secondary.len() + 128) as u64
-    }
-
-    pub(super) fn field(&self, name: &str) -> Option<&[u8]> {
-        self.fields.get(name)
-    }
-
-    /// What conditional and range requests compare against.
-    pub(super) fn validators(&self) -> Validators<'_> {
-        Validators {
-            etag: self.field("etag"),
-            modified: self.field("last-modified").and_then(http_date_secs),
-        }
-    }
-
-    /// Its `Cache-Tag` lines, comma-joined (what a purge by tag reads).
-    pub(super) fn tag_line(&self) -> Box<[u8]> {
-        tag_line(&self.fields)
-    }
-}
-
-/// The fields of an upstream head worth storing: all but hop-by-hop ones, those its
-/// `Connection` names, the length and `Age` (both are written per answer).
-pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Head {
-    let connection = connection_names_headers
-        .then(|| head.get("connection"))
-        .flatten();
-    let mut kept = Head::with_capacity(
-        head.iter().map(|(n, v)| n.len() + v.len()).sum(),
-        head.len(),
-    );
-    for (name, value) in head.iter() {
-        let dropped = is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"content-length")
-            || name.eq_ignore_ascii_case(b"age")
-            || connection.is_some_and(|c| lists_token(c, name));
-        if !dropped {
-            kept.append_field(name, value);
-        }
-    }
-    kept
 }
 
 /// What a primary key holds: the stored variants (one per secondary key).
@@ -370,12 +307,6 @@ impl ResponseCache {
     pub(super) fn key_parts(&self) -> &[CacheKeyPart] {
         &self.key
     }
-}
-
-/// The `Cache-Tag` lines of `fields`, comma-joined.
-pub(super) fn tag_line(fields: &Head) -> Box<[u8]> {
-    let lines: Vec<&[u8]> = fields.get_all("cache-tag").collect();
-    lines.join(&b","[..]).into()
 }
 
 /// A key's host part (`None` when the key has none) and path part, for a key made of `parts`.

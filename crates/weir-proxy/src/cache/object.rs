@@ -1,0 +1,75 @@
+//! One stored answer (`Object`): the origin's status, the fields a client gets, the body,
+//! and what the policy needs to judge it later; built from an origin head by
+//! `stored_fields`, and what both tiers (memory and disk) keep.
+
+use crate::codec::{is_hop_by_hop, lists_token, Head};
+use crate::conditional::Validators;
+use bytes::Bytes;
+use weir_cache::{http_date_secs, Stored};
+
+/// One stored answer.
+pub(super) struct Object {
+    pub(super) status: u16,
+    /// The fields the client gets (hop-by-hop ones, `Age` and the length left out).
+    pub(super) fields: Head,
+    pub(super) body: Bytes,
+    pub(super) meta: Stored,
+    /// The request's values of the fields `Vary` names (empty without `Vary`).
+    pub(super) secondary: Vec<u8>,
+}
+
+impl Object {
+    pub(super) fn weight(&self) -> u64 {
+        let head: usize = self
+            .fields
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 12)
+            .sum();
+        (head + self.body.len() + self.secondary.len() + 128) as u64
+    }
+
+    pub(super) fn field(&self, name: &str) -> Option<&[u8]> {
+        self.fields.get(name)
+    }
+
+    /// What conditional and range requests compare against.
+    pub(super) fn validators(&self) -> Validators<'_> {
+        Validators {
+            etag: self.field("etag"),
+            modified: self.field("last-modified").and_then(http_date_secs),
+        }
+    }
+
+    /// Its `Cache-Tag` lines, comma-joined (what a purge by tag reads).
+    pub(super) fn tag_line(&self) -> Box<[u8]> {
+        tag_line(&self.fields)
+    }
+}
+
+/// The fields of an upstream head worth storing: all but hop-by-hop ones, those its
+/// `Connection` names, the length and `Age` (both are written per answer).
+pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Head {
+    let connection = connection_names_headers
+        .then(|| head.get("connection"))
+        .flatten();
+    let mut kept = Head::with_capacity(
+        head.iter().map(|(n, v)| n.len() + v.len()).sum(),
+        head.len(),
+    );
+    for (name, value) in head.iter() {
+        let dropped = is_hop_by_hop(name)
+            || name.eq_ignore_ascii_case(b"content-length")
+            || name.eq_ignore_ascii_case(b"age")
+            || connection.is_some_and(|c| lists_token(c, name));
+        if !dropped {
+            kept.append_field(name, value);
+        }
+    }
+    kept
+}
+
+/// The `Cache-Tag` lines of `fields`, comma-joined.
+pub(super) fn tag_line(fields: &Head) -> Box<[u8]> {
+    let lines: Vec<&[u8]> = fields.get_all("cache-tag").collect();
+    lines.join(&b","[..]).into()
+}

@@ -690,3 +690,47 @@ fn http2_clients_get_hits_ranges_and_304s_from_the_store() {
     assert!(not_modified.starts_with("HTTP/2 304"), "{not_modified}");
     assert_eq!(origin_log(&dir).len(), 1);
 }
+
+#[test]
+fn compression_runs_after_the_cache_on_hits_too() {
+    let (origin, _weir, dir) = file_origin(60, "");
+    let text = "a line that compresses well\n".repeat(400);
+    std::fs::write(dir.join("text.txt"), &text).unwrap();
+    let yaml = format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         caches:\n  main: {{ memory: 16MiB }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main, middlewares: [gz] }}\n\
+         middlewares:\n  gz: {{ compress: {{ algorithms: [gzip] }} }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        origin.addr
+    );
+    let weir = Weir::start(&yaml);
+    let gzip = "Accept-Encoding: gzip\r\n";
+    let first = ask(&weir, "/text.txt", gzip);
+    assert_eq!(first.header("content-encoding"), Some("gzip"));
+    assert!(
+        status_of(&first).ends_with("; stored"),
+        "{}",
+        status_of(&first)
+    );
+    // The store holds what the origin sent: a client without gzip gets it plain, from the
+    // store; a gzip client's hit is compressed again.
+    let plain = ask(&weir, "/text.txt", "");
+    assert!(
+        status_of(&plain).starts_with("weir; hit"),
+        "{}",
+        status_of(&plain)
+    );
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(plain.text(), text);
+    let again = ask(&weir, "/text.txt", gzip);
+    assert!(
+        status_of(&again).starts_with("weir; hit"),
+        "{}",
+        status_of(&again)
+    );
+    assert_eq!(again.header("content-encoding"), Some("gzip"));
+    assert!(again.body.len() < text.len() / 4);
+    assert_eq!(again.body, first.body);
+    assert_eq!(origin_log(&dir).len(), 1);
+}

@@ -60,6 +60,7 @@ fn fresh_answers_are_stored_and_served() {
         status_of(&first),
         "weir; fwd=uri-miss; fwd-status=200; stored"
     );
+    assert_eq!(first.header("age"), Some("0"));
     // Two workers share the store: every later request is a hit, whichever worker takes it.
     for _ in 0..6 {
         let again = ask(&weir, "/fresh", "");

@@ -252,6 +252,8 @@ async fn forward_and_fill<'r, C: ClientSide>(
                 // The origin's head as it came, with the stored body: nothing to cut or
                 // compare, so nothing to build again.
                 response.framing = Framing::Length(object.body.len() as u64);
+                let age = object.meta.age_at(answered_at).to_string();
+                response.head.set("age", age.as_bytes());
                 response.head.append("cache-status", value.as_bytes());
                 return Reply {
                     head: ReplyHead::Response(response),

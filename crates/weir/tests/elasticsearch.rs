@@ -1,0 +1,142 @@
+//! Issue 13's real backend: a three-node OpenSearch cluster (`scripts/opensearch-cluster`, the
+//! official distribution from Maven Central, one JVM per node), started once for this test
+//! binary, and the official Python client (`opensearch-py` from PyPI, in a venv kept outside
+//! the repo) talking to it through the real weir binary. The cluster stops when this process
+//! ends: the script watches its standard input, which only this process holds.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// A running cluster: the nodes' HTTP ports.
+struct Cluster {
+    http: Vec<u16>,
+    /// Kept so its stdin stays open as long as this process lives.
+    _script: Child,
+}
+
+fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/opensearch-cluster"
+        );
+        let mut child = Command::new(script)
+            .args(["--nodes", "3"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scripts/opensearch-cluster");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let started: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the cluster did not start ({e}): {line:?}"));
+        let http = started["http"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap() as u16)
+            .collect();
+        Cluster {
+            http,
+            _script: child,
+        }
+    })
+}
+
+/// A Python with `opensearch-py`, in a venv made once under /var/cache/weir.
+fn client_python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = PathBuf::from("/var/cache/weir/venv-opensearch");
+        let python = venv.join("bin/python3");
+        let ready = venv.join("ready");
+        if !ready.exists() {
+            let _ = std::fs::remove_dir_all(&venv);
+            let made = Command::new("/usr/bin/python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .unwrap();
+            assert!(made.success(), "python3 -m venv");
+            let installed = Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "opensearch-py==2.8.0"])
+                .status()
+                .unwrap();
+            assert!(installed.success(), "pip install opensearch-py");
+            std::fs::write(&ready, "").unwrap();
+        }
+        python
+    })
+}
+
+/// Runs `script` with the venv's Python; its standard output.
+fn client(script: &str, args: &[&str]) -> String {
+    let out = Command::new(client_python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// weir in front of every node of the cluster, as a plain service.
+fn weir_in_front(cluster: &Cluster) -> Weir {
+    let servers: Vec<String> = cluster
+        .http
+        .iter()
+        .map(|p| format!("{{ url: \"http://127.0.0.1:{p}\" }}"))
+        .collect();
+    Weir::start(&format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es: {{ servers: [{}] }}\n",
+        servers.join(", ")
+    ))
+}
+
+const BULK_AND_SEARCH: &str = r#"
+import sys
+from opensearchpy import OpenSearch, helpers
+host, port = sys.argv[1].rsplit(":", 1)
+es = OpenSearch(hosts=[{"host": host, "port": int(port)}], timeout=60)
+es.indices.create(index="books", body={"settings": {"number_of_shards": 3, "number_of_replicas": 1}})
+docs = ({"_index": "books", "_id": str(i), "title": f"book {i}", "n": i} for i in range(10000))
+ok, errors = helpers.bulk(es, docs, chunk_size=1000, raise_on_error=False)
+es.indices.refresh(index="books")
+count = es.count(index="books")["count"]
+found = es.search(index="books", body={"query": {"term": {"n": 4242}}})["hits"]["hits"]
+print(ok, len(errors), count, found[0]["_source"]["title"])
+"#;
+
+#[test]
+fn the_python_client_bulk_loads_and_searches_through_weir() {
+    let cluster = cluster();
+    let weir = weir_in_front(cluster);
+    let addr = weir.addrs["es"];
+    let out = client(BULK_AND_SEARCH, &[&addr.to_string()]);
+    assert_eq!(out.trim(), "10000 0 10000 book 4242");
+    // The nodes report themselves as the cluster weir balanced over.
+    let nodes = get(addr, "es", "/_cat/nodes?h=name");
+    let mut names: Vec<&str> = std::str::from_utf8(&nodes.body)
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["node-0", "node-1", "node-2"]);
+}

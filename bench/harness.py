@@ -1,7 +1,8 @@
 """bench/harness.py, started by bench/run — weir against nginx and HAProxy on the same machine, interleaved.
 
 Usage: bench/run [--smoke] [--rounds N] [--duration S] SCENARIO... | all
-Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static, tcp, udp (see bench/README.md).
+Scenarios: proxy, ping, hosts, fixed-rate, idle, tls, compress, static, tcp, udp, reload, h2, grpc,
+cache (see bench/README.md).
 Proxies share one CPU; the load generator and the upstream get the other(s).
 """
 import argparse, csv, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, threading, time, urllib.request

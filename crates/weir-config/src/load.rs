@@ -2,6 +2,7 @@
 //! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
 
 mod cache;
+mod elasticsearch;
 mod health;
 mod tcp;
 
@@ -812,13 +813,26 @@ impl Loader<'_> {
                 "retry",
                 "protocol",
                 "http2",
+                "elasticsearch",
             ],
         )?;
         let health_check = f.get("health_check").and_then(|n| self.health_check(n));
         let passive_health = f.get("passive_health").and_then(|n| self.passive_health(n));
         let retry = f.get("retry").and_then(|n| self.retry(n));
         let mut servers = Vec::new();
+        let elasticsearch = match (f.get("elasticsearch"), f.get("servers")) {
+            (Some(es), None) => self.elasticsearch(es, &mut servers),
+            (Some(es), Some(_)) => {
+                self.error(
+                    es.pos,
+                    format!("{what} has both `servers` and `elasticsearch`; an Elasticsearch service finds its servers from `elasticsearch.hosts`"),
+                );
+                None
+            }
+            (None, _) => None,
+        };
         match f.get("servers") {
+            None if f.get("elasticsearch").is_some() => {}
             None => self.error(
                 f.pos,
                 format!("{what} needs `servers`, e.g. `servers: [{{ url: \"http://127.0.0.1:9000\" }}]`"),
@@ -997,6 +1011,7 @@ impl Loader<'_> {
             health_check,
             passive_health,
             retry,
+            elasticsearch,
         })
     }
 
@@ -1052,26 +1067,11 @@ impl Loader<'_> {
             Some(w) => self.uint(w, "`weight`", 1, 10_000)? as u32,
             None => 1,
         };
-        let Some((tls, host, port)) = parse_http_url(&url) else {
-            self.error(
-                url_node.pos,
-                format!("`{url}` is not a server URL; expected http://HOST[:PORT] or https://HOST[:PORT]"),
-            );
-            return None;
-        };
-        let authority = url
-            .trim_start_matches("http://")
-            .trim_start_matches("https://")
-            .trim_end_matches('/')
-            .to_string();
-        Some(UpstreamServer {
-            url,
-            tls,
-            authority,
-            host,
-            port,
-            weight,
-        })
+        let server = UpstreamServer::from_url(&url, weight);
+        if server.is_none() {
+            self.error(url_node.pos, bad_server_url(&url));
+        }
+        server
     }
 
     fn middleware(&mut self, name: String, node: &Node) -> Option<Middleware> {
@@ -1679,6 +1679,30 @@ fn parse_listen_address(text: &str) -> Option<SocketAddr> {
 
 /// `http://HOST[:PORT][/]` into host and port.
 /// `http://HOST[:PORT]` or `https://HOST[:PORT]` → (is https, host, port).
+fn bad_server_url(url: &str) -> String {
+    format!("`{url}` is not a server URL; expected http://HOST[:PORT] or https://HOST[:PORT]")
+}
+
+impl UpstreamServer {
+    /// A server from its URL (`http://HOST[:PORT]` or `https://...`); `None` when it is not one.
+    pub fn from_url(url: &str, weight: u32) -> Option<UpstreamServer> {
+        let (tls, host, port) = parse_http_url(url)?;
+        let authority = url
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .to_string();
+        Some(UpstreamServer {
+            url: url.to_string(),
+            tls,
+            authority,
+            host,
+            port,
+            weight,
+        })
+    }
+}
+
 fn parse_http_url(url: &str) -> Option<(bool, String, u16)> {
     let (tls, rest) = match url.strip_prefix("https://") {
         Some(rest) => (true, rest),
@@ -1828,6 +1852,52 @@ mod tests {
         assert_eq!(disk(0).size, DEFAULT_CACHE_DISK_SIZE);
         assert_eq!(disk(1).path, std::path::Path::new("/var/cache/w"));
         assert_eq!(disk(1).size, 2 << 30);
+    }
+
+    #[test]
+    fn elasticsearch_services() {
+        let errs = errors(&format!(
+            "{BASE}services:\n  a: {{ elasticsearch: {{ discovery: {{ refresh: 5s }} }} }}\n  \
+             b: {{ servers: [{{ url: \"http://x:1\" }}], elasticsearch: {{ hosts: [\"http://x:9200\"] }} }}\n  \
+             c: {{ elasticsearch: {{ hosts: [\"ftp://x\"] }} }}\n"
+        ));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[0].contains("`elasticsearch` needs `hosts`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].contains("has both `servers` and `elasticsearch`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].contains("`ftp://x` is not a server URL"),
+            "{errs:?}"
+        );
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://127.0.0.1:9200\"], discovery: {{ roles: [data] }} }} }}\n  \
+                 fixed: {{ elasticsearch: {{ hosts: [\"http://a:9200\", \"http://b:9200\"], discovery: {{ enabled: false }} }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let es = &cfg.services[0];
+        assert_eq!(es.servers[0].url, "http://127.0.0.1:9200");
+        let discovery = es
+            .elasticsearch
+            .as_ref()
+            .unwrap()
+            .discovery
+            .clone()
+            .unwrap();
+        assert_eq!(discovery.refresh, DEFAULT_ES_REFRESH);
+        assert_eq!(discovery.roles, ["data"]);
+        assert_eq!(cfg.services[1].servers.len(), 2);
+        assert_eq!(
+            cfg.services[1].elasticsearch.as_ref().unwrap().discovery,
+            None
+        );
     }
 
     #[test]

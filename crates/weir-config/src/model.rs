@@ -372,7 +372,27 @@ pub struct Service {
     pub passive_health: Option<PassiveHealth>,
     /// Trying another server when one fails (`retry`).
     pub retry: Option<Retry>,
+    /// `elasticsearch:` instead of `servers`: the hosts are seeds, and the cluster's nodes are
+    /// found and kept up to date (`servers` then holds the seeds).
+    pub elasticsearch: Option<Elasticsearch>,
 }
+
+/// `services.NAME.elasticsearch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elasticsearch {
+    /// Finding the nodes from `GET _nodes/http`; `None` when `discovery.enabled: false`.
+    pub discovery: Option<EsDiscovery>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EsDiscovery {
+    /// How often the nodes are asked for again.
+    pub refresh: Duration,
+    /// Only nodes with one of these roles serve (empty: every node with HTTP).
+    pub roles: Vec<String>,
+}
+
+pub const DEFAULT_ES_REFRESH: Duration = Duration::from_secs(30);
 
 /// Active health checks: `GET path` to every server of the service every `interval`.
 #[derive(Debug, Clone)]
@@ -444,6 +464,7 @@ pub enum UpstreamProtocol {
 
 #[derive(Debug, Clone)]
 pub struct UpstreamServer {
+    /// As written (or as discovered), e.g. `http://127.0.0.1:9000`.
     pub url: String,
     /// `https://`: spoken to over TLS.
     pub tls: bool,

@@ -6,6 +6,7 @@
 //! changes.
 
 use crate::admin::ReloadRequest;
+use crate::es_discovery;
 use crate::reload::Reloader;
 use crate::upgrade::{self, Predecessor};
 use std::time::{Duration, SystemTime};
@@ -14,6 +15,9 @@ use tokio::sync::oneshot;
 
 /// How often `--watch` looks at the config file.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// How often the Elasticsearch services' discovery schedule is looked at (each has its own
+/// `refresh`).
+const DISCOVERY_TICK: Duration = Duration::from_millis(250);
 
 /// Runs the control loop until a stop signal. `ready` is logged once the signals are
 /// handled (a `SIGHUP` before that would end the process).
@@ -47,6 +51,11 @@ pub fn run(
         let mut upgrading: Option<oneshot::Receiver<Result<u32, String>>> = None;
         let mut watch_tick = tokio::time::interval(WATCH_EVERY);
         watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Elasticsearch services' nodes: each is asked for when due, answers come back here.
+        let mut discovery = es_discovery::Schedule::default();
+        let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut discovery_tick = tokio::time::interval(DISCOVERY_TICK);
+        discovery_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -74,6 +83,11 @@ pub fn run(
                         None => eprintln!("weir: upgrade failed; still serving"),
                     }
                 }
+                _ = discovery_tick.tick() => {
+                    let config = &reloader.shared.load().config;
+                    discovery.start_due(config, &reloader.seeds, &found_tx);
+                }
+                Some(found) = found_rx.recv() => reloader.apply_discovered(found),
                 _ = watch_tick.tick(), if watch => {
                     let stamp = file_stamp(&reloader.config_path);
                     if stamp != watched {

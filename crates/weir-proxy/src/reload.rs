@@ -6,16 +6,18 @@
 //! serving; kept listeners are never closed.
 
 use crate::admin::{self, ReloadReport, ReloadStatus};
+use crate::es_discovery::{self, Discovered};
 use crate::health_check::ActiveChecks;
 use crate::listeners::{Bound, BoundEntrypoints, Inherited, Listener};
 use crate::runtime::Runtime;
 use crate::worker::WorkerCommand;
 use arc_swap::ArcSwap;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::mpsc::UnboundedSender;
-use weir_config::{located, Config};
+use weir_config::{located, Config, UpstreamServer};
 
 /// What the control thread holds to reload.
 pub struct Reloader {
@@ -27,6 +29,11 @@ pub struct Reloader {
     pub checks: ActiveChecks,
     pub status: Arc<Mutex<ReloadStatus>>,
     pub admin: admin::AdminListener,
+    /// The nodes found for each discovering Elasticsearch service, put in place of its
+    /// configured hosts by every compile.
+    pub discovered: HashMap<String, Vec<String>>,
+    /// Each Elasticsearch service's configured hosts, asked when no node found last answers.
+    pub seeds: HashMap<String, Vec<UpstreamServer>>,
 }
 
 /// An entrypoint bound for a reload that has not been swapped in yet.
@@ -41,6 +48,53 @@ impl Reloader {
     /// by `server.rs` at start).
     pub fn start(&mut self) {
         self.checks.sync(&self.shared.load().services);
+        self.seeds = seeds_of(&self.shared.load().config);
+    }
+
+    /// Puts the nodes found for `service` in place, compiled like a reload (what stays keeps
+    /// its pools and health); nothing when they are the ones already serving.
+    pub fn apply_discovered(&mut self, found: Discovered) {
+        let nodes = match found.nodes {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                eprintln!("weir: service `{}`: discovery failed: {e}", found.service);
+                return;
+            }
+        };
+        let old = self.shared.load_full();
+        let serving: Vec<&str> = old
+            .config
+            .services
+            .iter()
+            .find(|s| s.name == found.service)
+            .map(|s| s.servers.iter().map(|server| server.url.as_str()).collect())
+            .unwrap_or_default();
+        if serving == nodes {
+            return;
+        }
+        self.discovered.insert(found.service.clone(), nodes.clone());
+        let mut config = old.config.clone();
+        es_discovery::apply(&mut config, &self.discovered);
+        let workers = self.workers.len();
+        match Runtime::compile(&config, workers, Some(&old)) {
+            Ok(runtime) => {
+                self.shared.store(Arc::new(runtime));
+                let new = self.shared.load_full();
+                self.tell_workers(|| WorkerCommand::Reloaded);
+                self.checks.sync(&new.services);
+                eprintln!(
+                    "weir: service `{}`: {} node(s) discovered [{}] (version {})",
+                    found.service,
+                    nodes.len(),
+                    nodes.join(", "),
+                    new.version
+                );
+            }
+            Err(e) => eprintln!(
+                "weir: service `{}`: discovered nodes not applied: {e}",
+                found.service
+            ),
+        }
     }
 
     /// Reloads the file; on success, the version now in service.
@@ -72,8 +126,10 @@ impl Reloader {
 
     fn try_reload(&mut self) -> Result<u64, Vec<String>> {
         let path = self.config_path.clone();
-        let config = weir_config::load_file(&path)
+        let mut config = weir_config::load_file(&path)
             .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        let seeds = seeds_of(&config);
+        es_discovery::apply(&mut config, &self.discovered);
         let old = self.shared.load_full();
         let workers = self.workers.len();
         let runtime =
@@ -95,6 +151,7 @@ impl Reloader {
             .map_err(|e| vec![e])?;
 
         // Nothing can fail from here: swap, then move the listeners.
+        self.seeds = seeds;
         self.shared.store(Arc::new(runtime));
         let new = self.shared.load_full();
         let mut closed = Vec::new();
@@ -182,6 +239,16 @@ impl Reloader {
             let _ = worker.send(command());
         }
     }
+}
+
+/// The configured hosts of every Elasticsearch service.
+fn seeds_of(config: &Config) -> HashMap<String, Vec<UpstreamServer>> {
+    config
+        .services
+        .iter()
+        .filter(|s| s.elasticsearch.is_some())
+        .map(|s| (s.name.clone(), s.servers.clone()))
+        .collect()
 }
 
 /// Writes this process's pid to `server.pid_file` (at start, and when a reload moves it).

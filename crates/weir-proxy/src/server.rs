@@ -99,6 +99,8 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         checks: ActiveChecks::default(),
         status: admin_state.reloads.clone(),
         admin,
+        discovered: Default::default(),
+        seeds: Default::default(),
     };
     crate::reload::write_pid_file(config.server.pid_file.as_deref())?;
     let ready = format!(

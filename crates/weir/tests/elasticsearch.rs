@@ -140,3 +140,57 @@ fn the_python_client_bulk_loads_and_searches_through_weir() {
     names.sort_unstable();
     assert_eq!(names, ["node-0", "node-1", "node-2"]);
 }
+
+/// weir with an `elasticsearch` service given one seed host, discovering every second.
+fn weir_discovering(cluster: &Cluster, discovery: &str) -> Weir {
+    Weir::start(&format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{}\"]\n      \
+         discovery: {{ refresh: 1s{discovery} }}\n",
+        cluster.http[0]
+    ))
+}
+
+/// The name of the node that answered `GET /_nodes/_local`.
+fn answering_node(addr: std::net::SocketAddr) -> String {
+    let answer = get(addr, "es", "/_nodes/_local?filter_path=nodes.*.name").json();
+    let nodes = answer["nodes"].as_object().unwrap();
+    nodes.values().next().unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn one_seed_host_finds_every_node_and_requests_go_to_all_of_them() {
+    let cluster = cluster();
+    let weir = weir_discovering(cluster, "");
+    let line = weir.wait_for_line("node(s) discovered", 1);
+    assert!(line.contains("`es`: 3 node(s) discovered"), "{line}");
+    for port in &cluster.http {
+        assert!(line.contains(&format!("http://127.0.0.1:{port}")), "{line}");
+    }
+    let addr = weir.addrs["es"];
+    let seen: std::collections::BTreeSet<String> = (0..30).map(|_| answering_node(addr)).collect();
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["node-0", "node-1", "node-2"]
+    );
+}
+
+#[test]
+fn a_role_no_node_has_leaves_the_seed_serving() {
+    let cluster = cluster();
+    let weir = weir_discovering(cluster, ", roles: [ml]");
+    let line = weir.wait_for_line("discovery failed", 1);
+    assert!(
+        line.contains("no node with HTTP (and the roles asked for)"),
+        "{line}"
+    );
+    let addr = weir.addrs["es"];
+    for _ in 0..6 {
+        assert_eq!(answering_node(addr), "node-0");
+    }
+}

@@ -62,6 +62,9 @@ pub struct Service {
     pub health_check: Option<HealthCheck>,
     pub passive_health: Option<PassiveHealth>,
     pub retry: Option<Retry>,
+    /// An Elasticsearch service (`elasticsearch:`): weir's own errors on it are
+    /// Elasticsearch-shaped (`elasticsearch.rs`).
+    pub elasticsearch: bool,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
 }
@@ -190,6 +193,7 @@ impl Service {
             read_timeout: cfg.timeouts.read,
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
+            elasticsearch: cfg.elasticsearch.is_some(),
             health_check: cfg.health_check.clone(),
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),
@@ -241,6 +245,7 @@ impl Service {
             read_timeout: cfg.idle_timeout,
             write_timeout: cfg.idle_timeout,
             pass_host_header: false,
+            elasticsearch: false,
             health_check: None,
             passive_health: None,
             retry: None,

@@ -7,6 +7,7 @@ use crate::accesslog;
 use crate::cache;
 use crate::client::{ClientSide, Outcome, Sent};
 use crate::codec::RequestHead;
+use crate::elasticsearch;
 use crate::filter::Flow;
 use crate::grpc;
 use crate::reply::{LocalResponse, Reply};
@@ -70,6 +71,10 @@ pub(crate) async fn exchange<C: ClientSide>(
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
     grpc::local_errors_in_grpc_form(&head, &mut reply);
+    let service = route.and_then(|r| r.action.service());
+    if service.is_some_and(|s| s.elasticsearch) {
+        elasticsearch::local_errors_in_es_form(&mut reply);
+    }
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         let mut body_filter = None;

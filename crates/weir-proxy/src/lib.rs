@@ -16,6 +16,7 @@ pub mod compress;
 pub mod conditional;
 pub mod conn;
 pub mod control;
+pub mod elasticsearch;
 pub mod es_discovery;
 pub mod exchange;
 pub mod filter;

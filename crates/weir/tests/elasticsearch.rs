@@ -194,3 +194,46 @@ fn a_role_no_node_has_leaves_the_seed_serving() {
         assert_eq!(answering_node(addr), "node-0");
     }
 }
+
+const SEARCH_ERROR: &str = r#"
+import sys
+from opensearchpy import OpenSearch
+from opensearchpy.exceptions import TransportError
+host, port = sys.argv[1].rsplit(":", 1)
+es = OpenSearch(hosts=[{"host": host, "port": int(port)}], max_retries=0, timeout=10)
+try:
+    es.search(index="books", body={"query": {"match_all": {}}})
+    print("no error")
+except TransportError as e:
+    print(e.status_code, e.error)
+"#;
+
+#[test]
+fn weirs_own_errors_on_an_elasticsearch_service_are_elasticsearch_shaped() {
+    let dead = free_port();
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{dead}\"]\n      \
+         discovery: {{ enabled: false }}\n"
+    ));
+    let addr = weir.addrs["es"];
+    let answer = get(addr, "es", "/books/_search");
+    assert_eq!(answer.status, 502);
+    assert!(answer
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/json"));
+    assert_eq!(answer.header("x-elastic-product"), None);
+    let error = answer.json();
+    assert_eq!(error["status"], 502);
+    assert_eq!(error["error"]["type"], "gateway_upstream_exception");
+    assert_eq!(
+        error["error"]["root_cause"][0]["type"],
+        "gateway_upstream_exception"
+    );
+    assert!(error["error"]["reason"].as_str().unwrap().len() > 5);
+    // The official client raises its usual error, with the type.
+    let out = client(SEARCH_ERROR, &[&addr.to_string()]);
+    assert_eq!(out.trim(), "502 gateway_upstream_exception");
+}

@@ -1,0 +1,47 @@
+//! An Elasticsearch service at the request level: weir's own failures (no server, a timeout,
+//! a refused body) are answered the way Elasticsearch answers errors, a JSON body with
+//! `error.type`, `error.reason` and `status`, so the official clients raise their usual
+//! exception with a readable reason. weir never adds `X-Elastic-Product` to its own answers:
+//! a client checking it must see it is not talking to the cluster.
+
+use crate::reply::{LocalResponse, Reply, ReplyHead};
+use std::borrow::Cow;
+
+/// The `error.type` for a status weir answers with.
+fn error_type(status: u16) -> &'static str {
+    match status {
+        400 | 405 | 411 | 414 | 431 => "illegal_argument_exception",
+        408 | 504 => "timeout_exception",
+        413 => "content_too_long_exception",
+        429 => "es_rejected_execution_exception",
+        502 => "gateway_upstream_exception",
+        503 => "gateway_unavailable_exception",
+        _ => "gateway_exception",
+    }
+}
+
+/// Turns a local error reply (status 400 and up) into Elasticsearch form.
+pub fn local_errors_in_es_form(reply: &mut Reply<'_>) {
+    let (status, reason) = match &reply.head {
+        ReplyHead::Local(local) if local.status >= 400 => (
+            local.status,
+            String::from_utf8_lossy(&local.body).trim_end().to_string(),
+        ),
+        _ => return,
+    };
+    let kind = error_type(status);
+    let cause = serde_json::json!({ "type": kind, "reason": reason });
+    let body = serde_json::json!({
+        "error": { "root_cause": [cause], "type": kind, "reason": reason },
+        "status": status,
+    });
+    let answer = LocalResponse::new(
+        status,
+        vec![(
+            "content-type".into(),
+            "application/json; charset=UTF-8".into(),
+        )],
+        body.to_string(),
+    );
+    reply.head = ReplyHead::Local(Cow::Owned(answer));
+}

@@ -120,11 +120,15 @@ enum BadPath {
 /// without climbing above the root. Returns the segments joined by `/`, and whether the
 /// path ended with `/`.
 fn clean_path(raw: &str, dotfiles: bool) -> Result<(Cow<'_, str>, bool), BadPath> {
-    // The common case, nothing to decode or resolve: the path is the name.
-    let plain = raw.starts_with('/')
-        && !raw.contains(['%', '\\', '\0'])
-        && !raw.contains("/.")
-        && !raw.contains("//");
+    // The common case, nothing to decode or resolve: the path is the name. Byte scans, not
+    // `str::contains`: whether that was inlined changed with unrelated code (+440
+    // instructions per request, callgrind).
+    let path = raw.as_bytes();
+    let plain = path.first() == Some(&b'/')
+        && !path.iter().any(|b| matches!(b, b'%' | b'\\' | 0))
+        && !path
+            .windows(2)
+            .any(|pair| pair[0] == b'/' && matches!(pair[1], b'.' | b'/'));
     if plain {
         let trailing_slash = raw.ends_with('/');
         let name = raw[1..].strip_suffix('/').unwrap_or(&raw[1..]);

@@ -818,7 +818,7 @@ impl Loader<'_> {
         )?;
         let health_check = f.get("health_check").and_then(|n| self.health_check(n));
         let passive_health = f.get("passive_health").and_then(|n| self.passive_health(n));
-        let retry = f.get("retry").and_then(|n| self.retry(n));
+        let mut retry = f.get("retry").and_then(|n| self.retry(n));
         let mut servers = Vec::new();
         let elasticsearch = match (f.get("elasticsearch"), f.get("servers")) {
             (Some(es), None) => self.elasticsearch(es, &mut servers),
@@ -831,6 +831,21 @@ impl Loader<'_> {
             }
             (None, _) => None,
         };
+        if elasticsearch.is_some() && f.get("retry").is_none() {
+            // A node that cannot be reached, resets, or answers 502/503 is not the cluster's
+            // answer: try another node once (requests that can be sent again only, as always).
+            retry = Some(Retry {
+                attempts: 2,
+                on: vec![
+                    RetryOn::ConnectFailure,
+                    RetryOn::Reset,
+                    RetryOn::Status(502),
+                    RetryOn::Status(503),
+                ],
+                per_try_timeout: None,
+                budget: None,
+            });
+        }
         match f.get("servers") {
             None if f.get("elasticsearch").is_some() => {}
             None => self.error(

@@ -59,9 +59,12 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     let until = limit.map(|limit| worker.clock.now() + limit);
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
+    // The last try's failure: the answer when no other server is left to retry on.
+    let mut last_failure: Option<(u16, &'static str)> = None;
     loop {
         let Some(server) = service.pick_avoiding(worker.id, &pick, &tried) else {
-            return failure(503, "no server available", None);
+            let (status, message) = last_failure.unwrap_or((503, "no server available"));
+            return failure(status, message, None);
         };
         let used = UpstreamUse::new(server, service);
         let tried_server = match service.protocol {
@@ -122,6 +125,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         let out_of_time = until.is_some_and(|until| worker.clock.now() >= until);
         if retryable && !out_of_time && tried.len() + 1 < attempts as usize && budget.allows() {
             tried.push(server.id);
+            last_failure = Some((failed.status, failed.message));
             budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;

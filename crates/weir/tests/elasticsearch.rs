@@ -237,3 +237,26 @@ fn weirs_own_errors_on_an_elasticsearch_service_are_elasticsearch_shaped() {
     let out = client(SEARCH_ERROR, &[&addr.to_string()]);
     assert_eq!(out.trim(), "502 gateway_upstream_exception");
 }
+
+#[test]
+fn a_node_that_cannot_be_reached_is_passed_over() {
+    let cluster = cluster();
+    let dead = free_port();
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      \
+         hosts: [\"http://127.0.0.1:{dead}\", \"http://127.0.0.1:{}\"]\n      \
+         discovery: {{ enabled: false }}\n",
+        cluster.http[0]
+    ));
+    // Round robin sends every other request to the dead node first; each is tried again on
+    // the live one, so every answer is the cluster's.
+    let addr = weir.addrs["es"];
+    for _ in 0..10 {
+        let health = get(addr, "es", "/_cluster/health");
+        assert_eq!(health.status, 200, "{}", health.text());
+        assert_eq!(health.json()["cluster_name"], "weir-test");
+    }
+}

@@ -60,7 +60,9 @@ fn fresh_answers_are_stored_and_served() {
         status_of(&first),
         "weir; fwd=uri-miss; fwd-status=200; stored"
     );
-    assert_eq!(first.header("age"), Some("0"));
+    // Zero, or one when a second boundary fell between the origin's `Date` and the answer.
+    let age: u64 = first.header("age").unwrap().parse().unwrap();
+    assert!(age <= 1, "{age}");
     // Two workers share the store: every later request is a hit, whichever worker takes it.
     for _ in 0..6 {
         let again = ask(&weir, "/fresh", "");

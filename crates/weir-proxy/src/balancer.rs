@@ -7,6 +7,7 @@ use crate::carry::Carried;
 use crate::codec::Head;
 use crate::health::{new_server_state, Padded, ServerState};
 use crate::metrics::{PerWorker, ServiceCells};
+use crate::pool::{Pool, UpstreamConn};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -92,6 +93,19 @@ impl<'r> UpstreamUse<'r> {
     pub fn new(server: &'r Server, service: &'r Service) -> UpstreamUse<'r> {
         server.inflight.0.fetch_add(1, Ordering::Relaxed);
         UpstreamUse { server, service }
+    }
+}
+
+impl UpstreamUse<'_> {
+    /// Returns a connection whose answer was read completely to this server's pool, under
+    /// its service's keep-alive settings.
+    pub fn check_in(&self, pool: &Pool, conn: UpstreamConn) {
+        pool.checkin(
+            self.server.id,
+            conn,
+            self.service.max_idle_per_server,
+            self.service.idle_timeout,
+        );
     }
 }
 

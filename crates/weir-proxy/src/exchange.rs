@@ -154,13 +154,7 @@ fn finish(
         upstream,
     } = sent;
     if let (Some(conn), Some(used)) = (reusable, &upstream) {
-        let service = used.service;
-        worker.pool.checkin(
-            used.server.id,
-            conn,
-            service.max_idle_per_server,
-            service.idle_timeout,
-        );
+        used.check_in(&worker.pool, conn);
     }
     let logged = logged.filter(|(_, sampled)| *sampled || outcome.status >= 500);
     if let (Some(log), Some((request, _)), Some(started)) = (&runtime.access_log, logged, started) {

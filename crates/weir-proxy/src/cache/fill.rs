@@ -82,8 +82,8 @@ pub(super) async fn fill<'r>(
     let read = match body {
         ReplyBody::Upstream(mut up) => match reader.h1(&mut up, response.framing).await {
             Whole::Body(bytes, reusable) => {
-                if reusable && response.keep_alive {
-                    check_in(worker, &upstream, up);
+                if let (true, true, Some(used)) = (reusable, response.keep_alive, &upstream) {
+                    used.check_in(&worker.pool, up);
                 }
                 Ok(bytes)
             }
@@ -158,21 +158,6 @@ pub(super) fn refresh(
     });
     cache.store.put(key.to_vec(), object.clone());
     object
-}
-
-/// Returns a connection whose answer was read completely to its server's pool.
-pub(super) fn check_in(worker: &Worker, used: &Option<UpstreamUse<'_>>, up: UpstreamConn) {
-    if let Some(used) = used {
-        if up.buf.is_empty() {
-            let service = used.service;
-            worker.pool.checkin(
-                used.server.id,
-                up,
-                service.max_idle_per_server,
-                service.idle_timeout,
-            );
-        }
-    }
 }
 
 /// Whether the answer may be stored: the policy's verdict, a GET (HEAD answers have no body

@@ -223,8 +223,10 @@ async fn forward_and_fill<'r, C: ClientSide>(
             },
         ) if status == 304 => {
             let object = fill::refresh(cache, &key, stale, &response, request_time);
-            if let (ReplyBody::Upstream(up), true) = (body, response.keep_alive) {
-                fill::check_in(worker, &upstream, up);
+            if let (ReplyBody::Upstream(up), true, Some(used)) =
+                (body, response.keep_alive, &upstream)
+            {
+                used.check_in(&worker.pool, up);
             }
             let value = forwarded(fwd, 304, true, None);
             return Reply {

@@ -1913,6 +1913,23 @@ mod tests {
             cfg.services[1].elasticsearch.as_ref().unwrap().discovery,
             None
         );
+        assert_eq!(es.elasticsearch.as_ref().unwrap().bulk, EsBulk::default());
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: none, max_body: 1MiB }} }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let bulk = &cfg.services[0].elasticsearch.as_ref().unwrap().bulk;
+        assert_eq!((bulk.route, bulk.max_body), (BulkRoute::None, 1 << 20));
+        let errs = errors(&format!(
+            "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: shard }} }} }}\n"
+        ));
+        assert!(
+            errs[0].contains("unknown bulk route `shard`; expected `node` or `none`"),
+            "{errs:?}"
+        );
     }
 
     #[test]

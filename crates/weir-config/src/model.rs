@@ -382,6 +382,35 @@ pub struct Service {
 pub struct Elasticsearch {
     /// Finding the nodes from `GET _nodes/http`; `None` when `discovery.enabled: false`.
     pub discovery: Option<EsDiscovery>,
+    /// How `_bulk` requests are read and sent on.
+    pub bulk: EsBulk,
+}
+
+/// `services.NAME.elasticsearch.bulk`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EsBulk {
+    /// Where the items go.
+    pub route: BulkRoute,
+    /// The largest body accepted (after `Content-Encoding: gzip` is undone); larger gets 413.
+    pub max_body: u64,
+}
+
+impl Default for EsBulk {
+    fn default() -> Self {
+        EsBulk {
+            route: BulkRoute::Node,
+            max_body: 100 << 20,
+        }
+    }
+}
+
+/// `bulk.route`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkRoute {
+    /// Items are split by the node holding their primary shard and sent there concurrently.
+    Node,
+    /// The body is checked, then sent whole to one node (balanced).
+    None,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,10 +64,18 @@ pub struct Service {
     pub passive_health: Option<PassiveHealth>,
     pub retry: Option<Retry>,
     /// An Elasticsearch service (`elasticsearch:`): weir's own errors on it are
-    /// Elasticsearch-shaped (`elasticsearch.rs`).
-    pub elasticsearch: bool,
+    /// Elasticsearch-shaped, and `_bulk` has its own action (`elasticsearch/`).
+    pub elasticsearch: Option<Box<EsService>>,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
+}
+
+/// What an Elasticsearch service adds to a service.
+#[derive(Debug)]
+pub struct EsService {
+    pub bulk: weir_config::EsBulk,
+    /// Its shard map, kept across reloads by the service's name.
+    pub cluster: Arc<crate::elasticsearch::routing::ClusterView>,
 }
 
 #[derive(Debug)]
@@ -207,7 +215,12 @@ impl Service {
             read_timeout: cfg.timeouts.read,
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
-            elasticsearch: cfg.elasticsearch.is_some(),
+            elasticsearch: cfg.elasticsearch.as_ref().map(|es| {
+                Box::new(EsService {
+                    bulk: es.bulk.clone(),
+                    cluster: carried.clusters.get(cfg.name.clone(), Default::default),
+                })
+            }),
             health_check: cfg.health_check.clone(),
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),
@@ -259,7 +272,7 @@ impl Service {
             read_timeout: cfg.idle_timeout,
             write_timeout: cfg.idle_timeout,
             pass_host_header: false,
-            elasticsearch: false,
+            elasticsearch: None,
             health_check: None,
             passive_health: None,
             retry: None,

@@ -64,6 +64,7 @@ pub struct Carried {
     pub routes: Kept<crate::metrics::PerWorker<crate::metrics::RouteCells>>,
     pub services: Kept<crate::metrics::PerWorker<crate::metrics::ServiceCells>>,
     pub caches: Kept<crate::cache::store::Store>,
+    pub clusters: Kept<crate::elasticsearch::routing::ClusterView>,
 }
 
 impl Carried {
@@ -74,6 +75,7 @@ impl Carried {
             routes: Kept::carrying(previous.map(|p| &p.routes)),
             services: Kept::carrying(previous.map(|p| &p.services)),
             caches: Kept::carrying(previous.map(|p| &p.caches)),
+            clusters: Kept::carrying(previous.map(|p| &p.clusters)),
         }
     }
 
@@ -84,6 +86,7 @@ impl Carried {
             routes: self.routes.finish(),
             services: self.services.finish(),
             caches: self.caches.finish(),
+            clusters: self.clusters.finish(),
         }
     }
 }

@@ -50,6 +50,16 @@ pub(crate) trait ClientSide {
         write_limit: Duration,
     ) -> Result<Option<BodyPump>, BodyError>;
 
+    /// Reads the whole request body into memory (an action that must see all of it before
+    /// anything goes upstream: an Elasticsearch `_bulk`), at most `max` bytes, else
+    /// [`BodyError::TooLarge`].
+    async fn read_body(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        max: u64,
+    ) -> Result<Bytes, BodyError>;
+
     /// Writes the reply to the client (the response-body phase happens here).
     async fn send_reply<'r>(
         &mut self,
@@ -99,6 +109,7 @@ impl BodyError {
         match self {
             BodyError::Malformed => Some((400, "malformed request body")),
             BodyError::SourceStalled => Some((408, "timed out reading the request body")),
+            BodyError::TooLarge => Some((413, "the request body is too large")),
             _ => None,
         }
     }

@@ -6,7 +6,7 @@
 //! changes.
 
 use crate::admin::ReloadRequest;
-use crate::es_discovery;
+use crate::elasticsearch::discovery;
 use crate::reload::Reloader;
 use crate::upgrade::{self, Predecessor};
 use std::time::{Duration, SystemTime};
@@ -52,7 +52,7 @@ pub fn run(
         let mut watch_tick = tokio::time::interval(WATCH_EVERY);
         watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Elasticsearch services' nodes: each is asked for when due, answers come back here.
-        let mut discovery = es_discovery::Schedule::default();
+        let mut discovery = discovery::Schedule::default();
         let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut discovery_tick = tokio::time::interval(DISCOVERY_TICK);
         discovery_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -84,8 +84,8 @@ pub fn run(
                     }
                 }
                 _ = discovery_tick.tick() => {
-                    let config = &reloader.shared.load().config;
-                    discovery.start_due(config, &reloader.seeds, &found_tx);
+                    let runtime = reloader.shared.load();
+                    discovery.start_due(&runtime.config, &runtime.services, &reloader.seeds, &found_tx);
                 }
                 Some(found) = found_rx.recv() => reloader.apply_discovered(found),
                 _ = watch_tick.tick(), if watch => {

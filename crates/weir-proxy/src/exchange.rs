@@ -72,7 +72,7 @@ pub(crate) async fn exchange<C: ClientSide>(
     };
     grpc::local_errors_in_grpc_form(&head, &mut reply);
     let service = route.and_then(|r| r.action.service());
-    if service.is_some_and(|s| s.elasticsearch) {
+    if service.is_some_and(|s| s.elasticsearch.is_some()) {
         elasticsearch::local_errors_in_es_form(&mut reply);
     }
     // response-head filters, on local and proxied replies alike; one may install a body filter
@@ -126,7 +126,16 @@ async fn run_route<'r, C: ClientSide>(
     }
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
-        RouteAction::Proxy(service) => upstream::forward(worker, service, client, head).await,
+        RouteAction::Proxy(service) => match &service.elasticsearch {
+            // Boxed: its state is large, and other requests need not carry it.
+            Some(es) if elasticsearch::bulk::is_bulk(head) => {
+                Box::pin(elasticsearch::bulk::serve(
+                    worker, service, es, client, head,
+                ))
+                .await
+            }
+            _ => upstream::forward(worker, service, client, head, None).await,
+        },
         // Boxed: a cache's state is large, and routes without one need not carry it.
         RouteAction::Cached(service, cache) => {
             Box::pin(cache::serve(worker, cache, service, client, head)).await

@@ -16,8 +16,8 @@ pub mod compress;
 pub mod conditional;
 pub mod conn;
 pub mod control;
+pub mod detached;
 pub mod elasticsearch;
-pub mod es_discovery;
 pub mod exchange;
 pub mod filter;
 pub mod forwarding;
@@ -41,6 +41,7 @@ pub mod tls;
 pub mod upgrade;
 pub mod upstream;
 pub mod upstream_h2;
+pub mod whole_body;
 pub mod worker;
 
 pub use runtime::Runtime;

@@ -6,7 +6,7 @@
 //! serving; kept listeners are never closed.
 
 use crate::admin::{self, ReloadReport, ReloadStatus};
-use crate::es_discovery::{self, Discovered};
+use crate::elasticsearch::discovery::{self, Discovered};
 use crate::health_check::ActiveChecks;
 use crate::listeners::{Bound, BoundEntrypoints, Inherited, Listener};
 use crate::runtime::Runtime;
@@ -74,7 +74,7 @@ impl Reloader {
         }
         self.discovered.insert(found.service.clone(), nodes.clone());
         let mut config = old.config.clone();
-        es_discovery::apply(&mut config, &self.discovered);
+        discovery::apply(&mut config, &self.discovered);
         let workers = self.workers.len();
         match Runtime::compile(&config, workers, Some(&old)) {
             Ok(runtime) => {
@@ -129,7 +129,7 @@ impl Reloader {
         let mut config = weir_config::load_file(&path)
             .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
         let seeds = seeds_of(&config);
-        es_discovery::apply(&mut config, &self.discovered);
+        discovery::apply(&mut config, &self.discovered);
         let old = self.shared.load_full();
         let workers = self.workers.len();
         let runtime =

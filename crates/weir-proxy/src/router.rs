@@ -310,7 +310,10 @@ pub fn matches(rule: &Rule, req: &RequestView) -> bool {
 }
 
 /// Decoded values of `key` in a query string.
-fn query_values<'a>(query: &'a str, key: &'a str) -> impl Iterator<Item = Cow<'a, str>> + 'a {
+pub(crate) fn query_values<'a>(
+    query: &'a str,
+    key: &'a str,
+) -> impl Iterator<Item = Cow<'a, str>> + 'a {
     query.split('&').filter_map(move |pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (percent_decode(k) == key).then(|| percent_decode(v))

@@ -32,11 +32,13 @@ fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) ->
 /// Runs the `service` action for one request: a server from the balancer (skipping those down
 /// or ejected), and with `retry`, another server after a failure the settings name, as long as
 /// the request may be sent again (nothing of it consumed, or idempotent without a body).
+/// `prefer` (a server's index in the service) is tried first when it is usable.
 pub(crate) async fn forward<'r, C: ClientSide>(
     worker: &Worker,
     service: &'r Service,
     client: &mut C,
     head: &RequestHead,
+    prefer: Option<usize>,
 ) -> Reply<'r> {
     let pick = PickInput {
         client_ip: client.ip(),
@@ -62,7 +64,12 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     // The last try's failure: the answer when no other server is left to retry on.
     let mut last_failure: Option<(u16, &'static str)> = None;
     loop {
-        let Some(server) = service.pick_avoiding(worker.id, &pick, &tried) else {
+        let preferred = prefer
+            .filter(|_| tried.is_empty())
+            .and_then(|i| service.servers.get(i))
+            .filter(|s| s.health.usable());
+        let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))
+        else {
             let (status, message) = last_failure.unwrap_or((503, "no server available"));
             return failure(status, message, None);
         };

@@ -51,6 +51,13 @@ fn cluster() -> &'static Cluster {
     })
 }
 
+/// Held by the tests that load many documents, so the one that counts the nodes' messages to
+/// each other counts only its own.
+fn heavy_load() -> std::sync::MutexGuard<'static, ()> {
+    static LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOAD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A Python with `opensearch-py`, in a venv made once under /var/cache/weir.
 fn client_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
@@ -126,6 +133,7 @@ print(ok, len(errors), count, found[0]["_source"]["title"])
 #[test]
 fn the_python_client_bulk_loads_and_searches_through_weir() {
     let cluster = cluster();
+    let _alone = heavy_load();
     let weir = weir_in_front(cluster);
     let addr = weir.addrs["es"];
     let out = client(BULK_AND_SEARCH, &[&addr.to_string()]);
@@ -259,4 +267,194 @@ fn a_node_that_cannot_be_reached_is_passed_over() {
         assert_eq!(health.status, 200, "{}", health.text());
         assert_eq!(health.json()["cluster_name"], "weir-test");
     }
+}
+
+/// `POST target` with `body` (NDJSON) on a fresh connection.
+fn post(addr: std::net::SocketAddr, target: &str, body: &[u8]) -> Resp {
+    send(addr, "POST", target, body)
+}
+
+fn send(addr: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> Resp {
+    let mut conn = Conn::open(addr);
+    let head = format!(
+        "{method} {target} HTTP/1.1\r\nHost: es\r\nContent-Type: application/x-ndjson\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    conn.send(head.as_bytes());
+    conn.send(body);
+    conn.read(false).expect("no response")
+}
+
+/// A node of the cluster, asked directly.
+fn node(cluster: &Cluster) -> std::net::SocketAddr {
+    format!("127.0.0.1:{}", cluster.http[0]).parse().unwrap()
+}
+
+/// Messages the nodes have sent each other so far (summed over the nodes).
+fn transport_messages(cluster: &Cluster) -> u64 {
+    let stats = get(
+        node(cluster),
+        "es",
+        "/_nodes/stats/transport?filter_path=nodes.*.transport.tx_count",
+    )
+    .json();
+    stats["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n["transport"]["tx_count"].as_u64().unwrap())
+        .sum()
+}
+
+/// Sends 60 bulks of 20 documents with random ids to `index` through `addr`; checks that each
+/// answer lists its items in the order sent. The nodes' messages to each other meanwhile.
+fn bulk_load(cluster: &Cluster, addr: std::net::SocketAddr, index: &str) -> u64 {
+    let before = transport_messages(cluster);
+    let salt = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    for round in 0..60 {
+        let ids: Vec<String> = (0..20).map(|i| format!("{round}-{i}-{salt}")).collect();
+        let mut body = String::new();
+        for id in &ids {
+            body.push_str(&format!(
+                "{{\"index\":{{\"_id\":\"{id}\"}}}}\n{{\"round\":{round}}}\n"
+            ));
+        }
+        let answer = post(addr, &format!("/{index}/_bulk"), body.as_bytes());
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let answer = answer.json();
+        assert_eq!(answer["errors"], false, "{answer}");
+        let answered: Vec<&str> = answer["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["index"]["_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(answered, ids);
+    }
+    transport_messages(cluster) - before
+}
+
+#[test]
+fn bulk_items_go_straight_to_the_node_holding_their_primary() {
+    let cluster = cluster();
+    let _alone = heavy_load();
+    for index in ["routed", "unrouted"] {
+        let settings = br#"{"settings":{"number_of_shards":6,"number_of_replicas":0}}"#;
+        let created = send(node(cluster), "PUT", &format!("/{index}"), settings);
+        assert_eq!(created.status, 200, "{}", created.text());
+    }
+    let by_node = weir_discovering(cluster, "");
+    by_node.wait_for_line("node(s) discovered", 1);
+    // The shard map is built at start; the nodes found since are mapped to it on each bulk.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let routed = bulk_load(cluster, by_node.addrs["es"], "routed");
+    let whole = Weir::start(&format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{}\"]\n      \
+         discovery: {{ refresh: 1s }}\n      bulk: {{ route: none }}\n",
+        cluster.http[0]
+    ));
+    whole.wait_for_line("node(s) discovered", 1);
+    let unrouted = bulk_load(cluster, whole.addrs["es"], "unrouted");
+    eprintln!("messages between nodes: routed {routed}, whole {unrouted}");
+    // Sent whole, about two thirds of each bulk's shards are on another node than the one
+    // that took it; routed, none are (what remains is the cluster's own chatter).
+    assert!(
+        routed * 4 < unrouted,
+        "messages between nodes: routed {routed}, whole {unrouted}"
+    );
+    for index in ["routed", "unrouted"] {
+        let _ = get(node(cluster), "es", &format!("/{index}/_refresh"));
+        let count = get(node(cluster), "es", &format!("/{index}/_count")).json();
+        assert_eq!(count["count"], 1200, "{index}");
+    }
+}
+
+#[test]
+fn malformed_and_oversized_bulks_are_refused_before_anything_is_sent() {
+    let cluster = cluster();
+    let weir = weir_discovering(cluster, "");
+    let addr = weir.addrs["es"];
+    let index_exists = |name: &str| get(node(cluster), "es", &format!("/{name}")).status == 200;
+    // The third line names no action: nothing of the body may reach the cluster, whose index
+    // action would create the index.
+    let body = b"{\"index\":{\"_id\":\"1\"}}\n{\"a\":1}\n{\"upsert\":{}}\n{\"a\":2}\n";
+    let answer = post(addr, "/never-made/_bulk", body);
+    assert_eq!(answer.status, 400);
+    let error = answer.json();
+    assert_eq!(error["error"]["type"], "illegal_argument_exception");
+    let reason = error["error"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("Malformed action/metadata line [3]"),
+        "{reason}"
+    );
+    // No final newline; a source line missing.
+    let answer = post(addr, "/never-made/_bulk", b"{\"index\":{}}\n{\"a\":1}");
+    assert!(answer.json()["error"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("terminated by a newline"));
+    let answer = post(addr, "/never-made/_bulk", b"{\"index\":{}}\n");
+    assert_eq!(answer.status, 400);
+    // 200 MB over the default `max_body` (100 MiB), sent by curl: 413, nothing forwarded.
+    let doc = format!("{{\"index\":{{}}}}\n{{\"pad\":\"{}\"}}\n", "x".repeat(1000));
+    let big = weir.dir.join("big.ndjson");
+    std::fs::write(&big, doc.repeat(200 * 1024 * 1024 / doc.len())).unwrap();
+    let curl = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-H",
+            "content-type: application/x-ndjson",
+        ])
+        .arg("--data-binary")
+        .arg(format!("@{}", big.display()))
+        .arg(format!("http://{addr}/never-made/_bulk"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&curl.stdout);
+    assert!(out.ends_with("\n413"), "{out}");
+    assert!(out.contains("content_too_long_exception"), "{out}");
+    let _ = std::fs::remove_file(&big);
+    assert!(!index_exists("never-made"));
+    // A bulk to an index that does not exist creates it, as it would without weir.
+    let answer = post(
+        addr,
+        "/made-by-bulk/_bulk",
+        b"{\"index\":{\"_id\":\"a\"}}\n{\"a\":1}\n{\"create\":{}}\n{\"a\":2}\n",
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["errors"], false);
+    assert!(index_exists("made-by-bulk"));
+}
+
+const COMPRESSED_STREAMING_BULK: &str = r#"
+import sys
+from opensearchpy import OpenSearch, helpers
+host, port = sys.argv[1].rsplit(":", 1)
+es = OpenSearch(hosts=[{"host": host, "port": int(port)}], timeout=60, http_compress=True)
+es.indices.create(index="papers", body={"settings": {"number_of_shards": 5, "number_of_replicas": 1}})
+docs = ({"_index": "papers", "_id": str(i), "n": i} for i in range(10000))
+ok = sum(1 for done, _ in helpers.streaming_bulk(es, docs, chunk_size=500) if done)
+es.indices.refresh(index="papers")
+print(ok, es.count(index="papers")["count"])
+"#;
+
+#[test]
+fn the_python_client_streams_compressed_bulks_split_by_node() {
+    let cluster = cluster();
+    let _alone = heavy_load();
+    let weir = weir_discovering(cluster, "");
+    weir.wait_for_line("node(s) discovered", 1);
+    let out = client(COMPRESSED_STREAMING_BULK, &[&weir.addrs["es"].to_string()]);
+    assert_eq!(out.trim(), "10000 10000");
 }

@@ -13,7 +13,7 @@ impl Loader<'_> {
         node: &Node,
         servers: &mut Vec<UpstreamServer>,
     ) -> Option<Elasticsearch> {
-        let f = self.fields(node, "`elasticsearch`", &["hosts", "discovery"])?;
+        let f = self.fields(node, "`elasticsearch`", &["hosts", "discovery", "bulk"])?;
         match f.get("hosts") {
             Some(list) => {
                 for (url, pos) in self.string_list(list, "`hosts`") {
@@ -53,6 +53,26 @@ impl Loader<'_> {
                 }
             }
         }
-        Some(Elasticsearch { discovery })
+        let mut bulk = EsBulk::default();
+        if let Some(b) = f.get("bulk") {
+            let b = self.fields(b, "`bulk`", &["route", "max_body"])?;
+            if let Some(n) = b.get("route") {
+                match self.string(n, "`bulk.route`").as_deref() {
+                    Some("node") => bulk.route = BulkRoute::Node,
+                    Some("none") => bulk.route = BulkRoute::None,
+                    Some(other) => self.error(
+                        n.pos,
+                        format!("unknown bulk route `{other}`; expected `node` or `none`"),
+                    ),
+                    None => {}
+                }
+            }
+            if let Some(n) = b.get("max_body") {
+                if let Some(size) = self.size(n, "`bulk.max_body`") {
+                    bulk.max_body = size;
+                }
+            }
+        }
+        Some(Elasticsearch { discovery, bulk })
     }
 }

@@ -68,7 +68,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
             return purge::purge(cache, client.ip(), client.scheme().as_str(), head).await;
         }
         _ => {
-            let reply = upstream::forward(worker, service, client, head).await;
+            let reply = upstream::forward(worker, service, client, head, None).await;
             invalidate_after(cache, head, client.scheme().as_str(), &reply);
             return reply;
         }
@@ -94,7 +94,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
                     // fetch can repeat); every one is answered with the stale copy now.
                     if !head.is_head() && head.framing == Framing::None {
                         if let Some(leader) = cache.store.flights.lead(&key) {
-                            let from = revalidate::Requester::of(client);
+                            let from = crate::detached::Requester::of(client);
                             revalidate::in_background(
                                 worker, cache, service, from, head, object, key, leader,
                             );
@@ -200,7 +200,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
             }
         }
     }
-    let reply = upstream::forward(worker, service, client, head).await;
+    let reply = upstream::forward(worker, service, client, head, None).await;
     // The head goes back to what the client sent (the access log and filters read it).
     let conditions_or_range = !taken.is_empty();
     if validated {

@@ -369,6 +369,46 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         Ok(None)
     }
 
+    async fn read_body(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        max: u64,
+    ) -> Result<Bytes, BodyError> {
+        if self.body != RequestBody::Unread {
+            return Ok(Bytes::new());
+        }
+        if self.send_continue(req).await.is_err() {
+            return Err(BodyError::Source);
+        }
+        let relay = Relay {
+            clock: &worker.clock,
+            watch: &self.watch,
+            read: (Waiting::RequestBody, worker.timeouts.get().body),
+            // Never waited on: memory takes every write at once.
+            write: (Waiting::UpstreamWrite, Duration::ZERO),
+            max_bytes: max,
+        };
+        let mut body = match req.framing {
+            Framing::Length(n) if n > max => Vec::new(),
+            Framing::Length(n) => Vec::with_capacity(n as usize),
+            _ => Vec::new(),
+        };
+        self.out.clear();
+        let read = relay_body(
+            &mut self.io,
+            &mut self.buf,
+            req.framing,
+            &mut Sink::plain(Some(&mut body)),
+            &mut self.out,
+            false,
+            &relay,
+        )
+        .await;
+        self.body = body_after(&read, req.framing);
+        read.map(|_| Bytes::from(body))
+    }
+
     async fn send_reply<'r>(
         &mut self,
         worker: &Worker,

@@ -336,6 +336,38 @@ impl ClientSide for H2Client {
         Ok(Some(BodyPump::spawn(pump_body(body, first, stream))))
     }
 
+    async fn read_body(
+        &mut self,
+        worker: &Worker,
+        _req: &RequestHead,
+        max: u64,
+    ) -> Result<Bytes, BodyError> {
+        let Some(mut body) = self.body.take() else {
+            return Ok(Bytes::new());
+        };
+        let limit = worker.timeouts.get().body;
+        let mut whole = BytesMut::new();
+        loop {
+            let next = std::future::poll_fn(|cx| body.poll_data(cx));
+            match self
+                .watch
+                .within(&worker.clock, Waiting::RequestBody, limit, next)
+                .await
+            {
+                Ok(None) => return Ok(whole.freeze()),
+                Ok(Some(Ok(data))) => {
+                    let _ = body.flow_control().release_capacity(data.len());
+                    if (whole.len() + data.len()) as u64 > max {
+                        return Err(BodyError::TooLarge);
+                    }
+                    whole.extend_from_slice(&data);
+                }
+                Ok(Some(Err(_))) => return Err(BodyError::Source),
+                Err(Expired) => return Err(BodyError::SourceStalled),
+            }
+        }
+    }
+
     async fn send_reply<'r>(
         &mut self,
         worker: &Worker,

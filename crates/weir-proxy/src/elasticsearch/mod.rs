@@ -2,13 +2,20 @@
 //! a refused body) are answered the way Elasticsearch answers errors, a JSON body with
 //! `error.type`, `error.reason` and `status`, so the official clients raise their usual
 //! exception with a readable reason. weir never adds `X-Elastic-Product` to its own answers:
-//! a client checking it must see it is not talking to the cluster.
+//! a client checking it must see it is not talking to the cluster. `_bulk` has its own
+//! action (`bulk.rs`); nodes and shards are found by the control thread (`discovery.rs`,
+//! `routing.rs`).
+
+pub mod bulk;
+pub mod discovery;
+pub mod ndjson;
+pub mod routing;
 
 use crate::reply::{LocalResponse, Reply, ReplyHead};
 use std::borrow::Cow;
 
 /// The `error.type` for a status weir answers with.
-fn error_type(status: u16) -> &'static str {
+pub(crate) fn error_type(status: u16) -> &'static str {
     match status {
         400 | 405 | 411 | 414 | 431 => "illegal_argument_exception",
         408 | 504 => "timeout_exception",
@@ -20,28 +27,39 @@ fn error_type(status: u16) -> &'static str {
     }
 }
 
-/// Turns a local error reply (status 400 and up) into Elasticsearch form.
+/// Turns a local error reply (status 400 and up, not already JSON) into Elasticsearch form.
 pub fn local_errors_in_es_form(reply: &mut Reply<'_>) {
     let (status, reason) = match &reply.head {
-        ReplyHead::Local(local) if local.status >= 400 => (
+        ReplyHead::Local(local) if local.status >= 400 && !is_json(local) => (
             local.status,
             String::from_utf8_lossy(&local.body).trim_end().to_string(),
         ),
         _ => return,
     };
-    let kind = error_type(status);
+    let answer = es_error(status, error_type(status), &reason);
+    reply.head = ReplyHead::Local(Cow::Owned(answer));
+}
+
+fn is_json(local: &LocalResponse) -> bool {
+    local
+        .headers
+        .iter()
+        .any(|(name, value)| name == "content-type" && value.starts_with("application/json"))
+}
+
+/// An error answer in Elasticsearch's form.
+pub(crate) fn es_error(status: u16, kind: &str, reason: &str) -> LocalResponse {
     let cause = serde_json::json!({ "type": kind, "reason": reason });
     let body = serde_json::json!({
         "error": { "root_cause": [cause], "type": kind, "reason": reason },
         "status": status,
     });
-    let answer = LocalResponse::new(
+    LocalResponse::new(
         status,
         vec![(
             "content-type".into(),
             "application/json; charset=UTF-8".into(),
         )],
         body.to_string(),
-    );
-    reply.head = ReplyHead::Local(Cow::Owned(answer));
+    )
 }

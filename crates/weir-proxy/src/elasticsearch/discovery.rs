@@ -2,20 +2,37 @@
 //! `refresh`, the control thread asks a node it knows for `GET /_nodes/http`: the nodes it
 //! already serves, then the configured `hosts`. Each node's HTTP publish address (filtered by
 //! role) becomes a server. A changed list is compiled in like a reload (`reload.rs`), so the
-//! pools and health of the nodes that stay are kept.
+//! pools and health of the nodes that stay are kept. For services that route `_bulk` items
+//! by node, it also builds the shard map (`routing.rs`) every [`SHARDS_REFRESH`], and within
+//! a second of a worker meeting an index the map does not know.
 
+use super::routing::{ClusterView, ShardMap};
+use crate::balancer::Service;
 use crate::codec::{ChunkEvent, ChunkedDecoder};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::UnboundedSender;
-use weir_config::{Config, EsDiscovery, UpstreamServer};
+use weir_config::{BulkRoute, Config, EsDiscovery, UpstreamServer};
 
 /// An answer from `_nodes/http` larger than this is refused.
 const MAX_ANSWER: usize = 8 << 20;
 /// How long one node may take to connect and answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the shard map is built again.
+pub const SHARDS_REFRESH: Duration = Duration::from_secs(10);
+/// The soonest the shard map is built again when a worker finds it stale.
+const SHARDS_SOONEST: Duration = Duration::from_secs(1);
+
+/// The cluster state weir reads for the shard map, and no more.
+const CLUSTER_STATE: &str = "/_cluster/state/metadata,routing_table?filter_path=\
+metadata.indices.*.routing_num_shards,metadata.indices.*.settings.index.number_of_shards,\
+metadata.indices.*.settings.index.routing_partition_size,metadata.data_stream.data_stream.*.name,\
+routing_table.indices.*.shards.*.primary,routing_table.indices.*.shards.*.node,\
+routing_table.indices.*.shards.*.state";
+const ALIASES: &str = "/_alias?filter_path=*.aliases.*.index_routing,*.aliases.*.is_write_index";
 
 /// The outcome of one round of asking, for one service.
 pub struct Discovered {
@@ -28,6 +45,8 @@ pub struct Discovered {
 #[derive(Default)]
 pub struct Schedule {
     due: HashMap<String, Instant>,
+    /// When each service's shard map was last asked for.
+    shards_asked: HashMap<String, Instant>,
 }
 
 impl Schedule {
@@ -37,11 +56,35 @@ impl Schedule {
     pub fn start_due(
         &mut self,
         config: &Config,
+        services: &[Arc<Service>],
         seeds: &HashMap<String, Vec<UpstreamServer>>,
         found: &UnboundedSender<Discovered>,
     ) {
         let now = Instant::now();
         for service in &config.services {
+            let routes_by_node = service
+                .elasticsearch
+                .as_ref()
+                .is_some_and(|es| es.bulk.route == BulkRoute::Node);
+            let view = services
+                .iter()
+                .find(|s| s.name == service.name)
+                .and_then(|s| s.elasticsearch.as_ref())
+                .map(|es| es.cluster.clone());
+            if let (true, Some(view)) = (routes_by_node, view) {
+                let asked = self.shards_asked.get(&service.name).copied();
+                let due = asked.is_none_or(|at| {
+                    let since = now.duration_since(at);
+                    since >= SHARDS_REFRESH || (since >= SHARDS_SOONEST && view.take_stale())
+                });
+                if due {
+                    self.shards_asked.insert(service.name.clone(), now);
+                    let mut ask: Vec<UpstreamServer> = service.servers.clone();
+                    ask.extend(seeds.get(&service.name).into_iter().flatten().cloned());
+                    let name = service.name.clone();
+                    tokio::spawn(build_shard_map(name, ask, view));
+                }
+            }
             let Some(discovery) = service
                 .elasticsearch
                 .as_ref()
@@ -68,6 +111,32 @@ impl Schedule {
     }
 }
 
+/// Builds the shard map from the first server that answers, and puts it in `view`.
+async fn build_shard_map(service: String, servers: Vec<UpstreamServer>, view: Arc<ClusterView>) {
+    let mut last_error = String::from("no server to ask");
+    for server in servers.iter().filter(|s| !s.tls) {
+        let asking = async {
+            let nodes = get(
+                server,
+                "/_nodes/http?filter_path=nodes.*.http.publish_address",
+            )
+            .await?;
+            let state = get(server, CLUSTER_STATE).await?;
+            let aliases = get(server, ALIASES).await?;
+            ShardMap::parse(&nodes, &state, &aliases)
+        };
+        match tokio::time::timeout(ASK_TIMEOUT, asking).await {
+            Ok(Ok(map)) => {
+                view.shards.store(Some(Arc::new(map)));
+                return;
+            }
+            Ok(Err(e)) => last_error = format!("{}: {e}", server.url),
+            Err(_) => last_error = format!("{}: no answer within {ASK_TIMEOUT:?}", server.url),
+        }
+    }
+    eprintln!("weir: service `{service}`: shard map not built: {last_error}");
+}
+
 /// Asks each server in turn until one answers.
 async fn ask_any(
     servers: &[UpstreamServer],
@@ -79,7 +148,7 @@ async fn ask_any(
             last_error = format!("{}: discovery over https is not supported yet", server.url);
             continue;
         }
-        match tokio::time::timeout(ASK_TIMEOUT, nodes_http(server)).await {
+        match tokio::time::timeout(ASK_TIMEOUT, get(server, "/_nodes/http")).await {
             Ok(Ok(body)) => return parse_nodes(&body, &discovery.roles),
             Ok(Err(e)) => last_error = format!("{}: {e}", server.url),
             Err(_) => last_error = format!("{}: no answer within {ASK_TIMEOUT:?}", server.url),
@@ -88,13 +157,13 @@ async fn ask_any(
     Err(last_error)
 }
 
-/// `GET /_nodes/http` on `server`: the answer's body.
-async fn nodes_http(server: &UpstreamServer) -> Result<Vec<u8>, String> {
+/// `GET path` on `server`: the answer's body.
+async fn get(server: &UpstreamServer, path: &str) -> Result<Vec<u8>, String> {
     let mut conn = TcpStream::connect((server.host.as_str(), server.port))
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let request = format!(
-        "GET /_nodes/http HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
         server.authority
     );
     conn.write_all(request.as_bytes())
@@ -169,7 +238,7 @@ fn parse_nodes(body: &[u8], roles: &[String]) -> Result<Vec<String>, String> {
 }
 
 /// `HOST/IP:PORT` or `IP:PORT` (as nodes publish it) as a URL, by the address.
-fn publish_url(address: &str) -> String {
+pub(super) fn publish_url(address: &str) -> String {
     let address = address.rsplit_once('/').map_or(address, |(_, ip)| ip);
     format!("http://{address}")
 }

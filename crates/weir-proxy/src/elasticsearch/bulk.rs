@@ -1,0 +1,500 @@
+//! The `_bulk` action of an Elasticsearch service: the body is read whole (at most
+//! `bulk.max_body`, after `Content-Encoding: gzip` or `deflate` is undone) and checked
+//! (`ndjson.rs`), so a malformed one is refused before anything is sent. With `route: node`,
+//! the items are grouped by the node holding their primary shard (`routing.rs`), each group is
+//! sent to its node at once, and the answers are merged back into the client's order: `took`
+//! the largest, `errors` if any. A group whose node failed as a whole gets an error item per
+//! document, never a success it did not have. With one group (or `route: none`), the body goes
+//! whole and the node's answer is relayed as it comes.
+
+use super::ndjson::{self, Item};
+use super::routing::Placement;
+use super::{error_type, es_error};
+use crate::balancer::{EsService, Service};
+use crate::client::ClientSide;
+use crate::codec::{self, RequestHead};
+use crate::detached::{Detached, Requester};
+use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::router::query_values;
+use crate::upstream;
+use crate::whole_body::{Reader, Whole};
+use crate::worker::Worker;
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::future::Future;
+use std::io::Read;
+use std::pin::Pin;
+use std::task::Poll;
+use weir_config::BulkRoute;
+
+/// Whether the request is a `_bulk` (`/_bulk`, `/INDEX/_bulk`, `/INDEX/TYPE/_bulk`).
+pub(crate) fn is_bulk(head: &RequestHead) -> bool {
+    let path = head.path();
+    matches!(head.method(), "POST" | "PUT")
+        && path.ends_with("/_bulk")
+        && path.bytes().filter(|&b| b == b'/').count() <= 3
+}
+
+/// Runs the `_bulk` action.
+pub(crate) async fn serve<'r, C: ClientSide>(
+    worker: &Worker,
+    service: &'r Service,
+    es: &EsService,
+    client: &mut C,
+    head: &RequestHead,
+) -> Reply<'r> {
+    let max = es.bulk.max_body;
+    let body = match client.read_body(worker, head, max).await {
+        Ok(body) => body,
+        Err(e) => {
+            let (status, message) = e
+                .client_answer()
+                .unwrap_or((499, "client closed the connection"));
+            let reason = match status {
+                413 => format!("the bulk body is larger than `bulk.max_body` ({max} bytes)"),
+                _ => message.to_string(),
+            };
+            return local(es_error(status, error_type(status), &reason));
+        }
+    };
+    let body = match decoded(head, body, max) {
+        Ok(body) => body,
+        Err(answer) => return local(answer),
+    };
+    let items = match ndjson::parse(&body) {
+        Ok(items) => items,
+        Err(malformed) => return local(es_error(400, malformed.kind, &malformed.reason)),
+    };
+    let from = Requester::of(client);
+    let groups = match es.bulk.route {
+        BulkRoute::Node if splittable(head) => group_by_node(service, es, head, &items),
+        _ => vec![Group {
+            server: None,
+            items: (0..items.len()).collect(),
+        }],
+    };
+    if let [group] = groups.as_slice() {
+        // One node takes it all: sent whole, its answer relayed as it comes.
+        let Some(sub_head) = sub_request_head(head, body.len()) else {
+            return local(es_error(
+                400,
+                "illegal_argument_exception",
+                "invalid request head",
+            ));
+        };
+        let mut sender = Detached::new(worker, from, body.clone());
+        return upstream::forward(worker, service, &mut sender, &sub_head, group.server).await;
+    }
+    let sends = groups.iter().map(|group| {
+        let mut part = Vec::with_capacity(group.items.iter().map(|&i| items[i].lines.len()).sum());
+        for &i in &group.items {
+            part.extend_from_slice(&body[items[i].lines.clone()]);
+        }
+        send_part(worker, service, from.clone(), head, part, group.server)
+    });
+    let answers = join_all(sends.collect()).await;
+    merge(head, &items, &groups, answers)
+}
+
+/// A reply of weir's own.
+fn local<'r>(answer: LocalResponse) -> Reply<'r> {
+    Reply::local(Cow::Owned(answer))
+}
+
+/// The body with its `Content-Encoding` (gzip or deflate) undone, at most `max` bytes.
+fn decoded(head: &RequestHead, body: Bytes, max: u64) -> Result<Bytes, LocalResponse> {
+    let encoding = head
+        .head
+        .get("content-encoding")
+        .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase());
+    let mut out = Vec::new();
+    let read = match encoding.as_deref() {
+        None | Some("identity") | Some("") => return Ok(body),
+        Some("gzip") | Some("x-gzip") => flate2::read::MultiGzDecoder::new(&body[..])
+            .take(max + 1)
+            .read_to_end(&mut out),
+        Some("deflate") => flate2::read::ZlibDecoder::new(&body[..])
+            .take(max + 1)
+            .read_to_end(&mut out),
+        Some(other) => {
+            let reason = format!("unsupported Content-Encoding [{other}] for a bulk request");
+            return Err(es_error(415, "illegal_argument_exception", &reason));
+        }
+    };
+    match read {
+        Ok(n) if n as u64 > max => {
+            let reason = format!("the bulk body is larger than `bulk.max_body` ({max} bytes)");
+            Err(es_error(413, error_type(413), &reason))
+        }
+        Ok(_) => Ok(Bytes::from(out)),
+        Err(e) => Err(es_error(
+            400,
+            "parse_exception",
+            &format!("cannot decode the compressed bulk body: {e}"),
+        )),
+    }
+}
+
+/// Whether the answers can be merged: options that reshape the answer (`filter_path`, a
+/// format other than JSON) keep the body whole.
+fn splittable(head: &RequestHead) -> bool {
+    let query = head.query();
+    query.is_empty()
+        || (query_values(query, "filter_path").next().is_none()
+            && query_values(query, "format").all(|f| f == "json"))
+}
+
+/// The items that go to one server (`None`: any, by the balancer).
+struct Group {
+    server: Option<usize>,
+    items: Vec<usize>,
+}
+
+/// The items grouped by the server holding their primary shard, in order of first item.
+fn group_by_node(
+    service: &Service,
+    es: &EsService,
+    head: &RequestHead,
+    items: &[Item<'_>],
+) -> Vec<Group> {
+    let Some(map) = es.cluster.map() else {
+        es.cluster.mark_stale();
+        return vec![Group {
+            server: None,
+            items: (0..items.len()).collect(),
+        }];
+    };
+    // Each node of the map as a server of the service, when it is one and usable.
+    let servers: Vec<Option<usize>> = map
+        .nodes
+        .iter()
+        .map(|url| {
+            let i = service.servers.iter().position(|s| &s.url == url)?;
+            service.servers[i].health.usable().then_some(i)
+        })
+        .collect();
+    let default_index = index_in_path(head.path());
+    let default_routing = query_values(head.query(), "routing").next();
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let target = item.index.as_deref().or(default_index);
+        let routing = item.routing.as_deref().or(default_routing.as_deref());
+        let server = match target.map(|t| map.place(t, item.id.as_deref(), routing)) {
+            Some(Placement::Node(node)) => servers[node],
+            Some(Placement::Unknown) => {
+                es.cluster.mark_stale();
+                None
+            }
+            _ => None,
+        };
+        match groups.iter_mut().find(|g| g.server == server) {
+            Some(group) => group.items.push(i),
+            None => groups.push(Group {
+                server,
+                items: vec![i],
+            }),
+        }
+    }
+    groups
+}
+
+/// `INDEX` of `/INDEX/_bulk` or `/INDEX/TYPE/_bulk`.
+fn index_in_path(path: &str) -> Option<&str> {
+    let index = path.trim_start_matches('/').split('/').next()?;
+    (index != "_bulk" && !index.is_empty()).then_some(index)
+}
+
+/// The head of a request that carries `len` bytes of plain NDJSON: the client's, with its
+/// framing and encodings replaced (the answers must come back plain to be merged).
+fn sub_request_head(head: &RequestHead, len: usize) -> Option<RequestHead> {
+    let mut raw = Vec::with_capacity(512);
+    raw.extend_from_slice(head.method().as_bytes());
+    raw.push(b' ');
+    raw.extend_from_slice(head.target().as_bytes());
+    raw.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in head.head.iter() {
+        let dropped = [
+            "content-length",
+            "transfer-encoding",
+            "content-encoding",
+            "accept-encoding",
+            "expect",
+        ]
+        .iter()
+        .any(|d| name.eq_ignore_ascii_case(d.as_bytes()));
+        if !dropped {
+            codec::header(&mut raw, name, value);
+        }
+    }
+    codec::header(&mut raw, b"content-length", len.to_string().as_bytes());
+    raw.extend_from_slice(b"\r\n");
+    let mut head = codec::parse_request(&mut BytesMut::from(&raw[..])).ok()??;
+    head.http2 = false;
+    Some(head)
+}
+
+/// One group's answer, read whole.
+struct Answer {
+    status: u16,
+    /// `X-Elastic-Product`, passed on in the merged answer.
+    product: Option<Bytes>,
+    body: Bytes,
+}
+
+/// Sends one group's part to its server and reads the answer whole.
+async fn send_part(
+    worker: &Worker,
+    service: &Service,
+    from: Requester,
+    head: &RequestHead,
+    part: Vec<u8>,
+    server: Option<usize>,
+) -> Answer {
+    let Some(sub_head) = sub_request_head(head, part.len()) else {
+        return Answer {
+            status: 400,
+            product: None,
+            body: Bytes::from_static(b"invalid request head"),
+        };
+    };
+    let mut sender = Detached::new(worker, from, Bytes::from(part));
+    let reply = upstream::forward(worker, service, &mut sender, &sub_head, server).await;
+    let Reply {
+        head: reply_head,
+        body,
+        upstream,
+        ..
+    } = reply;
+    let response = match reply_head {
+        ReplyHead::Response(response) => response,
+        ReplyHead::Local(answer) => return weirs_answer(answer.status, &answer.body),
+        ReplyHead::Shared(answer) => return weirs_answer(answer.status, &answer.body),
+    };
+    let reader = Reader {
+        worker,
+        watch: sender.watch(),
+        read_timeout: service.read_timeout,
+        max: MAX_ANSWER,
+    };
+    let read = match body {
+        ReplyBody::Upstream(mut up) => match reader.h1(&mut up, response.framing).await {
+            Whole::Body(bytes, clean) => {
+                if let (true, true, Some(used)) = (clean, response.keep_alive, &upstream) {
+                    used.check_in(&worker.pool, up);
+                }
+                Some(bytes)
+            }
+            _ => None,
+        },
+        ReplyBody::Stream(stream) => reader.h2(stream, response.framing).await.ok().flatten(),
+        _ => Some(Bytes::new()),
+    };
+    match read {
+        Some(body) => Answer {
+            status: response.status,
+            product: response
+                .head
+                .get("x-elastic-product")
+                .map(Bytes::copy_from_slice),
+            body,
+        },
+        None => weirs_answer(502, b"the node's answer ended early or was too large"),
+    }
+}
+
+/// The largest node answer read for a merge.
+const MAX_ANSWER: u64 = 256 << 20;
+
+fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
+    let reason = String::from_utf8_lossy(reason);
+    let answer = es_error(status, error_type(status), reason.trim_end());
+    Answer {
+        status,
+        product: None,
+        body: answer.body,
+    }
+}
+
+/// Polls every future until all are done: the groups' sends run at once on this worker.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// A node's `_bulk` answer, its items kept as written.
+#[derive(Deserialize)]
+struct BulkAnswer<'a> {
+    took: u64,
+    errors: bool,
+    #[serde(borrow)]
+    items: Vec<&'a RawValue>,
+}
+
+/// The groups' answers as one, in the client's order.
+fn merge<'r>(
+    head: &RequestHead,
+    items: &[Item<'_>],
+    groups: &[Group],
+    answers: Vec<Answer>,
+) -> Reply<'r> {
+    let parsed: Vec<Option<BulkAnswer>> = answers
+        .iter()
+        .zip(groups)
+        .map(|(answer, group)| {
+            let parsed: BulkAnswer = serde_json::from_slice(&answer.body).ok()?;
+            (answer.status == 200 && parsed.items.len() == group.items.len()).then_some(parsed)
+        })
+        .collect();
+    if parsed.iter().all(Option::is_none) {
+        // Every node refused the whole request: the first refusal is the answer.
+        let first = &answers[0];
+        let answer = if serde_json::from_slice::<serde_json::Value>(&first.body).is_ok() {
+            LocalResponse::new(
+                first.status,
+                json_headers(first.product.as_ref()),
+                first.body.clone(),
+            )
+        } else {
+            es_error(
+                first.status,
+                error_type(first.status),
+                &String::from_utf8_lossy(&first.body),
+            )
+        };
+        return local(answer);
+    }
+    let default_index = index_in_path(head.path());
+    let mut slots: Vec<Cow<'_, str>> = vec![Cow::Borrowed("null"); items.len()];
+    let (mut took, mut errors) = (0, false);
+    for ((answer, group), parsed) in answers.iter().zip(groups).zip(&parsed) {
+        match parsed {
+            Some(parsed) => {
+                took = took.max(parsed.took);
+                errors |= parsed.errors;
+                for (&i, raw) in group.items.iter().zip(&parsed.items) {
+                    slots[i] = Cow::Borrowed(raw.get());
+                }
+            }
+            None => {
+                errors = true;
+                let (kind, reason) = failure_of(answer);
+                for &i in &group.items {
+                    let item = &items[i];
+                    let failed = serde_json::json!({ item.action.name(): {
+                        "_index": item.index.as_deref().or(default_index),
+                        "_id": item.id.as_deref(),
+                        "status": answer.status,
+                        "error": { "type": kind, "reason": reason },
+                    }});
+                    slots[i] = Cow::Owned(failed.to_string());
+                }
+            }
+        }
+    }
+    let mut body = Vec::with_capacity(64 + slots.iter().map(|s| s.len() + 1).sum::<usize>());
+    body.extend_from_slice(format!("{{\"took\":{took},\"errors\":{errors},\"items\":[").as_bytes());
+    for (n, slot) in slots.iter().enumerate() {
+        if n > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(slot.as_bytes());
+    }
+    body.extend_from_slice(b"]}");
+    let product = answers.iter().find_map(|a| a.product.as_ref());
+    local(LocalResponse::new(200, json_headers(product), body))
+}
+
+fn json_headers(product: Option<&Bytes>) -> Vec<(String, String)> {
+    let mut headers = vec![(
+        "content-type".to_string(),
+        "application/json; charset=UTF-8".to_string(),
+    )];
+    if let Some(product) = product {
+        headers.push((
+            "x-elastic-product".into(),
+            String::from_utf8_lossy(product).into_owned(),
+        ));
+    }
+    headers
+}
+
+/// `error.type` and `error.reason` of a group's failed answer.
+fn failure_of(answer: &Answer) -> (String, String) {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(&answer.body).ok();
+    let error = parsed.as_ref().map(|v| &v["error"]);
+    let kind = error.and_then(|e| e["type"].as_str()).map(str::to_string);
+    let reason = error
+        .and_then(|e| e["reason"].as_str().or_else(|| e.as_str()))
+        .map(str::to_string);
+    (
+        kind.unwrap_or_else(|| error_type(answer.status).to_string()),
+        reason.unwrap_or_else(|| {
+            if answer.status == 200 {
+                "the node's answer did not match the items sent".to_string()
+            } else {
+                String::from_utf8_lossy(&answer.body).trim_end().to_string()
+            }
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> RequestHead {
+        codec::parse_request(&mut BytesMut::from(raw.as_bytes()))
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn bulk_paths_and_their_index() {
+        let bulk = |line: &str| is_bulk(&head(&format!("{line}\r\nhost: x\r\n\r\n")));
+        assert!(bulk("POST /_bulk HTTP/1.1"));
+        assert!(bulk("PUT /logs/_bulk?refresh=true HTTP/1.1"));
+        assert!(bulk("POST /logs/_doc/_bulk HTTP/1.1"));
+        assert!(!bulk("GET /_bulk HTTP/1.1"));
+        assert!(!bulk("POST /logs/_doc/1/_bulk HTTP/1.1"));
+        assert!(!bulk("POST /_bulkx HTTP/1.1"));
+        assert_eq!(index_in_path("/logs/_bulk"), Some("logs"));
+        assert_eq!(index_in_path("/_bulk"), None);
+    }
+
+    #[test]
+    fn a_sub_request_is_plain_with_its_own_length() {
+        let client = head("POST /a/_bulk?refresh=wait_for HTTP/1.1\r\nhost: x\r\ncontent-encoding: gzip\r\naccept-encoding: gzip\r\ntransfer-encoding: chunked\r\nx-opaque-id: 7\r\n\r\n");
+        let sub = sub_request_head(&client, 42).unwrap();
+        assert_eq!(sub.target(), "/a/_bulk?refresh=wait_for");
+        assert_eq!(sub.framing, codec::Framing::Length(42));
+        assert_eq!(sub.head.get("x-opaque-id"), Some(&b"7"[..]));
+        assert!(sub.head.get("content-encoding").is_none());
+        assert!(sub.head.get("accept-encoding").is_none());
+        assert!(!splittable(&head(
+            "POST /_bulk?filter_path=items.*.error HTTP/1.1\r\nhost: x\r\n\r\n"
+        )));
+        assert!(splittable(&head(
+            "POST /_bulk?refresh=true&format=json HTTP/1.1\r\nhost: x\r\n\r\n"
+        )));
+    }
+}

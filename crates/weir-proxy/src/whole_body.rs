@@ -1,0 +1,140 @@
+//! Reading an upstream answer's body whole into memory, at most `max` bytes: a declared
+//! length, chunked, or until close over HTTP/1, or a declared length over HTTP/2. For the
+//! cache's fill and the Elasticsearch `_bulk` merge. Over HTTP/1 the connection's buffer is
+//! consumed only once the whole body is in hand, so a body that turns out too large can still
+//! be relayed from its first byte.
+
+use crate::codec::{ChunkEvent, ChunkedDecoder, Framing};
+use crate::conn::watch::{ConnWatch, Waiting};
+use crate::pool::UpstreamConn;
+use crate::upstream_h2::pool::H2Body;
+use crate::worker::{make_room, Worker};
+use bytes::{Buf, Bytes, BytesMut};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+pub(crate) enum Whole {
+    /// The body, and whether the connection is left clean for reuse.
+    Body(Bytes, bool),
+    /// Over `max`: every byte read is still in the connection's buffer.
+    TooLarge,
+    /// The connection failed or went quiet before the body ended.
+    Failed,
+}
+
+/// Reads bodies whole, at most `max` bytes, each read under `read_timeout`.
+pub(crate) struct Reader<'a> {
+    pub(crate) worker: &'a Worker,
+    pub(crate) watch: &'a ConnWatch,
+    pub(crate) read_timeout: Duration,
+    pub(crate) max: u64,
+}
+
+impl Reader<'_> {
+    /// Reads more of `up` into its buffer: how many bytes (0 at its end), or `None` when the
+    /// read failed or went quiet.
+    async fn read_more(&self, up: &mut UpstreamConn) -> Option<usize> {
+        make_room(&mut up.buf);
+        let read = up.io.read_buf(&mut up.buf);
+        let waited = self.watch.within(
+            &self.worker.clock,
+            Waiting::ResponseBody,
+            self.read_timeout,
+            read,
+        );
+        waited.await.ok()?.ok()
+    }
+
+    /// An HTTP/1 body. The buffer is consumed only once the whole body is in hand.
+    pub(crate) async fn h1(&self, up: &mut UpstreamConn, framing: Framing) -> Whole {
+        match framing {
+            Framing::None => Whole::Body(Bytes::new(), true),
+            Framing::Length(n) if n > self.max => Whole::TooLarge,
+            Framing::Length(n) => {
+                while (up.buf.len() as u64) < n {
+                    if !matches!(self.read_more(up).await, Some(1..)) {
+                        return Whole::Failed;
+                    }
+                }
+                // Copied out at its exact size: a split would pin the whole read buffer
+                // (often twice the body) in the cache's store, and make the connection allocate a
+                // new one for its next answer.
+                let body = Bytes::copy_from_slice(&up.buf[..n as usize]);
+                up.buf.advance(n as usize);
+                Whole::Body(body, true)
+            }
+            Framing::Chunked => {
+                let mut decoder = ChunkedDecoder::default();
+                let mut scanned = 0;
+                let mut body = BytesMut::new();
+                loop {
+                    match decoder.decode(&up.buf[scanned..]) {
+                        Ok((ChunkEvent::Data(start, end), used)) => {
+                            body.extend_from_slice(&up.buf[scanned + start..scanned + end]);
+                            scanned += used;
+                            if body.len() as u64 > self.max {
+                                return Whole::TooLarge;
+                            }
+                        }
+                        Ok((ChunkEvent::End(..), used)) => {
+                            // Trailers are dropped.
+                            up.buf.advance(scanned + used);
+                            return Whole::Body(Bytes::copy_from_slice(&body), true);
+                        }
+                        Ok((ChunkEvent::NeedMore, used)) => {
+                            scanned += used;
+                            if !matches!(self.read_more(up).await, Some(1..)) {
+                                return Whole::Failed;
+                            }
+                        }
+                        Err(_) => return Whole::Failed,
+                    }
+                }
+            }
+            Framing::UntilClose => loop {
+                if up.buf.len() as u64 > self.max {
+                    return Whole::TooLarge;
+                }
+                match self.read_more(up).await {
+                    Some(0) => return Whole::Body(Bytes::copy_from_slice(&up.buf), false),
+                    Some(_) => {}
+                    None => return Whole::Failed,
+                }
+            },
+        }
+    }
+
+    /// An HTTP/2 body with a declared length within `max` (others are handed back: `Err`); `None` when the
+    /// stream failed.
+    pub(crate) async fn h2(
+        &self,
+        mut stream: H2Body,
+        framing: Framing,
+    ) -> Result<Option<Bytes>, H2Body> {
+        let n = match framing {
+            Framing::Length(n) if n <= self.max => n,
+            _ => return Err(stream),
+        };
+        let mut body = BytesMut::with_capacity(n as usize);
+        loop {
+            let data = stream.recv.data();
+            let waited = self.watch.within(
+                &self.worker.clock,
+                Waiting::ResponseBody,
+                self.read_timeout,
+                data,
+            );
+            match waited.await {
+                Ok(Some(Ok(chunk))) => {
+                    let _ = stream.recv.flow_control().release_capacity(chunk.len());
+                    body.extend_from_slice(&chunk);
+                    if body.len() as u64 > n {
+                        return Ok(None);
+                    }
+                }
+                Ok(None) if body.len() as u64 == n => return Ok(Some(body.freeze())),
+                _ => return Ok(None),
+            }
+        }
+    }
+}

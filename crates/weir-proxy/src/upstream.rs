@@ -38,7 +38,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     service: &'r Service,
     client: &mut C,
     head: &RequestHead,
-    prefer: Option<usize>,
+    mut prefer: Option<usize>,
 ) -> Reply<'r> {
     let pick = PickInput {
         client_ip: client.ip(),
@@ -64,8 +64,9 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     // The last try's failure: the answer when no other server is left to retry on.
     let mut last_failure: Option<(u16, &'static str)> = None;
     loop {
+        // Only the first try goes to the preferred server.
         let preferred = prefer
-            .filter(|_| tried.is_empty())
+            .take()
             .and_then(|i| service.servers.get(i))
             .filter(|s| s.health.usable());
         let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))

@@ -6,7 +6,7 @@
 //! by node, it also builds the shard map (`routing.rs`) every [`SHARDS_REFRESH`], and within
 //! a second of a worker meeting an index the map does not know.
 
-use super::routing::{ClusterView, ShardMap};
+use super::routing::{publish_url, ClusterView, ShardMap};
 use crate::balancer::Service;
 use crate::codec::{ChunkEvent, ChunkedDecoder};
 use std::collections::HashMap;
@@ -235,12 +235,6 @@ fn parse_nodes(body: &[u8], roles: &[String]) -> Result<Vec<String>, String> {
     urls.sort();
     urls.dedup();
     Ok(urls)
-}
-
-/// `HOST/IP:PORT` or `IP:PORT` (as nodes publish it) as a URL, by the address.
-pub(super) fn publish_url(address: &str) -> String {
-    let address = address.rsplit_once('/').map_or(address, |(_, ip)| ip);
-    format!("http://{address}")
 }
 
 /// `config` with each discovering service's servers replaced by the nodes found for it.

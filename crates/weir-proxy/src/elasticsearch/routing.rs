@@ -97,7 +97,7 @@ impl ShardMap {
         for (id, node) in nodes["nodes"].as_object().into_iter().flatten() {
             if let Some(address) = node["http"]["publish_address"].as_str() {
                 node_index.insert(id, map.nodes.len() as u16);
-                map.nodes.push(super::discovery::publish_url(address));
+                map.nodes.push(publish_url(address));
             }
         }
         let metadata = &state["metadata"]["indices"];
@@ -182,6 +182,12 @@ impl ShardMap {
         }
         Ok(map)
     }
+}
+
+/// `HOST/IP:PORT` or `IP:PORT` (as nodes publish it) as a URL, by the address.
+pub(super) fn publish_url(address: &str) -> String {
+    let address = address.rsplit_once('/').map_or(address, |(_, ip)| ip);
+    format!("http://{address}")
 }
 
 impl IndexRouting {

@@ -10,7 +10,7 @@ import argparse, csv, json, os, re, resource, shutil, signal, socket, statistics
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "work")
 RESULTS = os.path.join(ROOT, "bench", "results")
-SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp", "reload", "h2", "grpc", "cache"]
+SCENARIOS = ["proxy", "ping", "hosts", "fixed-rate", "idle", "tls", "compress", "static", "tcp", "udp", "reload", "h2", "grpc", "cache", "es"]
 BODY = "x" * 128  # upstream response body: a small API answer
 HOSTS = 1000
 # 10,000 was the aim; this machine caps descriptors at 20,000 (hard limit) and HAProxy reserves
@@ -34,7 +34,7 @@ def ensure_tools():
     need = {"nginx": "nginx-light", "wrk": "wrk", "haproxy": "haproxy", "taskset": "util-linux", "openssl": "openssl",
             "caddy": "caddy", "redis-server": "redis-server", "redis-benchmark": "redis-tools",
             "dnsmasq": "dnsmasq-base", "dnsperf": "dnsperf", "h2load": "nghttp2-client",
-            "varnishd": "varnish"}
+            "varnishd": "varnish", "java": "openjdk-17-jre-headless", "mvn": "maven", "unzip": "unzip"}
     missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
     if not os.path.exists(NGINX_STREAM_MODULE):
         missing.append("libnginx-mod-stream")
@@ -321,11 +321,11 @@ def run_wrk(url, conns, duration, script, cpus, target):
         "steal_pct": steal,
     }
 
-def run_generator(bench_bin, url, rate, conns, duration, cpus, target):
+def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=()):
     before = target.cpu_seconds()
     clock = cpu_times()
     out = subprocess.run(["taskset", "-c", cpus, bench_bin, "--json", "-R", str(rate), "-c", str(conns),
-                          "-d", f"{duration}s", url], capture_output=True, text=True, check=True).stdout
+                          "-d", f"{duration}s", *extra, url], capture_output=True, text=True, check=True).stdout
     steal = steal_percent(clock, cpu_times())
     after = target.cpu_seconds()
     r = json.loads(out)
@@ -681,6 +681,119 @@ def scenario_cache(ctx):
     finally:
         for p in procs:
             p.stop()
+
+ES_SEARCH_DOCS = 2000
+ES_BULK_SIZES = (1, 10, 1000)
+
+def es_call(port, method, path, body=None, content_type="application/json"):
+    data = body.encode() if isinstance(body, str) else body
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                 headers={"content-type": content_type})
+    with urllib.request.urlopen(req, timeout=120) as answer:
+        return json.loads(answer.read() or b"null")
+
+def start_es_cluster():
+    """A 3-node OpenSearch cluster (scripts/opensearch-cluster, 512 MB heap each), not pinned:
+    the same cluster serves every target in turn. Returns (process, HTTP ports)."""
+    script = os.path.join(ROOT, "scripts", "opensearch-cluster")
+    proc = subprocess.Popen([script, "--nodes", "3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    line = proc.stdout.readline()
+    try:
+        return proc, json.loads(line)["http"]
+    except ValueError:
+        proc.kill()
+        raise SystemExit(f"the OpenSearch cluster did not start: {line!r}")
+
+def stop_es_cluster(proc):
+    proc.stdin.close()  # the script stops its nodes when its input closes
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+def es_bulk_template(docs):
+    """The seed's loadgen body: `create` with a fresh uuid `_id` per document, `docs` of them."""
+    path = os.path.join(WORK, f"es-bulk-{docs}.ndjson")
+    item = ('{ "create" : { "_index" : "loadgen_test", "_id" : "{{uuid}}" } }\n'
+            '{ "id" : "{{uuid}}", "field1" : "{{word}}", "field2" : "{{word}}", "now" : {{timestamp}} }\n')
+    open(path, "w").write(item * docs)
+    return path
+
+def scenario_es(ctx):
+    """Issue 13's bench, seed 000 (INFINI Gateway vs nginx) on a real 3-node OpenSearch cluster:
+    `_search` closed loop (wrk) and at a fixed rate (weir-bench -R), then `_bulk` of 1, 10 and
+    1,000 fresh documents per request (weir-bench body templates, as the seed's loadgen), through
+    nginx tuned as the seed's final config (every node in an upstream with keepalive, HTTP/1.1),
+    weir's Elasticsearch service (nodes discovered, `_bulk` split by node) and the same with
+    `bulk.route: none`."""
+    cluster, nodes = start_es_cluster()
+    procs = []
+    try:
+        node = nodes[0]
+        es_call(node, "PUT", "/test", '{"settings": {"number_of_shards": 3, "number_of_replicas": 0}}')
+        lines = []
+        for i in range(ES_SEARCH_DOCS):
+            lines.append(json.dumps({"index": {"_id": str(i)}}))
+            lines.append(json.dumps({"n": i, "title": f"document {i}", "tags": ["a", "b", f"t{i % 10}"]}))
+        es_call(node, "POST", "/test/_bulk?refresh=true", "\n".join(lines) + "\n", "application/x-ndjson")
+        es_call(node, "PUT", "/loadgen_test",
+                '{"settings": {"number_of_shards": 3, "number_of_replicas": 0, "refresh_interval": "10s"}}')
+        ng_port, we_port, wn_port = (free_port() for _ in range(3))
+        conns = 100
+        servers = " ".join(f"server 127.0.0.1:{p};" for p in nodes)
+        ng = start_nginx("nginx-es", ng_port, f"""  upstream up {{ {servers} keepalive 300; keepalive_requests 1000000; keepalive_timeout 75s; }}
+  client_max_body_size 100m; client_body_buffer_size 4m;
+  server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
+        procs.append(ng)
+        def weir_es(port, bulk):
+            return weir_yaml(port, WEIR_CATCH_ALL.replace("service: up", "service: es"), f"""services:
+  es:
+    elasticsearch:
+      hosts: ["http://127.0.0.1:{node}"]
+      bulk: {{ route: {bulk} }}
+    keepalive: {{ max_idle_per_server: 300, idle_timeout: 75s }}
+""")
+        we = start_weir(ctx.weir, "weir-es", we_port, weir_es(we_port, "node"), ctx.proxy_cpus)
+        procs.append(we)
+        wn = start_weir(ctx.weir, "weir-es-whole", wn_port, weir_es(wn_port, "none"), ctx.proxy_cpus)
+        procs.append(wn)
+        time.sleep(2)  # the nodes discovered, the shard map built
+        def targets(path):
+            return [("nginx", ng, f"http://127.0.0.1:{ng_port}{path}"),
+                    ("weir", we, f"http://127.0.0.1:{we_port}{path}"),
+                    ("weir-route-none", wn, f"http://127.0.0.1:{wn_port}{path}")]
+        out = {}
+        script = wrk_script("plain")
+        measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
+        closed = interleave("es-search", targets("/test/_search"), measure, ctx.rounds)
+        out[f"es-search-c{conns}"] = closed
+        rate = max(50, int(0.5 * min(closed["nginx"]["rps"], closed["weir"]["rps"])))
+        measure = lambda url, proc: run_generator(ctx.bench, url, rate, conns, ctx.duration, ctx.load_cpus, proc)
+        fixed = interleave("es-search-fixed", targets("/test/_search"), measure, ctx.rounds)
+        fixed["_rate"] = rate
+        out[f"es-search-R{rate}"] = fixed
+        for docs in ES_BULK_SIZES:
+            template = es_bulk_template(docs)
+            extra = ["-X", "POST", "-H", "content-type: application/x-ndjson", "--body-file", template]
+            bulk_conns = 16
+            # Far above what the cluster takes: each connection sends its next bulk as soon as
+            # the last is answered, so the achieved rate is the capacity.
+            offered = max(100, 200000 // docs)
+            measure = lambda url, proc: run_generator(ctx.bench, url, offered, bulk_conns, ctx.duration,
+                                                      ctx.load_cpus, proc, extra)
+            res = interleave(f"es-bulk-{docs}", targets("/_bulk"), measure, ctx.rounds)
+            for name, m in res.items():
+                m["docs_per_s"] = m["rps"] * docs
+                m["errors_expected"] = False
+            out[f"es-bulk-{docs}-c{bulk_conns}"] = res
+        es_call(node, "POST", "/loadgen_test/_refresh")
+        log(f"  loadgen_test holds {es_call(node, 'GET', '/loadgen_test/_count')['count']} documents")
+        return out
+    finally:
+        for p in procs:
+            p.stop()
+        stop_es_cluster(cluster)
 
 def make_bench_certificate():
     """An ECDSA P-256 certificate for bench.test and 127.0.0.1, shared by every TLS peer."""
@@ -1208,7 +1321,7 @@ def table(res):
 def ratios(res):
     lines = []
     w = res.get("weir")
-    for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics"):
+    for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none"):
         p = res.get(peer)
         if not w or not p:
             continue
@@ -1263,6 +1376,10 @@ def write_report(scenario, results, ctx, outdir):
         rates = [(n, m["mb_per_s"]) for n, m in res.items() if not n.startswith("_") and m.get("mb_per_s")]
         if rates:
             md.append("Throughput: " + ", ".join(f"{n} {r:.0f} MB/s" for n, r in rates))
+            md.append("")
+        docs = [(n, m["docs_per_s"]) for n, m in res.items() if not n.startswith("_") and m.get("docs_per_s")]
+        if docs:
+            md.append("Documents/s: " + ", ".join(f"{n} {d:.0f}" for n, d in docs))
             md.append("")
         means = [(n, m["mean_ms"]) for n, m in res.items() if not n.startswith("_") and m.get("mean_ms")]
         if means:
@@ -1342,7 +1459,7 @@ def main():
                    "fixed-rate": scenario_fixed_rate, "tls": scenario_tls,
                    "compress": scenario_compress, "static": scenario_static, "tcp": scenario_tcp,
                    "udp": scenario_udp, "reload": scenario_reload, "h2": scenario_h2,
-                   "grpc": scenario_grpc, "cache": scenario_cache}[name](ctx)
+                   "grpc": scenario_grpc, "cache": scenario_cache, "es": scenario_es}[name](ctx)
         write_report(name, results, ctx, outdir)
         for label, res in results.items():
             for target, m in res.items():

@@ -3,7 +3,7 @@
 //! a body transfer failed, what an exchange ended with.
 
 use crate::balancer::UpstreamUse;
-use crate::codec::RequestHead;
+use crate::codec::{Framing, RequestHead};
 use crate::conn::watch::ConnWatch;
 use crate::conn::Scheme;
 use crate::pool::{UpstreamConn, UpstreamIo};
@@ -49,6 +49,13 @@ pub(crate) trait ClientSide {
         stream: SendStream<Bytes>,
         write_limit: Duration,
     ) -> Result<Option<BodyPump>, BodyError>;
+
+    /// Whether the request may be sent again after a try that may have reached the server (a
+    /// reused connection found dead, a retried status): idempotent and nothing of it consumed,
+    /// which means no body (RFC 9110 9.2.2); a side whose body is in memory may say more.
+    fn may_resend(&self, req: &RequestHead) -> bool {
+        req.framing == Framing::None && req.is_idempotent()
+    }
 
     /// Reads the whole request body into memory (an action that must see all of it before
     /// anything goes upstream: an Elasticsearch `_bulk`), at most `max` bytes, else

@@ -43,6 +43,9 @@ pub(crate) struct Detached {
     from: Requester,
     watch: Rc<ConnWatch>,
     body: Bytes,
+    /// The request only reads (an Elasticsearch search, say): sent again after a failed try
+    /// whatever its method, since its body is at hand.
+    reads_only: bool,
 }
 
 impl Detached {
@@ -51,6 +54,15 @@ impl Detached {
             from,
             watch: worker.watch_connection(),
             body,
+            reads_only: false,
+        }
+    }
+
+    /// A request that only reads, with its body in memory: it may be sent again.
+    pub(crate) fn reading(worker: &Worker, from: Requester, body: Bytes) -> Detached {
+        Detached {
+            reads_only: true,
+            ..Detached::new(worker, from, body)
         }
     }
 }
@@ -70,6 +82,10 @@ impl ClientSide for Detached {
 
     fn watch(&self) -> &ConnWatch {
         &self.watch
+    }
+
+    fn may_resend(&self, req: &RequestHead) -> bool {
+        self.reads_only || (self.body.is_empty() && req.is_idempotent())
     }
 
     /// The head and the body, in one write when the body is small.

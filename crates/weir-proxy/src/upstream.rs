@@ -45,10 +45,9 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         path: head.path(),
         headers: &head.head,
     };
-    let has_body = head.framing != Framing::None;
     // A reused connection can turn out dead after the request went out; only a request that
-    // may be repeated (idempotent, no body consumed) is then sent again (RFC 9110 9.2.2).
-    let may_resend = !has_body && head.is_idempotent();
+    // may be repeated is then sent again.
+    let may_resend = client.may_resend(head);
     let attempts = service.retry.as_ref().map_or(1, |r| r.attempts);
     let budget = RetryBudget::new(service, worker.id);
     // `timeouts.request` bounds every wait of every try, and so does a gRPC call's deadline

@@ -460,3 +460,54 @@ fn the_python_client_streams_compressed_bulks_split_by_node() {
     let out = client(COMPRESSED_STREAMING_BULK, &[&weir.addrs["es"].to_string()]);
     assert_eq!(out.trim(), "10000 10000");
 }
+
+/// weir with an Elasticsearch service over these hosts, discovery off, and `_bulk` not split
+/// (so the control thread asks the hosts nothing: the tests count their requests).
+fn weir_over(hosts: &[String]) -> Weir {
+    let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+    Weir::start(&format!(
+        "entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [{}]\n      \
+         discovery: {{ enabled: false }}\n      bulk: {{ route: none }}\n",
+        hosts.join(", ")
+    ))
+}
+
+#[test]
+fn a_search_with_a_body_is_tried_again_on_another_node_after_a_503() {
+    let unavailable = Upstream::start("status-503");
+    let healthy = Upstream::start("healthy");
+    let weir = weir_over(&[unavailable.url(), healthy.url()]);
+    let query = br#"{"query":{"match":{"title":"weir"}}}"#;
+    // Round robin sends every other search to the node answering 503 first; the body was
+    // kept, so the search goes on to the healthy node, whole.
+    for _ in 0..6 {
+        let answer = post(weir.addrs["es"], "/books/_search", query);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let seen = answer.json();
+        assert_eq!(seen["name"], "healthy");
+        assert_eq!(seen["body"], std::str::from_utf8(query).unwrap());
+    }
+    assert_eq!(unavailable.request_count(), 3);
+    assert_eq!(healthy.request_count(), 6);
+    // A write is never sent twice: its 503 is the answer.
+    let answers: Vec<u16> = (0..2)
+        .map(|_| post(weir.addrs["es"], "/books/_doc", b"{\"a\":1}").status)
+        .collect();
+    assert!(answers.contains(&503), "{answers:?}");
+}
+
+#[test]
+fn a_429_is_passed_back_with_its_retry_after_and_not_retried() {
+    let busy = Upstream::start("status-429");
+    let other = Upstream::start("other");
+    let weir = weir_over(&[busy.url(), other.url()]);
+    let answers: Vec<Resp> = (0..2)
+        .map(|_| post(weir.addrs["es"], "/books/_search", b"{\"size\":1}"))
+        .collect();
+    let refused = answers.iter().find(|a| a.status == 429).expect("a 429");
+    assert_eq!(refused.header("retry-after"), Some("7"));
+    assert_eq!(refused.text(), "{\"error\":\"status-429\"}");
+    assert_eq!((busy.request_count(), other.request_count()), (1, 1));
+}

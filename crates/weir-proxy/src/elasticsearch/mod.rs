@@ -3,16 +3,42 @@
 //! `error.type`, `error.reason` and `status`, so the official clients raise their usual
 //! exception with a readable reason. weir never adds `X-Elastic-Product` to its own answers:
 //! a client checking it must see it is not talking to the cluster. `_bulk` has its own
-//! action (`bulk.rs`); nodes and shards are found by the control thread (`discovery.rs`,
-//! `routing.rs`).
+//! action (`bulk.rs`), and so have reads with a body (`read.rs`); nodes and shards are found
+//! by the control thread (`discovery.rs`, `routing.rs`).
 
 pub mod bulk;
 pub mod discovery;
 pub mod ndjson;
+pub mod read;
 pub mod routing;
 
+use crate::balancer::{EsService, Service};
+use crate::client::ClientSide;
+use crate::codec::RequestHead;
 use crate::reply::{LocalResponse, Reply, ReplyHead};
+use crate::worker::Worker;
 use std::borrow::Cow;
+
+/// Whether the request has an action of its own on an Elasticsearch service (others are
+/// proxied as on any service).
+pub(crate) fn has_own_action(head: &RequestHead) -> bool {
+    bulk::is_bulk(head) || read::is_read_with_body(head)
+}
+
+/// Runs the request's own action (`has_own_action`).
+pub(crate) async fn serve<'r, C: ClientSide>(
+    worker: &Worker,
+    service: &'r Service,
+    es: &EsService,
+    client: &mut C,
+    head: &RequestHead,
+) -> Reply<'r> {
+    if bulk::is_bulk(head) {
+        bulk::serve(worker, service, es, client, head).await
+    } else {
+        read::serve(worker, service, client, head).await
+    }
+}
 
 /// The `error.type` for a status weir answers with.
 pub(crate) fn error_type(status: u16) -> &'static str {

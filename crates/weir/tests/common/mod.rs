@@ -413,6 +413,17 @@ async fn handle(
             .body(full(""))
             .unwrap());
     }
+    // An upstream named `status-NNN` answers every request with NNN (and `Retry-After: 7`),
+    // after reading its body.
+    if let Some(status) = name.strip_prefix("status-") {
+        let _ = req.into_body().collect().await?;
+        return Ok(Response::builder()
+            .status(status.parse::<u16>().unwrap_or(500))
+            .header("retry-after", "7")
+            .header("content-type", "application/json")
+            .body(full(format!("{{\"error\":\"{name}\"}}")))
+            .unwrap());
+    }
     if let Some(ms) = path.strip_prefix("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
     }

@@ -1930,6 +1930,27 @@ mod tests {
             errs[0].contains("unknown bulk route `shard`; expected `node` or `none`"),
             "{errs:?}"
         );
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], spool: {{ path: data/spool, max_size: 1GiB, fsync: never }} }} }}\n"
+            ),
+            "conf/t.yaml",
+        )
+        .unwrap();
+        let spool = cfg.services[0]
+            .elasticsearch
+            .as_ref()
+            .unwrap()
+            .spool
+            .clone()
+            .unwrap();
+        assert_eq!(spool.path, std::path::Path::new("conf/data/spool"));
+        assert_eq!((spool.max_size, spool.fsync), (1 << 30, false));
+        let errs = errors(&format!(
+            "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], spool: {{ fsync: always }} }} }}\n"
+        ));
+        assert!(errs[0].contains("`spool` needs a `path`"), "{errs:?}");
+        assert!(errs[1].contains("unknown fsync mode `always`"), "{errs:?}");
     }
 
     #[test]

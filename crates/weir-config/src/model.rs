@@ -384,7 +384,23 @@ pub struct Elasticsearch {
     pub discovery: Option<EsDiscovery>,
     /// How `_bulk` requests are read and sent on.
     pub bulk: EsBulk,
+    /// Where `_bulk` writes wait while the cluster cannot take them; `None`: not at all.
+    pub spool: Option<EsSpool>,
 }
+
+/// `services.NAME.elasticsearch.spool`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EsSpool {
+    /// The folder of the queue's files (relative to the config file's folder).
+    pub path: std::path::PathBuf,
+    /// The most the queue holds; a write that would pass it is refused (503).
+    pub max_size: u64,
+    /// `fsync: batch` (the default): a write is answered once it is on disk, the writes that
+    /// arrived meanwhile synced together. `never`: once the OS has it.
+    pub fsync: bool,
+}
+
+pub const DEFAULT_ES_SPOOL_SIZE: u64 = 10 << 30;
 
 /// `services.NAME.elasticsearch.bulk`.
 #[derive(Debug, Clone, PartialEq, Eq)]

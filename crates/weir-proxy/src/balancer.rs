@@ -76,6 +76,34 @@ pub struct EsService {
     pub bulk: weir_config::EsBulk,
     /// Its shard map, kept across reloads by the service's name.
     pub cluster: Arc<crate::elasticsearch::routing::ClusterView>,
+    /// Its write spool, kept across reloads by the service's name and folder.
+    pub spool: Option<Arc<crate::elasticsearch::spool::Spool>>,
+}
+
+impl EsService {
+    fn new(
+        name: &str,
+        es: &weir_config::Elasticsearch,
+        carried: &mut Carried,
+    ) -> Result<EsService, String> {
+        let spool = match &es.spool {
+            Some(cfg) => Some(
+                carried
+                    .spools
+                    .try_get(format!("{name} {}", cfg.path.display()), || {
+                        crate::elasticsearch::spool::Spool::open(&cfg.path, cfg.max_size, cfg.fsync)
+                            .map(Arc::new)
+                    })
+                    .map_err(|e| format!("service `{name}`: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(EsService {
+            bulk: es.bulk.clone(),
+            cluster: carried.clusters.get(name.to_string(), Default::default),
+            spool,
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -215,12 +243,10 @@ impl Service {
             read_timeout: cfg.timeouts.read,
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
-            elasticsearch: cfg.elasticsearch.as_ref().map(|es| {
-                Box::new(EsService {
-                    bulk: es.bulk.clone(),
-                    cluster: carried.clusters.get(cfg.name.clone(), Default::default),
-                })
-            }),
+            elasticsearch: match &cfg.elasticsearch {
+                Some(es) => Some(Box::new(EsService::new(&cfg.name, es, carried)?)),
+                None => None,
+            },
             health_check: cfg.health_check.clone(),
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),

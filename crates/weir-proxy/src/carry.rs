@@ -65,6 +65,7 @@ pub struct Carried {
     pub services: Kept<crate::metrics::PerWorker<crate::metrics::ServiceCells>>,
     pub caches: Kept<crate::cache::store::Store>,
     pub clusters: Kept<crate::elasticsearch::routing::ClusterView>,
+    pub spools: Kept<crate::elasticsearch::spool::Spool>,
 }
 
 impl Carried {
@@ -76,6 +77,7 @@ impl Carried {
             services: Kept::carrying(previous.map(|p| &p.services)),
             caches: Kept::carrying(previous.map(|p| &p.caches)),
             clusters: Kept::carrying(previous.map(|p| &p.clusters)),
+            spools: Kept::carrying(previous.map(|p| &p.spools)),
         }
     }
 
@@ -87,6 +89,7 @@ impl Carried {
             services: self.services.finish(),
             caches: self.caches.finish(),
             clusters: self.clusters.finish(),
+            spools: self.spools.finish(),
         }
     }
 }

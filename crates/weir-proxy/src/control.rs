@@ -6,7 +6,7 @@
 //! changes.
 
 use crate::admin::ReloadRequest;
-use crate::elasticsearch::discovery;
+use crate::elasticsearch::{discovery, replay};
 use crate::reload::Reloader;
 use crate::upgrade::{self, Predecessor};
 use std::time::{Duration, SystemTime};
@@ -53,6 +53,8 @@ pub fn run(
         watch_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Elasticsearch services' nodes: each is asked for when due, answers come back here.
         let mut discovery = discovery::Schedule::default();
+        // Elasticsearch spools: replayed when anything waits and the last failure's backoff is over.
+        let mut replays = replay::Replays::default();
         let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut discovery_tick = tokio::time::interval(DISCOVERY_TICK);
         discovery_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -86,6 +88,7 @@ pub fn run(
                 _ = discovery_tick.tick() => {
                     let runtime = reloader.shared.load();
                     discovery.start_due(&runtime.config, &runtime.services, &reloader.seeds, &found_tx);
+                    replays.start_due(&runtime.config, &runtime.services);
                 }
                 Some(found) = found_rx.recv() => reloader.apply_discovered(found),
                 _ = watch_tick.tick(), if watch => {

@@ -511,3 +511,144 @@ fn a_429_is_passed_back_with_its_retry_after_and_not_retried() {
     assert_eq!(refused.text(), "{\"error\":\"status-429\"}");
     assert_eq!((busy.request_count(), other.request_count()), (1, 1));
 }
+
+/// A one-node cluster of its own, for a test that stops it (`stop`/`start` on the script's
+/// standard input).
+struct OwnCluster {
+    http: u16,
+    stdin: std::process::ChildStdin,
+    lines: BufReader<std::process::ChildStdout>,
+    _script: Child,
+}
+
+impl OwnCluster {
+    fn start() -> OwnCluster {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/opensearch-cluster"
+        );
+        let mut child = Command::new(script)
+            .args(["--nodes", "1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("scripts/opensearch-cluster");
+        let stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap());
+        let started = Self::next_line(&mut lines);
+        OwnCluster {
+            http: started["http"][0].as_u64().unwrap() as u16,
+            stdin,
+            lines,
+            _script: child,
+        }
+    }
+
+    fn next_line(lines: &mut BufReader<std::process::ChildStdout>) -> serde_json::Value {
+        let mut line = String::new();
+        lines.read_line(&mut line).unwrap();
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("the cluster script said {line:?}: {e}"))
+    }
+
+    fn command(&mut self, what: &str) -> serde_json::Value {
+        use std::io::Write;
+        writeln!(self.stdin, "{what}").unwrap();
+        self.stdin.flush().unwrap();
+        Self::next_line(&mut self.lines)
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        format!("127.0.0.1:{}", self.http).parse().unwrap()
+    }
+
+    fn count(&self, index: &str) -> u64 {
+        let _ = get(self.addr(), "es", &format!("/{index}/_refresh"));
+        get(self.addr(), "es", &format!("/{index}/_count")).json()["count"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+/// A bulk of 10 documents for round `round`: 5 with ids of their own, 5 without.
+fn outage_bulk(round: usize) -> Vec<u8> {
+    let mut body = String::new();
+    for i in 0..5 {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_id\":\"r{round}-{i}\"}}}}\n{{\"round\":{round}}}\n"
+        ));
+        body.push_str(&format!(
+            "{{\"create\":{{}}}}\n{{\"round\":{round},\"auto\":{i}}}\n"
+        ));
+    }
+    body.into_bytes()
+}
+
+#[test]
+fn bulks_during_a_cluster_outage_are_spooled_and_replayed_once_across_a_kill_9() {
+    let mut cluster = OwnCluster::start();
+    let spool = temp_dir("spool");
+    let config = format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{}\"]\n      \
+         discovery: {{ refresh: 1s }}\n      spool: {{ path: \"{}\" }}\n    \
+         timeouts: {{ connect: 1s, request: 5s }}\n",
+        cluster.http,
+        spool.display()
+    );
+    let settings = br#"{"settings":{"number_of_shards":2,"number_of_replicas":0}}"#;
+    assert_eq!(send(cluster.addr(), "PUT", "/outage", settings).status, 200);
+    let mut weir = Weir::start(&config);
+    // The cluster takes writes: answered by it.
+    for round in 0..10 {
+        let answer = post(weir.addrs["es"], "/outage/_bulk", &outage_bulk(round));
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.json()["errors"], false, "{}", answer.text());
+    }
+    assert_eq!(cluster.count("outage"), 100);
+    // The whole cluster stops: every bulk is spooled and answered 202, each item queued.
+    assert_eq!(cluster.command("stop")["stopped"], true);
+    let stopped = std::time::Instant::now();
+    for round in 10..20 {
+        let answer = post(weir.addrs["es"], "/outage/_bulk", &outage_bulk(round));
+        assert_eq!(answer.status, 202, "{}", answer.text());
+        assert!(answer.header("x-weir-spool-id").is_some());
+        let items = answer.json()["items"].as_array().unwrap().clone();
+        assert_eq!(items.len(), 10);
+        for item in &items {
+            let result = item.as_object().unwrap().values().next().unwrap();
+            assert_eq!(
+                (result["status"].as_u64(), result["result"].as_str()),
+                (Some(202), Some("queued"))
+            );
+            assert!(result["_id"].is_string(), "every item has an id: {item}");
+        }
+    }
+    // weir dies with the queue on disk, and comes back.
+    weir.child.kill().unwrap();
+    let _ = weir.child.wait();
+    let weir = Weir::start(&config);
+    weir.wait_for_line("request(s) wait to be replayed", 1);
+    // What waits keeps its place: later bulks queue behind it.
+    for round in 20..25 {
+        let answer = post(weir.addrs["es"], "/outage/_bulk", &outage_bulk(round));
+        assert_eq!(answer.status, 202, "{}", answer.text());
+    }
+    // After 30 s the cluster is back; the spool is replayed in order, each document once.
+    std::thread::sleep(std::time::Duration::from_secs(30).saturating_sub(stopped.elapsed()));
+    cluster.command("start");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while cluster.count("outage") < 250 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    weir.wait_for_line("spool drained", 1);
+    assert_eq!(cluster.count("outage"), 250);
+    // Drained: bulks go straight to the cluster again.
+    let answer = post(weir.addrs["es"], "/outage/_bulk", &outage_bulk(25));
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(cluster.count("outage"), 260);
+    assert!(!spool.join("dead-letter.ndjson").exists());
+}

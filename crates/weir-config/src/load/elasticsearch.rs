@@ -13,7 +13,11 @@ impl Loader<'_> {
         node: &Node,
         servers: &mut Vec<UpstreamServer>,
     ) -> Option<Elasticsearch> {
-        let f = self.fields(node, "`elasticsearch`", &["hosts", "discovery", "bulk"])?;
+        let f = self.fields(
+            node,
+            "`elasticsearch`",
+            &["hosts", "discovery", "bulk", "spool"],
+        )?;
         match f.get("hosts") {
             Some(list) => {
                 for (url, pos) in self.string_list(list, "`hosts`") {
@@ -73,6 +77,47 @@ impl Loader<'_> {
                 }
             }
         }
-        Some(Elasticsearch { discovery, bulk })
+        let mut spool = None;
+        if let Some(node) = f.get("spool") {
+            let s = self.fields(node, "`spool`", &["path", "max_size", "fsync"])?;
+            let path = match s.get("path") {
+                Some(p) => self.string(p, "`spool.path`").map(|p| self.base.join(p)),
+                None => {
+                    self.error(
+                        s.pos,
+                        "`spool` needs a `path` (a folder for the queue's files)",
+                    );
+                    None
+                }
+            };
+            let max_size = match s.get("max_size") {
+                Some(n) => self.size(n, "`spool.max_size`"),
+                None => Some(DEFAULT_ES_SPOOL_SIZE),
+            };
+            let mut fsync = true;
+            if let Some(n) = s.get("fsync") {
+                match self.string(n, "`spool.fsync`").as_deref() {
+                    Some("batch") => fsync = true,
+                    Some("never") => fsync = false,
+                    Some(other) => self.error(
+                        n.pos,
+                        format!("unknown fsync mode `{other}`; expected `batch` or `never`"),
+                    ),
+                    None => {}
+                }
+            }
+            if let (Some(path), Some(max_size)) = (path, max_size) {
+                spool = Some(EsSpool {
+                    path,
+                    max_size,
+                    fsync,
+                });
+            }
+        }
+        Some(Elasticsearch {
+            discovery,
+            bulk,
+            spool,
+        })
     }
 }

@@ -6,9 +6,17 @@
 //! the largest, `errors` if any. A group whose node failed as a whole gets an error item per
 //! document, never a success it did not have. With one group (or `route: none`), the body goes
 //! whole and the node's answer is relayed as it comes.
+//!
+//! With a spool (`spool.rs`), every `index` or `create` item without an `_id` gets one from
+//! weir before it is first sent, so that whatever is sent again (a replay after a try that may
+//! have landed) writes each document once. A bulk the cluster cannot take (no node reachable,
+//! a 502, 503 or 504) is spooled and answered 202, its items `queued` and the spool's number in
+//! `X-Weir-Spool-Id`; while anything waits in the spool, every bulk joins the queue, so writes
+//! keep their order.
 
-use super::ndjson::{self, Item};
+use super::ndjson::{self, Action, Item};
 use super::routing::Placement;
+use super::spool::Spool;
 use super::{error_type, es_error};
 use crate::balancer::{EsService, Service};
 use crate::client::ClientSide;
@@ -26,6 +34,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::io::Read;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use weir_config::BulkRoute;
 
@@ -59,14 +68,26 @@ pub(crate) async fn serve<'r, C: ClientSide>(
             return local(es_error(status, error_type(status), &reason));
         }
     };
-    let body = match decoded(head, body, max) {
+    let mut body = match decoded(head, body, max) {
         Ok(body) => body,
         Err(answer) => return local(answer),
     };
+    let spool = es.spool.as_ref();
+    if spool.is_some() {
+        let rewritten = match ndjson::parse(&body) {
+            Ok(items) => items.iter().any(needs_id).then(|| with_ids(&body, &items)),
+            Err(malformed) => return local(es_error(400, malformed.kind, &malformed.reason)),
+        };
+        body = rewritten.unwrap_or(body);
+    }
     let items = match ndjson::parse(&body) {
         Ok(items) => items,
         Err(malformed) => return local(es_error(400, malformed.kind, &malformed.reason)),
     };
+    if let Some(spool) = spool.filter(|s| s.depth() > 0) {
+        // Writes keep their order: nothing overtakes what waits.
+        return queue_whole(spool, head, &body, &items).await;
+    }
     let from = Requester::of(client);
     let groups = match es.bulk.route {
         BulkRoute::Node if splittable(head) => group_by_node(service, es, head, &items),
@@ -85,7 +106,14 @@ pub(crate) async fn serve<'r, C: ClientSide>(
             ));
         };
         let mut sender = Detached::new(worker, from, body.clone());
-        return upstream::forward(worker, service, &mut sender, &sub_head, group.server).await;
+        let reply = upstream::forward(worker, service, &mut sender, &sub_head, group.server).await;
+        return match spool {
+            Some(spool) if cluster_unavailable(reply_status(&reply)) => {
+                drop(reply);
+                queue_whole(spool, head, &body, &items).await
+            }
+            _ => reply,
+        };
     }
     let sends = groups.iter().map(|group| {
         let mut part = Vec::with_capacity(group.items.iter().map(|&i| items[i].lines.len()).sum());
@@ -95,7 +123,116 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         send_part(worker, service, from.clone(), head, part, group.server)
     });
     let answers = join_all(sends.collect()).await;
-    merge(head, &items, &groups, answers)
+    let mut parts: Vec<Part> = answers.into_iter().map(Part::Answered).collect();
+    if let Some(spool) = spool {
+        queue_unavailable(spool, head, &body, &items, &groups, &mut parts).await;
+    }
+    merge(head, &items, &groups, parts)
+}
+
+/// What became of one group.
+enum Part {
+    Answered(Answer),
+    /// In the spool, with this number.
+    Queued(u64),
+}
+
+/// The cluster cannot take writes: weir's own 502, 503 or 504, or the cluster's 503.
+fn cluster_unavailable(status: u16) -> bool {
+    matches!(status, 502..=504)
+}
+
+fn reply_status(reply: &Reply<'_>) -> u16 {
+    match &reply.head {
+        ReplyHead::Response(response) => response.status,
+        ReplyHead::Local(local) => local.status,
+        ReplyHead::Shared(local) => local.status,
+    }
+}
+
+/// An item Elasticsearch would give an id of its own.
+fn needs_id(item: &Item<'_>) -> bool {
+    item.id.is_none() && matches!(item.action, Action::Index | Action::Create)
+}
+
+/// The body with an `_id` in the action line of every item that had none.
+fn with_ids(body: &[u8], items: &[Item<'_>]) -> Bytes {
+    let mut out = Vec::with_capacity(body.len() + items.len() * 48);
+    for item in items {
+        let lines = &body[item.lines.clone()];
+        if !needs_id(item) {
+            out.extend_from_slice(lines);
+            continue;
+        }
+        let split = lines
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(lines.len());
+        let mut action: serde_json::Value =
+            serde_json::from_slice(&lines[..split]).unwrap_or_default();
+        if let Some(meta) = action[item.action.name()].as_object_mut() {
+            let id = format!("{:032x}", fastrand::u128(..));
+            meta.insert("_id".into(), serde_json::Value::String(id));
+        }
+        out.extend_from_slice(action.to_string().as_bytes());
+        out.extend_from_slice(&lines[split..]);
+    }
+    Bytes::from(out)
+}
+
+/// Spools the whole bulk: 202 with every item queued, or the spool's refusal as a 503.
+async fn queue_whole<'r>(
+    spool: &Arc<Spool>,
+    head: &RequestHead,
+    body: &[u8],
+    items: &[Item<'_>],
+) -> Reply<'r> {
+    match spool.append(head.target(), body).await {
+        Ok(seq) => {
+            let group = Group {
+                server: None,
+                items: (0..items.len()).collect(),
+            };
+            merge(head, items, &[group], vec![Part::Queued(seq)])
+        }
+        Err(why) => local(es_error(
+            503,
+            error_type(503),
+            &format!("the cluster cannot take writes, and the spool refused them: {why}"),
+        )),
+    }
+}
+
+/// Spools the items of the groups the cluster could not take, as one request.
+async fn queue_unavailable(
+    spool: &Arc<Spool>,
+    head: &RequestHead,
+    body: &[u8],
+    items: &[Item<'_>],
+    groups: &[Group],
+    parts: &mut [Part],
+) {
+    let unavailable: Vec<usize> = parts
+        .iter()
+        .enumerate()
+        .filter(|(_, part)| matches!(part, Part::Answered(a) if cluster_unavailable(a.status)))
+        .map(|(g, _)| g)
+        .collect();
+    if unavailable.is_empty() {
+        return;
+    }
+    let mut queued = Vec::new();
+    for &g in &unavailable {
+        for &i in &groups[g].items {
+            queued.extend_from_slice(&body[items[i].lines.clone()]);
+        }
+    }
+    // Not spooled: the groups keep their failure, item by item.
+    if let Ok(seq) = spool.append(head.target(), &queued).await {
+        for g in unavailable {
+            parts[g] = Part::Queued(seq);
+        }
+    }
 }
 
 /// A reply of weir's own.
@@ -355,23 +492,31 @@ fn merge<'r>(
     head: &RequestHead,
     items: &[Item<'_>],
     groups: &[Group],
-    answers: Vec<Answer>,
+    parts: Vec<Part>,
 ) -> Reply<'r> {
-    let parsed: Vec<Option<BulkAnswer>> = answers
+    let parsed: Vec<Option<BulkAnswer>> = parts
         .iter()
         .zip(groups)
-        .map(|(answer, group)| {
+        .map(|(part, group)| {
+            let Part::Answered(answer) = part else {
+                return None;
+            };
             let parsed: BulkAnswer = serde_json::from_slice(&answer.body).ok()?;
             (answer.status == 200 && parsed.items.len() == group.items.len()).then_some(parsed)
         })
         .collect();
-    if parsed.iter().all(Option::is_none) {
+    let queued = parts.iter().find_map(|part| match part {
+        Part::Queued(seq) => Some(*seq),
+        Part::Answered(_) => None,
+    });
+    if let (true, None, Some(Part::Answered(first))) =
+        (parsed.iter().all(Option::is_none), queued, parts.first())
+    {
         // Every node refused the whole request: the first refusal is the answer.
-        let first = &answers[0];
         let answer = if serde_json::from_slice::<serde_json::Value>(&first.body).is_ok() {
             LocalResponse::new(
                 first.status,
-                json_headers(first.product.as_ref()),
+                json_headers(first.product.as_ref(), None),
                 first.body.clone(),
             )
         } else {
@@ -386,27 +531,45 @@ fn merge<'r>(
     let default_index = index_in_path(head.path());
     let mut slots: Vec<Cow<'_, str>> = vec![Cow::Borrowed("null"); items.len()];
     let (mut took, mut errors) = (0, false);
-    for ((answer, group), parsed) in answers.iter().zip(groups).zip(&parsed) {
-        match parsed {
-            Some(parsed) => {
+    let mut all_queued = true;
+    for ((part, group), parsed) in parts.iter().zip(groups).zip(&parsed) {
+        let item_result = |i: usize, result: serde_json::Value| {
+            let item = &items[i];
+            let mut meta = serde_json::json!({
+                "_index": item.index.as_deref().or(default_index),
+                "_id": item.id.as_deref(),
+            });
+            if let (Some(meta), serde_json::Value::Object(result)) = (meta.as_object_mut(), result)
+            {
+                meta.extend(result);
+            }
+            serde_json::json!({ item.action.name(): meta }).to_string()
+        };
+        match (part, parsed) {
+            (_, Some(parsed)) => {
+                all_queued = false;
                 took = took.max(parsed.took);
                 errors |= parsed.errors;
                 for (&i, raw) in group.items.iter().zip(&parsed.items) {
                     slots[i] = Cow::Borrowed(raw.get());
                 }
             }
-            None => {
+            (Part::Queued(_), None) => {
+                for &i in &group.items {
+                    let queued = serde_json::json!({ "status": 202, "result": "queued" });
+                    slots[i] = Cow::Owned(item_result(i, queued));
+                }
+            }
+            (Part::Answered(answer), None) => {
+                all_queued = false;
                 errors = true;
                 let (kind, reason) = failure_of(answer);
                 for &i in &group.items {
-                    let item = &items[i];
-                    let failed = serde_json::json!({ item.action.name(): {
-                        "_index": item.index.as_deref().or(default_index),
-                        "_id": item.id.as_deref(),
+                    let failed = serde_json::json!({
                         "status": answer.status,
                         "error": { "type": kind, "reason": reason },
-                    }});
-                    slots[i] = Cow::Owned(failed.to_string());
+                    });
+                    slots[i] = Cow::Owned(item_result(i, failed));
                 }
             }
         }
@@ -420,11 +583,20 @@ fn merge<'r>(
         body.extend_from_slice(slot.as_bytes());
     }
     body.extend_from_slice(b"]}");
-    let product = answers.iter().find_map(|a| a.product.as_ref());
-    local(LocalResponse::new(200, json_headers(product), body))
+    let product = parts.iter().find_map(|part| match part {
+        Part::Answered(answer) => answer.product.as_ref(),
+        Part::Queued(_) => None,
+    });
+    // Every item queued: 202, the request accepted and not yet applied.
+    let status = if all_queued { 202 } else { 200 };
+    local(LocalResponse::new(
+        status,
+        json_headers(product, queued),
+        body,
+    ))
 }
 
-fn json_headers(product: Option<&Bytes>) -> Vec<(String, String)> {
+fn json_headers(product: Option<&Bytes>, spooled: Option<u64>) -> Vec<(String, String)> {
     let mut headers = vec![(
         "content-type".to_string(),
         "application/json; charset=UTF-8".to_string(),
@@ -434,6 +606,9 @@ fn json_headers(product: Option<&Bytes>) -> Vec<(String, String)> {
             "x-elastic-product".into(),
             String::from_utf8_lossy(product).into_owned(),
         ));
+    }
+    if let Some(seq) = spooled {
+        headers.push(("x-weir-spool-id".into(), seq.to_string()));
     }
     headers
 }

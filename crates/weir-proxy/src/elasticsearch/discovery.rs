@@ -6,19 +6,15 @@
 //! by node, it also builds the shard map (`routing.rs`) every [`SHARDS_REFRESH`], and within
 //! a second of a worker meeting an index the map does not know.
 
+use super::node_client::get;
 use super::routing::{publish_url, ClusterView, ShardMap};
 use crate::balancer::Service;
-use crate::codec::{ChunkEvent, ChunkedDecoder};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc::UnboundedSender;
 use weir_config::{BulkRoute, Config, EsDiscovery, UpstreamServer};
 
-/// An answer from `_nodes/http` larger than this is refused.
-const MAX_ANSWER: usize = 8 << 20;
 /// How long one node may take to connect and answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the shard map is built again.
@@ -157,58 +153,6 @@ async fn ask_any(
     Err(last_error)
 }
 
-/// `GET path` on `server`: the answer's body.
-async fn get(server: &UpstreamServer, path: &str) -> Result<Vec<u8>, String> {
-    let mut conn = TcpStream::connect((server.host.as_str(), server.port))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-        server.authority
-    );
-    conn.write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("write: {e}"))?;
-    let mut answer = Vec::new();
-    (&mut conn)
-        .take(MAX_ANSWER as u64 + 1)
-        .read_to_end(&mut answer)
-        .await
-        .map_err(|e| format!("read: {e}"))?;
-    if answer.len() > MAX_ANSWER {
-        return Err("the answer is too large".into());
-    }
-    let Some(split) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Err("no complete answer".into());
-    };
-    let head = String::from_utf8_lossy(&answer[..split]).to_ascii_lowercase();
-    let body = &answer[split + 4..];
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(format!("status {status}"));
-    }
-    if head.contains("\r\ntransfer-encoding: chunked") {
-        return dechunk(body);
-    }
-    Ok(body.to_vec())
-}
-
-fn dechunk(mut input: &[u8]) -> Result<Vec<u8>, String> {
-    let mut decoder = ChunkedDecoder::default();
-    let mut body = Vec::new();
-    loop {
-        match decoder.decode(input) {
-            Ok((ChunkEvent::Data(start, end), used)) => {
-                body.extend_from_slice(&input[start..end]);
-                input = &input[used..];
-            }
-            Ok((ChunkEvent::End(..), _)) => return Ok(body),
-            Ok((ChunkEvent::NeedMore, _)) => return Err("the answer ended early".into()),
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
 /// The HTTP URLs of the nodes in a `_nodes/http` answer that have one of `roles` (any node
 /// when `roles` is empty), sorted.
 fn parse_nodes(body: &[u8], roles: &[String]) -> Result<Vec<String>, String> {
@@ -278,9 +222,5 @@ mod tests {
         );
         assert!(parse_nodes(body, &["ml".to_string()]).is_err());
         assert!(parse_nodes(b"<html>", &[]).is_err());
-        assert_eq!(
-            dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
-            b"abcde"
-        );
     }
 }

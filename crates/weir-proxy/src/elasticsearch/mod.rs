@@ -9,8 +9,11 @@
 pub mod bulk;
 pub mod discovery;
 pub mod ndjson;
+pub mod node_client;
 pub mod read;
+pub mod replay;
 pub mod routing;
+pub mod spool;
 
 use crate::balancer::{EsService, Service};
 use crate::client::ClientSide;

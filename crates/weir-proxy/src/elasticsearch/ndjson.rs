@@ -71,21 +71,36 @@ struct Meta<'a> {
     routing: Option<Text<'a>>,
 }
 
-/// A value Elasticsearch reads as text: a string, or a number written as one.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Text<'a> {
-    #[serde(borrow)]
-    Str(Cow<'a, str>),
-    Number(serde_json::Number),
-}
+/// A value Elasticsearch reads as text: a string (borrowed from the body when it has no
+/// escapes), or a number written as one. A visitor, not an untagged enum: that would buffer
+/// every value before trying each variant.
+struct Text<'a>(Cow<'a, str>);
 
-impl<'a> Text<'a> {
-    fn into_cow(self) -> Cow<'a, str> {
-        match self {
-            Text::Str(s) => s,
-            Text::Number(n) => Cow::Owned(n.to_string()),
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
         }
+        deserializer.deserialize_any(Visitor(std::marker::PhantomData))
     }
 }
 
@@ -153,8 +168,8 @@ pub fn parse(body: &[u8]) -> Result<Vec<Item<'_>>, Malformed> {
             lines: start..at,
             action,
             index: meta.index,
-            id: meta.id.map(Text::into_cow),
-            routing: meta.routing.map(Text::into_cow),
+            id: meta.id.map(|t| t.0),
+            routing: meta.routing.map(|t| t.0),
         });
     }
     Ok(items)

@@ -211,40 +211,71 @@ impl IndexRouting {
 }
 
 /// Elasticsearch's `Murmur3HashFunction.hash(String)`: murmur3 (x86, 32 bits, seed 0) of the
-/// string's UTF-16 code units, each as two bytes, low byte first.
+/// string's UTF-16 code units, each as two bytes, low byte first. Two units make a block, so
+/// the bytes are never gathered in memory.
 fn routing_hash(routing: &str) -> i32 {
-    let mut bytes = Vec::with_capacity(routing.len() * 2);
-    for unit in routing.encode_utf16() {
-        bytes.extend_from_slice(&unit.to_le_bytes());
+    let mut h = 0u32;
+    let mut units = routing.encode_utf16();
+    let mut len = 0u32;
+    loop {
+        match (units.next(), units.next()) {
+            (Some(low), Some(high)) => {
+                h = murmur3_block(h, (low as u32) | ((high as u32) << 16));
+                len += 4;
+            }
+            (Some(last), None) => {
+                h ^= murmur3_mix(last as u32);
+                len += 2;
+                break;
+            }
+            _ => break,
+        }
     }
-    murmur3_x86_32(&bytes, 0) as i32
+    murmur3_finish(h, len) as i32
 }
 
+fn murmur3_mix(k: u32) -> u32 {
+    k.wrapping_mul(0xcc9e_2d51)
+        .rotate_left(15)
+        .wrapping_mul(0x1b87_3593)
+}
+
+fn murmur3_block(h: u32, k: u32) -> u32 {
+    (h ^ murmur3_mix(k))
+        .rotate_left(13)
+        .wrapping_mul(5)
+        .wrapping_add(0xe654_6b64)
+}
+
+fn murmur3_finish(mut h: u32, len: u32) -> u32 {
+    h ^= len;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+/// murmur3 x86-32 of bytes (the reference the UTF-16 version is checked against).
+#[cfg(test)]
 fn murmur3_x86_32(data: &[u8], seed: u32) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mix = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
     let mut h = seed;
     let blocks = data.chunks_exact(4);
     let tail = blocks.remainder();
     for block in blocks {
-        let k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        h ^= mix(k);
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+        h = murmur3_block(
+            h,
+            u32::from_le_bytes([block[0], block[1], block[2], block[3]]),
+        );
     }
     if !tail.is_empty() {
         let mut k = 0u32;
         for (i, byte) in tail.iter().enumerate() {
             k |= (*byte as u32) << (8 * i);
         }
-        h ^= mix(k);
+        h ^= murmur3_mix(k);
     }
-    h ^= data.len() as u32;
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^ (h >> 16)
+    murmur3_finish(h, data.len() as u32)
 }
 
 impl ClusterView {
@@ -262,6 +293,18 @@ impl ClusterView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_utf16_hash_is_murmur3_of_the_utf16_bytes() {
+        for text in ["", "a", "ab", "abc", "héllo wörld", "😀x", "1234567890"] {
+            let bytes: Vec<u8> = text.encode_utf16().flat_map(u16::to_le_bytes).collect();
+            assert_eq!(
+                routing_hash(text),
+                murmur3_x86_32(&bytes, 0) as i32,
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn murmur3_matches_the_reference_vectors() {

@@ -137,7 +137,8 @@ enum Part {
     Queued(u64),
 }
 
-/// The cluster cannot take writes: weir's own 502, 503 or 504, or the cluster's 503.
+/// The cluster cannot take writes: a 502, 503 or 504, weir's own (no node reachable, no
+/// answer in time) or the cluster's.
 fn cluster_unavailable(status: u16) -> bool {
     matches!(status, 502..=504)
 }

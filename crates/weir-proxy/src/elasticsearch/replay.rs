@@ -78,7 +78,8 @@ pub async fn replay(service: String, spool: Arc<Spool>, servers: Vec<UpstreamSer
                 }
             }
         };
-        let answer = send_anywhere(&servers, &spooled.target, &spooled.body).await;
+        let target = replay_target(&spooled.target);
+        let answer = send_anywhere(&servers, &target, &spooled.body).await;
         let verdict = match answer {
             Ok((status, body)) => judge(record.seq, &spooled.body, status, &body),
             Err(why) => Verdict::Later(why),
@@ -189,6 +190,26 @@ fn start(
     });
 }
 
+/// The spooled request's target without the options that reshape the answer (`filter_path`,
+/// `format`): replay must read every item's result.
+fn replay_target(target: &str) -> String {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.to_string();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let key = pair.split_once('=').map_or(*pair, |(k, _)| k);
+            key != "filter_path" && key != "format"
+        })
+        .collect();
+    if kept.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    }
+}
+
 /// Sends the request to each server in turn until one answers.
 async fn send_anywhere(
     servers: &[UpstreamServer],
@@ -285,6 +306,16 @@ fn dead_line(seq: u64, body: &[u8], item: &ndjson::Item<'_>, status: u16, reason
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replay_reads_every_item_whatever_the_client_asked() {
+        assert_eq!(replay_target("/a/_bulk"), "/a/_bulk");
+        assert_eq!(
+            replay_target("/a/_bulk?refresh=true&filter_path=items.*.error&format=yaml"),
+            "/a/_bulk?refresh=true"
+        );
+        assert_eq!(replay_target("/_bulk?filter_path=took"), "/_bulk");
+    }
 
     #[test]
     fn answers_are_judged_per_item() {

@@ -17,7 +17,7 @@
 use super::ndjson::{self, Action, Item};
 use super::routing::Placement;
 use super::spool::Spool;
-use super::{error_type, es_error};
+use super::{body_failure, error_type, es_error};
 use crate::balancer::{EsService, Service};
 use crate::client::ClientSide;
 use crate::codec::{self, RequestHead};
@@ -58,14 +58,8 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     let body = match client.read_body(worker, head, max).await {
         Ok(body) => body,
         Err(e) => {
-            let (status, message) = e
-                .client_answer()
-                .unwrap_or((499, "client closed the connection"));
-            let reason = match status {
-                413 => format!("the bulk body is larger than `bulk.max_body` ({max} bytes)"),
-                _ => message.to_string(),
-            };
-            return local(es_error(status, error_type(status), &reason));
+            let limit = format!("the bulk body is larger than `bulk.max_body` ({max} bytes)");
+            return local(body_failure(e, Some(limit)));
         }
     };
     let mut body = match decoded(head, body, max) {

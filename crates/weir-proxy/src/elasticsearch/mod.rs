@@ -76,6 +76,22 @@ fn is_json(local: &LocalResponse) -> bool {
         .any(|(name, value)| name == "content-type" && value.starts_with("application/json"))
 }
 
+/// The answer to a client whose request body could not be read (bad framing, too slow, gone,
+/// or over the limit: `too_large` then says which limit), in Elasticsearch's form.
+pub(crate) fn body_failure(
+    e: crate::client::BodyError,
+    too_large: Option<String>,
+) -> LocalResponse {
+    let (status, message) = e
+        .client_answer()
+        .unwrap_or((499, "client closed the connection"));
+    let reason = match too_large {
+        Some(reason) if status == 413 => reason,
+        _ => message.to_string(),
+    };
+    es_error(status, error_type(status), &reason)
+}
+
 /// An error answer in Elasticsearch's form.
 pub(crate) fn es_error(status: u16, kind: &str, reason: &str) -> LocalResponse {
     let cause = serde_json::json!({ "type": kind, "reason": reason });

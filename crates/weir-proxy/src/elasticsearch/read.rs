@@ -4,7 +4,7 @@
 //! changes nothing, so sending it twice is safe whatever its method. Bodies of unknown length
 //! or over [`MAX_READ_BODY`] are relayed as they come, without that second chance.
 
-use super::{error_type, es_error};
+use super::body_failure;
 use crate::balancer::Service;
 use crate::client::ClientSide;
 use crate::codec::{Framing, RequestHead};
@@ -43,13 +43,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
 ) -> Reply<'r> {
     let body = match client.read_body(worker, head, MAX_READ_BODY).await {
         Ok(body) => body,
-        Err(e) => {
-            let (status, message) = e
-                .client_answer()
-                .unwrap_or((499, "client closed the connection"));
-            let answer = es_error(status, error_type(status), message);
-            return Reply::local(Cow::Owned(answer));
-        }
+        Err(e) => return Reply::local(Cow::Owned(body_failure(e, None))),
     };
     let mut sender = Detached::reading(worker, Requester::of(client), body);
     upstream::forward(worker, service, &mut sender, head, None).await

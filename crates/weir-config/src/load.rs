@@ -831,6 +831,24 @@ impl Loader<'_> {
             }
             (None, _) => None,
         };
+        let mut health_check = health_check;
+        if let (Some(check), Some(authorization)) = (
+            health_check.as_mut(),
+            elasticsearch
+                .as_ref()
+                .and_then(|es| es.authorization.as_ref()),
+        ) {
+            // The cluster answers 401 to a probe without the service's credentials.
+            if !check
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+            {
+                check
+                    .headers
+                    .push(("authorization".to_string(), authorization.clone()));
+            }
+        }
         if elasticsearch.is_some() && f.get("retry").is_none() {
             // A node that cannot be reached, resets, or answers 502/503 is not the cluster's
             // answer: try another node once (requests that can be sent again only, as always).
@@ -1951,6 +1969,58 @@ mod tests {
         ));
         assert!(errs[0].contains("`spool` needs a `path`"), "{errs:?}");
         assert!(errs[1].contains("unknown fsync mode `always`"), "{errs:?}");
+    }
+
+    #[test]
+    fn elasticsearch_credentials() {
+        let authorization = |auth: &str| {
+            let cfg = load_str(
+                &format!(
+                    "{BASE}services:\n  es:\n    elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {auth} }}\n    health_check: {{ path: /_cluster/health }}\n"
+                ),
+                "t.yaml",
+            )
+            .unwrap();
+            let service = &cfg.services[0];
+            let value = service
+                .elasticsearch
+                .as_ref()
+                .unwrap()
+                .authorization
+                .clone();
+            let probe = service.health_check.as_ref().unwrap().headers.clone();
+            assert_eq!(
+                probe,
+                [("authorization".to_string(), value.clone().unwrap())]
+            );
+            value
+        };
+        assert_eq!(
+            authorization("{ basic: { username: elastic, password: \"p:w\" } }").as_deref(),
+            Some("Basic ZWxhc3RpYzpwOnc=")
+        );
+        assert_eq!(
+            authorization(
+                "{ api_key: VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw== }"
+            )
+            .as_deref(),
+            Some("ApiKey VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw==")
+        );
+        let errs = errors(&format!(
+            "{BASE}services:\n  a: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ basic: {{ username: x }}, api_key: k }} }} }}\n  \
+             b: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ basic: {{ username: \"a:b\", password: p }} }} }} }}\n  \
+             c: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ basic: {{ password: p }} }} }} }}\n  \
+             d: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ api_key: \"two words\" }} }} }}\n"
+        ));
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(errs[0].contains("exactly one of `basic"), "{errs:?}");
+        assert!(errs[1].contains("cannot hold `:`"), "{errs:?}");
+        assert!(
+            errs[2].contains("`auth.basic` needs `username`"),
+            "{errs:?}"
+        );
+        assert!(errs[3].contains("`encoded` form"), "{errs:?}");
+        assert!(errs[3].starts_with("t.yaml:"), "{errs:?}");
     }
 
     #[test]

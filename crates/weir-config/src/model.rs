@@ -386,6 +386,9 @@ pub struct Elasticsearch {
     pub bulk: EsBulk,
     /// Where `_bulk` writes wait while the cluster cannot take them; `None`: not at all.
     pub spool: Option<EsSpool>,
+    /// The `Authorization` value every request to the cluster carries (`auth.basic` or
+    /// `auth.api_key`), in place of any the client sent; `None`: the client's passes as is.
+    pub authorization: Option<String>,
 }
 
 /// `services.NAME.elasticsearch.spool`.

@@ -66,6 +66,9 @@ pub struct Service {
     /// An Elasticsearch service (`elasticsearch:`): weir's own errors on it are
     /// Elasticsearch-shaped, and `_bulk` has its own action (`elasticsearch/`).
     pub elasticsearch: Option<Box<EsService>>,
+    /// The `Authorization` every request to this service's servers carries in place of the
+    /// client's (`elasticsearch.auth`).
+    pub authorization: Option<Box<[u8]>>,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
 }
@@ -247,6 +250,11 @@ impl Service {
                 Some(es) => Some(Box::new(EsService::new(&cfg.name, es, carried)?)),
                 None => None,
             },
+            authorization: cfg
+                .elasticsearch
+                .as_ref()
+                .and_then(|es| es.authorization.as_deref())
+                .map(|value| value.as_bytes().into()),
             health_check: cfg.health_check.clone(),
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),
@@ -299,6 +307,7 @@ impl Service {
             write_timeout: cfg.idle_timeout,
             pass_host_header: false,
             elasticsearch: None,
+            authorization: None,
             health_check: None,
             passive_health: None,
             retry: None,

@@ -120,11 +120,13 @@ impl FieldSink for Vec<u8> {
 /// hop-by-hop ones and those the `Connection` header names dropped, the forwarding headers
 /// set, `te: trailers` kept. Host and framing are the caller's. Returns whether the client
 /// sent a `Content-Length` (an HTTP/1 upstream then gets `0` for a request without a body).
+/// The service's own `authorization`, when it has one, replaces the client's.
 pub(crate) fn forwarded_fields(
     out: &mut impl FieldSink,
     req: &RequestHead,
     client_ip: &str,
     scheme: Scheme,
+    authorization: Option<&[u8]>,
 ) -> bool {
     let connection = req
         .connection_names_headers
@@ -136,6 +138,7 @@ pub(crate) fn forwarded_fields(
             || is_rewritten_request_header(name)
             || (req.has_expect_continue && name.eq_ignore_ascii_case(b"expect"))
             || connection.is_some_and(|c| lists_token(c, name))
+            || (authorization.is_some() && name.eq_ignore_ascii_case(b"authorization"))
         {
             had_length |= name.eq_ignore_ascii_case(b"content-length");
             continue;
@@ -155,6 +158,9 @@ pub(crate) fn forwarded_fields(
         out.field(b"x-forwarded-host", original_host.as_bytes());
     }
     out.field(b"x-real-ip", client_ip.as_bytes());
+    if let Some(authorization) = authorization {
+        out.field(b"authorization", authorization);
+    }
     if req.te_trailers {
         // TE is hop-by-hop; weir relays trailers, so it asks for them on the client's behalf.
         out.field(b"te", b"trailers");

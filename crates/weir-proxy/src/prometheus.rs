@@ -2,6 +2,7 @@
 //! and gauge summed over the workers, for the entrypoints, routers, services and servers of the
 //! configuration in service, with the reload counts and build info.
 
+use crate::elasticsearch::spool::Spool;
 use crate::metrics::{
     EntrypointCells, HandshakeFailure, Metrics, PerWorker, RouteCells, ServiceCells, TrafficCells,
     LATENCY_BOUNDS_US,
@@ -262,6 +263,67 @@ fn services(out: &mut Exposition, runtime: &Runtime) {
     for (labels, server) in servers() {
         let n = server.inflight.0.load(Ordering::Relaxed);
         out.sample("weir_server_in_flight", &labels, n);
+    }
+    spools(out, runtime);
+}
+
+/// The Elasticsearch services' write spools: what waits, how old it is, what went through.
+fn spools(out: &mut Exposition, runtime: &Runtime) {
+    let spools: Vec<(String, &Spool)> = runtime
+        .services
+        .iter()
+        .filter_map(|svc| {
+            let spool = svc.elasticsearch.as_ref()?.spool.as_deref()?;
+            Some((format!("service=\"{}\"", escape(&svc.name)), spool))
+        })
+        .collect();
+    if spools.is_empty() {
+        return;
+    }
+    type Read = fn(&Spool) -> f64;
+    let families: [(&str, &str, &str, Read); 6] = [
+        (
+            "weir_es_spool_requests",
+            "gauge",
+            "Bulk requests waiting in the spool to be replayed.",
+            |s| s.depth() as f64,
+        ),
+        (
+            "weir_es_spool_bytes",
+            "gauge",
+            "Bytes waiting in the spool.",
+            |s| s.bytes() as f64,
+        ),
+        (
+            "weir_es_spool_lag_seconds",
+            "gauge",
+            "How long the oldest waiting request has waited.",
+            |s| s.lag_secs(),
+        ),
+        (
+            "weir_es_spool_appended_total",
+            "counter",
+            "Bulk requests written to the spool.",
+            |s| s.appended.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "weir_es_spool_replayed_total",
+            "counter",
+            "Spooled bulk requests replayed and committed.",
+            |s| s.replayed.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "weir_es_spool_dead_letter_items_total",
+            "counter",
+            "Spooled items the cluster refused for good, written to dead-letter.ndjson.",
+            |s| s.dead_lettered.load(Ordering::Relaxed) as f64,
+        ),
+    ];
+    for (metric, kind, help, read) in families {
+        out.family(metric, kind, help);
+        for (labels, spool) in &spools {
+            out.sample(metric, labels, read(spool));
+        }
     }
 }
 

@@ -334,7 +334,13 @@ fn write_upstream_head(
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     header(out, b"host", upstream_host(req, service, server).as_bytes());
-    let had_length = forwarded_fields(out, req, client_ip, scheme);
+    let had_length = forwarded_fields(
+        out,
+        req,
+        client_ip,
+        scheme,
+        service.authorization.as_deref(),
+    );
     if req.upgrade {
         if let Some(protocol) = req.head.get("upgrade") {
             out.extend_from_slice(b"connection: upgrade\r\n");

@@ -571,6 +571,18 @@ impl OwnCluster {
     }
 }
 
+/// The `weir_es_spool_*` samples of service `es` in `/metrics`, by metric name.
+fn spool_metrics(weir: &Weir) -> std::collections::HashMap<String, f64> {
+    let text = get(weir.addrs["@admin"], "a", "/metrics").text();
+    text.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once("{service=\"es\"} ")?;
+            let name = name.strip_prefix("weir_es_spool_").map(|_| name)?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 /// A bulk of 10 documents for round `round`: 5 with ids of their own, 5 without.
 fn outage_bulk(round: usize) -> Vec<u8> {
     let mut body = String::new();
@@ -590,7 +602,7 @@ fn bulks_during_a_cluster_outage_are_spooled_and_replayed_once_across_a_kill_9()
     let mut cluster = OwnCluster::start();
     let spool = temp_dir("spool");
     let config = format!(
-        "server: {{ workers: 2 }}\n\
+        "server: {{ workers: 2, admin: {{ address: \"127.0.0.1:0\" }} }}\n\
          entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
          routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
          services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{}\"]\n      \
@@ -627,6 +639,12 @@ fn bulks_during_a_cluster_outage_are_spooled_and_replayed_once_across_a_kill_9()
             assert!(result["_id"].is_string(), "every item has an id: {item}");
         }
     }
+    // Its depth and age are in /metrics.
+    let metrics = spool_metrics(&weir);
+    assert_eq!(metrics["weir_es_spool_requests"], 10.0, "{metrics:?}");
+    assert_eq!(metrics["weir_es_spool_appended_total"], 10.0, "{metrics:?}");
+    assert!(metrics["weir_es_spool_bytes"] > 10.0 * 500.0, "{metrics:?}");
+    assert!(metrics["weir_es_spool_lag_seconds"] > 0.0, "{metrics:?}");
     // weir dies with the queue on disk, and comes back.
     weir.child.kill().unwrap();
     let _ = weir.child.wait();
@@ -646,9 +664,112 @@ fn bulks_during_a_cluster_outage_are_spooled_and_replayed_once_across_a_kill_9()
     }
     weir.wait_for_line("spool drained", 1);
     assert_eq!(cluster.count("outage"), 250);
+    let metrics = spool_metrics(&weir);
+    assert_eq!(metrics["weir_es_spool_requests"], 0.0, "{metrics:?}");
+    assert_eq!(metrics["weir_es_spool_replayed_total"], 15.0, "{metrics:?}");
+    assert_eq!(metrics["weir_es_spool_dead_letter_items_total"], 0.0);
     // Drained: bulks go straight to the cluster again.
     let answer = post(weir.addrs["es"], "/outage/_bulk", &outage_bulk(25));
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(cluster.count("outage"), 260);
     assert!(!spool.join("dead-letter.ndjson").exists());
+}
+
+/// A node of a cluster with security on, scripted: every request must carry `expected` (else
+/// 401, as Elasticsearch answers); `_nodes/http` names the node itself. Each request's
+/// `Authorization` is noted.
+fn secured_node(expected: &'static str) -> RawUpstream {
+    let port = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(0));
+    let own_port = port.clone();
+    let node = RawUpstream::start(move |conn| {
+        while let Some(head) = conn.read_head() {
+            let authorization = header_value(&head, "authorization").unwrap_or("none");
+            conn.note(&format!("auth: {authorization}"));
+            let length: usize = header_value(&head, "content-length")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            conn.read_body(length);
+            let target = head.split(' ').nth(1).unwrap_or("");
+            let (status, answer) = if authorization != expected {
+                (401, r#"{"error":{"type":"security_exception","reason":"missing authentication credentials"},"status":401}"#.to_string())
+            } else if target.starts_with("/_nodes/http") {
+                let port = own_port.load(std::sync::atomic::Ordering::Relaxed);
+                (
+                    200,
+                    format!(
+                        r#"{{"nodes":{{"n1":{{"roles":["data"],"http":{{"publish_address":"127.0.0.1:{port}"}}}}}}}}"#
+                    ),
+                )
+            } else if target.contains("_bulk") {
+                (
+                    200,
+                    r#"{"took":1,"errors":false,"items":[{"index":{"_id":"1","status":201}}]}"#
+                        .to_string(),
+                )
+            } else {
+                (200, r#"{"hits":{"total":{"value":0}}}"#.to_string())
+            };
+            conn.write(
+                format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            );
+            if header_value(&head, "connection").is_some_and(|c| c.eq_ignore_ascii_case("close")) {
+                break;
+            }
+        }
+    });
+    port.store(node.addr.port(), std::sync::atomic::Ordering::Relaxed);
+    node
+}
+
+#[test]
+fn the_services_credentials_go_with_every_request_to_the_cluster() {
+    // weir:s3cret:x in base64: the password may hold a colon, the username may not.
+    const EXPECTED: &str = "Basic d2VpcjpzM2NyZXQ6eA==";
+    let node = secured_node(EXPECTED);
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"{}\"]\n      \
+         discovery: {{ refresh: 1s }}\n      auth: {{ basic: {{ username: weir, password: \"s3cret:x\" }} }}\n    \
+         health_check: {{ path: /_cluster/health, interval: 1s }}\n",
+        node.url()
+    ));
+    // Discovery, the shard map and the health check ask with the credentials.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while [
+        "GET /_nodes/http ",
+        "GET /_cluster/state",
+        "GET /_cluster/health",
+    ]
+    .iter()
+    .any(|line| node.count(line) == 0)
+    {
+        assert!(std::time::Instant::now() < deadline, "{:?}", node.log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A client's own credentials are replaced by the service's, with a body or without.
+    let search = request(
+        weir.addrs["es"],
+        "GET /logs/_search HTTP/1.1\r\nHost: es\r\nAuthorization: Basic Y2xpZW50OnB3\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    assert_eq!(search.status, 200, "{}", search.text());
+    assert_eq!(get(weir.addrs["es"], "es", "/logs/_doc/1").status, 200);
+    let bulk = post(
+        weir.addrs["es"],
+        "/logs/_bulk",
+        b"{\"index\":{\"_id\":\"1\"}}\n{}\n",
+    );
+    assert_eq!(bulk.status, 200, "{}", bulk.text());
+    let log = node.log();
+    let seen: Vec<&String> = log.iter().filter(|l| l.starts_with("auth: ")).collect();
+    assert!(seen.len() >= 6, "{log:?}");
+    assert!(
+        seen.iter().all(|l| *l == &format!("auth: {EXPECTED}")),
+        "{log:?}"
+    );
 }

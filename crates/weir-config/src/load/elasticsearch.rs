@@ -16,7 +16,7 @@ impl Loader<'_> {
         let f = self.fields(
             node,
             "`elasticsearch`",
-            &["hosts", "discovery", "bulk", "spool"],
+            &["hosts", "discovery", "bulk", "spool", "auth"],
         )?;
         match f.get("hosts") {
             Some(list) => {
@@ -114,10 +114,61 @@ impl Loader<'_> {
                 });
             }
         }
+        let authorization = f.get("auth").and_then(|n| self.es_auth(n));
         Some(Elasticsearch {
             discovery,
             bulk,
             spool,
+            authorization,
         })
+    }
+
+    /// `auth: { basic: { username, password } }` or `auth: { api_key: ENCODED }` (the
+    /// `encoded` value Elasticsearch's create-API-key call returns): the `Authorization` value.
+    fn es_auth(&mut self, node: &Node) -> Option<String> {
+        let f = self.fields(node, "`auth`", &["basic", "api_key"])?;
+        match (f.get("basic"), f.get("api_key")) {
+            (Some(basic), None) => {
+                let b = self.fields(basic, "`auth.basic`", &["username", "password"])?;
+                let mut part = |name: &str| match b.get(name) {
+                    Some(n) => self.string(n, &format!("`auth.basic.{name}`")),
+                    None => {
+                        self.error(b.pos, format!("`auth.basic` needs `{name}`"));
+                        None
+                    }
+                };
+                let (username, password) = (part("username"), part("password"));
+                let (username, password) = (username?, password?);
+                if username.contains(':') {
+                    self.error(
+                        basic.pos,
+                        "`auth.basic.username` cannot hold `:` (HTTP Basic separates it from the password with one)",
+                    );
+                    return None;
+                }
+                use base64::Engine;
+                let token = base64::engine::general_purpose::STANDARD
+                    .encode(format!("{username}:{password}"));
+                Some(format!("Basic {token}"))
+            }
+            (None, Some(node)) => {
+                let key = self.string(node, "`auth.api_key`")?;
+                if key.is_empty() || key.bytes().any(|b| !b.is_ascii_graphic()) {
+                    self.error(
+                        node.pos,
+                        "`auth.api_key` must be the key's `encoded` form (base64, no spaces)",
+                    );
+                    return None;
+                }
+                Some(format!("ApiKey {key}"))
+            }
+            _ => {
+                self.error(
+                    f.pos,
+                    "`auth` needs exactly one of `basic: { username, password }` or `api_key`",
+                );
+                None
+            }
+        }
     }
 }

@@ -78,7 +78,8 @@ impl Schedule {
                     let mut ask: Vec<UpstreamServer> = service.servers.clone();
                     ask.extend(seeds.get(&service.name).into_iter().flatten().cloned());
                     let name = service.name.clone();
-                    tokio::spawn(build_shard_map(name, ask, view));
+                    let authorization = authorization(service);
+                    tokio::spawn(build_shard_map(name, ask, authorization, view));
                 }
             }
             let Some(discovery) = service
@@ -96,8 +97,9 @@ impl Schedule {
             let mut ask: Vec<UpstreamServer> = service.servers.clone();
             ask.extend(seeds.get(&service.name).into_iter().flatten().cloned());
             let (name, discovery, found) = (service.name.clone(), discovery.clone(), found.clone());
+            let authorization = authorization(service);
             tokio::spawn(async move {
-                let nodes = ask_any(&ask, &discovery).await;
+                let nodes = ask_any(&ask, authorization.as_deref(), &discovery).await;
                 let _ = found.send(Discovered {
                     service: name,
                     nodes,
@@ -107,18 +109,30 @@ impl Schedule {
     }
 }
 
+/// The credentials a service's requests to its cluster carry.
+pub fn authorization(service: &weir_config::Service) -> Option<String> {
+    service.elasticsearch.as_ref()?.authorization.clone()
+}
+
 /// Builds the shard map from the first server that answers, and puts it in `view`.
-async fn build_shard_map(service: String, servers: Vec<UpstreamServer>, view: Arc<ClusterView>) {
+async fn build_shard_map(
+    service: String,
+    servers: Vec<UpstreamServer>,
+    authorization: Option<String>,
+    view: Arc<ClusterView>,
+) {
     let mut last_error = String::from("no server to ask");
+    let authorization = authorization.as_deref();
     for server in servers.iter().filter(|s| !s.tls) {
         let asking = async {
             let nodes = get(
                 server,
+                authorization,
                 "/_nodes/http?filter_path=nodes.*.http.publish_address",
             )
             .await?;
-            let state = get(server, CLUSTER_STATE).await?;
-            let aliases = get(server, ALIASES).await?;
+            let state = get(server, authorization, CLUSTER_STATE).await?;
+            let aliases = get(server, authorization, ALIASES).await?;
             ShardMap::parse(&nodes, &state, &aliases)
         };
         match tokio::time::timeout(ASK_TIMEOUT, asking).await {
@@ -136,6 +150,7 @@ async fn build_shard_map(service: String, servers: Vec<UpstreamServer>, view: Ar
 /// Asks each server in turn until one answers.
 async fn ask_any(
     servers: &[UpstreamServer],
+    authorization: Option<&str>,
     discovery: &EsDiscovery,
 ) -> Result<Vec<String>, String> {
     let mut last_error = String::from("no server to ask");
@@ -144,7 +159,7 @@ async fn ask_any(
             last_error = format!("{}: discovery over https is not supported yet", server.url);
             continue;
         }
-        match tokio::time::timeout(ASK_TIMEOUT, get(server, "/_nodes/http")).await {
+        match tokio::time::timeout(ASK_TIMEOUT, get(server, authorization, "/_nodes/http")).await {
             Ok(Ok(body)) => return parse_nodes(&body, &discovery.roles),
             Ok(Err(e)) => last_error = format!("{}: {e}", server.url),
             Err(_) => last_error = format!("{}: no answer within {ASK_TIMEOUT:?}", server.url),

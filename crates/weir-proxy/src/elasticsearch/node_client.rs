@@ -11,16 +11,22 @@ use weir_config::UpstreamServer;
 const MAX_ANSWER: usize = 256 << 20;
 
 /// `GET path` on `server`: the body of its 200 answer.
-pub async fn get(server: &UpstreamServer, path: &str) -> Result<Vec<u8>, String> {
-    match request(server, "GET", path, None).await? {
+pub async fn get(
+    server: &UpstreamServer,
+    authorization: Option<&str>,
+    path: &str,
+) -> Result<Vec<u8>, String> {
+    match request(server, authorization, "GET", path, None).await? {
         (200, body) => Ok(body),
         (status, _) => Err(format!("status {status}")),
     }
 }
 
-/// `method target` on `server`, with a body and its content type: the answer's status and body.
+/// `method target` on `server`, with a body and its content type, and the service's
+/// `Authorization` if it has one: the answer's status and body.
 pub async fn request(
     server: &UpstreamServer,
+    authorization: Option<&str>,
     method: &str,
     target: &str,
     body: Option<(&str, &[u8])>,
@@ -33,6 +39,9 @@ pub async fn request(
         server.authority
     )
     .into_bytes();
+    if let Some(authorization) = authorization {
+        request.extend_from_slice(format!("Authorization: {authorization}\r\n").as_bytes());
+    }
     if let Some((content_type, body)) = body {
         let fields = format!(
             "Content-Type: {content_type}\r\nContent-Length: {}\r\n",

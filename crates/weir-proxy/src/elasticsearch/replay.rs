@@ -57,8 +57,14 @@ pub enum Replayed {
     Later { applied: u64, why: String },
 }
 
-/// Replays `spool` to `servers` until it is empty or the cluster fails a request.
-pub async fn replay(service: String, spool: Arc<Spool>, servers: Vec<UpstreamServer>) -> Replayed {
+/// Replays `spool` to `servers` (with the service's `authorization`) until it is empty or the
+/// cluster fails a request.
+pub async fn replay(
+    service: String,
+    spool: Arc<Spool>,
+    servers: Vec<UpstreamServer>,
+    authorization: Option<String>,
+) -> Replayed {
     let mut applied = 0;
     let outcome = loop {
         let Some(record) = spool.front() else {
@@ -79,7 +85,8 @@ pub async fn replay(service: String, spool: Arc<Spool>, servers: Vec<UpstreamSer
             }
         };
         let target = replay_target(&spooled.target);
-        let answer = send_anywhere(&servers, &target, &spooled.body).await;
+        let answer =
+            send_anywhere(&servers, authorization.as_deref(), &target, &spooled.body).await;
         let verdict = match answer {
             Ok((status, body)) => judge(record.seq, &spooled.body, status, &body),
             Err(why) => Verdict::Later(why),
@@ -115,6 +122,12 @@ pub async fn replay(service: String, spool: Arc<Spool>, servers: Vec<UpstreamSer
     outcome
 }
 
+/// Where a replay sends, and with which credentials.
+struct Cluster {
+    servers: Vec<UpstreamServer>,
+    authorization: Option<String>,
+}
+
 /// Each spool's backoff, kept by the control thread.
 #[derive(Default)]
 pub struct Replays {
@@ -136,50 +149,43 @@ impl Replays {
             if !matches!(spool.take_over(), Ok(true)) {
                 continue;
             }
-            let servers = config
-                .services
-                .iter()
-                .find(|s| s.name == service.name)
-                .map(|s| s.servers.clone())
-                .unwrap_or_default();
+            let Some(configured) = config.services.iter().find(|s| s.name == service.name) else {
+                continue;
+            };
+            let cluster = Cluster {
+                servers: configured.servers.clone(),
+                authorization: super::discovery::authorization(configured),
+            };
             let backoff = self.backoffs.entry(service.name.clone()).or_default();
-            start(&service.name, spool, servers, backoff);
+            start(&service.name, spool, cluster, backoff);
         }
     }
 }
 
 /// Runs a replay round for `spool` if anything waits and its backoff is over, one at a time;
 /// logs its depth and lag while it waits.
-fn start(
-    service: &str,
-    spool: &Arc<Spool>,
-    servers: Vec<UpstreamServer>,
-    backoff: &Arc<Mutex<Backoff>>,
-) {
+fn start(service: &str, spool: &Arc<Spool>, cluster: Cluster, backoff: &Arc<Mutex<Backoff>>) {
     let lock = |b: &Mutex<Backoff>| b.lock().unwrap_or_else(|e| e.into_inner()).due();
     if spool.depth() == 0 || !lock(backoff) || spool.replaying.swap(true, Ordering::AcqRel) {
         return;
     }
     let (service, spool, backoff) = (service.to_string(), spool.clone(), backoff.clone());
     tokio::spawn(async move {
-        let outcome = replay(service.clone(), spool.clone(), servers).await;
+        let outcome = replay(
+            service.clone(),
+            spool.clone(),
+            cluster.servers,
+            cluster.authorization,
+        )
+        .await;
         let mut backoff = backoff.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
             Replayed::Drained { .. } => *backoff = Backoff::default(),
             Replayed::Later { applied, why } => {
                 backoff.failed();
-                let lag = spool
-                    .front()
-                    .map(|r| {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_millis() as u64)
-                            .unwrap_or(0);
-                        now.saturating_sub(r.at_ms) / 1000
-                    })
-                    .unwrap_or(0);
+                let lag = spool.lag_secs();
                 eprintln!(
-                    "weir: service `{service}`: spool holds {} request(s), {} bytes, the oldest {lag} s old; {applied} replayed, then: {why}; next try in {:?}",
+                    "weir: service `{service}`: spool holds {} request(s), {} bytes, the oldest {lag:.0} s old; {applied} replayed, then: {why}; next try in {:?}",
                     spool.depth(),
                     spool.bytes(),
                     backoff.delay / 2
@@ -213,12 +219,19 @@ fn replay_target(target: &str) -> String {
 /// Sends the request to each server in turn until one answers.
 async fn send_anywhere(
     servers: &[UpstreamServer],
+    authorization: Option<&str>,
     target: &str,
     body: &[u8],
 ) -> Result<(u16, Vec<u8>), String> {
     let mut last = String::from("no server to send to");
     for server in servers.iter().filter(|s| !s.tls) {
-        let sending = request(server, "POST", target, Some(("application/x-ndjson", body)));
+        let sending = request(
+            server,
+            authorization,
+            "POST",
+            target,
+            Some(("application/x-ndjson", body)),
+        );
         match tokio::time::timeout(REPLAY_TIMEOUT, sending).await {
             Ok(Ok((status, answer))) if status != 502 && status != 503 => {
                 return Ok((status, answer))

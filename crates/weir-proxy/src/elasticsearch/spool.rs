@@ -42,6 +42,11 @@ pub struct Spool {
     depth: AtomicUsize,
     /// Bytes waiting (records and headers).
     bytes: AtomicU64,
+    /// Requests appended, applied by replay, and items dead-lettered, since this process
+    /// opened the spool (for `/metrics`).
+    pub appended: AtomicU64,
+    pub replayed: AtomicU64,
+    pub dead_lettered: AtomicU64,
     /// The writer thread's inbox, started on first use.
     writer: OnceLock<Mutex<Sender<Append>>>,
     /// A replay is under way (the control thread runs one at a time).
@@ -114,6 +119,9 @@ impl Spool {
             fsync,
             depth: AtomicUsize::new(0),
             bytes: AtomicU64::new(0),
+            appended: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             writer: OnceLock::new(),
             replaying: AtomicBool::new(false),
@@ -240,6 +248,13 @@ impl Spool {
     /// The oldest request waiting.
     pub fn front(&self) -> Option<Record> {
         self.lock().waiting.front().cloned()
+    }
+
+    /// How long the oldest request has waited, in seconds (0 when none waits).
+    pub fn lag_secs(&self) -> f64 {
+        self.front()
+            .map(|r| unix_ms().saturating_sub(r.at_ms) as f64 / 1000.0)
+            .unwrap_or(0.0)
     }
 
     /// Appends a request (its target and NDJSON body); its sequence number once it is on
@@ -369,6 +384,7 @@ impl Spool {
             let seq = record.seq;
             state.waiting.push_back(record);
             answers.push((answer, Ok(seq)));
+            self.appended.fetch_add(1, Ordering::Relaxed);
         }
         self.depth.store(state.waiting.len(), Ordering::Relaxed);
         answers
@@ -447,6 +463,7 @@ impl Spool {
             if let Some(record) = state.waiting.pop_front() {
                 self.bytes
                     .fetch_sub(HEADER as u64 + record.len as u64, Ordering::Relaxed);
+                self.replayed.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.depth.store(state.waiting.len(), Ordering::Relaxed);
@@ -481,7 +498,10 @@ impl Spool {
             text.push('\n');
         }
         file.write_all(text.as_bytes())?;
-        file.sync_all()
+        file.sync_all()?;
+        self.dead_lettered
+            .fetch_add(lines.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {

@@ -223,7 +223,13 @@ fn request_parts<C: ClientSide>(
     *request.method_mut() = http::Method::from_bytes(req.method().as_bytes()).ok()?;
     *request.uri_mut() = uri;
     let headers = request.headers_mut();
-    forwarding::forwarded_fields(headers, req, client.ip_text(), client.scheme());
+    forwarding::forwarded_fields(
+        headers,
+        req,
+        client.ip_text(),
+        client.scheme(),
+        service.authorization.as_deref(),
+    );
     if let Framing::Length(n) = req.framing {
         headers.insert(http::header::CONTENT_LENGTH, n.into());
     }

@@ -703,6 +703,19 @@ impl RawConn {
         }
     }
 
+    /// Reads a body of `len` bytes (what `read_head` buffered first); short at EOF.
+    pub fn read_body(&mut self, len: usize) -> Vec<u8> {
+        while self.buf.len() < len {
+            let mut chunk = [0u8; 16384];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let len = len.min(self.buf.len());
+        self.buf.drain(..len).collect()
+    }
+
     /// Reads until EOF and returns how many bytes came (after any already buffered).
     pub fn read_to_end(&mut self) -> usize {
         let mut rest = Vec::new();

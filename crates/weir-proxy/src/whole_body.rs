@@ -4,9 +4,11 @@
 //! consumed only once the whole body is in hand, so a body that turns out too large can still
 //! be relayed from its first byte.
 
-use crate::codec::{ChunkEvent, ChunkedDecoder, Framing};
+use crate::balancer::UpstreamUse;
+use crate::codec::{ChunkEvent, ChunkedDecoder, Framing, ResponseHead};
 use crate::conn::watch::{ConnWatch, Waiting};
 use crate::pool::UpstreamConn;
+use crate::reply::ReplyBody;
 use crate::upstream_h2::pool::H2Body;
 use crate::worker::{make_room, Worker};
 use bytes::{Buf, Bytes, BytesMut};
@@ -101,6 +103,37 @@ impl Reader<'_> {
                     None => return Whole::Failed,
                 }
             },
+        }
+    }
+
+    /// The body of a reply whose head is `response`, read whole: the bytes, the connection
+    /// (when left clean) back in the pool. `Err(Some(body))`: over `max` (or not readable
+    /// whole, such as an HTTP/2 body of unknown length), handed back untouched to be relayed
+    /// from its first byte; `Err(None)`: the body failed midway.
+    pub(crate) async fn reply_body(
+        &self,
+        response: &ResponseHead,
+        body: ReplyBody,
+        upstream: &Option<UpstreamUse<'_>>,
+    ) -> Result<Bytes, Option<ReplyBody>> {
+        match body {
+            ReplyBody::Upstream(mut up) => match self.h1(&mut up, response.framing).await {
+                Whole::Body(bytes, reusable) => {
+                    if let (true, true, Some(used)) = (reusable, response.keep_alive, upstream) {
+                        used.check_in(&self.worker.pool, up);
+                    }
+                    Ok(bytes)
+                }
+                Whole::TooLarge => Err(Some(ReplyBody::Upstream(up))),
+                Whole::Failed => Err(None),
+            },
+            ReplyBody::Stream(stream) => match self.h2(stream, response.framing).await {
+                Ok(Some(bytes)) => Ok(bytes),
+                Ok(None) => Err(None),
+                Err(stream) => Err(Some(ReplyBody::Stream(stream))),
+            },
+            ReplyBody::Local => Ok(Bytes::new()),
+            other => Err(Some(other)),
         }
     }
 

@@ -9,10 +9,9 @@ use super::store::{unix_now, ResponseCache};
 use crate::balancer::UpstreamUse;
 use crate::codec::{Framing, Head, RequestHead, ResponseHead};
 use crate::conn::watch::ConnWatch;
-use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::whole_body::{Reader, Whole};
+use crate::reply::{Reply, ReplyHead};
+use crate::whole_body::Reader;
 use crate::worker::Worker;
-use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_cache::{Directives, NotStorable, Stored};
@@ -77,28 +76,11 @@ pub(super) async fn fill<'r>(
         read_timeout,
         max: cache.max_object_size,
     };
-    let read = match body {
-        ReplyBody::Upstream(mut up) => match reader.h1(&mut up, response.framing).await {
-            Whole::Body(bytes, reusable) => {
-                if let (true, true, Some(used)) = (reusable, response.keep_alive, &upstream) {
-                    used.check_in(&worker.pool, up);
-                }
-                Ok(bytes)
-            }
-            Whole::TooLarge => Err(ReplyBody::Upstream(up)),
-            Whole::Failed => return Filled::Failed(upstream),
-        },
-        ReplyBody::Stream(stream) => match reader.h2(stream, response.framing).await {
-            Ok(Some(bytes)) => Ok(bytes),
-            Ok(None) => return Filled::Failed(upstream),
-            Err(stream) => Err(ReplyBody::Stream(stream)),
-        },
-        ReplyBody::Local => Ok(Bytes::new()),
-        other => Err(other),
-    };
+    let read = reader.reply_body(&response, body, &upstream).await;
     let body = match read {
         Ok(body) => body,
-        Err(body) => {
+        Err(None) => return Filled::Failed(upstream),
+        Err(Some(body)) => {
             let reply = Reply {
                 head: ReplyHead::Response(response),
                 body,

@@ -2024,6 +2024,33 @@ mod tests {
     }
 
     #[test]
+    fn elasticsearch_search_cache() {
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], search_cache: {{ ttl: 10s }} }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let es = cfg.services[0].elasticsearch.as_ref().unwrap();
+        assert_eq!(
+            es.search_cache,
+            Some(EsSearchCache {
+                ttl: Duration::from_secs(10),
+                max_entries: DEFAULT_ES_SEARCH_CACHE_ENTRIES,
+                max_entry_size: 1 << 20,
+            })
+        );
+        let errs = errors(&format!(
+            "{BASE}services:\n  a: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], search_cache: {{ max_entries: 5 }} }} }}\n  \
+             b: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], search_cache: {{ ttl: 1s, max_entries: 0 }} }} }}\n"
+        ));
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].contains("`search_cache` needs a `ttl`"), "{errs:?}");
+        assert!(errs[1].contains("`search_cache.max_entries`"), "{errs:?}");
+    }
+
+    #[test]
     fn upstream_protocols_match_their_servers() {
         let services =
             "services:\n  s:\n    protocol: h3\n    servers: [{ url: \"http://a:1\" }]\n  \

@@ -389,7 +389,23 @@ pub struct Elasticsearch {
     /// The `Authorization` value every request to the cluster carries (`auth.basic` or
     /// `auth.api_key`), in place of any the client sent; `None`: the client's passes as is.
     pub authorization: Option<String>,
+    /// `_search` answers kept for `ttl`; `None`: not at all.
+    pub search_cache: Option<EsSearchCache>,
 }
+
+/// `services.NAME.elasticsearch.search_cache`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EsSearchCache {
+    /// How long an answer is served from memory.
+    pub ttl: std::time::Duration,
+    /// The most answers kept (the least used go first).
+    pub max_entries: u64,
+    /// Larger answers are relayed, not kept.
+    pub max_entry_size: u64,
+}
+
+pub const DEFAULT_ES_SEARCH_CACHE_ENTRIES: u64 = 10_000;
+pub const DEFAULT_ES_SEARCH_CACHE_ENTRY_SIZE: u64 = 1 << 20;
 
 /// `services.NAME.elasticsearch.spool`.
 #[derive(Debug, Clone, PartialEq, Eq)]

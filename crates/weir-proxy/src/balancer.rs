@@ -81,6 +81,8 @@ pub struct EsService {
     pub cluster: Arc<crate::elasticsearch::routing::ClusterView>,
     /// Its write spool, kept across reloads by the service's name and folder.
     pub spool: Option<Arc<crate::elasticsearch::spool::Spool>>,
+    /// Its search cache, kept across reloads that keep its settings.
+    pub search_cache: Option<Arc<crate::elasticsearch::search_cache::SearchCache>>,
 }
 
 impl EsService {
@@ -101,7 +103,16 @@ impl EsService {
             ),
             None => None,
         };
+        let search_cache = es.search_cache.as_ref().map(|cfg| {
+            use crate::elasticsearch::search_cache::SearchCache;
+            carried
+                .search_caches
+                .get(SearchCache::identity(name, cfg), || {
+                    Arc::new(SearchCache::new(cfg))
+                })
+        });
         Ok(EsService {
+            search_cache,
             bulk: es.bulk.clone(),
             cluster: carried.clusters.get(name.to_string(), Default::default),
             spool,

@@ -66,6 +66,7 @@ pub struct Carried {
     pub caches: Kept<crate::cache::store::Store>,
     pub clusters: Kept<crate::elasticsearch::routing::ClusterView>,
     pub spools: Kept<crate::elasticsearch::spool::Spool>,
+    pub search_caches: Kept<crate::elasticsearch::search_cache::SearchCache>,
 }
 
 impl Carried {
@@ -78,6 +79,7 @@ impl Carried {
             caches: Kept::carrying(previous.map(|p| &p.caches)),
             clusters: Kept::carrying(previous.map(|p| &p.clusters)),
             spools: Kept::carrying(previous.map(|p| &p.spools)),
+            search_caches: Kept::carrying(previous.map(|p| &p.search_caches)),
         }
     }
 
@@ -90,6 +92,7 @@ impl Carried {
             caches: self.caches.finish(),
             clusters: self.clusters.finish(),
             spools: self.spools.finish(),
+            search_caches: self.search_caches.finish(),
         }
     }
 }

@@ -128,7 +128,7 @@ async fn run_route<'r, C: ClientSide>(
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::Proxy(service) => match &service.elasticsearch {
             // Boxed: its state is large, and other requests need not carry it.
-            Some(es) if elasticsearch::has_own_action(head) => {
+            Some(es) if elasticsearch::has_own_action(es, head) => {
                 Box::pin(elasticsearch::serve(worker, service, es, client, head)).await
             }
             _ => upstream::forward(worker, service, client, head, None).await,

@@ -61,32 +61,48 @@ fn heavy_load() -> std::sync::MutexGuard<'static, ()> {
 /// A Python with `opensearch-py`, in a venv made once under /var/cache/weir.
 fn client_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let venv = PathBuf::from("/var/cache/weir/venv-opensearch");
-        let python = venv.join("bin/python3");
-        let ready = venv.join("ready");
-        if !ready.exists() {
-            let _ = std::fs::remove_dir_all(&venv);
-            let made = Command::new("/usr/bin/python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .unwrap();
-            assert!(made.success(), "python3 -m venv");
-            let installed = Command::new(&python)
-                .args(["-m", "pip", "install", "-q", "opensearch-py==2.8.0"])
-                .status()
-                .unwrap();
-            assert!(installed.success(), "pip install opensearch-py");
-            std::fs::write(&ready, "").unwrap();
-        }
-        python
-    })
+    PYTHON.get_or_init(|| venv_with("venv-opensearch", "opensearch-py==2.8.0"))
 }
 
-/// Runs `script` with the venv's Python; its standard output.
+/// A Python with Elastic's own client, `elasticsearch` 7.13 (the last release that talks to
+/// any cluster: later ones refuse an answer without `X-Elastic-Product`, which OpenSearch
+/// never sends).
+fn elastic_python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| venv_with("venv-elasticsearch7", "elasticsearch==7.13.4"))
+}
+
+/// The Python of a venv under /var/cache/weir with `package` installed, made on first use.
+fn venv_with(name: &str, package: &str) -> PathBuf {
+    let venv = PathBuf::from("/var/cache/weir").join(name);
+    let python = venv.join("bin/python3");
+    let ready = venv.join("ready");
+    if !ready.exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        let made = Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success(), "python3 -m venv");
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "-q", package])
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install {package}");
+        std::fs::write(&ready, "").unwrap();
+    }
+    python
+}
+
+/// Runs `script` with opensearch-py's Python; its standard output.
 fn client(script: &str, args: &[&str]) -> String {
-    let out = Command::new(client_python())
+    run_python(client_python(), script, args)
+}
+
+/// Runs `script` with `python`; its standard output.
+fn run_python(python: &PathBuf, script: &str, args: &[&str]) -> String {
+    let out = Command::new(python)
         .arg("-c")
         .arg(script)
         .args(args)
@@ -772,4 +788,120 @@ fn the_services_credentials_go_with_every_request_to_the_cluster() {
         seen.iter().all(|l| *l == &format!("auth: {EXPECTED}")),
         "{log:?}"
     );
+}
+
+/// `POST /cached/_search` with a JSON `body` and `extra` header lines, through `addr`.
+fn search_with(addr: std::net::SocketAddr, target: &str, body: &str, extra: &str) -> Resp {
+    request(
+        addr,
+        &format!(
+            "POST {target} HTTP/1.1\r\nHost: es\r\nContent-Type: application/json\r\n{extra}\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn total_hits(answer: &Resp) -> u64 {
+    answer.json()["hits"]["total"]["value"].as_u64().unwrap()
+}
+
+#[test]
+fn searches_are_answered_from_the_search_cache_for_its_ttl() {
+    let cluster = cluster();
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{}\"]\n      \
+         search_cache: {{ ttl: 4s }}\n",
+        cluster.http[0]
+    ));
+    let (addr, direct) = (weir.addrs["es"], node(cluster));
+    let settings = br#"{"settings":{"number_of_shards":1,"number_of_replicas":0}}"#;
+    assert_eq!(send(direct, "PUT", "/cached", settings).status, 200);
+    let write = |id: u32| {
+        let doc = format!("{{\"n\":{id}}}");
+        let target = format!("/cached/_doc/{id}?refresh=true");
+        assert_eq!(send(direct, "PUT", &target, doc.as_bytes()).status, 201);
+    };
+    write(1);
+    let all = r#"{"query":{"match_all":{}}}"#;
+    // The first search goes to the cluster and is kept, plain even though gzip was welcome.
+    let first = search_with(addr, "/cached/_search", all, "Accept-Encoding: gzip\r\n");
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("cache-status"), Some("weir; fwd=miss; stored"));
+    assert_eq!(first.header("content-encoding"), None);
+    assert_eq!(total_hits(&first), 1);
+    let stored_at = std::time::Instant::now();
+    // A document written behind the cache's back does not show until the ttl is over.
+    write(2);
+    let hit = search_with(addr, "/cached/_search", all, "");
+    assert!(
+        hit.header("cache-status")
+            .is_some_and(|v| v.starts_with("weir; hit; ttl=")),
+        "{:?}",
+        hit.headers
+    );
+    assert!(hit.header("age").is_some());
+    assert_eq!(hit.body, first.body);
+    assert_eq!(hit.header("content-type"), first.header("content-type"));
+    // Another body, or the same search asked by query string, is another entry.
+    let other = search_with(addr, "/cached/_search", r#"{"size":1}"#, "");
+    assert_eq!(other.header("cache-status"), Some("weir; fwd=miss; stored"));
+    assert_eq!(total_hits(&other), 2);
+    let by_query = get(addr, "es", "/cached/_search?q=n:2");
+    assert_eq!(
+        by_query.header("cache-status"),
+        Some("weir; fwd=miss; stored")
+    );
+    assert_eq!(total_hits(&by_query), 1);
+    // `no-cache` asks the cluster, and what it answers is kept for the next search.
+    let fresh = search_with(addr, "/cached/_search", all, "Cache-Control: no-cache\r\n");
+    assert_eq!(fresh.header("cache-status"), Some("weir; fwd=miss; stored"));
+    assert_eq!(total_hits(&fresh), 2);
+    let hit = search_with(addr, "/cached/_search", all, "");
+    assert!(hit.header("cache-status").unwrap().starts_with("weir; hit"));
+    assert_eq!(total_hits(&hit), 2);
+    // A scroll never touches the cache.
+    let scroll = search_with(addr, "/cached/_search?scroll=1m", all, "");
+    assert_eq!((scroll.status, scroll.header("cache-status")), (200, None));
+    // Once the ttl is over, the cluster answers again.
+    assert!(stored_at.elapsed() < std::time::Duration::from_secs(4));
+    std::thread::sleep(std::time::Duration::from_millis(4100));
+    write(3);
+    let after = search_with(addr, "/cached/_search", all, "");
+    assert_eq!(after.header("cache-status"), Some("weir; fwd=miss; stored"));
+    assert_eq!(total_hits(&after), 3);
+}
+
+const ELASTIC_CLIENT: &str = r#"
+import sys
+from elasticsearch import Elasticsearch, helpers
+es = Elasticsearch([sys.argv[1]], timeout=60)
+es.indices.create(index="elastic", body={"settings": {"number_of_shards": 3, "number_of_replicas": 0}})
+es.index(index="elastic", id="first", body={"title": "the first", "n": -1}, refresh=True)
+docs = ({"_index": "elastic", "_id": str(i), "n": i} for i in range(10000))
+ok, errors = helpers.bulk(es, docs, chunk_size=500, raise_on_error=False)
+streamed = sum(1 for good, _ in helpers.streaming_bulk(es, ({"_index": "elastic", "n": i} for i in range(2000)), chunk_size=250) if good)
+es.indices.refresh(index="elastic")
+count = es.count(index="elastic")["count"]
+first = es.get(index="elastic", id="first")["_source"]["title"]
+found = es.search(index="elastic", body={"query": {"term": {"n": 4242}}})["hits"]["hits"][0]["_id"]
+try:
+    es.search(index="never-made")
+    missing = "found"
+except Exception as e:
+    missing = type(e).__name__
+print(ok, len(errors), streamed, count, first, found, missing)
+"#;
+
+#[test]
+fn elastics_own_python_client_indexes_bulks_and_searches_through_weir() {
+    let cluster = cluster();
+    let _alone = heavy_load();
+    let weir = weir_discovering(cluster, "");
+    let url = format!("http://{}", weir.addrs["es"]);
+    let out = run_python(elastic_python(), ELASTIC_CLIENT, &[&url]);
+    assert_eq!(out.trim(), "10000 0 2000 12001 the first 4242 NotFoundError");
 }

@@ -16,7 +16,14 @@ impl Loader<'_> {
         let f = self.fields(
             node,
             "`elasticsearch`",
-            &["hosts", "discovery", "bulk", "spool", "auth"],
+            &[
+                "hosts",
+                "discovery",
+                "bulk",
+                "spool",
+                "auth",
+                "search_cache",
+            ],
         )?;
         match f.get("hosts") {
             Some(list) => {
@@ -115,11 +122,45 @@ impl Loader<'_> {
             }
         }
         let authorization = f.get("auth").and_then(|n| self.es_auth(n));
+        let search_cache = f.get("search_cache").and_then(|n| self.es_search_cache(n));
         Some(Elasticsearch {
             discovery,
             bulk,
             spool,
             authorization,
+            search_cache,
+        })
+    }
+
+    /// `search_cache: { ttl, max_entries: 10000, max_entry_size: 1MiB }`.
+    fn es_search_cache(&mut self, node: &Node) -> Option<EsSearchCache> {
+        let f = self.fields(
+            node,
+            "`search_cache`",
+            &["ttl", "max_entries", "max_entry_size"],
+        )?;
+        let ttl = match f.get("ttl") {
+            Some(n) => self.duration(n, "`search_cache.ttl`")?,
+            None => {
+                self.error(
+                    f.pos,
+                    "`search_cache` needs a `ttl` (how long an answer is served), e.g. `ttl: 10s`",
+                );
+                return None;
+            }
+        };
+        let max_entries = match f.get("max_entries") {
+            Some(n) => self.uint(n, "`search_cache.max_entries`", 1, 1 << 32)?,
+            None => DEFAULT_ES_SEARCH_CACHE_ENTRIES,
+        };
+        let max_entry_size = match f.get("max_entry_size") {
+            Some(n) => self.size(n, "`search_cache.max_entry_size`")?,
+            None => DEFAULT_ES_SEARCH_CACHE_ENTRY_SIZE,
+        };
+        Some(EsSearchCache {
+            ttl,
+            max_entries,
+            max_entry_size,
         })
     }
 

@@ -17,17 +17,17 @@
 use super::ndjson::{self, Action, Item};
 use super::routing::Placement;
 use super::spool::Spool;
-use super::{body_failure, error_type, es_error};
+use super::{body_failure, error_type, es_error, plain_request_head};
 use crate::balancer::{EsService, Service};
 use crate::client::ClientSide;
-use crate::codec::{self, RequestHead};
+use crate::codec::RequestHead;
 use crate::detached::{Detached, Requester};
-use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::reply::{LocalResponse, Reply, ReplyHead};
 use crate::router::query_values;
 use crate::upstream;
-use crate::whole_body::{Reader, Whole};
+use crate::whole_body::Reader;
 use crate::worker::Worker;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -92,7 +92,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     };
     if let [group] = groups.as_slice() {
         // One node takes it all: sent whole, its answer relayed as it comes.
-        let Some(sub_head) = sub_request_head(head, body.len()) else {
+        let Some(sub_head) = plain_request_head(head, body.len()) else {
             return local(es_error(
                 400,
                 "illegal_argument_exception",
@@ -338,35 +338,6 @@ fn index_in_path(path: &str) -> Option<&str> {
     (index != "_bulk" && !index.is_empty()).then_some(index)
 }
 
-/// The head of a request that carries `len` bytes of plain NDJSON: the client's, with its
-/// framing and encodings replaced (the answers must come back plain to be merged).
-fn sub_request_head(head: &RequestHead, len: usize) -> Option<RequestHead> {
-    let mut raw = Vec::with_capacity(512);
-    raw.extend_from_slice(head.method().as_bytes());
-    raw.push(b' ');
-    raw.extend_from_slice(head.target().as_bytes());
-    raw.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in head.head.iter() {
-        let dropped = [
-            "content-length",
-            "transfer-encoding",
-            "content-encoding",
-            "accept-encoding",
-            "expect",
-        ]
-        .iter()
-        .any(|d| name.eq_ignore_ascii_case(d.as_bytes()));
-        if !dropped {
-            codec::header(&mut raw, name, value);
-        }
-    }
-    codec::header(&mut raw, b"content-length", len.to_string().as_bytes());
-    raw.extend_from_slice(b"\r\n");
-    let mut head = codec::parse_request(&mut BytesMut::from(&raw[..])).ok()??;
-    head.http2 = false;
-    Some(head)
-}
-
 /// One group's answer, read whole.
 struct Answer {
     status: u16,
@@ -384,7 +355,7 @@ async fn send_part(
     part: Vec<u8>,
     server: Option<usize>,
 ) -> Answer {
-    let Some(sub_head) = sub_request_head(head, part.len()) else {
+    let Some(sub_head) = plain_request_head(head, part.len()) else {
         return Answer {
             status: 400,
             product: None,
@@ -410,19 +381,7 @@ async fn send_part(
         read_timeout: service.read_timeout,
         max: MAX_ANSWER,
     };
-    let read = match body {
-        ReplyBody::Upstream(mut up) => match reader.h1(&mut up, response.framing).await {
-            Whole::Body(bytes, clean) => {
-                if let (true, true, Some(used)) = (clean, response.keep_alive, &upstream) {
-                    used.check_in(&worker.pool, up);
-                }
-                Some(bytes)
-            }
-            _ => None,
-        },
-        ReplyBody::Stream(stream) => reader.h2(stream, response.framing).await.ok().flatten(),
-        _ => Some(Bytes::new()),
-    };
+    let read = reader.reply_body(&response, body, &upstream).await.ok();
     match read {
         Some(body) => Answer {
             status: response.status,
@@ -631,6 +590,8 @@ fn failure_of(answer: &Answer) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec;
+    use bytes::BytesMut;
 
     fn head(raw: &str) -> RequestHead {
         codec::parse_request(&mut BytesMut::from(raw.as_bytes()))
@@ -654,7 +615,7 @@ mod tests {
     #[test]
     fn a_sub_request_is_plain_with_its_own_length() {
         let client = head("POST /a/_bulk?refresh=wait_for HTTP/1.1\r\nhost: x\r\ncontent-encoding: gzip\r\naccept-encoding: gzip\r\ntransfer-encoding: chunked\r\nx-opaque-id: 7\r\n\r\n");
-        let sub = sub_request_head(&client, 42).unwrap();
+        let sub = plain_request_head(&client, 42).unwrap();
         assert_eq!(sub.target(), "/a/_bulk?refresh=wait_for");
         assert_eq!(sub.framing, codec::Framing::Length(42));
         assert_eq!(sub.head.get("x-opaque-id"), Some(&b"7"[..]));

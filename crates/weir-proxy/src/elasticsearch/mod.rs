@@ -3,7 +3,7 @@
 //! `error.type`, `error.reason` and `status`, so the official clients raise their usual
 //! exception with a readable reason. weir never adds `X-Elastic-Product` to its own answers:
 //! a client checking it must see it is not talking to the cluster. `_bulk` has its own
-//! action (`bulk.rs`), and so have reads with a body (`read.rs`); nodes and shards are found
+//! action (`bulk.rs`), and so have reads with a body and cached searches (`read.rs`); nodes and shards are found
 //! by the control thread (`discovery.rs`, `routing.rs`).
 
 pub mod bulk;
@@ -13,19 +13,23 @@ pub mod node_client;
 pub mod read;
 pub mod replay;
 pub mod routing;
+pub mod search_cache;
 pub mod spool;
 
 use crate::balancer::{EsService, Service};
 use crate::client::ClientSide;
-use crate::codec::RequestHead;
+use crate::codec::{self, RequestHead};
 use crate::reply::{LocalResponse, Reply, ReplyHead};
 use crate::worker::Worker;
+use bytes::BytesMut;
 use std::borrow::Cow;
 
 /// Whether the request has an action of its own on an Elasticsearch service (others are
 /// proxied as on any service).
-pub(crate) fn has_own_action(head: &RequestHead) -> bool {
-    bulk::is_bulk(head) || read::is_read_with_body(head)
+pub(crate) fn has_own_action(es: &EsService, head: &RequestHead) -> bool {
+    bulk::is_bulk(head)
+        || read::is_read_with_body(head)
+        || (es.search_cache.is_some() && search_cache::is_search(head))
 }
 
 /// Runs the request's own action (`has_own_action`).
@@ -39,7 +43,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     if bulk::is_bulk(head) {
         bulk::serve(worker, service, es, client, head).await
     } else {
-        read::serve(worker, service, client, head).await
+        read::serve(worker, service, es, client, head).await
     }
 }
 
@@ -90,6 +94,36 @@ pub(crate) fn body_failure(
         _ => message.to_string(),
     };
     es_error(status, error_type(status), &reason)
+}
+
+/// The head of a request that carries `len` bytes of a plain body: the client's, with its
+/// framing and encodings replaced, so the node's answer comes back plain (to be merged, or
+/// kept for any client).
+pub(crate) fn plain_request_head(head: &RequestHead, len: usize) -> Option<RequestHead> {
+    let mut raw = Vec::with_capacity(512);
+    raw.extend_from_slice(head.method().as_bytes());
+    raw.push(b' ');
+    raw.extend_from_slice(head.target().as_bytes());
+    raw.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in head.head.iter() {
+        let dropped = [
+            "content-length",
+            "transfer-encoding",
+            "content-encoding",
+            "accept-encoding",
+            "expect",
+        ]
+        .iter()
+        .any(|d| name.eq_ignore_ascii_case(d.as_bytes()));
+        if !dropped {
+            codec::header(&mut raw, name, value);
+        }
+    }
+    codec::header(&mut raw, b"content-length", len.to_string().as_bytes());
+    raw.extend_from_slice(b"\r\n");
+    let mut head = codec::parse_request(&mut BytesMut::from(&raw[..])).ok()??;
+    head.http2 = false;
+    Some(head)
 }
 
 /// An error answer in Elasticsearch's form.

@@ -531,20 +531,21 @@ fn a_429_is_passed_back_with_its_retry_after_and_not_retried() {
 /// A one-node cluster of its own, for a test that stops it (`stop`/`start` on the script's
 /// standard input).
 struct OwnCluster {
-    http: u16,
+    /// The nodes' HTTP ports; the first is the one asked directly.
+    http: Vec<u16>,
     stdin: std::process::ChildStdin,
     lines: BufReader<std::process::ChildStdout>,
     _script: Child,
 }
 
 impl OwnCluster {
-    fn start() -> OwnCluster {
+    fn start(nodes: usize) -> OwnCluster {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../scripts/opensearch-cluster"
         );
         let mut child = Command::new(script)
-            .args(["--nodes", "1"])
+            .args(["--nodes", &nodes.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -554,7 +555,12 @@ impl OwnCluster {
         let mut lines = BufReader::new(child.stdout.take().unwrap());
         let started = Self::next_line(&mut lines);
         OwnCluster {
-            http: started["http"][0].as_u64().unwrap() as u16,
+            http: started["http"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_u64().unwrap() as u16)
+                .collect(),
             stdin,
             lines,
             _script: child,
@@ -576,7 +582,7 @@ impl OwnCluster {
     }
 
     fn addr(&self) -> std::net::SocketAddr {
-        format!("127.0.0.1:{}", self.http).parse().unwrap()
+        format!("127.0.0.1:{}", self.http[0]).parse().unwrap()
     }
 
     fn count(&self, index: &str) -> u64 {
@@ -615,7 +621,7 @@ fn outage_bulk(round: usize) -> Vec<u8> {
 
 #[test]
 fn bulks_during_a_cluster_outage_are_spooled_and_replayed_once_across_a_kill_9() {
-    let mut cluster = OwnCluster::start();
+    let mut cluster = OwnCluster::start(1);
     let spool = temp_dir("spool");
     let config = format!(
         "server: {{ workers: 2, admin: {{ address: \"127.0.0.1:0\" }} }}\n\
@@ -624,7 +630,7 @@ fn bulks_during_a_cluster_outage_are_spooled_and_replayed_once_across_a_kill_9()
          services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{}\"]\n      \
          discovery: {{ refresh: 1s }}\n      spool: {{ path: \"{}\" }}\n    \
          timeouts: {{ connect: 1s, request: 5s }}\n",
-        cluster.http,
+        cluster.http[0],
         spool.display()
     );
     let settings = br#"{"settings":{"number_of_shards":2,"number_of_replicas":0}}"#;
@@ -903,5 +909,139 @@ fn elastics_own_python_client_indexes_bulks_and_searches_through_weir() {
     let weir = weir_discovering(cluster, "");
     let url = format!("http://{}", weir.addrs["es"]);
     let out = run_python(elastic_python(), ELASTIC_CLIENT, &[&url]);
-    assert_eq!(out.trim(), "10000 0 2000 12001 the first 4242 NotFoundError");
+    assert_eq!(
+        out.trim(),
+        "10000 0 2000 12001 the first 4242 NotFoundError"
+    );
+}
+
+/// A bulk of `n` documents without ids, numbered from `first` in the field `n`.
+fn numbered_bulk(first: usize, n: usize) -> Vec<u8> {
+    let mut body = String::new();
+    for i in first..first + n {
+        body.push_str(&format!("{{\"create\":{{}}}}\n{{\"n\":{i}}}\n"));
+    }
+    body.into_bytes()
+}
+
+#[test]
+fn a_node_killed_during_a_bulk_load_loses_no_acknowledged_document() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    const BULKS: usize = 120;
+    const DOCS: usize = 50;
+    let mut cluster = OwnCluster::start(3);
+    let spool = temp_dir("kill-spool");
+    let hosts: Vec<String> = cluster
+        .http
+        .iter()
+        .map(|p| format!("\"http://127.0.0.1:{p}\""))
+        .collect();
+    let settings = br#"{"settings":{"number_of_shards":3,"number_of_replicas":1}}"#;
+    assert_eq!(
+        send(cluster.addr(), "PUT", "/survive", settings).status,
+        200
+    );
+    let green = get(
+        cluster.addr(),
+        "es",
+        "/_cluster/health/survive?wait_for_status=green&timeout=60s",
+    );
+    assert_eq!(green.json()["status"], "green", "{}", green.text());
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 2, admin: {{ address: \"127.0.0.1:0\" }} }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [{}]\n      \
+         discovery: {{ refresh: 1s }}\n      spool: {{ path: \"{}\" }}\n    \
+         timeouts: {{ connect: 1s, request: 90s }}\n",
+        hosts.join(", "),
+        spool.display()
+    ));
+    let addr = weir.addrs["es"];
+    // The load: bulks one after another, each item's number kept once the item is
+    // acknowledged (created, or queued in the spool).
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let statuses = Arc::new(Mutex::new(std::collections::BTreeMap::new()));
+    let loader = {
+        let (acked, sent, statuses) = (acked.clone(), sent.clone(), statuses.clone());
+        std::thread::spawn(move || {
+            for round in 0..BULKS {
+                let answer = post(addr, "/survive/_bulk", &numbered_bulk(round * DOCS, DOCS));
+                sent.store(round + 1, Ordering::Relaxed);
+                let Ok(json) = serde_json::from_slice::<serde_json::Value>(&answer.body) else {
+                    *statuses.lock().unwrap().entry(answer.status).or_insert(0) += 1;
+                    continue;
+                };
+                for (i, item) in json["items"].as_array().into_iter().flatten().enumerate() {
+                    let status = item["create"]["status"].as_u64().unwrap_or(0) as u16;
+                    *statuses.lock().unwrap().entry(status).or_insert(0) += 1;
+                    if status == 201 || status == 202 {
+                        acked.lock().unwrap().push(round * DOCS + i);
+                    }
+                }
+            }
+        })
+    };
+    // A node dies with the load a sixth of the way through.
+    while sent.load(Ordering::Relaxed) < BULKS / 6 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let acked_before = acked.lock().unwrap().len();
+    assert_eq!(cluster.command("kill 2")["killed"], 2);
+    loader.join().unwrap();
+    let statuses = statuses.lock().unwrap().clone();
+    // Whatever was queued is replayed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while spool_metrics(&weir)["weir_es_spool_requests"] > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spool did not drain"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // Only bulks with a part the dead node failed were queued: the others waited for the
+    // replay to catch up and went to the cluster (all 100 after the kill queued without that).
+    let spooled = spool_metrics(&weir)["weir_es_spool_appended_total"];
+    assert!(spooled < (BULKS / 4) as f64, "{spooled} bulks spooled");
+    // Drained, the cluster takes bulks directly again, with a node fewer.
+    let after = post(addr, "/survive/_bulk", &numbered_bulk(BULKS * DOCS, DOCS));
+    assert_eq!(after.status, 200, "{}", after.text());
+    assert_eq!(after.json()["items"][0]["create"]["status"], 201);
+    let acked = acked.lock().unwrap().clone();
+    eprintln!(
+        "{} of {} documents acknowledged ({acked_before} before the kill); item statuses {statuses:?}; spool {:?}",
+        acked.len(),
+        BULKS * DOCS,
+        spool_metrics(&weir)
+    );
+    assert!(
+        acked.len() > acked_before + BULKS * DOCS / 2,
+        "{statuses:?}"
+    );
+    // Every acknowledged document is there, and none is there twice.
+    let _ = get(cluster.addr(), "es", "/survive/_refresh");
+    let present = send(
+        cluster.addr(),
+        "POST",
+        "/survive/_count",
+        serde_json::json!({ "query": { "terms": { "n": acked } } })
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(present.json()["count"], acked.len(), "{}", present.text());
+    let twice = send(
+        cluster.addr(),
+        "POST",
+        "/survive/_search",
+        br#"{"size":0,"aggs":{"twice":{"terms":{"field":"n","min_doc_count":2,"size":10}}}}"#,
+    );
+    assert_eq!(
+        twice.json()["aggregations"]["twice"]["buckets"],
+        serde_json::json!([]),
+        "{}",
+        twice.text()
+    );
+    assert!(!spool.join("dead-letter.ndjson").exists());
 }

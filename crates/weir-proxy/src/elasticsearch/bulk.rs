@@ -36,6 +36,7 @@ use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 use weir_config::BulkRoute;
 
 /// Whether the request is a `_bulk` (`/_bulk`, `/INDEX/_bulk`, `/INDEX/TYPE/_bulk`).
@@ -79,8 +80,14 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         Err(malformed) => return local(es_error(400, malformed.kind, &malformed.reason)),
     };
     if let Some(spool) = spool.filter(|s| s.depth() > 0) {
-        // Writes keep their order: nothing overtakes what waits.
-        return queue_whole(spool, head, &body, &items).await;
+        // Writes keep their order: nothing overtakes what waits. Unless the cluster is known
+        // to be away, a bulk waits a moment for the replay to empty the queue (`caught_up`).
+        if !spool
+            .caught_up(client.watch(), &worker.clock, CATCH_UP_WAIT)
+            .await
+        {
+            return queue_whole(spool, head, &body, &items).await;
+        }
     }
     let from = Requester::of(client);
     let groups = match es.bulk.route {
@@ -123,6 +130,9 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     }
     merge(head, &items, &groups, parts)
 }
+
+/// The longest a bulk waits for a draining spool to empty before it joins the queue.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 
 /// What became of one group.
 enum Part {

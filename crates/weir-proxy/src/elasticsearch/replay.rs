@@ -113,7 +113,11 @@ pub async fn replay(
             };
         }
         applied += 1;
+        spool.replay_went(true);
     };
+    if let Replayed::Later { .. } = &outcome {
+        spool.replay_went(false);
+    }
     if let Replayed::Drained { applied } = &outcome {
         if *applied > 0 {
             eprintln!("weir: service `{service}`: spool drained, {applied} request(s) replayed");

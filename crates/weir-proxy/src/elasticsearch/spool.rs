@@ -17,6 +17,7 @@
 //!   check`, or the new process of a binary upgrade while the old one drains) leaves the files
 //!   alone; the control thread takes the spool over once the lock is free.
 
+use crate::conn::watch::{Clock, ConnWatch, Waiting};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const MAGIC: &[u8; 4] = b"WSPL";
 const HEADER: usize = 20;
@@ -51,6 +52,11 @@ pub struct Spool {
     writer: OnceLock<Mutex<Sender<Append>>>,
     /// A replay is under way (the control thread runs one at a time).
     pub replaying: AtomicBool,
+    /// The replay's last try failed (the cluster is still away): a new bulk joins the queue
+    /// at once, instead of waiting for the queue to empty.
+    failing: AtomicBool,
+    /// Woken when the queue empties or a replay try fails.
+    changed: tokio::sync::Notify,
     /// The `lock` file, once this process holds it (and has read what waits).
     owner: Mutex<Option<File>>,
 }
@@ -122,6 +128,8 @@ impl Spool {
             appended: AtomicU64::new(0),
             replayed: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
+            changed: tokio::sync::Notify::new(),
             state: Mutex::new(State::default()),
             writer: OnceLock::new(),
             replaying: AtomicBool::new(false),
@@ -248,6 +256,43 @@ impl Spool {
     /// The oldest request waiting.
     pub fn front(&self) -> Option<Record> {
         self.lock().waiting.front().cloned()
+    }
+
+    /// Records how the replay's last try went: applied, or failed (waiters then hear it).
+    pub fn replay_went(&self, applied: bool) {
+        let was_failing = self.failing.swap(!applied, Ordering::AcqRel);
+        if !applied && !was_failing {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Waits, at most `limit` (under the client's `watch`), for the queue to empty: true once
+    /// it is empty. False at once while the replay's last try failed (the cluster is still
+    /// away), or when `limit` passes first. While the replay has not tried yet, or is applying
+    /// the queue, a bulk waits rather than joins the queue, so a steady load after a short
+    /// failure goes back to the cluster instead of queueing for good.
+    pub async fn caught_up(&self, watch: &ConnWatch, clock: &Clock, limit: Duration) -> bool {
+        let deadline = clock.now() + limit;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            // Registered before the checks, so a wake between them is not missed.
+            notified.as_mut().enable();
+            if self.depth() == 0 {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(clock.now());
+            if self.failing.load(Ordering::Acquire) || left.is_zero() {
+                return false;
+            }
+            if watch
+                .within(clock, Waiting::ResponseHead, left, notified)
+                .await
+                .is_err()
+            {
+                return self.depth() == 0;
+            }
+        }
     }
 
     /// How long the oldest request has waited, in seconds (0 when none waits).
@@ -468,6 +513,9 @@ impl Spool {
         }
         self.depth.store(state.waiting.len(), Ordering::Relaxed);
         self.remove_applied_segments(&mut state);
+        if state.waiting.is_empty() {
+            self.changed.notify_waiters();
+        }
         Ok(())
     }
 

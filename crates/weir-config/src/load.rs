@@ -1934,13 +1934,16 @@ mod tests {
         assert_eq!(es.elasticsearch.as_ref().unwrap().bulk, EsBulk::default());
         let cfg = load_str(
             &format!(
-                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: none, max_body: 1MiB }} }} }}\n"
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: none, max_body: 1MiB, batch: false }} }} }}\n"
             ),
             "t.yaml",
         )
         .unwrap();
         let bulk = &cfg.services[0].elasticsearch.as_ref().unwrap().bulk;
-        assert_eq!((bulk.route, bulk.max_body), (BulkRoute::None, 1 << 20));
+        assert_eq!(
+            (bulk.route, bulk.max_body, bulk.batch),
+            (BulkRoute::None, 1 << 20, false)
+        );
         let errs = errors(&format!(
             "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: shard }} }} }}\n"
         ));

@@ -428,6 +428,8 @@ pub struct EsBulk {
     pub route: BulkRoute,
     /// The largest body accepted (after `Content-Encoding: gzip` is undone); larger gets 413.
     pub max_body: u64,
+    /// Concurrent bulks' parts for the same node go as one request while one is in flight.
+    pub batch: bool,
 }
 
 impl Default for EsBulk {
@@ -435,6 +437,7 @@ impl Default for EsBulk {
         EsBulk {
             route: BulkRoute::Node,
             max_body: 100 << 20,
+            batch: true,
         }
     }
 }

@@ -1045,3 +1045,101 @@ fn a_node_killed_during_a_bulk_load_loses_no_acknowledged_document() {
     );
     assert!(!spool.join("dead-letter.ndjson").exists());
 }
+
+/// A scripted node whose `_bulk` answers take `delay`: each request's item count is noted
+/// (`items N`), and each item is answered 201 with its own `_id`.
+fn slow_bulk_node(delay: std::time::Duration) -> RawUpstream {
+    RawUpstream::start(move |conn| {
+        while let Some(head) = conn.read_head() {
+            let length: usize = header_value(&head, "content-length")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let body = conn.read_body(length);
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let items: Vec<String> = text
+                .lines()
+                .step_by(2)
+                .map(|action| {
+                    let action: serde_json::Value = serde_json::from_str(action).unwrap();
+                    let id = action["create"]["_id"].clone();
+                    serde_json::json!({ "create": { "_id": id, "status": 201 } }).to_string()
+                })
+                .collect();
+            conn.note(&format!("items {}", items.len()));
+            std::thread::sleep(delay);
+            let answer = format!(
+                r#"{{"took":3,"errors":false,"items":[{}]}}"#,
+                items.join(",")
+            );
+            conn.write(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            );
+        }
+    })
+}
+
+#[test]
+fn concurrent_bulks_for_one_node_go_in_one_request_while_one_is_in_flight() {
+    let node = slow_bulk_node(std::time::Duration::from_millis(400));
+    let config = |batch: bool| {
+        format!(
+            "server: {{ workers: 1 }}\n\
+             entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+             routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+             services:\n  es:\n    elasticsearch:\n      hosts: [\"{}\"]\n      \
+             discovery: {{ enabled: false }}\n      bulk: {{ route: none, batch: {batch} }}\n",
+            node.url()
+        )
+    };
+    let load = |weir: &Weir| {
+        let addr = weir.addrs["es"];
+        // The first bulk goes alone; the next ten arrive while it is in flight.
+        let first = std::thread::spawn(move || {
+            post(
+                addr,
+                "/logs/_bulk",
+                b"{\"create\":{\"_id\":\"first\"}}\n{}\n",
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let others: Vec<_> = (0..10)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let body = format!(
+                        "{{\"create\":{{\"_id\":\"a{i}\"}}}}\n{{}}\n{{\"create\":{{\"_id\":\"b{i}\"}}}}\n{{}}\n"
+                    );
+                    (i, post(addr, "/logs/_bulk", body.as_bytes()))
+                })
+            })
+            .collect();
+        let first = first.join().unwrap();
+        assert_eq!(first.json()["items"][0]["create"]["_id"], "first");
+        for other in others {
+            let (i, answer) = other.join().unwrap();
+            assert_eq!(answer.status, 200, "{}", answer.text());
+            let json = answer.json();
+            // Each client gets its own items back, in its order, and nobody else's.
+            let ids: Vec<&str> = json["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|item| item["create"]["_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(ids, [format!("a{i}"), format!("b{i}")]);
+            assert_eq!(json["errors"], false);
+        }
+    };
+    let weir = Weir::start(&config(true));
+    load(&weir);
+    assert_eq!(node.count("items "), 2, "{:?}", node.log());
+    assert_eq!(node.count("items 20"), 1, "{:?}", node.log());
+    drop(weir);
+    // With `batch: false`, each bulk is a request of its own.
+    let weir = Weir::start(&config(false));
+    load(&weir);
+    assert_eq!(node.count("items "), 2 + 11, "{:?}", node.log());
+}

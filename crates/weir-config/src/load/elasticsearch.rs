@@ -66,7 +66,12 @@ impl Loader<'_> {
         }
         let mut bulk = EsBulk::default();
         if let Some(b) = f.get("bulk") {
-            let b = self.fields(b, "`bulk`", &["route", "max_body"])?;
+            let b = self.fields(b, "`bulk`", &["route", "max_body", "batch"])?;
+            if let Some(n) = b.get("batch") {
+                if let Some(batch) = self.boolean(n, "`bulk.batch`") {
+                    bulk.batch = batch;
+                }
+            }
             if let Some(n) = b.get("route") {
                 match self.string(n, "`bulk.route`").as_deref() {
                     Some("node") => bulk.route = BulkRoute::Node,

@@ -14,6 +14,7 @@
 //! `X-Weir-Spool-Id`; while anything waits in the spool, every bulk joins the queue, so writes
 //! keep their order.
 
+use super::batch::{self, Joined};
 use super::ndjson::{self, Action, Item};
 use super::routing::Placement;
 use super::spool::Spool;
@@ -34,6 +35,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::io::Read;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -49,8 +51,8 @@ pub(crate) fn is_bulk(head: &RequestHead) -> bool {
 
 /// Runs the `_bulk` action.
 pub(crate) async fn serve<'r, C: ClientSide>(
-    worker: &Worker,
-    service: &'r Service,
+    worker: &Rc<Worker>,
+    service: &'r Arc<Service>,
     es: &EsService,
     client: &mut C,
     head: &RequestHead,
@@ -97,8 +99,23 @@ pub(crate) async fn serve<'r, C: ClientSide>(
             items: (0..items.len()).collect(),
         }],
     };
+    let batching = es.bulk.batch && splittable(head);
     if let [group] = groups.as_slice() {
-        // One node takes it all: sent whole, its answer relayed as it comes.
+        // One node takes it all: sent whole, its answer relayed as it comes; or, with a
+        // request to that node in flight, in the next batch.
+        let joined = batching.then(|| {
+            let request = (head, &from);
+            batch::join(worker, service, group.server, request, &body, items.len())
+        });
+        let turn = match joined {
+            Some(Joined::Member(answered)) => {
+                let answer = answered.await.unwrap_or_else(|_| batch::lost());
+                let parts = vec![Part::Answered(answer)];
+                return settle(spool, head, &body, &items, &groups, parts).await;
+            }
+            Some(Joined::First(turn)) => Some(turn),
+            None => None,
+        };
         let Some(sub_head) = plain_request_head(head, body.len()) else {
             return local(es_error(
                 400,
@@ -108,6 +125,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         };
         let mut sender = Detached::new(worker, from, body.clone());
         let reply = upstream::forward(worker, service, &mut sender, &sub_head, group.server).await;
+        drop(turn);
         return match spool {
             Some(spool) if cluster_unavailable(reply_status(&reply)) => {
                 drop(reply);
@@ -121,14 +139,47 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         for &i in &group.items {
             part.extend_from_slice(&body[items[i].lines.clone()]);
         }
-        send_part(worker, service, from.clone(), head, part, group.server)
+        let joined = batching.then(|| {
+            let request = (head, &from);
+            batch::join(
+                worker,
+                service,
+                group.server,
+                request,
+                &part,
+                group.items.len(),
+            )
+        });
+        let from = from.clone();
+        async move {
+            match joined {
+                Some(Joined::Member(answered)) => answered.await.unwrap_or_else(|_| batch::lost()),
+                turn => {
+                    let answer = send_part(worker, service, from, head, part, group.server).await;
+                    drop(turn);
+                    answer
+                }
+            }
+        }
     });
     let answers = join_all(sends.collect()).await;
-    let mut parts: Vec<Part> = answers.into_iter().map(Part::Answered).collect();
+    let parts: Vec<Part> = answers.into_iter().map(Part::Answered).collect();
+    settle(spool, head, &body, &items, &groups, parts).await
+}
+
+/// The groups' answers: those the cluster could not take spooled (with a spool), then merged.
+async fn settle<'r>(
+    spool: Option<&Arc<Spool>>,
+    head: &RequestHead,
+    body: &[u8],
+    items: &[Item<'_>],
+    groups: &[Group],
+    mut parts: Vec<Part>,
+) -> Reply<'r> {
     if let Some(spool) = spool {
-        queue_unavailable(spool, head, &body, &items, &groups, &mut parts).await;
+        queue_unavailable(spool, head, body, items, groups, &mut parts).await;
     }
-    merge(head, &items, &groups, parts)
+    merge(head, items, groups, parts)
 }
 
 /// The longest a bulk waits for a draining spool to empty before it joins the queue.
@@ -349,15 +400,15 @@ fn index_in_path(path: &str) -> Option<&str> {
 }
 
 /// One group's answer, read whole.
-struct Answer {
-    status: u16,
+pub(super) struct Answer {
+    pub(super) status: u16,
     /// `X-Elastic-Product`, passed on in the merged answer.
-    product: Option<Bytes>,
-    body: Bytes,
+    pub(super) product: Option<Bytes>,
+    pub(super) body: Bytes,
 }
 
 /// Sends one group's part to its server and reads the answer whole.
-async fn send_part(
+pub(super) async fn send_part(
     worker: &Worker,
     service: &Service,
     from: Requester,
@@ -408,7 +459,7 @@ async fn send_part(
 /// The largest node answer read for a merge.
 const MAX_ANSWER: u64 = 256 << 20;
 
-fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
+pub(super) fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
     let reason = String::from_utf8_lossy(reason);
     let answer = es_error(status, error_type(status), reason.trim_end());
     Answer {

@@ -6,6 +6,7 @@
 //! action (`bulk.rs`), and so have reads with a body and cached searches (`read.rs`); nodes and shards are found
 //! by the control thread (`discovery.rs`, `routing.rs`).
 
+pub mod batch;
 pub mod bulk;
 pub mod discovery;
 pub mod ndjson;
@@ -23,6 +24,8 @@ use crate::reply::{LocalResponse, Reply, ReplyHead};
 use crate::worker::Worker;
 use bytes::BytesMut;
 use std::borrow::Cow;
+use std::rc::Rc;
+use std::sync::Arc;
 
 /// Whether the request has an action of its own on an Elasticsearch service (others are
 /// proxied as on any service).
@@ -34,8 +37,8 @@ pub(crate) fn has_own_action(es: &EsService, head: &RequestHead) -> bool {
 
 /// Runs the request's own action (`has_own_action`).
 pub(crate) async fn serve<'r, C: ClientSide>(
-    worker: &Worker,
-    service: &'r Service,
+    worker: &Rc<Worker>,
+    service: &'r Arc<Service>,
     es: &EsService,
     client: &mut C,
     head: &RequestHead,

@@ -59,11 +59,21 @@ pub(super) enum Joined {
     Member(oneshot::Receiver<Answer>),
 }
 
-/// A request in flight in a lane; dropped once it is answered, which sends what waits.
+/// A request in flight in a lane. `finish` it once it is answered: what waits behind it goes
+/// then. Dropped unfinished (its exchange was given up), the waiting parts are answered as
+/// lost rather than sent from wherever the drop happens.
 pub(super) struct Turn {
     worker: Rc<Worker>,
     service: Arc<Service>,
     key: LaneKey,
+    finished: bool,
+}
+
+impl Turn {
+    /// The request was answered: the next batch (if any) goes now, on a task of this worker.
+    pub(super) fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for Turn {
@@ -75,15 +85,20 @@ impl Drop for Turn {
             };
             lane.in_flight = lane.in_flight.saturating_sub(1);
             let next = lane.pending.take();
-            if next.is_some() {
+            if next.is_some() && self.finished {
                 lane.in_flight += 1;
             } else if lane.in_flight == 0 {
                 lanes.remove(&self.key);
             }
             next
         };
-        if let Some(pending) = next {
-            dispatch(&self.worker, &self.service, self.key.clone(), pending);
+        match next {
+            // Spawned only from a finished turn: an exchange on the worker's task set.
+            Some(pending) if self.finished => {
+                dispatch(&self.worker, &self.service, self.key.clone(), pending)
+            }
+            // Its members' answers are dropped: each gets `lost`.
+            _ => {}
         }
     }
 }
@@ -112,6 +127,7 @@ pub(super) fn join(
                 worker: worker.clone(),
                 service: service.clone(),
                 key,
+                finished: false,
             });
         }
         let pending = lane.pending.get_or_insert_with(|| Pending {
@@ -144,6 +160,7 @@ fn dispatch(worker: &Rc<Worker>, service: &Arc<Service>, key: LaneKey, batch: Pe
         worker: worker.clone(),
         service: service.clone(),
         key,
+        finished: false,
     };
     tokio::task::spawn_local(async move {
         let Pending {
@@ -162,7 +179,7 @@ fn dispatch(worker: &Rc<Worker>, service: &Arc<Service>, key: LaneKey, batch: Pe
         )
         .await;
         // What waits behind goes now, while the answer is shared out.
-        drop(turn);
+        turn.finish();
         let sizes: Vec<usize> = members.iter().map(|(items, _)| *items).collect();
         for ((_, member), share) in members.into_iter().zip(shares(&answer, &sizes)) {
             let _ = member.send(share);

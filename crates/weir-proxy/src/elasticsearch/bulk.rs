@@ -125,7 +125,9 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         };
         let mut sender = Detached::new(worker, from, body.clone());
         let reply = upstream::forward(worker, service, &mut sender, &sub_head, group.server).await;
-        drop(turn);
+        if let Some(turn) = turn {
+            turn.finish();
+        }
         return match spool {
             Some(spool) if cluster_unavailable(reply_status(&reply)) => {
                 drop(reply);
@@ -156,7 +158,9 @@ pub(crate) async fn serve<'r, C: ClientSide>(
                 Some(Joined::Member(answered)) => answered.await.unwrap_or_else(|_| batch::lost()),
                 turn => {
                     let answer = send_part(worker, service, from, head, part, group.server).await;
-                    drop(turn);
+                    if let Some(Joined::First(turn)) = turn {
+                        turn.finish();
+                    }
                     answer
                 }
             }

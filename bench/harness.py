@@ -755,25 +755,36 @@ def scenario_es(ctx):
         es_call(node, "POST", "/test/_bulk?refresh=true", "\n".join(lines) + "\n", "application/x-ndjson")
         es_call(node, "PUT", "/loadgen_test",
                 '{"settings": {"number_of_shards": 3, "number_of_replicas": 0, "refresh_interval": "10s"}}')
-        ng_port, we_port, wn_port = (free_port() for _ in range(3))
+        ng_port, we_port, wn_port, wu_port, ws_port = (free_port() for _ in range(5))
         conns = 100
         servers = " ".join(f"server 127.0.0.1:{p};" for p in nodes)
         ng = start_nginx("nginx-es", ng_port, f"""  upstream up {{ {servers} keepalive 300; keepalive_requests 1000000; keepalive_timeout 75s; }}
   client_max_body_size 100m; client_body_buffer_size 4m;
   server {{ listen 127.0.0.1:{ng_port} backlog=4096; location / {{ {NGINX_PROXY_LOC} }} }}""", ctx.proxy_cpus)
         procs.append(ng)
-        def weir_es(port, bulk):
+        def weir_es(port, bulk, extra=""):
             return weir_yaml(port, WEIR_CATCH_ALL.replace("service: up", "service: es"), f"""services:
   es:
     elasticsearch:
       hosts: ["http://127.0.0.1:{node}"]
-      bulk: {{ route: {bulk} }}
-    keepalive: {{ max_idle_per_server: 300, idle_timeout: 75s }}
+      bulk: {{ {bulk} }}
+{extra}    keepalive: {{ max_idle_per_server: 300, idle_timeout: 75s }}
 """)
-        we = start_weir(ctx.weir, "weir-es", we_port, weir_es(we_port, "node"), ctx.proxy_cpus)
+        we = start_weir(ctx.weir, "weir-es", we_port, weir_es(we_port, "route: node"), ctx.proxy_cpus)
         procs.append(we)
-        wn = start_weir(ctx.weir, "weir-es-whole", wn_port, weir_es(wn_port, "none"), ctx.proxy_cpus)
+        wn = start_weir(ctx.weir, "weir-es-whole", wn_port, weir_es(wn_port, "route: none"), ctx.proxy_cpus)
         procs.append(wn)
+        # The bulk scenarios also run weir without batching, and with the write spool on (a
+        # healthy cluster: what having it costs).
+        wu = start_weir(ctx.weir, "weir-es-unbatched", wu_port,
+                        weir_es(wu_port, "route: node, batch: false"), ctx.proxy_cpus)
+        procs.append(wu)
+        spool_dir = os.path.join(WORK, f"es-spool-{os.getpid()}")
+        shutil.rmtree(spool_dir, ignore_errors=True)
+        ws = start_weir(ctx.weir, "weir-es-spool", ws_port,
+                        weir_es(ws_port, "route: node", f"      spool: {{ path: {spool_dir} }}\n"),
+                        ctx.proxy_cpus)
+        procs.append(ws)
         time.sleep(2)  # the nodes discovered, the shard map built
         # Warm the nodes' JIT (C1 only, see scripts/opensearch-cluster) before anything counts.
         for port in nodes:
@@ -797,7 +808,10 @@ def scenario_es(ctx):
             bulk_conns = 16
             measure = lambda url, proc: run_wrk(url, bulk_conns, ctx.duration, es_bulk_script(docs),
                                                 ctx.load_cpus, proc)
-            res = interleave(f"es-bulk-{docs}", targets("/_bulk"), measure, ctx.rounds)
+            bulk_targets = targets("/_bulk") + [
+                ("weir-unbatched", wu, f"http://127.0.0.1:{wu_port}/_bulk"),
+                ("weir-spool", ws, f"http://127.0.0.1:{ws_port}/_bulk")]
+            res = interleave(f"es-bulk-{docs}", bulk_targets, measure, ctx.rounds)
             for name, m in res.items():
                 if not name.startswith("_"):
                     m["docs_per_s"] = m["rps"] * docs
@@ -1336,7 +1350,8 @@ def table(res):
 def ratios(res):
     lines = []
     w = res.get("weir")
-    for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none"):
+    for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none",
+                 "weir-unbatched", "weir-spool"):
         p = res.get(peer)
         if not w or not p:
             continue

@@ -32,7 +32,7 @@ use std::sync::Arc;
 pub(crate) fn has_own_action(es: &EsService, head: &RequestHead) -> bool {
     bulk::is_bulk(head)
         || read::is_read_with_body(head)
-        || (es.search_cache.is_some() && search_cache::is_search(head))
+        || (es.search_cache.is_some() && search_cache::is_search(head) && read::kept_whole(head))
 }
 
 /// Runs the request's own action (`has_own_action`).

@@ -23,9 +23,20 @@ pub const MAX_READ_BODY: u64 = 16 << 20;
 
 /// Whether the request is a read whose body is worth keeping.
 pub(crate) fn is_read_with_body(head: &RequestHead) -> bool {
-    matches!(head.framing, Framing::Length(n) if n > 0 && n <= MAX_READ_BODY)
+    matches!(head.framing, Framing::Length(n) if n > 0)
+        && kept_whole(head)
         && matches!(head.method(), "GET" | "POST")
         && is_read_path(head.path())
+}
+
+/// Whether the request's body (if any) is small enough, and of a known length, to be read
+/// into memory first: larger or chunked bodies are relayed as they come.
+pub(crate) fn kept_whole(head: &RequestHead) -> bool {
+    match head.framing {
+        Framing::None => true,
+        Framing::Length(n) => n <= MAX_READ_BODY,
+        Framing::Chunked | Framing::UntilClose => false,
+    }
 }
 
 fn is_read_path(path: &str) -> bool {

@@ -84,10 +84,15 @@ impl Drop for Turn {
                 return;
             };
             lane.in_flight = lane.in_flight.saturating_sub(1);
-            let next = lane.pending.take();
+            // Unfinished, the batch waits for another request in flight, if there is one.
+            let next = if self.finished || lane.in_flight == 0 {
+                lane.pending.take()
+            } else {
+                None
+            };
             if next.is_some() && self.finished {
                 lane.in_flight += 1;
-            } else if lane.in_flight == 0 {
+            } else if lane.in_flight == 0 && lane.pending.is_none() {
                 lanes.remove(&self.key);
             }
             next
@@ -118,7 +123,7 @@ pub(super) fn join(
         target: head.target().into(),
         authorization: head.head.get("authorization").map(Bytes::copy_from_slice),
     };
-    let full = {
+    let (batch, answered) = {
         let mut lanes = worker.bulk_lanes.0.borrow_mut();
         let lane = lanes.entry(key.clone()).or_default();
         if lane.in_flight == 0 {
@@ -146,7 +151,6 @@ pub(super) fn join(
         }
         (batch, answered)
     };
-    let (batch, answered) = full;
     if let Some(batch) = batch {
         dispatch(worker, service, key, batch);
     }
@@ -191,6 +195,7 @@ fn dispatch(worker: &Rc<Worker>, service: &Arc<Service>, key: LaneKey, batch: Pe
 #[derive(Deserialize)]
 struct BatchAnswer<'a> {
     took: u64,
+    errors: bool,
     #[serde(borrow)]
     items: Vec<&'a RawValue>,
 }
@@ -214,6 +219,10 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
             })
             .collect()
     };
+    if sizes.len() == 1 {
+        // A batch of one: its answer is the member's as it came.
+        return whole();
+    }
     let total: usize = sizes.iter().sum();
     let parsed = match serde_json::from_slice::<BatchAnswer>(&answer.body) {
         Ok(parsed) if answer.status == 200 && parsed.items.len() == total => parsed,
@@ -224,11 +233,13 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
         .iter()
         .map(|&n| {
             let mine: Vec<&&RawValue> = items.by_ref().take(n).collect();
-            let errors = mine.iter().any(|item| {
-                serde_json::from_str::<HashMap<&str, ItemStatus>>(item.get())
-                    .map(|actions| actions.values().any(|a| a.status >= 300))
-                    .unwrap_or(true)
-            });
+            // Items are read only when the batch had an error: which member's was it?
+            let errors = parsed.errors
+                && mine.iter().any(|item| {
+                    serde_json::from_str::<HashMap<&str, ItemStatus>>(item.get())
+                        .map(|actions| actions.values().any(|a| a.status >= 300))
+                        .unwrap_or(true)
+                });
             let mut body =
                 Vec::with_capacity(48 + mine.iter().map(|i| i.get().len() + 1).sum::<usize>());
             body.extend_from_slice(
@@ -257,6 +268,7 @@ pub(super) fn lost() -> Answer {
 
 #[cfg(test)]
 mod tests {
+    use super::shares as shares_of;
     use super::*;
 
     fn answer(status: u16, body: &str) -> Answer {
@@ -287,6 +299,16 @@ mod tests {
         assert!(shares
             .iter()
             .all(|s| s.status == 200 && s.product.is_some()));
+        // Without an error in the batch, nobody has one; a batch of one is passed as it came.
+        let clean = answer(
+            200,
+            r#"{"took":2,"errors":false,"items":[{"index":{"status":201}},{"index":{"status":201}}]}"#,
+        );
+        for share in shares_of(&clean, &[1, 1]) {
+            let body: serde_json::Value = serde_json::from_slice(&share.body).unwrap();
+            assert_eq!(body["errors"], false);
+        }
+        assert_eq!(shares_of(&clean, &[2])[0].body, clean.body);
     }
 
     #[test]

@@ -94,8 +94,6 @@ pub struct Worker {
     pub listeners: RefCell<HashMap<usize, Rc<Notify>>>,
     /// Access-log lines not written yet (`accesslog.rs`), written at the latest on the next tick.
     pub log_lines: RefCell<Vec<u8>>,
-    /// `_bulk` requests in flight and the batches waiting behind them (`elasticsearch/batch.rs`).
-    pub bulk_lanes: crate::elasticsearch::batch::Lanes,
 }
 
 impl Worker {
@@ -126,7 +124,6 @@ impl Worker {
             metrics,
             listeners: RefCell::default(),
             log_lines: RefCell::default(),
-            bulk_lanes: Default::default(),
         })
     }
 

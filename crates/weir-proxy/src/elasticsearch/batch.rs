@@ -7,7 +7,7 @@
 //! requests carry more documents per second. The batch goes with the first waiting part's
 //! head (its `X-Opaque-Id`, its forwarded-for address).
 
-use super::bulk::{send_part, weirs_answer, Answer};
+use super::part::{send_part, weirs_answer, Answer};
 use crate::balancer::Service;
 use crate::codec::RequestHead;
 use crate::detached::Requester;
@@ -24,9 +24,11 @@ use tokio::sync::oneshot;
 /// A pending batch past this size is sent at once, beside the request in flight.
 const MAX_BATCH_BYTES: usize = 16 << 20;
 
-/// The worker's lanes: one per service, node, target and credentials with a request in flight.
-#[derive(Default)]
-pub struct Lanes(RefCell<HashMap<LaneKey, Lane>>);
+thread_local! {
+    /// This worker thread's lanes: one per service, node, target and credentials with a
+    /// request in flight. A worker is one thread, and its batches never leave it.
+    static LANES: RefCell<HashMap<LaneKey, Lane>> = RefCell::default();
+}
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct LaneKey {
@@ -78,11 +80,8 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let next = {
-            let mut lanes = self.worker.bulk_lanes.0.borrow_mut();
-            let Some(lane) = lanes.get_mut(&self.key) else {
-                return;
-            };
+        let next = LANES.with_borrow_mut(|lanes| {
+            let lane = lanes.get_mut(&self.key)?;
             lane.in_flight = lane.in_flight.saturating_sub(1);
             // Unfinished, the batch waits for another request in flight, if there is one.
             let next = if self.finished || lane.in_flight == 0 {
@@ -96,7 +95,7 @@ impl Drop for Turn {
                 lanes.remove(&self.key);
             }
             next
-        };
+        });
         match next {
             // Spawned only from a finished turn: an exchange on the worker's task set.
             Some(pending) if self.finished => {
@@ -123,17 +122,11 @@ pub(super) fn join(
         target: head.target().into(),
         authorization: head.head.get("authorization").map(Bytes::copy_from_slice),
     };
-    let (batch, answered) = {
-        let mut lanes = worker.bulk_lanes.0.borrow_mut();
+    let joined = LANES.with_borrow_mut(|lanes| {
         let lane = lanes.entry(key.clone()).or_default();
         if lane.in_flight == 0 {
             lane.in_flight = 1;
-            return Joined::First(Turn {
-                worker: worker.clone(),
-                service: service.clone(),
-                key,
-                finished: false,
-            });
+            return None;
         }
         let pending = lane.pending.get_or_insert_with(|| Pending {
             head: head.clone(),
@@ -149,7 +142,15 @@ pub(super) fn join(
         if batch.is_some() {
             lane.in_flight += 1;
         }
-        (batch, answered)
+        Some((batch, answered))
+    });
+    let Some((batch, answered)) = joined else {
+        return Joined::First(Turn {
+            worker: worker.clone(),
+            service: service.clone(),
+            key,
+            finished: false,
+        });
     };
     if let Some(batch) = batch {
         dispatch(worker, service, key, batch);

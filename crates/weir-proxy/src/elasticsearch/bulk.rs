@@ -16,6 +16,7 @@
 
 use super::batch::{self, Joined};
 use super::ndjson::{self, Action, Item};
+use super::part::{send_part, Answer};
 use super::routing::Placement;
 use super::spool::Spool;
 use super::{body_failure, error_type, es_error, plain_request_head};
@@ -26,7 +27,6 @@ use crate::detached::{Detached, Requester};
 use crate::reply::{LocalResponse, Reply, ReplyHead};
 use crate::router::query_values;
 use crate::upstream;
-use crate::whole_body::Reader;
 use crate::worker::Worker;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -401,76 +401,6 @@ fn group_by_node(
 fn index_in_path(path: &str) -> Option<&str> {
     let index = path.trim_start_matches('/').split('/').next()?;
     (index != "_bulk" && !index.is_empty()).then_some(index)
-}
-
-/// One group's answer, read whole.
-pub(super) struct Answer {
-    pub(super) status: u16,
-    /// `X-Elastic-Product`, passed on in the merged answer.
-    pub(super) product: Option<Bytes>,
-    pub(super) body: Bytes,
-}
-
-/// Sends one group's part to its server and reads the answer whole.
-pub(super) async fn send_part(
-    worker: &Worker,
-    service: &Service,
-    from: Requester,
-    head: &RequestHead,
-    part: Vec<u8>,
-    server: Option<usize>,
-) -> Answer {
-    let Some(sub_head) = plain_request_head(head, part.len()) else {
-        return Answer {
-            status: 400,
-            product: None,
-            body: Bytes::from_static(b"invalid request head"),
-        };
-    };
-    let mut sender = Detached::new(worker, from, Bytes::from(part));
-    let reply = upstream::forward(worker, service, &mut sender, &sub_head, server).await;
-    let Reply {
-        head: reply_head,
-        body,
-        upstream,
-        ..
-    } = reply;
-    let response = match reply_head {
-        ReplyHead::Response(response) => response,
-        ReplyHead::Local(answer) => return weirs_answer(answer.status, &answer.body),
-        ReplyHead::Shared(answer) => return weirs_answer(answer.status, &answer.body),
-    };
-    let reader = Reader {
-        worker,
-        watch: sender.watch(),
-        read_timeout: service.read_timeout,
-        max: MAX_ANSWER,
-    };
-    let read = reader.reply_body(&response, body, &upstream).await.ok();
-    match read {
-        Some(body) => Answer {
-            status: response.status,
-            product: response
-                .head
-                .get("x-elastic-product")
-                .map(Bytes::copy_from_slice),
-            body,
-        },
-        None => weirs_answer(502, b"the node's answer ended early or was too large"),
-    }
-}
-
-/// The largest node answer read for a merge.
-const MAX_ANSWER: u64 = 256 << 20;
-
-pub(super) fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
-    let reason = String::from_utf8_lossy(reason);
-    let answer = es_error(status, error_type(status), reason.trim_end());
-    Answer {
-        status,
-        product: None,
-        body: answer.body,
-    }
 }
 
 /// Polls every future until all are done: the groups' sends run at once on this worker.

@@ -11,6 +11,7 @@ pub mod bulk;
 pub mod discovery;
 pub mod ndjson;
 pub mod node_client;
+pub mod part;
 pub mod read;
 pub mod replay;
 pub mod routing;

@@ -12,7 +12,7 @@ use crate::client::ClientSide;
 use crate::codec::{Framing, RequestHead};
 use crate::conn::watch::ConnWatch;
 use crate::detached::{Detached, Requester};
-use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::upstream;
 use crate::whole_body::Reader;
 use crate::worker::Worker;
@@ -67,7 +67,8 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     let (cache, key) = match cached {
         Some((cache, Use::Key { key, lookup })) => {
             if let Some(hit) = lookup.then(|| cache.get(&key)).flatten() {
-                return Reply::local(Cow::Owned(cache.answer(&hit)));
+                let (fields, body) = cache.answer(&hit);
+                return Reply::local(Cow::Owned(LocalResponse::new(200, fields, body)));
             }
             (cache, key)
         }

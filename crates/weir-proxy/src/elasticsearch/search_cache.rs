@@ -7,7 +7,6 @@
 //! fresh answer.
 
 use crate::codec::RequestHead;
-use crate::reply::LocalResponse;
 use crate::router::query_values;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -117,15 +116,15 @@ impl SearchCache {
         self.entries.insert(key, Arc::new(cached));
     }
 
-    /// The answer to a request that found `cached`: its fields and body, its age, and
-    /// `Cache-Status` (RFC 9211) with the time it has left.
-    pub fn answer(&self, cached: &Cached) -> LocalResponse {
+    /// The answer to a request that found `cached` (its status is 200): its fields with its
+    /// age and `Cache-Status` (RFC 9211) with the time it has left, and its body.
+    pub fn answer(&self, cached: &Cached) -> (Vec<(String, String)>, Bytes) {
         let age = cached.stored_at.elapsed();
         let left = self.ttl.saturating_sub(age).as_secs();
         let mut fields = cached.fields.clone();
         fields.push(("age".into(), age.as_secs().to_string()));
         fields.push(("cache-status".into(), format!("weir; hit; ttl={left}")));
-        LocalResponse::new(200, fields, cached.body.clone())
+        (fields, cached.body.clone())
     }
 }
 
@@ -269,14 +268,11 @@ mod tests {
         ];
         cache.put(b"a".to_vec(), fields.into_iter(), Bytes::from_static(b"{}"));
         let cached = cache.get(b"a").unwrap();
-        let answer = cache.answer(&cached);
-        assert_eq!(answer.body, Bytes::from_static(b"{}"));
-        assert!(answer
-            .headers
-            .contains(&("content-type".into(), "application/json".into())));
-        assert!(!answer.headers.iter().any(|(n, _)| n == "x-other"));
-        assert!(answer
-            .headers
+        let (headers, body) = cache.answer(&cached);
+        assert_eq!(body, Bytes::from_static(b"{}"));
+        assert!(headers.contains(&("content-type".into(), "application/json".into())));
+        assert!(!headers.iter().any(|(n, _)| n == "x-other"));
+        assert!(headers
             .iter()
             .any(|(n, v)| n == "cache-status" && v.starts_with("weir; hit; ttl=")));
         std::thread::sleep(Duration::from_millis(60));

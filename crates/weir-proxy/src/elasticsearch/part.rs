@@ -1,0 +1,86 @@
+//! One part of a `_bulk` sent to a node and its answer read whole (`send_part`), for the
+//! split (`bulk.rs`) and the batches (`batch.rs`): through the service's usual tries as a
+//! `Detached` client side with the part in memory; weir's own failures become an
+//! Elasticsearch-shaped answer, so every part has one.
+
+use super::{error_type, es_error, plain_request_head};
+use crate::balancer::Service;
+use crate::client::ClientSide;
+use crate::codec::RequestHead;
+use crate::detached::{Detached, Requester};
+use crate::reply::{Reply, ReplyHead};
+use crate::upstream;
+use crate::whole_body::Reader;
+use crate::worker::Worker;
+use bytes::Bytes;
+
+/// A part's answer, read whole.
+pub(super) struct Answer {
+    pub(super) status: u16,
+    /// `X-Elastic-Product`, passed on in the merged answer.
+    pub(super) product: Option<Bytes>,
+    pub(super) body: Bytes,
+}
+
+/// Sends one group's part to its server and reads the answer whole.
+pub(super) async fn send_part(
+    worker: &Worker,
+    service: &Service,
+    from: Requester,
+    head: &RequestHead,
+    part: Vec<u8>,
+    server: Option<usize>,
+) -> Answer {
+    let Some(sub_head) = plain_request_head(head, part.len()) else {
+        return Answer {
+            status: 400,
+            product: None,
+            body: Bytes::from_static(b"invalid request head"),
+        };
+    };
+    let mut sender = Detached::new(worker, from, Bytes::from(part));
+    let reply = upstream::forward(worker, service, &mut sender, &sub_head, server).await;
+    let Reply {
+        head: reply_head,
+        body,
+        upstream,
+        ..
+    } = reply;
+    let response = match reply_head {
+        ReplyHead::Response(response) => response,
+        ReplyHead::Local(answer) => return weirs_answer(answer.status, &answer.body),
+        ReplyHead::Shared(answer) => return weirs_answer(answer.status, &answer.body),
+    };
+    let reader = Reader {
+        worker,
+        watch: sender.watch(),
+        read_timeout: service.read_timeout,
+        max: MAX_ANSWER,
+    };
+    let read = reader.reply_body(&response, body, &upstream).await.ok();
+    match read {
+        Some(body) => Answer {
+            status: response.status,
+            product: response
+                .head
+                .get("x-elastic-product")
+                .map(Bytes::copy_from_slice),
+            body,
+        },
+        None => weirs_answer(502, b"the node's answer ended early or was too large"),
+    }
+}
+
+/// The largest node answer read for a merge.
+const MAX_ANSWER: u64 = 256 << 20;
+
+/// An answer of weir's own, as Elasticsearch shapes errors.
+pub(super) fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
+    let reason = String::from_utf8_lossy(reason);
+    let answer = es_error(status, error_type(status), reason.trim_end());
+    Answer {
+        status,
+        product: None,
+        body: answer.body,
+    }
+}

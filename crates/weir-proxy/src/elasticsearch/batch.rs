@@ -55,7 +55,7 @@ struct Pending {
 
 /// A part's way to the cluster: its own request (the lane was idle), or a place in a batch.
 pub(super) enum Joined {
-    /// Send it: the lane counts this request in flight until the `Turn` is dropped.
+    /// Send it: the lane counts this request in flight until its `Turn` is finished.
     First(Turn),
     /// Its share of a batch's answer, once the batch is answered.
     Member(oneshot::Receiver<Answer>),
@@ -72,6 +72,16 @@ pub(super) struct Turn {
 }
 
 impl Turn {
+    /// A request in flight in `key`'s lane (already counted there).
+    fn new(worker: &Rc<Worker>, service: &Arc<Service>, key: LaneKey) -> Turn {
+        Turn {
+            worker: worker.clone(),
+            service: service.clone(),
+            key,
+            finished: false,
+        }
+    }
+
     /// The request was answered: the next batch (if any) goes now, on a task of this worker.
     pub(super) fn finish(mut self) {
         self.finished = true;
@@ -145,12 +155,7 @@ pub(super) fn join(
         Some((batch, answered))
     });
     let Some((batch, answered)) = joined else {
-        return Joined::First(Turn {
-            worker: worker.clone(),
-            service: service.clone(),
-            key,
-            finished: false,
-        });
+        return Joined::First(Turn::new(worker, service, key));
     };
     if let Some(batch) = batch {
         dispatch(worker, service, key, batch);
@@ -161,12 +166,7 @@ pub(super) fn join(
 /// Sends a batch on a task of this worker (counted in flight already), and hands each
 /// member its items of the answer.
 fn dispatch(worker: &Rc<Worker>, service: &Arc<Service>, key: LaneKey, batch: Pending) {
-    let turn = Turn {
-        worker: worker.clone(),
-        service: service.clone(),
-        key,
-        finished: false,
-    };
+    let turn = Turn::new(worker, service, key);
     tokio::task::spawn_local(async move {
         let Pending {
             head,

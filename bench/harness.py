@@ -1355,7 +1355,8 @@ def ratios(res):
         p = res.get(peer)
         if not w or not p:
             continue
-        parts = [f"req/s {w['rps'] / p['rps']:.3f}×"]
+        # A short smoke round of a slow scenario may finish no request at all: say so, not divide.
+        parts = [f"req/s {w['rps'] / p['rps']:.3f}×" if p.get("rps") else "req/s — (peer finished none)"]
         if w.get("cpu_us_per_req") and p.get("cpu_us_per_req"):
             parts.append(f"CPU/req {w['cpu_us_per_req'] / p['cpu_us_per_req']:.3f}×")
         if p.get("p99_ms"):

@@ -7,6 +7,7 @@
 //! requests carry more documents per second. The batch goes with the first waiting part's
 //! head (its `X-Opaque-Id`, its forwarded-for address).
 
+use super::items;
 use super::part::{send_part, weirs_answer, Answer};
 use crate::balancer::Service;
 use crate::codec::RequestHead;
@@ -14,7 +15,6 @@ use crate::detached::Requester;
 use crate::worker::Worker;
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -192,15 +192,6 @@ fn dispatch(worker: &Rc<Worker>, service: &Arc<Service>, key: LaneKey, batch: Pe
     });
 }
 
-/// A batch answer's items, as written.
-#[derive(Deserialize)]
-struct BatchAnswer<'a> {
-    took: u64,
-    errors: bool,
-    #[serde(borrow)]
-    items: Vec<&'a RawValue>,
-}
-
 /// An item's status, whatever its action.
 #[derive(Deserialize)]
 struct ItemStatus {
@@ -225,24 +216,23 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
         return whole();
     }
     let total: usize = sizes.iter().sum();
-    let parsed = match serde_json::from_slice::<BatchAnswer>(&answer.body) {
-        Ok(parsed) if answer.status == 200 && parsed.items.len() == total => parsed,
+    let parsed = match items::cut(&answer.body) {
+        Some(parsed) if answer.status == 200 && parsed.items.len() == total => parsed,
         _ => return whole(),
     };
-    let mut items = parsed.items.iter();
+    let mut answer_items = parsed.items.iter().copied();
     sizes
         .iter()
         .map(|&n| {
-            let mine: Vec<&&RawValue> = items.by_ref().take(n).collect();
+            let mine: Vec<&[u8]> = answer_items.by_ref().take(n).collect();
             // Items are read only when the batch had an error: which member's was it?
             let errors = parsed.errors
                 && mine.iter().any(|item| {
-                    serde_json::from_str::<HashMap<&str, ItemStatus>>(item.get())
+                    serde_json::from_slice::<HashMap<&str, ItemStatus>>(item)
                         .map(|actions| actions.values().any(|a| a.status >= 300))
                         .unwrap_or(true)
                 });
-            let mut body =
-                Vec::with_capacity(48 + mine.iter().map(|i| i.get().len() + 1).sum::<usize>());
+            let mut body = Vec::with_capacity(48 + mine.iter().map(|i| i.len() + 1).sum::<usize>());
             body.extend_from_slice(
                 format!("{{\"took\":{},\"errors\":{errors},\"items\":[", parsed.took).as_bytes(),
             );
@@ -250,7 +240,7 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
                 if i > 0 {
                     body.push(b',');
                 }
-                body.extend_from_slice(item.get().as_bytes());
+                body.extend_from_slice(item);
             }
             body.extend_from_slice(b"]}");
             Answer {

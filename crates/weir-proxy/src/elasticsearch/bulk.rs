@@ -15,6 +15,7 @@
 //! keep their order.
 
 use super::batch::{self, Joined};
+use super::items::{self, BulkItems};
 use super::ndjson::{self, Action, Item};
 use super::part::{send_part, Answer};
 use super::routing::Placement;
@@ -29,8 +30,6 @@ use crate::router::query_values;
 use crate::upstream;
 use crate::worker::Worker;
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::future::Future;
 use std::io::Read;
@@ -427,15 +426,6 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     outputs.into_iter().flatten().collect()
 }
 
-/// A node's `_bulk` answer, its items kept as written.
-#[derive(Deserialize)]
-struct BulkAnswer<'a> {
-    took: u64,
-    errors: bool,
-    #[serde(borrow)]
-    items: Vec<&'a RawValue>,
-}
-
 /// The groups' answers as one, in the client's order.
 fn merge<'r>(
     head: &RequestHead,
@@ -443,14 +433,14 @@ fn merge<'r>(
     groups: &[Group],
     parts: Vec<Part>,
 ) -> Reply<'r> {
-    let parsed: Vec<Option<BulkAnswer>> = parts
+    let parsed: Vec<Option<BulkItems>> = parts
         .iter()
         .zip(groups)
         .map(|(part, group)| {
             let Part::Answered(answer) = part else {
                 return None;
             };
-            let parsed: BulkAnswer = serde_json::from_slice(&answer.body).ok()?;
+            let parsed = items::cut(&answer.body)?;
             (answer.status == 200 && parsed.items.len() == group.items.len()).then_some(parsed)
         })
         .collect();
@@ -478,7 +468,7 @@ fn merge<'r>(
         return local(answer);
     }
     let default_index = index_in_path(head.path());
-    let mut slots: Vec<Cow<'_, str>> = vec![Cow::Borrowed("null"); items.len()];
+    let mut slots: Vec<Cow<'_, [u8]>> = vec![Cow::Borrowed(b"null"); items.len()];
     let (mut took, mut errors) = (0, false);
     let mut all_queued = true;
     for ((part, group), parsed) in parts.iter().zip(groups).zip(&parsed) {
@@ -492,7 +482,9 @@ fn merge<'r>(
             {
                 meta.extend(result);
             }
-            serde_json::json!({ item.action.name(): meta }).to_string()
+            serde_json::json!({ item.action.name(): meta })
+                .to_string()
+                .into_bytes()
         };
         match (part, parsed) {
             (_, Some(parsed)) => {
@@ -500,7 +492,7 @@ fn merge<'r>(
                 took = took.max(parsed.took);
                 errors |= parsed.errors;
                 for (&i, raw) in group.items.iter().zip(&parsed.items) {
-                    slots[i] = Cow::Borrowed(raw.get());
+                    slots[i] = Cow::Borrowed(raw);
                 }
             }
             (Part::Queued(_), None) => {
@@ -529,7 +521,7 @@ fn merge<'r>(
         if n > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(slot.as_bytes());
+        body.extend_from_slice(slot);
     }
     body.extend_from_slice(b"]}");
     let product = parts.iter().find_map(|part| match part {

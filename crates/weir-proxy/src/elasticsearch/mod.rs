@@ -9,6 +9,7 @@
 pub mod batch;
 pub mod bulk;
 pub mod discovery;
+pub mod items;
 pub mod ndjson;
 pub mod node_client;
 pub mod part;

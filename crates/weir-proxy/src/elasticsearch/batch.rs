@@ -7,7 +7,7 @@
 //! requests carry more documents per second. The batch goes with the first waiting part's
 //! head (its `X-Opaque-Id`, its forwarded-for address).
 
-use super::items;
+use super::items::{self, BulkItems};
 use super::part::{send_part, weirs_answer, Answer};
 use crate::balancer::Service;
 use crate::codec::RequestHead;
@@ -208,6 +208,7 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
                 status: answer.status,
                 product: answer.product.clone(),
                 body: answer.body.clone(),
+                items: None,
             })
             .collect()
     };
@@ -220,7 +221,7 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
         Some(parsed) if answer.status == 200 && parsed.items.len() == total => parsed,
         _ => return whole(),
     };
-    let mut answer_items = parsed.items.iter().copied();
+    let mut answer_items = parsed.items.iter().map(|at| &answer.body[at.clone()]);
     sizes
         .iter()
         .map(|&n| {
@@ -236,10 +237,12 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
             body.extend_from_slice(
                 format!("{{\"took\":{},\"errors\":{errors},\"items\":[", parsed.took).as_bytes(),
             );
+            let mut at = Vec::with_capacity(mine.len());
             for (i, item) in mine.iter().enumerate() {
                 if i > 0 {
                     body.push(b',');
                 }
+                at.push(body.len()..body.len() + item.len());
                 body.extend_from_slice(item);
             }
             body.extend_from_slice(b"]}");
@@ -247,6 +250,11 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
                 status: 200,
                 product: answer.product.clone(),
                 body: Bytes::from(body),
+                items: Some(BulkItems {
+                    took: parsed.took,
+                    errors,
+                    items: at,
+                }),
             }
         })
         .collect()
@@ -267,6 +275,7 @@ mod tests {
             status,
             product: Some(Bytes::from_static(b"Elasticsearch")),
             body: Bytes::from(body.to_string()),
+            items: None,
         }
     }
 
@@ -290,6 +299,13 @@ mod tests {
         assert!(shares
             .iter()
             .all(|s| s.status == 200 && s.product.is_some()));
+        // Each share comes already cut, as a fresh cut of its body would be.
+        for share in &shares {
+            let given = share.items.as_ref().expect("a share is cut");
+            let fresh = items::cut(&share.body).expect("a share is a bulk answer");
+            assert_eq!(given.items, fresh.items);
+            assert_eq!((given.took, given.errors), (fresh.took, fresh.errors));
+        }
         // Without an error in the batch, nobody has one; a batch of one is passed as it came.
         let clean = answer(
             200,

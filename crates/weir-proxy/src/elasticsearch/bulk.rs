@@ -431,16 +431,16 @@ fn merge<'r>(
     head: &RequestHead,
     items: &[Item<'_>],
     groups: &[Group],
-    parts: Vec<Part>,
+    mut parts: Vec<Part>,
 ) -> Reply<'r> {
     let parsed: Vec<Option<BulkItems>> = parts
-        .iter()
+        .iter_mut()
         .zip(groups)
         .map(|(part, group)| {
             let Part::Answered(answer) = part else {
                 return None;
             };
-            let parsed = items::cut(&answer.body)?;
+            let parsed = answer.items.take().or_else(|| items::cut(&answer.body))?;
             (answer.status == 200 && parsed.items.len() == group.items.len()).then_some(parsed)
         })
         .collect();
@@ -487,15 +487,15 @@ fn merge<'r>(
                 .into_bytes()
         };
         match (part, parsed) {
-            (_, Some(parsed)) => {
+            (Part::Answered(answer), Some(parsed)) => {
                 all_queued = false;
                 took = took.max(parsed.took);
                 errors |= parsed.errors;
-                for (&i, raw) in group.items.iter().zip(&parsed.items) {
-                    slots[i] = Cow::Borrowed(raw);
+                for (&i, at) in group.items.iter().zip(&parsed.items) {
+                    slots[i] = Cow::Borrowed(&answer.body[at.clone()]);
                 }
             }
-            (Part::Queued(_), None) => {
+            (Part::Queued(_), _) => {
                 for &i in &group.items {
                     let queued = serde_json::json!({ "status": 202, "result": "queued" });
                     slots[i] = Cow::Owned(item_result(i, queued));

@@ -3,16 +3,19 @@
 //! scanner that follows only strings and nesting finds their ends: a full JSON parse of every
 //! item was most of weir's CPU on a 1,000-document bulk.
 
-/// `took`, `errors` and the items of a `_bulk` answer, each item the bytes of its object.
-pub(super) struct BulkItems<'a> {
+use std::ops::Range;
+
+/// `took`, `errors` and the items of a `_bulk` answer, each item where its object lies in
+/// the body.
+pub(super) struct BulkItems {
     pub(super) took: u64,
     pub(super) errors: bool,
-    pub(super) items: Vec<&'a [u8]>,
+    pub(super) items: Vec<Range<usize>>,
 }
 
 /// The answer's parts, or `None` when it is not a JSON object with a numeric `took`, a
 /// boolean `errors` and an `items` array. Other members (`ingest_took`) are skipped.
-pub(super) fn cut(body: &[u8]) -> Option<BulkItems<'_>> {
+pub(super) fn cut(body: &[u8]) -> Option<BulkItems> {
     let mut scan = Scan { body, at: 0 };
     scan.expect(b'{')?;
     let (mut took, mut errors, mut items) = (None, None, None);
@@ -23,9 +26,12 @@ pub(super) fn cut(body: &[u8]) -> Option<BulkItems<'_>> {
         let key = scan.string()?;
         scan.expect(b':')?;
         match key {
-            b"took" => took = Some(std::str::from_utf8(scan.value()?).ok()?.parse().ok()?),
+            b"took" => {
+                let value = &body[scan.value()?];
+                took = Some(std::str::from_utf8(value).ok()?.parse().ok()?)
+            }
             b"errors" => {
-                errors = Some(match scan.value()? {
+                errors = Some(match &body[scan.value()?] {
                     b"true" => true,
                     b"false" => false,
                     _ => return None,
@@ -104,8 +110,8 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// One value's bytes: a string, an object or array (with all it holds), or a scalar.
-    fn value(&mut self) -> Option<&'a [u8]> {
+    /// Where one value lies: a string, an object or array (with all it holds), or a scalar.
+    fn value(&mut self) -> Option<Range<usize>> {
         self.skip_space();
         let start = self.at;
         match *self.body.get(self.at)? {
@@ -124,7 +130,7 @@ impl<'a> Scan<'a> {
                 (self.at > start).then_some(())?;
             }
         }
-        Some(&self.body[start..self.at])
+        Some(start..self.at)
     }
 
     /// Past an object or array, its opening byte under the position.
@@ -148,7 +154,7 @@ impl<'a> Scan<'a> {
     }
 
     /// The values of an array.
-    fn array(&mut self) -> Option<Vec<&'a [u8]>> {
+    fn array(&mut self) -> Option<Vec<Range<usize>>> {
         self.expect(b'[')?;
         let mut values = Vec::new();
         if self.peek()? == b']' {
@@ -179,10 +185,11 @@ mod tests {
         assert!(cut.errors);
         assert_eq!(cut.items.len(), 2);
         for item in &cut.items {
-            serde_json::from_slice::<serde_json::Value>(item).expect("each item whole");
+            serde_json::from_slice::<serde_json::Value>(&body[item.clone()])
+                .expect("each item whole");
         }
-        assert!(cut.items[0].starts_with(br#"{"index""#));
-        assert!(cut.items[1].ends_with(br#"}]}}}"#));
+        assert!(body[cut.items[0].clone()].starts_with(br#"{"index""#));
+        assert!(body[cut.items[1].clone()].ends_with(br#"}]}}}"#));
     }
 
     #[test]

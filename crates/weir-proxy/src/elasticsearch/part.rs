@@ -3,6 +3,7 @@
 //! `Detached` client side with the part in memory; weir's own failures become an
 //! Elasticsearch-shaped answer, so every part has one.
 
+use super::items::BulkItems;
 use super::{error_type, es_error, plain_request_head};
 use crate::balancer::Service;
 use crate::client::ClientSide;
@@ -20,6 +21,8 @@ pub(super) struct Answer {
     /// `X-Elastic-Product`, passed on in the merged answer.
     pub(super) product: Option<Bytes>,
     pub(super) body: Bytes,
+    /// Its items, when already cut (a batch member's share): the merge need not cut again.
+    pub(super) items: Option<BulkItems>,
 }
 
 /// Sends one group's part to its server and reads the answer whole.
@@ -36,6 +39,7 @@ pub(super) async fn send_part(
             status: 400,
             product: None,
             body: Bytes::from_static(b"invalid request head"),
+            items: None,
         };
     };
     let mut sender = Detached::new(worker, from, Bytes::from(part));
@@ -66,6 +70,7 @@ pub(super) async fn send_part(
                 .get("x-elastic-product")
                 .map(Bytes::copy_from_slice),
             body,
+            items: None,
         },
         None => weirs_answer(502, b"the node's answer ended early or was too large"),
     }
@@ -82,5 +87,6 @@ pub(super) fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
         status,
         product: None,
         body: answer.body,
+        items: None,
     }
 }

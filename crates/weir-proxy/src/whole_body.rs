@@ -37,7 +37,26 @@ impl Reader<'_> {
     /// read failed or went quiet.
     async fn read_more(&self, up: &mut UpstreamConn) -> Option<usize> {
         make_room(&mut up.buf);
-        let read = up.io.read_buf(&mut up.buf);
+        self.read_into(up, None).await
+    }
+
+    /// Reads from `up` into `body` up to its length `n` (into `up`'s buffer when `None`)
+    /// under `read_timeout`: how many bytes, or `None` when the read failed or went quiet.
+    async fn read_into(
+        &self,
+        up: &mut UpstreamConn,
+        body: Option<(&mut Vec<u8>, usize)>,
+    ) -> Option<usize> {
+        let read = async {
+            match body {
+                // No further than the body's size: what follows is the connection's next answer.
+                Some((body, n)) => {
+                    let wanted = n - body.len();
+                    up.io.read_buf(&mut body.limit(wanted)).await
+                }
+                None => up.io.read_buf(&mut up.buf).await,
+            }
+        };
         let waited = self.watch.within(
             &self.worker.clock,
             Waiting::ResponseBody,
@@ -66,17 +85,7 @@ impl Reader<'_> {
                 body.extend_from_slice(&up.buf);
                 up.buf.clear();
                 while body.len() < n {
-                    // No further: what follows belongs to the connection's next answer.
-                    let wanted = n - body.len();
-                    let mut rest = (&mut body).limit(wanted);
-                    let read = up.io.read_buf(&mut rest);
-                    let waited = self.watch.within(
-                        &self.worker.clock,
-                        Waiting::ResponseBody,
-                        self.read_timeout,
-                        read,
-                    );
-                    if !matches!(waited.await, Ok(Ok(1..))) {
+                    if !matches!(self.read_into(up, Some((&mut body, n))).await, Some(1..)) {
                         return Whole::Failed;
                     }
                 }

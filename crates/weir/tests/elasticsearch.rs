@@ -1143,3 +1143,100 @@ fn concurrent_bulks_for_one_node_go_in_one_request_while_one_is_in_flight() {
     load(&weir);
     assert_eq!(node.count("items "), 2 + 11, "{:?}", node.log());
 }
+
+/// Relays connections on `port` to `to` from now on (a thread per direction): a host that was
+/// unreachable comes back.
+fn relay_from_now(port: u16, to: std::net::SocketAddr) {
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("the relay's port");
+    std::thread::spawn(move || {
+        for inbound in listener.incoming().flatten() {
+            let Ok(outbound) = TcpStream::connect(to) else {
+                continue;
+            };
+            for (mut from, mut into) in [
+                (inbound.try_clone().unwrap(), outbound.try_clone().unwrap()),
+                (outbound, inbound),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+}
+
+#[test]
+fn a_replayed_update_whose_answer_was_lost_is_not_applied_twice() {
+    let node = node(cluster());
+    // No refresh but an asked one: a bulk with `refresh=wait_for` is applied, then held.
+    let settings =
+        br#"{"settings":{"number_of_shards":1,"number_of_replicas":0,"refresh_interval":"-1"}}"#;
+    assert_eq!(send(node, "PUT", "/pinned", settings).status, 200);
+    let there = send(
+        node,
+        "PUT",
+        "/pinned/_doc/there?refresh=true",
+        br#"{"a":1}"#,
+    );
+    assert_eq!(there.status, 201, "{}", there.text());
+    // The service's one host is a port nothing listens on yet: the cluster is unreachable.
+    let port = free_port();
+    let spool = temp_dir("pins-spool");
+    let config = format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{port}\"]\n      \
+         discovery: {{ enabled: false }}\n      bulk: {{ route: none }}\n      \
+         spool: {{ path: \"{}\" }}\n    timeouts: {{ connect: 1s, request: 5s }}\n",
+        spool.display()
+    );
+    let mut weir = Weir::start(&config);
+    // An upsert of a document that does not exist (applied twice, its `doc` would land on the
+    // upsert), an update of one that does, and a plain index.
+    let bulk = b"{\"update\":{\"_id\":\"new\"}}\n{\"doc\":{\"b\":2},\"upsert\":{\"a\":1}}\n\
+{\"update\":{\"_id\":\"there\",\"retry_on_conflict\":2}}\n{\"doc\":{\"c\":3},\"upsert\":{\"a\":0}}\n\
+{\"index\":{\"_id\":\"plain\"}}\n{\"p\":1}\n";
+    let answer = post(weir.addrs["es"], "/pinned/_bulk?refresh=wait_for", bulk);
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    // The cluster is reachable again: the replay sends the request, the cluster applies it and
+    // holds the answer until a refresh.
+    relay_from_now(port, node);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while get(node, "es", "/pinned/_doc/new").status != 200 {
+        assert!(std::time::Instant::now() < deadline, "never replayed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // weir dies before the answer comes: on disk, that try is in doubt.
+    weir.child.kill().unwrap();
+    let _ = weir.child.wait();
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(spool.join("replay.json")).unwrap()).unwrap();
+    assert_eq!(state["in_doubt"], true, "{state}");
+    // Refreshes run again (the held request is let go, and so is the next); weir comes back
+    // and replays the request again.
+    let refreshing = br#"{"index":{"refresh_interval":"200ms"}}"#;
+    assert_eq!(
+        send(node, "PUT", "/pinned/_settings", refreshing).status,
+        200
+    );
+    let weir = Weir::start(&config);
+    weir.wait_for_line("spool drained", 1);
+    // Each update applied once: the new document is what its upsert made, not the upsert with
+    // the `doc` on top; the other changed once (version 2).
+    let new = get(node, "es", "/pinned/_doc/new").json();
+    assert_eq!(new["_source"], serde_json::json!({"a": 1}), "{new}");
+    assert_eq!(new["_version"], 1, "{new}");
+    let there = get(node, "es", "/pinned/_doc/there").json();
+    assert_eq!(
+        there["_source"],
+        serde_json::json!({"a": 1, "c": 3}),
+        "{there}"
+    );
+    assert_eq!(there["_version"], 2, "{there}");
+    assert_eq!(get(node, "es", "/pinned/_doc/plain").status, 200);
+    assert!(!spool.join("dead-letter.ndjson").exists());
+    assert!(!spool.join("replay.json").exists());
+}

@@ -397,7 +397,7 @@ fn group_by_node(
 }
 
 /// `INDEX` of `/INDEX/_bulk` or `/INDEX/TYPE/_bulk`.
-fn index_in_path(path: &str) -> Option<&str> {
+pub(super) fn index_in_path(path: &str) -> Option<&str> {
     let index = path.trim_start_matches('/').split('/').next()?;
     (index != "_bulk" && !index.is_empty()).then_some(index)
 }

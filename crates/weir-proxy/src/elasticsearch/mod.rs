@@ -13,6 +13,7 @@ pub mod items;
 pub mod ndjson;
 pub mod node_client;
 pub mod part;
+pub mod pins;
 pub mod read;
 pub mod replay;
 pub mod routing;

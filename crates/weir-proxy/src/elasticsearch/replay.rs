@@ -5,11 +5,14 @@
 //! 4xx), which goes to the dead-letter file with its reason. An item the cluster could not take
 //! now (429, 5xx), or no answer at all, keeps the request waiting: it is tried again after a
 //! backoff, 1 s doubling to 10 s. Items carry their `_id` (weir gave one to those without
-//! before spooling), so a request tried twice writes each document once.
+//! before spooling), so a request tried twice writes each document once; its updates are
+//! pinned to their documents first (`pins.rs`), so each applies once, and with them a try only
+//! sends the items not yet settled.
 
 use super::ndjson;
 use super::node_client::request;
-use super::spool::Spool;
+use super::pins::{self, ReplayState, Sent};
+use super::spool::{Spool, Spooled};
 use crate::balancer::Service;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -20,7 +23,7 @@ use weir_config::{Config, UpstreamServer};
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How long a node may take to answer one replayed request.
-const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// When a spool is next tried, after failures.
 #[derive(Debug)]
@@ -84,33 +87,16 @@ pub async fn replay(
                 }
             }
         };
-        let target = replay_target(&spooled.target);
-        let answer =
-            send_anywhere(&servers, authorization.as_deref(), &target, &spooled.body).await;
-        let verdict = match answer {
-            Ok((status, body)) => judge(record.seq, &spooled.body, status, &body),
-            Err(why) => Verdict::Later(why),
-        };
-        let dead = match verdict {
-            Verdict::Later(why) => break Replayed::Later { applied, why },
-            Verdict::Done(dead) => dead,
-        };
-        let committing = spool.clone();
-        let seq = record.seq;
-        let committed = tokio::task::spawn_blocking(move || {
-            if !dead.is_empty() {
-                committing.dead_letter(&dead)?;
-            }
-            committing.commit(seq)
-        })
+        if let Err(why) = replay_one(
+            &spool,
+            record.seq,
+            spooled,
+            &servers,
+            authorization.as_deref(),
+        )
         .await
-        .map_err(|e| std::io::Error::other(e.to_string()))
-        .and_then(|r| r);
-        if let Err(e) = committed {
-            break Replayed::Later {
-                applied,
-                why: format!("cannot commit request {seq}: {e}"),
-            };
+        {
+            break Replayed::Later { applied, why };
         }
         applied += 1;
         spool.replay_went(true);
@@ -248,14 +234,116 @@ async fn send_anywhere(
     Err(last)
 }
 
-enum Verdict {
-    /// Answered for every item; these were refused for good (dead-letter lines).
-    Done(Vec<String>),
-    Later(String),
+/// Replays one spooled request: its updates pinned first (`pins.rs`), then its items not yet
+/// settled; committed once every item is. Err says why it waits.
+async fn replay_one(
+    spool: &Arc<Spool>,
+    seq: u64,
+    spooled: Spooled,
+    servers: &[UpstreamServer],
+    authorization: Option<&str>,
+) -> Result<(), String> {
+    let body = &spooled.body;
+    let dir = spool.dir().to_path_buf();
+    let Ok(items) = ndjson::parse(body) else {
+        // Checked before it was spooled; only damage could get here.
+        let line =
+            serde_json::json!({"seq": seq, "reason": "the spooled body is not a valid bulk body"});
+        return commit(spool, seq, vec![line.to_string()]).await;
+    };
+    let target = replay_target(&spooled.target);
+    let mut state = ReplayState::load(&dir, seq, body, &items);
+    let unpinned = state.unpinned(&items);
+    if !unpinned.is_empty() {
+        state.pin(pins::fetch(servers, authorization, &target, &items, &unpinned).await?);
+    }
+    let kept = state.kept();
+    let was_in_doubt = state.in_doubt;
+    if kept {
+        state.in_doubt = true;
+        let saved = state.save(&dir).await;
+        saved.map_err(|e| format!("cannot keep the replay state of request {seq}: {e}"))?;
+    }
+    let attempt = state.next_try(body, &items);
+    let (status, answer) = send_anywhere(servers, authorization, &target, &attempt.body).await?;
+    let outcomes = judge(&attempt.sent, &state, was_in_doubt, status, &answer)?;
+    let mut dead = Vec::new();
+    let mut waits = None;
+    for (sent, outcome) in attempt.sent.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Applied => state.settle(sent.item),
+            Outcome::Refused(status, reason) => {
+                dead.push(dead_line(seq, body, &items[sent.item], status, &reason));
+                state.settle(sent.item);
+            }
+            Outcome::Repin => {
+                state.unpin(sent.item);
+                waits.get_or_insert_with(|| "a pinned document changed: pinned again".to_string());
+            }
+            Outcome::NotNow(why) => {
+                waits.get_or_insert(why);
+            }
+        }
+    }
+    if state.all_settled(items.len()) {
+        let committed = commit(spool, seq, dead).await;
+        ReplayState::clear(&dir);
+        return committed;
+    }
+    if kept {
+        // What this try settled is not sent again: its refusals are written now.
+        if !dead.is_empty() {
+            write_dead(spool, dead).await?;
+        }
+        state.in_doubt = false;
+        let saved = state.save(&dir).await;
+        saved.map_err(|e| format!("cannot keep the replay state of request {seq}: {e}"))?;
+    }
+    Err(waits.unwrap_or_else(|| "items wait".into()))
 }
 
-/// What the cluster's answer to a replayed request means for it.
-fn judge(seq: u64, body: &[u8], status: u16, answer: &[u8]) -> Verdict {
+/// Writes dead-letter lines (on a blocking thread).
+async fn write_dead(spool: &Arc<Spool>, dead: Vec<String>) -> Result<(), String> {
+    let writing = spool.clone();
+    tokio::task::spawn_blocking(move || writing.dead_letter(&dead))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| format!("cannot write dead letters: {e}")))
+}
+
+/// Marks request `seq` applied, its refused items written to the dead-letter file first.
+async fn commit(spool: &Arc<Spool>, seq: u64, dead: Vec<String>) -> Result<(), String> {
+    if !dead.is_empty() {
+        write_dead(spool, dead).await?;
+    }
+    let committing = spool.clone();
+    tokio::task::spawn_blocking(move || committing.commit(seq))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| format!("cannot commit request {seq}: {e}")))
+}
+
+/// What the cluster's answer says of one item sent.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Applied,
+    /// Refused for good: the dead-letter file, with this status and reason.
+    Refused(u16, String),
+    /// Its pin is stale (another writer changed the document): pinned again, sent again.
+    Repin,
+    /// Not taken now (429, 5xx): sent again later.
+    NotNow(String),
+}
+
+/// What the cluster's answer to a try means for each item sent; Err when it took none of
+/// them now (429, 5xx) or the answer cannot be read.
+fn judge(
+    sent: &[Sent],
+    state: &ReplayState,
+    was_in_doubt: bool,
+    status: u16,
+    answer: &[u8],
+) -> Result<Vec<Outcome>, String> {
     let text = || {
         String::from_utf8_lossy(answer)
             .chars()
@@ -263,49 +351,40 @@ fn judge(seq: u64, body: &[u8], status: u16, answer: &[u8]) -> Verdict {
             .collect::<String>()
     };
     if status == 429 || status >= 500 {
-        return Verdict::Later(format!("status {status}: {}", text()));
+        return Err(format!("status {status}: {}", text()));
     }
-    let Ok(items) = ndjson::parse(body) else {
-        // Checked before it was spooled; only damage could get here.
-        let line = serde_json::json!({"seq": seq, "status": status, "reason": "the spooled body is not a valid bulk body"});
-        return Verdict::Done(vec![line.to_string()]);
-    };
     if status != 200 {
         // The whole request refused for good (a bad query string, say): every item is dead.
         let reason = text();
-        let dead = items
+        return Ok(sent
             .iter()
-            .map(|item| dead_line(seq, body, item, status, &reason))
-            .collect();
-        return Verdict::Done(dead);
+            .map(|_| Outcome::Refused(status, reason.clone()))
+            .collect());
     }
-    let parsed: serde_json::Value = match serde_json::from_slice(answer) {
-        Ok(parsed) => parsed,
-        Err(e) => return Verdict::Later(format!("an answer that is not JSON: {e}")),
-    };
-    let Some(answered) = parsed["items"]
+    let parsed: serde_json::Value =
+        serde_json::from_slice(answer).map_err(|e| format!("an answer that is not JSON: {e}"))?;
+    let answered = parsed["items"]
         .as_array()
-        .filter(|a| a.len() == items.len())
-    else {
-        return Verdict::Later("an answer whose items do not match the request".into());
-    };
-    let mut dead = Vec::new();
-    for (item, answer) in items.iter().zip(answered) {
-        let result = &answer[item.action.name()];
+        .filter(|a| a.len() == sent.len())
+        .ok_or("an answer whose items do not match the request")?;
+    let outcomes = sent.iter().zip(answered).map(|(sent, answer)| {
+        let result = &answer[sent.action.name()];
         let status = result["status"].as_u64().unwrap_or(0) as u16;
-        let applied = (200..300).contains(&status)
-            || (status == 409 && item.action == ndjson::Action::Create)
-            || (status == 404 && item.action == ndjson::Action::Delete);
-        if applied {
-            continue;
+        match status {
+            200..=299 => Outcome::Applied,
+            // A conditional item met its condition changed: by the try in doubt, which then
+            // applied it; or by another writer, under weir's pin (pinned again) or the
+            // client's own condition (refused, as it would be without weir).
+            409 if sent.conditional && was_in_doubt => Outcome::Applied,
+            409 if sent.conditional && state.pinned(sent.item) => Outcome::Repin,
+            // Already there, or already gone: an earlier try of the same item landed.
+            409 if sent.action == ndjson::Action::Create => Outcome::Applied,
+            404 if sent.action == ndjson::Action::Delete => Outcome::Applied,
+            0 | 429 | 500.. => Outcome::NotNow(format!("an item answered {status}")),
+            _ => Outcome::Refused(status, result["error"].to_string()),
         }
-        if status == 429 || status >= 500 || status == 0 {
-            return Verdict::Later(format!("an item answered {status}"));
-        }
-        let reason = result["error"].to_string();
-        dead.push(dead_line(seq, body, item, status, &reason));
-    }
-    Verdict::Done(dead)
+    });
+    Ok(outcomes.collect())
 }
 
 /// A dead-letter line: the request's number, the item's lines, and why it was refused.
@@ -334,26 +413,65 @@ mod tests {
         assert_eq!(replay_target("/_bulk?filter_path=took"), "/_bulk");
     }
 
+    fn sent(kinds: &[(ndjson::Action, bool)]) -> Vec<Sent> {
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(item, &(action, conditional))| Sent {
+                item,
+                action,
+                conditional,
+            })
+            .collect()
+    }
+
+    fn state_of(body: &[u8]) -> ReplayState {
+        let items = ndjson::parse(body).unwrap();
+        ReplayState::load(std::path::Path::new("/nonexistent"), 1, body, &items)
+    }
+
     #[test]
     fn answers_are_judged_per_item() {
+        use ndjson::Action::*;
         let body = b"{\"create\":{\"_id\":\"1\"}}\n{}\n{\"delete\":{\"_id\":\"2\"}}\n{\"index\":{\"_id\":\"3\"}}\n{}\n";
+        let state = state_of(body);
+        let sent = sent(&[(Create, false), (Delete, false), (Index, false)]);
         let answer = br#"{"took":1,"errors":true,"items":[
             {"create":{"_id":"1","status":409}},
             {"delete":{"_id":"2","status":404}},
             {"index":{"_id":"3","status":400,"error":{"type":"mapper_parsing_exception"}}}]}"#;
-        let Verdict::Done(dead) = judge(7, body, 200, answer) else {
-            panic!("not done");
-        };
-        assert_eq!(dead.len(), 1);
-        assert!(dead[0].contains("mapper_parsing_exception"), "{}", dead[0]);
-        assert!(dead[0].contains("\"seq\":7"), "{}", dead[0]);
+        let outcomes = judge(&sent, &state, false, 200, answer).unwrap();
+        assert_eq!(outcomes[..2], [Outcome::Applied, Outcome::Applied]);
+        assert!(
+            matches!(&outcomes[2], Outcome::Refused(400, why) if why.contains("mapper_parsing_exception")),
+            "{outcomes:?}"
+        );
         let busy = br#"{"took":1,"errors":true,"items":[
             {"create":{"status":201}},{"delete":{"status":200}},{"index":{"status":429}}]}"#;
-        assert!(matches!(judge(7, body, 200, busy), Verdict::Later(_)));
-        assert!(matches!(judge(7, body, 503, b"{}"), Verdict::Later(_)));
-        let Verdict::Done(dead) = judge(7, body, 400, b"{\"error\":\"bad\"}") else {
-            panic!("not done");
-        };
-        assert_eq!(dead.len(), 3);
+        let outcomes = judge(&sent, &state, false, 200, busy).unwrap();
+        assert!(matches!(outcomes[2], Outcome::NotNow(_)), "{outcomes:?}");
+        assert!(judge(&sent, &state, false, 503, b"{}").is_err());
+        let refused = judge(&sent, &state, false, 400, b"{\"error\":\"bad\"}").unwrap();
+        assert!(refused
+            .iter()
+            .all(|o| matches!(o, Outcome::Refused(400, _))));
+    }
+
+    #[test]
+    fn a_conditional_items_conflict_is_its_earlier_try_or_another_writer() {
+        use ndjson::Action::*;
+        let body = b"{\"update\":{\"_id\":\"1\"}}\n{\"doc\":{}}\n{\"index\":{\"_id\":\"2\",\"if_seq_no\":3,\"if_primary_term\":1}}\n{}\n";
+        let mut state = state_of(body);
+        state.pin(vec![(0, pins::Pin::At(4, 1))]);
+        let sent = sent(&[(Update, true), (Index, true)]);
+        let conflict = br#"{"took":1,"errors":true,"items":[
+            {"update":{"status":409}},{"index":{"status":409}}]}"#;
+        // After a try in doubt, the conflict is that try's own write.
+        let outcomes = judge(&sent, &state, true, 200, conflict).unwrap();
+        assert_eq!(outcomes, [Outcome::Applied, Outcome::Applied]);
+        // Otherwise another writer: weir's pin is taken again, the client's condition stands.
+        let outcomes = judge(&sent, &state, false, 200, conflict).unwrap();
+        assert_eq!(outcomes[0], Outcome::Repin);
+        assert!(matches!(outcomes[1], Outcome::Refused(409, _)));
     }
 }

@@ -13,6 +13,8 @@
 //!   acknowledged) fails its check and is cut off at the next start.
 //! - `done`: the sequence number of the last request applied (written whole, then renamed).
 //! - `dead-letter.ndjson`: items the cluster refused for good on replay, each with its reason.
+//! - `replay.json`: the oldest request's replay state when it has conditional items: the pins
+//!   of its updates, its items settled, and whether a try is in doubt (`pins.rs`).
 //! - `lock`: held (`flock`) by the one weir process that owns the spool. Another (a `weir
 //!   check`, or the new process of a binary upgrade while the old one drains) leaves the files
 //!   alone; the control thread takes the spool over once the lock is free.
@@ -496,12 +498,7 @@ impl Spool {
     /// Marks the oldest request applied (a blocking write): `done` moves to it, and segments
     /// wholly applied are removed.
     pub fn commit(&self, seq: u64) -> std::io::Result<()> {
-        let temporary = self.dir.join("done.tmp");
-        let mut file = File::create(&temporary)?;
-        file.write_all(seq.to_string().as_bytes())?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, self.dir.join("done"))?;
-        File::open(&self.dir)?.sync_all()?;
+        write_durably(&self.dir, "done", seq.to_string().as_bytes())?;
         let mut state = self.lock();
         state.done = seq;
         while state.waiting.front().is_some_and(|r| r.seq <= seq) {
@@ -555,6 +552,17 @@ impl Spool {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Writes `dir/name` whole or not at all (a blocking write): a temporary file, synced, renamed
+/// over it, and the folder synced.
+pub(super) fn write_durably(dir: &Path, name: &str, contents: &[u8]) -> std::io::Result<()> {
+    let temporary = dir.join(format!("{name}.tmp"));
+    let mut file = File::create(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, dir.join(name))?;
+    File::open(dir)?.sync_all()
 }
 
 /// The records of one segment file, the length up to the last good one, and the file's length.

@@ -41,6 +41,29 @@ pub(crate) fn within(worker: &Worker, until: Option<Instant>, limit: Duration) -
     }
 }
 
+/// The failures answered before any of the request was written to a server.
+pub(crate) const CONNECT_FAILED: &str = "upstream connection failed";
+pub(crate) const CONNECT_TIMED_OUT: &str = "upstream connect timed out";
+pub(crate) const HANDSHAKE_FAILED: &str = "upstream TLS handshake failed";
+pub(crate) const HANDSHAKE_TIMED_OUT: &str = "upstream TLS handshake timed out";
+pub(crate) const NO_SERVER: &str = "no server available";
+
+/// Whether weir's own failure answer (its text) says the request never reached a server, so
+/// that nothing of it can have been applied. Any other failure may have come after the
+/// server took it.
+pub(crate) fn never_sent(answer: &[u8]) -> bool {
+    let text = answer.strip_suffix(b"\n").unwrap_or(answer);
+    [
+        CONNECT_FAILED,
+        CONNECT_TIMED_OUT,
+        HANDSHAKE_FAILED,
+        HANDSHAKE_TIMED_OUT,
+        NO_SERVER,
+    ]
+    .iter()
+    .any(|m| m.as_bytes() == text)
+}
+
 /// Opens a connection to `server`, with TLS for an https:// one (the handshake shares the
 /// connect deadline, `limit`).
 pub(crate) async fn connect(
@@ -62,8 +85,8 @@ pub(crate) async fn connect(
         .await
     {
         Ok(Ok(io)) => io,
-        Ok(Err(_)) => return fail(502, "upstream connection failed"),
-        Err(Expired) => return fail(504, "upstream connect timed out"),
+        Ok(Err(_)) => return fail(502, CONNECT_FAILED),
+        Err(Expired) => return fail(504, CONNECT_TIMED_OUT),
     };
     let _ = io.set_nodelay(true);
     let Some(tls) = &server.tls else {
@@ -76,8 +99,8 @@ pub(crate) async fn connect(
         .await
     {
         Ok(Ok(io)) => Ok(UpstreamIo::Tls(Box::new(io))),
-        Ok(Err(_)) => fail(502, "upstream TLS handshake failed"),
-        Err(Expired) => fail(504, "upstream TLS handshake timed out"),
+        Ok(Err(_)) => fail(502, HANDSHAKE_FAILED),
+        Err(Expired) => fail(504, HANDSHAKE_TIMED_OUT),
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             .filter(|s| s.health.usable());
         let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))
         else {
-            let (status, message) = last_failure.unwrap_or((503, "no server available"));
+            let (status, message) = last_failure.unwrap_or((503, forwarding::NO_SERVER));
             return failure(status, message, None);
         };
         let used = UpstreamUse::new(server, service);

@@ -1240,3 +1240,71 @@ fn a_replayed_update_whose_answer_was_lost_is_not_applied_twice() {
     assert!(!spool.join("dead-letter.ndjson").exists());
     assert!(!spool.join("replay.json").exists());
 }
+
+/// The spool's records on disk, as text (their bodies are NDJSON).
+fn spooled_text(spool: &std::path::Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(spool).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "seg") {
+            text.push_str(&String::from_utf8_lossy(
+                &std::fs::read(entry.path()).unwrap(),
+            ));
+        }
+    }
+    text
+}
+
+#[test]
+fn updates_the_cluster_may_have_applied_are_not_spooled() {
+    // A node that takes each request whole and closes without an answer: what it took may
+    // have been applied.
+    let silent = RawUpstream::start(|conn| {
+        while let Some(head) = conn.read_head() {
+            let length = header_value(&head, "content-length").and_then(|n| n.parse().ok());
+            conn.read_body(length.unwrap_or(0));
+            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    let config = |host: &str, spool: &std::path::Path| {
+        format!(
+            "server: {{ workers: 1 }}\n\
+             entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+             routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+             services:\n  es:\n    elasticsearch:\n      hosts: [\"{host}\"]\n      \
+             discovery: {{ enabled: false }}\n      bulk: {{ route: none }}\n      \
+             spool: {{ path: \"{}\" }}\n    timeouts: {{ connect: 1s, request: 5s }}\n",
+            spool.display()
+        )
+    };
+    let bulk = b"{\"index\":{\"_id\":\"i\"}}\n{\"a\":1}\n{\"update\":{\"_id\":\"u\"}}\n{\"doc\":{\"b\":2}}\n";
+    let item_of = |answer: &Resp, n: usize| {
+        let item = answer.json()["items"][n].clone();
+        item.as_object().unwrap().values().next().unwrap().clone()
+    };
+    // The node may have applied the bulk: the index is queued (a replay writes the same
+    // document), the update is not (a replay could apply it twice); it gets the failure.
+    let spool = temp_dir("doubt-spool");
+    let weir = Weir::start(&config(&silent.url(), &spool));
+    let answer = post(weir.addrs["es"], "/doubt/_bulk", bulk);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["errors"], true, "{}", answer.text());
+    assert_eq!(item_of(&answer, 0)["status"], 202, "{}", answer.text());
+    let update = item_of(&answer, 1);
+    assert_eq!(update["status"], 502, "{update}");
+    let reason = update["error"]["reason"].as_str().unwrap();
+    assert!(reason.contains("not queued"), "{reason}");
+    let spooled = spooled_text(&spool);
+    assert!(
+        spooled.contains("\"index\"") && !spooled.contains("\"update\""),
+        "{spooled}"
+    );
+    drop(weir);
+    // No node could be reached: nothing was applied, so the update is queued too.
+    let unreachable = format!("http://127.0.0.1:{}", free_port());
+    let spool = temp_dir("unreachable-spool");
+    let weir = Weir::start(&config(&unreachable, &spool));
+    let answer = post(weir.addrs["es"], "/doubt/_bulk", bulk);
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    assert_eq!(item_of(&answer, 1)["status"], 202, "{}", answer.text());
+    assert!(spooled_text(&spool).contains("\"update\""));
+}

@@ -209,6 +209,7 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
                 product: answer.product.clone(),
                 body: answer.body.clone(),
                 items: None,
+                in_doubt: answer.in_doubt,
             })
             .collect()
     };
@@ -255,6 +256,7 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
                     errors,
                     items: at,
                 }),
+                in_doubt: false,
             }
         })
         .collect()
@@ -262,7 +264,10 @@ fn shares(answer: &Answer, sizes: &[usize]) -> Vec<Answer> {
 
 /// A member whose batch was dropped before it was answered.
 pub(super) fn lost() -> Answer {
-    weirs_answer(502, b"the batch this part joined was not answered")
+    Answer {
+        in_doubt: true,
+        ..weirs_answer(502, b"the batch this part joined was not answered")
+    }
 }
 
 #[cfg(test)]
@@ -276,6 +281,7 @@ mod tests {
             product: Some(Bytes::from_static(b"Elasticsearch")),
             body: Bytes::from(body.to_string()),
             items: None,
+            in_doubt: false,
         }
     }
 

@@ -12,12 +12,14 @@
 //! have landed) writes each document once. A bulk the cluster cannot take (no node reachable,
 //! a 502, 503 or 504) is spooled and answered 202, its items `queued` and the spool's number in
 //! `X-Weir-Spool-Id`; while anything waits in the spool, every bulk joins the queue, so writes
-//! keep their order.
+//! keep their order. When the try may have been applied (it reached a node and no answer came
+//! back, or a 502 or 504), its `update` items are not spooled but get the failure: replayed,
+//! they could apply twice.
 
 use super::batch::{self, Joined};
 use super::items::{self, BulkItems};
 use super::ndjson::{self, Action, Item};
-use super::part::{send_part, Answer};
+use super::part::{self, send_part, Answer};
 use super::routing::Placement;
 use super::spool::Spool;
 use super::{body_failure, error_type, es_error, plain_request_head};
@@ -127,9 +129,15 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         if let Some(turn) = turn {
             turn.finish();
         }
+        let status = reply_status(&reply);
         return match spool {
-            Some(spool) if cluster_unavailable(reply_status(&reply)) => {
-                drop(reply);
+            Some(spool) if cluster_unavailable(status) => {
+                let failed = failed_answer(reply);
+                if failed.in_doubt && items.iter().any(|i| i.action == Action::Update) {
+                    // Its updates may have been applied: they keep the failure.
+                    let parts = vec![Part::Answered(failed)];
+                    return settle(Some(spool), head, &body, &items, &groups, parts).await;
+                }
                 queue_whole(spool, head, &body, &items).await
             }
             _ => reply,
@@ -191,14 +199,31 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 /// What became of one group.
 enum Part {
     Answered(Answer),
-    /// In the spool, with this number.
-    Queued(u64),
+    /// In the spool, with this number; but for its `update` items when the group's try is in
+    /// doubt (it may have applied them, and a replay would apply them again): they get this
+    /// failure instead.
+    Queued {
+        seq: u64,
+        doubtful: Option<Answer>,
+    },
 }
 
 /// The cluster cannot take writes: a 502, 503 or 504, weir's own (no node reachable, no
 /// answer in time) or the cluster's.
 fn cluster_unavailable(status: u16) -> bool {
     matches!(status, 502..=504)
+}
+
+/// A failed reply as a part's answer (its body, if the node's, unread).
+fn failed_answer(reply: Reply<'_>) -> Answer {
+    match &reply.head {
+        ReplyHead::Response(response) => Answer {
+            in_doubt: matches!(response.status, 502 | 504),
+            ..part::weirs_answer(response.status, b"the node answered with an error")
+        },
+        ReplyHead::Local(local) => part::weirs_failure(local.status, &local.body),
+        ReplyHead::Shared(local) => part::weirs_failure(local.status, &local.body),
+    }
 }
 
 fn reply_status(reply: &Reply<'_>) -> u16 {
@@ -252,7 +277,11 @@ async fn queue_whole<'r>(
                 server: None,
                 items: (0..items.len()).collect(),
             };
-            merge(head, items, &[group], vec![Part::Queued(seq)])
+            let queued = Part::Queued {
+                seq,
+                doubtful: None,
+            };
+            merge(head, items, &[group], vec![queued])
         }
         Err(why) => local(es_error(
             503,
@@ -262,7 +291,8 @@ async fn queue_whole<'r>(
     }
 }
 
-/// Spools the items of the groups the cluster could not take, as one request.
+/// Spools the items of the groups the cluster could not take, as one request: all of them,
+/// but for the `update` items of a group whose try is in doubt, which keep its failure.
 async fn queue_unavailable(
     spool: &Arc<Spool>,
     head: &RequestHead,
@@ -271,25 +301,50 @@ async fn queue_unavailable(
     groups: &[Group],
     parts: &mut [Part],
 ) {
-    let unavailable: Vec<usize> = parts
+    let spooled = |g: usize, part: &Part| {
+        let Part::Answered(answer) = part else {
+            return Vec::new();
+        };
+        if !cluster_unavailable(answer.status) {
+            return Vec::new();
+        }
+        let items_of = groups[g].items.iter().copied();
+        items_of
+            .filter(|&i| !(answer.in_doubt && items[i].action == Action::Update))
+            .collect()
+    };
+    let unavailable: Vec<(usize, Vec<usize>)> = parts
         .iter()
         .enumerate()
-        .filter(|(_, part)| matches!(part, Part::Answered(a) if cluster_unavailable(a.status)))
-        .map(|(g, _)| g)
+        .map(|(g, part)| (g, spooled(g, part)))
+        .filter(|(_, spooled)| !spooled.is_empty())
         .collect();
     if unavailable.is_empty() {
         return;
     }
     let mut queued = Vec::new();
-    for &g in &unavailable {
-        for &i in &groups[g].items {
+    for (_, spooled) in &unavailable {
+        for &i in spooled {
             queued.extend_from_slice(&body[items[i].lines.clone()]);
         }
     }
     // Not spooled: the groups keep their failure, item by item.
     if let Ok(seq) = spool.append(head.target(), &queued).await {
-        for g in unavailable {
-            parts[g] = Part::Queued(seq);
+        for (g, spooled) in unavailable {
+            let whole = spooled.len() == groups[g].items.len();
+            let failed = std::mem::replace(
+                &mut parts[g],
+                Part::Queued {
+                    seq,
+                    doubtful: None,
+                },
+            );
+            if let (Part::Answered(answer), false) = (failed, whole) {
+                parts[g] = Part::Queued {
+                    seq,
+                    doubtful: Some(answer),
+                };
+            }
         }
     }
 }
@@ -445,7 +500,7 @@ fn merge<'r>(
         })
         .collect();
     let queued = parts.iter().find_map(|part| match part {
-        Part::Queued(seq) => Some(*seq),
+        Part::Queued { seq, .. } => Some(*seq),
         Part::Answered(_) => None,
     });
     if let (true, None, Some(Part::Answered(first))) =
@@ -495,10 +550,24 @@ fn merge<'r>(
                     slots[i] = Cow::Borrowed(&answer.body[at.clone()]);
                 }
             }
-            (Part::Queued(_), _) => {
+            (Part::Queued { doubtful, .. }, _) => {
                 for &i in &group.items {
-                    let queued = serde_json::json!({ "status": 202, "result": "queued" });
-                    slots[i] = Cow::Owned(item_result(i, queued));
+                    let result = match doubtful {
+                        Some(answer) if items[i].action == Action::Update => {
+                            all_queued = false;
+                            errors = true;
+                            let (kind, reason) = failure_of(answer);
+                            let reason = format!(
+                                "{reason}; the node may have applied this update before its answer was lost, so it was not queued (a replay could apply it twice)"
+                            );
+                            serde_json::json!({
+                                "status": answer.status,
+                                "error": { "type": kind, "reason": reason },
+                            })
+                        }
+                        _ => serde_json::json!({ "status": 202, "result": "queued" }),
+                    };
+                    slots[i] = Cow::Owned(item_result(i, result));
                 }
             }
             (Part::Answered(answer), None) => {
@@ -526,7 +595,7 @@ fn merge<'r>(
     body.extend_from_slice(b"]}");
     let product = parts.iter().find_map(|part| match part {
         Part::Answered(answer) => answer.product.as_ref(),
-        Part::Queued(_) => None,
+        Part::Queued { .. } => None,
     });
     // Every item queued: 202, the request accepted and not yet applied.
     let status = if all_queued { 202 } else { 200 };

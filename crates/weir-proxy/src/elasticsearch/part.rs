@@ -23,6 +23,9 @@ pub(super) struct Answer {
     pub(super) body: Bytes,
     /// Its items, when already cut (a batch member's share): the merge need not cut again.
     pub(super) items: Option<BulkItems>,
+    /// A failure that may have come after the node took the part (no answer, a cut one, a
+    /// 502 or 504): its items may have been applied.
+    pub(super) in_doubt: bool,
 }
 
 /// Sends one group's part to its server and reads the answer whole.
@@ -40,6 +43,7 @@ pub(super) async fn send_part(
             product: None,
             body: Bytes::from_static(b"invalid request head"),
             items: None,
+            in_doubt: false,
         };
     };
     let mut sender = Detached::new(worker, from, Bytes::from(part));
@@ -52,8 +56,8 @@ pub(super) async fn send_part(
     } = reply;
     let response = match reply_head {
         ReplyHead::Response(response) => response,
-        ReplyHead::Local(answer) => return weirs_answer(answer.status, &answer.body),
-        ReplyHead::Shared(answer) => return weirs_answer(answer.status, &answer.body),
+        ReplyHead::Local(answer) => return weirs_failure(answer.status, &answer.body),
+        ReplyHead::Shared(answer) => return weirs_failure(answer.status, &answer.body),
     };
     let reader = Reader {
         worker,
@@ -71,8 +75,21 @@ pub(super) async fn send_part(
                 .map(Bytes::copy_from_slice),
             body,
             items: None,
+            // A proxy in front of the node may have lost its answer.
+            in_doubt: matches!(response.status, 502 | 504),
         },
-        None => weirs_answer(502, b"the node's answer ended early or was too large"),
+        None => Answer {
+            in_doubt: true,
+            ..weirs_answer(502, b"the node's answer ended early or was too large")
+        },
+    }
+}
+
+/// weir's own failure answer for a part: in doubt unless it never reached a node.
+pub(super) fn weirs_failure(status: u16, text: &[u8]) -> Answer {
+    Answer {
+        in_doubt: !crate::forwarding::never_sent(text),
+        ..weirs_answer(status, text)
     }
 }
 
@@ -88,5 +105,6 @@ pub(super) fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
         product: None,
         body: answer.body,
         items: None,
+        in_doubt: false,
     }
 }

@@ -67,11 +67,11 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
             .within(&worker.clock, Waiting::Connect, limit, opened)
             .await;
         if waited.is_err() {
-            return fail(504, "upstream connect timed out", Cause::Connect);
+            return fail(504, forwarding::CONNECT_TIMED_OUT, Cause::Connect);
         }
     }
     let Some(mut send) = state.send.borrow().clone() else {
-        return fail(502, "upstream connection failed", Cause::Connect);
+        return fail(502, forwarding::CONNECT_FAILED, Cause::Connect);
     };
     let request = match request_parts(head, service, server, client) {
         Some(request) => request,

@@ -291,10 +291,21 @@ fn post(addr: std::net::SocketAddr, target: &str, body: &[u8]) -> Resp {
 }
 
 fn send(addr: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> Resp {
+    send_with(addr, method, target, body, "")
+}
+
+/// `send` with `extra` header lines (each ending in CRLF).
+fn send_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    target: &str,
+    body: &[u8],
+    extra: &str,
+) -> Resp {
     let mut conn = Conn::open(addr);
     let head = format!(
         "{method} {target} HTTP/1.1\r\nHost: es\r\nContent-Type: application/x-ndjson\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
+         Content-Length: {}\r\nConnection: close\r\n{extra}\r\n",
         body.len()
     );
     conn.send(head.as_bytes());
@@ -1066,6 +1077,9 @@ fn slow_bulk_node(delay: std::time::Duration) -> RawUpstream {
                 })
                 .collect();
             conn.note(&format!("items {}", items.len()));
+            if let Some(opaque) = header_value(&head, "x-opaque-id") {
+                conn.note(&format!("opaque {opaque} items {}", items.len()));
+            }
             std::thread::sleep(delay);
             let answer = format!(
                 r#"{{"took":3,"errors":false,"items":[{}]}}"#,
@@ -1095,7 +1109,7 @@ fn concurrent_bulks_for_one_node_go_in_one_request_while_one_is_in_flight() {
             node.url()
         )
     };
-    let load = |weir: &Weir| {
+    let load = |weir: &Weir, opaque_ids: bool| {
         let addr = weir.addrs["es"];
         // The first bulk goes alone; the next ten arrive while it is in flight.
         let first = std::thread::spawn(move || {
@@ -1112,7 +1126,12 @@ fn concurrent_bulks_for_one_node_go_in_one_request_while_one_is_in_flight() {
                     let body = format!(
                         "{{\"create\":{{\"_id\":\"a{i}\"}}}}\n{{}}\n{{\"create\":{{\"_id\":\"b{i}\"}}}}\n{{}}\n"
                     );
-                    (i, post(addr, "/logs/_bulk", body.as_bytes()))
+                    let job = if opaque_ids {
+                        format!("X-Opaque-Id: job-{}\r\n", i % 2)
+                    } else {
+                        String::new()
+                    };
+                    (i, send_with(addr, "POST", "/logs/_bulk", body.as_bytes(), &job))
                 })
             })
             .collect();
@@ -1134,14 +1153,33 @@ fn concurrent_bulks_for_one_node_go_in_one_request_while_one_is_in_flight() {
         }
     };
     let weir = Weir::start(&config(true));
-    load(&weir);
+    load(&weir, false);
     assert_eq!(node.count("items "), 2, "{:?}", node.log());
     assert_eq!(node.count("items 20"), 1, "{:?}", node.log());
+    // Bulks of different `X-Opaque-Id`s (Elasticsearch's name for a request in its tasks and
+    // logs) never share a request: each id has a lane of its own, whose first bulk goes
+    // alone and the other four in one batch, with that id.
+    load(&weir, true);
+    assert_eq!(node.count("items "), 2 + 5, "{:?}", node.log());
+    for job in ["job-0", "job-1"] {
+        assert_eq!(
+            node.count(&format!("opaque {job} items 2")),
+            1,
+            "{:?}",
+            node.log()
+        );
+        assert_eq!(
+            node.count(&format!("opaque {job} items 8")),
+            1,
+            "{:?}",
+            node.log()
+        );
+    }
     drop(weir);
     // With `batch: false`, each bulk is a request of its own.
     let weir = Weir::start(&config(false));
-    load(&weir);
-    assert_eq!(node.count("items "), 2 + 11, "{:?}", node.log());
+    load(&weir, false);
+    assert_eq!(node.count("items "), 2 + 5 + 11, "{:?}", node.log());
 }
 
 /// Relays connections on `port` to `to` from now on (a thread per direction): a host that was

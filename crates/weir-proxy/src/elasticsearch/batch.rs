@@ -1,11 +1,12 @@
 //! `_bulk` batching on a worker, a group commit: while a bulk request to a node is in flight,
-//! the parts of other bulks bound for the same node (same target, same credentials) wait in
+//! the parts of other bulks bound for the same node (same target, credentials and
+//! `X-Opaque-Id`) wait in
 //! one pending batch, sent as one request when the one in flight is answered; each waiting
 //! part then gets its own items of the answer back. An idle lane sends at once, so a lone
 //! bulk waits for nothing. Elasticsearch pays much of a bulk's cost per request (parsing,
 //! coordination, a translog sync per shard), so under concurrent small bulks fewer, larger
 //! requests carry more documents per second. The batch goes with the first waiting part's
-//! head (its `X-Opaque-Id`, its forwarded-for address).
+//! head (so its client's address in `X-Forwarded-For`).
 
 use super::items::{self, BulkItems};
 use super::part::{send_part, weirs_answer, Answer};
@@ -37,6 +38,9 @@ struct LaneKey {
     server: Option<usize>,
     target: Box<str>,
     authorization: Option<Bytes>,
+    /// `X-Opaque-Id`: Elasticsearch names a request by it in its tasks and logs, so requests
+    /// named differently never share one.
+    opaque_id: Option<Bytes>,
 }
 
 #[derive(Default)]
@@ -131,6 +135,7 @@ pub(super) fn join(
         server,
         target: head.target().into(),
         authorization: head.head.get("authorization").map(Bytes::copy_from_slice),
+        opaque_id: head.head.get("x-opaque-id").map(Bytes::copy_from_slice),
     };
     let joined = LANES.with_borrow_mut(|lanes| {
         let lane = lanes.entry(key.clone()).or_default();

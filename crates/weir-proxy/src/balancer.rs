@@ -83,14 +83,17 @@ pub struct EsService {
     pub spool: Option<Arc<crate::elasticsearch::spool::Spool>>,
     /// Its search cache, kept across reloads that keep its settings.
     pub search_cache: Option<Arc<crate::elasticsearch::search_cache::SearchCache>>,
+    /// How the control thread reaches the nodes (discovery, the shard map, the replay).
+    pub access: crate::elasticsearch::node_client::NodeAccess,
 }
 
 impl EsService {
     fn new(
-        name: &str,
+        cfg: &weir_config::Service,
         es: &weir_config::Elasticsearch,
         carried: &mut Carried,
     ) -> Result<EsService, String> {
+        let name = cfg.name.as_str();
         let spool = match &es.spool {
             Some(cfg) => Some(
                 carried
@@ -116,6 +119,7 @@ impl EsService {
             bulk: es.bulk.clone(),
             cluster: carried.clusters.get(name.to_string(), Default::default),
             spool,
+            access: crate::elasticsearch::node_client::NodeAccess::new(cfg)?,
         })
     }
 }
@@ -258,7 +262,7 @@ impl Service {
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
             elasticsearch: match &cfg.elasticsearch {
-                Some(es) => Some(Box::new(EsService::new(&cfg.name, es, carried)?)),
+                Some(es) => Some(Box::new(EsService::new(cfg, es, carried)?)),
                 None => None,
             },
             authorization: cfg

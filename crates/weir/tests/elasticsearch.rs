@@ -1346,3 +1346,86 @@ fn updates_the_cluster_may_have_applied_are_not_spooled() {
     assert_eq!(item_of(&answer, 1)["status"], 202, "{}", answer.text());
     assert!(spooled_text(&spool).contains("\"update\""));
 }
+
+#[test]
+fn an_https_cluster_is_discovered_and_replayed_to_over_tls() {
+    use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // A scripted node behind nginx speaking HTTPS: it publishes the HTTPS port as its address,
+    // refuses the first bulk with 503 (so weir spools it) and takes the others.
+    let tls_port = Arc::new(AtomicU16::new(0));
+    let bulks = Arc::new(AtomicUsize::new(0));
+    let (published, counted) = (tls_port.clone(), bulks.clone());
+    let node = RawUpstream::start(move |conn| {
+        while let Some(head) = conn.read_head() {
+            let length = header_value(&head, "content-length").and_then(|n| n.parse().ok());
+            conn.read_body(length.unwrap_or(0));
+            let target = head.split(' ').nth(1).unwrap_or("");
+            let (status, answer) = if target.starts_with("/_nodes/http") {
+                let port = published.load(Ordering::Relaxed);
+                let address = format!("127.0.0.1:{port}");
+                let nodes = serde_json::json!({"nodes": {"n1": {"roles": ["data"], "http": {"publish_address": address}}}});
+                (200, nodes.to_string())
+            } else if target.contains("_bulk") && counted.fetch_add(1, Ordering::Relaxed) == 0 {
+                (503, r#"{"error":{"type":"cluster_block_exception","reason":"blocked"},"status":503}"#.to_string())
+            } else if target.contains("_bulk") {
+                (
+                    200,
+                    r#"{"took":1,"errors":false,"items":[{"index":{"_id":"1","status":201}}]}"#
+                        .to_string(),
+                )
+            } else {
+                (200, "{}".to_string())
+            };
+            conn.write(
+                format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    let dir = temp_dir("es-tls");
+    let cert = make_cert(&dir, "node", &["127.0.0.1"], false);
+    let location = format!(
+        "proxy_pass http://{}; proxy_http_version 1.1; proxy_set_header Connection \"\";",
+        node.addr
+    );
+    let nginx = Nginx::start_tls_location(&cert.cert, &cert.key, &location);
+    tls_port.store(nginx.addr.port(), Ordering::Relaxed);
+    let spool = temp_dir("tls-spool");
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"https://127.0.0.1:{}\"]\n      \
+         discovery: {{ refresh: 1s }}\n      bulk: {{ route: none }}\n      \
+         spool: {{ path: \"{}\" }}\n    tls: {{ ca: \"{}\" }}\n",
+        nginx.addr.port(),
+        spool.display(),
+        cert.cert.display()
+    ));
+    // Discovery asks over TLS, and what it finds (https://, as the node it asked) serves.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while node.count("GET /_nodes/http") < 2 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", weir.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(get(weir.addrs["es"], "es", "/logs/_doc/1").status, 200);
+    // The node refuses a bulk: it is spooled, then replayed over TLS.
+    let answer = post(
+        weir.addrs["es"],
+        "/logs/_bulk",
+        b"{\"index\":{\"_id\":\"1\"}}\n{}\n",
+    );
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    weir.wait_for_line("spool drained", 1);
+    assert_eq!(node.count("POST /logs/_bulk"), 2, "{:?}", node.log());
+    let errors: Vec<String> = weir
+        .stderr()
+        .into_iter()
+        .filter(|l| l.contains("https") || l.contains("TLS"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}

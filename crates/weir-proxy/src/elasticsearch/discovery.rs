@@ -6,7 +6,7 @@
 //! by node, it also builds the shard map (`routing.rs`) every [`SHARDS_REFRESH`], and within
 //! a second of a worker meeting an index the map does not know.
 
-use super::node_client::get;
+use super::node_client::{get, NodeAccess};
 use super::routing::{publish_url, ClusterView, ShardMap};
 use crate::balancer::Service;
 use std::collections::HashMap;
@@ -62,11 +62,12 @@ impl Schedule {
                 .elasticsearch
                 .as_ref()
                 .is_some_and(|es| es.bulk.route == BulkRoute::Node);
-            let view = services
+            let compiled = services
                 .iter()
                 .find(|s| s.name == service.name)
-                .and_then(|s| s.elasticsearch.as_ref())
-                .map(|es| es.cluster.clone());
+                .and_then(|s| s.elasticsearch.as_ref());
+            let view = compiled.map(|es| es.cluster.clone());
+            let access = compiled.map(|es| es.access.clone()).unwrap_or_default();
             if let (true, Some(view)) = (routes_by_node, view) {
                 let asked = self.shards_asked.get(&service.name).copied();
                 let due = asked.is_none_or(|at| {
@@ -78,8 +79,7 @@ impl Schedule {
                     let mut ask: Vec<UpstreamServer> = service.servers.clone();
                     ask.extend(seeds.get(&service.name).into_iter().flatten().cloned());
                     let name = service.name.clone();
-                    let authorization = authorization(service);
-                    tokio::spawn(build_shard_map(name, ask, authorization, view));
+                    tokio::spawn(build_shard_map(name, ask, access.clone(), view));
                 }
             }
             let Some(discovery) = service
@@ -97,9 +97,8 @@ impl Schedule {
             let mut ask: Vec<UpstreamServer> = service.servers.clone();
             ask.extend(seeds.get(&service.name).into_iter().flatten().cloned());
             let (name, discovery, found) = (service.name.clone(), discovery.clone(), found.clone());
-            let authorization = authorization(service);
             tokio::spawn(async move {
-                let nodes = ask_any(&ask, authorization.as_deref(), &discovery).await;
+                let nodes = ask_any(&ask, &access, &discovery).await;
                 let _ = found.send(Discovered {
                     service: name,
                     nodes,
@@ -109,31 +108,25 @@ impl Schedule {
     }
 }
 
-/// The credentials a service's requests to its cluster carry.
-pub fn authorization(service: &weir_config::Service) -> Option<String> {
-    service.elasticsearch.as_ref()?.authorization.clone()
-}
-
 /// Builds the shard map from the first server that answers, and puts it in `view`.
 async fn build_shard_map(
     service: String,
     servers: Vec<UpstreamServer>,
-    authorization: Option<String>,
+    access: NodeAccess,
     view: Arc<ClusterView>,
 ) {
     let mut last_error = String::from("no server to ask");
-    let authorization = authorization.as_deref();
-    for server in servers.iter().filter(|s| !s.tls) {
+    for server in &servers {
         let asking = async {
             let nodes = get(
                 server,
-                authorization,
+                &access,
                 "/_nodes/http?filter_path=nodes.*.http.publish_address",
             )
             .await?;
-            let state = get(server, authorization, CLUSTER_STATE).await?;
-            let aliases = get(server, authorization, ALIASES).await?;
-            ShardMap::parse(&nodes, &state, &aliases)
+            let state = get(server, &access, CLUSTER_STATE).await?;
+            let aliases = get(server, &access, ALIASES).await?;
+            ShardMap::parse(&nodes, &state, &aliases, server.tls)
         };
         match tokio::time::timeout(ASK_TIMEOUT, asking).await {
             Ok(Ok(map)) => {
@@ -150,17 +143,14 @@ async fn build_shard_map(
 /// Asks each server in turn until one answers.
 async fn ask_any(
     servers: &[UpstreamServer],
-    authorization: Option<&str>,
+    access: &NodeAccess,
     discovery: &EsDiscovery,
 ) -> Result<Vec<String>, String> {
     let mut last_error = String::from("no server to ask");
     for server in servers {
-        if server.tls {
-            last_error = format!("{}: discovery over https is not supported yet", server.url);
-            continue;
-        }
-        match tokio::time::timeout(ASK_TIMEOUT, get(server, authorization, "/_nodes/http")).await {
-            Ok(Ok(body)) => return parse_nodes(&body, &discovery.roles),
+        match tokio::time::timeout(ASK_TIMEOUT, get(server, access, "/_nodes/http")).await {
+            // The nodes are spoken to as the one that named them is.
+            Ok(Ok(body)) => return parse_nodes(&body, &discovery.roles, server.tls),
             Ok(Err(e)) => last_error = format!("{}: {e}", server.url),
             Err(_) => last_error = format!("{}: no answer within {ASK_TIMEOUT:?}", server.url),
         }
@@ -169,8 +159,8 @@ async fn ask_any(
 }
 
 /// The HTTP URLs of the nodes in a `_nodes/http` answer that have one of `roles` (any node
-/// when `roles` is empty), sorted.
-fn parse_nodes(body: &[u8], roles: &[String]) -> Result<Vec<String>, String> {
+/// when `roles` is empty), sorted; https:// ones with `tls`.
+fn parse_nodes(body: &[u8], roles: &[String], tls: bool) -> Result<Vec<String>, String> {
     let answer: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
     let nodes = answer
@@ -185,7 +175,7 @@ fn parse_nodes(body: &[u8], roles: &[String]) -> Result<Vec<String>, String> {
                 .is_some_and(|r| r.iter().any(|role| roles.iter().any(|want| role == want)));
         let address = node["http"]["publish_address"].as_str();
         if let (true, Some(address)) = (has_role, address) {
-            urls.push(publish_url(address));
+            urls.push(publish_url(address, tls));
         }
     }
     if urls.is_empty() {
@@ -228,14 +218,14 @@ mod tests {
             "c": {"roles": ["data"]}
         }}"#;
         assert_eq!(
-            parse_nodes(body, &[]).unwrap(),
+            parse_nodes(body, &[], false).unwrap(),
             ["http://10.0.0.2:9200", "http://127.0.0.1:9201"]
         );
         assert_eq!(
-            parse_nodes(body, &["data".to_string()]).unwrap(),
-            ["http://127.0.0.1:9201"]
+            parse_nodes(body, &["data".to_string()], true).unwrap(),
+            ["https://127.0.0.1:9201"]
         );
-        assert!(parse_nodes(body, &["ml".to_string()]).is_err());
-        assert!(parse_nodes(b"<html>", &[]).is_err());
+        assert!(parse_nodes(body, &["ml".to_string()], false).is_err());
+        assert!(parse_nodes(b"<html>", &[], false).is_err());
     }
 }

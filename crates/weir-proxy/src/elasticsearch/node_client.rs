@@ -1,11 +1,49 @@
-//! Plain HTTP/1.1 requests from the control thread to one node, a connection each: discovery
-//! (`_nodes/http`), the shard map, and the spool's replay (`_bulk`). Not the workers' path:
-//! these are rare, and their answers are read whole.
+//! HTTP/1.1 requests from the control thread to one node, a connection each, over TLS for an
+//! `https://` node (the service's `tls` settings): discovery (`_nodes/http`), the shard map,
+//! and the spool's replay (`_mget`, `_bulk`). Not the workers' path: these are rare, and their
+//! answers are read whole.
 
 use crate::codec::{ChunkEvent, ChunkedDecoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir_config::UpstreamServer;
+use weir_config::{UpstreamProtocol, UpstreamServer, UpstreamTls};
+
+/// How the control thread reaches a service's nodes: with the service's credentials, and for
+/// `https://` nodes, its TLS settings (the client config built once per compile).
+#[derive(Clone, Default)]
+pub struct NodeAccess {
+    authorization: Option<String>,
+    tls: Option<(Arc<rustls::ClientConfig>, UpstreamTls)>,
+}
+
+impl std::fmt::Debug for NodeAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeAccess")
+            .field("authorization", &self.authorization.as_ref().map(|_| "…"))
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl NodeAccess {
+    /// The access of Elasticsearch service `cfg`; TLS when any of its servers is https://.
+    pub fn new(cfg: &weir_config::Service) -> Result<NodeAccess, String> {
+        let tls = if cfg.servers.iter().any(|s| s.tls) {
+            let config = crate::tls::client_config(&cfg.tls, UpstreamProtocol::Http1)?;
+            Some((config, cfg.tls.clone()))
+        } else {
+            None
+        };
+        Ok(NodeAccess {
+            authorization: cfg
+                .elasticsearch
+                .as_ref()
+                .and_then(|es| es.authorization.clone()),
+            tls,
+        })
+    }
+}
 
 /// An answer larger than this is refused.
 const MAX_ANSWER: usize = 256 << 20;
@@ -13,10 +51,10 @@ const MAX_ANSWER: usize = 256 << 20;
 /// `GET path` on `server`: the body of its 200 answer.
 pub async fn get(
     server: &UpstreamServer,
-    authorization: Option<&str>,
+    access: &NodeAccess,
     path: &str,
 ) -> Result<Vec<u8>, String> {
-    match request(server, authorization, "GET", path, None).await? {
+    match request(server, access, "GET", path, None).await? {
         (200, body) => Ok(body),
         (status, _) => Err(format!("status {status}")),
     }
@@ -26,14 +64,46 @@ pub async fn get(
 /// `Authorization` if it has one: the answer's status and body.
 pub async fn request(
     server: &UpstreamServer,
-    authorization: Option<&str>,
+    access: &NodeAccess,
     method: &str,
     target: &str,
     body: Option<(&str, &[u8])>,
 ) -> Result<(u16, Vec<u8>), String> {
-    let mut conn = TcpStream::connect((server.host.as_str(), server.port))
+    let conn = TcpStream::connect((server.host.as_str(), server.port))
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    let request = request_bytes(
+        server,
+        access.authorization.as_deref(),
+        method,
+        target,
+        body,
+    );
+    let answer = if server.tls {
+        let Some((config, settings)) = &access.tls else {
+            return Err("an https:// node, but no TLS settings".into());
+        };
+        let name = crate::tls::server_name(settings, &server.host)?;
+        let connector = tokio_rustls::TlsConnector::from(config.clone());
+        let tls = connector
+            .connect(name, conn)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        exchange(tls, &request).await?
+    } else {
+        exchange(conn, &request).await?
+    };
+    parse_answer(&answer)
+}
+
+/// The request's bytes (`Connection: close`: the answer ends with the connection).
+fn request_bytes(
+    server: &UpstreamServer,
+    authorization: Option<&str>,
+    method: &str,
+    target: &str,
+    body: Option<(&str, &[u8])>,
+) -> Vec<u8> {
     let mut request = format!(
         "{method} {target} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n",
         server.authority
@@ -53,15 +123,32 @@ pub async fn request(
     } else {
         request.extend_from_slice(b"\r\n");
     }
-    conn.write_all(&request)
+    request
+}
+
+/// Writes the request and reads the answer until the node closes the connection.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut conn: S,
+    request: &[u8],
+) -> Result<Vec<u8>, String> {
+    conn.write_all(request)
         .await
         .map_err(|e| format!("write: {e}"))?;
     let mut answer = Vec::new();
-    (&mut conn)
+    let read = (&mut conn)
         .take(MAX_ANSWER as u64 + 1)
         .read_to_end(&mut answer)
-        .await
-        .map_err(|e| format!("read: {e}"))?;
+        .await;
+    match read {
+        Ok(_) => Ok(answer),
+        // A TLS peer that closes without close_notify: the answer's own framing is checked.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => Ok(answer),
+        Err(e) => Err(format!("read: {e}")),
+    }
+}
+
+/// The status and body of a whole answer.
+fn parse_answer(answer: &[u8]) -> Result<(u16, Vec<u8>), String> {
     if answer.len() > MAX_ANSWER {
         return Err("the answer is too large".into());
     }
@@ -77,6 +164,13 @@ pub async fn request(
         .ok_or("no status in the answer")?;
     if head.contains("\r\ntransfer-encoding: chunked") {
         return Ok((status, dechunk(body)?));
+    }
+    let declared = head
+        .split("\r\n")
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|n| n.trim().parse::<usize>().ok());
+    if declared.is_some_and(|n| body.len() < n) {
+        return Err("the answer ended early".into());
     }
     Ok((status, body.to_vec()))
 }

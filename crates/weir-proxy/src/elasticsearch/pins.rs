@@ -19,7 +19,7 @@
 //! the upsert, which only Elasticsearch can do) is sent as written.
 
 use super::ndjson::{Action, Item};
-use super::node_client::request;
+use super::node_client::{request, NodeAccess};
 use crate::router::query_values;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -245,7 +245,7 @@ fn conditional_lines(lines: &[u8], item: &Item<'_>, pin: Pin) -> Option<(Action,
 /// asking the first server that answers `_mget`.
 pub(super) async fn fetch(
     servers: &[UpstreamServer],
-    authorization: Option<&str>,
+    access: &NodeAccess,
     target: &str,
     items: &[Item<'_>],
     wanted: &[usize],
@@ -270,10 +270,10 @@ pub(super) async fn fetch(
         .collect();
     let body = serde_json::json!({ "docs": docs }).to_string();
     let mut last = String::from("no server to ask");
-    for server in servers.iter().filter(|s| !s.tls) {
+    for server in servers {
         let asked = request(
             server,
-            authorization,
+            access,
             "POST",
             "/_mget",
             Some(("application/json", body.as_bytes())),

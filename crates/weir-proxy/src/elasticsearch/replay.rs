@@ -10,7 +10,7 @@
 //! sends the items not yet settled.
 
 use super::ndjson;
-use super::node_client::request;
+use super::node_client::{request, NodeAccess};
 use super::pins::{self, ReplayState, Sent};
 use super::spool::{Spool, Spooled};
 use crate::balancer::Service;
@@ -60,13 +60,13 @@ pub enum Replayed {
     Later { applied: u64, why: String },
 }
 
-/// Replays `spool` to `servers` (with the service's `authorization`) until it is empty or the
-/// cluster fails a request.
+/// Replays `spool` to `servers` (reached with `access`) until it is empty or the cluster fails
+/// a request.
 pub async fn replay(
     service: String,
     spool: Arc<Spool>,
     servers: Vec<UpstreamServer>,
-    authorization: Option<String>,
+    access: NodeAccess,
 ) -> Replayed {
     let mut applied = 0;
     let outcome = loop {
@@ -87,15 +87,7 @@ pub async fn replay(
                 }
             }
         };
-        if let Err(why) = replay_one(
-            &spool,
-            record.seq,
-            spooled,
-            &servers,
-            authorization.as_deref(),
-        )
-        .await
-        {
+        if let Err(why) = replay_one(&spool, record.seq, spooled, &servers, &access).await {
             break Replayed::Later { applied, why };
         }
         applied += 1;
@@ -112,10 +104,10 @@ pub async fn replay(
     outcome
 }
 
-/// Where a replay sends, and with which credentials.
+/// Where a replay sends, and how.
 struct Cluster {
     servers: Vec<UpstreamServer>,
-    authorization: Option<String>,
+    access: NodeAccess,
 }
 
 /// Each spool's backoff, kept by the control thread.
@@ -129,11 +121,10 @@ impl Replays {
     /// over a spool another process held, once it is free.
     pub fn start_due(&mut self, config: &Config, services: &[Arc<Service>]) {
         for service in services {
-            let spool = service
-                .elasticsearch
-                .as_ref()
-                .and_then(|es| es.spool.as_ref());
-            let Some(spool) = spool else {
+            let Some(es) = service.elasticsearch.as_ref() else {
+                continue;
+            };
+            let Some(spool) = es.spool.as_ref() else {
                 continue;
             };
             if !matches!(spool.take_over(), Ok(true)) {
@@ -144,7 +135,7 @@ impl Replays {
             };
             let cluster = Cluster {
                 servers: configured.servers.clone(),
-                authorization: super::discovery::authorization(configured),
+                access: es.access.clone(),
             };
             let backoff = self.backoffs.entry(service.name.clone()).or_default();
             start(&service.name, spool, cluster, backoff);
@@ -165,7 +156,7 @@ fn start(service: &str, spool: &Arc<Spool>, cluster: Cluster, backoff: &Arc<Mute
             service.clone(),
             spool.clone(),
             cluster.servers,
-            cluster.authorization,
+            cluster.access,
         )
         .await;
         let mut backoff = backoff.lock().unwrap_or_else(|e| e.into_inner());
@@ -209,15 +200,15 @@ fn replay_target(target: &str) -> String {
 /// Sends the request to each server in turn until one answers.
 async fn send_anywhere(
     servers: &[UpstreamServer],
-    authorization: Option<&str>,
+    access: &NodeAccess,
     target: &str,
     body: &[u8],
 ) -> Result<(u16, Vec<u8>), String> {
     let mut last = String::from("no server to send to");
-    for server in servers.iter().filter(|s| !s.tls) {
+    for server in servers {
         let sending = request(
             server,
-            authorization,
+            access,
             "POST",
             target,
             Some(("application/x-ndjson", body)),
@@ -241,7 +232,7 @@ async fn replay_one(
     seq: u64,
     spooled: Spooled,
     servers: &[UpstreamServer],
-    authorization: Option<&str>,
+    access: &NodeAccess,
 ) -> Result<(), String> {
     let body = &spooled.body;
     let dir = spool.dir().to_path_buf();
@@ -255,7 +246,7 @@ async fn replay_one(
     let mut state = ReplayState::load(&dir, seq, body, &items);
     let unpinned = state.unpinned(&items);
     if !unpinned.is_empty() {
-        state.pin(pins::fetch(servers, authorization, &target, &items, &unpinned).await?);
+        state.pin(pins::fetch(servers, access, &target, &items, &unpinned).await?);
     }
     let kept = state.kept();
     let was_in_doubt = state.in_doubt;
@@ -265,7 +256,7 @@ async fn replay_one(
         saved.map_err(|e| format!("cannot keep the replay state of request {seq}: {e}"))?;
     }
     let attempt = state.next_try(body, &items);
-    let (status, answer) = send_anywhere(servers, authorization, &target, &attempt.body).await?;
+    let (status, answer) = send_anywhere(servers, access, &target, &attempt.body).await?;
     let outcomes = judge(&attempt.sent, &state, was_in_doubt, status, &answer)?;
     let mut dead = Vec::new();
     let mut waits = None;

@@ -84,8 +84,13 @@ impl ShardMap {
     }
 
     /// Built from the answers to `GET /_nodes/http`, `GET /_cluster/state/metadata,routing_table`
-    /// and `GET /_alias`.
-    pub fn parse(nodes: &[u8], state: &[u8], aliases: &[u8]) -> Result<ShardMap, String> {
+    /// and `GET /_alias`; the nodes named https:// with `tls`.
+    pub fn parse(
+        nodes: &[u8],
+        state: &[u8],
+        aliases: &[u8],
+        tls: bool,
+    ) -> Result<ShardMap, String> {
         let nodes: serde_json::Value =
             serde_json::from_slice(nodes).map_err(|e| format!("_nodes/http: not JSON: {e}"))?;
         let state: serde_json::Value =
@@ -97,7 +102,7 @@ impl ShardMap {
         for (id, node) in nodes["nodes"].as_object().into_iter().flatten() {
             if let Some(address) = node["http"]["publish_address"].as_str() {
                 node_index.insert(id, map.nodes.len() as u16);
-                map.nodes.push(publish_url(address));
+                map.nodes.push(publish_url(address, tls));
             }
         }
         let metadata = &state["metadata"]["indices"];
@@ -185,9 +190,10 @@ impl ShardMap {
 }
 
 /// `HOST/IP:PORT` or `IP:PORT` (as nodes publish it) as a URL, by the address.
-pub(super) fn publish_url(address: &str) -> String {
+pub(super) fn publish_url(address: &str, tls: bool) -> String {
     let address = address.rsplit_once('/').map_or(address, |(_, ip)| ip);
-    format!("http://{address}")
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{address}")
 }
 
 impl IndexRouting {
@@ -344,7 +350,7 @@ mod tests {
               "4":[{"state":"STARTED","primary":false,"node":"n0"},
                    {"state":"STARTED","primary":true,"node":"n1"}]}}}}}"#;
         let aliases = br#"{"t1":{"aliases":{"plain":{},"routed":{"index_routing":"x"}}}}"#;
-        let map = ShardMap::parse(nodes, state, aliases).unwrap();
+        let map = ShardMap::parse(nodes, state, aliases, false).unwrap();
         assert_eq!(
             map.nodes,
             ["http://127.0.0.1:9200", "http://127.0.0.1:9201"]

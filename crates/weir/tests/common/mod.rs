@@ -569,6 +569,21 @@ impl Nginx {
         )
     }
 
+    /// Starts nginx speaking HTTPS with this certificate and key, `location` the body of its
+    /// `location /` block.
+    pub fn start_tls_location(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        location: &str,
+    ) -> Nginx {
+        let listen = format!(
+            " ssl;\n    ssl_certificate {};\n    ssl_certificate_key {}",
+            cert.display(),
+            key.display()
+        );
+        Nginx::start_server("", &listen, location)
+    }
+
     /// Starts nginx with `location` as the body of its `location /` block (nested locations
     /// allowed).
     pub fn with_location(location: &str) -> Nginx {

@@ -27,6 +27,8 @@ use std::path::Path;
 use weir_config::UpstreamServer;
 
 const FILE: &str = "replay.json";
+/// How long a node may take to answer the pins' `_mget`.
+const MGET_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a pinned document was when its update was pinned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,7 +280,7 @@ pub(super) async fn fetch(
             "/_mget",
             Some(("application/json", body.as_bytes())),
         );
-        let answer = match tokio::time::timeout(super::replay::REPLAY_TIMEOUT, asked).await {
+        let answer = match tokio::time::timeout(MGET_TIMEOUT, asked).await {
             Ok(Ok((200, answer))) => answer,
             Ok(Ok((status, _))) => {
                 last = format!("{}: _mget answered {status}", server.url);

@@ -23,7 +23,7 @@ use weir_config::{Config, UpstreamServer};
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How long a node may take to answer one replayed request.
-pub(super) const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// When a spool is next tried, after failures.
 #[derive(Debug)]

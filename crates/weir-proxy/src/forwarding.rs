@@ -203,3 +203,18 @@ fn is_rewritten_request_header(name: &[u8]) -> bool {
     .iter()
     .any(|h| h.eq_ignore_ascii_case(name))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_before_sending_are_never_sent() {
+        assert!(never_sent(b"upstream connection failed\n"));
+        assert!(never_sent(NO_SERVER.as_bytes()));
+        assert!(never_sent(HANDSHAKE_TIMED_OUT.as_bytes()));
+        assert!(!never_sent(b"upstream response timed out\n"));
+        assert!(!never_sent(b"invalid or missing upstream response\n"));
+        assert!(!never_sent(b""));
+    }
+}

@@ -244,6 +244,13 @@ async fn replay_one(
     };
     let target = replay_target(&spooled.target);
     let mut state = ReplayState::load(&dir, seq, body, &items);
+    if state.all_settled(items.len()) {
+        // Settled by a try before a crash that came ahead of the commit; its refusals are
+        // written already.
+        let committed = commit(spool, seq, Vec::new()).await;
+        ReplayState::clear(&dir);
+        return committed;
+    }
     let unpinned = state.unpinned(&items);
     if !unpinned.is_empty() {
         state.pin(pins::fetch(servers, access, &target, &items, &unpinned).await?);

@@ -28,16 +28,18 @@ pub struct Directives {
 }
 
 impl Directives {
+    /// Reads the directives of every field line, as bytes: directive names are ASCII, and a
+    /// line that is not UTF-8 may still name some.
     pub fn parse<'a>(lines: impl IntoIterator<Item = &'a [u8]>) -> Directives {
         let mut d = Directives::default();
         for line in lines {
-            let Ok(text) = std::str::from_utf8(line) else {
-                continue;
-            };
-            for item in list_items(text) {
-                let (name, value) = match item.split_once('=') {
-                    Some((n, v)) => (n.trim(), Some(unquote(v.trim()))),
-                    None => (item.trim(), None),
+            for item in list_items(line) {
+                let (name, value) = match item.iter().position(|&b| b == b'=') {
+                    Some(i) => (
+                        item[..i].trim_ascii(),
+                        Some(unquote(item[i + 1..].trim_ascii())),
+                    ),
+                    None => (item.trim_ascii(), None),
                 };
                 let seconds = || value.and_then(parse_seconds);
                 // Lowercased on the stack: no directive weir knows is longer than 24 bytes.
@@ -45,7 +47,7 @@ impl Directives {
                 let Some(folded) = lower.get_mut(..name.len()) else {
                     continue;
                 };
-                folded.copy_from_slice(name.as_bytes());
+                folded.copy_from_slice(name);
                 folded.make_ascii_lowercase();
                 match &*folded {
                     // An invalid max-age makes the response stale (§4.2.1): zero.
@@ -73,18 +75,16 @@ impl Directives {
 }
 
 /// The non-empty items of a comma-separated list; commas inside quotes do not split.
-fn list_items(text: &str) -> impl Iterator<Item = &str> {
+fn list_items(text: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = Some(text);
     std::iter::from_fn(move || loop {
         let current = rest?;
         let mut quoted = false;
-        let end = current.char_indices().find_map(|(i, c)| {
-            match c {
-                '"' => quoted = !quoted,
-                ',' if !quoted => return Some(i),
-                _ => {}
+        let end = current.iter().position(|&b| {
+            if b == b'"' {
+                quoted = !quoted;
             }
-            None
+            b == b',' && !quoted
         });
         let item = match end {
             Some(i) => {
@@ -96,24 +96,27 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
                 current
             }
         };
-        if !item.trim().is_empty() {
+        if !item.trim_ascii().is_empty() {
             return Some(item);
         }
     })
 }
 
-fn unquote(v: &str) -> &str {
-    v.strip_prefix('"')
-        .and_then(|v| v.strip_suffix('"'))
+fn unquote(v: &[u8]) -> &[u8] {
+    v.strip_prefix(b"\"")
+        .and_then(|v| v.strip_suffix(b"\""))
         .unwrap_or(v)
 }
 
 /// Delta-seconds (§1.2.2): digits only; too large a value is taken as 2^31 as the RFC says.
-fn parse_seconds(v: &str) -> Option<u64> {
-    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+fn parse_seconds(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(v.parse::<u64>().unwrap_or(1 << 31).min(1 << 31))
+    let value = v.iter().try_fold(0u64, |n, &digit| {
+        n.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+    });
+    Some(value.unwrap_or(1 << 31).min(1 << 31))
 }
 
 #[cfg(test)]
@@ -151,5 +154,9 @@ mod tests {
             Some(1 << 31)
         );
         assert_eq!(parse(&["\u{0}garbage,,  ,"]), Directives::default());
+        // A line that is not UTF-8 still names its directives.
+        let d = Directives::parse([&b"max-age=60, \xff\xfe, no-store"[..]]);
+        assert_eq!((d.max_age, d.no_store), (Some(60), true));
+        assert_eq!(parse(&["max-age=\"30\" , s-maxage = 5"]).s_maxage, Some(5));
     }
 }

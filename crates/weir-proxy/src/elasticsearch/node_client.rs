@@ -96,6 +96,29 @@ pub async fn request(
     parse_answer(&answer)
 }
 
+/// `method target` on each server in turn, each within `limit`, until one gives an answer
+/// whose status `taken` accepts: that answer, or the last failure.
+pub async fn first_answer(
+    servers: &[UpstreamServer],
+    access: &NodeAccess,
+    (method, target): (&str, &str),
+    body: Option<(&str, &[u8])>,
+    limit: std::time::Duration,
+    taken: impl Fn(u16) -> bool,
+) -> Result<(u16, Vec<u8>), String> {
+    let mut last = String::from("no server to ask");
+    for server in servers {
+        let asked = request(server, access, method, target, body);
+        match tokio::time::timeout(limit, asked).await {
+            Ok(Ok((status, answer))) if taken(status) => return Ok((status, answer)),
+            Ok(Ok((status, _))) => last = format!("{}: status {status}", server.url),
+            Ok(Err(e)) => last = format!("{}: {e}", server.url),
+            Err(_) => last = format!("{}: no answer within {limit:?}", server.url),
+        }
+    }
+    Err(last)
+}
+
 /// The request's bytes (`Connection: close`: the answer ends with the connection).
 fn request_bytes(
     server: &UpstreamServer,

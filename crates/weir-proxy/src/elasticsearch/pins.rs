@@ -19,7 +19,7 @@
 //! the upsert, which only Elasticsearch can do) is sent as written.
 
 use super::ndjson::{Action, Item};
-use super::node_client::{request, NodeAccess};
+use super::node_client::{first_answer, NodeAccess};
 use crate::router::query_values;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -271,33 +271,19 @@ pub(super) async fn fetch(
         })
         .collect();
     let body = serde_json::json!({ "docs": docs }).to_string();
-    let mut last = String::from("no server to ask");
-    for server in servers {
-        let asked = request(
-            server,
-            access,
-            "POST",
-            "/_mget",
-            Some(("application/json", body.as_bytes())),
-        );
-        let answer = match tokio::time::timeout(MGET_TIMEOUT, asked).await {
-            Ok(Ok((200, answer))) => answer,
-            Ok(Ok((status, _))) => {
-                last = format!("{}: _mget answered {status}", server.url);
-                continue;
-            }
-            Ok(Err(e)) => {
-                last = format!("{}: {e}", server.url);
-                continue;
-            }
-            Err(_) => {
-                last = format!("{}: _mget unanswered", server.url);
-                continue;
-            }
-        };
-        return pins_of(&answer, wanted);
-    }
-    Err(format!("cannot pin the updates: {last}"))
+    let body = Some(("application/json", body.as_bytes()));
+    let asked = first_answer(
+        servers,
+        access,
+        ("POST", "/_mget"),
+        body,
+        MGET_TIMEOUT,
+        |s| s == 200,
+    );
+    let (_, answer) = asked
+        .await
+        .map_err(|e| format!("cannot pin the updates: {e}"))?;
+    pins_of(&answer, wanted)
 }
 
 /// The pins an `_mget` answer gives, in the order asked. A document whose index does not exist

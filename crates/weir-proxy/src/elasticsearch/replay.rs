@@ -10,7 +10,7 @@
 //! sends the items not yet settled.
 
 use super::ndjson;
-use super::node_client::{request, NodeAccess};
+use super::node_client::{first_answer, NodeAccess};
 use super::pins::{self, ReplayState, Sent};
 use super::spool::{Spool, Spooled};
 use crate::balancer::Service;
@@ -197,32 +197,24 @@ fn replay_target(target: &str) -> String {
     }
 }
 
-/// Sends the request to each server in turn until one answers.
+/// Sends the request to each server in turn until one answers (a 502 or 503 is no answer).
 async fn send_anywhere(
     servers: &[UpstreamServer],
     access: &NodeAccess,
     target: &str,
     body: &[u8],
 ) -> Result<(u16, Vec<u8>), String> {
-    let mut last = String::from("no server to send to");
-    for server in servers {
-        let sending = request(
-            server,
-            access,
-            "POST",
-            target,
-            Some(("application/x-ndjson", body)),
-        );
-        match tokio::time::timeout(REPLAY_TIMEOUT, sending).await {
-            Ok(Ok((status, answer))) if status != 502 && status != 503 => {
-                return Ok((status, answer))
-            }
-            Ok(Ok((status, _))) => last = format!("{}: status {status}", server.url),
-            Ok(Err(e)) => last = format!("{}: {e}", server.url),
-            Err(_) => last = format!("{}: no answer within {REPLAY_TIMEOUT:?}", server.url),
-        }
-    }
-    Err(last)
+    let body = Some(("application/x-ndjson", body));
+    let answered = |status| status != 502 && status != 503;
+    first_answer(
+        servers,
+        access,
+        ("POST", target),
+        body,
+        REPLAY_TIMEOUT,
+        answered,
+    )
+    .await
 }
 
 /// Replays one spooled request: its updates pinned first (`pins.rs`), then its items not yet

@@ -91,6 +91,7 @@ impl EsService {
     fn new(
         cfg: &weir_config::Service,
         es: &weir_config::Elasticsearch,
+        workers_tls: Option<&Arc<rustls::ClientConfig>>,
         carried: &mut Carried,
     ) -> Result<EsService, String> {
         let name = cfg.name.as_str();
@@ -119,7 +120,7 @@ impl EsService {
             bulk: es.bulk.clone(),
             cluster: carried.clusters.get(name.to_string(), Default::default),
             spool,
-            access: crate::elasticsearch::node_client::NodeAccess::new(cfg)?,
+            access: crate::elasticsearch::node_client::NodeAccess::new(cfg, workers_tls)?,
         })
     }
 }
@@ -262,7 +263,12 @@ impl Service {
             write_timeout: cfg.timeouts.write,
             pass_host_header: cfg.pass_host_header,
             elasticsearch: match &cfg.elasticsearch {
-                Some(es) => Some(Box::new(EsService::new(cfg, es, carried)?)),
+                Some(es) => Some(Box::new(EsService::new(
+                    cfg,
+                    es,
+                    client_tls.as_ref(),
+                    carried,
+                )?)),
                 None => None,
             },
             authorization: cfg

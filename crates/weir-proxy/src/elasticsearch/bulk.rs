@@ -218,7 +218,7 @@ fn cluster_unavailable(status: u16) -> bool {
 fn failed_answer(reply: Reply<'_>) -> Answer {
     match &reply.head {
         ReplyHead::Response(response) => Answer {
-            in_doubt: matches!(response.status, 502 | 504),
+            in_doubt: part::status_in_doubt(response.status),
             ..part::weirs_answer(response.status, b"the node answered with an error")
         },
         ReplyHead::Local(local) => part::weirs_failure(local.status, &local.body),
@@ -331,20 +331,19 @@ async fn queue_unavailable(
     // Not spooled: the groups keep their failure, item by item.
     if let Ok(seq) = spool.append(head.target(), &queued).await {
         for (g, spooled) in unavailable {
-            let whole = spooled.len() == groups[g].items.len();
-            let failed = std::mem::replace(
-                &mut parts[g],
-                Part::Queued {
-                    seq,
-                    doubtful: None,
-                },
-            );
-            if let (Part::Answered(answer), false) = (failed, whole) {
-                parts[g] = Part::Queued {
-                    seq,
-                    doubtful: Some(answer),
-                };
-            }
+            let queued = Part::Queued {
+                seq,
+                doubtful: None,
+            };
+            let Part::Answered(answer) = std::mem::replace(&mut parts[g], queued) else {
+                continue;
+            };
+            // Items kept out (updates in doubt) keep the group's failure.
+            let kept_out = spooled.len() < groups[g].items.len();
+            parts[g] = Part::Queued {
+                seq,
+                doubtful: kept_out.then_some(answer),
+            };
         }
     }
 }

@@ -27,13 +27,21 @@ impl std::fmt::Debug for NodeAccess {
 }
 
 impl NodeAccess {
-    /// The access of Elasticsearch service `cfg`; TLS when any of its servers is https://.
-    pub fn new(cfg: &weir_config::Service) -> Result<NodeAccess, String> {
-        let tls = if cfg.servers.iter().any(|s| s.tls) {
-            let config = crate::tls::client_config(&cfg.tls, UpstreamProtocol::Http1)?;
-            Some((config, cfg.tls.clone()))
-        } else {
-            None
+    /// The access of Elasticsearch service `cfg`; TLS when any of its servers is https://,
+    /// with `workers_tls` (the config its workers use) when that one speaks HTTP/1.1 too.
+    pub fn new(
+        cfg: &weir_config::Service,
+        workers_tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<NodeAccess, String> {
+        let tls = match workers_tls {
+            Some(config) if cfg.protocol == UpstreamProtocol::Http1 => {
+                Some((config.clone(), cfg.tls.clone()))
+            }
+            _ if cfg.servers.iter().any(|s| s.tls) => {
+                let config = crate::tls::client_config(&cfg.tls, UpstreamProtocol::Http1)?;
+                Some((config, cfg.tls.clone()))
+            }
+            _ => None,
         };
         Ok(NodeAccess {
             authorization: cfg

@@ -75,14 +75,19 @@ pub(super) async fn send_part(
                 .map(Bytes::copy_from_slice),
             body,
             items: None,
-            // A proxy in front of the node may have lost its answer.
-            in_doubt: matches!(response.status, 502 | 504),
+            in_doubt: status_in_doubt(response.status),
         },
         None => Answer {
             in_doubt: true,
             ..weirs_answer(502, b"the node's answer ended early or was too large")
         },
     }
+}
+
+/// Whether a status answered for a part may hide its being applied: a 502 or 504 from a proxy
+/// in front of the node, which may have lost the node's answer.
+pub(super) fn status_in_doubt(status: u16) -> bool {
+    matches!(status, 502 | 504)
 }
 
 /// weir's own failure answer for a part: in doubt unless it never reached a node.

@@ -2,6 +2,7 @@
 //! connection itself: plain TCP or TLS, one enum so one pool holds both. Single-threaded (each
 //! worker owns its pool), so no locks: a checkout is a `Vec::pop`.
 
+use crate::worker::READ_CHUNK;
 use bytes::BytesMut;
 use std::cell::RefCell;
 use std::io;
@@ -79,7 +80,7 @@ impl UpstreamConn {
     pub fn new(io: UpstreamIo) -> UpstreamConn {
         UpstreamConn {
             io,
-            buf: BytesMut::with_capacity(8 * 1024),
+            buf: BytesMut::with_capacity(READ_CHUNK),
             reused: false,
         }
     }

@@ -1,20 +1,22 @@
-//! `weir-bench`: an open-loop HTTP/1.1 load generator for fixed-rate latency, like wrk2 `-R`.
-//! Request i is due at `t0 + i/rate`; connection c sends requests c, c+N, c+2N, ... and each
-//! latency is measured from the request's scheduled time, not its actual send time, so a
+//! `weir-bench`: an HTTP/1.1 load generator. With `-R`, open loop for fixed-rate latency, like
+//! wrk2: request i is due at `t0 + i/rate`; connection c sends requests c, c+N, c+2N, ... and
+//! each latency is measured from the request's scheduled time, not its actual send time, so a
 //! stalled server is charged for the requests it delayed (coordinated-omission correction).
 //! Sends are paced by a 50 µs timerfd tick (see `pacer`); those that start more than 200 µs
-//! after their schedule are counted as late.
+//! after their schedule are counted as late. Without `-R`, closed loop, like wrk: each
+//! connection sends its next request once the answer before it is read.
 #![forbid(unsafe_code)]
 
 mod pacer;
 mod template;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use clap::Parser;
 use hdrhistogram::Histogram;
+use rustix::net::RecvFlags;
 use std::time::{Duration, Instant};
 use template::Template;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use weir_proxy::codec::{parse_response, ChunkEvent, ChunkedDecoder, Framing};
 
@@ -22,20 +24,24 @@ use weir_proxy::codec::{parse_response, ChunkEvent, ChunkedDecoder, Framing};
 #[command(
     name = "weir-bench",
     version,
-    about = "Open-loop fixed-rate HTTP load generator"
+    about = "HTTP load generator: open loop at a fixed rate (-R), else closed loop"
 )]
 struct Args {
     /// Target URL, http://HOST:PORT/PATH
     url: String,
-    /// Requests per second across all connections.
+    /// Requests per second across all connections; without it, closed loop (each connection
+    /// sends as soon as its previous answer is read).
     #[arg(short = 'R', long)]
-    rate: f64,
+    rate: Option<f64>,
     /// Concurrent connections.
     #[arg(short, long, default_value_t = 50)]
     connections: usize,
     /// How long to send, e.g. 10s or 500ms.
     #[arg(short, long, default_value = "10s")]
     duration: String,
+    /// An answer not read whole within this counts as an error, and its connection closes.
+    #[arg(long, default_value = "5s")]
+    timeout: String,
     #[arg(short = 'X', long, default_value = "GET")]
     method: String,
     /// Request header `Name: value`; repeatable.
@@ -50,10 +56,22 @@ struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Drop each answer's body in the kernel instead of reading it (`recv` with `MSG_TRUNC`,
+    /// which TCP discards uncopied): the generator's cost per answer no longer grows with
+    /// the body, so large answers measure the server rather than the client's copies.
+    #[arg(long)]
+    discard_body: bool,
 }
 
 /// A send this far past its schedule counts as late.
 const LATE_AFTER: Duration = Duration::from_micros(200);
+
+/// How much one read may take: a 100 KB answer in one or two reads, where wrk's 8 KB reads
+/// took thirteen and made the generator, not the server, the limit.
+const READ_AT_ONCE: usize = 256 * 1024;
+
+/// A head's read when bodies are dropped: enough for any head weir's benches see.
+const HEAD_READ: usize = 4096;
 
 #[derive(Default)]
 struct Tally {
@@ -83,7 +101,8 @@ fn main() {
 
 fn run(args: Args) -> Result<serde_json::Value, String> {
     let duration = parse_duration(&args.duration).ok_or("invalid --duration")?;
-    if args.rate.is_nan() || args.rate <= 0.0 || args.connections == 0 {
+    let timeout = parse_duration(&args.timeout).ok_or("invalid --timeout")?;
+    if args.rate.is_some_and(|r| r.is_nan() || r <= 0.0) || args.connections == 0 {
         return Err("--rate and --connections must be positive".into());
     }
     let rest = args
@@ -126,6 +145,8 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
         connections: args.connections,
         duration,
         head_request: args.method.eq_ignore_ascii_case("HEAD"),
+        discard_body: args.discard_body,
+        timeout,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -143,6 +164,7 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
         "errors": tally.errors,
         "non_2xx": tally.non_2xx,
         "late_sends": tally.late,
+        "discard_body": args.discard_body,
         "achieved_rate": tally.completed as f64 / elapsed.as_secs_f64(),
         "latency_us": {
             "p50": p(0.50), "p90": p(0.90), "p99": p(0.99), "p999": p(0.999),
@@ -156,10 +178,14 @@ struct Plan {
     head: String,
     body: Option<Template>,
     fixed_body: Option<Vec<u8>>,
-    rate: f64,
+    /// Requests per second across all connections; `None`: closed loop.
+    rate: Option<f64>,
     connections: usize,
     duration: Duration,
     head_request: bool,
+    discard_body: bool,
+    /// How long one exchange may take.
+    timeout: Duration,
 }
 
 async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> {
@@ -167,7 +193,10 @@ async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> 
     let t0 = Instant::now() + Duration::from_millis(50);
     let local = tokio::task::LocalSet::new();
     let pacer = pacer::Pacer::new(plan.connections);
-    let ticking = local.spawn_local(pacer.clone().run());
+    let ticking = plan
+        .rate
+        .is_some()
+        .then(|| local.spawn_local(pacer.clone().run()));
     let mut handles = Vec::new();
     for c in 0..plan.connections {
         let plan = plan.clone();
@@ -179,7 +208,9 @@ async fn drive(plan: Plan) -> Result<(Histogram<u64>, Tally, Duration), String> 
             for h in handles {
                 out.push(h.await);
             }
-            ticking.abort();
+            if let Some(ticking) = ticking {
+                ticking.abort();
+            }
             out
         })
         .await;
@@ -208,22 +239,42 @@ async fn connection(
     let mut tally = Tally::default();
     let mut conn: Option<(TcpStream, BytesMut)> = None;
     let mut request = Vec::with_capacity(1024);
+    // Never written: the kernel drops what a MSG_TRUNC read names (untouched pages, no RSS).
+    let mut scratch = if plan.discard_body {
+        vec![0u8; READ_AT_ONCE]
+    } else {
+        Vec::new()
+    };
     let n = plan.connections as u64;
     let end = t0 + plan.duration;
     let mut i = c as u64;
+    if plan.rate.is_none() {
+        tokio::time::sleep_until(t0.into()).await;
+    }
     loop {
-        let due = t0 + Duration::from_secs_f64(i as f64 / plan.rate);
-        if due >= end {
-            break;
-        }
-        pacer.until(c, due).await;
-        let sent_at = Instant::now();
-        if sent_at.saturating_duration_since(due) > LATE_AFTER {
-            tally.late += 1;
-        }
-        // Late sends are charged from their schedule (coordinated omission); early ones from
-        // when they actually left.
-        let measured_from = sent_at.min(due);
+        let measured_from = match plan.rate {
+            Some(rate) => {
+                let due = t0 + Duration::from_secs_f64(i as f64 / rate);
+                if due >= end {
+                    break;
+                }
+                pacer.until(c, due).await;
+                let sent_at = Instant::now();
+                if sent_at.saturating_duration_since(due) > LATE_AFTER {
+                    tally.late += 1;
+                }
+                // Late sends are charged from their schedule (coordinated omission); early
+                // ones from when they actually left.
+                sent_at.min(due)
+            }
+            None => {
+                let now = Instant::now();
+                if now >= end {
+                    break;
+                }
+                now
+            }
+        };
         request.clear();
         request.extend_from_slice(plan.head.as_bytes());
         if let Some(body) = &plan.body {
@@ -246,11 +297,17 @@ async fn connection(
         if conn.is_none() {
             conn = TcpStream::connect(plan.addr).await.ok().map(|s| {
                 let _ = s.set_nodelay(true);
-                (s, BytesMut::with_capacity(16 * 1024))
+                (s, BytesMut::with_capacity(READ_AT_ONCE))
             });
         }
         let outcome = match conn.as_mut() {
-            Some((io, buf)) => exchange(io, buf, &request, plan.head_request).await,
+            Some((io, buf)) => {
+                let discard = plan.discard_body.then_some(&mut scratch[..]);
+                let exchanged = exchange(io, buf, &request, plan.head_request, discard);
+                tokio::time::timeout(plan.timeout, exchanged)
+                    .await
+                    .unwrap_or(Err(()))
+            }
             None => Err(()),
         };
         match outcome {
@@ -275,12 +332,15 @@ async fn connection(
     (hist, tally)
 }
 
-/// Sends one request and reads its response; returns the status and whether to keep the connection.
+/// Sends one request and reads its response; returns the status and whether to keep the
+/// connection. With `discard`, a body of declared length is dropped in the kernel past what
+/// the head's read brought.
 async fn exchange(
     io: &mut TcpStream,
     buf: &mut BytesMut,
     request: &[u8],
     head_request: bool,
+    mut discard: Option<&mut [u8]>,
 ) -> Result<(u16, bool), ()> {
     io.write_all(request).await.map_err(|_| ())?;
     let resp = loop {
@@ -290,7 +350,14 @@ async fn exchange(
             }
             break r;
         }
-        read_more(io, buf).await?;
+        // When bodies are dropped, a head is read in small steps, so that little of the body
+        // is copied with it.
+        let most = if discard.is_some() {
+            HEAD_READ
+        } else {
+            READ_AT_ONCE
+        };
+        read_most(io, buf, most).await?;
     };
     match resp.framing {
         Framing::None => {}
@@ -303,7 +370,10 @@ async fn exchange(
                 if left == 0 {
                     break;
                 }
-                read_more(io, buf).await?;
+                match discard.as_deref_mut() {
+                    Some(scratch) if buf.is_empty() => left -= drop_body(io, scratch, left).await?,
+                    _ => read_more(io, buf).await?,
+                }
             }
         }
         Framing::Chunked => {
@@ -328,11 +398,36 @@ async fn exchange(
     Ok((resp.status, resp.keep_alive))
 }
 
-async fn read_more(io: &mut TcpStream, buf: &mut BytesMut) -> Result<(), ()> {
-    if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(16 * 1024);
+/// Drops up to `left` bytes of the stream in the kernel: `recv` with `MSG_TRUNC`, which TCP
+/// discards without copying into `scratch`. Returns how many went.
+async fn drop_body(io: &TcpStream, scratch: &mut [u8], left: usize) -> Result<usize, ()> {
+    let want = left.min(scratch.len());
+    loop {
+        io.readable().await.map_err(|_| ())?;
+        let dropped = io.try_io(Interest::READABLE, || {
+            rustix::net::recv(io, &mut scratch[..want], RecvFlags::TRUNC)
+                .map(|(_, received)| received)
+                .map_err(std::io::Error::from)
+        });
+        match dropped {
+            Ok(0) => return Err(()),
+            Ok(n) => return Ok(n.min(want)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return Err(()),
+        }
     }
-    match io.read_buf(buf).await {
+}
+
+async fn read_more(io: &mut TcpStream, buf: &mut BytesMut) -> Result<(), ()> {
+    read_most(io, buf, READ_AT_ONCE).await
+}
+
+/// Reads at most `most` bytes into `buf`.
+async fn read_most(io: &mut TcpStream, buf: &mut BytesMut, most: usize) -> Result<(), ()> {
+    if buf.capacity() - buf.len() < READ_AT_ONCE / 2 {
+        buf.reserve(READ_AT_ONCE);
+    }
+    match io.read_buf(&mut (&mut *buf).limit(most)).await {
         Ok(0) | Err(_) => Err(()),
         Ok(_) => Ok(()),
     }
@@ -354,10 +449,13 @@ fn parse_duration(text: &str) -> Option<Duration> {
 
 fn print_text(r: &serde_json::Value) {
     let l = &r["latency_us"];
+    let pace = match r["rate"].as_f64() {
+        Some(rate) => format!("at {rate} req/s"),
+        None => "closed loop".to_string(),
+    };
     println!(
-        "{} at {} req/s over {} connections for {:.1}s",
+        "{} {pace} over {} connections for {:.1}s",
         r["target"],
-        r["rate"],
         r["connections"],
         r["duration_s"].as_f64().unwrap_or(0.0)
     );
@@ -371,7 +469,7 @@ fn print_text(r: &serde_json::Value) {
         r["achieved_rate"].as_f64().unwrap_or(0.0)
     );
     println!(
-        "  latency (us, from schedule): p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        "  latency (us, from schedule when paced): p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
         l["p50"], l["p90"], l["p99"], l["p999"], l["max"]
     );
 }

@@ -1,13 +1,16 @@
 //! The generator end to end: against a real TCP server it sends exactly the scheduled number
-//! of requests at the rate asked, with templated bodies that vary per request.
+//! of requests at the rate asked, with templated bodies that vary per request; closed loop, it
+//! keeps every connection busy and, dropping bodies in the kernel, stays in step with the
+//! answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-/// A minimal keep-alive HTTP server recording each request's body.
-fn server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+/// A minimal keep-alive HTTP server recording each request's body; it answers `answer_len`
+/// bytes of a pattern that shows a response read out of step.
+fn server(answer_len: usize) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -16,6 +19,12 @@ fn server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
             let seen = seen.clone();
+            let answer: Vec<u8> =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {answer_len}\r\n\r\n")
+                    .into_bytes()
+                    .into_iter()
+                    .chain((0..answer_len).map(|i| b"HTTP/1.1 500 x\r\n"[i % 16]))
+                    .collect();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
                 let mut writer = stream;
@@ -38,9 +47,9 @@ fn server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
                     let mut body = vec![0; length];
                     reader.read_exact(&mut body).unwrap();
                     seen.lock().unwrap().push(String::from_utf8(body).unwrap());
-                    writer
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                        .unwrap();
+                    if writer.write_all(&answer).is_err() {
+                        return;
+                    }
                 }
             });
         }
@@ -50,7 +59,7 @@ fn server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
 
 #[test]
 fn sends_the_schedule_with_templated_bodies() {
-    let (addr, bodies) = server();
+    let (addr, bodies) = server(2);
     let out = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
         .args(["--json", "-R", "400", "-c", "4", "-d", "1s", "-X", "POST"])
         .args(["-H", "Content-Type: application/json"])
@@ -87,4 +96,30 @@ fn sends_the_schedule_with_templated_bodies() {
     let ids: std::collections::HashSet<&str> =
         docs.iter().map(|d| d["id"].as_str().unwrap()).collect();
     assert_eq!(ids.len(), 400);
+}
+
+#[test]
+fn closed_loop_dropping_large_bodies_stays_in_step() {
+    let (addr, bodies) = server(300_000);
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args(["--json", "-c", "3", "-d", "700ms", "--discard-body"])
+        .arg(format!("http://{addr}/big"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["rate"].is_null());
+    assert_eq!(report["discard_body"], true);
+    // A body dropped short or long would leave the next head at a pattern byte: a parse
+    // error (counted) or a 500 (non-2xx).
+    assert_eq!(report["errors"], 0);
+    assert_eq!(report["non_2xx"], 0);
+    let completed = report["completed"].as_u64().unwrap();
+    assert!(completed > 30, "{completed}");
+    assert_eq!(report["sent"], completed);
+    assert_eq!(bodies.lock().unwrap().len() as u64, completed);
 }

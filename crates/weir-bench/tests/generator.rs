@@ -57,17 +57,11 @@ fn server(answer_len: usize) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) 
     (addr, bodies)
 }
 
-#[test]
-fn sends_the_schedule_with_templated_bodies() {
-    let (addr, bodies) = server(2);
+/// Runs weir-bench with `args` (`--json` added); its report, once it exits successfully.
+fn report_of(args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args(["--json", "-R", "400", "-c", "4", "-d", "1s", "-X", "POST"])
-        .args(["-H", "Content-Type: application/json"])
-        .args([
-            "--body",
-            r#"{"n":{{seq}},"id":"{{uuid}}","w":"{{word}}","t":{{timestamp}}}"#,
-        ])
-        .arg(format!("http://{addr}/bulk"))
+        .arg("--json")
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -75,7 +69,28 @@ fn sends_the_schedule_with_templated_bodies() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn sends_the_schedule_with_templated_bodies() {
+    let (addr, bodies) = server(2);
+    let url = format!("http://{addr}/bulk");
+    let report = report_of(&[
+        "-R",
+        "400",
+        "-c",
+        "4",
+        "-d",
+        "1s",
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--body",
+        r#"{"n":{{seq}},"id":"{{uuid}}","w":"{{word}}","t":{{timestamp}}}"#,
+        &url,
+    ]);
     assert_eq!(report["sent"], 400);
     assert_eq!(report["completed"], 400);
     assert_eq!(report["errors"], 0);
@@ -101,17 +116,8 @@ fn sends_the_schedule_with_templated_bodies() {
 #[test]
 fn closed_loop_dropping_large_bodies_stays_in_step() {
     let (addr, bodies) = server(300_000);
-    let out = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args(["--json", "-c", "3", "-d", "700ms", "--discard-body"])
-        .arg(format!("http://{addr}/big"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let url = format!("http://{addr}/big");
+    let report = report_of(&["-c", "3", "-d", "700ms", "--discard-body", &url]);
     assert!(report["rate"].is_null());
     assert_eq!(report["discard_body"], true);
     // A body dropped short or long would leave the next head at a pattern byte: a parse

@@ -23,8 +23,9 @@ use tokio::sync::Notify;
 /// Size of the read buffers the worker lends to connections.
 pub const READ_CHUNK: usize = 16 * 1024;
 
-/// Ensures a read has room for at least half a `READ_CHUNK`: the room already read past is
-/// taken back when nothing else shares the buffer, else below 1 KiB it grows by `READ_CHUNK`.
+/// Makes room for a read. Under half a `READ_CHUNK` free, the room already read past is taken
+/// back when nothing else shares the buffer; failing that, under 1 KiB free it grows by
+/// `READ_CHUNK`.
 /// Without taking back, a connection whose earlier answers left 3 KiB at the buffer's tail
 /// read an 8 KiB answer in two syscalls, and the read that filled the tail left the socket
 /// marked readable, so the pool's liveness probe cost a third.

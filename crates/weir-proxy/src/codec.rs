@@ -3,6 +3,7 @@
 //! framing (ambiguous or malformed framing is refused before anything reaches an upstream), a
 //! streaming chunked-body decoder, and the helpers that serialize heads.
 
+use crate::ascii::eq_ignore_case;
 use bytes::BytesMut;
 
 /// Largest request or response head accepted; beyond it the client gets 431.
@@ -109,13 +110,13 @@ impl Head {
     /// The first value of header `name` (case-insensitive).
     pub fn get<'a>(&'a self, name: &str) -> Option<&'a [u8]> {
         self.iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .find(|(n, _)| eq_ignore_case(n, name.as_bytes()))
             .map(|(_, v)| v)
     }
 
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .filter(move |(n, _)| eq_ignore_case(n, name.as_bytes()))
             .map(|(_, v)| v)
     }
 
@@ -123,7 +124,7 @@ impl Head {
         self.edited = true;
         let buf = &self.buf;
         self.headers.retain(|(n, _)| {
-            !buf[n.start as usize..n.end as usize].eq_ignore_ascii_case(name.as_bytes())
+            !eq_ignore_case(&buf[n.start as usize..n.end as usize], name.as_bytes())
         });
     }
 
@@ -331,7 +332,7 @@ impl ResponseHead {
         let mut head = Head::with_capacity(1024, 16);
         let mut has_date = false;
         for (name, value) in fields {
-            has_date |= name.eq_ignore_ascii_case(b"date");
+            has_date |= eq_ignore_case(name, b"date");
             head.append_field(name, value);
         }
         head.edited = false;
@@ -559,7 +560,7 @@ impl Known {
             let value = head.bytes(value_span);
             // Dispatch on length first: most headers are none of these and cost one compare.
             match name.len() {
-                4 if name.eq_ignore_ascii_case(b"host") => {
+                4 if eq_ignore_case(name, b"host") => {
                     k.hosts += 1;
                     if !is_valid_authority(value) {
                         return Err(HeadError::Malformed("invalid Host header"));
@@ -567,36 +568,36 @@ impl Known {
                     // A valid authority is ASCII: no second UTF-8 check.
                     k.host.get_or_insert(TextSpan::of_ascii(&head.buf, value));
                 }
-                4 if name.eq_ignore_ascii_case(b"date") => k.date = true,
-                2 if name.eq_ignore_ascii_case(b"te") => {
+                4 if eq_ignore_case(name, b"date") => k.date = true,
+                2 if eq_ignore_case(name, b"te") => {
                     k.te_trailers |= lists_token(value, b"trailers");
                 }
-                6 if name.eq_ignore_ascii_case(b"expect") => {
-                    k.expect_continue = value.eq_ignore_ascii_case(b"100-continue");
+                6 if eq_ignore_case(name, b"expect") => {
+                    k.expect_continue = eq_ignore_case(value, b"100-continue");
                 }
-                7 if name.eq_ignore_ascii_case(b"upgrade") => k.upgrade_header = true,
-                10 if name.eq_ignore_ascii_case(b"connection") => {
+                7 if eq_ignore_case(name, b"upgrade") => k.upgrade_header = true,
+                10 if eq_ignore_case(name, b"connection") => {
                     for token in value.split(|&b| b == b',') {
                         let token = token.trim_ascii();
-                        if token.eq_ignore_ascii_case(b"close") {
+                        if eq_ignore_case(token, b"close") {
                             k.close = true;
-                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        } else if eq_ignore_case(token, b"keep-alive") {
                             k.keep = true;
-                        } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        } else if eq_ignore_case(token, b"upgrade") {
                             k.upgrade_token = true;
                         } else if !token.is_empty() {
                             k.names_headers = true;
                         }
                     }
                 }
-                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                14 if eq_ignore_case(name, b"content-length") => {
                     let n = parse_content_length(value)?;
                     if k.length.is_some_and(|prev| prev != n) {
                         return Err(HeadError::Malformed("conflicting Content-Length headers"));
                     }
                     k.length = Some(n);
                 }
-                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                17 if eq_ignore_case(name, b"transfer-encoding") => {
                     k.transfer_encodings += 1;
                     // Several lines form one list (RFC 9110 section 5.3).
                     for coding in value.split(|&b| b == b',') {
@@ -605,7 +606,7 @@ impl Known {
                             continue;
                         }
                         k.codings += 1;
-                        k.chunked_last = coding.eq_ignore_ascii_case(b"chunked");
+                        k.chunked_last = eq_ignore_case(coding, b"chunked");
                         k.chunked_codings += usize::from(k.chunked_last);
                     }
                 }
@@ -783,13 +784,13 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
     ];
     // A length check rejects most names before any byte is compared (measured faster than a
     // dispatch on length).
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+    HOP.iter().any(|h| eq_ignore_case(h, name))
 }
 
 /// Whether a Connection header value lists `name` as a token.
 pub fn lists_token(list: &[u8], name: &[u8]) -> bool {
     list.split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(name))
+        .any(|t| eq_ignore_case(t.trim_ascii(), name))
 }
 
 /// Decodes a chunked body incrementally. Feed it the buffered bytes; it reports data ranges

@@ -2,6 +2,7 @@
 //! (TCP, then TLS for an https:// server), the request fields the upstream gets (forwarding
 //! headers set, hop-by-hop ones dropped), and why a try failed, which decides the retry.
 
+use crate::ascii::eq_ignore_case;
 use crate::balancer::{Server, Service};
 use crate::codec::{header, is_hop_by_hop, lists_token, RequestHead};
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
@@ -159,11 +160,11 @@ pub(crate) fn forwarded_fields(
     for (name, value) in req.head.iter() {
         if is_hop_by_hop(name)
             || is_rewritten_request_header(name)
-            || (req.has_expect_continue && name.eq_ignore_ascii_case(b"expect"))
+            || (req.has_expect_continue && eq_ignore_case(name, b"expect"))
             || connection.is_some_and(|c| lists_token(c, name))
-            || (authorization.is_some() && name.eq_ignore_ascii_case(b"authorization"))
+            || (authorization.is_some() && eq_ignore_case(name, b"authorization"))
         {
-            had_length |= name.eq_ignore_ascii_case(b"content-length");
+            had_length |= eq_ignore_case(name, b"content-length");
             continue;
         }
         out.field(name, value);
@@ -201,7 +202,7 @@ fn is_rewritten_request_header(name: &[u8]) -> bool {
         b"x-real-ip",
     ]
     .iter()
-    .any(|h| h.eq_ignore_ascii_case(name))
+    .any(|h| eq_ignore_case(h, name))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 pub mod accesslog;
 pub mod admin;
+pub mod ascii;
 pub mod balancer;
 pub mod body_filter;
 pub mod cache;

@@ -2,6 +2,7 @@
 //! and what the policy needs to judge it later; built from an origin head by
 //! `stored_fields`, and what both tiers (memory and disk) keep.
 
+use crate::ascii::eq_ignore_case;
 use crate::codec::{is_hop_by_hop, lists_token, Head};
 use crate::conditional::Validators;
 use bytes::Bytes;
@@ -58,8 +59,8 @@ pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Head
     );
     for (name, value) in head.iter() {
         let dropped = is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"content-length")
-            || name.eq_ignore_ascii_case(b"age")
+            || eq_ignore_case(name, b"content-length")
+            || eq_ignore_case(name, b"age")
             || connection.is_some_and(|c| lists_token(c, name));
         if !dropped {
             kept.append_field(name, value);

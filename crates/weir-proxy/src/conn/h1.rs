@@ -5,6 +5,7 @@
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
 //! second of idleness a plain one is parked ([`idle`](crate::conn::idle)) and its task ends.
 
+use crate::ascii::eq_ignore_case;
 use crate::body_filter::BodyFilter;
 use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{
@@ -966,7 +967,7 @@ fn write_client_head(
         .flatten();
     for (name, value) in resp.head.iter() {
         if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"content-length")
+            || eq_ignore_case(name, b"content-length")
             || connection.is_some_and(|c| lists_token(c, name))
         {
             continue;

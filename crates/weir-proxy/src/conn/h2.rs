@@ -8,6 +8,7 @@
 //! the request body is re-framed for them, and their response bodies are relayed through the
 //! same relay (and body filters) as the HTTP/1 driver's.
 
+use crate::ascii::eq_ignore_case;
 use crate::body_filter::BodyFilter;
 use crate::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
@@ -728,7 +729,7 @@ fn response_parts(
     let headers = response.headers_mut();
     for (name, value) in resp.head.iter() {
         if is_hop_by_hop(name)
-            || name.eq_ignore_ascii_case(b"content-length")
+            || eq_ignore_case(name, b"content-length")
             || connection.is_some_and(|c| lists_token(c, name))
         {
             continue;
@@ -763,7 +764,7 @@ fn trailer_fields(raw: &[u8]) -> http::HeaderMap {
     {
         for line in lines {
             let name = line.name.as_bytes();
-            if !is_hop_by_hop(name) && !name.eq_ignore_ascii_case(b"content-length") {
+            if !is_hop_by_hop(name) && !eq_ignore_case(name, b"content-length") {
                 append(&mut fields, name, line.value);
             }
         }

@@ -28,12 +28,12 @@ pub(super) enum Filled<'r> {
 }
 
 /// Reads `reply` (the origin's answer to `req`, asked at `request_time`) and stores it under
-/// `key` when it may be stored.
+/// `key` when it may be stored (the key then moves into the store, leaving `key` empty).
 pub(super) async fn fill<'r>(
     worker: &Worker,
     watch: &ConnWatch,
     cache: &ResponseCache,
-    key: &[u8],
+    key: &mut Vec<u8>,
     (req, asked): (&RequestHead, &Directives),
     reply: Reply<'r>,
     request_time: u64,
@@ -99,7 +99,7 @@ pub(super) async fn fill<'r>(
         body,
         secondary: weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
     });
-    cache.store.put(key.to_vec(), object.clone());
+    cache.store.put(std::mem::take(key), object.clone());
     Filled::Stored(object, upstream, response)
 }
 

@@ -170,7 +170,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
     asking: Asking<'_>,
 ) -> Reply<'r> {
     let Asking {
-        key,
+        mut key,
         stale,
         fwd,
         asked,
@@ -247,7 +247,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
     };
     let request = (&*head, asked);
     let watch = client.watch();
-    match fill::fill(worker, watch, cache, &key, request, reply, request_time).await {
+    match fill::fill(worker, watch, cache, &mut key, request, reply, request_time).await {
         Filled::Stored(object, upstream, mut response) => {
             let value = forwarded(fwd, object.status, true, None);
             if !conditions_or_range {

@@ -53,20 +53,12 @@ pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Head
     let connection = connection_names_headers
         .then(|| head.get("connection"))
         .flatten();
-    let mut kept = Head::with_capacity(
-        head.iter().map(|(n, v)| n.len() + v.len()).sum(),
-        head.len(),
-    );
-    for (name, value) in head.iter() {
-        let dropped = is_hop_by_hop(name)
+    head.without(|name| {
+        is_hop_by_hop(name)
             || eq_ignore_case(name, b"content-length")
             || eq_ignore_case(name, b"age")
-            || connection.is_some_and(|c| lists_token(c, name));
-        if !dropped {
-            kept.append_field(name, value);
-        }
-    }
-    kept
+            || connection.is_some_and(|c| lists_token(c, name))
+    })
 }
 
 /// The `Cache-Tag` lines of `fields`, comma-joined.

@@ -8,6 +8,7 @@ use super::disk::Disk;
 use super::object::Object;
 use crate::codec::{Head, RequestHead};
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,7 +33,7 @@ impl Fields for Head {
 /// What a primary key holds: the stored variants (one per secondary key).
 #[derive(Clone, Default)]
 pub(super) struct Entry {
-    pub(super) variants: Vec<Arc<Object>>,
+    pub(super) variants: Variants,
     /// Until when (Unix seconds) requests for this key skip coalescing: the last answer
     /// could not be stored.
     pub(super) pass_until: u64,
@@ -47,6 +48,44 @@ impl Entry {
     fn weighed(mut self) -> Entry {
         self.weight = self.variants.iter().map(|o| o.weight()).sum();
         self
+    }
+}
+
+/// A key's variants. Most keys have one (no `Vary`), held without a list: the map clones an
+/// entry on every lookup, and storing or evicting one then allocates or frees no list.
+#[derive(Clone, Default)]
+pub(super) enum Variants {
+    #[default]
+    None,
+    One(Arc<Object>),
+    Many(Arc<[Arc<Object>]>),
+}
+
+impl Variants {
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, Arc<Object>> {
+        match self {
+            Variants::None => [].iter(),
+            Variants::One(object) => std::slice::from_ref(object).iter(),
+            Variants::Many(list) => list.iter(),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        matches!(self, Variants::None)
+    }
+
+    /// These variants with `object` in place of the one for its secondary key.
+    fn with(&self, object: Arc<Object>) -> Variants {
+        let mut list: Vec<Arc<Object>> = self
+            .iter()
+            .filter(|o| o.secondary != object.secondary)
+            .cloned()
+            .collect();
+        if list.is_empty() {
+            return Variants::One(object);
+        }
+        list.push(object);
+        Variants::Many(list.into())
     }
 }
 
@@ -71,11 +110,14 @@ pub(super) struct Found {
     pub(super) pass: bool,
 }
 
-/// The fetches in flight, by primary key: the first request for a key that must go to the
-/// origin leads, the others wait for it (`Flights::join`).
+/// The fetches in flight, by the hash of their primary key: the first request for a key that
+/// must go to the origin leads, the others wait for it (`Flights::join`). Keyed by hash, a
+/// flight costs no copy of its key; two keys in flight at once with the same 64-bit hash
+/// would make one wait for the other's fetch, then look again and fetch its own.
 #[derive(Default)]
 pub(super) struct Flights {
-    leading: Mutex<HashMap<Vec<u8>, Arc<Flight>, foldhash::fast::RandomState>>,
+    leading: Mutex<HashMap<u64, Arc<Flight>, foldhash::fast::RandomState>>,
+    hasher: foldhash::fast::RandomState,
 }
 
 /// One fetch in flight: done once its leader stored the answer (or gave up).
@@ -106,14 +148,14 @@ pub(super) enum Join {
 /// The right to fetch a key; dropping it (stored, failed, or cancelled) wakes the followers.
 pub(super) struct Leader {
     flights: Arc<Flights>,
-    key: Vec<u8>,
+    key_hash: u64,
     flight: Arc<Flight>,
 }
 
 impl Drop for Leader {
     fn drop(&mut self) {
         if let Ok(mut leading) = self.flights.leading.lock() {
-            leading.remove(&self.key);
+            leading.remove(&self.key_hash);
         }
         self.flight.done.store(true, Ordering::Release);
         self.flight.landed.notify_waiters();
@@ -122,6 +164,7 @@ impl Drop for Leader {
 
 impl Flights {
     pub(super) fn join(self: &Arc<Self>, key: &[u8]) -> Join {
+        let key_hash = self.hasher.hash_one(key);
         let Ok(mut leading) = self.leading.lock() else {
             // A poisoned lock (a panic elsewhere): fetch without coalescing.
             return Join::Follow(Arc::new(Flight {
@@ -129,14 +172,15 @@ impl Flights {
                 landed: Notify::new(),
             }));
         };
-        if let Some(flight) = leading.get(key) {
-            return Join::Follow(flight.clone());
-        }
-        let flight = Arc::new(Flight::default());
-        leading.insert(key.to_vec(), flight.clone());
+        let flight = match leading.entry(key_hash) {
+            std::collections::hash_map::Entry::Occupied(flying) => {
+                return Join::Follow(flying.get().clone());
+            }
+            std::collections::hash_map::Entry::Vacant(free) => free.insert(Arc::default()).clone(),
+        };
         Join::Lead(Leader {
             flights: self.clone(),
-            key: key.to_vec(),
+            key_hash,
             flight,
         })
     }
@@ -244,8 +288,7 @@ impl Store {
 
     fn put_in_memory(&self, key: Vec<u8>, object: Arc<Object>) {
         let mut entry = self.objects.get(&key).unwrap_or_default();
-        entry.variants.retain(|o| o.secondary != object.secondary);
-        entry.variants.push(object);
+        entry.variants = entry.variants.with(object);
         entry.pass_until = 0;
         self.objects.insert(key, entry.weighed());
     }

@@ -140,6 +140,18 @@ impl Head {
         self.headers.push((name, value));
     }
 
+    /// Room for `fields` more fields of `bytes` in all, so the appends that follow neither
+    /// grow the list nor, for a head parsed in place, copy the bytes into a buffer as large as
+    /// the connection's (what `BytesMut` does when a shared buffer must grow).
+    pub fn reserve(&mut self, bytes: usize, fields: usize) {
+        if self.buf.capacity() - self.buf.len() < bytes {
+            let mut buf = BytesMut::with_capacity(self.buf.len() + bytes);
+            buf.extend_from_slice(&self.buf);
+            self.buf = buf;
+        }
+        self.headers.reserve_exact(fields);
+    }
+
     /// A copy without the fields whose names `dropped` picks: the bytes are copied at once
     /// (the dropped fields' stay, unused), which costs less than appending each kept field.
     pub fn without(&self, dropped: impl Fn(&[u8]) -> bool) -> Head {

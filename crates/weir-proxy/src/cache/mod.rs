@@ -255,7 +255,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
                 // compare, so nothing to build again.
                 response.framing = Framing::Length(object.body.len() as u64);
                 let age = object.meta.age_at(answered_at).to_string();
-                let added = "age".len() + age.as_bytes().len() + "cache-status".len() + value.len();
+                let added = "age".len() + age.len() + "cache-status".len() + value.len();
                 response.head.reserve(added, 2);
                 response.head.set("age", age.as_bytes());
                 response.head.append("cache-status", value.as_bytes());

@@ -5,7 +5,7 @@
 //! where the relay reads them from the start.
 
 use super::object::{stored_fields, Object};
-use super::store::{unix_now, ResponseCache};
+use super::store::ResponseCache;
 use crate::balancer::UpstreamUse;
 use crate::codec::{Framing, Head, RequestHead, ResponseHead};
 use crate::conn::watch::ConnWatch;
@@ -90,7 +90,7 @@ pub(super) async fn fill<'r>(
             return Filled::Passed(reply, NotStorable::TooLarge);
         }
     };
-    let response_time = unix_now();
+    let response_time = worker.clock.unix_seconds();
     let judged = (&response.head, &answered);
     let object = Arc::new(Object {
         status: response.status,
@@ -104,13 +104,14 @@ pub(super) async fn fill<'r>(
 }
 
 /// After a `304` to a revalidation (RFC 9111 §4.3.4): the stored answer with the 304's fields
-/// in place of its own of the same name, and the 304's times and freshness. Stored again.
+/// in place of its own of the same name, and the 304's times and freshness (asked at
+/// `request_time`, answered at `response_time`). Stored again.
 pub(super) fn refresh(
     cache: &ResponseCache,
     key: &[u8],
     stale: &Object,
     response: &ResponseHead,
-    request_time: u64,
+    (request_time, response_time): (u64, u64),
 ) -> Arc<Object> {
     let update = stored_fields(&response.head, response.connection_names_headers);
     let mut fields = Head::default();
@@ -128,7 +129,12 @@ pub(super) fn refresh(
         judged.append("age", age);
     }
     let answered = Directives::parse(judged.get_all("cache-control"));
-    let meta = Stored::new(stale.status, (&judged, &answered), request_time, unix_now());
+    let meta = Stored::new(
+        stale.status,
+        (&judged, &answered),
+        request_time,
+        response_time,
+    );
     let object = Arc::new(Object {
         status: stale.status,
         meta,

@@ -41,7 +41,7 @@ pub mod store;
 
 use fill::Filled;
 use object::Object;
-use store::{unix_now, Join, Leader, ResponseCache, CACHE_NAME};
+use store::{Join, Leader, ResponseCache, CACHE_NAME};
 
 /// The request fields the cache answers itself from a stored answer, so the origin is asked
 /// without them.
@@ -77,7 +77,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
     let asked = Directives::parse(head.head.get_all("cache-control"));
     let mut waited = false;
     loop {
-        let now = unix_now();
+        let now = worker.clock.unix_seconds();
         let mut found = cache.store.lookup(&key, &head.head, now);
         if found.object.is_none() && !found.other_variants && cache.store.load_from_disk(&key).await
         {
@@ -211,7 +211,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
         head.head.append(name, &value);
     }
     let status = reply_status(&reply);
-    let answered_at = unix_now();
+    let answered_at = worker.clock.unix_seconds();
     let reply = match (stale.as_deref(), reply) {
         (
             Some(stale),
@@ -222,7 +222,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
                 ..
             },
         ) if status == 304 => {
-            let object = fill::refresh(cache, &key, stale, &response, request_time);
+            let object = fill::refresh(cache, &key, stale, &response, (request_time, answered_at));
             if let (ReplyBody::Upstream(up), true, Some(used)) =
                 (body, response.keep_alive, &upstream)
             {

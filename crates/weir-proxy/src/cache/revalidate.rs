@@ -40,7 +40,7 @@ pub(super) fn in_background(
             stale: Some(stale),
             fwd: "stale",
             asked: &asked,
-            request_time: super::store::unix_now(),
+            request_time: worker.clock.unix_seconds(),
             _leader: Some(leader),
         };
         let forwarding =

@@ -380,7 +380,7 @@ pub(super) fn host_and_path<'k>(
     (host, path)
 }
 
-pub(super) fn unix_now() -> u64 {
+fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -165,6 +165,12 @@ impl Clock {
         self.now.get()
     }
 
+    /// The wall clock in Unix seconds as of the last tick (the second the `Date` header
+    /// shows): the cache's ages and freshness need seconds, not a clock read per request.
+    pub fn unix_seconds(&self) -> u64 {
+        self.date_second.get()
+    }
+
     /// The current `Date` header line, ready to append to a head.
     pub fn date_header(&self) -> [u8; DATE_HEADER_LEN] {
         self.date_header.get()

@@ -5,7 +5,7 @@
 //! where the relay reads them from the start.
 
 use super::object::{stored_fields, Object};
-use super::store::ResponseCache;
+use super::store::{Key, ResponseCache};
 use crate::balancer::UpstreamUse;
 use crate::codec::{Framing, Head, RequestHead, ResponseHead};
 use crate::conn::watch::ConnWatch;
@@ -33,7 +33,7 @@ pub(super) async fn fill<'r>(
     worker: &Worker,
     watch: &ConnWatch,
     cache: &ResponseCache,
-    key: &mut Vec<u8>,
+    key: &mut Key,
     (req, asked): (&RequestHead, &Directives),
     reply: Reply<'r>,
     request_time: u64,
@@ -108,7 +108,7 @@ pub(super) async fn fill<'r>(
 /// `request_time`, answered at `response_time`). Stored again.
 pub(super) fn refresh(
     cache: &ResponseCache,
-    key: &[u8],
+    key: &Key,
     stale: &Object,
     response: &ResponseHead,
     (request_time, response_time): (u64, u64),
@@ -142,7 +142,7 @@ pub(super) fn refresh(
         body: stale.body.clone(),
         secondary: stale.secondary.clone(),
     });
-    cache.store.put(key.to_vec(), object.clone());
+    cache.store.put(key.clone(), object.clone());
     object
 }
 

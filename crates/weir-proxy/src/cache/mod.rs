@@ -41,7 +41,7 @@ pub mod store;
 
 use fill::Filled;
 use object::Object;
-use store::{Join, Leader, ResponseCache, CACHE_NAME};
+use store::{Join, Key, Leader, ResponseCache, CACHE_NAME};
 
 /// The request fields the cache answers itself from a stored answer, so the origin is asked
 /// without them.
@@ -147,7 +147,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
 
 /// One trip to the origin for the cache.
 struct Asking<'a> {
-    key: Vec<u8>,
+    key: Key,
     /// The stored answer this trip revalidates.
     stale: Option<Arc<Object>>,
     /// Why the trip is made (`Cache-Status`'s `fwd`).

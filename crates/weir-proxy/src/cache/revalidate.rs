@@ -5,7 +5,7 @@
 //! side that sends no body and takes no reply.
 
 use super::object::Object;
-use super::store::{Leader, ResponseCache};
+use super::store::{Key, Leader, ResponseCache};
 use super::Asking;
 use crate::balancer::Service;
 use crate::codec::RequestHead;
@@ -26,7 +26,7 @@ pub(super) fn in_background(
     from: Requester,
     head: &RequestHead,
     stale: &Arc<Object>,
-    key: Vec<u8>,
+    key: Key,
     leader: Leader,
 ) {
     let (worker, cache, service) = (worker.clone(), cache.clone(), service.clone());

@@ -30,6 +30,44 @@ impl Fields for Head {
     }
 }
 
+/// A primary key with its hash, computed once per request: the map, the flights and the
+/// eviction (which rehashed the evicted key, long out of the CPU's caches) all use it.
+#[derive(Clone, Default, Debug)]
+pub(super) struct Key {
+    hash: u64,
+    bytes: Vec<u8>,
+}
+
+impl Key {
+    fn new(bytes: Vec<u8>, hasher: &foldhash::fast::RandomState) -> Key {
+        Key {
+            hash: hasher.hash_one(&bytes),
+            bytes,
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.hash == other.hash && self.bytes == other.bytes
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
 /// What a primary key holds: the stored variants (one per secondary key).
 #[derive(Clone, Default)]
 pub(super) struct Entry {
@@ -92,8 +130,8 @@ impl Variants {
 #[derive(Clone)]
 pub(super) struct Weigh;
 
-impl quick_cache::Weighter<Vec<u8>, Entry> for Weigh {
-    fn weight(&self, key: &Vec<u8>, entry: &Entry) -> u64 {
+impl quick_cache::Weighter<Key, Entry> for Weigh {
+    fn weight(&self, key: &Key, entry: &Entry) -> u64 {
         // A pass marker weighs its key and a little.
         key.len() as u64 + 64 + entry.weight
     }
@@ -117,7 +155,6 @@ pub(super) struct Found {
 #[derive(Default)]
 pub(super) struct Flights {
     leading: Mutex<HashMap<u64, Arc<Flight>, foldhash::fast::RandomState>>,
-    hasher: foldhash::fast::RandomState,
 }
 
 /// One fetch in flight: done once its leader stored the answer (or gave up).
@@ -163,8 +200,8 @@ impl Drop for Leader {
 }
 
 impl Flights {
-    pub(super) fn join(self: &Arc<Self>, key: &[u8]) -> Join {
-        let key_hash = self.hasher.hash_one(key);
+    pub(super) fn join(self: &Arc<Self>, key: &Key) -> Join {
+        let key_hash = key.hash;
         let Ok(mut leading) = self.leading.lock() else {
             // A poisoned lock (a panic elsewhere): fetch without coalescing.
             return Join::Follow(Arc::new(Flight {
@@ -186,7 +223,7 @@ impl Flights {
     }
 
     /// Leads the fetch of `key` if nobody does.
-    pub(super) fn lead(self: &Arc<Self>, key: &[u8]) -> Option<Leader> {
+    pub(super) fn lead(self: &Arc<Self>, key: &Key) -> Option<Leader> {
         match self.join(key) {
             Join::Lead(leader) => Some(leader),
             Join::Follow(_) => None,
@@ -194,19 +231,21 @@ impl Flights {
     }
 }
 
-/// Keys are hashed with foldhash: SipHash was 2% of a miss's instructions (callgrind), and
-/// keys are URLs the cache already bounds.
+/// Keys are hashed with foldhash (`Key::new`): SipHash was 2% of a miss's instructions
+/// (callgrind), and keys are URLs the cache already bounds.
 type Objects = quick_cache::sync::Cache<
-    Vec<u8>,
+    Key,
     Entry,
     Weigh,
     foldhash::fast::RandomState,
-    quick_cache::sync::DefaultLifecycle<Vec<u8>, Entry>,
+    quick_cache::sync::DefaultLifecycle<Key, Entry>,
 >;
 
 /// The part of a cache that outlives a reload while its size and key stay the same.
 pub struct Store {
     pub(super) objects: Objects,
+    /// Hashes the keys (`Key::new`), the same for every worker and across reloads.
+    key_hasher: foldhash::fast::RandomState,
     pub(super) flights: Arc<Flights>,
     /// The second tier, when configured: every stored answer is written there too.
     pub(super) disk: Option<Arc<Disk>>,
@@ -226,6 +265,7 @@ impl Store {
         };
         Ok(Store {
             objects: Objects::with(items, memory, Weigh, Default::default(), Default::default()),
+            key_hasher: Default::default(),
             flights: Arc::default(),
             disk,
         })
@@ -233,11 +273,11 @@ impl Store {
 
     /// Brings the answer stored on disk for `key` into memory (on a blocking thread); false
     /// when there is none (or no disk tier).
-    pub(super) async fn load_from_disk(&self, key: &[u8]) -> bool {
+    pub(super) async fn load_from_disk(&self, key: &Key) -> bool {
         let Some(disk) = self.disk.clone().filter(|d| d.contains(key)) else {
             return false;
         };
-        let wanted = key.to_vec();
+        let wanted = key.clone();
         let loaded = tokio::task::spawn_blocking(move || disk.load(&wanted).map(|o| (wanted, o)));
         match loaded.await {
             Ok(Some((key, object))) => {
@@ -249,7 +289,7 @@ impl Store {
     }
 
     /// Removes `key`'s answers from both tiers.
-    pub(super) fn remove(&self, key: &[u8]) {
+    pub(super) fn remove(&self, key: &Key) {
         self.objects.remove(key);
         if let Some(disk) = self.disk.clone() {
             let key = key.to_vec();
@@ -258,7 +298,7 @@ impl Store {
     }
 
     /// What `key` holds for this request.
-    pub(super) fn lookup(&self, key: &[u8], req: &Head, now: u64) -> Found {
+    pub(super) fn lookup(&self, key: &Key, req: &Head, now: u64) -> Found {
         let Some(entry) = self.objects.get(key) else {
             return Found::default();
         };
@@ -274,7 +314,7 @@ impl Store {
 
     /// Stores `object` as its key's variant for its secondary key, in memory and (written on
     /// a blocking thread) on disk.
-    pub(super) fn put(&self, key: Vec<u8>, object: Arc<Object>) {
+    pub(super) fn put(&self, key: Key, object: Arc<Object>) {
         if let Some(disk) = self.disk.clone() {
             let (key, object) = (key.clone(), object.clone());
             tokio::task::spawn_blocking(move || {
@@ -286,7 +326,7 @@ impl Store {
         self.put_in_memory(key, object);
     }
 
-    fn put_in_memory(&self, key: Vec<u8>, object: Arc<Object>) {
+    fn put_in_memory(&self, key: Key, object: Arc<Object>) {
         let mut entry = self.objects.get(&key).unwrap_or_default();
         entry.variants = entry.variants.with(object);
         entry.pass_until = 0;
@@ -294,7 +334,7 @@ impl Store {
     }
 
     /// Marks `key` as one whose answers are not stored, for `PASS_FOR`.
-    pub(super) fn mark_pass(&self, key: Vec<u8>) {
+    pub(super) fn mark_pass(&self, key: Key) {
         let mut entry = self.objects.get(&key).unwrap_or_default();
         entry.pass_until = unix_now() + PASS_FOR;
         self.objects.insert(key, entry);
@@ -338,12 +378,12 @@ impl ResponseCache {
 
     /// The primary key: the configured parts of the request (HEAD is looked up as GET, so a
     /// stored GET answers it).
-    pub(super) fn primary_key(&self, req: &RequestHead, scheme: &str) -> Vec<u8> {
+    pub(super) fn primary_key(&self, req: &RequestHead, scheme: &str) -> Key {
         self.key_for(scheme, req.host(), req.path(), req.query())
     }
 
     /// The primary key of a GET for this URL.
-    pub(super) fn key_for(&self, scheme: &str, host: &str, path: &str, query: &str) -> Vec<u8> {
+    pub(super) fn key_for(&self, scheme: &str, host: &str, path: &str, query: &str) -> Key {
         let mut key = Vec::with_capacity(128);
         for part in &self.key {
             match part {
@@ -355,7 +395,7 @@ impl ResponseCache {
             }
             key.push(0);
         }
-        key
+        Key::new(key, &self.store.key_hasher)
     }
 
     /// What the key is made of.

@@ -152,6 +152,12 @@ impl Head {
         self.headers.reserve_exact(fields);
     }
 
+    /// The bytes this head holds: its buffer (with what edits and copies left unused) and its
+    /// field list.
+    pub fn held_bytes(&self) -> usize {
+        self.buf.len() + self.headers.len() * std::mem::size_of::<(Span, Span)>()
+    }
+
     /// A copy without the fields whose names `dropped` picks: the bytes are copied at once
     /// (the dropped fields' stay, unused), which costs less than appending each kept field.
     pub fn without(&self, dropped: impl Fn(&[u8]) -> bool) -> Head {

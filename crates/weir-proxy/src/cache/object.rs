@@ -21,12 +21,8 @@ pub(super) struct Object {
 
 impl Object {
     pub(super) fn weight(&self) -> u64 {
-        let head: usize = self
-            .fields
-            .iter()
-            .map(|(n, v)| n.len() + v.len() + 12)
-            .sum();
-        (head + self.body.len() + self.secondary.len() + 128) as u64
+        // The stored head keeps the origin head's whole buffer (`stored_fields`): weighed as held.
+        (self.fields.held_bytes() + self.body.len() + self.secondary.len() + 128) as u64
     }
 
     pub(super) fn field(&self, name: &str) -> Option<&[u8]> {

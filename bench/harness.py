@@ -80,6 +80,33 @@ def cpu_layout():
 
 # ---------------------------------------------------------------- processes
 
+def process_tree(root):
+    """root's pid and its descendants' (each process's main thread's children)."""
+    pids, frontier = [root], [root]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            kids = open(f"/proc/{parent}/task/{parent}/children").read().split()
+        except OSError:
+            kids = []
+        for k in kids:
+            pids.append(int(k))
+            frontier.append(int(k))
+    return pids
+
+def tree_cpu_seconds(root):
+    """User + system CPU seconds of root's process tree."""
+    total, tick = 0, os.sysconf("SC_CLK_TCK")
+    for pid in process_tree(root):
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            # utime + stime, and cutime + cstime: the time of children that exited and
+            # were reaped (nginx's old workers after a reload).
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        except OSError:
+            pass
+    return total / tick
+
 class Proc:
     """A server process pinned to CPUs; measures CPU time and peak RSS of it and its children."""
     def __init__(self, name, cmd, port, cpus, cwd=None):
@@ -91,29 +118,10 @@ class Proc:
             wait_port(port, self.proc, name)
 
     def pids(self):
-        pids, frontier = [self.proc.pid], [self.proc.pid]
-        while frontier:
-            parent = frontier.pop()
-            try:
-                kids = open(f"/proc/{parent}/task/{parent}/children").read().split()
-            except OSError:
-                kids = []
-            for k in kids:
-                pids.append(int(k))
-                frontier.append(int(k))
-        return pids
+        return process_tree(self.proc.pid)
 
     def cpu_seconds(self):
-        total, tick = 0, os.sysconf("SC_CLK_TCK")
-        for pid in self.pids():
-            try:
-                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-                # utime + stime, and cutime + cstime: the time of children that exited and
-                # were reaped (nginx's old workers after a reload).
-                total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-            except OSError:
-                pass
-        return total / tick
+        return tree_cpu_seconds(self.proc.pid)
 
     def status_kb(self, field):
         """A /proc/PID/status memory field (VmRSS, VmHWM), summed over the process tree, in KB."""
@@ -323,13 +331,13 @@ def run_wrk(url, conns, duration, script, cpus, target):
 
 def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=()):
     """weir-bench at `rate` requests/s (open loop), or closed loop with `rate` None."""
-    before = target.cpu_seconds()
+    before = target.cpu_seconds() if target else 0
     clock = cpu_times()
     pace = ["-R", str(rate)] if rate is not None else []
     out = subprocess.run(["taskset", "-c", cpus, bench_bin, "--json", *pace, "-c", str(conns),
                           "-d", f"{duration}s", *extra, url], capture_output=True, text=True, check=True).stdout
     steal = steal_percent(clock, cpu_times())
-    after = target.cpu_seconds()
+    after = target.cpu_seconds() if target else 0
     r = json.loads(out)
     l = r["latency_us"]
     return {
@@ -337,7 +345,7 @@ def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=())
         "p50_ms": l["p50"] / 1000, "p90_ms": l["p90"] / 1000, "p99_ms": l["p99"] / 1000,
         "p999_ms": l["p999"] / 1000, "max_ms": l["max"] / 1000,
         "non_2xx": r["non_2xx"], "socket_errors": r["errors"], "late_sends": r["late_sends"],
-        "cpu_us_per_req": (after - before) * 1e6 / r["completed"] if r["completed"] else None,
+        "cpu_us_per_req": (after - before) * 1e6 / r["completed"] if target and r["completed"] else None,
         "steal_pct": steal,
     }
 
@@ -726,6 +734,18 @@ def start_es_cluster():
         proc.kill()
         raise SystemExit(f"the OpenSearch cluster did not start: {line!r}")
 
+def with_cluster_cpu(measure, cluster):
+    """measure, adding the CPU the cluster's nodes (their JVMs) spent per request in the round:
+    the work a proxy's routing and batching save the cluster, which on 2 shared cores is what
+    bounds the rate."""
+    def run(url, proc):
+        before = tree_cpu_seconds(cluster.pid)
+        r = measure(url, proc)
+        spent = tree_cpu_seconds(cluster.pid) - before
+        r["cluster_cpu_us_per_req"] = spent * 1e6 / r["requests"] if r["requests"] else None
+        return r
+    return run
+
 def stop_es_cluster(proc):
     proc.stdin.close()  # the script stops its nodes when its input closes
     try:
@@ -812,16 +832,22 @@ def scenario_es(ctx):
             run_wrk(f"http://127.0.0.1:{port}/test/_search", 20, 2 if ctx.smoke else 10,
                     wrk_script("plain"), ctx.load_cpus, None)
         def targets(path):
+            # `direct`: the load generator against the first node itself, no proxy: the
+            # cluster's own pace, which no proxy passing requests through one by one can beat.
             return [("nginx", ng, f"http://127.0.0.1:{ng_port}{path}"),
                     ("weir", we, f"http://127.0.0.1:{we_port}{path}"),
-                    ("weir-route-none", wn, f"http://127.0.0.1:{wn_port}{path}")]
+                    ("weir-route-none", wn, f"http://127.0.0.1:{wn_port}{path}"),
+                    ("direct", None, f"http://127.0.0.1:{node}{path}")]
         out = {}
         script = wrk_script("plain")
-        measure = lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc)
+        measure = with_cluster_cpu(
+            lambda url, proc: run_wrk(url, conns, ctx.duration, script, ctx.load_cpus, proc), cluster)
         closed = interleave("es-search", targets("/test/_search"), measure, ctx.rounds)
         out[f"es-search-c{conns}"] = closed
         rate = max(50, int(0.5 * min(closed["nginx"]["rps"], closed["weir"]["rps"])))
-        measure = lambda url, proc: run_generator(ctx.bench, url, rate, conns, ctx.duration, ctx.load_cpus, proc)
+        measure = with_cluster_cpu(
+            lambda url, proc: run_generator(ctx.bench, url, rate, conns, ctx.duration, ctx.load_cpus, proc),
+            cluster)
         # Twice the rounds: a p99 on a cluster sharing two cores with everything else swings
         # several-fold between rounds, for every proxy.
         fixed = interleave("es-search-fixed", targets("/test/_search"), measure, 2 * ctx.rounds)
@@ -832,8 +858,9 @@ def scenario_es(ctx):
             # A smoke round of 1 s can end before a debug build answers a batch of 1,000-document
             # bulks (one took 0.7 s): those rounds get 5 s, so every target finishes some.
             seconds = 5 if ctx.smoke and docs >= 1000 else ctx.duration
-            measure = lambda url, proc: run_wrk(url, bulk_conns, seconds, es_bulk_script(docs),
-                                                ctx.load_cpus, proc)
+            measure = with_cluster_cpu(
+                lambda url, proc: run_wrk(url, bulk_conns, seconds, es_bulk_script(docs), ctx.load_cpus, proc),
+                cluster)
             bulk_targets = targets("/_bulk") + [
                 ("weir-unbatched", wu, f"http://127.0.0.1:{wu_port}/_bulk"),
                 ("weir-spool", ws, f"http://127.0.0.1:{ws_port}/_bulk")]
@@ -1377,7 +1404,7 @@ def ratios(res):
     lines = []
     w = res.get("weir")
     for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none",
-                 "weir-unbatched", "weir-spool"):
+                 "weir-unbatched", "weir-spool", "direct"):
         p = res.get(peer)
         if not w or not p:
             continue
@@ -1441,6 +1468,12 @@ def write_report(scenario, results, ctx, outdir):
         docs = [(n, m["docs_per_s"]) for n, m in res.items() if not n.startswith("_") and m.get("docs_per_s")]
         if docs:
             md.append("Documents/s: " + ", ".join(f"{n} {d:.0f}" for n, d in docs))
+            md.append("")
+        cluster = [(n, m["cluster_cpu_us_per_req"]) for n, m in res.items()
+                   if not n.startswith("_") and m.get("cluster_cpu_us_per_req")]
+        if cluster:
+            md.append("Cluster CPU per request (the nodes' JVMs, µs): "
+                      + ", ".join(f"{n} {c:.0f}" for n, c in cluster))
             md.append("")
         means = [(n, m["mean_ms"]) for n, m in res.items() if not n.startswith("_") and m.get("mean_ms")]
         if means:

@@ -448,10 +448,14 @@ fn head_length(
     }
 }
 
-fn header_spans(base: &[u8], raw: &[httparse::Header<'_>]) -> Vec<(Span, Span)> {
-    raw.iter()
-        .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value)))
-        .collect()
+/// The spans of the parsed fields, in a list with room for `spare` more.
+fn header_spans(base: &[u8], raw: &[httparse::Header<'_>], spare: usize) -> Vec<(Span, Span)> {
+    let mut spans = Vec::with_capacity(raw.len() + spare);
+    spans.extend(
+        raw.iter()
+            .map(|h| (Span::of(base, h.name.as_bytes()), Span::of(base, h.value))),
+    );
+    spans
 }
 
 /// Parses a request head from the front of `buf`. On success the head's bytes are split off
@@ -466,7 +470,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
     let method = TextSpan::of(base, req.method.unwrap_or(""));
     let target = TextSpan::of(base, req.path.unwrap_or(""));
     let minor_version = req.version.unwrap_or(1);
-    let headers = header_spans(base, req.headers);
+    let headers = header_spans(base, req.headers, 0);
     let head = Head {
         buf: buf.split_to(len),
         headers,
@@ -519,6 +523,9 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
     Ok(Some(req))
 }
 
+/// Fields a parsed response head has room for beyond its own (see `parse_response`).
+const RESPONSE_SPARE_FIELDS: usize = 2;
+
 /// Parses a response head from the front of `buf`; `request_is_head` suppresses the body.
 pub fn parse_response(
     buf: &mut BytesMut,
@@ -533,7 +540,9 @@ pub fn parse_response(
     let status = res.code.unwrap_or(0);
     let reason = Span::of(base, res.reason.unwrap_or("").as_bytes());
     let minor_version = res.version.unwrap_or(1);
-    let headers = header_spans(base, res.headers);
+    // Room for two more fields: the cache adds `Age` and `Cache-Status` to an answer it
+    // stores, and growing the list then cost a reallocation and a copy.
+    let headers = header_spans(base, res.headers, RESPONSE_SPARE_FIELDS);
     let head = Head {
         buf: buf.split_to(len),
         headers,

@@ -395,13 +395,13 @@ fn decode(bytes: &[u8]) -> Option<(Vec<u8>, Object)> {
     if !c.0.is_empty() {
         return None;
     }
-    let object = Object {
+    let object = Object::new(
         status,
         fields,
-        body: Bytes::copy_from_slice(body),
+        Bytes::copy_from_slice(body),
         meta,
-        secondary: secondary.to_vec(),
-    };
+        secondary.to_vec(),
+    );
     Some((key.to_vec(), object))
 }
 
@@ -435,23 +435,19 @@ mod tests {
         let mut fields = Head::default();
         fields.append("content-type", b"text/plain");
         fields.append("cache-tag", b"red, blue");
-        Object {
-            status: 200,
-            fields,
-            body: Bytes::from_static(body),
-            meta: Stored {
-                request_time: 1,
-                response_time: 2,
-                date: 2,
-                age: 0,
-                lifetime: 60,
-                no_cache: false,
-                no_stale: true,
-                stale_while_revalidate: 5,
-                stale_if_error: 0,
-            },
-            secondary: b"accept:x\n".to_vec(),
-        }
+        let meta = Stored {
+            request_time: 1,
+            response_time: 2,
+            date: 2,
+            age: 0,
+            lifetime: 60,
+            no_cache: false,
+            no_stale: true,
+            stale_while_revalidate: 5,
+            stale_if_error: 0,
+        };
+        let body = Bytes::from_static(body);
+        Object::new(200, fields, body, meta, b"accept:x\n".to_vec())
     }
 
     #[test]

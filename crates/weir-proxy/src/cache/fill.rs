@@ -92,13 +92,13 @@ pub(super) async fn fill<'r>(
     };
     let response_time = worker.clock.unix_seconds();
     let judged = (&response.head, &answered);
-    let object = Arc::new(Object {
-        status: response.status,
-        meta: Stored::new(response.status, judged, request_time, response_time),
-        fields: stored_fields(&response.head, response.connection_names_headers),
+    let object = Arc::new(Object::new(
+        response.status,
+        stored_fields(&response.head, response.connection_names_headers),
         body,
-        secondary: weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
-    });
+        Stored::new(response.status, judged, request_time, response_time),
+        weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
+    ));
     cache.store.put(std::mem::take(key), object.clone());
     Filled::Stored(object, upstream, response)
 }
@@ -135,13 +135,13 @@ pub(super) fn refresh(
         request_time,
         response_time,
     );
-    let object = Arc::new(Object {
-        status: stale.status,
-        meta,
+    let object = Arc::new(Object::new(
+        stale.status,
         fields,
-        body: stale.body.clone(),
-        secondary: stale.secondary.clone(),
-    });
+        stale.body.clone(),
+        meta,
+        stale.secondary.clone(),
+    ));
     cache.store.put(key.clone(), object.clone());
     object
 }

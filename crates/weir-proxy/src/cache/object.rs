@@ -17,9 +17,29 @@ pub(super) struct Object {
     pub(super) meta: Stored,
     /// The request's values of the fields `Vary` names (empty without `Vary`).
     pub(super) secondary: Vec<u8>,
+    /// The fields include `Vary`: without it, every request matches (`Store::lookup` then
+    /// skips building the request's secondary key, a walk through the stored fields).
+    pub(super) varies: bool,
 }
 
 impl Object {
+    pub(super) fn new(
+        status: u16,
+        fields: Head,
+        body: Bytes,
+        meta: Stored,
+        secondary: Vec<u8>,
+    ) -> Object {
+        Object {
+            status,
+            varies: fields.get("vary").is_some(),
+            fields,
+            body,
+            meta,
+            secondary,
+        }
+    }
+
     pub(super) fn weight(&self) -> u64 {
         // The stored head keeps the origin head's whole buffer (`stored_fields`): weighed as held.
         (self.fields.held_bytes() + self.body.len() + self.secondary.len() + 128) as u64

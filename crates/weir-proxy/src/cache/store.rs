@@ -303,7 +303,9 @@ impl Store {
             return Found::default();
         };
         let variant = entry.variants.iter().find(|o| {
-            weir_cache::secondary_key(&o.fields, req).as_deref() == Some(o.secondary.as_slice())
+            !o.varies
+                || weir_cache::secondary_key(&o.fields, req).as_deref()
+                    == Some(o.secondary.as_slice())
         });
         Found {
             object: variant.cloned(),

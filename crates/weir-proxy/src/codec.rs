@@ -109,15 +109,19 @@ impl Head {
 
     /// The first value of header `name` (case-insensitive).
     pub fn get<'a>(&'a self, name: &str) -> Option<&'a [u8]> {
-        self.iter()
-            .find(|(n, _)| eq_ignore_case(n, name.as_bytes()))
-            .map(|(_, v)| v)
+        self.headers
+            .iter()
+            .find(|(n, _)| eq_ignore_case(self.bytes(*n), name.as_bytes()))
+            .map(|(_, v)| self.bytes(*v))
     }
 
+    /// Every value of header `name` (case-insensitive), in order. A value is sliced only for
+    /// a field whose name matches: most fields are passed over on their name's length.
     pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.iter()
-            .filter(move |(n, _)| eq_ignore_case(n, name.as_bytes()))
-            .map(|(_, v)| v)
+        self.headers
+            .iter()
+            .filter(move |(n, _)| eq_ignore_case(self.bytes(*n), name.as_bytes()))
+            .map(|(_, v)| self.bytes(*v))
     }
 
     pub fn remove(&mut self, name: &str) {
@@ -145,11 +149,28 @@ impl Head {
     /// the connection's (what `BytesMut` does when a shared buffer must grow).
     pub fn reserve(&mut self, bytes: usize, fields: usize) {
         if self.buf.capacity() - self.buf.len() < bytes {
-            let mut buf = BytesMut::with_capacity(self.buf.len() + bytes);
-            buf.extend_from_slice(&self.buf);
-            self.buf = buf;
+            self.buf = self.buf_with_room(bytes);
         }
         self.headers.reserve_exact(fields);
+    }
+
+    /// A copy with room for `fields` more fields of `bytes` in all: the buffer and the field
+    /// list are each copied at once, where appending field by field copied each one.
+    pub fn copy_with_room(&self, bytes: usize, fields: usize) -> Head {
+        let mut headers = Vec::with_capacity(self.headers.len() + fields);
+        headers.extend_from_slice(&self.headers);
+        Head {
+            buf: self.buf_with_room(bytes),
+            headers,
+            edited: true,
+        }
+    }
+
+    /// This head's bytes in a new buffer with `bytes` to spare.
+    fn buf_with_room(&self, bytes: usize) -> BytesMut {
+        let mut buf = BytesMut::with_capacity(self.buf.len() + bytes);
+        buf.extend_from_slice(&self.buf);
+        buf
     }
 
     /// The bytes this head holds: its buffer (with what edits and copies left unused) and its
@@ -370,6 +391,17 @@ impl ResponseHead {
             head.append_field(name, value);
         }
         head.edited = false;
+        ResponseHead::with_head(status, head, framing, has_date)
+    }
+
+    /// A head made of `head`'s fields (no hop-by-hop ones among them), framed as the caller
+    /// determined.
+    pub fn from_head(status: u16, head: Head, framing: Framing) -> ResponseHead {
+        let has_date = head.get("date").is_some();
+        ResponseHead::with_head(status, head, framing, has_date)
+    }
+
+    fn with_head(status: u16, head: Head, framing: Framing, has_date: bool) -> ResponseHead {
         ResponseHead {
             head,
             status,

@@ -72,7 +72,7 @@ pub(super) fn stored<'r>(
                         &[(b"content-range", content_range.as_bytes())],
                         &extra,
                         part.len(),
-                        |_| true,
+                        None,
                     );
                     return with_body(head, part);
                 }
@@ -91,36 +91,40 @@ pub(super) fn stored<'r>(
                         &[(b"content-type", content_type.as_bytes())],
                         &extra,
                         body.len(),
-                        |name| !name.eq_ignore_ascii_case(b"content-type"),
+                        Some("content-type"),
                     );
                     return with_body(head, body.into());
                 }
             }
         }
     }
-    let head = head_with(object, object.status, &[], &extra, len as usize, |_| true);
+    let head = head_with(object, object.status, &[], &extra, len as usize, None);
     with_body(head, object.body.clone())
 }
 
-/// A head of the stored fields `keep` admits, then `more` and `extra`, and the length.
+/// A head of the stored fields (less `replaced`, when named), then `more` and `extra`, and
+/// the length.
 fn head_with(
     object: &Object,
     status: u16,
     more: &[(&[u8], &[u8])],
     extra: &[(&[u8], &[u8])],
     len: usize,
-    keep: impl Fn(&[u8]) -> bool,
+    replaced: Option<&str>,
 ) -> ResponseHead {
     // The length as a field too: a HEAD answer declares it without the body.
     let length = len.to_string();
-    let fields = object
-        .fields
-        .iter()
-        .filter(|(n, _)| keep(n))
-        .chain(more.iter().copied())
-        .chain(extra.iter().copied())
-        .chain([(&b"content-length"[..], length.as_bytes())]);
-    ResponseHead::from_fields(status, fields, Framing::Length(len as u64))
+    let length: (&[u8], &[u8]) = (b"content-length", length.as_bytes());
+    let added = more.iter().chain(extra).chain([&length]);
+    let bytes = added.clone().map(|(n, v)| n.len() + v.len()).sum();
+    let mut head = object.fields.copy_with_room(bytes, added.clone().count());
+    if let Some(name) = replaced {
+        head.remove(name);
+    }
+    for (name, value) in added {
+        head.append_field(name, value);
+    }
+    ResponseHead::from_head(status, head, Framing::Length(len as u64))
 }
 
 fn with_body<'r>(head: ResponseHead, body: Bytes) -> Reply<'r> {

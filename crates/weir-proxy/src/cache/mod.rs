@@ -290,7 +290,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
             let request_caused =
                 matches!(why, NotStorable::Method | NotStorable::Authorization) || asked.no_store;
             if from_origin && !request_caused && status < 500 {
-                cache.store.mark_pass(key);
+                cache.store.mark_pass(key, answered_at);
             }
             let value = forwarded(fwd, status, false, Some(why.detail()));
             reply.edit_head(|response| response.head.append("cache-status", value.as_bytes()));

@@ -335,10 +335,11 @@ impl Store {
         self.objects.insert(key, entry.weighed());
     }
 
-    /// Marks `key` as one whose answers are not stored, for `PASS_FOR`.
-    pub(super) fn mark_pass(&self, key: Key) {
+    /// Marks `key` as one whose answers are not stored, for `PASS_FOR` from `now` (Unix
+    /// seconds, the worker's clock that `lookup` compares against).
+    pub(super) fn mark_pass(&self, key: Key, now: u64) {
         let mut entry = self.objects.get(&key).unwrap_or_default();
-        entry.pass_until = unix_now() + PASS_FOR;
+        entry.pass_until = now + PASS_FOR;
         self.objects.insert(key, entry);
     }
 }
@@ -420,10 +421,4 @@ pub(super) fn host_and_path<'k>(
         }
     }
     (host, path)
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -19,8 +19,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Buffered output is written once it reaches this size.
 pub(crate) const FLUSH_AT: usize = 64 * 1024;
 /// A body in memory up to this size is copied behind its head and sent in one write; a
-/// larger one goes out from where it is, beside the head (a vectored write).
-const COPY_BODY_UNDER: usize = 16 * 1024;
+/// larger one goes out from where it is, beside the head (a vectored write). At 16 KiB, an
+/// 8 KB answer just stored by the cache was copied once more on its way out: at 4 KiB its
+/// miss spent 0.9 µs less user time and 0.6 µs more system time (`writev` of two slices).
+const COPY_BODY_UNDER: usize = 4 * 1024;
 
 /// The limits of one body relay: how long a read from the source and a write to the sink may
 /// wait (each wait re-arms the connection's watch), and how many bytes may pass.

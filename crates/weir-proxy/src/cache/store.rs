@@ -241,6 +241,15 @@ type Objects = quick_cache::sync::Cache<
     quick_cache::sync::DefaultLifecycle<Key, Entry>,
 >;
 
+/// The share of the memory for answers asked for again (quick_cache's hot ring); the rest holds
+/// new answers on probation, and a key evicted from there is remembered (a ghost), so its next
+/// request enters the hot ring. quick_cache's default is 0.97. At 0.99 the probation ring is
+/// 1% of the store, and a one-time answer (most misses) is dropped while its memory is still
+/// in the CPU's caches, where the next new answer is written: a miss into a full 512 MiB
+/// store spent 1.2 µs less user time than at 0.5 and 0.3 µs less than at 0.97
+/// (`bench/run cache`'s load; 1% is 5 MiB there).
+const HOT_ALLOCATION: f64 = 0.99;
+
 /// The part of a cache that outlives a reload while its size and key stay the same.
 pub struct Store {
     pub(super) objects: Objects,
@@ -263,8 +272,14 @@ impl Store {
             }
             None => None,
         };
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity(items)
+            .weight_capacity(memory)
+            .hot_allocation(HOT_ALLOCATION)
+            .build()
+            .map_err(|e| format!("memory store: {e}"))?;
         Ok(Store {
-            objects: Objects::with(items, memory, Weigh, Default::default(), Default::default()),
+            objects: Objects::with_options(options, Weigh, Default::default(), Default::default()),
             key_hasher: Default::default(),
             flights: Arc::default(),
             disk,

@@ -1063,8 +1063,9 @@ def scenario_compress(ctx):
 
 def scenario_static(ctx):
     """Seeds 002 and 003's file cases: an 8 KB html page, a 1 MB file, and 10,000 distinct 4 KB
-    files requested at random; nginx with sendfile and open_file_cache, Caddy's file_server,
-    weir's static action, each serving the same folder."""
+    files requested at random; nginx with sendfile and open_file_cache (with the seed's
+    tcp_nopush, and without it), Caddy's file_server, weir's static action, each serving the
+    same folder."""
     d = os.path.join(WORK, "static-files")
     many = os.path.join(d, "many")
     os.makedirs(many, exist_ok=True)
@@ -1086,6 +1087,14 @@ def scenario_static(ctx):
   types {{ text/html html; text/plain txt; application/octet-stream bin; }}
   server {{ listen 127.0.0.1:{ng_port} backlog=4096; root {d}; location / {{ }} }}""", ctx.proxy_cpus)
         procs.append(ng)
+        # The same nginx without tcp_nopush: on kernel 6.18 a corked sendfile cost 2-3x the CPU
+        # for files of 100 KB and more, so nginx's best config here is without it.
+        ng_nc_port = free_port()
+        ng_nc = start_nginx("nginx-static-no-cork", ng_nc_port, f"""  sendfile on; tcp_nopush off;
+  open_file_cache max=20000 inactive=60s; open_file_cache_valid 60s; open_file_cache_errors on;
+  types {{ text/html html; text/plain txt; application/octet-stream bin; }}
+  server {{ listen 127.0.0.1:{ng_nc_port} backlog=4096; root {d}; location / {{ }} }}""", ctx.proxy_cpus)
+        procs.append(ng_nc)
         ca = start_caddy("caddy-static", ca_port, f"  root * {d}\n  file_server", ctx.proxy_cpus)
         procs.append(ca)
         # The same open-file cache validity as nginx's open_file_cache_valid.
@@ -1101,6 +1110,7 @@ def scenario_static(ctx):
                 kind = "plain"
                 path = "/many/f0001.txt"
             targets = [("nginx", ng, f"http://127.0.0.1:{ng_port}{path}"),
+                       ("nginx-no-cork", ng_nc, f"http://127.0.0.1:{ng_nc_port}{path}"),
                        ("caddy", ca, f"http://127.0.0.1:{ca_port}{path}"),
                        ("weir", we, f"http://127.0.0.1:{we_port}{path}")]
             measure = lambda url, proc, kind=kind: run_wrk(url, conns, ctx.duration, wrk_script(kind), ctx.load_cpus, proc)
@@ -1403,7 +1413,7 @@ def table(res):
 def ratios(res):
     lines = []
     w = res.get("weir")
-    for peer in ("nginx", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none",
+    for peer in ("nginx", "nginx-no-cork", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none",
                  "weir-unbatched", "weir-spool", "direct"):
         p = res.get(peer)
         if not w or not p:

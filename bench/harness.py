@@ -1082,18 +1082,17 @@ def scenario_static(ctx):
     ng_port, ca_port, we_port = free_port(), free_port(), free_port()
     procs = []
     try:
-        ng = start_nginx("nginx-static", ng_port, f"""  sendfile on; tcp_nopush on;
+        def static_nginx(name, port, nopush):
+            return start_nginx(name, port, f"""  sendfile on; tcp_nopush {nopush};
   open_file_cache max=20000 inactive=60s; open_file_cache_valid 60s; open_file_cache_errors on;
   types {{ text/html html; text/plain txt; application/octet-stream bin; }}
-  server {{ listen 127.0.0.1:{ng_port} backlog=4096; root {d}; location / {{ }} }}""", ctx.proxy_cpus)
+  server {{ listen 127.0.0.1:{port} backlog=4096; root {d}; location / {{ }} }}""", ctx.proxy_cpus)
+        ng = static_nginx("nginx-static", ng_port, "on")
         procs.append(ng)
         # The same nginx without tcp_nopush: on kernel 6.18 a corked sendfile cost 2-3x the CPU
         # for files of 100 KB and more, so nginx's best config here is without it.
         ng_nc_port = free_port()
-        ng_nc = start_nginx("nginx-static-no-cork", ng_nc_port, f"""  sendfile on; tcp_nopush off;
-  open_file_cache max=20000 inactive=60s; open_file_cache_valid 60s; open_file_cache_errors on;
-  types {{ text/html html; text/plain txt; application/octet-stream bin; }}
-  server {{ listen 127.0.0.1:{ng_nc_port} backlog=4096; root {d}; location / {{ }} }}""", ctx.proxy_cpus)
+        ng_nc = static_nginx("nginx-static-no-cork", ng_nc_port, "off")
         procs.append(ng_nc)
         ca = start_caddy("caddy-static", ca_port, f"  root * {d}\n  file_server", ctx.proxy_cpus)
         procs.append(ca)

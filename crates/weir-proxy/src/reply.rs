@@ -137,9 +137,29 @@ pub enum ReplyBody {
 
 /// `len` bytes of a file from `offset`.
 pub struct FileBody {
-    pub file: Rc<std::fs::File>,
+    pub file: FileHandle,
     pub offset: u64,
     pub len: u64,
+}
+
+/// An open file a body is sent from.
+#[derive(Clone)]
+pub enum FileHandle {
+    /// A static file, from one worker's open-file cache.
+    Worker(Rc<std::fs::File>),
+    /// A cache's stored body, shared by all workers.
+    Shared(std::sync::Arc<std::fs::File>),
+}
+
+impl std::ops::Deref for FileHandle {
+    type Target = std::fs::File;
+
+    fn deref(&self) -> &std::fs::File {
+        match self {
+            FileHandle::Worker(file) => file,
+            FileHandle::Shared(file) => file,
+        }
+    }
 }
 
 impl<'r> Reply<'r> {

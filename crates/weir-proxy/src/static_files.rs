@@ -13,7 +13,7 @@ use crate::conditional::{
     if_range_holds, multipart_body, parse_ranges, precondition, Ranges, Validators,
 };
 use crate::open_files::{Missing, OpenFile, OpenFiles};
-use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::reply::{FileBody, FileHandle, LocalResponse, Reply, ReplyBody, ReplyHead};
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::borrow::Cow;
@@ -335,7 +335,7 @@ fn answer_file<'r>(
     Reply {
         head: ReplyHead::Shared(head.clone()),
         body: ReplyBody::File(FileBody {
-            file: file.file.clone(),
+            file: FileHandle::Worker(file.file.clone()),
             offset: 0,
             len: file.len,
         }),
@@ -348,7 +348,7 @@ fn file_reply<'r>(head: ResponseHead, file: &Rc<OpenFile>, offset: u64, len: u64
     Reply {
         head: ReplyHead::Response(head),
         body: ReplyBody::File(FileBody {
-            file: file.file.clone(),
+            file: FileHandle::Worker(file.file.clone()),
             offset,
             len,
         }),

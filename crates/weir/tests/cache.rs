@@ -751,3 +751,140 @@ fn compression_runs_after_the_cache_on_hits_too() {
     assert_eq!(again.body, first.body);
     assert_eq!(origin_log(&dir, 1).len(), 1);
 }
+
+/// curl's answer (head and body, as bytes) for `url` with `args`, for the host `cache.test`.
+fn curl_bytes(args: &[&str], url: &str) -> Vec<u8> {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-D",
+            "-",
+            "--max-time",
+            "10",
+            "-H",
+            "Host: cache.test",
+        ])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+#[test]
+fn large_bodies_are_sent_from_their_memory_files_over_every_path() {
+    let (origin, _weir, dir) = file_origin(60, "");
+    // Over 32 KiB, a stored body is kept in its own memory file; hits on a plain socket send
+    // it by sendfile, TLS, HTTP/2, ranges and compression read it back.
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
+    let text = "a line of a large text that compresses well\n".repeat(2000);
+    std::fs::write(dir.join("big.txt"), &text).unwrap();
+    let tls_dir = temp_dir("cache-tls");
+    let cert = make_cert(&tls_dir, "site", &["site.test"], false);
+    let yaml = format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n  \
+         h2: {{ address: \"127.0.0.1:0\", h2c: true }}\n  \
+         websecure: {{ address: \"127.0.0.1:0\", tls: {{ certificates: [{{ cert: \"{}\", key: \"{}\" }}] }} }}\n\
+         caches:\n  main: {{ memory: 16MiB, max_object_size: 1MiB }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main, middlewares: [gz] }}\n\
+         middlewares:\n  gz: {{ compress: {{ algorithms: [gzip] }} }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        cert.cert.display(),
+        cert.key.display(),
+        origin.addr
+    );
+    let weir = Weir::start(&yaml);
+    let web = weir.addrs["web"];
+    let first = request(
+        web,
+        "GET /big.bin HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        status_of(&first).ends_with("; stored"),
+        "{}",
+        status_of(&first)
+    );
+    assert!(first.body == big, "the miss carries the whole body");
+    // Hits on one keep-alive connection: each body whole, and the next request still parsed
+    // (the file sent exactly its length).
+    let mut conn = Conn::open(web);
+    for _ in 0..3 {
+        conn.send(b"GET /big.bin HTTP/1.1\r\nHost: cache.test\r\n\r\n");
+        let hit = conn.read(false).expect("a hit");
+        assert!(
+            status_of(&hit).starts_with("weir; hit"),
+            "{}",
+            status_of(&hit)
+        );
+        assert_eq!(hit.header("content-length"), Some("200000"));
+        assert!(hit.body == big, "a hit carries the whole body");
+    }
+    conn.send(b"HEAD /big.bin HTTP/1.1\r\nHost: cache.test\r\n\r\n");
+    let head = conn.read(true).expect("a HEAD answer");
+    assert_eq!(
+        (head.header("content-length"), head.body.len()),
+        (Some("200000"), 0)
+    );
+    let part = ask(&weir, "/big.bin", "Range: bytes=150000-150099\r\n");
+    assert_eq!(part.status, 206);
+    assert!(
+        part.body == big[150_000..150_100],
+        "one range from the file"
+    );
+    let parts = ask(&weir, "/big.bin", "Range: bytes=0-9,199990-199999\r\n");
+    assert_eq!(parts.status, 206);
+    let tail = &big[199_990..];
+    assert!(
+        parts.body.windows(tail.len()).any(|w| w == tail)
+            && parts.body.windows(10).any(|w| w == &big[..10]),
+        "both ranges in the multipart body"
+    );
+    // HTTP/2 and TLS hits, whole.
+    let h2_url = format!("http://{}/big.bin", weir.addrs["h2"]);
+    let h2 = curl_bytes(&["--http2-prior-knowledge"], &h2_url);
+    let h2_head = String::from_utf8_lossy(&h2[..h2.len() - big.len()]).into_owned();
+    assert!(
+        h2_head.starts_with("HTTP/2 200") && h2_head.contains("cache-status: weir; hit"),
+        "the HTTP/2 answer is a hit: {h2_head}"
+    );
+    assert!(h2.ends_with(&big), "the HTTP/2 hit carries the whole body");
+    let port = weir.addrs["websecure"].port();
+    let resolve = format!("site.test:{port}:127.0.0.1");
+    let cacert = cert.cert.display().to_string();
+    let tls_url = format!("https://site.test:{port}/big.bin");
+    let tls = curl_bytes(&["--cacert", &cacert, "--resolve", &resolve], &tls_url);
+    let tls_head = String::from_utf8_lossy(&tls[..tls.len() - big.len()]).into_owned();
+    assert!(
+        tls_head.contains("cache-status: weir; hit"),
+        "the TLS answer is a hit: {tls_head}"
+    );
+    assert!(tls.ends_with(&big), "the TLS hit carries the whole body");
+    // A large text: stored as sent, compressed on the hit from the file.
+    assert!(status_of(&ask(&weir, "/big.txt", "")).ends_with("; stored"));
+    let gzipped = ask(&weir, "/big.txt", "Accept-Encoding: gzip\r\n");
+    assert!(
+        status_of(&gzipped).starts_with("weir; hit"),
+        "{}",
+        status_of(&gzipped)
+    );
+    assert_eq!(gzipped.header("content-encoding"), Some("gzip"));
+    let mut plain = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(&gzipped.body[..]),
+        &mut plain,
+    )
+    .unwrap();
+    assert!(plain == text, "the compressed hit decompresses to the file");
+    assert_eq!(
+        origin_log(&dir, 2).len(),
+        2,
+        "the origin was asked once per file"
+    );
+}

@@ -1,7 +1,8 @@
 //! Answers from a stored object, as the origin would have answered this request: a 304 or
 //! 412 for a conditional request (RFC 9110 §13), a 206 or 416 for a range (§14), else the
 //! whole stored answer; each with `Age` and `Cache-Status`. The stored body is shared
-//! (`Bytes`), so a hit or a single range copies no body bytes.
+//! (`Bytes`, or a memory file sent by `sendfile`), so a hit or a single range copies no body
+//! bytes.
 
 use super::object::Object;
 use crate::codec::{Framing, RequestHead, ResponseHead};
@@ -9,7 +10,6 @@ use crate::conditional::{if_range_holds, multipart_body, parse_ranges, precondit
 use crate::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
 use bytes::Bytes;
 use std::borrow::Cow;
-use std::convert::Infallible;
 
 /// The answer to `req` from `object`, `now` (for `Age`), with `Cache-Status: cache_status`.
 pub(super) fn stored<'r>(
@@ -19,7 +19,7 @@ pub(super) fn stored<'r>(
     cache_status: &str,
 ) -> Reply<'r> {
     let age = object.meta.age_at(now).to_string();
-    let len = object.body.len() as u64;
+    let len = object.body.len();
     let extra: [(&[u8], &[u8]); 2] = [
         (b"age", age.as_bytes()),
         (b"cache-status", cache_status.as_bytes()),
@@ -40,7 +40,7 @@ pub(super) fn stored<'r>(
                     })
                     .chain(extra);
                 let head = ResponseHead::from_fields(304, fields, Framing::None);
-                return with_body(head, Bytes::new());
+                return with_body(head, ReplyBody::Bytes(Bytes::new()));
             }
             Some(_) => {
                 let refused = LocalResponse::text(412, "precondition failed");
@@ -65,26 +65,26 @@ pub(super) fn stored<'r>(
                 }
                 Ranges::One(start, end) => {
                     let content_range = format!("bytes {start}-{}/{len}", end - 1);
-                    let part = object.body.slice(start as usize..end as usize);
+                    let part_len = end - start;
                     let head = head_with(
                         object,
                         206,
                         &[(b"content-range", content_range.as_bytes())],
                         &extra,
-                        part.len(),
+                        part_len as usize,
                         None,
                     );
-                    return with_body(head, part);
+                    return with_body(head, object.body.reply(start, part_len));
                 }
                 Ranges::Many(ranges) => {
                     let part_type = object.field("content-type").unwrap_or_default();
                     let part_type = String::from_utf8_lossy(part_type);
-                    let copy = |buf: &mut [u8], start: u64| {
-                        let start = start as usize;
-                        buf.copy_from_slice(&object.body[start..start + buf.len()]);
-                        Ok::<(), Infallible>(())
+                    let copy = |buf: &mut [u8], start: u64| object.body.copy_to(buf, start);
+                    let Ok((body, content_type)) = multipart_body(&part_type, len, &ranges, copy)
+                    else {
+                        let failed = LocalResponse::text(500, "stored body unreadable");
+                        return Reply::local(Cow::Owned(failed));
                     };
-                    let Ok((body, content_type)) = multipart_body(&part_type, len, &ranges, copy);
                     let head = head_with(
                         object,
                         206,
@@ -93,13 +93,13 @@ pub(super) fn stored<'r>(
                         body.len(),
                         Some("content-type"),
                     );
-                    return with_body(head, body.into());
+                    return with_body(head, ReplyBody::Bytes(body.into()));
                 }
             }
         }
     }
     let head = head_with(object, object.status, &[], &extra, len as usize, None);
-    with_body(head, object.body.clone())
+    with_body(head, object.body.reply(0, len))
 }
 
 /// A head of the stored fields (less `replaced`, when named), then `more` and `extra`, and
@@ -127,10 +127,10 @@ fn head_with(
     ResponseHead::from_head(status, head, Framing::Length(len as u64))
 }
 
-fn with_body<'r>(head: ResponseHead, body: Bytes) -> Reply<'r> {
+fn with_body<'r>(head: ResponseHead, body: ReplyBody) -> Reply<'r> {
     Reply {
         head: ReplyHead::Response(head),
-        body: ReplyBody::Bytes(body),
+        body,
         upstream: None,
         body_filter: None,
     }

@@ -10,6 +10,7 @@
 //! never served. Writes and reads run on tokio's blocking threads, not on a worker. When the
 //! files exceed `size`, the oldest written leave first.
 
+use super::body::Body;
 use super::object::{tag_line, Object};
 use crate::codec::Head;
 use bytes::Bytes;
@@ -154,9 +155,10 @@ impl Disk {
     pub(super) fn save(&self, key: &[u8], object: &Object) -> io::Result<()> {
         let hash = hash_key(key);
         let head = encode_head(key, object);
+        let body = object.body.bytes()?;
         let mut crc = crc32fast::Hasher::new();
         crc.update(&head);
-        crc.update(&object.body);
+        crc.update(&body);
         let serial = self.temp_serial.fetch_add(1, Ordering::Relaxed);
         let temp = self
             .dir
@@ -165,7 +167,7 @@ impl Disk {
         let written = (|| {
             let mut file = fs::File::create(&temp)?;
             file.write_all(&head)?;
-            file.write_all(&object.body)?;
+            file.write_all(&body)?;
             file.write_all(&crc.finalize().to_le_bytes())?;
             let path = self.path_of(hash);
             if let Some(folder) = path.parent() {
@@ -177,7 +179,7 @@ impl Disk {
             let _ = fs::remove_file(&temp);
             return written;
         }
-        let len = (head.len() + object.body.len() + 4) as u64;
+        let len = (head.len() + body.len() + 4) as u64;
         let tags = object.tag_line();
         let evicted = {
             let Ok(mut index) = self.index.lock() else {
@@ -315,7 +317,7 @@ fn encode_head(key: &[u8], object: &Object) -> Vec<u8> {
         put_bytes(&mut out, name);
         put_bytes(&mut out, value);
     }
-    out.extend_from_slice(&(object.body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&object.body.len().to_le_bytes());
     out
 }
 
@@ -398,7 +400,7 @@ fn decode(bytes: &[u8]) -> Option<(Vec<u8>, Object)> {
     let object = Object::new(
         status,
         fields,
-        Bytes::copy_from_slice(body),
+        Body::keep(Bytes::copy_from_slice(body)),
         meta,
         secondary.to_vec(),
     );
@@ -446,7 +448,7 @@ mod tests {
             stale_while_revalidate: 5,
             stale_if_error: 0,
         };
-        let body = Bytes::from_static(body);
+        let body = Body::keep(Bytes::from_static(body));
         Object::new(200, fields, body, meta, b"accept:x\n".to_vec())
     }
 
@@ -457,7 +459,7 @@ mod tests {
         let disk = Disk::open(&dir, 1 << 20).unwrap();
         disk.save(b"k1", &object(b"hello")).unwrap();
         let back = disk.load(b"k1").unwrap();
-        assert_eq!(&back.body[..], b"hello");
+        assert_eq!(&back.body.bytes().unwrap()[..], b"hello");
         assert_eq!(back.meta, object(b"").meta);
         assert_eq!(back.fields.get("content-type"), Some(&b"text/plain"[..]));
         assert_eq!(back.secondary, b"accept:x\n");

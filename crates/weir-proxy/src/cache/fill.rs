@@ -4,6 +4,7 @@
 //! turns out too large is passed on untouched: its raw bytes stay in the connection's buffer,
 //! where the relay reads them from the start.
 
+use super::body::Body;
 use super::object::{stored_fields, Object};
 use super::store::{Key, ResponseCache};
 use crate::balancer::UpstreamUse;
@@ -12,15 +13,16 @@ use crate::conn::watch::ConnWatch;
 use crate::reply::{Reply, ReplyHead};
 use crate::whole_body::Reader;
 use crate::worker::Worker;
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_cache::{Directives, NotStorable, Stored};
 
 /// An origin answer read for the cache.
 pub(super) enum Filled<'r> {
-    /// Stored, with the origin's head as it came; the connection (if any) went back to the
-    /// pool.
-    Stored(Arc<Object>, Option<UpstreamUse<'r>>, ResponseHead),
+    /// Stored, with the origin's head and body as they came (the body still in memory, where
+    /// the first answer is sent from); the connection (if any) went back to the pool.
+    Stored(Arc<Object>, Option<UpstreamUse<'r>>, ResponseHead, Bytes),
     /// Not stored, for this reason: the reply goes on as it came.
     Passed(Reply<'r>, NotStorable),
     /// The body failed midway: nothing to store or pass on.
@@ -95,12 +97,12 @@ pub(super) async fn fill<'r>(
     let object = Arc::new(Object::new(
         response.status,
         stored_fields(&response.head, response.connection_names_headers),
-        body,
+        Body::keep(body.clone()),
         Stored::new(response.status, judged, request_time, response_time),
         weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
     ));
     cache.store.put(std::mem::take(key), object.clone());
-    Filled::Stored(object, upstream, response)
+    Filled::Stored(object, upstream, response, body)
 }
 
 /// After a `304` to a revalidation (RFC 9111 §4.3.4): the stored answer with the 304's fields

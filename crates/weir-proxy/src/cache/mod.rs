@@ -33,6 +33,7 @@ use std::sync::Arc;
 use weir_cache::{Directives, Fields, NotStorable, Outcome, Usable};
 
 mod answer;
+mod body;
 mod disk;
 mod fill;
 mod object;
@@ -256,12 +257,12 @@ async fn forward_and_fill<'r, C: ClientSide>(
     let request = (&*head, asked);
     let watch = client.watch();
     match fill::fill(worker, watch, cache, &mut key, request, reply, request_time).await {
-        Filled::Stored(object, upstream, mut response) => {
+        Filled::Stored(object, upstream, mut response, body) => {
             let value = forwarded(fwd, object.status, true, None);
             if !conditions_or_range {
                 // The origin's head as it came, with the stored body: nothing to cut or
                 // compare, so nothing to build again.
-                response.framing = Framing::Length(object.body.len() as u64);
+                response.framing = Framing::Length(body.len() as u64);
                 // Just stored, its age is nearly always 0: no number to format.
                 let age: Cow<str> = match object.meta.age_at(answered_at) {
                     0 => Cow::Borrowed("0"),
@@ -273,7 +274,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
                 response.head.append("cache-status", value.as_bytes());
                 return Reply {
                     head: ReplyHead::Response(response),
-                    body: ReplyBody::Bytes(object.body.clone()),
+                    body: ReplyBody::Bytes(body),
                     upstream,
                     body_filter: None,
                 };

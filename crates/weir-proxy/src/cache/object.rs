@@ -2,10 +2,10 @@
 //! and what the policy needs to judge it later; built from an origin head by
 //! `stored_fields`, and what both tiers (memory and disk) keep.
 
+use super::body::Body;
 use crate::ascii::eq_ignore_case;
 use crate::codec::{is_hop_by_hop, lists_token, Head};
 use crate::conditional::Validators;
-use bytes::Bytes;
 use weir_cache::{http_date_secs, Stored};
 
 /// One stored answer.
@@ -13,7 +13,7 @@ pub(super) struct Object {
     pub(super) status: u16,
     /// The fields the client gets (hop-by-hop ones, `Age` and the length left out).
     pub(super) fields: Head,
-    pub(super) body: Bytes,
+    pub(super) body: Body,
     pub(super) meta: Stored,
     /// The request's values of the fields `Vary` names (empty without `Vary`).
     pub(super) secondary: Vec<u8>,
@@ -26,7 +26,7 @@ impl Object {
     pub(super) fn new(
         status: u16,
         fields: Head,
-        body: Bytes,
+        body: Body,
         meta: Stored,
         secondary: Vec<u8>,
     ) -> Object {
@@ -42,7 +42,7 @@ impl Object {
 
     pub(super) fn weight(&self) -> u64 {
         // The stored head keeps the origin head's whole buffer (`stored_fields`): weighed as held.
-        (self.fields.held_bytes() + self.body.len() + self.secondary.len() + 128) as u64
+        self.fields.held_bytes() as u64 + self.body.held_bytes() + self.secondary.len() as u64 + 128
     }
 
     pub(super) fn field(&self, name: &str) -> Option<&[u8]> {

@@ -40,8 +40,25 @@ pub struct RunOptions {
     pub release_memory: fn(),
 }
 
+/// Lifts the soft limit on open files to the hard one: every connection (two when proxied)
+/// and every large cached body holds a descriptor, and systemd and most shells start a
+/// process with a soft limit of 1024 (nginx's `worker_rlimit_nofile`, set for you). A refusal
+/// leaves the limit as it was.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
+    }
+}
+
 /// Runs the gateway until a stop signal, then drains and returns.
 pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
+    raise_open_file_limit();
     let workers = config.server.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

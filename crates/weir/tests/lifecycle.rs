@@ -1,5 +1,6 @@
 //! The command line and process lifecycle: `check` (every example config, and error format),
-//! `route explain`, `--version`, and graceful stop with a request in flight.
+//! `route explain`, `--version`, graceful stop with a request in flight, and the open-file
+//! limit raised at start.
 
 mod common;
 use common::*;
@@ -317,4 +318,21 @@ fn lifecycle_page_references_exist() {
             "{page_name}: only {checked} references found"
         );
     }
+}
+
+#[test]
+fn the_open_file_limit_is_raised_to_the_hard_one() {
+    // Started with a soft limit of 256 (as `prlimit` sets it, then runs weir in its place).
+    let yaml = "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\n\
+                routers:\n  all: { rule: \"PathPrefix(`/`)\", respond: { body: ok } }\n";
+    let weir = Weir::start_under(&["prlimit", "--nofile=256:"], yaml, &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", weir.child.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_ne!(numbers[0], "256", "{line}");
+    assert_eq!(numbers[0], numbers[1], "soft limit = hard limit: {line}");
+    assert_eq!(get(weir.addr(), "x", "/").text(), "ok");
 }

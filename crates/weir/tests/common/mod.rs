@@ -45,10 +45,24 @@ impl Weir {
 
     /// Starts weir with `yaml` and more `weir run` arguments.
     pub fn start_with(yaml: &str, args: &[&str]) -> Weir {
+        Weir::start_under(&[], yaml, args)
+    }
+
+    /// Starts weir as the last argument of `wrapper` (a command that runs another, such as
+    /// `prlimit`), with `yaml` and more `weir run` arguments.
+    pub fn start_under(wrapper: &[&str], yaml: &str, args: &[&str]) -> Weir {
         let dir = temp_dir("weir");
         let path = dir.join("weir.yaml");
         std::fs::write(&path, yaml).unwrap();
-        let mut child = Command::new(weir_bin())
+        let mut command = match wrapper {
+            [] => Command::new(weir_bin()),
+            [program, rest @ ..] => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(weir_bin());
+                command
+            }
+        };
+        let mut child = command
             .args(["run", "-c"])
             .arg(&path)
             .args(args)

@@ -154,7 +154,9 @@ pub(super) struct Found {
 /// would make one wait for the other's fetch, then look again and fetch its own.
 #[derive(Default)]
 pub(super) struct Flights {
-    leading: Mutex<HashMap<u64, Arc<Flight>, foldhash::fast::RandomState>>,
+    /// A key's flight is made by its first follower: most fetches have none, and then cost
+    /// no allocation and no wake-up.
+    leading: Mutex<HashMap<u64, Option<Arc<Flight>>, foldhash::fast::RandomState>>,
 }
 
 /// One fetch in flight: done once its leader stored the answer (or gave up).
@@ -186,16 +188,18 @@ pub(super) enum Join {
 pub(super) struct Leader {
     flights: Arc<Flights>,
     key_hash: u64,
-    flight: Arc<Flight>,
 }
 
 impl Drop for Leader {
     fn drop(&mut self) {
-        if let Ok(mut leading) = self.flights.leading.lock() {
-            leading.remove(&self.key_hash);
+        let followed = match self.flights.leading.lock() {
+            Ok(mut leading) => leading.remove(&self.key_hash).flatten(),
+            Err(_) => None,
+        };
+        if let Some(flight) = followed {
+            flight.done.store(true, Ordering::Release);
+            flight.landed.notify_waiters();
         }
-        self.flight.done.store(true, Ordering::Release);
-        self.flight.landed.notify_waiters();
     }
 }
 
@@ -209,17 +213,19 @@ impl Flights {
                 landed: Notify::new(),
             }));
         };
-        let flight = match leading.entry(key_hash) {
-            std::collections::hash_map::Entry::Occupied(flying) => {
-                return Join::Follow(flying.get().clone());
+        match leading.entry(key_hash) {
+            std::collections::hash_map::Entry::Occupied(mut flying) => {
+                let flight = flying.get_mut().get_or_insert_with(Arc::default);
+                Join::Follow(flight.clone())
             }
-            std::collections::hash_map::Entry::Vacant(free) => free.insert(Arc::default()).clone(),
-        };
-        Join::Lead(Leader {
-            flights: self.clone(),
-            key_hash,
-            flight,
-        })
+            std::collections::hash_map::Entry::Vacant(free) => {
+                free.insert(None);
+                Join::Lead(Leader {
+                    flights: self.clone(),
+                    key_hash,
+                })
+            }
+        }
     }
 
     /// Leads the fetch of `key` if nobody does.

@@ -660,25 +660,11 @@ fn http2_clients_get_hits_ranges_and_304s_from_the_store() {
     let weir = Weir::start(&yaml);
     let url = format!("http://{}/h2.txt", weir.addr());
     let curl = |extra: &[&str]| {
-        let out = std::process::Command::new("curl")
-            .args([
-                "-sS",
-                "--http2-prior-knowledge",
-                "-D",
-                "-",
-                "--max-time",
-                "10",
-            ])
-            .args(extra)
-            .arg(&url)
-            .output()
-            .expect("curl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let args: Vec<&str> = ["--http2-prior-knowledge"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        String::from_utf8_lossy(&curl_bytes(&args, &url)).into_owned()
     };
     let first = curl(&[]);
     assert!(first.starts_with("HTTP/2 200"), "{first}");

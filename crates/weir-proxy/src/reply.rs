@@ -140,6 +140,23 @@ pub struct FileBody {
     pub file: FileHandle,
     pub offset: u64,
     pub len: u64,
+    /// The same bytes in memory, when the file is mapped (a cache's stored body): what cannot
+    /// go by `sendfile` (TLS, HTTP/2, a body filter) takes them instead of reading the file.
+    pub mapped: Option<Bytes>,
+}
+
+impl ReplyBody {
+    /// A mapped file's bytes in its place, for a path that cannot send the file by `sendfile`
+    /// (no read into a buffer); any other body as it is.
+    pub fn mapped_as_bytes(self) -> ReplyBody {
+        match self {
+            ReplyBody::File(FileBody {
+                mapped: Some(bytes),
+                ..
+            }) => ReplyBody::Bytes(bytes),
+            other => other,
+        }
+    }
 }
 
 /// An open file a body is sent from.

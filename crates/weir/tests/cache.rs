@@ -766,7 +766,7 @@ fn curl_bytes(args: &[&str], url: &str) -> Vec<u8> {
 fn large_bodies_are_sent_from_their_memory_files_over_every_path() {
     let (origin, _weir, dir) = file_origin(60, "");
     // Over 32 KiB, a stored body is kept in its own memory file; hits on a plain socket send
-    // it by sendfile, TLS, HTTP/2, ranges and compression read it back.
+    // it by sendfile, TLS, HTTP/2 and compression take the bytes of its mapping.
     let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(dir.join("big.bin"), &big).unwrap();
     let text = "a line of a large text that compresses well\n".repeat(2000);
@@ -841,6 +841,20 @@ fn large_bodies_are_sent_from_their_memory_files_over_every_path() {
         "the HTTP/2 answer is a hit: {h2_head}"
     );
     assert!(h2.ends_with(&big), "the HTTP/2 hit carries the whole body");
+    // A range over HTTP/2 is cut from the mapping.
+    let h2_part = curl_bytes(
+        &[
+            "--http2-prior-knowledge",
+            "-H",
+            "Range: bytes=150000-150099",
+        ],
+        &h2_url,
+    );
+    assert!(h2_part.starts_with(b"HTTP/2 206"));
+    assert!(
+        h2_part.ends_with(&big[150_000..150_100]),
+        "the HTTP/2 range"
+    );
     let port = weir.addrs["websecure"].port();
     let resolve = format!("site.test:{port}:127.0.0.1");
     let cacert = cert.cert.display().to_string();

@@ -1,12 +1,12 @@
 //! A stored answer's body (`Body`): small ones in memory, large ones each in its own memory
 //! file (`memfd`), which a hit on a plain socket sends by `sendfile` instead of copying it
 //! into the socket. The kernel's copy of a large body into fresh socket buffers was most of
-//! a large hit's cost; from the memory file the socket takes the pages themselves.
+//! a large hit's cost; from the memory file the socket takes the pages themselves. The file
+//! is sealed and mapped too, so HTTP/2, TLS and body filters take its bytes without a read.
 
 use crate::reply::{FileBody, FileHandle, ReplyBody};
 use bytes::Bytes;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -26,10 +26,10 @@ pub(super) enum Body {
     Spilled(Arc<Spilled>),
 }
 
-/// A body in its own memory file.
+/// A body in its own memory file, and the file's pages mapped as bytes.
 pub(super) struct Spilled {
     file: Arc<std::fs::File>,
-    len: u64,
+    mapped: Bytes,
 }
 
 impl Drop for Spilled {
@@ -55,7 +55,7 @@ impl Body {
     pub(super) fn len(&self) -> u64 {
         match self {
             Body::Memory(bytes) => bytes.len() as u64,
-            Body::Spilled(spilled) => spilled.len,
+            Body::Spilled(spilled) => spilled.mapped.len() as u64,
         }
     }
 
@@ -63,52 +63,35 @@ impl Body {
     pub(super) fn held_bytes(&self) -> u64 {
         match self {
             Body::Memory(bytes) => bytes.len() as u64,
-            Body::Spilled(spilled) => spilled.len.next_multiple_of(4096),
+            Body::Spilled(spilled) => (spilled.mapped.len() as u64).next_multiple_of(4096),
         }
     }
 
     /// `len` bytes from `start` as a reply body (the caller keeps within the body).
     pub(super) fn reply(&self, start: u64, len: u64) -> ReplyBody {
+        let range = start as usize..(start + len) as usize;
         match self {
-            Body::Memory(bytes) => {
-                let (start, end) = (start as usize, (start + len) as usize);
-                ReplyBody::Bytes(bytes.slice(start..end))
-            }
+            Body::Memory(bytes) => ReplyBody::Bytes(bytes.slice(range)),
             Body::Spilled(spilled) => ReplyBody::File(FileBody {
                 file: FileHandle::Shared(spilled.file.clone()),
                 offset: start,
                 len,
+                mapped: Some(spilled.mapped.slice(range)),
             }),
         }
     }
 
-    /// Fills `buf` from `start` (the caller keeps within the body).
-    pub(super) fn copy_to(&self, buf: &mut [u8], start: u64) -> std::io::Result<()> {
+    /// The whole body as bytes (a memory file's from its mapping).
+    pub(super) fn bytes(&self) -> &Bytes {
         match self {
-            Body::Memory(bytes) => {
-                let start = start as usize;
-                buf.copy_from_slice(&bytes[start..start + buf.len()]);
-                Ok(())
-            }
-            Body::Spilled(spilled) => spilled.file.read_exact_at(buf, start),
-        }
-    }
-
-    /// The whole body as bytes (a memory file's is read back).
-    pub(super) fn bytes(&self) -> std::io::Result<Bytes> {
-        match self {
-            Body::Memory(bytes) => Ok(bytes.clone()),
-            Body::Spilled(spilled) => {
-                let mut buf = vec![0; spilled.len as usize];
-                spilled.file.read_exact_at(&mut buf, 0)?;
-                Ok(buf.into())
-            }
+            Body::Memory(bytes) => bytes,
+            Body::Spilled(spilled) => &spilled.mapped,
         }
     }
 }
 
-/// A new memory file holding `bytes`, unless a quarter of the process's file descriptors
-/// are already memory files (connections need the rest).
+/// A new memory file holding `bytes`, sealed and mapped, unless a quarter of the process's
+/// file descriptors (or of its mappings) are already memory files: connections need the rest.
 fn spill(bytes: &[u8]) -> Option<Spilled> {
     if SPILLED.fetch_add(1, Ordering::Relaxed) >= spill_limit() {
         SPILLED.fetch_sub(1, Ordering::Relaxed);
@@ -117,16 +100,24 @@ fn spill(bytes: &[u8]) -> Option<Spilled> {
     // From here on the count includes this file: `Spilled`'s drop, or the failure below,
     // takes it back.
     let made = (|| {
-        let flags = rustix::fs::MemfdFlags::CLOEXEC;
-        let fd = rustix::fs::memfd_create("weir-cache-body", flags).ok()?;
+        use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
+        let fd = memfd_create(
+            "weir-cache-body",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .ok()?;
         let mut file = std::fs::File::from(fd);
         file.write_all(bytes).ok()?;
-        Some(file)
+        // Sealed, the file can never change size or content: what makes mapping it sound.
+        let seals = SealFlags::SEAL | SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE;
+        fcntl_add_seals(&file, seals).ok()?;
+        let mapped = map(&file)?;
+        Some((file, mapped))
     })();
     match made {
-        Some(file) => Some(Spilled {
+        Some((file, mapped)) => Some(Spilled {
             file: Arc::new(file),
-            len: bytes.len() as u64,
+            mapped,
         }),
         None => {
             SPILLED.fetch_sub(1, Ordering::Relaxed);
@@ -135,11 +126,26 @@ fn spill(bytes: &[u8]) -> Option<Spilled> {
     }
 }
 
+/// The file's pages as bytes, read-only.
+#[allow(unsafe_code)]
+fn map(file: &std::fs::File) -> Option<Bytes> {
+    // SAFETY: a mapping is undefined behaviour only if the file changes under it. This one is
+    // a memory file weir alone holds, sealed against writes and size changes before it is
+    // mapped, so its bytes stay as they are until the mapping is dropped.
+    let mapping = unsafe { memmap2::Mmap::map(file) }.ok()?;
+    Some(Bytes::from_owner(mapping))
+}
+
 fn spill_limit() -> usize {
     static LIMIT: OnceLock<usize> = OnceLock::new();
     *LIMIT.get_or_init(|| {
         let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-        soft.map_or(usize::MAX, |n| (n / 4) as usize)
+        let files = soft.map_or(usize::MAX, |n| n as usize);
+        let mappings = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(65_530);
+        files.min(mappings) / 4
     })
 }
 
@@ -158,13 +164,14 @@ mod tests {
         assert!(matches!(body, Body::Spilled(_)));
         assert_eq!(body.len(), large.len() as u64);
         assert_eq!(body.held_bytes() % 4096, 0);
-        assert_eq!(&body.bytes().unwrap()[..], &large[..]);
-        let mut part = [0; 10];
-        body.copy_to(&mut part, 4090).unwrap();
-        assert_eq!(&part[..], &large[4090..4100]);
+        assert_eq!(&body.bytes()[..], &large[..]);
         let ReplyBody::File(file) = body.reply(100, 50) else {
             panic!("a spilled body answers from its file");
         };
         assert_eq!((file.offset, file.len), (100, 50));
+        assert_eq!(file.mapped.as_deref(), Some(&large[100..150]));
+        let mut read = [0; 50];
+        std::os::unix::fs::FileExt::read_exact_at(&*file.file, &mut read, 100).unwrap();
+        assert_eq!(&read[..], &large[100..150]);
     }
 }

@@ -155,10 +155,10 @@ impl Disk {
     pub(super) fn save(&self, key: &[u8], object: &Object) -> io::Result<()> {
         let hash = hash_key(key);
         let head = encode_head(key, object);
-        let body = object.body.bytes()?;
+        let body = object.body.bytes();
         let mut crc = crc32fast::Hasher::new();
         crc.update(&head);
-        crc.update(&body);
+        crc.update(body);
         let serial = self.temp_serial.fetch_add(1, Ordering::Relaxed);
         let temp = self
             .dir
@@ -167,7 +167,7 @@ impl Disk {
         let written = (|| {
             let mut file = fs::File::create(&temp)?;
             file.write_all(&head)?;
-            file.write_all(&body)?;
+            file.write_all(body)?;
             file.write_all(&crc.finalize().to_le_bytes())?;
             let path = self.path_of(hash);
             if let Some(folder) = path.parent() {
@@ -459,7 +459,7 @@ mod tests {
         let disk = Disk::open(&dir, 1 << 20).unwrap();
         disk.save(b"k1", &object(b"hello")).unwrap();
         let back = disk.load(b"k1").unwrap();
-        assert_eq!(&back.body.bytes().unwrap()[..], b"hello");
+        assert_eq!(&back.body.bytes()[..], b"hello");
         assert_eq!(back.meta, object(b"").meta);
         assert_eq!(back.fields.get("content-type"), Some(&b"text/plain"[..]));
         assert_eq!(back.secondary, b"accept:x\n");

@@ -551,6 +551,9 @@ impl<S: ClientIo> H1Client<S> {
             };
             (outcome, None)
         };
+        if filter.is_some() || self.io.as_tcp().is_none() {
+            body = body.mapped_as_bytes();
+        }
         // A file small enough to be compressed whole is read now, like a local body.
         if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
             if file.len <= WHOLE_BODY_LIMIT {
@@ -836,6 +839,7 @@ impl<S: ClientIo> H1Client<S> {
                     file: body.file.clone(),
                     offset,
                     len: end - offset,
+                    mapped: None,
                 };
                 return self
                     .sendfile_after_head(worker, &rest)

@@ -445,6 +445,8 @@ impl H2Client {
         head_only: bool,
         read_timeout: Duration,
     ) -> (Result<u64, BodyError>, Option<crate::pool::UpstreamConn>) {
+        // HTTP/2 never uses `sendfile`.
+        body = body.mapped_as_bytes();
         if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
             if file.len <= WHOLE_BODY_LIMIT {
                 let mut data = vec![0; file.len as usize];

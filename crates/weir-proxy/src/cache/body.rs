@@ -11,12 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Bodies of at least this many bytes go to a memory file. Measured on 100 KB, 64 KB and
-/// 32 KB hits under wrk (`bench/run cache`'s load): 15.1 → 14.2, 10.4 → 9.4 and 6.7 → 6.8 µs of
-/// CPU per request, and 1.12× the req/s at 32 KB; an 8 KB copy stays cheaper than the
+/// 32 KB hits under wrk (`bench/run cache`'s load): 15.2 → 14.5, 10.4 → 9.4 and 6.9 → 6.9 µs of
+/// CPU per request, and 1.13× the req/s at 32 KB; an 8 KB copy stays cheaper than the
 /// kernel's per-page work for `sendfile`.
 const SPILL_AT: usize = 32 << 10;
 
-/// How many memory files are open now, across all stores: each is a file descriptor.
+/// How many memory files are open now, across all stores: each is a file descriptor and a
+/// mapping.
 static SPILLED: AtomicUsize = AtomicUsize::new(0);
 
 /// A stored body.

@@ -192,10 +192,14 @@ pub(super) struct Leader {
 
 impl Drop for Leader {
     fn drop(&mut self) {
-        let followed = match self.flights.leading.lock() {
-            Ok(mut leading) => leading.remove(&self.key_hash).flatten(),
-            Err(_) => None,
-        };
+        // Even after a panic elsewhere poisoned the lock, the followers must be woken.
+        let mut leading = self
+            .flights
+            .leading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let followed = leading.remove(&self.key_hash).flatten();
+        drop(leading);
         if let Some(flight) = followed {
             flight.done.store(true, Ordering::Release);
             flight.landed.notify_waiters();

@@ -298,20 +298,40 @@ end
     return path
 
 def cpu_times():
-    """(steal, total) jiffies over all CPUs, from /proc/stat."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return fields[7], sum(fields[:8])
+    """(steal, total) jiffies over all CPUs, and each CPU's (busy, total), from /proc/stat."""
+    lines = open("/proc/stat").read().splitlines()
+    fields = [int(x) for x in lines[0].split()[1:]]
+    per_cpu = {}
+    for line in lines[1:]:
+        if not (line.startswith("cpu") and line[3].isdigit()):
+            break
+        name, *values = line.split()
+        values = [int(x) for x in values[:8]]
+        # idle and iowait are the CPU waiting; the rest (steal too) is time it was not free.
+        per_cpu[name[3:]] = (sum(values) - values[3] - values[4], sum(values))
+    return fields[7], sum(fields[:8]), per_cpu
 
 def steal_percent(before, after):
     total = after[1] - before[1]
     return 100.0 * (after[0] - before[0]) / total if total else 0.0
+
+def busy_percent(before, after, cpus):
+    """How busy the CPUs `cpus` ("1" or "1,2,3") were between two `cpu_times`, in percent:
+    near 100 on the load generator's cores, the generator, not the target, set the req/s."""
+    busy = total = 0
+    for cpu in cpus.split(","):
+        if cpu in before[2] and cpu in after[2]:
+            busy += after[2][cpu][0] - before[2][cpu][0]
+            total += after[2][cpu][1] - before[2][cpu][1]
+    return 100.0 * busy / total if total else None
 
 def run_wrk(url, conns, duration, script, cpus, target):
     cmd = ["taskset", "-c", cpus, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--timeout", "5s", "-s", script, url]
     before = target.cpu_seconds() if target else 0
     clock = cpu_times()
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
-    steal = steal_percent(clock, cpu_times())
+    clock_after = cpu_times()
+    steal = steal_percent(clock, clock_after)
     after = target.cpu_seconds() if target else 0
     line = next((l for l in out.splitlines() if l.startswith("WRKJSON ")), None)
     if line is None:
@@ -327,6 +347,7 @@ def run_wrk(url, conns, duration, script, cpus, target):
         "socket_errors": r["connect"] + r["read"] + r["write"] + r["timeout"],
         "cpu_us_per_req": ((after - before) * 1e6 / r["requests"]) if target and r["requests"] else None,
         "steal_pct": steal,
+        "load_busy_pct": busy_percent(clock, clock_after, cpus),
     }
 
 def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=()):
@@ -336,7 +357,8 @@ def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=())
     pace = ["-R", str(rate)] if rate is not None else []
     out = subprocess.run(["taskset", "-c", cpus, bench_bin, "--json", *pace, "-c", str(conns),
                           "-d", f"{duration}s", *extra, url], capture_output=True, text=True, check=True).stdout
-    steal = steal_percent(clock, cpu_times())
+    clock_after = cpu_times()
+    steal = steal_percent(clock, clock_after)
     after = target.cpu_seconds() if target else 0
     r = json.loads(out)
     l = r["latency_us"]
@@ -347,6 +369,7 @@ def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=())
         "non_2xx": r["non_2xx"], "socket_errors": r["errors"], "late_sends": r["late_sends"],
         "cpu_us_per_req": (after - before) * 1e6 / r["completed"] if target and r["completed"] else None,
         "steal_pct": steal,
+        "load_busy_pct": busy_percent(clock, clock_after, cpus),
     }
 
 # ---------------------------------------------------------------- runs
@@ -513,7 +536,8 @@ def run_h2load(url, conns, streams, duration, cpus, target, extra=()):
     clock = cpu_times()
     out = subprocess.run(["taskset", "-c", cpus, "h2load", "-t1", f"-c{conns}", f"-m{streams}",
                           f"-D{duration}", *extra, url], capture_output=True, text=True).stdout
-    steal = steal_percent(clock, cpu_times())
+    clock_after = cpu_times()
+    steal = steal_percent(clock, clock_after)
     after = target.cpu_seconds()
     rps = re.search(r"finished in ([\d.]+)(?:ms|s), ([\d.]+) req/s", out)
     counts = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", out)
@@ -532,6 +556,7 @@ def run_h2load(url, conns, streams, duration, cpus, target, extra=()):
         "socket_errors": int(counts.group(4)) + int(counts.group(5)) + int(counts.group(6)),
         "cpu_us_per_req": (after - before) * 1e6 / done if done else None,
         "steal_pct": steal,
+        "load_busy_pct": busy_percent(clock, clock_after, cpus),
     }
 
 def scenario_h2(ctx):
@@ -1398,7 +1423,8 @@ COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms"
            ("p99 ms", "p99_ms", "{:.3f}"), ("p99.9 ms", "p999_ms", "{:.3f}"), ("max ms", "max_ms", "{:.2f}"),
            ("non-2xx", "non_2xx", "{}"), ("sock err", "socket_errors", "{}"),
            ("CPU us/req", "cpu_us_per_req", "{:.2f}"), ("peak RSS MB", "peak_rss_mb", "{:.1f}"),
-           ("steal %", "steal_pct", "{:.1f}"), ("reloads", "reloads", "{:.0f}")]
+           ("steal %", "steal_pct", "{:.1f}"), ("load core busy %", "load_busy_pct", "{:.0f}"),
+           ("reloads", "reloads", "{:.0f}")]
 
 def table(res):
     rows = ["| target | " + " | ".join(c[0] for c in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
@@ -1458,7 +1484,9 @@ def write_report(scenario, results, ctx, outdir):
           f"CPU: proxies pinned to core {ctx.proxy_cpus}; load generator and upstream nginx on core {ctx.load_cpus}. "
           "Every proxy runs one worker. CPU us/req = the proxy process's user+sys time over the run / requests. "
           "steal % = CPU time the hypervisor took from this VM during the runs (median): when it is high, "
-          "req/s and latency are disturbed, CPU us/req much less so.", ""]
+          "req/s and latency are disturbed, CPU us/req much less so. "
+          "load core busy % = how busy the load generator's core was (median): near 100, the "
+          "generator (with the upstream), not the proxy, set the req/s, and a faster proxy cannot show it there.", ""]
     for label, res in results.items():
         counts = {len(m["rounds"]) for n, m in res.items() if not n.startswith("_") and "rounds" in m}
         extra = [f"{c} rounds" for c in counts if c != ctx.rounds]

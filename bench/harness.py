@@ -315,6 +315,11 @@ def steal_percent(before, after):
     total = after[1] - before[1]
     return 100.0 * (after[0] - before[0]) / total if total else 0.0
 
+def machine_figures(before, after, cpus):
+    """What a run's report says about the machine between two `cpu_times`: the hypervisor's
+    steal and how busy the load generator's cores (`cpus`) were."""
+    return {"steal_pct": steal_percent(before, after), "load_busy_pct": busy_percent(before, after, cpus)}
+
 def busy_percent(before, after, cpus):
     """How busy the CPUs `cpus` ("1" or "1,2,3") were between two `cpu_times`, in percent:
     near 100 on the load generator's cores, the generator, not the target, set the req/s."""
@@ -330,8 +335,7 @@ def run_wrk(url, conns, duration, script, cpus, target):
     before = target.cpu_seconds() if target else 0
     clock = cpu_times()
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
-    clock_after = cpu_times()
-    steal = steal_percent(clock, clock_after)
+    machine = machine_figures(clock, cpu_times(), cpus)
     after = target.cpu_seconds() if target else 0
     line = next((l for l in out.splitlines() if l.startswith("WRKJSON ")), None)
     if line is None:
@@ -346,8 +350,7 @@ def run_wrk(url, conns, duration, script, cpus, target):
         "non_2xx": r["status"],
         "socket_errors": r["connect"] + r["read"] + r["write"] + r["timeout"],
         "cpu_us_per_req": ((after - before) * 1e6 / r["requests"]) if target and r["requests"] else None,
-        "steal_pct": steal,
-        "load_busy_pct": busy_percent(clock, clock_after, cpus),
+        **machine,
     }
 
 def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=()):
@@ -357,8 +360,7 @@ def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=())
     pace = ["-R", str(rate)] if rate is not None else []
     out = subprocess.run(["taskset", "-c", cpus, bench_bin, "--json", *pace, "-c", str(conns),
                           "-d", f"{duration}s", *extra, url], capture_output=True, text=True, check=True).stdout
-    clock_after = cpu_times()
-    steal = steal_percent(clock, clock_after)
+    machine = machine_figures(clock, cpu_times(), cpus)
     after = target.cpu_seconds() if target else 0
     r = json.loads(out)
     l = r["latency_us"]
@@ -368,8 +370,7 @@ def run_generator(bench_bin, url, rate, conns, duration, cpus, target, extra=())
         "p999_ms": l["p999"] / 1000, "max_ms": l["max"] / 1000,
         "non_2xx": r["non_2xx"], "socket_errors": r["errors"], "late_sends": r["late_sends"],
         "cpu_us_per_req": (after - before) * 1e6 / r["completed"] if target and r["completed"] else None,
-        "steal_pct": steal,
-        "load_busy_pct": busy_percent(clock, clock_after, cpus),
+        **machine,
     }
 
 # ---------------------------------------------------------------- runs
@@ -536,8 +537,7 @@ def run_h2load(url, conns, streams, duration, cpus, target, extra=()):
     clock = cpu_times()
     out = subprocess.run(["taskset", "-c", cpus, "h2load", "-t1", f"-c{conns}", f"-m{streams}",
                           f"-D{duration}", *extra, url], capture_output=True, text=True).stdout
-    clock_after = cpu_times()
-    steal = steal_percent(clock, clock_after)
+    machine = machine_figures(clock, cpu_times(), cpus)
     after = target.cpu_seconds()
     rps = re.search(r"finished in ([\d.]+)(?:ms|s), ([\d.]+) req/s", out)
     counts = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", out)
@@ -555,8 +555,7 @@ def run_h2load(url, conns, streams, duration, cpus, target, extra=()):
         "non_2xx": int(codes.group(2)) + int(codes.group(3)) + int(codes.group(4)),
         "socket_errors": int(counts.group(4)) + int(counts.group(5)) + int(counts.group(6)),
         "cpu_us_per_req": (after - before) * 1e6 / done if done else None,
-        "steal_pct": steal,
-        "load_busy_pct": busy_percent(clock, clock_after, cpus),
+        **machine,
     }
 
 def scenario_h2(ctx):
@@ -1196,17 +1195,17 @@ def run_redis_benchmark(port, ops, cpus, target):
     out = subprocess.run(["taskset", "-c", cpus, "timeout", "300", "redis-benchmark", "-h", "127.0.0.1", "-p", port,
                           "-c", "50", "-n", str(ops), "-P", "16", "-t", "set,get", "--csv"],
                          capture_output=True, text=True).stdout
-    steal, after = steal_percent(clock, cpu_times()), target.cpu_seconds()
+    machine, after = machine_figures(clock, cpu_times(), cpus), target.cpu_seconds()
     rows = {r[0]: r for r in csv.reader(out.splitlines()) if r and r[0] in ("SET", "GET")}
     if len(rows) != 2:
         return {"rps": 0, "requests": 0, "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "p999_ms": 0, "max_ms": 0,
-                "non_2xx": 0, "socket_errors": 1, "cpu_us_per_req": None, "steal_pct": steal}
+                "non_2xx": 0, "socket_errors": 1, "cpu_us_per_req": None, **machine}
     seconds = sum(ops / float(r[1]) for r in rows.values())
     get = rows["GET"]
     return {"rps": 2 * ops / seconds, "requests": 2 * ops,
             "p50_ms": float(get[4]), "p90_ms": float(get[5]), "p99_ms": float(get[6]), "p999_ms": None,
             "max_ms": float(get[7]), "non_2xx": 0, "socket_errors": 0,
-            "cpu_us_per_req": (after - before) * 1e6 / (2 * ops), "steal_pct": steal}
+            "cpu_us_per_req": (after - before) * 1e6 / (2 * ops), **machine}
 
 def run_bulk(port, cpus, target, size_mb):
     """BULK_STREAMS concurrent curl downloads of size_mb through the proxy."""
@@ -1217,7 +1216,7 @@ def run_bulk(port, cpus, target, size_mb):
                                "--max-time", "120", url], stdout=subprocess.PIPE, text=True) for _ in range(BULK_STREAMS)]
     results = [c.communicate()[0].split() for c in curls]
     elapsed = time.perf_counter() - start
-    steal, after = steal_percent(clock, cpu_times()), target.cpu_seconds()
+    machine, after = machine_figures(clock, cpu_times(), cpus), target.cpu_seconds()
     want = size_mb << 20
     ok = [r for r in results if len(r) == 2 and int(r[0]) == want]
     times = sorted(float(r[1]) * 1000 for r in ok)
@@ -1226,7 +1225,7 @@ def run_bulk(port, cpus, target, size_mb):
             "p50_ms": times[len(times) // 2] if times else 0, "p90_ms": times[-1] if times else 0,
             "p99_ms": times[-1] if times else 0, "p999_ms": None, "max_ms": times[-1] if times else 0,
             "non_2xx": 0, "socket_errors": BULK_STREAMS - len(ok),
-            "cpu_us_per_req": (after - before) * 1e6 / len(ok) if ok else None, "steal_pct": steal,
+            "cpu_us_per_req": (after - before) * 1e6 / len(ok) if ok else None, **machine,
             "mb_per_s": len(ok) * want / elapsed / 1e6, "cpu_s_per_gib": (after - before) / gib if gib else None}
 
 def scenario_tcp(ctx):
@@ -1270,12 +1269,12 @@ def run_dnsperf(port, duration, cpus, target):
     out = subprocess.run(["taskset", "-c", cpus, "dnsperf", "-s", "127.0.0.1", "-p", port, "-d",
                           os.path.join(WORK, "dns-queries.txt"), "-l", str(duration), "-c", "20", "-q", "200"],
                          capture_output=True, text=True).stdout
-    steal, after = steal_percent(clock, cpu_times()), target.cpu_seconds()
+    machine, after = machine_figures(clock, cpu_times(), cpus), target.cpu_seconds()
     field = lambda name: next((l.split(":", 1)[1].split() for l in out.splitlines() if l.strip().startswith(name)), None)
     qps, completed, lost, latency = field("Queries per second"), field("Queries completed"), field("Queries lost"), field("Average Latency")
     if not qps or not completed:
         return {"rps": 0, "requests": 0, "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "p999_ms": 0, "max_ms": 0,
-                "non_2xx": 0, "socket_errors": 1, "cpu_us_per_req": None, "steal_pct": steal}
+                "non_2xx": 0, "socket_errors": 1, "cpu_us_per_req": None, **machine}
     done = int(completed[0])
     avg_ms = float(latency[0]) * 1000
     max_ms = float(latency[-1].rstrip(")")) * 1000
@@ -1285,7 +1284,7 @@ def run_dnsperf(port, duration, cpus, target):
             # A few datagrams lost under saturation is UDP; a tenth is a failure.
             "socket_errors": int(lost[0]) if lost and int(lost[0]) > done // 10 else 0,
             "lost": int(lost[0]) if lost else None,
-            "cpu_us_per_req": (after - before) * 1e6 / done if done else None, "steal_pct": steal}
+            "cpu_us_per_req": (after - before) * 1e6 / done if done else None, **machine}
 
 def scenario_udp(ctx):
     """UDP request/response: DNS queries from dnsperf through each proxy to dnsmasq (answering

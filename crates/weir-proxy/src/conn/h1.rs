@@ -34,8 +34,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Largest request body weir reads and discards when it answers a request itself.
 const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
-/// Bytes per `sendfile` call, and per read when a file is copied.
+/// Bytes sent by `sendfile` between turns given to the worker's other connections.
 const SENDFILE_CHUNK: u64 = 1 << 20;
+/// What the kernel's `sendfile` moves per round (its internal pipe's 16 pages).
+const SPLICE_ROUND: u64 = 64 * 1024;
+/// Files up to this size go in `sendfile` calls of whole segments (`sendfile_call`); larger
+/// ones in calls of `SENDFILE_CHUNK`. Under wrk (50 connections, cache hits), whole-segment
+/// calls against one call: 256 KB 32.3k req/s at 28.8 µs of CPU against 12.9k at 76.9 µs,
+/// 512 KB 17.2k at 49.7 µs against 10.7k at 91.8 µs; but 1 MB 2.5k at 391 µs against 4.1k at
+/// 223 µs (nginx 2.4k at 156 µs): unpaced, a connection's megabyte bursts stall on loopback.
+const SEGMENTED_UP_TO: u64 = 512 * 1024;
 const FILE_READ_CHUNK: u64 = 64 * 1024;
 /// How long a closing connection keeps reading (and discarding) what the client still sends,
 /// and how much it reads at most: nginx's lingering close.
@@ -67,6 +75,8 @@ pub struct H1Client<S> {
     pub scheme: Scheme,
     /// Whether a request was answered on this connection (a later wait is keep-alive idle).
     pub served: bool,
+    /// The most one `sendfile` call sends (`sendfile_calls`); 0 until a file needs it.
+    pub sendfile_call: u64,
 }
 
 /// Serves one client connection until it closes: read a head, run the exchange, repeat.
@@ -89,6 +99,7 @@ pub async fn serve<S: ClientIo>(
         body: RequestBody::Done,
         scheme,
         served: false,
+        sendfile_call: 0,
     };
     loop {
         // Idle between requests: only a small wait for the first bytes lives in the
@@ -701,11 +712,35 @@ impl<S: ClientIo> H1Client<S> {
         }
     }
 
-    /// Writes the head in `out`, then the file by `sendfile` (a plain socket only).
+    /// The most one `sendfile` call sends: whole segments (TCP's `mss`) within one round of
+    /// the kernel's splice. Within one call, the kernel leaves the end of each 64 KiB round
+    /// that does not fill a segment corked for the next round, and releases the socket in
+    /// between: an ACK processed then sends that end outside the call. BBR (this machine's
+    /// congestion control, and the common one) takes such a send for a sample of the
+    /// network's bandwidth, not the application's, leaves its start-up phase and paces each
+    /// answer's later segments at that rate, with a timer per held segment. Measured on 100 KB
+    /// cache hits under wrk: 0.16 pacing timers per request and 14.4 µs of CPU, against
+    /// 11.6 µs in calls of whole segments (nginx 11.8 µs, whose head goes alone).
+    fn sendfile_call(&mut self) -> u64 {
+        if self.sendfile_call == 0 {
+            let mss = self
+                .io
+                .as_tcp()
+                .and_then(|tcp| socket2::SockRef::from(tcp).mss().ok())
+                .filter(|&mss| mss > 0)
+                .map_or(1448, u64::from);
+            self.sendfile_call = (SPLICE_ROUND / mss).max(1) * mss;
+        }
+        self.sendfile_call
+    }
+
+    /// Writes the head in `out`, then the file by `sendfile` (a plain socket only), at most
+    /// `call` bytes per call.
     async fn sendfile_after_head(
         &mut self,
         worker: &Worker,
         body: &FileBody,
+        call: u64,
     ) -> Result<u64, BodyError> {
         let relay = Relay::to_client(worker, &self.watch);
         relay
@@ -714,8 +749,9 @@ impl<S: ClientIo> H1Client<S> {
         let file = &*body.file;
         let end = body.offset + body.len;
         let mut offset = body.offset;
+        let mut turn_ends = offset + SENDFILE_CHUNK;
         while offset < end {
-            let count = (end - offset).min(SENDFILE_CHUNK) as usize;
+            let count = (end - offset).min(call) as usize;
             let Some(tcp) = self.io.as_tcp() else {
                 return Err(BodyError::Sink);
             };
@@ -729,7 +765,10 @@ impl<S: ClientIo> H1Client<S> {
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(BodyError::Sink),
                 // A chunk per turn, as nginx's sendfile_max_chunk: a fast reader of a large
                 // file must not keep the worker from its other connections.
-                Ok(Ok(_)) if offset < end => tokio::task::yield_now().await,
+                Ok(Ok(_)) if offset < end && offset >= turn_ends => {
+                    turn_ends = offset + SENDFILE_CHUNK;
+                    tokio::task::yield_now().await
+                }
                 Ok(Ok(_)) => {}
                 Err(Expired) => return Err(BodyError::SinkStalled),
             }
@@ -808,6 +847,11 @@ impl<S: ClientIo> H1Client<S> {
         filter: Option<&mut BodyFilter>,
         chunked_out: bool,
     ) -> Result<u64, BodyError> {
+        let call = if filter.is_none() && body.len <= SEGMENTED_UP_TO {
+            self.sendfile_call()
+        } else {
+            SENDFILE_CHUNK
+        };
         let relay = Relay::to_client(worker, &self.watch);
         let file = &*body.file;
         let end = body.offset + body.len;
@@ -828,9 +872,15 @@ impl<S: ClientIo> H1Client<S> {
                 self.out.drain(..sent);
                 if self.out.is_empty() {
                     // A small file almost always fits the socket's buffer: done in one call.
-                    let count = body.len as usize;
-                    match rustix::fs::sendfile(tcp, file, Some(&mut offset), count) {
-                        Ok(n) if n as u64 == body.len => return Ok(body.len),
+                    // A larger one goes in calls of whole segments, the first counting the
+                    // head that waits in its first segment (`sendfile_call`).
+                    let mut count = body.len;
+                    if body.len > SPLICE_ROUND {
+                        let first = call.checked_sub(sent as u64).filter(|&c| c > 0);
+                        count = count.min(first.unwrap_or(call));
+                    }
+                    match rustix::fs::sendfile(tcp, file, Some(&mut offset), count as usize) {
+                        Ok(_) if offset == end => return Ok(body.len),
                         Ok(_) | Err(rustix::io::Errno::AGAIN) => {}
                         Err(_) => return Err(BodyError::Sink),
                     }
@@ -842,7 +892,7 @@ impl<S: ClientIo> H1Client<S> {
                     mapped: None,
                 };
                 return self
-                    .sendfile_after_head(worker, &rest)
+                    .sendfile_after_head(worker, &rest, call)
                     .await
                     .map(|_| body.len);
             }

@@ -364,11 +364,11 @@ fn a_client_that_reads_late_gets_every_byte() {
 
 #[test]
 fn files_sent_in_several_calls_arrive_whole_and_in_order() {
-    // Above 64 KiB a file goes in several sendfile calls: of whole segments up to 512 KiB
+    // Over 128 KiB a file goes in several sendfile calls: of whole segments up to 512 KiB
     // (the first one short by the head), of a megabyte above. Pipelined requests read late
     // also make the socket take only part of a call.
     let site = site("");
-    for len in [65_537u32, 300_001, 700_003] {
+    for len in [65_537u32, 131_073, 300_001, 700_003, 1_500_007] {
         let body: Vec<u8> = (0..len)
             .map(|i| (i % 251) as u8 ^ (i >> 16) as u8)
             .collect();

@@ -38,11 +38,15 @@ const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
 const SENDFILE_CHUNK: u64 = 1 << 20;
 /// What the kernel's `sendfile` moves per round (its internal pipe's 16 pages).
 const SPLICE_ROUND: u64 = 64 * 1024;
-/// Files up to this size go in `sendfile` calls of whole segments (`sendfile_call`); larger
-/// ones in calls of `SENDFILE_CHUNK`. Under wrk (50 connections, cache hits), whole-segment
-/// calls against one call: 256 KB 32.3k req/s at 28.8 µs of CPU against 12.9k at 76.9 µs,
-/// 512 KB 17.2k at 49.7 µs against 10.7k at 91.8 µs; but 1 MB 2.5k at 391 µs against 4.1k at
-/// 223 µs (nginx 2.4k at 156 µs): unpaced, a connection's megabyte bursts stall on loopback.
+/// Files over two splice rounds and up to `SEGMENTED_UP_TO` go in `sendfile` calls of whole
+/// segments (`sendfile_call`); others in calls of `SENDFILE_CHUNK`. Under wrk (50
+/// connections, cache hits), whole-segment calls against one call: 256 KB 31.0–32.3k req/s at
+/// 27.7–28.8 µs of CPU against 10.4–12.9k at 77–95 µs, 512 KB 17.2k at 49.7 µs against 10.7k
+/// at 91.8 µs; but 1 MB 2.5k at 391 µs against 4.1k at 223 µs (nginx 2.4k at 156 µs):
+/// unpaced, a connection's megabyte bursts stall on loopback. At 100 KB the CPU fell under wrk
+/// (12.6 against 14.2–14.7 µs) and rose against a client that drops bodies (11.2 against
+/// 9.4 µs, 88k against 106k req/s): one round more is not worth a second call.
+const SEGMENTED_FROM: u64 = 2 * SPLICE_ROUND;
 const SEGMENTED_UP_TO: u64 = 512 * 1024;
 const FILE_READ_CHUNK: u64 = 64 * 1024;
 /// How long a closing connection keeps reading (and discarding) what the client still sends,
@@ -719,8 +723,8 @@ impl<S: ClientIo> H1Client<S> {
     /// congestion control, and the common one) takes such a send for a sample of the
     /// network's bandwidth, not the application's, leaves its start-up phase and paces each
     /// answer's later segments at that rate, with a timer per held segment. Measured on 100 KB
-    /// cache hits under wrk: 0.16 pacing timers per request and 14.4 µs of CPU, against
-    /// 11.6 µs in calls of whole segments (nginx 11.8 µs, whose head goes alone).
+    /// cache hits under wrk: 0.16 pacing timers per request and 14.4–14.7 µs of CPU, against
+    /// 11.6–12.4 µs in calls of whole segments (nginx 11.8 µs, whose head goes alone).
     fn sendfile_call(&mut self) -> u64 {
         if self.sendfile_call == 0 {
             let mss = self
@@ -847,7 +851,8 @@ impl<S: ClientIo> H1Client<S> {
         filter: Option<&mut BodyFilter>,
         chunked_out: bool,
     ) -> Result<u64, BodyError> {
-        let call = if filter.is_none() && body.len <= SEGMENTED_UP_TO {
+        let segmented = body.len > SEGMENTED_FROM && body.len <= SEGMENTED_UP_TO;
+        let call = if filter.is_none() && segmented {
             self.sendfile_call()
         } else {
             SENDFILE_CHUNK
@@ -872,13 +877,10 @@ impl<S: ClientIo> H1Client<S> {
                 self.out.drain(..sent);
                 if self.out.is_empty() {
                     // A small file almost always fits the socket's buffer: done in one call.
-                    // A larger one goes in calls of whole segments, the first counting the
-                    // head that waits in its first segment (`sendfile_call`).
-                    let mut count = body.len;
-                    if body.len > SPLICE_ROUND {
-                        let first = call.checked_sub(sent as u64).filter(|&c| c > 0);
-                        count = count.min(first.unwrap_or(call));
-                    }
+                    // A larger one goes in calls of `call` bytes, the first counting the head
+                    // that waits in its first segment (`sendfile_call`).
+                    let first = (call as usize).checked_sub(sent).filter(|&c| c > 0);
+                    let count = body.len.min(first.map_or(call, |c| c as u64));
                     match rustix::fs::sendfile(tcp, file, Some(&mut offset), count as usize) {
                         Ok(_) if offset == end => return Ok(body.len),
                         Ok(_) | Err(rustix::io::Errno::AGAIN) => {}

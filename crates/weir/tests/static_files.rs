@@ -348,18 +348,7 @@ fn a_client_that_reads_late_gets_every_byte() {
     // them, the rest must follow in order. Pipelined requests and a late reader force that.
     let site = site("");
     let body: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
-    std::fs::write(site.root.join("blob.bin"), &body).unwrap();
-    let mut c = Conn::open(site.weir.addr());
-    let request = b"GET /blob.bin HTTP/1.1\r\nHost: t\r\n\r\n";
-    c.send(&request.repeat(200));
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    for i in 0..200 {
-        let r = c
-            .read(false)
-            .unwrap_or_else(|| panic!("answer {i} missing"));
-        assert_eq!(r.status, 200, "answer {i}");
-        assert!(r.body == body, "answer {i}: {} bytes differ", r.body.len());
-    }
+    pipelined_and_read_late(&site, "blob.bin", &body, 200, 300);
 }
 
 #[test]
@@ -372,20 +361,30 @@ fn files_sent_in_several_calls_arrive_whole_and_in_order() {
         let body: Vec<u8> = (0..len)
             .map(|i| (i % 251) as u8 ^ (i >> 16) as u8)
             .collect();
-        std::fs::write(site.root.join(format!("parts{len}.bin")), &body).unwrap();
-        let mut c = Conn::open(site.weir.addr());
-        c.send(
-            &format!("GET /parts{len}.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-                .repeat(20)
-                .into_bytes(),
+        pipelined_and_read_late(&site, &format!("parts{len}.bin"), &body, 20, 200);
+    }
+}
+
+/// Writes `body` as `name`, asks for it `count` times on one connection at once, waits
+/// `wait_ms` before reading, and checks every answer is whole and in order.
+fn pipelined_and_read_late(site: &Site, name: &str, body: &[u8], count: usize, wait_ms: u64) {
+    std::fs::write(site.root.join(name), body).unwrap();
+    let mut c = Conn::open(site.weir.addr());
+    c.send(
+        &format!("GET /{name} HTTP/1.1\r\nHost: t\r\n\r\n")
+            .repeat(count)
+            .into_bytes(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+    for i in 0..count {
+        let r = c
+            .read(false)
+            .unwrap_or_else(|| panic!("{name}: answer {i} missing"));
+        assert_eq!(r.status, 200, "{name}: answer {i}");
+        assert!(
+            r.body == body,
+            "{name}: answer {i}: {} bytes differ",
+            r.body.len()
         );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        for i in 0..20 {
-            let r = c
-                .read(false)
-                .unwrap_or_else(|| panic!("{len} bytes: answer {i} missing"));
-            assert_eq!(r.status, 200, "{len} bytes: answer {i}");
-            assert!(r.body == body, "{len} bytes: answer {i} differs");
-        }
     }
 }

@@ -1376,6 +1376,94 @@ impl Loader<'_> {
         }
     }
 
+    /// Whether `name` is one of `defined`. If not, says at `pos` that `what` names a `kind`
+    /// that is not defined, and lists the ones that are.
+    fn is_defined<'d>(
+        &mut self,
+        pos: Pos,
+        (what, kind, name): (&str, &str, &str),
+        defined: impl Iterator<Item = &'d str> + Clone,
+    ) -> bool {
+        if defined.clone().any(|d| d == name) {
+            return true;
+        }
+        let known: Vec<&str> = defined.collect();
+        self.error(
+            pos,
+            format!(
+                "{what} names {kind} `{name}`, which is not defined; defined: {}",
+                list_or_none(&known)
+            ),
+        );
+        false
+    }
+
+    /// A router's `entrypoints`, each of which must be defined. A TCP or UDP router's must
+    /// also take its `transport` (with what to call one that does not); HTTP routers pass
+    /// `None`. An error sets `ok` to false.
+    fn router_entrypoints(
+        &mut self,
+        f: &Fields<'_>,
+        what: &str,
+        entrypoints: &[Entrypoint],
+        transport: Option<(Transport, &str)>,
+        ok: &mut bool,
+    ) -> Vec<String> {
+        let Some(list) = f.get("entrypoints") else {
+            return Vec::new();
+        };
+        let mut eps = Vec::new();
+        for (ep, pos) in self.string_list(list, "`entrypoints`") {
+            match (entrypoints.iter().find(|e| e.name == ep), transport) {
+                (Some(e), Some((taken, other))) if e.transport != taken => {
+                    self.error(
+                        pos,
+                        format!("{what} names entrypoint `{ep}`, which is {other}"),
+                    );
+                    *ok = false;
+                }
+                (Some(_), _) => {}
+                (None, _) => {
+                    let defined = entrypoints.iter().map(|e| e.name.as_str());
+                    *ok &= self.is_defined(pos, (what, "entrypoint", &ep), defined);
+                }
+            }
+            eps.push(ep);
+        }
+        eps
+    }
+
+    /// A router's `rule`, read by `parse` (`example` shows one when it is missing), and its
+    /// `priority`.
+    fn router_rule<R>(
+        &mut self,
+        f: &Fields<'_>,
+        what: &str,
+        example: &str,
+        parse: impl Fn(&str) -> Result<R, rule::RuleError>,
+    ) -> Option<(String, R, i64)> {
+        let Some(rule_node) = f.get("rule") else {
+            self.error(
+                f.pos,
+                format!("{what} needs a `rule`, e.g. rule: {example}"),
+            );
+            return None;
+        };
+        let rule_text = self.string(rule_node, "`rule`")?;
+        let rule = match parse(&rule_text) {
+            Ok(rule) => rule,
+            Err(e) => {
+                self.error(
+                    offset_pos(rule_node, &rule_text, e.offset),
+                    format!("invalid rule: {}", e.message),
+                );
+                return None;
+            }
+        };
+        let priority = self.router_priority(f.get("priority"), &rule_text)?;
+        Some((rule_text, rule, priority))
+    }
+
     /// A router's `priority`: as written, else the rule's length (Traefik's default).
     fn router_priority(&mut self, node: Option<&Node>, rule_text: &str) -> Option<i64> {
         let Some(p) = node else {
@@ -1418,56 +1506,14 @@ impl Loader<'_> {
             ],
         )?;
         let mut ok = true;
-        let mut eps = Vec::new();
-        if let Some(list) = f.get("entrypoints") {
-            for (ep, pos) in self.string_list(list, "`entrypoints`") {
-                if !entrypoints.iter().any(|e| e.name == ep) {
-                    let known: Vec<&str> = entrypoints.iter().map(|e| e.name.as_str()).collect();
-                    self.error(
-                        pos,
-                        format!(
-                            "{what} names entrypoint `{ep}`, which is not defined; defined: {}",
-                            list_or_none(&known)
-                        ),
-                    );
-                    ok = false;
-                }
-                eps.push(ep);
-            }
-        }
-        let Some(rule_node) = f.get("rule") else {
-            self.error(
-                f.pos,
-                format!("{what} needs a `rule`, e.g. rule: \"PathPrefix(`/`)\""),
-            );
-            return None;
-        };
-        let rule_text = self.string(rule_node, "`rule`")?;
-        let rule = match rule::parse(&rule_text) {
-            Ok(rule) => rule,
-            Err(e) => {
-                self.error(
-                    offset_pos(rule_node, &rule_text, e.offset),
-                    format!("invalid rule: {}", e.message),
-                );
-                return None;
-            }
-        };
-        let priority = self.router_priority(f.get("priority"), &rule_text)?;
+        let eps = self.router_entrypoints(&f, &what, entrypoints, None, &mut ok);
+        let (rule_text, rule, priority) =
+            self.router_rule(&f, &what, "\"PathPrefix(`/`)\"", rule::parse)?;
         let mut mws = Vec::new();
         if let Some(list) = f.get("middlewares") {
             for (mw, pos) in self.string_list(list, "`middlewares`") {
-                if !middlewares.iter().any(|m| m.name == mw) {
-                    let known: Vec<&str> = middlewares.iter().map(|m| m.name.as_str()).collect();
-                    self.error(
-                        pos,
-                        format!(
-                            "{what} names middleware `{mw}`, which is not defined; defined: {}",
-                            list_or_none(&known)
-                        ),
-                    );
-                    ok = false;
-                }
+                let defined = middlewares.iter().map(|m| m.name.as_str());
+                ok &= self.is_defined(pos, (&what, "middleware", &mw), defined);
                 mws.push(mw);
             }
         }
@@ -1489,17 +1535,8 @@ impl Loader<'_> {
         let action = match kind {
             "service" => {
                 let svc = self.string(body, "`service`")?;
-                if !services.iter().any(|s| s.name == svc) {
-                    let known: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
-                    self.error(
-                        body.pos,
-                        format!(
-                            "{what} names service `{svc}`, which is not defined; defined: {}",
-                            list_or_none(&known)
-                        ),
-                    );
-                    ok = false;
-                }
+                let defined = services.iter().map(|s| s.name.as_str());
+                ok &= self.is_defined(body.pos, (&what, "service", &svc), defined);
                 Action::Service(svc)
             }
             "respond" => {
@@ -1556,17 +1593,8 @@ impl Loader<'_> {
             None => None,
             Some(n) => {
                 let cache = self.string(n, "`cache`")?;
-                if !caches.iter().any(|c| c.name == cache) {
-                    let known: Vec<&str> = caches.iter().map(|c| c.name.as_str()).collect();
-                    self.error(
-                        n.pos,
-                        format!(
-                            "{what} names cache `{cache}`, which is not defined; defined: {}",
-                            list_or_none(&known)
-                        ),
-                    );
-                    ok = false;
-                }
+                let defined = caches.iter().map(|c| c.name.as_str());
+                ok &= self.is_defined(n.pos, (&what, "cache", &cache), defined);
                 if !matches!(action, Action::Service(_)) {
                     self.error(n.pos, "`cache` applies to routers with a `service`");
                     ok = false;
@@ -1597,7 +1625,7 @@ struct Known<'a> {
     caches: &'a [Cache],
 }
 
-pub(crate) fn list_or_none(names: &[&str]) -> String {
+fn list_or_none(names: &[&str]) -> String {
     if names.is_empty() {
         "none".to_string()
     } else {
@@ -2203,6 +2231,26 @@ mod tests {
             errs[2],
             "t.yaml:8:14: router `r` names service `api`, which is not defined; defined: none"
         );
+    }
+
+    #[test]
+    fn tcp_and_udp_routers_name_what_is_defined() {
+        let yaml = "entrypoints:\n  db: { address: \"127.0.0.1:0\" }\n  dns: { address: \"127.0.0.1:0/udp\" }\n\
+            tcp:\n  services:\n    pg: { servers: [{ address: \"127.0.0.1:5432\" }] }\n\
+            \x20 routers:\n    t: { entrypoints: [dbx], rule: \"HostSNI(`*`)\", service: pgx }\n\
+            udp:\n  services:\n    ns: { servers: [{ address: \"127.0.0.1:53\" }] }\n\
+            \x20 routers:\n    u: { entrypoints: [dnsx], service: nsx }\n";
+        let errs = errors(yaml);
+        let expected = [
+            "tcp router `t` names entrypoint `dbx`, which is not defined; defined: db, dns",
+            "tcp router `t` names tcp service `pgx`, which is not defined; defined: pg",
+            "udp router `u` names entrypoint `dnsx`, which is not defined; defined: db, dns",
+            "udp router `u` names udp service `nsx`, which is not defined; defined: ns",
+        ];
+        assert_eq!(errs.len(), expected.len(), "{errs:?}");
+        for (err, want) in errs.iter().zip(expected) {
+            assert!(err.ends_with(want), "{err} does not end with {want}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the client's address) and TCP services (servers by `host:port`, balancing, PROXY protocol,
 //! timeouts); UDP routers (one per UDP entrypoint) and UDP services (sessions per client).
 
-use super::{list_or_none, offset_pos, Loader};
+use super::Loader;
 use crate::model::*;
 use crate::rule;
 use crate::yaml::{Node, Value};
@@ -42,55 +42,10 @@ impl Loader<'_> {
             &["entrypoints", "rule", "priority", "tls", "service"],
         )?;
         let mut ok = true;
-        let mut eps = Vec::new();
-        if let Some(list) = f.get("entrypoints") {
-            for (ep, pos) in self.string_list(list, "`entrypoints`") {
-                match entrypoints.iter().find(|e| e.name == ep) {
-                    Some(e) if e.transport == Transport::Tcp => {}
-                    Some(_) => {
-                        self.error(
-                            pos,
-                            format!(
-                                "{what} names entrypoint `{ep}`, which is not a TCP entrypoint"
-                            ),
-                        );
-                        ok = false;
-                    }
-                    None => {
-                        let known: Vec<&str> =
-                            entrypoints.iter().map(|e| e.name.as_str()).collect();
-                        self.error(
-                            pos,
-                            format!(
-                                "{what} names entrypoint `{ep}`, which is not defined; defined: {}",
-                                list_or_none(&known)
-                            ),
-                        );
-                        ok = false;
-                    }
-                }
-                eps.push(ep);
-            }
-        }
-        let Some(rule_node) = f.get("rule") else {
-            self.error(
-                f.pos,
-                format!("{what} needs a `rule`, e.g. rule: \"HostSNI(`db.example.com`)\" or \"HostSNI(`*`)\""),
-            );
-            return None;
-        };
-        let rule_text = self.string(rule_node, "`rule`")?;
-        let rule = match rule::parse_tcp(&rule_text) {
-            Ok(rule) => rule,
-            Err(e) => {
-                self.error(
-                    offset_pos(rule_node, &rule_text, e.offset),
-                    format!("invalid rule: {}", e.message),
-                );
-                return None;
-            }
-        };
-        let priority = self.router_priority(f.get("priority"), &rule_text)?;
+        let tcp_only = Some((Transport::Tcp, "not a TCP entrypoint"));
+        let eps = self.router_entrypoints(&f, &what, entrypoints, tcp_only, &mut ok);
+        let example = "\"HostSNI(`db.example.com`)\" or \"HostSNI(`*`)\"";
+        let (rule_text, rule, priority) = self.router_rule(&f, &what, example, rule::parse_tcp)?;
         let mut passthrough = false;
         if let Some(tls) = f.get("tls") {
             let tf = self.fields(tls, "`tls`", &["passthrough"])?;
@@ -103,17 +58,8 @@ impl Loader<'_> {
             return None;
         };
         let service = self.string(service_node, "`service`")?;
-        if !services.iter().any(|s| s.name == service) {
-            let known: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
-            self.error(
-                service_node.pos,
-                format!(
-                    "{what} names tcp service `{service}`, which is not defined; defined: {}",
-                    list_or_none(&known)
-                ),
-            );
-            ok = false;
-        }
+        let defined = services.iter().map(|s| s.name.as_str());
+        ok &= self.is_defined(service_node.pos, (&what, "tcp service", &service), defined);
         ok.then_some(TcpRouter {
             name,
             pos: node.pos,
@@ -286,17 +232,13 @@ impl Loader<'_> {
             let Some(rf) = self.fields(node, &what, &["entrypoints", "service"]) else {
                 continue;
             };
-            let mut eps = Vec::new();
-            if let Some(list) = rf.get("entrypoints") {
-                for (ep, pos) in self.string_list(list, "`entrypoints`") {
-                    match entrypoints.iter().find(|e| e.name == ep) {
-                        Some(e) if e.transport == Transport::Udp => {}
-                        Some(_) => self.error(pos, format!("{what} names entrypoint `{ep}`, which is not UDP (write its address as \":PORT/udp\")")),
-                        None => self.error(pos, format!("{what} names entrypoint `{ep}`, which is not defined")),
-                    }
-                    eps.push(ep);
-                }
-            }
+            // An error here fails the load; the router is still checked for overlaps.
+            let mut ok = true;
+            let udp_only = Some((
+                Transport::Udp,
+                "not UDP (write its address as \":PORT/udp\")",
+            ));
+            let eps = self.router_entrypoints(&rf, &what, entrypoints, udp_only, &mut ok);
             let Some(service_node) = rf.get("service") else {
                 self.error(rf.pos, format!("{what} needs a `service`"));
                 continue;
@@ -304,11 +246,8 @@ impl Loader<'_> {
             let Some(service) = self.string(service_node, "`service`") else {
                 continue;
             };
-            if !services.iter().any(|s| s.name == service) {
-                self.error(
-                    service_node.pos,
-                    format!("{what} names udp service `{service}`, which is not defined"),
-                );
+            let defined = services.iter().map(|s| s.name.as_str());
+            if !self.is_defined(service_node.pos, (&what, "udp service", &service), defined) {
                 continue;
             }
             // UDP has nothing to match on: one router per entrypoint.

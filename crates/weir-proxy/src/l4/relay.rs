@@ -38,6 +38,24 @@ pub struct Idle<'a> {
     pub limit: Duration,
 }
 
+impl Idle<'_> {
+    /// Waits for one step of either direction; none within `limit` is a timeout.
+    async fn wait_for(
+        &self,
+        step: impl std::future::Future<Output = io::Result<Step>>,
+    ) -> io::Result<()> {
+        match self
+            .watch
+            .within(self.clock, Waiting::StreamIdle, self.limit, step)
+            .await
+        {
+            Ok(Ok(Step::Moved | Step::Done)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        }
+    }
+}
+
 /// Relays between two plain sockets, copying small reads through `scratch` and splicing bulk.
 /// Returns the bytes moved (client to server, server to client).
 pub async fn splice_both(
@@ -65,15 +83,7 @@ pub async fn splice_both(
             }
             Poll::Pending
         });
-        match idle
-            .watch
-            .within(idle.clock, Waiting::StreamIdle, idle.limit, step)
-            .await
-        {
-            Ok(Ok(Step::Moved | Step::Done)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
-        }
+        idle.wait_for(step).await?;
     }
 }
 
@@ -224,15 +234,7 @@ where
             }
             Poll::Pending
         });
-        match idle
-            .watch
-            .within(idle.clock, Waiting::StreamIdle, idle.limit, step)
-            .await
-        {
-            Ok(Ok(Step::Moved | Step::Done)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
-        }
+        idle.wait_for(step).await?;
     }
 }
 

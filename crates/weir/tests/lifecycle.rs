@@ -18,11 +18,7 @@ fn every_example_config_checks() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            let out = Command::new(weir_bin())
-                .args(["check", "-c"])
-                .arg(&path)
-                .output()
-                .unwrap();
+            let out = weir_check(&path);
             assert!(
                 out.status.success(),
                 "{}: {}",
@@ -45,11 +41,7 @@ fn check_reports_every_error_with_positions() {
         "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  api:\n    rule: \"Host(`a`) &&\"\n    service: api\n  other:\n    rule: \"Path(`/`)\"\n    service: missing\n    middlewarez: []\n",
     )
     .unwrap();
-    let out = Command::new(weir_bin())
-        .args(["check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = weir_check(&path);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     let p = path.display();

@@ -425,11 +425,7 @@ fn tcp_config_errors_point_at_the_problem() {
         "entrypoints:\n  web: { address: \":0\" }\n  dns: { address: \":5353/udp\", tls: {} }\ntcp:\n  routers:\n    db: { rule: \"HostSNI(`db`) && Path(`/`)\", service: db }\n    x: { entrypoints: [dns], rule: \"HostSNI(`*`)\", service: missing }\n  services:\n    db: { servers: [{ address: \"nohost\" }] }\nudp:\n  routers:\n    u: { entrypoints: [web], service: d }\n  services:\n    d: { servers: [{ address: \"127.0.0.1:53\" }] }\n",
     )
     .unwrap();
-    let out = Command::new(weir_bin())
-        .args(["check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = weir_check(&path);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let file = path.display().to_string();

@@ -258,14 +258,6 @@ except ssl.SSLError as e:
     assert_eq!(get(weir.addrs["@admin"], "admin", "/nope").status, 404);
 }
 
-fn weir_check(path: &Path) -> std::process::Output {
-    Command::new(weir_bin())
-        .args(["check", "-c"])
-        .arg(path)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn check_refuses_unusable_certificate_files() {
     let dir = temp_dir("tls-check");

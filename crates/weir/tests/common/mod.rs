@@ -29,6 +29,15 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `weir check -c PATH`: its exit status and output.
+pub fn weir_check(path: &std::path::Path) -> std::process::Output {
+    Command::new(weir_bin())
+        .args(["check", "-c"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 /// A running weir process; killed on drop.
 pub struct Weir {
     pub child: Child,

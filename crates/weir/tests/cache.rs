@@ -740,26 +740,7 @@ fn compression_runs_after_the_cache_on_hits_too() {
 
 /// curl's answer (head and body, as bytes) for `url` with `args`, for the host `cache.test`.
 fn curl_bytes(args: &[&str], url: &str) -> Vec<u8> {
-    let out = std::process::Command::new("curl")
-        .args([
-            "-sS",
-            "-D",
-            "-",
-            "--max-time",
-            "10",
-            "-H",
-            "Host: cache.test",
-        ])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    curl_ok(&[&["-D", "-", "-H", "Host: cache.test"], args, &[url]].concat())
 }
 
 #[test]

@@ -234,20 +234,6 @@ fn h2_location(dir: &std::path::Path, echo: &Upstream) -> String {
     )
 }
 
-fn curl(args: &[&str]) -> Vec<u8> {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "20"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
 #[test]
 fn http1_and_http2_clients_reach_h2c_and_h2_servers() {
     let dir = temp_dir("h2-upstream");
@@ -277,7 +263,7 @@ fn http1_and_http2_clients_reach_h2c_and_h2_servers() {
     std::fs::write(&body, vec![b'x'; 3_000_000]).unwrap();
     let body_arg = format!("@{}", body.display());
     let posted = |args: &[&str]| -> serde_json::Value {
-        let out = curl(args);
+        let out = curl_ok(args);
         let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(json["method"], "POST", "{args:?}");
         assert_eq!(
@@ -291,7 +277,7 @@ fn http1_and_http2_clients_reach_h2c_and_h2_servers() {
     for path in ["/clear", "/tls"] {
         let url = format!("{base}{path}");
         for client in ["--http1.1", "--http2-prior-knowledge"] {
-            let got = curl(&[client, "-H", "host: api.test", &format!("{url}/a")]);
+            let got = curl_ok(&[client, "-H", "host: api.test", &format!("{url}/a")]);
             assert_eq!(
                 String::from_utf8(got).unwrap(),
                 "HTTP/2.0 GET host=api.test xff=127.0.0.1\n",
@@ -300,7 +286,7 @@ fn http1_and_http2_clients_reach_h2c_and_h2_servers() {
             // A 3 MB body each way, under both sides' flow control.
             posted(&[client, "--data-binary", &body_arg, &format!("{url}/post")]);
             assert!(
-                curl(&[client, &format!("{url}/big")]) == big,
+                curl_ok(&[client, &format!("{url}/big")]) == big,
                 "{client} {path}/big"
             );
         }

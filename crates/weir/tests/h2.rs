@@ -25,17 +25,7 @@ fn config(upstream: &Upstream, extra_entrypoint: &str) -> String {
 
 /// curl with `args`; (stdout, the response head lines curl wrote with `-D -` included).
 fn curl(args: &[&str]) -> String {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10"])
-        .args(args)
-        .output()
-        .expect("curl");
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&curl_ok(args)).into_owned()
 }
 
 #[test]

@@ -895,6 +895,22 @@ pub fn curl_https(port: u16, name: &str, ca: &std::path::Path) -> (bool, String)
     )
 }
 
+/// curl with `args` (quiet but for errors, at most 20 s), which must succeed: what it wrote
+/// to its standard output.
+pub fn curl_ok(args: &[&str]) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl must be installed");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// A steady load of `GET path` from two keep-alive clients and two that open a connection per
 /// request, counting answers until `finish`.
 pub struct SteadyLoad {

@@ -52,15 +52,13 @@ fn site(compress: &str) -> Site {
 /// Runs curl; returns the response head (lowercased) and where the raw body was saved.
 fn curl(site: &Site, path: &str, args: &[&str]) -> (String, std::path::PathBuf) {
     let body = site.dir.join(format!("body-{}", rand_suffix(path, args)));
-    let out = Command::new("curl")
-        .args(["-s", "-D", "-", "-o"])
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "-D", "-", "-o"])
         .arg(&body)
         .args(args)
-        .arg(format!("http://{}{path}", site.weir.addr()))
-        .output()
-        .expect("curl must be installed");
-    assert!(out.status.success(), "curl {args:?} {path} failed");
-    (String::from_utf8_lossy(&out.stdout).to_lowercase(), body)
+        .arg(format!("http://{}{path}", site.weir.addr()));
+    let head = stdout_of(&mut curl, &format!("curl {args:?} {path}"));
+    (String::from_utf8_lossy(&head).to_lowercase(), body)
 }
 
 fn rand_suffix(path: &str, args: &[&str]) -> String {

@@ -102,18 +102,11 @@ fn client(script: &str, args: &[&str]) -> String {
 
 /// Runs `script` with `python`; its standard output.
 fn run_python(python: &PathBuf, script: &str, args: &[&str]) -> String {
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        Command::new(python).arg("-c").arg(script).args(args),
+        "client",
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// weir in front of every node of the cluster, as a plain service.

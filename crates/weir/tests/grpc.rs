@@ -58,16 +58,11 @@ impl Drop for GrpcServer {
 
 /// Runs the client's `cases` through `addr`; their outcomes by case.
 fn calls(addr: std::net::SocketAddr, cases: &str) -> serde_json::Value {
-    let out = Command::new(python3())
-        .args([PEER, "call", &addr.to_string(), cases])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "grpc client: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        Command::new(python3()).args([PEER, "call", &addr.to_string(), cases]),
+        "grpc client",
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_slice(&out).unwrap()
 }
 
 /// weir with an `h2c` entrypoint, `/weir.Test` routed to the gRPC server over `h2c`,

@@ -93,20 +93,13 @@ fn reload_applies_a_good_file_and_refuses_a_bad_one() {
 
     // `weir reload` (through the admin API): back to one entrypoint; `extra` closes.
     std::fs::write(&path, answering("four", false, admin)).unwrap();
-    let out = std::process::Command::new(weir_bin())
-        .args(["reload", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        std::process::Command::new(weir_bin())
+            .args(["reload", "-c"])
+            .arg(&path),
+        "weir reload",
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "reloaded: version 3"
-    );
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "reloaded: version 3");
     assert_eq!(get(web, "a", "/").text(), "four");
     // Each worker closes its listener when it takes the reload's word, just after the answer.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

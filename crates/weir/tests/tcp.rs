@@ -80,13 +80,11 @@ impl Drop for Redis {
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli must be installed");
-    assert!(out.status.success(), "redis-cli failed: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let mut cli = Command::new("redis-cli");
+    cli.args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args);
+    let out = stdout_of(&mut cli, "redis-cli");
+    String::from_utf8_lossy(&out).trim().to_string()
 }
 
 #[test]

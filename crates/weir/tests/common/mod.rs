@@ -828,15 +828,21 @@ pub fn python(script: &str, args: &[&str]) -> Vec<u8> {
     } else {
         "python3"
     };
-    let out = Command::new(interpreter)
-        .arg("-c")
-        .arg(script)
-        .args(args)
+    stdout_of(
+        Command::new(interpreter).arg("-c").arg(script).args(args),
+        "python3",
+    )
+}
+
+/// What `command` wrote to its standard output; it must run and succeed (`what` names it
+/// when it does not).
+pub fn stdout_of(command: &mut Command, what: &str) -> Vec<u8> {
+    let out = command
         .output()
-        .expect("python3 must be installed");
+        .unwrap_or_else(|e| panic!("{what} could not run: {e}"));
     assert!(
         out.status.success(),
-        "python failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
@@ -898,17 +904,9 @@ pub fn curl_https(port: u16, name: &str, ca: &std::path::Path) -> (bool, String)
 /// curl with `args` (quiet but for errors, at most 20 s), which must succeed: what it wrote
 /// to its standard output.
 pub fn curl_ok(args: &[&str]) -> Vec<u8> {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("curl must be installed");
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    let mut curl = Command::new("curl");
+    curl.args(["-sS", "--max-time", "20"]).args(args);
+    stdout_of(&mut curl, &format!("curl {args:?}"))
 }
 
 /// A steady load of `GET path` from two keep-alive clients and two that open a connection per

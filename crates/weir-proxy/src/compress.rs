@@ -313,6 +313,9 @@ impl Compressor {
             }
             Mode::Stream(encoder) => &mut **encoder,
         };
+        // The encoders return their whole output buffer, which still holds what the last
+        // `write` or `flush` returned: without this, those bytes went out twice.
+        encoder.output().clear();
         let done = std::mem::replace(encoder, Encoder::Finished(Vec::new()));
         let last = match done {
             Encoder::Gzip(e) => e.finish()?,
@@ -516,6 +519,49 @@ mod tests {
             assert!(out.len() < text.len() / 10, "{encoding:?}: {}", out.len());
             let decoded = decode(encoding, &out);
             assert_eq!(decoded, text.as_bytes(), "{encoding:?}");
+        }
+    }
+
+    /// Text that compresses about 3:1, like the issue's word lists: random words and numbers.
+    fn varied_text(len: usize) -> Vec<u8> {
+        const WORDS: [&str; 8] = [
+            "alpha", "beta", "gamma", "weir", "proxy", "cache", "body", "chunk",
+        ];
+        let mut seed = 0x2545_f491_u64;
+        let mut text = Vec::with_capacity(len + 16);
+        while text.len() < len {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let word = WORDS[(seed >> 60) as usize % WORDS.len()];
+            text.extend_from_slice(format!("{word}{} ", (seed >> 20) % 1000).as_bytes());
+        }
+        text.truncate(len);
+        text
+    }
+
+    /// A streamed body whose last piece makes output before `finish`: that output went out
+    /// twice (the encoders' `finish` returned their whole buffer), corrupting every large
+    /// compressed file (issue 33).
+    #[test]
+    fn streamed_bodies_round_trip_when_the_last_write_makes_output() {
+        let text = varied_text(2_000_000);
+        for encoding in Encoding::ALL {
+            for flush_each in [false, true] {
+                let mut c = Compressor::new(encoding, &Compress::default(), None).unwrap();
+                let mut out = Vec::new();
+                for piece in text.chunks(64 * 1024) {
+                    out.extend_from_slice(c.write(piece).unwrap());
+                    if flush_each {
+                        out.extend_from_slice(c.flush().unwrap());
+                    }
+                }
+                out.extend_from_slice(c.finish().unwrap());
+                assert!(
+                    decode(encoding, &out) == text,
+                    "{encoding:?} flush={flush_each}"
+                );
+            }
         }
     }
 }

@@ -94,7 +94,7 @@ impl AdminListener {
                     .and_then(|l| l.set_nonblocking(true).map(|()| l))
                     .map_err(|e| format!("admin: cannot listen on {address}: {e}"))?;
                 if let Ok(actual) = listener.local_addr() {
-                    eprintln!("weir: admin listening on {actual}");
+                    crate::log_line!("weir: admin listening on {actual}");
                 }
                 Some((address, listener))
             }
@@ -114,7 +114,7 @@ impl AdminListener {
         if let Some((_, listener)) = pending {
             match TcpListener::from_std(listener) {
                 Ok(listener) => self.task = Some(tokio::spawn(serve(listener, self.state.clone()))),
-                Err(e) => eprintln!("weir: admin: {e}"),
+                Err(e) => crate::log_line!("weir: admin: {e}"),
             }
         }
     }
@@ -129,7 +129,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
                 tokio::spawn(async move { answer(io, &state).await });
             }
             Err(e) => {
-                eprintln!("weir: admin accept failed: {e}");
+                crate::log_line!("weir: admin accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -199,7 +199,7 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
                 Some(server) => {
                     server.health.set_drained(drain);
                     let verb = if drain { "drained" } else { "undrained" };
-                    eprintln!("weir: admin API: server {} {verb}", server.url);
+                    crate::log_line!("weir: admin API: server {} {verb}", server.url);
                     let body = serde_json::json!({ "server": server.url, "drained": drain });
                     ("200 OK", "application/json", format!("{body}\n"))
                 }

@@ -43,7 +43,7 @@ pub fn run(
         let mut usr2 = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
         // Before the ready line: a change made once it is out is a change to act on.
         let mut watched = file_stamp(&reloader.config_path);
-        eprintln!("{ready}");
+        crate::log_line!("{ready}");
         if let Some(predecessor) = predecessor {
             predecessor.report_ready();
         }
@@ -78,11 +78,11 @@ pub fn run(
                     upgrading = None;
                     match done {
                         Some(Ok(pid)) => {
-                            eprintln!("weir: upgrade: process {pid} is serving; this one drains and exits");
+                            crate::log_line!("weir: upgrade: process {pid} is serving; this one drains and exits");
                             break;
                         }
-                        Some(Err(e)) => eprintln!("weir: upgrade failed; still serving: {e}"),
-                        None => eprintln!("weir: upgrade failed; still serving"),
+                        Some(Err(e)) => crate::log_line!("weir: upgrade failed; still serving: {e}"),
+                        None => crate::log_line!("weir: upgrade failed; still serving"),
                     }
                 }
                 _ = discovery_tick.tick() => {
@@ -106,11 +106,11 @@ pub fn run(
 
 /// Starts a binary upgrade on a thread of its own (it waits for the new process).
 fn start_upgrade(reloader: &Reloader) -> Option<oneshot::Receiver<Result<u32, String>>> {
-    eprintln!("weir: upgrade: starting the new binary");
+    crate::log_line!("weir: upgrade: starting the new binary");
     let sockets = match upgrade::duplicates(&reloader.bound) {
         Ok(sockets) => sockets,
         Err(e) => {
-            eprintln!("weir: upgrade failed; still serving: {e}");
+            crate::log_line!("weir: upgrade failed; still serving: {e}");
             return None;
         }
     };
@@ -123,7 +123,7 @@ fn start_upgrade(reloader: &Reloader) -> Option<oneshot::Receiver<Result<u32, St
     match started {
         Ok(_) => Some(answered),
         Err(e) => {
-            eprintln!("weir: upgrade failed; still serving: {e}");
+            crate::log_line!("weir: upgrade failed; still serving: {e}");
             None
         }
     }
@@ -139,8 +139,8 @@ fn reopen_access_log(reloader: &Reloader) {
     let runtime = reloader.shared.load();
     if let Some(log) = &runtime.access_log {
         match log.reopen() {
-            Ok(()) => eprintln!("weir: access log reopened"),
-            Err(e) => eprintln!("weir: cannot reopen the access log: {e}"),
+            Ok(()) => crate::log_line!("weir: access log reopened"),
+            Err(e) => crate::log_line!("weir: cannot reopen the access log: {e}"),
         }
     }
 }

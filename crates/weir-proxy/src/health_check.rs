@@ -76,9 +76,10 @@ async fn check_server(service: &Service, server: &Server, check: &HealthCheck) {
                 passes += 1;
                 if server.health.is_down() && passes >= check.healthy_threshold {
                     server.health.set_down(false);
-                    eprintln!(
+                    crate::log_line!(
                         "weir: service `{}`: server {} is up again",
-                        service.name, server.url
+                        service.name,
+                        server.url
                     );
                 }
             }
@@ -87,9 +88,10 @@ async fn check_server(service: &Service, server: &Server, check: &HealthCheck) {
                 fails += 1;
                 if !server.health.is_down() && fails >= check.unhealthy_threshold {
                     server.health.set_down(true);
-                    eprintln!(
+                    crate::log_line!(
                         "weir: service `{}`: server {} is down: {why}",
-                        service.name, server.url
+                        service.name,
+                        server.url
                     );
                 }
             }

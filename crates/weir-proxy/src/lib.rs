@@ -19,6 +19,7 @@ pub mod conn;
 pub mod control;
 pub mod detached;
 pub mod elasticsearch;
+pub mod errorlog;
 pub mod exchange;
 pub mod filter;
 pub mod forwarding;

@@ -72,7 +72,7 @@ pub struct Bound {
 impl Bound {
     /// Logs where entrypoint `name` listens (tests and operators read this line).
     pub fn announce(&self, name: &str) {
-        eprintln!(
+        crate::log_line!(
             "weir: entrypoint {name} listening on {}{}",
             self.actual,
             udp_suffix(self.transport)

@@ -197,6 +197,12 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
         "",
         u8::from(reloads.last_ok),
     );
+    out.family(
+        "weir_log_lines_lost_total",
+        "counter",
+        "Error-log lines that could not be written (a closed pipe, a full disk).",
+    );
+    out.sample("weir_log_lines_lost_total", "", crate::errorlog::lost());
     out.family("weir_build_info", "gauge", "The running binary's version.");
     out.sample(
         "weir_build_info",

@@ -57,7 +57,7 @@ impl Reloader {
         let nodes = match found.nodes {
             Ok(nodes) => nodes,
             Err(e) => {
-                eprintln!("weir: service `{}`: discovery failed: {e}", found.service);
+                crate::log_line!("weir: service `{}`: discovery failed: {e}", found.service);
                 return;
             }
         };
@@ -82,7 +82,7 @@ impl Reloader {
                 let new = self.shared.load_full();
                 self.tell_workers(|| WorkerCommand::Reloaded);
                 self.checks.sync(&new.services);
-                eprintln!(
+                crate::log_line!(
                     "weir: service `{}`: {} node(s) discovered [{}] (version {})",
                     found.service,
                     nodes.len(),
@@ -90,7 +90,7 @@ impl Reloader {
                     new.version
                 );
             }
-            Err(e) => eprintln!(
+            Err(e) => crate::log_line!(
                 "weir: service `{}`: discovered nodes not applied: {e}",
                 found.service
             ),
@@ -106,12 +106,12 @@ impl Reloader {
             Ok(_) => status.succeeded += 1,
             Err(errors) => {
                 status.failed += 1;
-                eprintln!(
+                crate::log_line!(
                     "weir: reload ({trigger}) refused; still serving version {version}: {} error(s)",
                     errors.len()
                 );
                 for e in errors {
-                    eprintln!("weir:   {e}");
+                    crate::log_line!("weir:   {e}");
                 }
             }
         }
@@ -135,7 +135,7 @@ impl Reloader {
         let runtime =
             Runtime::compile(&config, workers, Some(&old)).map_err(|e| vec![located(&path, &e)])?;
         if config.server.workers != old.config.server.workers {
-            eprintln!(
+            crate::log_line!(
                 "weir: reload: `server.workers` changed; it takes effect at the next restart (still {workers})"
             );
         }
@@ -189,7 +189,7 @@ impl Reloader {
         self.tell_workers(|| WorkerCommand::Reloaded);
         self.checks.sync(&new.services);
         self.admin.commit();
-        eprintln!(
+        crate::log_line!(
             "weir: reloaded {path} (version {}): {} entrypoints (opened [{}], closed [{}]), {} routers, {} services",
             new.version,
             config.entrypoints.len(),

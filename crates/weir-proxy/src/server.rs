@@ -132,13 +132,13 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         predecessor,
     )?;
     let graceful = shared.load().config.server.graceful_timeout;
-    eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
+    crate::log_line!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
     for handle in handles {
         let _ = handle.join();
     }
     crate::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
-    eprintln!("weir: stopped");
+    crate::log_line!("weir: stopped");
     Ok(())
 }
 
@@ -157,7 +157,7 @@ fn worker_main(
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("weir: worker {id} cannot start: {e}");
+            crate::log_line!("weir: worker {id} cannot start: {e}");
             return;
         }
     };
@@ -166,7 +166,7 @@ fn worker_main(
         let worker = match Worker::new(setup) {
             Ok(worker) => Rc::new(worker),
             Err(e) => {
-                eprintln!("weir: worker {id} cannot start: {e}");
+                crate::log_line!("weir: worker {id} cannot start: {e}");
                 return;
             }
         };
@@ -176,7 +176,7 @@ fn worker_main(
         let ticker = match Ticker::new(SWEEP_TICK) {
             Ok(ticker) => ticker,
             Err(e) => {
-                eprintln!("weir: worker {id} cannot start its clock: {e}");
+                crate::log_line!("weir: worker {id} cannot start its clock: {e}");
                 return;
             }
         };
@@ -243,7 +243,7 @@ async fn follow_commands(
                     }),
                 };
                 if let Err(e) = started {
-                    eprintln!("weir: worker {}: {e}", worker.id);
+                    crate::log_line!("weir: worker {}: {e}", worker.id);
                 }
             }
             WorkerCommand::Close { slot } => {
@@ -327,7 +327,7 @@ async fn accept_loop(
                 }
                 Err(e) => {
                     // Out of descriptors and similar: back off instead of spinning.
-                    eprintln!("weir: accept failed: {e}");
+                    crate::log_line!("weir: accept failed: {e}");
                     worker.tick.notified().await;
                 }
             },
@@ -421,7 +421,7 @@ async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
         let woken = match worker.idle.woken().await {
             Ok(woken) => woken,
             Err(e) => {
-                eprintln!("weir: worker {}: parked connections: {e}", worker.id);
+                crate::log_line!("weir: worker {}: parked connections: {e}", worker.id);
                 return;
             }
         };
@@ -431,7 +431,7 @@ async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
                     let counted = Active::enter(&active);
                     spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
                 }
-                Err(e) => eprintln!(
+                Err(e) => crate::log_line!(
                     "weir: worker {}: cannot resume a connection: {e}",
                     worker.id
                 ),

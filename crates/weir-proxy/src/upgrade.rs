@@ -203,7 +203,7 @@ pub fn inherit() -> Result<(Inherited, Option<Predecessor>), String> {
             .extend(fds);
     }
     let count: usize = inherited.by_name.values().map(|b| b.sockets.len()).sum();
-    eprintln!(
+    crate::log_line!(
         "weir: upgrade: took over {count} listening socket(s) of {} entrypoint(s)",
         inherited.by_name.len()
     );

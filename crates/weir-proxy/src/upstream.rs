@@ -178,9 +178,12 @@ impl<'s> RetryBudget<'s> {
 fn note_failure(service: &Service, server: &Server) {
     if let Some(policy) = &service.passive_health {
         if server.health.record_failure(policy) {
-            eprintln!(
+            crate::log_line!(
                 "weir: service `{}`: server {} ejected for {:?} after {} failures",
-                service.name, server.url, policy.eject, policy.max_failures
+                service.name,
+                server.url,
+                policy.eject,
+                policy.max_failures
             );
         }
     }

@@ -134,7 +134,7 @@ fn main() -> ExitCode {
             match weir_proxy::run(cfg, options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("weir: {}", located(&config, &e));
+                    weir_proxy::log_line!("weir: {}", located(&config, &e));
                     ExitCode::FAILURE
                 }
             }

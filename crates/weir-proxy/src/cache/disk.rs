@@ -139,7 +139,7 @@ impl Disk {
         match decode(&bytes).filter(|(k, _)| k == key) {
             Some((_, object)) => Some(object),
             None => {
-                eprintln!(
+                crate::log_line!(
                     "weir: cache file {} failed its check; removed",
                     path.display()
                 );

@@ -346,7 +346,7 @@ impl Store {
             let (key, object) = (key.clone(), object.clone());
             tokio::task::spawn_blocking(move || {
                 if let Err(e) = disk.save(&key, &object) {
-                    eprintln!("weir: cache file not written: {e}");
+                    crate::log_line!("weir: cache file not written: {e}");
                 }
             });
         }

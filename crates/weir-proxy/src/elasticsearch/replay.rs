@@ -98,7 +98,9 @@ pub async fn replay(
     }
     if let Replayed::Drained { applied } = &outcome {
         if *applied > 0 {
-            eprintln!("weir: service `{service}`: spool drained, {applied} request(s) replayed");
+            crate::log_line!(
+                "weir: service `{service}`: spool drained, {applied} request(s) replayed"
+            );
         }
     }
     outcome
@@ -165,7 +167,7 @@ fn start(service: &str, spool: &Arc<Spool>, cluster: Cluster, backoff: &Arc<Mute
             Replayed::Later { applied, why } => {
                 backoff.failed();
                 let lag = spool.lag_secs();
-                eprintln!(
+                crate::log_line!(
                     "weir: service `{service}`: spool holds {} request(s), {} bytes, the oldest {lag:.0} s old; {applied} replayed, then: {why}; next try in {:?}",
                     spool.depth(),
                     spool.bytes(),

@@ -192,7 +192,7 @@ impl Spool {
                 scan(&path).map_err(|e| fail(&format!("cannot read {}", path.display()), e))?;
             if good_len < file_len {
                 if Some(first) == last_segment {
-                    eprintln!(
+                    crate::log_line!(
                         "weir: spool {}: a torn record at the end of {} (never acknowledged) was cut off",
                         dir.display(),
                         path.display()
@@ -205,7 +205,7 @@ impl Spool {
                         .and_then(|()| file.sync_all())
                         .map_err(|e| fail("cannot cut a torn record", e))?;
                 } else {
-                    eprintln!(
+                    crate::log_line!(
                         "weir: spool {}: {} is damaged after byte {good_len}; the records after it are skipped",
                         dir.display(),
                         path.display()
@@ -221,7 +221,7 @@ impl Spool {
             }
         }
         if !waiting.is_empty() {
-            eprintln!(
+            crate::log_line!(
                 "weir: spool {}: {} request(s) wait to be replayed",
                 dir.display(),
                 waiting.len()
@@ -341,7 +341,7 @@ impl Spool {
                 .name("weir-spool".into())
                 .spawn(move || Spool::write_loop(&spool, rx));
             if let Err(e) = started {
-                eprintln!(
+                crate::log_line!(
                     "weir: spool {}: cannot start its writer: {e}",
                     self.dir.display()
                 );
@@ -414,7 +414,7 @@ impl Spool {
         // The numbers written stay taken, whatever happens: a record may be on disk.
         state.next_seq = seq;
         if let Some(e) = failure {
-            eprintln!("weir: spool {}: {e}", self.dir.display());
+            crate::log_line!("weir: spool {}: {e}", self.dir.display());
             // Written but maybe not durable: never acknowledged, and not replayed from memory
             // either (the next start reads what the disk really holds).
             for (_, answer) in written {

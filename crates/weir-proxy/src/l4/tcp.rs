@@ -124,16 +124,18 @@ async fn proxy(
     {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(e)) => {
-            eprintln!(
+            crate::log_line!(
                 "weir: tcp router `{}`: cannot connect to {}: {e}",
-                route.name, server.url
+                route.name,
+                server.url
             );
             return;
         }
         Err(Expired) => {
-            eprintln!(
+            crate::log_line!(
                 "weir: tcp router `{}`: connecting to {} timed out",
-                route.name, server.url
+                route.name,
+                server.url
             );
             return;
         }

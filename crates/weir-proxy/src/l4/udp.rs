@@ -140,7 +140,7 @@ async fn open_session(
     let upstream = match UdpSocket::bind(local).await {
         Ok(upstream) => upstream,
         Err(e) => {
-            eprintln!(
+            crate::log_line!(
                 "weir: udp service `{}`: cannot open a socket: {e}",
                 service.balancer.name
             );
@@ -148,9 +148,10 @@ async fn open_session(
         }
     };
     if let Err(e) = upstream.connect(server.addr).await {
-        eprintln!(
+        crate::log_line!(
             "weir: udp service `{}`: cannot reach {}: {e}",
-            service.balancer.name, server.url
+            service.balancer.name,
+            server.url
         );
         return None;
     }

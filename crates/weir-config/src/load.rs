@@ -354,6 +354,7 @@ impl Loader<'_> {
             .into_iter()
             .filter_map(|(name, node)| self.entrypoint(name, node))
             .collect();
+        self.check_addresses_unique(&entrypoints);
         if top.get("entrypoints").is_none() {
             self.error(
                 top.pos,
@@ -587,6 +588,29 @@ impl Loader<'_> {
         server
     }
 
+    /// Two entrypoints on one address would both bind it (each worker's socket has
+    /// `SO_REUSEPORT`) and split its connections between them: refused, as `nginx -t` refuses
+    /// a duplicate `listen`. A wildcard address overlaps every address of its port; port 0
+    /// (any free port) never clashes.
+    fn check_addresses_unique(&mut self, entrypoints: &[Entrypoint]) {
+        for (i, later) in entrypoints.iter().enumerate() {
+            let clash = entrypoints[..i].iter().find(|earlier| {
+                let (a, b) = (earlier.address, later.address);
+                earlier.transport == later.transport
+                    && a.port() != 0
+                    && a.port() == b.port()
+                    && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+            });
+            if let Some(earlier) = clash {
+                let message = format!(
+                    "entrypoint `{}` listens on {}, which entrypoint `{}` already uses (line {}, column {}): an address serves one entrypoint",
+                    later.name, later.address, earlier.name, earlier.pos.line, earlier.pos.column
+                );
+                self.error(later.pos, message);
+            }
+        }
+    }
+
     fn entrypoint(&mut self, name: String, node: &Node) -> Option<Entrypoint> {
         let what = format!("entrypoint `{name}`");
         let f = self.fields(node, &what, &["address", "tls", "h2c", "http2"])?;
@@ -625,6 +649,7 @@ impl Loader<'_> {
             Some(address) => Some(Entrypoint {
                 name,
                 address,
+                pos: addr_node.pos,
                 transport,
                 tls,
                 h2c,
@@ -1811,6 +1836,26 @@ pub fn is_header_value(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_used_by_two_entrypoints_is_refused() {
+        let errs = errors(
+            "entrypoints:\n  a: { address: \"127.0.0.1:18090\" }\n  b: { address: \"127.0.0.1:18090\" }\n",
+        );
+        assert_eq!(
+            errs,
+            ["t.yaml:3:17: entrypoint `b` listens on 127.0.0.1:18090, which entrypoint `a` already uses (line 2, column 17): an address serves one entrypoint"]
+        );
+        // A wildcard overlaps a specific address of its port; UDP and TCP do not clash.
+        let errs = errors(
+            "entrypoints:\n  a: { address: \":18090\" }\n  b: { address: \"127.0.0.1:18090\" }\n  c: { address: \"127.0.0.1:18090/udp\" }\n",
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("entrypoint `b`"), "{errs:?}");
+        // Any free port, and different ports, are fine.
+        let ok = "entrypoints:\n  a: { address: \"127.0.0.1:0\" }\n  b: { address: \"127.0.0.1:0\" }\n  c: { address: \"127.0.0.1:18091\" }\n  d: { address: \"127.0.0.2:18091\" }\n";
+        assert!(load_str(ok, "t.yaml").is_ok());
+    }
 
     fn errors(text: &str) -> Vec<String> {
         load_str(text, "t.yaml")

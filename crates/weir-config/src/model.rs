@@ -233,6 +233,8 @@ pub enum LogTarget {
 pub struct Entrypoint {
     pub name: String,
     pub address: SocketAddr,
+    /// Where `address` is written, for errors that name it.
+    pub pos: crate::yaml::Pos,
     pub transport: Transport,
     /// TLS termination on this entrypoint.
     pub tls: Option<EntrypointTls>,

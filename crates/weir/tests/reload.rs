@@ -205,3 +205,37 @@ fn a_hundred_reloads_under_load_fail_no_request() {
         .count();
     assert_eq!(refused, 0, "{:#?}", weir.stderr());
 }
+
+/// Two entrypoints on one address: `weir check` and a reload refuse it, naming both with
+/// their places (both used to bind the address, and the second never saw a request).
+#[test]
+fn an_address_used_twice_is_refused_by_check_and_reload() {
+    let port = free_port();
+    let twice = format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:{port}\" }}\n  other: {{ address: \"127.0.0.1:{port}\" }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", respond: {{ status: 200, body: \"one\" }} }}\n"
+    );
+    let dir = temp_dir("address-twice");
+    let path = dir.join("twice.yaml");
+    std::fs::write(&path, &twice).unwrap();
+    let out = weir_check(&path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "twice.yaml:3:21: entrypoint `other` listens on 127.0.0.1:{port}, which entrypoint `web` already uses (line 2, column 19)"
+        )),
+        "{stderr}"
+    );
+
+    let once = format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:{port}\" }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", respond: {{ status: 200, body: \"one\" }} }}\n"
+    );
+    let weir = Weir::start(&once);
+    std::fs::write(weir.config_path(), twice.replace("one", "two")).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("refused; still serving version 1", 1);
+    weir.wait_for_line("which entrypoint `web` already uses", 1);
+    assert_eq!(get(weir.addr(), "a", "/").text(), "one");
+}

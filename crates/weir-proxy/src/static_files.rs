@@ -202,8 +202,10 @@ pub(crate) fn serve<'r>(
     let mut name = rel.clone();
     if found.is_dir {
         if !trailing_slash {
-            // As nginx does: a folder is addressed with its trailing slash.
-            let mut location = format!("{}/", req.path());
+            // As nginx does: a folder is addressed with its trailing slash, on the path the
+            // client asked for (a stripped prefix stays in it).
+            // Leading slashes collapse to one: `//host/dir` would send the client to `host`.
+            let mut location = format!("/{}/", req.original_path().trim_start_matches('/'));
             if let Some(query) = req.target().split_once('?').map(|(_, q)| q) {
                 location = format!("{location}?{query}");
             }

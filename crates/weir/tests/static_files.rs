@@ -388,3 +388,39 @@ fn pipelined_and_read_late(site: &Site, name: &str, body: &[u8], count: usize, w
         );
     }
 }
+
+/// A folder's redirect keeps the path the client asked for: behind `strip_prefix: [/files]`,
+/// `/files/docs` goes to `/files/docs/` (it went to `/docs/`, off the site), as nginx's does
+/// behind its `location /files/ { alias ...; }`. Leading slashes collapse, so the redirect
+/// can never name another host.
+#[test]
+fn a_folder_redirect_keeps_a_stripped_prefix() {
+    let root = temp_dir("static-prefix");
+    std::fs::create_dir_all(root.join("withindex")).unwrap();
+    std::fs::write(root.join("withindex/index.html"), "inside\n").unwrap();
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         middlewares:\n  files: {{ strip_prefix: [\"/files\"] }}\n\
+         routers:\n  files:\n    rule: \"PathPrefix(`/files`)\"\n    middlewares: [files]\n    static: {{ root: \"{}\" }}\n\
+         \x20 rest:\n    rule: \"PathPrefix(`/`)\"\n    priority: 1\n    static: {{ root: \"{}\" }}\n",
+        root.display(),
+        root.display()
+    ));
+    let moved = request(
+        weir.addr(),
+        "GET /files/withindex?a=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(moved.status, 301);
+    assert_eq!(moved.header("location"), Some("/files/withindex/?a=1"));
+    let followed = get(weir.addr(), "x", "/files/withindex/");
+    assert_eq!(
+        (followed.status, followed.text().as_str()),
+        (200, "inside\n")
+    );
+    let doubled = request(
+        weir.addr(),
+        "GET //withindex HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(doubled.status, 301);
+    assert_eq!(doubled.header("location"), Some("/withindex/"));
+}

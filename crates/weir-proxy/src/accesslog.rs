@@ -96,7 +96,8 @@ impl AccessLog {
                 "path": r.target.split('?').next().unwrap_or(""),
                 "status": e.status,
                 "bytes": e.bytes,
-                "duration_ms": e.duration.as_secs_f64() * 1000.0,
+                // Whole microseconds: `0.028`, not `0.028051999999999997`.
+                "duration_ms": e.duration.as_micros() as f64 / 1000.0,
                 "router": e.router,
                 "upstream": e.upstream,
             })

@@ -165,6 +165,13 @@ fn access_log_writes_one_json_line_per_request() {
     assert_eq!(entries[0]["client"], "127.0.0.1");
     assert!(entries[0]["time"].as_str().unwrap().ends_with('Z'));
     assert!(entries[0]["duration_ms"].as_f64().unwrap() > 0.0);
+    // Written in whole microseconds: at most three decimals, no float artifacts.
+    for line in &lines {
+        let duration = line.split("\"duration_ms\":").nth(1).unwrap();
+        let number = duration.split([',', '}']).next().unwrap();
+        let decimals = number.split('.').nth(1).unwrap_or("");
+        assert!(decimals.len() <= 3, "{line}");
+    }
     assert_eq!(
         (entries[1]["router"].as_str(), entries[1]["bytes"].as_u64()),
         (Some("hi"), Some(5))

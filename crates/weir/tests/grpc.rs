@@ -333,3 +333,65 @@ fn health_checks_speak_http2_to_http2_services() {
         weir.stderr()
     );
 }
+
+/// A failed upstream on a gRPC route, as it is on the wire: `200` with `content-type:
+/// application/grpc` and `grpc-status: 14` (UNAVAILABLE), over h2c and over TLS.
+#[test]
+fn a_failed_upstream_is_unavailable_on_the_wire_over_h2c_and_tls() {
+    let dir = temp_dir("grpc-wire");
+    let cert = make_cert(&dir, "grpc", &["localhost"], false);
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
+         \x20 secure: {{ address: \"127.0.0.1:0\", tls: {{ certificates: [{{ cert: \"{}\", key: \"{}\" }}] }} }}\n\
+         routers:\n  dead: {{ rule: \"PathPrefix(`/weir.Dead/`)\", service: dead }}\n\
+         services:\n  dead: {{ protocol: h2c, servers: [{{ url: \"http://127.0.0.1:1\" }}] }}\n",
+        cert.cert.display(),
+        cert.key.display()
+    ));
+    let message = dir.join("message");
+    std::fs::write(&message, b"\x00\x00\x00\x00\x02hi").unwrap();
+    let secure_port = weir.addrs["secure"].port();
+    let cases = [
+        (
+            vec!["--http2-prior-knowledge".to_string()],
+            format!("http://{}/weir.Dead/Unary", weir.addr()),
+        ),
+        (
+            vec![
+                "--http2".to_string(),
+                "--cacert".to_string(),
+                cert.cert.display().to_string(),
+                "--resolve".to_string(),
+                format!("localhost:{secure_port}:127.0.0.1"),
+            ],
+            format!("https://localhost:{secure_port}/weir.Dead/Unary"),
+        ),
+    ];
+    for (args, url) in cases {
+        let mut curl_args: Vec<&str> = vec!["-D", "-", "-o", "/dev/null"];
+        curl_args.extend(args.iter().map(String::as_str));
+        let data = format!("@{}", message.display());
+        curl_args.extend([
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            "--data-binary",
+            &data,
+            &url,
+        ]);
+        let head = String::from_utf8_lossy(&curl_ok(&curl_args)).to_lowercase();
+        assert!(head.starts_with("http/2 200"), "{url}: {head}");
+        assert_eq!(
+            header_value(&head, "content-type"),
+            Some("application/grpc"),
+            "{url}: {head}"
+        );
+        assert_eq!(
+            header_value(&head, "grpc-status"),
+            Some("14"),
+            "{url}: {head}"
+        );
+    }
+}

@@ -110,6 +110,10 @@ pub enum BodyError {
     SinkStalled,
 }
 
+/// The status of a request whose client closed before its answer: nginx's 499, written to
+/// the access log, never sent.
+pub const CLIENT_CLOSED: u16 = 499;
+
 impl BodyError {
     /// The answer owed to a client whose own request body failed: bad framing or silence.
     pub fn client_answer(self) -> Option<(u16, &'static str)> {

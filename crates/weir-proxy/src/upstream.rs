@@ -264,7 +264,11 @@ async fn try_server<'r, C: ClientSide>(
                 "upstream did not take the request in time",
                 Cause::Other,
             ),
-            Err(BodyError::Source) => (499, "client closed the connection", Cause::Other),
+            Err(BodyError::Source) => (
+                crate::client::CLIENT_CLOSED,
+                "client closed the connection",
+                Cause::Other,
+            ),
             // Dropping `up` aborts the upstream request mid-body: it never sees a request
             // boundary. The client's body is bad (400) or stalled (408).
             Err(e) => {

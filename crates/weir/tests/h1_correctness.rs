@@ -324,3 +324,71 @@ fn a_client_that_stops_reading_is_disconnected() {
         got.len()
     );
 }
+
+/// A chunked body cut before its last CRLF, then the client half-closes: the client is gone
+/// (499 in the access log, as nginx's), so nothing is written to it and the connection
+/// closes at once; the partial request sent upstream ends its connection too. weir used to
+/// write a `499` status line and keep the connection open.
+#[test]
+fn a_client_that_half_closes_mid_body_gets_nothing_and_is_closed() {
+    let up = RawUpstream::start(|c| {
+        if c.read_head().is_some() {
+            let n = c.read_to_end();
+            c.note(&format!("closed after {n} body bytes"));
+        }
+    });
+    let weir = Weir::start(&proxy_config_with(&up.url(), "", ""));
+    let mut c = std::net::TcpStream::connect(weir.addr()).unwrap();
+    c.write_all(
+        b"POST /proxied HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3\r\nabc",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let read = c.read_to_end(&mut answer);
+    assert!(read.is_ok(), "the connection was not closed: {read:?}");
+    assert!(
+        answer.is_empty(),
+        "nothing is owed to a client that left: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    elapsed_between(started, 0, 1000);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        up.log().iter().any(|l| l.starts_with("closed after ")),
+        "{:?}",
+        up.log()
+    );
+}
+
+/// After a 408 for a stalled chunked body, the upstream connection that carried the partial
+/// request ends by the time the client has its answer.
+#[test]
+fn a_stalled_chunked_body_ends_the_upstream_request_with_the_408() {
+    let up = RawUpstream::start(|c| {
+        if c.read_head().is_some() {
+            let n = c.read_to_end();
+            c.note(&format!("closed after {n} body bytes"));
+        }
+    });
+    let weir = Weir::start(&proxy_config_with(
+        &up.url(),
+        ", client_body_timeout: 1s",
+        "",
+    ));
+    let mut c = Conn::open(weir.addr());
+    c.send(
+        b"POST /proxied HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    );
+    let r = c.read(false).unwrap();
+    assert_eq!(r.status, 408, "{}", r.text());
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        up.log().iter().any(|l| l.starts_with("closed after ")),
+        "the upstream request still open after the 408: {:?}",
+        up.log()
+    );
+}

@@ -7,7 +7,7 @@
 
 use crate::ascii::eq_ignore_case;
 use crate::body_filter::BodyFilter;
-use crate::client::{BodyError, ClientSide, Outcome, Sent};
+use crate::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
 use crate::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, reason, status_line, Framing, RequestHead,
     ResponseHead,
@@ -485,9 +485,24 @@ impl<S: ClientIo> H1Client<S> {
             reply.head = ReplyHead::Local(std::borrow::Cow::Owned(answer));
             reply.body = ReplyBody::Local;
         }
+        let upstream = reply.upstream;
+        // The client closed its side mid-body: 499 is for the log (nginx's code), nothing is
+        // owed to a client that left, and the connection ends now.
+        if matches!(&reply.head, ReplyHead::Local(local) if local.status == CLIENT_CLOSED) {
+            let outcome = Outcome {
+                keep_alive: false,
+                linger: false,
+                status: CLIENT_CLOSED,
+                bytes: 0,
+            };
+            return Sent {
+                outcome,
+                reusable: None,
+                upstream,
+            };
+        }
         let broken = self.body == RequestBody::Broken;
         let keep_alive = req.keep_alive && !broken && !worker.shutdown.is_requested();
-        let upstream = reply.upstream;
         // Only upstream bodies are read under a limit; local ones are already in memory.
         let read_timeout = upstream
             .as_ref()

@@ -142,12 +142,28 @@ enum Policy {
 pub struct UpstreamUse<'r> {
     pub server: &'r Server,
     pub service: &'r Service,
+    /// Why the exchange ended in a 502 or 504, for the error line `finish` writes (boxed:
+    /// only failures pay for it).
+    pub failure: Option<Box<FailureNote>>,
+}
+
+/// A failed exchange with a server, as the error log tells it.
+pub struct FailureNote {
+    pub message: &'static str,
+    /// What the system said, or the limit that passed; may be empty.
+    pub detail: String,
+    /// Which try failed last (1 without retries).
+    pub tries: usize,
 }
 
 impl<'r> UpstreamUse<'r> {
     pub fn new(server: &'r Server, service: &'r Service) -> UpstreamUse<'r> {
         server.inflight.0.fetch_add(1, Ordering::Relaxed);
-        UpstreamUse { server, service }
+        UpstreamUse {
+            server,
+            service,
+            failure: None,
+        }
     }
 }
 

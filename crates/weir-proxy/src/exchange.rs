@@ -4,6 +4,7 @@
 //! the pool and writes the access-log line.
 
 use crate::accesslog;
+use crate::balancer::UpstreamUse;
 use crate::cache;
 use crate::client::{ClientSide, Outcome, Sent};
 use crate::codec::RequestHead;
@@ -143,6 +144,27 @@ async fn run_route<'r, C: ClientSide>(
     }
 }
 
+/// The error log's line for a 502 or 504: which router, service and server, which try, and
+/// why (`connect refused`, `no response head within 5s`).
+fn log_failure(route: Option<&Route>, used: &UpstreamUse<'_>) {
+    let Some(note) = &used.failure else {
+        return;
+    };
+    let detail = if note.detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", note.detail)
+    };
+    crate::log_line!(
+        "weir: router `{}`: service `{}`: server {}: try {}: {}{detail}",
+        route.map_or("", |r| r.name.as_str()),
+        used.service.name,
+        used.server.url,
+        note.tries,
+        note.message,
+    );
+}
+
 /// Phase finish: the upstream connection goes back to the pool when its response was read
 /// completely, the server leaves the in-flight count, and the access log gets its line.
 fn finish(
@@ -161,6 +183,9 @@ fn finish(
     } = sent;
     if let (Some(conn), Some(used)) = (reusable, &upstream) {
         used.check_in(&worker.pool, conn);
+    }
+    if let Some(used) = upstream.as_ref().filter(|u| u.failure.is_some()) {
+        log_failure(route, used);
     }
     let logged = logged.filter(|(_, sampled)| *sampled || outcome.status >= 500);
     if let (Some(log), Some((request, _)), Some(started)) = (&runtime.access_log, logged, started) {

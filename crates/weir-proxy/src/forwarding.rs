@@ -32,6 +32,9 @@ pub(crate) struct Failed {
     pub(crate) status: u16,
     pub(crate) message: &'static str,
     pub(crate) cause: Cause,
+    /// For the error log: what the system said, or the limit that passed (empty when the
+    /// message says it all).
+    pub(crate) detail: String,
 }
 
 /// A wait's limit, cut to what `timeouts.request` (or a gRPC deadline) leaves of the exchange.
@@ -73,11 +76,12 @@ pub(crate) async fn connect(
     watch: &ConnWatch,
     limit: std::time::Duration,
 ) -> Result<UpstreamIo, Failed> {
-    let fail = |status, message| {
+    let fail = |status, message, detail| {
         Err(Failed {
             status,
             message,
             cause: Cause::Connect,
+            detail,
         })
     };
     let connecting = TcpStream::connect(server.addr);
@@ -86,8 +90,8 @@ pub(crate) async fn connect(
         .await
     {
         Ok(Ok(io)) => io,
-        Ok(Err(_)) => return fail(502, CONNECT_FAILED),
-        Err(Expired) => return fail(504, CONNECT_TIMED_OUT),
+        Ok(Err(e)) => return fail(502, CONNECT_FAILED, e.to_string()),
+        Err(Expired) => return fail(504, CONNECT_TIMED_OUT, format!("after {limit:?}")),
     };
     let _ = io.set_nodelay(true);
     let Some(tls) = &server.tls else {
@@ -100,8 +104,8 @@ pub(crate) async fn connect(
         .await
     {
         Ok(Ok(io)) => Ok(UpstreamIo::Tls(Box::new(io))),
-        Ok(Err(_)) => fail(502, HANDSHAKE_FAILED),
-        Err(Expired) => fail(504, HANDSHAKE_TIMED_OUT),
+        Ok(Err(e)) => fail(502, HANDSHAKE_FAILED, e.to_string()),
+        Err(Expired) => fail(504, HANDSHAKE_TIMED_OUT, format!("after {limit:?}")),
     }
 }
 

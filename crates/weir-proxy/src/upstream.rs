@@ -3,7 +3,7 @@
 //! body is still on the upstream connection: the driver relays it and `finish` pools the
 //! connection. Failures become local replies (502, 503, 504).
 
-use crate::balancer::UpstreamUse;
+use crate::balancer::{FailureNote, UpstreamUse};
 use crate::balancer::{PickInput, Server, Service};
 use crate::client::{BodyError, ClientSide};
 use crate::codec::{self, push_decimal, RequestHead, ResponseHead};
@@ -109,6 +109,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                     status,
                     message: "upstream answered with an error",
                     cause: Cause::Status,
+                    detail: String::new(),
                 }
             }
             Err(failed) => failed,
@@ -136,6 +137,14 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;
+        }
+        let mut used = used;
+        if matches!(failed.status, 502 | 504) {
+            used.failure = Some(Box::new(FailureNote {
+                message: failed.message,
+                detail: failed.detail,
+                tries: tried.len() + 1,
+            }));
         }
         return failure(failed.status, failed.message, Some(used));
     }
@@ -202,11 +211,12 @@ async fn try_server<'r, C: ClientSide>(
 ) -> Result<Reply<'r>, Failed> {
     // A wait's limit, cut to what `timeouts.request` leaves.
     let within = |limit| forwarding::within(worker, until, limit);
-    let fail = |status, message, cause| {
+    let fail = |status, message, cause, detail| {
         Err(Failed {
             status,
             message,
             cause,
+            detail,
         })
     };
     loop {
@@ -224,6 +234,7 @@ async fn try_server<'r, C: ClientSide>(
         let sent = client
             .send_request(worker, head, write_head, &mut up.io, service.write_timeout)
             .await;
+        let mut detail = String::new();
         let (status, message, cause) = match sent {
             Ok(_) => {
                 let read = read_response_head(&mut up, head.is_head(), head.upgrade);
@@ -254,7 +265,10 @@ async fn try_server<'r, C: ClientSide>(
                         (502, "invalid or missing upstream response", Cause::Reset)
                     }
                     Ok(Err(_)) => (502, "invalid or missing upstream response", Cause::Other),
-                    Err(Expired) => (504, "upstream response timed out", Cause::Timeout),
+                    Err(Expired) => {
+                        detail = format!("no response head within {limit:?}");
+                        (504, "upstream response timed out", Cause::Timeout)
+                    }
                 }
             }
             Err(BodyError::Sink) if up.reused && may_resend => continue,
@@ -277,7 +291,7 @@ async fn try_server<'r, C: ClientSide>(
                 (status, message, Cause::Other)
             }
         };
-        return fail(status, message, cause);
+        return fail(status, message, cause, detail);
     }
 }
 

@@ -392,3 +392,38 @@ fn a_stalled_chunked_body_ends_the_upstream_request_with_the_408() {
         up.log()
     );
 }
+
+/// A 502 or 504 leaves a line in the error log naming the router, service, server, try and
+/// cause (before, only the access log's status told of it).
+#[test]
+fn bad_gateway_and_gateway_timeout_are_explained_in_the_error_log() {
+    let silent = RawUpstream::start(|c| {
+        c.read_head();
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  refused: {{ rule: \"Path(`/refused`)\", service: closed }}\n\
+         \x20 slow: {{ rule: \"Path(`/slow`)\", service: silent }}\n\
+         services:\n  closed: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}] }}\n\
+         \x20 silent: {{ servers: [{{ url: \"{}\" }}], timeouts: {{ response_header: 300ms }} }}\n",
+        silent.url()
+    ));
+    assert_eq!(get(weir.addr(), "t", "/refused").status, 502);
+    let line = weir.wait_for_line("router `refused`", 1);
+    assert!(
+        line.contains(
+            "router `refused`: service `closed`: server http://127.0.0.1:1: try 1: upstream connection failed ("
+        ) && line.to_lowercase().contains("refused"),
+        "{line}"
+    );
+    assert_eq!(get(weir.addr(), "t", "/slow").status, 504);
+    let line = weir.wait_for_line("router `slow`", 1);
+    assert!(
+        line.contains(&format!(
+            "router `slow`: service `silent`: server {}: try 1: upstream response timed out (no response head within 300ms)",
+            silent.url()
+        )),
+        "{line}"
+    );
+}

@@ -40,6 +40,7 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
             status,
             message,
             cause,
+            detail: String::new(),
         })
     };
     if head.upgrade {
@@ -158,6 +159,7 @@ async fn open_connection<C: ClientSide>(
         status,
         message,
         cause: Cause::Connect,
+        detail: String::new(),
     };
     if let UpstreamIo::Tls(tls) = &io {
         if tls.get_ref().1.alpn_protocol() != Some(b"h2") {

@@ -141,6 +141,8 @@ impl BoundEntrypoints {
 #[derive(Default)]
 pub struct Inherited {
     pub by_name: HashMap<String, Bound>,
+    /// The admin listener's socket (`admin.rs` adopts it when the address is unchanged).
+    pub admin: Option<Bound>,
 }
 
 impl Inherited {

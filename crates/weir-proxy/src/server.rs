@@ -12,11 +12,12 @@ use crate::conn::{self, Scheme};
 use crate::control;
 use crate::health_check::ActiveChecks;
 use crate::l4;
-use crate::listeners::{BoundEntrypoints, Listener};
+use crate::listeners::{BoundEntrypoints, Inherited, Listener};
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::runtime::Runtime;
 use crate::ticker::Ticker;
+use crate::upgrade::Predecessor;
 use crate::worker::{Shutdown, Worker, WorkerCommand, WorkerSetup};
 use arc_swap::ArcSwap;
 use std::cell::Cell;
@@ -56,8 +57,23 @@ fn raise_open_file_limit() {
     }
 }
 
-/// Runs the gateway until a stop signal, then drains and returns.
+/// Runs the gateway until a stop signal, then drains and returns. Started by a binary
+/// upgrade, it tells the old process when it serves, or why it cannot.
 pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
+    let (inherited, mut predecessor) = crate::upgrade::inherit()?;
+    let result = serve(config, options, inherited, &mut predecessor);
+    if let (Err(e), Some(predecessor)) = (&result, predecessor) {
+        predecessor.report_failure(e);
+    }
+    result
+}
+
+fn serve(
+    config: Config,
+    options: RunOptions,
+    mut inherited: Inherited,
+    predecessor: &mut Option<Predecessor>,
+) -> Result<(), String> {
     raise_open_file_limit();
     let workers = config.server.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -71,7 +87,6 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     // Bind every socket up front and queue each worker's listeners on its command channel.
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| unbounded_channel()).unzip();
     let mut bound = BoundEntrypoints::default();
-    let (mut inherited, predecessor) = crate::upgrade::inherit()?;
     for ep in &config.entrypoints {
         let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
         entry.announce(&ep.name);
@@ -90,7 +105,10 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         reload: reload_sender,
     });
     let mut admin = AdminListener::new(admin_state.clone());
+    admin.inherit(inherited.admin.take());
     admin.prepare(config.server.admin.as_ref())?;
+    // Handed-over sockets no entrypoint took: closed now, not held for the process's life.
+    drop(inherited);
 
     let mut handles = Vec::with_capacity(workers);
     for (id, commands) in receivers.into_iter().enumerate() {

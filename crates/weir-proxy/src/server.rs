@@ -221,10 +221,18 @@ fn worker_main(
         if !shutdown.is_requested() {
             notified.await;
         }
-        // Close idle connections now and as they become idle; busy ones finish their request.
+        // Idle connections get a short grace for a request already on its way, then close
+        // gently (`conn/h1.rs`); busy ones finish their request. Parked ones get a task again
+        // for that (checked every tick: one may have parked as the stop came).
         let graceful = worker.config.load().config.server.graceful_timeout;
         let deadline = Instant::now() + graceful;
-        while active.get() > 0 && Instant::now() < deadline {
+        loop {
+            for conn in worker.idle.take_all() {
+                resume(&worker, conn, &active);
+            }
+            if active.get() == 0 || Instant::now() >= deadline {
+                break;
+            }
             worker.sweep_connections();
             worker.tick.notified().await;
         }
@@ -444,16 +452,21 @@ async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
             }
         };
         for conn in woken {
-            match TcpStream::from_std(conn.io) {
-                Ok(io) => {
-                    let counted = Active::enter(&active);
-                    spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
-                }
-                Err(e) => eprintln!(
-                    "weir: worker {}: cannot resume a connection: {e}",
-                    worker.id
-                ),
-            }
+            resume(&worker, conn, &active);
         }
+    }
+}
+
+/// Starts an HTTP/1 task for a connection that was parked.
+fn resume(worker: &Rc<Worker>, conn: conn::idle::Woken, active: &Rc<Cell<usize>>) {
+    match TcpStream::from_std(conn.io) {
+        Ok(io) => {
+            let counted = Active::enter(active);
+            spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
+        }
+        Err(e) => eprintln!(
+            "weir: worker {}: cannot resume a connection: {e}",
+            worker.id
+        ),
     }
 }

@@ -1,6 +1,7 @@
 //! The command line and process lifecycle: `check` (every example config, and error format),
-//! `route explain`, `--version`, graceful stop with a request in flight, and the open-file
-//! limit raised at start.
+//! `route explain`, `--version`, graceful stop with a request in flight (requests on their way
+//! answered, idle connections closed gently after a grace), and the open-file limit raised at
+//! start.
 
 mod common;
 use common::*;
@@ -257,19 +258,75 @@ fn parked_connections_wake_expire_and_stop() {
     // A woken connection parks again (it is still in the idle set, disabled) and wakes again.
     woken.send(request);
     assert_eq!(woken.read(false).unwrap().text(), "ok");
-    // A stop closes parked connections at once.
-    let mut parked = open();
+    // A stop gives parked connections the drain's grace (1 s): a request sent within it is
+    // answered with `Connection: close`; a connection still idle after it is closed.
+    let (mut parked, mut late) = (open(), open());
     std::thread::sleep(Duration::from_millis(1600));
     let stopping = Instant::now();
     weir.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    late.send(request);
+    let answer = late.read(false).unwrap();
+    assert_eq!(answer.text(), "ok");
+    assert_eq!(answer.header("connection"), Some("close"));
+    assert!(late.is_closed());
     assert!(parked.is_closed());
+    let closed_after = stopping.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(1000) && closed_after < Duration::from_millis(1800),
+        "{closed_after:?}"
+    );
+    assert!(woken.is_closed());
+    drop((parked, woken));
     assert!(weir.child.wait().unwrap().success());
     assert!(
-        stopping.elapsed() < Duration::from_millis(1000),
+        stopping.elapsed() < Duration::from_millis(2500),
         "{:?}",
         stopping.elapsed()
     );
-    assert!(woken.is_closed());
+}
+
+#[test]
+fn a_stop_answers_requests_on_their_way_and_closes_idle_connections_gently() {
+    let mut weir = Weir::start(
+        "server: { workers: 1, graceful_timeout: 10s }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    respond: { body: ok }\n",
+    );
+    let addr = weir.addr();
+    let request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    let open = || {
+        let mut conn = Conn::open(addr);
+        conn.send(request);
+        assert_eq!(conn.read(false).unwrap().text(), "ok");
+        conn
+    };
+    // Two keep-alive connections between requests, and one accepted whose first request
+    // has not come yet.
+    let (mut idle, mut busy) = (open(), open());
+    let mut fresh = Conn::open(addr);
+    std::thread::sleep(Duration::from_millis(200));
+    let stopping = Instant::now();
+    weir.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    // Requests that come within the grace are answered, with `Connection: close`.
+    for conn in [&mut busy, &mut fresh] {
+        conn.send(request);
+        let answer = conn.read(false).unwrap();
+        assert_eq!(answer.text(), "ok");
+        assert_eq!(answer.header("connection"), Some("close"));
+        assert!(conn.is_closed());
+    }
+    // The idle one is closed after the grace, with a FIN (a read sees the end, not a reset).
+    let mut byte = [0u8; 1];
+    let read = std::io::Read::read(&mut idle.reader, &mut byte);
+    assert!(matches!(read, Ok(0)), "{read:?}");
+    let closed_after = stopping.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(1000) && closed_after < Duration::from_millis(1800),
+        "{closed_after:?}"
+    );
+    drop(idle);
+    assert!(weir.child.wait().unwrap().success());
+    assert!(stopping.elapsed() < Duration::from_secs(3));
 }
 
 #[test]

@@ -24,11 +24,15 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Notify;
 use weir_config::Config;
+
+/// How long past `graceful_timeout` a stop waits for the workers' threads before the process
+/// exits without them (their own drain ends at the timeout; this covers closing and flushing).
+const STOP_MARGIN: Duration = Duration::from_millis(500);
 
 /// How the gateway was started.
 pub struct RunOptions {
@@ -152,7 +156,17 @@ fn serve(
     let graceful = shared.load().config.server.graceful_timeout;
     eprintln!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
-    for handle in handles {
+    // Each worker ends its drain by `graceful_timeout`; one that does not come back (spinning
+    // on a bug, say) must not keep the process: it exits without it.
+    let deadline = Instant::now() + graceful + STOP_MARGIN;
+    while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stuck = handles.iter().filter(|h| !h.is_finished()).count();
+    if stuck > 0 {
+        eprintln!("weir: {stuck} worker(s) still busy past the graceful timeout; exiting anyway");
+    }
+    for handle in handles.into_iter().filter(|h| h.is_finished()) {
         let _ = handle.join();
     }
     crate::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());

@@ -95,7 +95,8 @@ fn serve(
         let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
         entry.announce(&ep.name);
         let slot = shared.load().slot(&ep.name).unwrap_or(0);
-        for (sender, listener) in senders.iter().zip(listeners) {
+        // More sockets than workers when an upgrade handed over more: each is served.
+        for (sender, listener) in senders.iter().cycle().zip(listeners) {
             let _ = sender.send(WorkerCommand::Listen { slot, listener });
         }
         bound.by_name.insert(ep.name.clone(), entry);
@@ -264,9 +265,9 @@ async fn follow_commands(
         match command {
             WorkerCommand::Listen { slot, listener } => {
                 let stop = Rc::new(Notify::new());
-                if let Some(old) = worker.listeners.borrow_mut().insert(slot, stop.clone()) {
-                    old.notify_one();
-                }
+                let mut listeners = worker.listeners.borrow_mut();
+                listeners.entry(slot).or_default().push(stop.clone());
+                drop(listeners);
                 let started = match listener {
                     Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
                         let accepting =
@@ -287,7 +288,8 @@ async fn follow_commands(
                 }
             }
             WorkerCommand::Close { slot } => {
-                if let Some(stop) = worker.listeners.borrow_mut().remove(&slot) {
+                let stops = worker.listeners.borrow_mut().remove(&slot);
+                for stop in stops.into_iter().flatten() {
                     stop.notify_one();
                 }
             }

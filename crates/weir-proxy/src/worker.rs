@@ -66,9 +66,9 @@ impl Shutdown {
 
 /// What the control thread tells a worker (`server.rs` acts on it).
 pub enum WorkerCommand {
-    /// Accept on this socket for the entrypoint in `slot`.
+    /// Accept on this socket for the entrypoint in `slot` (besides any it has for the slot).
     Listen { slot: usize, listener: Listener },
-    /// Stop accepting for the entrypoint in `slot` and close its socket.
+    /// Stop accepting for the entrypoint in `slot` and close its sockets.
     Close { slot: usize },
     /// A new snapshot is in place: apply its worker-wide settings.
     Reloaded,
@@ -106,8 +106,9 @@ pub struct Worker {
     pub tick: Notify,
     /// This worker's counters, summed by the admin listener.
     pub metrics: Arc<WorkerCells>,
-    /// The stop signal of each listener's accept task, by entrypoint slot.
-    pub listeners: RefCell<HashMap<usize, Rc<Notify>>>,
+    /// The stop signal of each listener's accept task, by entrypoint slot (a worker has more
+    /// than one socket for a slot when an upgrade handed over more than there are workers).
+    pub listeners: RefCell<HashMap<usize, Vec<Rc<Notify>>>>,
     /// Access-log lines not written yet (`accesslog.rs`), written at the latest on the next tick.
     pub log_lines: RefCell<Vec<u8>>,
 }

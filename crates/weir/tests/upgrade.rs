@@ -205,15 +205,24 @@ fn an_upgrade_under_load_fails_no_request() {
     assert_eq!(get(web, "a", "/api").status, 200);
 }
 
-#[test]
-fn wrk_through_an_upgrade_counts_no_error() {
+/// Runs wrk (3 s, 20 connections, `args` more) against a weir answering `ok` with 2 workers,
+/// upgraded after 1 s to `workers` workers; wrk's report, which must count no error.
+fn wrk_through_an_upgrade(args: &[&str], workers: usize) -> String {
     let dir = temp_dir("upgrade-wrk");
     let pid_file = dir.join("weir.pid");
-    let mut weir = Weir::start(&respond_config(&pid_file, "127.0.0.1:0"));
+    let config = respond_config(&pid_file, "127.0.0.1:0");
+    let mut weir = Weir::start(&config);
+    std::fs::write(
+        weir.config_path(),
+        config.replace("workers: 2", &format!("workers: {workers}")),
+    )
+    .unwrap();
     let old_pid = weir.child.id();
     let url = format!("http://{}/", weir.addr());
     let wrk = std::process::Command::new("wrk")
-        .args(["-t2", "-c20", "-d3s", &url])
+        .args(["-t2", "-c20", "-d3s"])
+        .args(args)
+        .arg(&url)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("wrk must be installed (scripts/test installs it)");
@@ -223,11 +232,27 @@ fn wrk_through_an_upgrade_counts_no_error() {
     let _successor = Successor(pid_in(&pid_file).filter(|pid| *pid != old_pid));
     assert!(status.success(), "{status}: {:#?}", weir.stderr());
     let out = wrk.wait_with_output().unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
     // wrk prints these lines only when it counted some.
     assert!(
         !report.contains("Socket errors") && !report.contains("Non-2xx"),
         "{report}"
     );
     assert!(report.contains(" requests in "), "{report}");
+    report
+}
+
+#[test]
+fn wrk_through_an_upgrade_counts_no_error() {
+    // Keep-alive connections: each one's next request after the handoff is answered with
+    // `Connection: close`, then wrk reconnects to the new process.
+    wrk_through_an_upgrade(&[], 2);
+}
+
+#[test]
+fn wrk_through_an_upgrade_to_fewer_workers_counts_no_error() {
+    // A connection per request, so connections wait in every handed-over socket's queue: the
+    // new process serves both sockets with its one worker (one it closed would stay in the
+    // port's group while the old process holds it, and lose its queue when that one exits).
+    wrk_through_an_upgrade(&["-H", "Connection: close"], 1);
 }

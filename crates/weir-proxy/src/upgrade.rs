@@ -234,9 +234,35 @@ impl Predecessor {
     }
 }
 
+/// The new side, when it cannot start before it takes the sockets (its config has errors):
+/// takes them all the same, so the handoff completes, and tells the old process why.
+/// Nothing when this process was not started by an upgrade.
+pub fn refuse(error: &str) {
+    if let Ok((_, Some(predecessor))) = receive() {
+        predecessor.report_failure(error);
+    }
+}
+
 /// The new side: when this process was started by an upgrade, fetches the sockets the old
 /// process hands over.
 pub fn inherit() -> Result<(Inherited, Option<Predecessor>), String> {
+    let (inherited, predecessor) = receive()?;
+    if predecessor.is_some() {
+        let count: usize = inherited.by_name.values().map(|b| b.sockets.len()).sum();
+        let admin = match inherited.admin {
+            Some(_) => " and the admin listener",
+            None => "",
+        };
+        eprintln!(
+            "weir: upgrade: took over {count} listening socket(s) of {} entrypoint(s){admin}",
+            inherited.by_name.len()
+        );
+    }
+    Ok((inherited, predecessor))
+}
+
+/// `inherit` without a word.
+fn receive() -> Result<(Inherited, Option<Predecessor>), String> {
     let Some(name) = std::env::var_os(HANDOFF_ENV) else {
         return Ok((Inherited::default(), None));
     };
@@ -292,15 +318,6 @@ pub fn inherit() -> Result<(Inherited, Option<Predecessor>), String> {
         };
         into.sockets.extend(fds);
     }
-    let count: usize = inherited.by_name.values().map(|b| b.sockets.len()).sum();
-    let admin = match inherited.admin {
-        Some(_) => " and the admin listener",
-        None => "",
-    };
-    eprintln!(
-        "weir: upgrade: took over {count} listening socket(s) of {} entrypoint(s){admin}",
-        inherited.by_name.len()
-    );
     Ok((inherited, Some(Predecessor(conn))))
 }
 

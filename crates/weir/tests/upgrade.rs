@@ -138,6 +138,28 @@ fn a_new_process_that_cannot_start_is_reported_and_the_old_one_serves() {
 }
 
 #[test]
+fn a_new_config_with_errors_is_reported_by_the_old_process() {
+    let dir = temp_dir("upgrade-bad-config");
+    let pid_file = dir.join("weir.pid");
+    let weir = Weir::start(&respond_config(&pid_file, "127.0.0.1:0"));
+    std::fs::write(
+        weir.config_path(),
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r: { rule: \"Path(`/`\", respond: {} }\n",
+    )
+    .unwrap();
+    weir.signal("USR2");
+    let line = weir.wait_for_line("upgrade failed; still serving", 1);
+    assert!(
+        line.contains("the new process could not start: ")
+            && line.contains("invalid rule")
+            && line.contains("1 error(s)")
+            && line.contains("(exit status: 1)"),
+        "{line}"
+    );
+    assert_eq!(get(weir.addr(), "a", "/").text(), "ok");
+}
+
+#[test]
 fn an_upgrade_under_load_fails_no_request() {
     let upstream = Upstream::start("one");
     let dir = temp_dir("upgrade");

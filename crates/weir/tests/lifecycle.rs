@@ -271,7 +271,8 @@ fn a_stop_ends_by_the_graceful_timeout_whatever_connections_do() {
 #[test]
 fn a_stop_ends_by_the_graceful_timeout_even_with_a_worker_stuck() {
     // A worker blocked in a system call never gets back to its drain: here `open` of a FIFO
-    // no one writes to, under a static route.
+    // no one writes to, under a static route (static files are opened blocking, without
+    // O_NONBLOCK; should that change, this test needs another way to hold a worker).
     let root = temp_dir("stuck");
     let fifo = root.join("pipe");
     stdout_of(Command::new("mkfifo").arg(&fifo), "mkfifo");

@@ -4,13 +4,15 @@
 //! config version and the last reload's result; `POST /api/reload` reloads the file and answers
 //! how it went. With `token` set, everything but `/metrics` needs
 //! `Authorization: Bearer TOKEN`. One request per connection. A reload may move the listener to
-//! another address ([`AdminListener`]).
+//! another address ([`AdminListener`]); a binary upgrade hands its socket to the new process.
 
+use crate::listeners::Bound;
 use crate::metrics::Metrics;
 use crate::prometheus;
 use crate::runtime::Runtime;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -18,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
+use weir_config::Transport;
 
 /// Largest request head the admin listener reads.
 const MAX_HEAD: usize = 8 * 1024;
@@ -66,6 +69,10 @@ pub struct AdminListener {
     task: Option<tokio::task::JoinHandle<()>>,
     /// What `commit` will serve: `Some(None)` to stop serving.
     pending: Option<Option<(SocketAddr, std::net::TcpListener)>>,
+    /// A duplicate of the socket in service, for the new process of a binary upgrade.
+    serving: Option<Bound>,
+    /// The socket the process this one upgrades served, until the first `prepare`.
+    inherited: Option<Bound>,
 }
 
 impl AdminListener {
@@ -75,13 +82,23 @@ impl AdminListener {
             address: None,
             task: None,
             pending: None,
+            serving: None,
+            inherited: None,
         }
+    }
+
+    /// Takes the admin socket a binary upgrade handed over: the first `prepare` serves it if
+    /// the address is unchanged (the old process still holds that address, so a fresh bind
+    /// would fail), else closes it.
+    pub fn inherit(&mut self, inherited: Option<Bound>) {
+        self.inherited = inherited;
     }
 
     /// Binds the listener `admin` asks for, unless it is the one in service. The last step of
     /// a reload that can fail.
     pub fn prepare(&mut self, admin: Option<&weir_config::Admin>) -> Result<(), String> {
         let wanted = admin.map(|a| a.address);
+        let inherited = self.inherited.take();
         self.pending = None;
         if wanted == self.address {
             return Ok(());
@@ -89,8 +106,12 @@ impl AdminListener {
         self.pending = Some(match wanted {
             None => None,
             Some(address) => {
-                // A plain bind (no SO_REUSEPORT): a second weir must not share the admin port.
-                let listener = std::net::TcpListener::bind(address)
+                let listener = match inherited {
+                    Some(handed) if handed.configured == address => adopt(handed),
+                    // A plain bind (no SO_REUSEPORT): a second weir must not share the port.
+                    _ => std::net::TcpListener::bind(address),
+                };
+                let listener = listener
                     .and_then(|l| l.set_nonblocking(true).map(|()| l))
                     .map_err(|e| format!("admin: cannot listen on {address}: {e}"))?;
                 if let Ok(actual) = listener.local_addr() {
@@ -111,13 +132,53 @@ impl AdminListener {
             task.abort();
         }
         self.address = pending.as_ref().map(|(address, _)| *address);
-        if let Some((_, listener)) = pending {
+        self.serving = None;
+        if let Some((address, listener)) = pending {
+            self.serving = duplicate(address, &listener);
             match TcpListener::from_std(listener) {
                 Ok(listener) => self.task = Some(tokio::spawn(serve(listener, self.state.clone()))),
                 Err(e) => crate::log_line!("weir: admin: {e}"),
             }
         }
     }
+
+    /// Another duplicate of the socket in service, for a binary upgrade to hand over.
+    pub fn handoff(&self) -> Result<Option<Bound>, String> {
+        let Some(serving) = &self.serving else {
+            return Ok(None);
+        };
+        let sockets = serving
+            .sockets
+            .iter()
+            .map(OwnedFd::try_clone)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("cannot duplicate the admin listener's socket: {e}"))?;
+        Ok(Some(Bound {
+            sockets,
+            ..*serving
+        }))
+    }
+}
+
+/// The listening socket a binary upgrade handed over.
+fn adopt(handed: Bound) -> std::io::Result<std::net::TcpListener> {
+    let socket = handed.sockets.into_iter().next().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no socket was handed over")
+    })?;
+    Ok(std::net::TcpListener::from(socket))
+}
+
+/// A duplicate of the admin socket about to be served (`None` if the system refuses one:
+/// then an upgrade's new process binds the address itself, as before handoffs).
+fn duplicate(configured: SocketAddr, listener: &std::net::TcpListener) -> Option<Bound> {
+    let actual = listener.local_addr().ok()?;
+    let socket = listener.try_clone().ok()?;
+    Some(Bound {
+        configured,
+        actual,
+        transport: Transport::Tcp,
+        sockets: vec![OwnedFd::from(socket)],
+    })
 }
 
 /// Accepts admin connections until the runtime stops.

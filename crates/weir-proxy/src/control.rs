@@ -20,13 +20,14 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 const DISCOVERY_TICK: Duration = Duration::from_millis(250);
 
 /// Runs the control loop until a stop signal. `ready` is logged once the signals are
-/// handled (a `SIGHUP` before that would end the process).
+/// handled (a `SIGHUP` before that would end the process); then the process this one
+/// upgrades, if any, is told (and `predecessor` taken).
 pub fn run(
     mut reloader: Reloader,
     mut reload_requests: UnboundedReceiver<ReloadRequest>,
     watch: bool,
     ready: &str,
-    predecessor: Option<Predecessor>,
+    predecessor: &mut Option<Predecessor>,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -44,7 +45,7 @@ pub fn run(
         // Before the ready line: a change made once it is out is a change to act on.
         let mut watched = file_stamp(&reloader.config_path);
         crate::log_line!("{ready}");
-        if let Some(predecessor) = predecessor {
+        if let Some(predecessor) = predecessor.take() {
             predecessor.report_ready();
         }
         // The handoff of a binary upgrade under way, answered with the new process's pid.
@@ -107,7 +108,8 @@ pub fn run(
 /// Starts a binary upgrade on a thread of its own (it waits for the new process).
 fn start_upgrade(reloader: &Reloader) -> Option<oneshot::Receiver<Result<u32, String>>> {
     crate::log_line!("weir: upgrade: starting the new binary");
-    let sockets = match upgrade::duplicates(&reloader.bound) {
+    let admin = reloader.admin.handoff();
+    let sockets = match admin.and_then(|admin| upgrade::duplicates(&reloader.bound, admin)) {
         Ok(sockets) => sockets,
         Err(e) => {
             crate::log_line!("weir: upgrade failed; still serving: {e}");

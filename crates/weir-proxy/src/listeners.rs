@@ -93,7 +93,8 @@ pub struct BoundEntrypoints {
 
 impl BoundEntrypoints {
     /// Binds `ep` once per worker, taking sockets from `inherited` (a binary upgrade's) first.
-    /// Returns each worker's listener; the duplicates are kept only once `keep` is called.
+    /// Returns the listeners, one per worker, or more when more were inherited: the caller
+    /// deals them out to the workers in turn.
     pub fn bind(
         ep: &Entrypoint,
         workers: usize,
@@ -106,7 +107,7 @@ impl BoundEntrypoints {
             )
         };
         let mut listeners = Vec::with_capacity(workers);
-        for fd in inherited.take(ep, workers) {
+        for fd in inherited.take(ep) {
             listeners.push(Listener::adopt(fd, ep.transport).map_err(err)?);
         }
         let actual = match listeners.first() {
@@ -141,14 +142,18 @@ impl BoundEntrypoints {
 #[derive(Default)]
 pub struct Inherited {
     pub by_name: HashMap<String, Bound>,
+    /// The admin listener's socket (`admin.rs` adopts it when the address is unchanged).
+    pub admin: Option<Bound>,
 }
 
 impl Inherited {
-    /// The inherited sockets for `ep` (at most one per worker), when its address and
-    /// transport are unchanged; the rest of them are closed.
-    fn take(&mut self, ep: &Entrypoint, workers: usize) -> Vec<OwnedFd> {
+    /// The inherited sockets for `ep`, when its address and transport are unchanged. All of
+    /// them, even more than there are workers: one closed here would stay in the kernel's
+    /// `SO_REUSEPORT` group while the old process holds it, and the connections queued in it
+    /// then would be reset when that process exits.
+    fn take(&mut self, ep: &Entrypoint) -> Vec<OwnedFd> {
         match self.by_name.remove(&ep.name) {
-            Some(bound) if bound.serves(ep) => bound.sockets.into_iter().take(workers).collect(),
+            Some(bound) if bound.serves(ep) => bound.sockets,
             _ => Vec::new(),
         }
     }

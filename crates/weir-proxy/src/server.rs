@@ -12,22 +12,27 @@ use crate::conn::{self, Scheme};
 use crate::control;
 use crate::health_check::ActiveChecks;
 use crate::l4;
-use crate::listeners::{BoundEntrypoints, Listener};
+use crate::listeners::{BoundEntrypoints, Inherited, Listener};
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::runtime::Runtime;
 use crate::ticker::Ticker;
+use crate::upgrade::Predecessor;
 use crate::worker::{Shutdown, Worker, WorkerCommand, WorkerSetup};
 use arc_swap::ArcSwap;
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Notify;
 use weir_config::Config;
+
+/// How long past `graceful_timeout` a stop waits for the workers' threads before the process
+/// exits without them (their own drain ends at the timeout; this covers closing and flushing).
+const STOP_MARGIN: Duration = Duration::from_millis(500);
 
 /// How the gateway was started.
 pub struct RunOptions {
@@ -56,8 +61,23 @@ fn raise_open_file_limit() {
     }
 }
 
-/// Runs the gateway until a stop signal, then drains and returns.
+/// Runs the gateway until a stop signal, then drains and returns. Started by a binary
+/// upgrade, it tells the old process when it serves, or why it cannot.
 pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
+    let (inherited, mut predecessor) = crate::upgrade::inherit()?;
+    let result = serve(config, options, inherited, &mut predecessor);
+    if let (Err(e), Some(predecessor)) = (&result, predecessor) {
+        predecessor.report_failure(e);
+    }
+    result
+}
+
+fn serve(
+    config: Config,
+    options: RunOptions,
+    mut inherited: Inherited,
+    predecessor: &mut Option<Predecessor>,
+) -> Result<(), String> {
     raise_open_file_limit();
     let workers = config.server.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -71,12 +91,12 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     // Bind every socket up front and queue each worker's listeners on its command channel.
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| unbounded_channel()).unzip();
     let mut bound = BoundEntrypoints::default();
-    let (mut inherited, predecessor) = crate::upgrade::inherit()?;
     for ep in &config.entrypoints {
         let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
         entry.announce(&ep.name);
         let slot = shared.load().slot(&ep.name).unwrap_or(0);
-        for (sender, listener) in senders.iter().zip(listeners) {
+        // More sockets than workers when an upgrade handed over more: each is served.
+        for (sender, listener) in senders.iter().cycle().zip(listeners) {
             let _ = sender.send(WorkerCommand::Listen { slot, listener });
         }
         bound.by_name.insert(ep.name.clone(), entry);
@@ -90,7 +110,10 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
         reload: reload_sender,
     });
     let mut admin = AdminListener::new(admin_state.clone());
+    admin.inherit(inherited.admin.take());
     admin.prepare(config.server.admin.as_ref())?;
+    // Handed-over sockets no entrypoint took: closed now, not held for the process's life.
+    drop(inherited);
 
     let mut handles = Vec::with_capacity(workers);
     for (id, commands) in receivers.into_iter().enumerate() {
@@ -134,7 +157,19 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
     let graceful = shared.load().config.server.graceful_timeout;
     crate::log_line!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
-    for handle in handles {
+    // Each worker ends its drain by `graceful_timeout`; one that does not come back (spinning
+    // on a bug, say) must not keep the process: it exits without it.
+    let deadline = Instant::now() + graceful + STOP_MARGIN;
+    while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stuck = handles.iter().filter(|h| !h.is_finished()).count();
+    if stuck > 0 {
+        crate::log_line!(
+            "weir: {stuck} worker(s) still busy past the graceful timeout; exiting anyway"
+        );
+    }
+    for handle in handles.into_iter().filter(|h| h.is_finished()) {
         let _ = handle.join();
     }
     crate::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
@@ -203,10 +238,18 @@ fn worker_main(
         if !shutdown.is_requested() {
             notified.await;
         }
-        // Close idle connections now and as they become idle; busy ones finish their request.
+        // Idle connections get a short grace for a request already on its way, then close
+        // gently (`conn/h1.rs`); busy ones finish their request. Parked ones get a task again
+        // for that (checked every tick: one may have parked as the stop came).
         let graceful = worker.config.load().config.server.graceful_timeout;
         let deadline = Instant::now() + graceful;
-        while active.get() > 0 && Instant::now() < deadline {
+        loop {
+            for conn in worker.idle.take_all() {
+                resume(&worker, conn, &active);
+            }
+            if active.get() == 0 || Instant::now() >= deadline {
+                break;
+            }
             worker.sweep_connections();
             worker.tick.notified().await;
         }
@@ -224,9 +267,9 @@ async fn follow_commands(
         match command {
             WorkerCommand::Listen { slot, listener } => {
                 let stop = Rc::new(Notify::new());
-                if let Some(old) = worker.listeners.borrow_mut().insert(slot, stop.clone()) {
-                    old.notify_one();
-                }
+                let mut listeners = worker.listeners.borrow_mut();
+                listeners.entry(slot).or_default().push(stop.clone());
+                drop(listeners);
                 let started = match listener {
                     Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
                         let accepting =
@@ -247,7 +290,8 @@ async fn follow_commands(
                 }
             }
             WorkerCommand::Close { slot } => {
-                if let Some(stop) = worker.listeners.borrow_mut().remove(&slot) {
+                let stops = worker.listeners.borrow_mut().remove(&slot);
+                for stop in stops.into_iter().flatten() {
                     stop.notify_one();
                 }
             }
@@ -426,16 +470,21 @@ async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
             }
         };
         for conn in woken {
-            match TcpStream::from_std(conn.io) {
-                Ok(io) => {
-                    let counted = Active::enter(&active);
-                    spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
-                }
-                Err(e) => crate::log_line!(
-                    "weir: worker {}: cannot resume a connection: {e}",
-                    worker.id
-                ),
-            }
+            resume(&worker, conn, &active);
         }
+    }
+}
+
+/// Starts an HTTP/1 task for a connection that was parked.
+fn resume(worker: &Rc<Worker>, conn: conn::idle::Woken, active: &Rc<Cell<usize>>) {
+    match TcpStream::from_std(conn.io) {
+        Ok(io) => {
+            let counted = Active::enter(active);
+            spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
+        }
+        Err(e) => crate::log_line!(
+            "weir: worker {}: cannot resume a connection: {e}",
+            worker.id
+        ),
     }
 }

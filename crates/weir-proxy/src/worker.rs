@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Size of the read buffers the worker lends to connections.
@@ -39,6 +40,12 @@ pub fn make_room(buf: &mut BytesMut) {
     }
 }
 
+/// How long a stop waits for the next request of an idle HTTP/1 connection before closing it
+/// (`H1Client::await_last_request`): ample for a busy keep-alive client, whose next request
+/// follows its last answer within a round trip, so it is answered with `Connection: close`
+/// instead of failing on a closed connection. At most a third of `graceful_timeout`.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
 /// Process-wide stop signal shared by all workers.
 #[derive(Default)]
 pub struct Shutdown {
@@ -59,9 +66,9 @@ impl Shutdown {
 
 /// What the control thread tells a worker (`server.rs` acts on it).
 pub enum WorkerCommand {
-    /// Accept on this socket for the entrypoint in `slot`.
+    /// Accept on this socket for the entrypoint in `slot` (besides any it has for the slot).
     Listen { slot: usize, listener: Listener },
-    /// Stop accepting for the entrypoint in `slot` and close its socket.
+    /// Stop accepting for the entrypoint in `slot` and close its sockets.
     Close { slot: usize },
     /// A new snapshot is in place: apply its worker-wide settings.
     Reloaded,
@@ -99,8 +106,9 @@ pub struct Worker {
     pub tick: Notify,
     /// This worker's counters, summed by the admin listener.
     pub metrics: Arc<WorkerCells>,
-    /// The stop signal of each listener's accept task, by entrypoint slot.
-    pub listeners: RefCell<HashMap<usize, Rc<Notify>>>,
+    /// The stop signal of each listener's accept task, by entrypoint slot (a worker has more
+    /// than one socket for a slot when an upgrade handed over more than there are workers).
+    pub listeners: RefCell<HashMap<usize, Vec<Rc<Notify>>>>,
     /// Access-log lines not written yet (`accesslog.rs`), written at the latest on the next tick.
     pub log_lines: RefCell<Vec<u8>>,
 }
@@ -151,6 +159,13 @@ impl Worker {
             .configure(runtime.config.server.open_file_cache);
     }
 
+    /// How long, when stopping, an idle connection waits for one more request, and then for
+    /// its client to close after weir's side is shut down (`DRAIN_GRACE`).
+    pub fn drain_grace(&self) -> Duration {
+        let graceful = self.config.load().config.server.graceful_timeout;
+        DRAIN_GRACE.min(graceful / 3)
+    }
+
     /// Registers a new client connection's watch with the sweep.
     pub fn watch_connection(&self) -> Rc<ConnWatch> {
         let watch = Rc::new(ConnWatch::default());
@@ -159,7 +174,8 @@ impl Worker {
     }
 
     /// Advances the clock, fires the deadlines that have passed (and idle waits when
-    /// stopping), forgets connections that have ended, and closes parked ones that expired.
+    /// stopping), forgets connections that have ended, and closes parked ones that expired
+    /// (a stop gives parked ones a task again: `server.rs`).
     pub fn sweep_connections(&self) {
         self.clock.tick();
         let now = self.clock.now();
@@ -168,7 +184,7 @@ impl Worker {
             watch.check(now, stopping);
             Rc::strong_count(watch) > 1
         });
-        self.idle.expire(now, stopping);
+        self.idle.expire(now);
         self.metrics.parked.set(self.idle.len() as u64);
     }
 }

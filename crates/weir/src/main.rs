@@ -123,8 +123,14 @@ enum RouteCommand {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run { config, watch } => {
-            let Some(cfg) = load(&config) else {
-                return ExitCode::FAILURE;
+            let cfg = match read_config(&config) {
+                Ok(cfg) => cfg,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    // Started by a binary upgrade: the old process logs why, and serves on.
+                    weir_proxy::upgrade::refuse(&errors.replace('\n', "; "));
+                    return ExitCode::FAILURE;
+                }
             };
             let options = weir_proxy::RunOptions {
                 config_path: config.clone(),
@@ -222,16 +228,25 @@ fn main() -> ExitCode {
 
 /// Loads a config, printing every error as `FILE:LINE:COLUMN: message`.
 fn load(path: &str) -> Option<weir_config::Config> {
-    match weir_config::load_file(path) {
+    match read_config(path) {
         Ok(cfg) => Some(cfg),
         Err(errors) => {
-            for e in &errors {
-                eprintln!("{e}");
-            }
-            eprintln!("{path}: {} error(s)", errors.len());
+            eprintln!("{errors}");
             None
         }
     }
+}
+
+/// The config at `path`, or its errors, one a line, and their count.
+fn read_config(path: &str) -> Result<weir_config::Config, String> {
+    weir_config::load_file(path).map_err(|errors| {
+        let mut text = String::new();
+        for e in &errors {
+            text.push_str(&format!("{e}\n"));
+        }
+        text.push_str(&format!("{path}: {} error(s)", errors.len()));
+        text
+    })
 }
 
 mod explain;

@@ -77,8 +77,6 @@ pub struct H1Client<S> {
     pub ip_text: String,
     pub body: RequestBody,
     pub scheme: Scheme,
-    /// Whether a request was answered on this connection (a later wait is keep-alive idle).
-    pub served: bool,
     /// The most one `sendfile` call sends (`sendfile_call`); 0 until a file needs it.
     pub sendfile_call: u64,
 }
@@ -102,7 +100,6 @@ pub async fn serve<S: ClientIo>(
         ip_text: ip.to_string(),
         body: RequestBody::Done,
         scheme,
-        served: false,
         sendfile_call: 0,
     };
     loop {
@@ -113,6 +110,10 @@ pub async fn serve<S: ClientIo>(
             match client.await_request(&worker).await {
                 Idle::Request => {}
                 Idle::Close => break,
+                Idle::Drained => {
+                    Box::pin(client.linger(&worker, worker.drain_grace())).await;
+                    break;
+                }
                 Idle::Park { expires } => {
                     // The task ends; the socket waits in the worker's idle set (`idle.rs`).
                     if let Some(io) = client.io.into_parkable() {
@@ -126,7 +127,7 @@ pub async fn serve<S: ClientIo>(
             Next::KeepAlive => {}
             Next::Close => break,
             Next::Linger => {
-                Box::pin(client.linger(&worker)).await;
+                Box::pin(client.linger(&worker, LINGER_TIMEOUT)).await;
                 break;
             }
         }
@@ -153,8 +154,10 @@ pub(super) fn canonical_ip(ip: IpAddr) -> IpAddr {
 enum Idle {
     /// Its first bytes are buffered.
     Request,
-    /// EOF, idle timeout or stop.
+    /// EOF or idle timeout.
     Close,
+    /// Stopping, and no request came within the grace: close gently.
+    Drained,
     /// Idle for `PARK_AFTER`: park the connection until the client writes or `expires`.
     Park { expires: Instant },
 }
@@ -169,30 +172,46 @@ enum HeadRead {
 }
 
 impl<S: ClientIo> H1Client<S> {
-    /// Waits, idle, for the first bytes of the next request, parking the connection once it
-    /// has waited `PARK_AFTER` with time left before the idle timeout. A stop closes a
-    /// keep-alive connection here; a new one gets its first request answered.
+    /// Waits, idle, for the first bytes of the next request (or of a new connection's first),
+    /// parking the connection once it has waited `PARK_AFTER` with time left before the idle
+    /// timeout. A stop ends the wait: what follows is `await_last_request`.
     async fn await_request(&mut self, worker: &Worker) -> Idle {
-        if self.served && worker.shutdown.is_requested() {
-            return Idle::Close;
+        if !worker.shutdown.is_requested() {
+            let read = read_lent(&mut self.io, &mut self.buf, worker);
+            let idle = worker.timeouts.get().idle;
+            let parks = S::PARKS && idle > PARK_AFTER;
+            let limit = if parks { PARK_AFTER } else { idle };
+            let since = worker.clock.now();
+            let waiting = Waiting::KeepAlive;
+            match self.watch.within(&worker.clock, waiting, limit, read).await {
+                Ok(Ok(n)) if n > 0 => return Idle::Request,
+                Err(Expired) if worker.shutdown.is_requested() => {}
+                // `since` may be a tick stale, so the idle timeout ends a tick later, as in
+                // `ConnWatch::check`.
+                Err(Expired) if parks => {
+                    return Idle::Park {
+                        expires: since + idle + SWEEP_TICK,
+                    }
+                }
+                _ => return Idle::Close,
+            }
         }
-        let waiting = if self.served {
-            Waiting::KeepAlive
-        } else {
-            Waiting::RequestHead
-        };
+        // Boxed: only a stop gets here.
+        Box::pin(self.await_last_request(worker)).await
+    }
+
+    /// Stopping: the client may have sent its next request already (a busy keep-alive client
+    /// sends it as soon as it has read an answer), and closing now would fail it. So the
+    /// request gets `Worker::drain_grace` to arrive, and is answered with `Connection: close`;
+    /// a connection still idle then is closed gently, its client seeing a FIN, not a reset.
+    async fn await_last_request(&mut self, worker: &Worker) -> Idle {
         let read = read_lent(&mut self.io, &mut self.buf, worker);
-        let idle = worker.timeouts.get().idle;
-        let parks = S::PARKS && idle > PARK_AFTER;
-        let limit = if parks { PARK_AFTER } else { idle };
-        let since = worker.clock.now();
-        match self.watch.within(&worker.clock, waiting, limit, read).await {
+        let grace = worker.drain_grace();
+        // Not `KeepAlive`: the stop must not end this wait too; its deadline does.
+        let waiting = Waiting::RequestHead;
+        match self.watch.within(&worker.clock, waiting, grace, read).await {
             Ok(Ok(n)) if n > 0 => Idle::Request,
-            // `since` may be a tick stale, so the idle timeout ends a tick later, as in
-            // `ConnWatch::check`.
-            Err(Expired) if parks && !worker.shutdown.is_requested() => Idle::Park {
-                expires: since + idle + SWEEP_TICK,
-            },
+            Err(Expired) => Idle::Drained,
             _ => Idle::Close,
         }
     }
@@ -207,14 +226,12 @@ impl<S: ClientIo> H1Client<S> {
         self.out = worker.buffers.take_out();
         let runtime = worker.config.load_full();
         let outcome = exchange(worker, &runtime, entrypoint, self, head).await;
-        self.served = true;
         worker.buffers.give_out(std::mem::take(&mut self.out));
         if outcome.linger {
             Next::Linger
-        } else if !outcome.keep_alive
-            || worker.shutdown.is_requested()
-            || runtime.entrypoint(entrypoint).is_none()
-        {
+        } else if !outcome.keep_alive || runtime.entrypoint(entrypoint).is_none() {
+            // An answer that promised keep-alive before a stop keeps the connection: its
+            // client's next request is already coming, and gets `Connection: close`.
             Next::Close
         } else {
             Next::KeepAlive
@@ -270,10 +287,10 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// Closes a connection whose request may still be arriving without resetting it: weir's
-    /// side is shut down, then input is read and dropped until the client closes, goes quiet or
-    /// has sent too much. Closing with unread input sends a reset, which can destroy the answer
-    /// before the client reads it.
-    async fn linger(&mut self, worker: &Worker) {
+    /// side is shut down, then input is read and dropped until the client closes, goes quiet
+    /// for `quiet`, or has sent too much. Closing with unread input sends a reset, which can
+    /// destroy the answer before the client reads it.
+    async fn linger(&mut self, worker: &Worker, quiet: Duration) {
         if self.io.shutdown().await.is_err() {
             return;
         }
@@ -282,11 +299,7 @@ impl<S: ClientIo> H1Client<S> {
             self.buf.clear();
             let read = read_lent(&mut self.io, &mut self.buf, worker);
             let wait = Waiting::RequestBody;
-            match self
-                .watch
-                .within(&worker.clock, wait, LINGER_TIMEOUT, read)
-                .await
-            {
+            match self.watch.within(&worker.clock, wait, quiet, read).await {
                 Ok(Ok(n)) if n > 0 => discarded += n,
                 _ => return,
             }

@@ -2,8 +2,9 @@
 //! task and waits here, as a descriptor in the worker's own epoll set and one small slot
 //! (about 60 bytes), instead of a task, a tokio registration and the driver's state (1.4 KB).
 //! When the client sends again, the worker gets it back through [`IdleConnections::woken`] and
-//! starts a new HTTP/1 task; the idle timeout, counted from when the wait began, and a stop
-//! close it here.
+//! starts a new HTTP/1 task; the idle timeout, counted from when the wait began, closes it
+//! here. A stop hands every parked connection back ([`IdleConnections::take_all`]) for its
+//! task to drain it like any idle connection.
 //!
 //! Parking costs three `epoll_ctl` calls per idle period, so it waits for a full second of
 //! idleness: a connection that is busy never parks. TLS connections are not parked (their
@@ -155,9 +156,8 @@ impl IdleConnections {
         }
     }
 
-    /// The sweep: closes connections whose idle timeout has passed, or all of them when the
-    /// worker is stopping.
-    pub fn expire(&self, now: Instant, stopping: bool) {
+    /// The sweep: closes connections whose idle timeout has passed.
+    pub fn expire(&self, now: Instant) {
         if self.is_empty() {
             return;
         }
@@ -165,11 +165,34 @@ impl IdleConnections {
         for index in 0..slots.parked.len() {
             let due = slots.parked[index]
                 .as_ref()
-                .is_some_and(|p| stopping || now >= p.expires);
+                .is_some_and(|p| now >= p.expires);
             if due {
                 slots.take(index);
             }
         }
+    }
+
+    /// Every parked connection, taken out of the set (a stop drains them in tasks: closing
+    /// them here could cross a request their client has just sent).
+    pub fn take_all(&self) -> Vec<Woken> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let mut slots = self.slots.borrow_mut();
+        let epoll = &self.epoll.get_ref().0;
+        let mut taken = Vec::with_capacity(slots.parked.len() - slots.free.len());
+        for index in 0..slots.parked.len() {
+            if let Some(parked) = slots.take(index) {
+                // Still armed: an event for a slot reused later would wake the wrong one.
+                let _ = epoll.delete(parked.io.as_fd());
+                taken.push(Woken {
+                    io: parked.io,
+                    peer: parked.peer,
+                    entrypoint: parked.entrypoint as usize,
+                });
+            }
+        }
+        taken
     }
 }
 

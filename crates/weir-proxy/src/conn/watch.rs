@@ -18,11 +18,12 @@ pub const SWEEP_TICK: Duration = Duration::from_millis(100);
 pub enum Waiting {
     /// A TLS client's handshake.
     Handshake,
-    /// A request head: a new connection's first request, or the rest of a head. A stop lets
-    /// it arrive (the client sent it to a listener that was open).
+    /// The rest of a request head, the HTTP/2 preface and handshake, or, when stopping, the
+    /// grace for a request's first bytes: a stop does not end it, its deadline does.
     RequestHead,
-    /// The next request on a keep-alive connection: the only wait a stop ends, since nothing
-    /// is in flight there.
+    /// The first bytes of a request, on a keep-alive connection or a new one: the only wait a
+    /// stop ends, since nothing is in flight there (the HTTP/1 driver then gives the client a
+    /// short grace; the HTTP/2 one sends GOAWAY).
     KeepAlive,
     /// More bytes of the client's request body.
     RequestBody,

@@ -238,9 +238,6 @@ pub struct RequestHead {
     target: TextSpan,
     /// Parts of `target`, split once at parse time.
     path: TextSpan,
-    /// The path as the client sent it, kept when a filter rewrites `path` (`strip_prefix`):
-    /// an answer that sends the client to a URL of its own (a folder's redirect) needs it.
-    original_path: TextSpan,
     query: TextSpan,
     /// The authority of an absolute-form target (`GET http://host/ HTTP/1.1`).
     authority: Option<TextSpan>,
@@ -282,11 +279,6 @@ impl RequestHead {
 
     pub fn query(&self) -> &str {
         self.head.text(self.query)
-    }
-
-    /// The path as the client sent it, before any filter rewrote it.
-    pub fn original_path(&self) -> &str {
-        self.head.text(self.original_path)
     }
 
     /// The host the client addressed: the absolute-form authority, else the Host header.
@@ -534,7 +526,6 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         method,
         target,
         path: TextSpan::default(),
-        original_path: TextSpan::default(),
         query: TextSpan::default(),
         authority: None,
         minor_version,
@@ -549,7 +540,6 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         http2: false,
     };
     req.split_target();
-    req.original_path = req.path;
     if let Some(authority) = req.authority {
         if !is_valid_authority(req.head.text(authority).as_bytes()) {
             return Err(HeadError::Malformed(

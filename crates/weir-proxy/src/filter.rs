@@ -21,6 +21,11 @@ pub enum Flow {
 }
 
 impl Filter {
+    /// A `strip_prefix` filter (it records what it strips in `X-Forwarded-Prefix`).
+    pub fn strips_prefix(&self) -> bool {
+        matches!(self.0, MiddlewareKind::StripPrefix(_))
+    }
+
     pub fn has_response_phase(&self) -> bool {
         match &self.0 {
             MiddlewareKind::Headers { response, .. } => !response.is_empty(),

@@ -198,9 +198,12 @@ impl Runtime {
                 Action::Redirect(redirect) => {
                     RouteAction::Redirect(LocalResponse::redirect(redirect.status, &redirect.to))
                 }
-                Action::Static(files) => RouteAction::Static(
-                    StaticSite::open(files).map_err(|e| format!("router `{}`: {e}", r.name))?,
-                ),
+                Action::Static(files) => {
+                    let mut site =
+                        StaticSite::open(files).map_err(|e| format!("router `{}`: {e}", r.name))?;
+                    site.behind_strip_prefix = mws.iter().any(|m| m.strips_prefix());
+                    RouteAction::Static(site)
+                }
             };
             routes.push(Arc::new(Route {
                 name: r.name.clone(),

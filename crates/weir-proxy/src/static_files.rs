@@ -39,6 +39,9 @@ pub struct StaticSite {
     root: OwnedFd,
     /// This site's entries in a worker's open-file cache.
     id: u64,
+    /// The route strips a prefix first (`strip_prefix`, which sets `X-Forwarded-Prefix`): a
+    /// redirect puts it back. Known when the route is compiled, so requests carry nothing.
+    pub behind_strip_prefix: bool,
 }
 
 impl std::fmt::Debug for StaticSite {
@@ -56,6 +59,7 @@ impl StaticSite {
             config: config.clone(),
             root: root.into(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            behind_strip_prefix: false,
         })
     }
 
@@ -203,9 +207,14 @@ pub(crate) fn serve<'r>(
     if found.is_dir {
         if !trailing_slash {
             // As nginx does: a folder is addressed with its trailing slash, on the path the
-            // client asked for (a stripped prefix stays in it).
-            // Leading slashes collapse to one: `//host/dir` would send the client to `host`.
-            let mut location = format!("/{}/", req.original_path().trim_start_matches('/'));
+            // client asked for (a stripped prefix is put back). Leading slashes collapse to
+            // one: `//host/dir` would send the client to `host`.
+            let prefix = match site.behind_strip_prefix {
+                true => req.head.get("x-forwarded-prefix").unwrap_or_default(),
+                false => b"",
+            };
+            let asked = format!("{}{}", String::from_utf8_lossy(prefix), req.path());
+            let mut location = format!("/{}/", asked.trim_start_matches('/'));
             if let Some(query) = req.target().split_once('?').map(|(_, q)| q) {
                 location = format!("{location}?{query}");
             }

@@ -44,6 +44,23 @@ const PAYLOADS: [(&str, &[u8]); 5] = [
     ),
 ];
 
+/// A whole ClientHello for `name` (Python's ssl module writes it), and no more of the
+/// handshake.
+fn client_hello(name: &str) -> Vec<u8> {
+    python(
+        "import ssl, sys
+ctx = ssl.create_default_context()
+incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+tls = ctx.wrap_bio(incoming, outgoing, server_hostname=sys.argv[1])
+try:
+    tls.do_handshake()
+except ssl.SSLWantReadError:
+    pass
+sys.stdout.buffer.write(outgoing.read())",
+        &[name],
+    )
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Ending {
     Silent,
@@ -178,6 +195,7 @@ routers:
 tcp:
   routers:
     sni: {{ entrypoints: [tls_tcp], rule: \"HostSNI(`pass.example`)\", tls: {{ passthrough: true }}, service: echo }}
+    term: {{ entrypoints: [tls_tcp], rule: \"HostSNI(`term.example`)\", service: echo }}
     all: {{ entrypoints: [tcp], rule: \"HostSNI(`*`)\", service: echo }}
     pp: {{ entrypoints: [proxied], rule: \"HostSNI(`*`)\", service: pp }}
   services:
@@ -193,6 +211,11 @@ udp:
     let weir = Weir::start(&yaml);
     let pid = weir.child.id();
     let tcp_entrypoints = ["web", "h2c", "tls", "tls_tcp", "tcp", "proxied"];
+    // On `tls_tcp` this hello takes the router that terminates TLS, which then waits for the
+    // rest of the handshake.
+    let whole_hello = client_hello("term.example");
+    let mut payloads = PAYLOADS.to_vec();
+    payloads.push(("whole ClientHello, no more", &whole_hello));
 
     // Every hostile client at once: each entrypoint, payload and ending, EACH times.
     let started = Instant::now();
@@ -200,7 +223,7 @@ udp:
     let mut holding = 0;
     let mut udp_clients = Vec::new();
     for name in tcp_entrypoints {
-        for (kind, payload) in PAYLOADS {
+        for &(kind, payload) in &payloads {
             for ending in [Ending::Silent, Ending::HalfClosed, Ending::Closed] {
                 for _ in 0..EACH {
                     let opened = Instant::now();

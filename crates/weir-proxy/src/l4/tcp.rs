@@ -18,9 +18,9 @@ use crate::l4::routes::{Counted, TcpRoute};
 use crate::worker::Worker;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use weir_config::DEFAULT_TLS_HANDSHAKE_TIMEOUT;
 
 /// The detect phase of an entrypoint with TCP routers: the connection is proxied if a router
 /// takes it (and `None` returned), handed back for HTTP otherwise (`Some`), or closed (`None`)
@@ -56,7 +56,7 @@ pub async fn serve(
     let Some(route) = routes.find(peer, peeked.as_ref()) else {
         return ep.has_http_routes.then_some(io);
     };
-    proxy(worker, route, io, peer, &watch).await;
+    proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
     None
 }
 
@@ -72,12 +72,15 @@ async fn peek_hello(io: &TcpStream) -> std::io::Result<Peeked> {
     .await
 }
 
+/// Proxies a connection `route` took; `handshake_timeout` is the entrypoint's, for a route
+/// that terminates TLS.
 async fn proxy(
     worker: &Rc<Worker>,
     route: &TcpRoute,
     io: TcpStream,
     peer: SocketAddr,
     watch: &ConnWatch,
+    handshake_timeout: Duration,
 ) {
     let Some(_counted) = Counted::enter(&route.service.open, route.service.max_connections) else {
         // At the cap: closed at once, as nginx's limit_conn does.
@@ -137,9 +140,13 @@ async fn proxy(
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.clone());
             let handshake = acceptor.accept(io);
-            let limit = DEFAULT_TLS_HANDSHAKE_TIMEOUT;
             let Ok(Ok(mut client)) = watch
-                .within(&worker.clock, Waiting::Handshake, limit, handshake)
+                .within(
+                    &worker.clock,
+                    Waiting::Handshake,
+                    handshake_timeout,
+                    handshake,
+                )
                 .await
             else {
                 return;

@@ -984,17 +984,28 @@ impl Loader<'_> {
             response_header: DEFAULT_RESPONSE_HEADER_TIMEOUT,
             read: DEFAULT_UPSTREAM_READ_TIMEOUT,
             write: DEFAULT_UPSTREAM_WRITE_TIMEOUT,
+            websocket_idle: None,
         };
         if let Some(t) = f.get("timeouts") {
             if let Some(tf) = self.fields(
                 t,
                 "`timeouts`",
-                &["request", "connect", "response_header", "read", "write"],
+                &[
+                    "request",
+                    "connect",
+                    "response_header",
+                    "read",
+                    "write",
+                    "websocket_idle",
+                ],
             ) {
                 timeouts.request = tf
                     .get("request")
                     .and_then(|d| self.duration(d, "`timeouts.request`"))
                     .filter(|d| !d.is_zero());
+                timeouts.websocket_idle = tf
+                    .get("websocket_idle")
+                    .and_then(|d| self.duration(d, "`timeouts.websocket_idle`"));
                 for (key, slot) in [
                     ("connect", &mut timeouts.connect),
                     ("response_header", &mut timeouts.response_header),
@@ -2197,9 +2208,27 @@ mod tests {
         assert_eq!(retry.per_try_timeout, Some(Duration::from_millis(250)));
         assert_eq!(retry.budget, Some(0.2));
         assert_eq!(s.timeouts.request, Some(Duration::from_secs(3)));
+        assert_eq!(s.timeouts.websocket_idle, None);
         let errs = errors(&format!("{BASE}services:\n  s:\n    servers: [{{ url: \"http://127.0.0.1:1\" }}]\n    retry: {{ budget: 2 }}\n"));
         assert!(
             errs[0].contains("`retry.budget` must be a share"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn websocket_idle_timeout_and_its_error() {
+        let service = |timeouts: &str| {
+            format!("{BASE}services:\n  s:\n    servers: [{{ url: \"http://127.0.0.1:1\" }}]\n    timeouts: {{ {timeouts} }}\n")
+        };
+        let cfg = load_str(&service("websocket_idle: 5m"), "t.yaml").unwrap();
+        assert_eq!(
+            cfg.services[0].timeouts.websocket_idle,
+            Some(Duration::from_secs(300))
+        );
+        let errs = errors(&service("read: 1s, websocket_idle: forever"));
+        assert!(
+            errs[0].starts_with("t.yaml:6:43: `timeouts.websocket_idle` must be a duration"),
             "{errs:?}"
         );
     }

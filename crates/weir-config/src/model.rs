@@ -581,6 +581,9 @@ pub struct Timeouts {
     pub read: Duration,
     /// Idle time allowed while the upstream takes the request (head and body).
     pub write: Duration,
+    /// Idle time allowed, both ways, in a tunnel after `101 Switching Protocols` (WebSocket);
+    /// `None`: the server's `client_idle_timeout`.
+    pub websocket_idle: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]

@@ -59,6 +59,9 @@ pub struct Service {
     pub read_timeout: Duration,
     /// `timeouts.write`: idle time while the upstream takes the request.
     pub write_timeout: Duration,
+    /// `timeouts.websocket_idle`: idle time of a tunnel after `101` (`None`: the client idle
+    /// timeout).
+    pub websocket_idle_timeout: Option<Duration>,
     pub pass_host_header: bool,
     pub health_check: Option<HealthCheck>,
     pub passive_health: Option<PassiveHealth>,
@@ -277,6 +280,7 @@ impl Service {
             response_header_timeout: cfg.timeouts.response_header,
             read_timeout: cfg.timeouts.read,
             write_timeout: cfg.timeouts.write,
+            websocket_idle_timeout: cfg.timeouts.websocket_idle,
             pass_host_header: cfg.pass_host_header,
             elasticsearch: match &cfg.elasticsearch {
                 Some(es) => Some(Box::new(EsService::new(
@@ -342,6 +346,7 @@ impl Service {
             response_header_timeout: cfg.idle_timeout,
             read_timeout: cfg.idle_timeout,
             write_timeout: cfg.idle_timeout,
+            websocket_idle_timeout: None,
             pass_host_header: false,
             elasticsearch: None,
             authorization: None,

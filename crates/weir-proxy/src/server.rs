@@ -399,7 +399,16 @@ async fn serve_http(
                 .load()
                 .entrypoint(entrypoint)
                 .is_some_and(|ep| ep.h2c);
-            if h2c && starts_with_preface(&worker, &watch, &io).await {
+            let h2 = if h2c {
+                match starts_with_preface(&worker, &watch, &io).await {
+                    Some(h2) => h2,
+                    // Closed, or silent, before its first bytes said which.
+                    None => return,
+                }
+            } else {
+                false
+            };
+            if h2 {
                 conn::h2::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
             } else {
                 conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
@@ -409,39 +418,37 @@ async fn serve_http(
 }
 
 /// The detect phase of an `h2c` entrypoint: whether the connection opens with the HTTP/2
-/// preface (peeked, not consumed; decided as soon as the bytes differ).
+/// preface (peeked, not consumed; decided as soon as the bytes differ). `None` when the client
+/// closes or stays silent for `client_idle_timeout` before that.
 async fn starts_with_preface(
     worker: &Worker,
     watch: &conn::watch::ConnWatch,
     io: &TcpStream,
-) -> bool {
+) -> Option<bool> {
     let preface = conn::h2::PREFACE;
     let mut seen = [0u8; 24];
-    let peeking = async {
-        loop {
-            let n = io.peek(&mut seen).await.unwrap_or(0);
-            if n == 0 || seen[..n] != preface[..n] {
-                return false;
-            }
-            if n == preface.len() {
-                return true;
-            }
-            // Part of the preface so far: wait for more.
-            worker.tick.notified().await;
+    let peeking = conn::peek::peek_until(io, &mut seen, |bytes| {
+        if bytes != &preface[..bytes.len()] {
+            Some(false)
+        } else if bytes.len() == preface.len() {
+            Some(true)
+        } else {
+            None
         }
-    };
+    });
     let idle = worker.timeouts.get().idle;
-    matches!(
-        watch
-            .within(
-                &worker.clock,
-                conn::watch::Waiting::RequestHead,
-                idle,
-                peeking
-            )
-            .await,
-        Ok(true)
-    )
+    match watch
+        .within(
+            &worker.clock,
+            conn::watch::Waiting::RequestHead,
+            idle,
+            peeking,
+        )
+        .await
+    {
+        Ok(Ok(h2)) => Some(h2),
+        Ok(Err(_)) | Err(_) => None,
+    }
 }
 
 /// A plain connection's HTTP/1 task (on accept, and when a parked connection wakes).

@@ -1,10 +1,12 @@
 //! End-to-end proxying: forwarded and hop-by-hop headers, bodies both ways, 502/503/504,
-//! malformed requests that must never reach the upstream, and WebSocket tunnelling.
+//! malformed requests that must never reach the upstream, and WebSocket tunnelling (its idle
+//! timeout, half-close, and a busy tunnel left alone).
 
 mod common;
 use common::*;
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
 
 fn proxy_config(upstream: &str, service_extra: &str) -> String {
     format!(
@@ -232,6 +234,140 @@ fn websocket_upgrade_tunnels() {
     let mut more = [0u8; 4];
     c.reader.read_exact(&mut more).unwrap();
     assert_eq!(&more, b"more");
+}
+
+/// An upstream that answers `101` to every request, then by path: `/silent` says nothing and
+/// notes how long until weir closes the tunnel; `/after-fin` reads until the client's FIN, then
+/// answers and closes; `/push` sends `tick` every 300 ms, 8 times, and closes; `/echo` echoes.
+fn scripted_websocket_upstream() -> RawUpstream {
+    RawUpstream::start(|c| {
+        let Some(head) = c.read_head() else { return };
+        c.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+        let path = head.split(' ').nth(1).unwrap_or("").to_string();
+        match path.as_str() {
+            "/silent" | "/silent-longer" => {
+                let started = Instant::now();
+                c.read_to_end();
+                c.note(&format!(
+                    "{path} closed after {}",
+                    started.elapsed().as_millis()
+                ));
+            }
+            "/after-fin" => {
+                let got = c.read_to_end();
+                c.note(&format!("/after-fin EOF after {got} bytes"));
+                c.write(b"the rest, after your FIN");
+            }
+            "/push" => {
+                for _ in 0..8 {
+                    std::thread::sleep(Duration::from_millis(300));
+                    c.write(b"tick");
+                }
+            }
+            _ => {
+                let mut buf = [0u8; 256];
+                while let Ok(n @ 1..) = c.stream.read(&mut buf) {
+                    c.write(&buf[..n]);
+                }
+            }
+        }
+    })
+}
+
+/// Opens a WebSocket tunnel to `path` through weir.
+fn open_tunnel(addr: std::net::SocketAddr, path: &str) -> Conn {
+    let mut c = Conn::open(addr);
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").as_bytes());
+    let r = c.read(true).unwrap();
+    assert_eq!(r.status, 101, "{path}");
+    c
+}
+
+/// A config where `/silent-longer` goes to a service with `timeouts.websocket_idle: 2s` and
+/// everything else to one that keeps `client_idle_timeout` (1 s).
+fn websocket_config(upstream: &str) -> String {
+    format!(
+        "server: {{ workers: 1, client_idle_timeout: 1s }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  longer: {{ rule: \"Path(`/silent-longer`)\", service: longer }}\n  all: {{ rule: \"PathPrefix(`/`)\", priority: 1, service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{upstream}\" }}] }}\n  longer: {{ servers: [{{ url: \"{upstream}\" }}], timeouts: {{ websocket_idle: 2s }} }}\n"
+    )
+}
+
+#[test]
+fn a_silent_websocket_tunnel_is_closed_on_both_sides_after_its_idle_timeout() {
+    let up = scripted_websocket_upstream();
+    let weir = Weir::start(&websocket_config(&up.url()));
+    let waits: Vec<_> = [("/silent", 1000), ("/silent-longer", 2000)]
+        .into_iter()
+        .map(|(path, limit)| {
+            let addr = weir.addr();
+            std::thread::spawn(move || {
+                let mut c = open_tunnel(addr, path);
+                let started = Instant::now();
+                assert!(c.is_closed(), "{path}");
+                (path, limit, started.elapsed())
+            })
+        })
+        .collect();
+    for wait in waits {
+        let (path, limit, waited) = wait.join().unwrap();
+        let limit = Duration::from_millis(limit);
+        assert!(
+            waited >= limit - Duration::from_millis(100) && waited < limit + Duration::from_secs(1),
+            "{path}: the client saw the close after {waited:?}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // The upstream side was closed too, each after its own limit.
+    for (path, limit) in [("/silent", 1000), ("/silent-longer", 2000)] {
+        let note = up
+            .log()
+            .into_iter()
+            .find(|l| l.starts_with(&format!("{path} closed after")))
+            .unwrap_or_else(|| panic!("{path}: the upstream still open: {:?}", up.log()));
+        let ms: u64 = note.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((limit - 100..limit + 1000).contains(&ms), "{note}");
+    }
+}
+
+#[test]
+fn a_websocket_half_close_reaches_the_upstream_and_its_answer_still_comes_back() {
+    let up = scripted_websocket_upstream();
+    let weir = Weir::start(&websocket_config(&up.url()));
+    let mut c = open_tunnel(weir.addr(), "/after-fin");
+    c.send(b"bye");
+    c.reader.get_ref().shutdown(Shutdown::Write).unwrap();
+    let mut rest = String::new();
+    c.reader.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "the rest, after your FIN");
+    assert!(up
+        .log()
+        .contains(&"/after-fin EOF after 3 bytes".to_string()));
+}
+
+#[test]
+fn a_busy_websocket_tunnel_outlives_the_idle_timeout() {
+    let up = scripted_websocket_upstream();
+    let weir = Weir::start(&websocket_config(&up.url()));
+    let addr = weir.addr();
+    // Traffic one way only (the upstream pushes, the client says nothing) keeps it open.
+    let pushed = std::thread::spawn(move || {
+        let mut c = open_tunnel(addr, "/push");
+        let mut ticks = String::new();
+        c.reader.read_to_string(&mut ticks).unwrap();
+        ticks
+    });
+    // Both ways, for 2.5 s of a 1 s idle timeout.
+    let mut c = open_tunnel(addr, "/echo");
+    for i in 0..6 {
+        let message = format!("message {i}");
+        c.send(message.as_bytes());
+        let mut back = vec![0u8; message.len()];
+        c.reader.read_exact(&mut back).unwrap();
+        assert_eq!(back, message.as_bytes());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(pushed.join().unwrap(), "tick".repeat(8));
 }
 
 #[test]

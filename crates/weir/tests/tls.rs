@@ -1,7 +1,8 @@
 //! TLS termination on the real binary, with certificates made here (rcgen) and real clients:
 //! curl and Python's `ssl` module. SNI picks between certificates, the default covers the rest,
 //! sessions resume, HTTPS reaches upstreams as `X-Forwarded-Proto: https`, bad clients are
-//! closed cleanly, and `weir check` refuses unusable certificate files with their position.
+//! closed cleanly, a silent WebSocket tunnel over HTTPS is closed after its idle timeout, and
+//! `weir check` refuses unusable certificate files with their position.
 
 mod common;
 use common::*;
@@ -157,6 +158,56 @@ fn https_reaches_upstreams_and_sessions_resume() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "unreachable");
+}
+
+/// A WebSocket over HTTPS: argv = port, cafile. Upgrades `/ws`, has "ping" echoed, then says
+/// nothing and prints the status, the echo, and the seconds until weir closed the tunnel.
+const PY_SILENT_WEBSOCKET: &str = r#"
+import socket, ssl, sys, time
+port, cafile = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(cafile=cafile)
+ctx.set_alpn_protocols(["http/1.1"])
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10), server_hostname="site.test")
+s.sendall(b"GET /ws HTTP/1.1\r\nHost: site.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(4096)
+s.sendall(b"ping")
+echoed = b""
+while len(echoed) < 4:
+    echoed += s.recv(4 - len(echoed))
+start = time.time()
+try:
+    rest = s.recv(4096)
+except (ssl.SSLError, OSError):
+    rest = b""
+print(head.split(b" ")[1].decode(), echoed.decode(), len(rest), round(time.time() - start, 1))
+"#;
+
+#[test]
+fn a_silent_websocket_tunnel_over_https_is_closed_after_the_idle_timeout() {
+    let dir = temp_dir("tls-ws");
+    let site = make_cert(&dir, "site", &["site.test"], false);
+    let up = Upstream::start("ws");
+    let routes = format!(
+        "  all:\n    rule: \"PathPrefix(`/`)\"\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{}\" }}]\n",
+        up.url()
+    );
+    let yaml = tls_config(&[&site], "", &routes).replace(
+        "server: { workers: 1 }",
+        "server: { workers: 1, client_idle_timeout: 1s }",
+    );
+    let weir = Weir::start(&yaml);
+    let port = weir.addrs["websecure"].port();
+    let line = python(
+        PY_SILENT_WEBSOCKET,
+        &[port.to_string(), site.cert.display().to_string()],
+    );
+    let parts: Vec<&str> = line.split(' ').collect();
+    assert_eq!(parts[..3], ["101", "ping", "0"], "{line}");
+    let waited: f64 = parts[3].parse().unwrap();
+    assert!((0.9..2.5).contains(&waited), "closed after {waited} s");
 }
 
 #[test]

@@ -18,6 +18,7 @@ use crate::conn::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay,
 use crate::conn::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
 use crate::exchange::exchange;
+use crate::l4;
 use crate::pool::{UpstreamConn, UpstreamIo};
 use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
 use crate::static_files::read_exact_at;
@@ -545,7 +546,14 @@ impl<S: ClientIo> H1Client<S> {
                 (outcome, None)
             }
             (ReplyHead::Response(response), ReplyBody::Upgrade(up)) => {
-                (Box::pin(self.tunnel(up, &response)).await, None)
+                let idle = upstream
+                    .as_ref()
+                    .and_then(|u| u.service.websocket_idle_timeout)
+                    .unwrap_or(worker.timeouts.get().idle);
+                (
+                    Box::pin(self.tunnel(worker, up, &response, idle)).await,
+                    None,
+                )
             }
             (ReplyHead::Response(response), body) => {
                 self.send_response(
@@ -959,8 +967,16 @@ impl<S: ClientIo> H1Client<S> {
         })
     }
 
-    /// After a 101, the connection belongs to the upgraded protocol: copy bytes both ways.
-    async fn tunnel(&mut self, mut up: UpstreamConn, resp: &ResponseHead) -> Outcome {
+    /// After a 101, the connection belongs to the upgraded protocol: bytes go both ways as
+    /// through a TCP router (`l4/relay.rs`), each side's FIN passed on, until both sides are
+    /// done or nothing moved either way for `idle`.
+    async fn tunnel(
+        &mut self,
+        worker: &Worker,
+        mut up: UpstreamConn,
+        resp: &ResponseHead,
+        idle: Duration,
+    ) -> Outcome {
         self.out.clear();
         status_line(&mut self.out, 101, reason(101));
         for (name, value) in resp.head.iter() {
@@ -979,9 +995,19 @@ impl<S: ClientIo> H1Client<S> {
         if self.io.write_all(&self.out).await.is_err() || up.io.write_all(&pending).await.is_err() {
             return closed;
         }
-        let copied = tokio::io::copy_bidirectional(&mut self.io, &mut up.io).await;
+        let idle = l4::relay::Idle {
+            watch: &self.watch,
+            clock: &worker.clock,
+            limit: idle,
+        };
+        let moved = match (self.io.as_tcp(), &up.io) {
+            (Some(client), UpstreamIo::Plain(server)) => {
+                l4::relay::splice_both(client, server, &worker.buffers, idle).await
+            }
+            _ => l4::relay::copy_both(&mut self.io, &mut up.io, idle).await,
+        };
         Outcome {
-            bytes: copied.map(|(_, down)| down).unwrap_or(0),
+            bytes: moved.map(|(_, down)| down).unwrap_or(0),
             ..closed
         }
     }

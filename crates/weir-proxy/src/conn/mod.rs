@@ -7,6 +7,7 @@
 pub mod h1;
 pub mod h2;
 pub mod idle;
+pub mod peek;
 pub mod relay;
 pub mod tls;
 pub mod watch;

@@ -1,11 +1,11 @@
-//! Moving a TCP router's bytes both ways until both sides are done. Between two plain sockets a
-//! direction copies through the worker's scratch buffer (`recv` then `send`: cheapest for
-//! small messages such as Redis commands) until a read fills that buffer, and from then on
-//! splices through a pipe (`splice(2)`: bulk bytes never enter user space), as HAProxy does.
-//! Under TLS (terminated by weir) each direction has a buffer of its own. A side that finishes sending
-//! (FIN) has the other side's writing shut down in turn, so half-closed protocols work; the
-//! connection ends when both directions have, on an error, or after `idle` with no byte
-//! moving either way.
+//! Moving a TCP router's bytes both ways until both sides are done (and a WebSocket tunnel's,
+//! after `101`: `conn/h1.rs`). Between two plain sockets a direction copies through the
+//! worker's scratch buffer (`recv` then `send`: cheapest for small messages such as Redis
+//! commands) until a read fills that buffer, and from then on splices through a pipe
+//! (`splice(2)`: bulk bytes never enter user space), as HAProxy does. Under TLS each direction
+//! has a buffer of its own. A side that finishes sending (FIN) has the other side's writing
+//! shut down in turn, so half-closed protocols work; the connection ends when both directions
+//! have, on an error, or after `idle` with no byte moving either way.
 
 use crate::conn::watch::{Clock, ConnWatch, Waiting};
 use crate::worker::Buffers;

@@ -9,6 +9,7 @@
 
 use crate::balancer::{PickInput, UpstreamUse};
 use crate::codec::Head;
+use crate::conn::peek;
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::l4::client_hello::{self, Peeked, MAX_HELLO_BYTES};
 use crate::l4::proxy_protocol;
@@ -17,9 +18,9 @@ use crate::l4::routes::{Counted, TcpRoute};
 use crate::worker::Worker;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use tokio::io::{AsyncWriteExt, Interest};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use weir_config::DEFAULT_TLS_HANDSHAKE_TIMEOUT;
 
 /// The detect phase of an entrypoint with TCP routers: the connection is proxied if a router
 /// takes it (and `None` returned), handed back for HTTP otherwise (`Some`), or closed (`None`)
@@ -55,47 +56,31 @@ pub async fn serve(
     let Some(route) = routes.find(peer, peeked.as_ref()) else {
         return ep.has_http_routes.then_some(io);
     };
-    proxy(worker, route, io, peer, &watch).await;
+    proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
     None
 }
 
 /// Peeks until the first bytes say whether this is TLS and, if so, the whole ClientHello is
-/// there. Waits for more bytes when what arrived is incomplete (a hello in many segments).
+/// there (it may come in many segments). A hello cut short by the client's close ends with
+/// an error: it can never complete.
 async fn peek_hello(io: &TcpStream) -> std::io::Result<Peeked> {
     let mut buf = vec![0u8; MAX_HELLO_BYTES];
-    let mut seen = 0;
-    loop {
-        io.readable().await?;
-        let peeked = io.try_io(Interest::READABLE, || {
-            let (_, n) = rustix::net::recv(io, &mut buf[..], rustix::net::RecvFlags::PEEK)
-                .map_err(std::io::Error::from)?;
-            // Nothing new since the last look: wait for the next segment.
-            if n == seen && n > 0 && n < buf.len() {
-                return Err(std::io::ErrorKind::WouldBlock.into());
-            }
-            Ok(n)
-        });
-        match peeked {
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                seen = n;
-                match client_hello::parse(&buf[..n]) {
-                    Peeked::Incomplete => continue,
-                    done => return Ok(done),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        }
-    }
+    peek::peek_until(io, &mut buf, |bytes| match client_hello::parse(bytes) {
+        Peeked::Incomplete => None,
+        done => Some(done),
+    })
+    .await
 }
 
+/// Proxies a connection `route` took; `handshake_timeout` is the entrypoint's, for a route
+/// that terminates TLS.
 async fn proxy(
     worker: &Rc<Worker>,
     route: &TcpRoute,
     io: TcpStream,
     peer: SocketAddr,
     watch: &ConnWatch,
+    handshake_timeout: Duration,
 ) {
     let Some(_counted) = Counted::enter(&route.service.open, route.service.max_connections) else {
         // At the cap: closed at once, as nginx's limit_conn does.
@@ -157,9 +142,13 @@ async fn proxy(
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.clone());
             let handshake = acceptor.accept(io);
-            let limit = DEFAULT_TLS_HANDSHAKE_TIMEOUT;
             let Ok(Ok(mut client)) = watch
-                .within(&worker.clock, Waiting::Handshake, limit, handshake)
+                .within(
+                    &worker.clock,
+                    Waiting::Handshake,
+                    handshake_timeout,
+                    handshake,
+                )
                 .await
             else {
                 return;

@@ -258,7 +258,9 @@ impl Stored {
                 ttl: -(staleness as i64),
             };
         }
-        if staleness <= self.stale_while_revalidate {
+        // A window of N seconds admits staleness 0 to N-1: without the directive (0), an
+        // answer that just turned stale is not served.
+        if staleness < self.stale_while_revalidate {
             return Usable::StaleWhileRevalidate {
                 ttl: -(staleness as i64),
             };
@@ -274,7 +276,7 @@ impl Stored {
         }
         let staleness = current_age(self, now).saturating_sub(self.lifetime);
         let allowed = self.stale_if_error.max(request.stale_if_error.unwrap_or(0));
-        staleness <= allowed
+        staleness < allowed
     }
 }
 
@@ -556,6 +558,23 @@ mod tests {
             Usable::StaleWhileRevalidate { ttl: -10 }
         );
         assert_eq!(s.usable(NOW + 100, &none), Usable::Revalidate);
+        // A window of 30 s ends 30 s after the answer turned stale.
+        assert_eq!(
+            s.usable(NOW + 89, &none),
+            Usable::StaleWhileRevalidate { ttl: -29 }
+        );
+        assert_eq!(s.usable(NOW + 90, &none), Usable::Revalidate);
+        // Without stale-while-revalidate or stale-if-error, an answer just turned stale
+        // (age equal to its lifetime) is neither served nor kept for errors.
+        let plain = stored("max-age=60");
+        assert_eq!(plain.usable(NOW + 60, &none), Usable::Revalidate);
+        assert!(!plain.usable_on_error(NOW + 60, &none));
+        let expired = {
+            let now = date(NOW);
+            let res = head(&[("date", &now), ("expires", &now)]);
+            Stored::new(200, (&res[..], &cc_of(&res)), NOW, NOW)
+        };
+        assert_eq!(expired.usable(NOW, &none), Usable::Revalidate);
         assert!(s.usable_on_error(NOW + 300, &none));
         assert!(!s.usable_on_error(NOW + 400, &none));
         // must-revalidate: never stale, not even on error.

@@ -109,7 +109,7 @@ fn unquote(v: &[u8]) -> &[u8] {
 }
 
 /// Delta-seconds (§1.2.2): digits only; too large a value is taken as 2^31 as the RFC says.
-fn parse_seconds(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_seconds(v: &[u8]) -> Option<u64> {
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }

@@ -185,6 +185,20 @@ pub fn freshness_lifetime(
     0
 }
 
+/// The response's `Age` (§5.1): 0 when absent, `None` unless it is one line of one
+/// delta-seconds value (a list, a second line, a sign, a fraction or a parameter are all
+/// taken as an age not known).
+fn age_field(response: &(impl Fields + ?Sized)) -> Option<u64> {
+    let mut lines = response.lines("age");
+    let Some(line) = lines.next() else {
+        return Some(0);
+    };
+    if lines.next().is_some() {
+        return None;
+    }
+    crate::cache_control::parse_seconds(line.trim_ascii())
+}
+
 /// What the cache keeps beside a stored response to judge it later.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stored {
@@ -212,17 +226,21 @@ impl Stored {
         request_time: u64,
         response_time: u64,
     ) -> Stored {
-        let age = response
-            .first("age")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        // An `Age` that does not parse leaves the answer stale (its age is unknown); §5.1
+        // allows ignoring it, but an upstream cache may have held the answer for any time.
+        let (age, lifetime) = match age_field(response) {
+            Some(age) => (
+                age,
+                freshness_lifetime(status, (response, d), response_time),
+            ),
+            None => (0, 0),
+        };
         Stored {
             request_time,
             response_time,
             date: http_date(response.first("date")).unwrap_or(response_time),
             age,
-            lifetime: freshness_lifetime(status, (response, d), response_time),
+            lifetime,
             no_cache: d.no_cache,
             no_stale: d.must_revalidate || d.proxy_revalidate || d.s_maxage.is_some(),
             stale_while_revalidate: d.stale_while_revalidate.unwrap_or(0),
@@ -541,6 +559,39 @@ mod tests {
             Stored::new(200, (&skewed[..], &cc_of(&skewed)), NOW, NOW).age_at(NOW),
             5
         );
+    }
+
+    #[test]
+    fn an_age_that_does_not_parse_leaves_the_answer_stale() {
+        let now = date(NOW);
+        let stored = |ages: &[&str]| {
+            let mut fields = vec![("date", now.as_str()), ("cache-control", "max-age=3600")];
+            fields.extend(ages.iter().map(|age| ("age", *age)));
+            let res = head(&fields);
+            Stored::new(200, (&res[..], &cc_of(&res)), NOW, NOW)
+        };
+        let none = Directives::default();
+        assert_eq!(stored(&[]).usable(NOW, &none), Usable::Fresh { ttl: 3600 });
+        assert_eq!(
+            stored(&[" 60 "]).usable(NOW, &none),
+            Usable::Fresh { ttl: 3540 }
+        );
+        assert_eq!(stored(&["99999999999"]).age, 1 << 31);
+        let unknown: [&[&str]; 8] = [
+            &["abc"],
+            &["-7200"],
+            &["7200.0"],
+            &["0, 0"],
+            &["0,7200"],
+            &["7200;foo=bar"],
+            &[""],
+            &["0", "0"],
+        ];
+        for ages in unknown {
+            let s = stored(ages);
+            assert_eq!((s.age, s.lifetime), (0, 0), "{ages:?}");
+            assert_eq!(s.usable(NOW, &none), Usable::Revalidate, "{ages:?}");
+        }
     }
 
     #[test]

@@ -80,8 +80,16 @@ fn heuristically_cacheable(status: u16) -> bool {
     )
 }
 
+/// Statuses whose caching rules weir implements, for `must-understand` (§5.2.2.3): the
+/// heuristically cacheable ones and the redirects it stores with explicit freshness.
+fn understood(status: u16) -> bool {
+    heuristically_cacheable(status) || matches!(status, 302 | 303 | 307)
+}
+
 /// Whether a shared cache may store this response to this request (§3, §3.5); `asked` and
-/// `answered` are their `Cache-Control` directives, parsed once by the caller.
+/// `answered` are their `Cache-Control` directives, parsed once by the caller. Any final
+/// status may be stored with explicit freshness, a heuristically cacheable one without; 206
+/// and 304 never (weir stores whole answers).
 pub fn storable(
     method: &str,
     status: u16,
@@ -91,11 +99,15 @@ pub fn storable(
     if method != "GET" && method != "HEAD" {
         return Err(NotStorable::Method);
     }
-    let stored_statuses = heuristically_cacheable(status) || matches!(status, 302 | 307);
-    if !stored_statuses {
+    if !(200..=999).contains(&status) || matches!(status, 206 | 304) {
         return Err(NotStorable::Status);
     }
-    if asked.no_store || answered.no_store {
+    // `must-understand` limits storing to statuses weir knows, and then overrides the
+    // response's `no-store` that accompanies it for older caches.
+    if answered.must_understand && !understood(status) {
+        return Err(NotStorable::Status);
+    }
+    if asked.no_store || (answered.no_store && !answered.must_understand) {
         return Err(NotStorable::NoStore);
     }
     if answered.private {
@@ -470,9 +482,45 @@ mod tests {
             ok("GET", 206, &plain, &cc("max-age=60")),
             Err(NotStorable::Status)
         );
+        // Any other final status with explicit freshness (RFC 9111 §3), even one weir does
+        // not know; none without it.
+        for status in [299, 303, 400, 500, 503, 599] {
+            assert_eq!(ok("GET", status, &plain, &cc("max-age=60")), Ok(()));
+            assert_eq!(
+                ok("GET", status, &plain, &plain),
+                Err(NotStorable::NoFreshness)
+            );
+        }
         assert_eq!(
-            ok("GET", 500, &plain, &cc("max-age=60")),
+            ok("GET", 304, &plain, &cc("max-age=60")),
             Err(NotStorable::Status)
+        );
+        assert_eq!(
+            ok("GET", 101, &plain, &cc("max-age=60")),
+            Err(NotStorable::Status)
+        );
+        // must-understand: only a status weir knows, and then no-store does not hold.
+        assert_eq!(
+            ok("GET", 599, &plain, &cc("max-age=60, must-understand")),
+            Err(NotStorable::Status)
+        );
+        assert_eq!(
+            ok(
+                "GET",
+                200,
+                &plain,
+                &cc("max-age=60, must-understand, no-store")
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            ok(
+                "GET",
+                200,
+                &cc("no-store"),
+                &cc("max-age=60, must-understand")
+            ),
+            Err(NotStorable::NoStore)
         );
         assert_eq!(
             ok("GET", 200, &cc("no-store"), &plain),

@@ -137,6 +137,21 @@ pub fn storable(
     Ok(())
 }
 
+/// Whether a `304`'s field `name` replaces the stored one when it freshens a stored answer
+/// (§3.2, §4.3.4): not the fields that describe the stored body as it was received (its
+/// coding, digest and range, and `ETag`, which names that body; `Content-Length` is written
+/// per answer), which a 304 carries no body to back.
+pub fn updated_by_304(name: &[u8]) -> bool {
+    const KEPT: [&[u8]; 5] = [
+        b"content-encoding",
+        b"content-length",
+        b"content-md5",
+        b"content-range",
+        b"etag",
+    ];
+    !KEPT.iter().any(|kept| kept.eq_ignore_ascii_case(name))
+}
+
 /// The longest heuristic lifetime weir gives (a tenth of the time since `Last-Modified`).
 pub const HEURISTIC_CAP: u64 = 24 * 3600;
 
@@ -697,6 +712,28 @@ mod tests {
             Usable::Stale { ttl: -5 }
         );
         assert_eq!(s.usable(NOW + 65, &ask("max-stale=2")), Usable::Revalidate);
+    }
+
+    #[test]
+    fn a_304_updates_all_but_the_fields_of_the_stored_body() {
+        for name in [
+            "Cache-Control",
+            "expires",
+            "content-type",
+            "content-location",
+            "x-a",
+        ] {
+            assert!(updated_by_304(name.as_bytes()), "{name}");
+        }
+        for name in [
+            "Content-Encoding",
+            "content-length",
+            "content-md5",
+            "content-range",
+            "ETag",
+        ] {
+            assert!(!updated_by_304(name.as_bytes()), "{name}");
+        }
     }
 
     #[test]

@@ -106,8 +106,9 @@ pub(super) async fn fill<'r>(
 }
 
 /// After a `304` to a revalidation (RFC 9111 §4.3.4): the stored answer with the 304's fields
-/// in place of its own of the same name, and the 304's times and freshness (asked at
-/// `request_time`, answered at `response_time`). Stored again.
+/// in place of its own of the same name (less those that describe the stored body:
+/// `weir_cache::updated_by_304`), and the 304's times and freshness (asked at `request_time`,
+/// answered at `response_time`). Stored again.
 pub(super) fn refresh(
     cache: &ResponseCache,
     key: &Key,
@@ -116,13 +117,18 @@ pub(super) fn refresh(
     (request_time, response_time): (u64, u64),
 ) -> Arc<Object> {
     let update = stored_fields(&response.head, response.connection_names_headers);
+    let updated = || {
+        update
+            .iter()
+            .filter(|(name, _)| weir_cache::updated_by_304(name))
+    };
     let mut fields = Head::default();
     for (name, value) in stale.fields.iter() {
-        if !update.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        if !updated().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
             fields.append_field(name, value);
         }
     }
-    for (name, value) in update.iter() {
+    for (name, value) in updated() {
         fields.append_field(name, value);
     }
     // Judged with the 304's `Age`, which is not kept among the fields.

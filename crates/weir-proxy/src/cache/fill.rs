@@ -96,7 +96,11 @@ pub(super) async fn fill<'r>(
     let judged = (&response.head, &answered);
     let object = Arc::new(Object::new(
         response.status,
-        stored_fields(&response.head, response.connection_names_headers),
+        stored_fields(
+            &response.head,
+            response.connection_names_headers,
+            answered.no_cache_fields,
+        ),
         Body::keep(body.clone()),
         Stored::new(response.status, judged, request_time, response_time),
         weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
@@ -116,7 +120,7 @@ pub(super) fn refresh(
     response: &ResponseHead,
     (request_time, response_time): (u64, u64),
 ) -> Arc<Object> {
-    let update = stored_fields(&response.head, response.connection_names_headers);
+    let update = stored_fields(&response.head, response.connection_names_headers, false);
     let updated = || {
         update
             .iter()
@@ -130,6 +134,10 @@ pub(super) fn refresh(
     }
     for (name, value) in updated() {
         fields.append_field(name, value);
+    }
+    // The fields the merged `Cache-Control` lists in `no-cache="..."` go, as on a fill.
+    if Directives::parse(fields.get_all("cache-control")).no_cache_fields {
+        fields = stored_fields(&fields, false, true);
     }
     // Judged with the 304's `Age`, which is not kept among the fields.
     let mut judged = fields.clone();

@@ -187,7 +187,8 @@ pub fn http_date_secs(value: &[u8]) -> Option<u64> {
 
 /// How long the response stays fresh after it was made (§4.2.1): `s-maxage`, else `max-age`,
 /// else `Expires` minus `Date` (an invalid `Expires` means already stale), else the heuristic
-/// for a status that allows one: a tenth of the time since `Last-Modified`, at most a day.
+/// for a status that allows one or an answer marked `public` (§4.2.2): a tenth of the time
+/// since `Last-Modified`, at most a day.
 /// `received` stands in for a missing `Date`; `d` is the response's `Cache-Control`.
 pub fn freshness_lifetime(
     status: u16,
@@ -204,7 +205,7 @@ pub fn freshness_lifetime(
     if let Some(expires) = response.first("expires") {
         return http_date(Some(expires)).map_or(0, |e| e.saturating_sub(date));
     }
-    if heuristically_cacheable(status) {
+    if heuristically_cacheable(status) || d.public {
         if let Some(modified) = http_date(response.first("last-modified")) {
             return (date.saturating_sub(modified) / 10).min(HEURISTIC_CAP);
         }
@@ -600,6 +601,16 @@ mod tests {
         assert_eq!(
             freshness_lifetime(302, (&redirect[..], &cc_of(&redirect)), NOW),
             0
+        );
+        // Unless marked `public`, which makes any status explicitly cacheable.
+        let public = head(&[
+            ("date", &d),
+            ("last-modified", &modified),
+            ("cache-control", "public"),
+        ]);
+        assert_eq!(
+            freshness_lifetime(599, (&public[..], &cc_of(&public)), NOW),
+            100
         );
         assert_eq!(life(&[]), 0);
     }

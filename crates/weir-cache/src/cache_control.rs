@@ -9,8 +9,11 @@ pub struct Directives {
     pub max_age: Option<u64>,
     pub s_maxage: Option<u64>,
     pub no_store: bool,
-    /// `no-cache`: stored, but revalidated before every use (a field list counts as the whole).
+    /// `no-cache`: stored, but revalidated before every use.
     pub no_cache: bool,
+    /// `no-cache="field, ..."` (§5.2.2.4): the listed fields are not stored, and the rest is
+    /// used as it is (`listed_fields` reads the names). Not a request directive: ignored there.
+    pub no_cache_fields: bool,
     pub private: bool,
     pub public: bool,
     pub must_revalidate: bool,
@@ -54,7 +57,11 @@ impl Directives {
                     b"max-age" => d.max_age = Some(seconds().unwrap_or(0)),
                     b"s-maxage" => d.s_maxage = Some(seconds().unwrap_or(0)),
                     b"no-store" => d.no_store = true,
-                    b"no-cache" => d.no_cache = true,
+                    // An empty list names nothing: taken as the unqualified form.
+                    b"no-cache" => match value {
+                        Some(list) if !list.trim_ascii().is_empty() => d.no_cache_fields = true,
+                        _ => d.no_cache = true,
+                    },
                     b"private" => d.private = true,
                     b"public" => d.public = true,
                     b"must-revalidate" => d.must_revalidate = true,
@@ -72,6 +79,28 @@ impl Directives {
         }
         d
     }
+}
+
+/// The field names the directive `name` (such as `no-cache`) lists in its argument, over every
+/// line, as written (compare them without case).
+pub fn listed_fields<'a>(lines: impl IntoIterator<Item = &'a [u8]>, name: &str) -> Vec<&'a [u8]> {
+    let mut names = Vec::new();
+    for line in lines {
+        for item in list_items(line) {
+            let Some((directive, list)) = item
+                .iter()
+                .position(|&b| b == b'=')
+                .map(|i| (item[..i].trim_ascii(), unquote(item[i + 1..].trim_ascii())))
+            else {
+                continue;
+            };
+            if directive.eq_ignore_ascii_case(name.as_bytes()) {
+                let listed = list.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+                names.extend(listed.filter(|n| !n.is_empty()));
+            }
+        }
+    }
+    names
 }
 
 /// The non-empty items of a comma-separated list; commas inside quotes do not split.
@@ -109,7 +138,7 @@ fn unquote(v: &[u8]) -> &[u8] {
 }
 
 /// Delta-seconds (§1.2.2): digits only; too large a value is taken as 2^31 as the RFC says.
-fn parse_seconds(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_seconds(v: &[u8]) -> Option<u64> {
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -138,8 +167,25 @@ mod tests {
         assert_eq!(d.s_maxage, Some(120));
         assert_eq!(d.stale_while_revalidate, Some(30));
         let d = parse(&["no-cache=\"set-cookie, x-a\", private, no-store"]);
-        assert!(d.no_cache && d.private && d.no_store);
+        assert!(d.no_cache_fields && !d.no_cache && d.private && d.no_store);
         assert_eq!(d.max_age, None);
+        let d = parse(&["no-cache=\"x-a\"", "No-Cache"]);
+        assert!(d.no_cache_fields && d.no_cache);
+        assert!(parse(&["no-cache=\"\""]).no_cache);
+    }
+
+    #[test]
+    fn reads_the_fields_a_directive_lists() {
+        let lines = [
+            &b"max-age=60, no-cache=\"Set-Cookie, x-a\""[..],
+            b"NO-CACHE=x-b, private=\"x-c\", no-cache",
+        ];
+        assert_eq!(
+            listed_fields(lines, "no-cache"),
+            [&b"Set-Cookie"[..], b"x-a", b"x-b"]
+        );
+        assert_eq!(listed_fields(lines, "private"), [&b"x-c"[..]]);
+        assert!(listed_fields([&b"no-cache"[..]], "no-cache").is_empty());
     }
 
     #[test]

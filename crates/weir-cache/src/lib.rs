@@ -6,8 +6,8 @@
 mod cache_control;
 mod policy;
 
-pub use cache_control::Directives;
+pub use cache_control::{listed_fields, Directives};
 pub use policy::{
-    cache_status, current_age, freshness_lifetime, http_date_secs, secondary_key, storable, Fields,
-    NotStorable, Outcome, Stored, Usable, HEURISTIC_CAP,
+    cache_status, current_age, freshness_lifetime, http_date_secs, secondary_key, storable,
+    updated_by_304, Fields, NotStorable, Outcome, Stored, Usable, HEURISTIC_CAP,
 };

@@ -80,8 +80,16 @@ fn heuristically_cacheable(status: u16) -> bool {
     )
 }
 
+/// Statuses whose caching rules weir implements, for `must-understand` (§5.2.2.3): the
+/// heuristically cacheable ones and the redirects it stores with explicit freshness.
+fn understood(status: u16) -> bool {
+    heuristically_cacheable(status) || matches!(status, 302 | 303 | 307)
+}
+
 /// Whether a shared cache may store this response to this request (§3, §3.5); `asked` and
-/// `answered` are their `Cache-Control` directives, parsed once by the caller.
+/// `answered` are their `Cache-Control` directives, parsed once by the caller. Any final
+/// status may be stored with explicit freshness, a heuristically cacheable one without; 206
+/// and 304 never (weir stores whole answers).
 pub fn storable(
     method: &str,
     status: u16,
@@ -91,11 +99,15 @@ pub fn storable(
     if method != "GET" && method != "HEAD" {
         return Err(NotStorable::Method);
     }
-    let stored_statuses = heuristically_cacheable(status) || matches!(status, 302 | 307);
-    if !stored_statuses {
+    if !(200..=999).contains(&status) || matches!(status, 206 | 304) {
         return Err(NotStorable::Status);
     }
-    if asked.no_store || answered.no_store {
+    // `must-understand` limits storing to statuses weir knows, and then overrides the
+    // response's `no-store` that accompanies it for older caches.
+    if answered.must_understand && !understood(status) {
+        return Err(NotStorable::Status);
+    }
+    if asked.no_store || (answered.no_store && !answered.must_understand) {
         return Err(NotStorable::NoStore);
     }
     if answered.private {
@@ -123,6 +135,21 @@ pub fn storable(
         return Err(NotStorable::NoFreshness);
     }
     Ok(())
+}
+
+/// Whether a `304`'s field `name` replaces the stored one when it freshens a stored answer
+/// (§3.2, §4.3.4): not the fields that describe the stored body as it was received (its
+/// coding, digest and range, and `ETag`, which names that body; `Content-Length` is written
+/// per answer), which a 304 carries no body to back.
+pub fn updated_by_304(name: &[u8]) -> bool {
+    const KEPT: [&[u8]; 5] = [
+        b"content-encoding",
+        b"content-length",
+        b"content-md5",
+        b"content-range",
+        b"etag",
+    ];
+    !KEPT.iter().any(|kept| kept.eq_ignore_ascii_case(name))
 }
 
 /// The longest heuristic lifetime weir gives (a tenth of the time since `Last-Modified`).
@@ -160,7 +187,8 @@ pub fn http_date_secs(value: &[u8]) -> Option<u64> {
 
 /// How long the response stays fresh after it was made (§4.2.1): `s-maxage`, else `max-age`,
 /// else `Expires` minus `Date` (an invalid `Expires` means already stale), else the heuristic
-/// for a status that allows one: a tenth of the time since `Last-Modified`, at most a day.
+/// for a status that allows one or an answer marked `public` (§4.2.2): a tenth of the time
+/// since `Last-Modified`, at most a day.
 /// `received` stands in for a missing `Date`; `d` is the response's `Cache-Control`.
 pub fn freshness_lifetime(
     status: u16,
@@ -177,12 +205,26 @@ pub fn freshness_lifetime(
     if let Some(expires) = response.first("expires") {
         return http_date(Some(expires)).map_or(0, |e| e.saturating_sub(date));
     }
-    if heuristically_cacheable(status) {
+    if heuristically_cacheable(status) || d.public {
         if let Some(modified) = http_date(response.first("last-modified")) {
             return (date.saturating_sub(modified) / 10).min(HEURISTIC_CAP);
         }
     }
     0
+}
+
+/// The response's `Age` (§5.1): 0 when absent, `None` unless it is one line of one
+/// delta-seconds value (a list, a second line, a sign, a fraction or a parameter are all
+/// taken as an age not known).
+fn age_field(response: &(impl Fields + ?Sized)) -> Option<u64> {
+    let mut lines = response.lines("age");
+    let Some(line) = lines.next() else {
+        return Some(0);
+    };
+    if lines.next().is_some() {
+        return None;
+    }
+    crate::cache_control::parse_seconds(line.trim_ascii())
 }
 
 /// What the cache keeps beside a stored response to judge it later.
@@ -212,17 +254,21 @@ impl Stored {
         request_time: u64,
         response_time: u64,
     ) -> Stored {
-        let age = response
-            .first("age")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
+        // An `Age` that does not parse leaves the answer stale (its age is unknown); §5.1
+        // allows ignoring it, but an upstream cache may have held the answer for any time.
+        let (age, lifetime) = match age_field(response) {
+            Some(age) => (
+                age,
+                freshness_lifetime(status, (response, d), response_time),
+            ),
+            None => (0, 0),
+        };
         Stored {
             request_time,
             response_time,
             date: http_date(response.first("date")).unwrap_or(response_time),
             age,
-            lifetime: freshness_lifetime(status, (response, d), response_time),
+            lifetime,
             no_cache: d.no_cache,
             no_stale: d.must_revalidate || d.proxy_revalidate || d.s_maxage.is_some(),
             stale_while_revalidate: d.stale_while_revalidate.unwrap_or(0),
@@ -258,7 +304,9 @@ impl Stored {
                 ttl: -(staleness as i64),
             };
         }
-        if staleness <= self.stale_while_revalidate {
+        // A window of N seconds admits staleness 0 to N-1: without the directive (0), an
+        // answer that just turned stale is not served.
+        if staleness < self.stale_while_revalidate {
             return Usable::StaleWhileRevalidate {
                 ttl: -(staleness as i64),
             };
@@ -274,7 +322,7 @@ impl Stored {
         }
         let staleness = current_age(self, now).saturating_sub(self.lifetime);
         let allowed = self.stale_if_error.max(request.stale_if_error.unwrap_or(0));
-        staleness <= allowed
+        staleness < allowed
     }
 }
 
@@ -450,9 +498,45 @@ mod tests {
             ok("GET", 206, &plain, &cc("max-age=60")),
             Err(NotStorable::Status)
         );
+        // Any other final status with explicit freshness (RFC 9111 §3), even one weir does
+        // not know; none without it.
+        for status in [299, 303, 400, 500, 503, 599] {
+            assert_eq!(ok("GET", status, &plain, &cc("max-age=60")), Ok(()));
+            assert_eq!(
+                ok("GET", status, &plain, &plain),
+                Err(NotStorable::NoFreshness)
+            );
+        }
         assert_eq!(
-            ok("GET", 500, &plain, &cc("max-age=60")),
+            ok("GET", 304, &plain, &cc("max-age=60")),
             Err(NotStorable::Status)
+        );
+        assert_eq!(
+            ok("GET", 101, &plain, &cc("max-age=60")),
+            Err(NotStorable::Status)
+        );
+        // must-understand: only a status weir knows, and then no-store does not hold.
+        assert_eq!(
+            ok("GET", 599, &plain, &cc("max-age=60, must-understand")),
+            Err(NotStorable::Status)
+        );
+        assert_eq!(
+            ok(
+                "GET",
+                200,
+                &plain,
+                &cc("max-age=60, must-understand, no-store")
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            ok(
+                "GET",
+                200,
+                &cc("no-store"),
+                &cc("max-age=60, must-understand")
+            ),
+            Err(NotStorable::NoStore)
         );
         assert_eq!(
             ok("GET", 200, &cc("no-store"), &plain),
@@ -518,6 +602,16 @@ mod tests {
             freshness_lifetime(302, (&redirect[..], &cc_of(&redirect)), NOW),
             0
         );
+        // Unless marked `public`, which makes any status explicitly cacheable.
+        let public = head(&[
+            ("date", &d),
+            ("last-modified", &modified),
+            ("cache-control", "public"),
+        ]);
+        assert_eq!(
+            freshness_lifetime(599, (&public[..], &cc_of(&public)), NOW),
+            100
+        );
         assert_eq!(life(&[]), 0);
     }
 
@@ -542,6 +636,39 @@ mod tests {
     }
 
     #[test]
+    fn an_age_that_does_not_parse_leaves_the_answer_stale() {
+        let now = date(NOW);
+        let stored = |ages: &[&str]| {
+            let mut fields = vec![("date", now.as_str()), ("cache-control", "max-age=3600")];
+            fields.extend(ages.iter().map(|age| ("age", *age)));
+            let res = head(&fields);
+            Stored::new(200, (&res[..], &cc_of(&res)), NOW, NOW)
+        };
+        let none = Directives::default();
+        assert_eq!(stored(&[]).usable(NOW, &none), Usable::Fresh { ttl: 3600 });
+        assert_eq!(
+            stored(&[" 60 "]).usable(NOW, &none),
+            Usable::Fresh { ttl: 3540 }
+        );
+        assert_eq!(stored(&["99999999999"]).age, 1 << 31);
+        let unknown: [&[&str]; 8] = [
+            &["abc"],
+            &["-7200"],
+            &["7200.0"],
+            &["0, 0"],
+            &["0,7200"],
+            &["7200;foo=bar"],
+            &[""],
+            &["0", "0"],
+        ];
+        for ages in unknown {
+            let s = stored(ages);
+            assert_eq!((s.age, s.lifetime), (0, 0), "{ages:?}");
+            assert_eq!(s.usable(NOW, &none), Usable::Revalidate, "{ages:?}");
+        }
+    }
+
+    #[test]
     fn usable_fresh_stale_and_revalidate() {
         let none = Directives::default();
         let stored = |cc: &str| {
@@ -556,6 +683,23 @@ mod tests {
             Usable::StaleWhileRevalidate { ttl: -10 }
         );
         assert_eq!(s.usable(NOW + 100, &none), Usable::Revalidate);
+        // A window of 30 s ends 30 s after the answer turned stale.
+        assert_eq!(
+            s.usable(NOW + 89, &none),
+            Usable::StaleWhileRevalidate { ttl: -29 }
+        );
+        assert_eq!(s.usable(NOW + 90, &none), Usable::Revalidate);
+        // Without stale-while-revalidate or stale-if-error, an answer just turned stale
+        // (age equal to its lifetime) is neither served nor kept for errors.
+        let plain = stored("max-age=60");
+        assert_eq!(plain.usable(NOW + 60, &none), Usable::Revalidate);
+        assert!(!plain.usable_on_error(NOW + 60, &none));
+        let expired = {
+            let now = date(NOW);
+            let res = head(&[("date", &now), ("expires", &now)]);
+            Stored::new(200, (&res[..], &cc_of(&res)), NOW, NOW)
+        };
+        assert_eq!(expired.usable(NOW, &none), Usable::Revalidate);
         assert!(s.usable_on_error(NOW + 300, &none));
         assert!(!s.usable_on_error(NOW + 400, &none));
         // must-revalidate: never stale, not even on error.
@@ -579,6 +723,28 @@ mod tests {
             Usable::Stale { ttl: -5 }
         );
         assert_eq!(s.usable(NOW + 65, &ask("max-stale=2")), Usable::Revalidate);
+    }
+
+    #[test]
+    fn a_304_updates_all_but_the_fields_of_the_stored_body() {
+        for name in [
+            "Cache-Control",
+            "expires",
+            "content-type",
+            "content-location",
+            "x-a",
+        ] {
+            assert!(updated_by_304(name.as_bytes()), "{name}");
+        }
+        for name in [
+            "Content-Encoding",
+            "content-length",
+            "content-md5",
+            "content-range",
+            "ETag",
+        ] {
+            assert!(!updated_by_304(name.as_bytes()), "{name}");
+        }
     }
 
     #[test]

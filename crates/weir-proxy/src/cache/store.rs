@@ -28,6 +28,10 @@ impl Fields for Head {
     fn lines<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.get_all(name)
     }
+
+    fn all(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.iter()
+    }
 }
 
 /// A primary key with its hash, computed once per request: the map, the flights and the

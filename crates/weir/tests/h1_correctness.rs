@@ -53,14 +53,20 @@ fn elapsed_between(started: Instant, low_ms: u64, high_ms: u64) {
     );
 }
 
-#[test]
-fn a_stalled_request_body_gets_408_and_the_upstream_request_is_dropped() {
-    let up = RawUpstream::start(|c| {
+/// An upstream that reads a request head, then notes `closed after N body bytes` when weir
+/// ends the connection.
+fn noting_upstream() -> RawUpstream {
+    RawUpstream::start(|c| {
         if c.read_head().is_some() {
             let n = c.read_to_end();
             c.note(&format!("closed after {n} body bytes"));
         }
-    });
+    })
+}
+
+#[test]
+fn a_stalled_request_body_gets_408_and_the_upstream_request_is_dropped() {
+    let up = noting_upstream();
     let weir = Weir::start(&proxy_config_with(
         &up.url(),
         ", client_body_timeout: 1s",
@@ -331,12 +337,7 @@ fn a_client_that_stops_reading_is_disconnected() {
 /// write a `499` status line and keep the connection open.
 #[test]
 fn a_client_that_half_closes_mid_body_gets_nothing_and_is_closed() {
-    let up = RawUpstream::start(|c| {
-        if c.read_head().is_some() {
-            let n = c.read_to_end();
-            c.note(&format!("closed after {n} body bytes"));
-        }
-    });
+    let up = noting_upstream();
     let weir = Weir::start(&proxy_config_with(&up.url(), "", ""));
     let mut c = std::net::TcpStream::connect(weir.addr()).unwrap();
     c.write_all(
@@ -368,12 +369,7 @@ fn a_client_that_half_closes_mid_body_gets_nothing_and_is_closed() {
 /// request ends by the time the client has its answer.
 #[test]
 fn a_stalled_chunked_body_ends_the_upstream_request_with_the_408() {
-    let up = RawUpstream::start(|c| {
-        if c.read_head().is_some() {
-            let n = c.read_to_end();
-            c.note(&format!("closed after {n} body bytes"));
-        }
-    });
+    let up = noting_upstream();
     let weir = Weir::start(&proxy_config_with(
         &up.url(),
         ", client_body_timeout: 1s",

@@ -326,6 +326,14 @@ fn idle_and_dribbling_clients_are_closed() {
     assert!(slow.is_closed());
 }
 
+/// A keep-alive connection that has had one request answered (`ok`) and waits for the next.
+fn served_connection(addr: std::net::SocketAddr) -> Conn {
+    let mut conn = Conn::open(addr);
+    conn.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(conn.read(false).unwrap().text(), "ok");
+    conn
+}
+
 #[test]
 fn parked_connections_wake_expire_and_stop() {
     // Plain connections idle for a second leave their task (conn/idle.rs); across that
@@ -335,12 +343,7 @@ fn parked_connections_wake_expire_and_stop() {
     );
     let addr = weir.addr();
     let request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
-    let open = || {
-        let mut conn = Conn::open(addr);
-        conn.send(request);
-        assert_eq!(conn.read(false).unwrap().text(), "ok");
-        conn
-    };
+    let open = || served_connection(addr);
     let (mut woken, mut pipelined, mut split, mut expiring) = (open(), open(), open(), open());
     let idle_since = Instant::now();
     std::thread::sleep(Duration::from_millis(1600));
@@ -402,12 +405,7 @@ fn a_stop_answers_requests_on_their_way_and_closes_idle_connections_gently() {
     );
     let addr = weir.addr();
     let request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
-    let open = || {
-        let mut conn = Conn::open(addr);
-        conn.send(request);
-        assert_eq!(conn.read(false).unwrap().text(), "ok");
-        conn
-    };
+    let open = || served_connection(addr);
     // Two keep-alive connections between requests, and one accepted whose first request
     // has not come yet.
     let (mut idle, mut busy) = (open(), open());

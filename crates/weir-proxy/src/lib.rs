@@ -1,50 +1,26 @@
-//! weir's data plane: workers and listeners, TLS, the HTTP/1.1 codec and connection driver, the
-//! request lifecycle (router, filters with compression, actions), services with their balancers and per-worker
-//! keep-alive pools. See docs/architecture.md and docs/lifecycle-h1.md.
+//! weir's data plane, one folder per phase of the request lifecycle (docs/architecture.md):
+//! `process` (workers, control thread, reload, upgrade), `listen` (sockets, TLS settings),
+//! `conn` (the HTTP/1 and HTTP/2 client drivers), `exchange` (route, filters, reply, finish),
+//! `actions` (static, cache, Elasticsearch), `upstream` (balancers, pools, health, h1 and h2
+//! clients), `l4` (TCP and UDP routers), `observe` (metrics, logs, admin API), and the low
+//! layers `http` (the codec) and `io`.
 // One measured exception, allowed where it lives: `codec::Head::text`.
 #![deny(unsafe_code)]
 
-pub mod accesslog;
-pub mod admin;
-pub mod ascii;
-pub mod balancer;
-pub mod body_filter;
-pub mod cache;
-pub mod carry;
-pub mod client;
-pub mod codec;
-pub mod compress;
-pub mod conditional;
+pub mod actions;
 pub mod conn;
-pub mod control;
-pub mod detached;
-pub mod elasticsearch;
-pub mod errorlog;
 pub mod exchange;
-pub mod filter;
-pub mod forwarding;
-pub mod grpc;
-pub mod health;
-pub mod health_check;
+pub mod http;
+pub mod io;
 pub mod l4;
-pub mod listeners;
-pub mod metrics;
-pub mod open_files;
-pub mod pool;
-pub mod prometheus;
-pub mod reload;
-pub mod reply;
-pub mod router;
-pub mod runtime;
-pub mod server;
-pub mod static_files;
-pub mod ticker;
-pub mod tls;
-pub mod upgrade;
+pub mod listen;
+pub mod observe;
+pub mod process;
 pub mod upstream;
-pub mod upstream_h2;
-pub mod whole_body;
-pub mod worker;
 
-pub use runtime::Runtime;
-pub use server::{run, RunOptions};
+// What the `weir` binary and `weir-bench` use, at the paths they know.
+pub use http::codec;
+pub use io::ticker;
+pub use process::runtime::Runtime;
+pub use process::server::{run, RunOptions};
+pub use process::upgrade;

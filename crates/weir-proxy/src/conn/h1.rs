@@ -5,25 +5,25 @@
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
 //! second of idleness a plain one is parked ([`idle`](crate::conn::idle)) and its task ends.
 
-use crate::ascii::eq_ignore_case;
-use crate::body_filter::BodyFilter;
-use crate::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
-use crate::codec::{
-    self, is_hop_by_hop, lists_token, push_decimal, reason, status_line, Framing, RequestHead,
-    ResponseHead,
-};
-use crate::compress::WHOLE_BODY_LIMIT;
+use crate::actions::static_files::read_exact_at;
 use crate::conn::idle::PARK_AFTER;
 use crate::conn::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT};
 use crate::conn::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::conn::{ClientIo, Scheme};
+use crate::exchange::body_filter::BodyFilter;
+use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
+use crate::exchange::compress::WHOLE_BODY_LIMIT;
 use crate::exchange::exchange;
+use crate::exchange::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::http::ascii::eq_ignore_case;
+use crate::http::codec::{
+    self, is_hop_by_hop, lists_token, push_decimal, reason, status_line, Framing, RequestHead,
+    ResponseHead,
+};
 use crate::l4;
-use crate::pool::{UpstreamConn, UpstreamIo};
-use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
-use crate::static_files::read_exact_at;
-use crate::upstream_h2::pool::BodyPump;
-use crate::worker::{make_room, Worker};
+use crate::process::worker::{make_room, Worker};
+use crate::upstream::h2::pool::BodyPump;
+use crate::upstream::pool::{UpstreamConn, UpstreamIo};
 use bytes::Bytes;
 use bytes::BytesMut;
 use h2::SendStream;

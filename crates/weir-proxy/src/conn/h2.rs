@@ -8,23 +8,23 @@
 //! the request body is re-framed for them, and their response bodies are relayed through the
 //! same relay (and body filters) as the HTTP/1 driver's.
 
-use crate::ascii::eq_ignore_case;
-use crate::body_filter::BodyFilter;
-use crate::client::{BodyError, ClientSide, Outcome, Sent};
-use crate::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
-use crate::compress::WHOLE_BODY_LIMIT;
+use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
 use crate::conn::relay::{
     filter_whole, push_data, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT,
 };
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::Scheme;
+use crate::exchange::body_filter::BodyFilter;
+use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent};
+use crate::exchange::compress::WHOLE_BODY_LIMIT;
 use crate::exchange::exchange;
-use crate::pool::UpstreamIo;
-use crate::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
-use crate::static_files::read_exact_at;
-use crate::upstream_h2::pool::{pump_body, BodyPump};
-use crate::worker::Worker;
+use crate::exchange::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::http::ascii::eq_ignore_case;
+use crate::http::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
+use crate::process::worker::Worker;
+use crate::upstream::h2::pool::{pump_body, BodyPump};
+use crate::upstream::pool::UpstreamIo;
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -444,7 +444,10 @@ impl H2Client {
         date: &str,
         head_only: bool,
         read_timeout: Duration,
-    ) -> (Result<u64, BodyError>, Option<crate::pool::UpstreamConn>) {
+    ) -> (
+        Result<u64, BodyError>,
+        Option<crate::upstream::pool::UpstreamConn>,
+    ) {
         // HTTP/2 never uses `sendfile`.
         body = body.mapped_as_bytes();
         if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {

@@ -66,7 +66,7 @@ impl IdleConnections {
     pub fn new() -> io::Result<IdleConnections> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         // Deprecated for wrapped types that could close their descriptor while registered;
-        // `EpollFd` owns its descriptor and only this AsyncFd holds it (as in `ticker.rs`).
+        // `EpollFd` owns its descriptor and only this AsyncFd holds it (as in `io/ticker.rs`).
         #[allow(deprecated)]
         Ok(IdleConnections {
             epoll: AsyncFd::new(EpollFd(epoll))?,

@@ -3,11 +3,11 @@
 //! through the response's body filter, re-framed on the way, with each wait under its own
 //! limit (the connection's watch fires it).
 
-use crate::body_filter::BodyFilter;
-use crate::client::BodyError;
-use crate::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
 use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting};
-use crate::worker::{make_room, Worker};
+use crate::exchange::body_filter::BodyFilter;
+use crate::exchange::client::BodyError;
+use crate::http::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
+use crate::process::worker::{make_room, Worker};
 use bytes::{Buf, Bytes, BytesMut};
 use h2::{RecvStream, SendStream};
 use std::io;

@@ -6,10 +6,10 @@
 
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::{h1, h2, Scheme};
-use crate::metrics::HandshakeFailure;
-use crate::reply::LocalResponse;
-use crate::tls::ServerTls;
-use crate::worker::Worker;
+use crate::exchange::reply::LocalResponse;
+use crate::listen::tls::ServerTls;
+use crate::observe::metrics::HandshakeFailure;
+use crate::process::worker::Worker;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! have, on an error, or after `idle` with no byte moving either way.
 
 use crate::conn::watch::{Clock, ConnWatch, Waiting};
-use crate::worker::Buffers;
+use crate::process::worker::Buffers;
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use std::future::poll_fn;
 use std::io;

@@ -4,10 +4,10 @@
 //! UDP entrypoint sends to. The connection handling that uses them is in `tcp.rs` and
 //! `udp.rs`.
 
-use crate::balancer::Service;
-use crate::carry::Carried;
 use crate::l4::client_hello::{Hello, Peeked};
-use crate::tls::ServerTls;
+use crate::listen::tls::ServerTls;
+use crate::process::carry::Carried;
+use crate::upstream::balancer::Service;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

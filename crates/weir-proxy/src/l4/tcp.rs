@@ -7,15 +7,15 @@
 //! entrypoint terminates TLS for this router. A connection no TCP router takes goes on to
 //! HTTP routing, as in Traefik.
 
-use crate::balancer::{PickInput, UpstreamUse};
-use crate::codec::Head;
 use crate::conn::peek;
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
+use crate::http::codec::Head;
 use crate::l4::client_hello::{self, Peeked, MAX_HELLO_BYTES};
 use crate::l4::proxy_protocol;
 use crate::l4::relay::{self, Idle};
 use crate::l4::routes::{Counted, TcpRoute};
-use crate::worker::Worker;
+use crate::process::worker::Worker;
+use crate::upstream::balancer::{PickInput, UpstreamUse};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;

@@ -6,10 +6,10 @@
 //! to make room (the oldest first). Each worker has its own listening socket (SO_REUSEPORT
 //! hashes a client to one worker) and its own sessions.
 
-use crate::balancer::{PickInput, UpstreamUse};
-use crate::codec::Head;
+use crate::http::codec::Head;
 use crate::l4::routes::UdpService;
-use crate::worker::Worker;
+use crate::process::worker::Worker;
+use crate::upstream::balancer::{PickInput, UpstreamUse};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

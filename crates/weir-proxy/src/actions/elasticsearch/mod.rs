@@ -1,0 +1,150 @@
+//! An Elasticsearch service at the request level: weir's own failures (no server, a timeout,
+//! a refused body) are answered the way Elasticsearch answers errors, a JSON body with
+//! `error.type`, `error.reason` and `status`, so the official clients raise their usual
+//! exception with a readable reason. weir never adds `X-Elastic-Product` to its own answers:
+//! a client checking it must see it is not talking to the cluster. `_bulk` has its own
+//! action (`bulk.rs`), and so have reads with a body and cached searches (`read.rs`); nodes and shards are found
+//! by the control thread (`discovery.rs`, `routing.rs`).
+
+pub mod batch;
+pub mod bulk;
+pub mod discovery;
+pub mod items;
+pub mod ndjson;
+pub mod node_client;
+pub mod part;
+pub mod pins;
+pub mod read;
+pub mod replay;
+pub mod routing;
+pub mod search_cache;
+pub mod spool;
+
+use crate::exchange::client::ClientSide;
+use crate::exchange::reply::{LocalResponse, Reply, ReplyHead};
+use crate::http::codec::{self, RequestHead};
+use crate::process::worker::Worker;
+use crate::upstream::balancer::{EsService, Service};
+use bytes::BytesMut;
+use std::borrow::Cow;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Whether the request has an action of its own on an Elasticsearch service (others are
+/// proxied as on any service).
+pub(crate) fn has_own_action(es: &EsService, head: &RequestHead) -> bool {
+    bulk::is_bulk(head)
+        || read::is_read_with_body(head)
+        || (es.search_cache.is_some() && search_cache::is_search(head) && read::kept_whole(head))
+}
+
+/// Runs the request's own action (`has_own_action`).
+pub(crate) async fn serve<'r, C: ClientSide>(
+    worker: &Rc<Worker>,
+    service: &'r Arc<Service>,
+    es: &EsService,
+    client: &mut C,
+    head: &RequestHead,
+) -> Reply<'r> {
+    if bulk::is_bulk(head) {
+        bulk::serve(worker, service, es, client, head).await
+    } else {
+        read::serve(worker, service, es, client, head).await
+    }
+}
+
+/// The `error.type` for a status weir answers with.
+pub(crate) fn error_type(status: u16) -> &'static str {
+    match status {
+        400 | 405 | 411 | 414 | 431 => "illegal_argument_exception",
+        408 | 504 => "timeout_exception",
+        413 => "content_too_long_exception",
+        429 => "es_rejected_execution_exception",
+        502 => "gateway_upstream_exception",
+        503 => "gateway_unavailable_exception",
+        _ => "gateway_exception",
+    }
+}
+
+/// Turns a local error reply (status 400 and up, not already JSON) into Elasticsearch form.
+pub fn local_errors_in_es_form(reply: &mut Reply<'_>) {
+    let (status, reason) = match &reply.head {
+        ReplyHead::Local(local) if local.status >= 400 && !is_json(local) => (
+            local.status,
+            String::from_utf8_lossy(&local.body).trim_end().to_string(),
+        ),
+        _ => return,
+    };
+    let answer = es_error(status, error_type(status), &reason);
+    reply.head = ReplyHead::Local(Cow::Owned(answer));
+}
+
+fn is_json(local: &LocalResponse) -> bool {
+    local
+        .headers
+        .iter()
+        .any(|(name, value)| name == "content-type" && value.starts_with("application/json"))
+}
+
+/// The answer to a client whose request body could not be read (bad framing, too slow, gone,
+/// or over the limit: `too_large` then says which limit), in Elasticsearch's form.
+pub(crate) fn body_failure(
+    e: crate::exchange::client::BodyError,
+    too_large: Option<String>,
+) -> LocalResponse {
+    let (status, message) = e
+        .client_answer()
+        .unwrap_or((499, "client closed the connection"));
+    let reason = match too_large {
+        Some(reason) if status == 413 => reason,
+        _ => message.to_string(),
+    };
+    es_error(status, error_type(status), &reason)
+}
+
+/// The head of a request that carries `len` bytes of a plain body: the client's, with its
+/// framing and encodings replaced, so the node's answer comes back plain (to be merged, or
+/// kept for any client).
+pub(crate) fn plain_request_head(head: &RequestHead, len: usize) -> Option<RequestHead> {
+    let mut raw = Vec::with_capacity(512);
+    raw.extend_from_slice(head.method().as_bytes());
+    raw.push(b' ');
+    raw.extend_from_slice(head.target().as_bytes());
+    raw.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in head.head.iter() {
+        let dropped = [
+            "content-length",
+            "transfer-encoding",
+            "content-encoding",
+            "accept-encoding",
+            "expect",
+        ]
+        .iter()
+        .any(|d| name.eq_ignore_ascii_case(d.as_bytes()));
+        if !dropped {
+            codec::header(&mut raw, name, value);
+        }
+    }
+    codec::header(&mut raw, b"content-length", len.to_string().as_bytes());
+    raw.extend_from_slice(b"\r\n");
+    let mut head = codec::parse_request(&mut BytesMut::from(&raw[..])).ok()??;
+    head.http2 = false;
+    Some(head)
+}
+
+/// An error answer in Elasticsearch's form.
+pub(crate) fn es_error(status: u16, kind: &str, reason: &str) -> LocalResponse {
+    let cause = serde_json::json!({ "type": kind, "reason": reason });
+    let body = serde_json::json!({
+        "error": { "root_cause": [cause], "type": kind, "reason": reason },
+        "status": status,
+    });
+    LocalResponse::new(
+        status,
+        vec![(
+            "content-type".into(),
+            "application/json; charset=UTF-8".into(),
+        )],
+        body.to_string(),
+    )
+}

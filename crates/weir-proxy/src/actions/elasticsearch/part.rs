@@ -1,0 +1,115 @@
+//! One part of a `_bulk` sent to a node and its answer read whole (`send_part`), for the
+//! split (`bulk.rs`) and the batches (`batch.rs`): through the service's usual tries as a
+//! `Detached` client side with the part in memory; weir's own failures become an
+//! Elasticsearch-shaped answer, so every part has one.
+
+use super::items::BulkItems;
+use super::{error_type, es_error, plain_request_head};
+use crate::actions::whole_body::Reader;
+use crate::exchange::client::ClientSide;
+use crate::exchange::reply::{Reply, ReplyHead};
+use crate::http::codec::RequestHead;
+use crate::process::worker::Worker;
+use crate::upstream;
+use crate::upstream::balancer::Service;
+use crate::upstream::detached::{Detached, Requester};
+use bytes::Bytes;
+
+/// A part's answer, read whole.
+pub(super) struct Answer {
+    pub(super) status: u16,
+    /// `X-Elastic-Product`, passed on in the merged answer.
+    pub(super) product: Option<Bytes>,
+    pub(super) body: Bytes,
+    /// Its items, when already cut (a batch member's share): the merge need not cut again.
+    pub(super) items: Option<BulkItems>,
+    /// A failure that may have come after the node took the part (no answer, a cut one, a
+    /// 502 or 504): its items may have been applied.
+    pub(super) in_doubt: bool,
+}
+
+/// Sends one group's part to its server and reads the answer whole.
+pub(super) async fn send_part(
+    worker: &Worker,
+    service: &Service,
+    from: Requester,
+    head: &RequestHead,
+    part: Vec<u8>,
+    server: Option<usize>,
+) -> Answer {
+    let Some(sub_head) = plain_request_head(head, part.len()) else {
+        return Answer {
+            status: 400,
+            product: None,
+            body: Bytes::from_static(b"invalid request head"),
+            items: None,
+            in_doubt: false,
+        };
+    };
+    let mut sender = Detached::new(worker, from, Bytes::from(part));
+    let reply = upstream::forward(worker, service, &mut sender, &sub_head, server).await;
+    let Reply {
+        head: reply_head,
+        body,
+        upstream,
+        ..
+    } = reply;
+    let response = match reply_head {
+        ReplyHead::Response(response) => response,
+        ReplyHead::Local(answer) => return weirs_failure(answer.status, &answer.body),
+        ReplyHead::Shared(answer) => return weirs_failure(answer.status, &answer.body),
+    };
+    let reader = Reader {
+        worker,
+        watch: sender.watch(),
+        read_timeout: service.read_timeout,
+        max: MAX_ANSWER,
+    };
+    let read = reader.reply_body(&response, body, &upstream).await.ok();
+    match read {
+        Some(body) => Answer {
+            status: response.status,
+            product: response
+                .head
+                .get("x-elastic-product")
+                .map(Bytes::copy_from_slice),
+            body,
+            items: None,
+            in_doubt: status_in_doubt(response.status),
+        },
+        None => Answer {
+            in_doubt: true,
+            ..weirs_answer(502, b"the node's answer ended early or was too large")
+        },
+    }
+}
+
+/// Whether a status answered for a part may hide its being applied: a 502 or 504 from a proxy
+/// in front of the node, which may have lost the node's answer.
+pub(super) fn status_in_doubt(status: u16) -> bool {
+    matches!(status, 502 | 504)
+}
+
+/// weir's own failure answer for a part: in doubt unless it never reached a node.
+pub(super) fn weirs_failure(status: u16, text: &[u8]) -> Answer {
+    Answer {
+        in_doubt: !crate::upstream::forwarding::never_sent(text),
+        ..weirs_answer(status, text)
+    }
+}
+
+/// The largest node answer read for a merge.
+const MAX_ANSWER: u64 = 256 << 20;
+
+/// An answer of weir's own, as Elasticsearch shapes errors.
+pub(super) fn weirs_answer(status: u16, reason: &[u8]) -> Answer {
+    let reason = String::from_utf8_lossy(reason);
+    let answer = es_error(status, error_type(status), reason.trim_end());
+    Answer {
+        status,
+        product: None,
+        body: answer.body,
+        items: None,
+        in_doubt: false,
+    }
+}

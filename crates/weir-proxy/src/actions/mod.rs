@@ -1,0 +1,7 @@
+//! What a route does with a request besides proxying: static files (with the open-file cache), the response cache, the Elasticsearch service, and whole-body reads.
+
+pub mod cache;
+pub mod elasticsearch;
+pub mod open_files;
+pub mod static_files;
+pub mod whole_body;

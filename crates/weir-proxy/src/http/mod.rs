@@ -1,0 +1,5 @@
+//! HTTP as bytes: the HTTP/1 codec (heads, framing, chunked bodies), header-value helpers and conditional requests. Imports nothing else of the crate.
+
+pub mod ascii;
+pub mod codec;
+pub mod conditional;

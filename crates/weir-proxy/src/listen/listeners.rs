@@ -1,0 +1,168 @@
+//! The listening sockets: each entrypoint is bound once per worker (SO_REUSEPORT, so the kernel
+//! spreads connections), and the control thread keeps a duplicate of every worker's socket. A
+//! reload diffs entrypoints by name against that table (a kept one is never closed), and a
+//! binary upgrade hands the same sockets to the new process, so no queued connection is lost.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use weir_config::{Entrypoint, Transport};
+
+/// An entrypoint's socket on one worker.
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    Udp(std::net::UdpSocket),
+}
+
+impl Listener {
+    /// Binds with SO_REUSEPORT, so every worker has its own socket on the address.
+    fn bind(addr: SocketAddr, transport: Transport) -> std::io::Result<Listener> {
+        let (kind, protocol) = match transport {
+            Transport::Tcp => (Type::STREAM, Protocol::TCP),
+            Transport::Udp => (Type::DGRAM, Protocol::UDP),
+        };
+        let socket = Socket::new(Domain::for_address(addr), kind, Some(protocol))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.bind(&addr.into())?;
+        if transport == Transport::Tcp {
+            socket.set_nodelay(true)?;
+            socket.listen(4096)?;
+        }
+        Listener::adopt(socket.into(), transport)
+    }
+
+    /// A socket bound before (by this process or the one it upgrades), made non-blocking.
+    pub fn adopt(fd: OwnedFd, transport: Transport) -> std::io::Result<Listener> {
+        let socket = Socket::from(fd);
+        socket.set_nonblocking(true)?;
+        Ok(match transport {
+            Transport::Tcp => Listener::Tcp(socket.into()),
+            Transport::Udp => Listener::Udp(socket.into()),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr(),
+            Listener::Udp(u) => u.local_addr(),
+        }
+    }
+
+    fn duplicate(&self) -> std::io::Result<OwnedFd> {
+        match self {
+            Listener::Tcp(l) => l.as_fd().try_clone_to_owned(),
+            Listener::Udp(u) => u.as_fd().try_clone_to_owned(),
+        }
+    }
+}
+
+/// One entrypoint's sockets as the control thread keeps them.
+pub struct Bound {
+    /// The address as configured (`:0` stays `:0`, so an unchanged entrypoint is kept).
+    pub configured: SocketAddr,
+    /// The address the sockets listen on.
+    pub actual: SocketAddr,
+    pub transport: Transport,
+    /// Duplicates of the workers' sockets, by worker.
+    pub sockets: Vec<OwnedFd>,
+}
+
+impl Bound {
+    /// Logs where entrypoint `name` listens (tests and operators read this line).
+    pub fn announce(&self, name: &str) {
+        crate::log_line!(
+            "weir: entrypoint {name} listening on {}{}",
+            self.actual,
+            udp_suffix(self.transport)
+        );
+    }
+
+    /// Whether `ep` can keep these sockets.
+    pub fn serves(&self, ep: &Entrypoint) -> bool {
+        self.configured == ep.address && self.transport == ep.transport
+    }
+}
+
+/// Every entrypoint's sockets, by entrypoint name.
+#[derive(Default)]
+pub struct BoundEntrypoints {
+    pub by_name: HashMap<String, Bound>,
+}
+
+impl BoundEntrypoints {
+    /// Binds `ep` once per worker, taking sockets from `inherited` (a binary upgrade's) first.
+    /// Returns the listeners, one per worker, or more when more were inherited: the caller
+    /// deals them out to the workers in turn.
+    pub fn bind(
+        ep: &Entrypoint,
+        workers: usize,
+        inherited: &mut Inherited,
+    ) -> Result<(Bound, Vec<Listener>), String> {
+        let err = |e: std::io::Error| {
+            format!(
+                "entrypoint `{}`: cannot listen on {}: {e}",
+                ep.name, ep.address
+            )
+        };
+        let mut listeners = Vec::with_capacity(workers);
+        for fd in inherited.take(ep) {
+            listeners.push(Listener::adopt(fd, ep.transport).map_err(err)?);
+        }
+        let actual = match listeners.first() {
+            Some(first) => first.local_addr().map_err(err)?,
+            None => {
+                let first = Listener::bind(ep.address, ep.transport).map_err(err)?;
+                let actual = first.local_addr().map_err(err)?;
+                listeners.push(first);
+                actual
+            }
+        };
+        // The first socket resolved port 0 to a real port; the others join it.
+        while listeners.len() < workers {
+            listeners.push(Listener::bind(actual, ep.transport).map_err(err)?);
+        }
+        let sockets = listeners
+            .iter()
+            .map(Listener::duplicate)
+            .collect::<Result<_, _>>()
+            .map_err(err)?;
+        let bound = Bound {
+            configured: ep.address,
+            actual,
+            transport: ep.transport,
+            sockets,
+        };
+        Ok((bound, listeners))
+    }
+}
+
+/// Sockets handed over by the process this one upgrades, by entrypoint name.
+#[derive(Default)]
+pub struct Inherited {
+    pub by_name: HashMap<String, Bound>,
+    /// The admin listener's socket (`observe/admin.rs` adopts it when the address is unchanged).
+    pub admin: Option<Bound>,
+}
+
+impl Inherited {
+    /// The inherited sockets for `ep`, when its address and transport are unchanged. All of
+    /// them, even more than there are workers: one closed here would stay in the kernel's
+    /// `SO_REUSEPORT` group while the old process holds it, and the connections queued in it
+    /// then would be reset when that process exits.
+    fn take(&mut self, ep: &Entrypoint) -> Vec<OwnedFd> {
+        match self.by_name.remove(&ep.name) {
+            Some(bound) if bound.serves(ep) => bound.sockets,
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// `/udp` after a UDP entrypoint's address in log lines.
+fn udp_suffix(transport: Transport) -> &'static str {
+    match transport {
+        Transport::Udp => "/udp",
+        Transport::Tcp => "",
+    }
+}

@@ -1,0 +1,4 @@
+//! Where connections come from: bound listening sockets and the TLS server configuration (certificates by SNI).
+
+pub mod listeners;
+pub mod tls;

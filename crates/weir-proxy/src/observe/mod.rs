@@ -1,0 +1,7 @@
+//! What operators see: metric cells, the access and error logs, the Prometheus exposition and the admin API with its dashboard.
+
+pub mod accesslog;
+pub mod admin;
+pub mod errorlog;
+pub mod metrics;
+pub mod prometheus;

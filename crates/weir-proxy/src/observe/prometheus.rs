@@ -1,0 +1,374 @@
+//! The Prometheus text exposition of the metrics (`observe/metrics.rs` owns the cells): every counter
+//! and gauge summed over the workers, for the entrypoints, routers, services and servers of the
+//! configuration in service, with the reload counts and build info.
+
+use crate::actions::elasticsearch::spool::Spool;
+use crate::observe::metrics::{
+    EntrypointCells, HandshakeFailure, Metrics, PerWorker, RouteCells, ServiceCells, TrafficCells,
+    LATENCY_BOUNDS_US,
+};
+use crate::process::runtime::Runtime;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+/// What `/metrics` says of reloads.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReloadCounts {
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Whether the last reload, if any, succeeded.
+    pub last_ok: bool,
+}
+
+/// The Prometheus text being written.
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{labels}}} {value}");
+        }
+    }
+
+    /// Answers by status class and the latency histogram of routers or services.
+    fn traffic<T>(
+        &mut self,
+        what: &str,
+        items: &[(&str, &PerWorker<T>)],
+        traffic: fn(&T) -> &TrafficCells,
+    ) {
+        let label = what;
+        let responses = format!("weir_{what}_responses_total");
+        self.family(
+            &responses,
+            "counter",
+            &format!("Answers by {what}, by status class."),
+        );
+        for (name, cells) in items {
+            let cells = |value: &dyn Fn(&TrafficCells) -> u64| cells.sum(|c| value(traffic(c)));
+            for class in 0..5 {
+                let n = cells(&|c| c.responses[class].get());
+                let labels = format!("{label}=\"{}\",code=\"{}xx\"", escape(name), class + 1);
+                self.sample(&responses, &labels, n);
+            }
+        }
+        let duration = format!("weir_{what}_request_duration_seconds");
+        self.family(
+            &duration,
+            "histogram",
+            &format!("Time from request head to the answer's last byte, by {what}."),
+        );
+        for (name, cells) in items {
+            let cells = |value: &dyn Fn(&TrafficCells) -> u64| cells.sum(|c| value(traffic(c)));
+            let name = escape(name);
+            let mut cumulative = 0;
+            for (i, bound) in LATENCY_BOUNDS_US.iter().enumerate() {
+                cumulative += cells(&|c| c.latency.buckets[i].get());
+                let le = *bound as f64 / 1e6;
+                self.sample(
+                    &format!("{duration}_bucket"),
+                    &format!("{label}=\"{name}\",le=\"{le}\""),
+                    cumulative,
+                );
+            }
+            cumulative += cells(&|c| c.latency.buckets[LATENCY_BOUNDS_US.len()].get());
+            self.sample(
+                &format!("{duration}_bucket"),
+                &format!("{label}=\"{name}\",le=\"+Inf\""),
+                cumulative,
+            );
+            let sum = cells(&|c| c.latency.sum_us.get()) as f64 / 1e6;
+            self.sample(
+                &format!("{duration}_sum"),
+                &format!("{label}=\"{name}\""),
+                sum,
+            );
+            self.sample(
+                &format!("{duration}_count"),
+                &format!("{label}=\"{name}\""),
+                cumulative,
+            );
+        }
+    }
+}
+
+/// A label value as Prometheus wants it: backslash, quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition of every metric, summed over workers, for the configuration
+/// `runtime` and the reloads `reloads` counted.
+pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> String {
+    let mut out = Exposition(String::new());
+    let entrypoints: Vec<(String, &PerWorker<EntrypointCells>)> = runtime
+        .entrypoints
+        .iter()
+        .flatten()
+        .map(|ep| (escape(&ep.name), &*ep.cells))
+        .collect();
+    out.family(
+        "weir_connections_total",
+        "counter",
+        "Client connections accepted.",
+    );
+    for (name, cells) in &entrypoints {
+        let n = cells.sum(|c| c.connections.get());
+        out.sample(
+            "weir_connections_total",
+            &format!("entrypoint=\"{name}\""),
+            n,
+        );
+    }
+    out.family(
+        "weir_tls_handshake_failures_total",
+        "counter",
+        "TLS connections that never reached HTTP.",
+    );
+    for (name, cells) in &entrypoints {
+        for why in HandshakeFailure::ALL {
+            let n = cells.sum(|c| c.handshake_failures[why as usize].get());
+            let labels = format!("entrypoint=\"{name}\",reason=\"{}\"", why.label());
+            out.sample("weir_tls_handshake_failures_total", &labels, n);
+        }
+    }
+    out.family(
+        "weir_responses_total",
+        "counter",
+        "Answers sent, by entrypoint and status class.",
+    );
+    for (name, cells) in &entrypoints {
+        for class in 0..5 {
+            let n = cells.sum(|c| c.responses[class].get());
+            let labels = format!("entrypoint=\"{name}\",code=\"{}xx\"", class + 1);
+            out.sample("weir_responses_total", &labels, n);
+        }
+    }
+    let routes: Vec<(&str, &PerWorker<RouteCells>)> = runtime
+        .routes
+        .iter()
+        .map(|r| (r.name.as_str(), &*r.cells))
+        .collect();
+    out.traffic("router", &routes, |c| c);
+    services(&mut out, runtime);
+    out.family(
+        "weir_connections_parked",
+        "gauge",
+        "Idle keep-alive connections waiting without a task.",
+    );
+    let parked: u64 = metrics.workers.iter().map(|w| w.parked.get()).sum();
+    out.sample("weir_connections_parked", "", parked);
+    out.family(
+        "weir_upstream_idle_connections",
+        "gauge",
+        "Kept-alive upstream connections idle in the workers' pools.",
+    );
+    let pooled: u64 = metrics.workers.iter().map(|w| w.pooled.get()).sum();
+    out.sample("weir_upstream_idle_connections", "", pooled);
+    out.family(
+        "weir_config_version",
+        "gauge",
+        "The configuration in service: 1 at start, one more per reload.",
+    );
+    out.sample("weir_config_version", "", runtime.version);
+    out.family("weir_reloads_total", "counter", "Reloads, by result.");
+    out.sample(
+        "weir_reloads_total",
+        "result=\"success\"",
+        reloads.succeeded,
+    );
+    out.sample("weir_reloads_total", "result=\"failure\"", reloads.failed);
+    out.family(
+        "weir_config_last_reload_success",
+        "gauge",
+        "1 when the last reload (if any) succeeded, else 0.",
+    );
+    out.sample(
+        "weir_config_last_reload_success",
+        "",
+        u8::from(reloads.last_ok),
+    );
+    out.family(
+        "weir_log_lines_lost_total",
+        "counter",
+        "Error-log lines that could not be written (a closed pipe, a full disk).",
+    );
+    out.sample(
+        "weir_log_lines_lost_total",
+        "",
+        crate::observe::errorlog::lost(),
+    );
+    out.family("weir_build_info", "gauge", "The running binary's version.");
+    out.sample(
+        "weir_build_info",
+        &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+        1,
+    );
+    out.0
+}
+
+/// The services' traffic, retries and connect errors, and their servers' health and load.
+fn services(out: &mut Exposition, runtime: &Runtime) {
+    let services: Vec<(&str, &PerWorker<ServiceCells>)> = runtime
+        .services
+        .iter()
+        .map(|s| (s.name.as_str(), &*s.cells))
+        .collect();
+    out.traffic("service", &services, |c| &c.traffic);
+    for (metric, help, value) in [
+        (
+            "weir_upstream_retries_total",
+            "Tries sent to another server after a failure.",
+            (|c: &ServiceCells| c.retries.get()) as fn(&ServiceCells) -> u64,
+        ),
+        (
+            "weir_upstream_connect_errors_total",
+            "Tries that got no connection to the server.",
+            |c: &ServiceCells| c.connect_errors.get(),
+        ),
+    ] {
+        out.family(metric, "counter", help);
+        for (name, cells) in &services {
+            out.sample(
+                metric,
+                &format!("service=\"{}\"", escape(name)),
+                cells.sum(value),
+            );
+        }
+    }
+    out.family(
+        "weir_server_up",
+        "gauge",
+        "1 when the balancer may pick the server (not down by active checks, not ejected).",
+    );
+    let servers = || {
+        runtime.services.iter().flat_map(|svc| {
+            svc.servers.iter().map(move |server| {
+                let labels = format!(
+                    "service=\"{}\",server=\"{}\"",
+                    escape(&svc.name),
+                    escape(&server.url)
+                );
+                (labels, server)
+            })
+        })
+    };
+    for (labels, server) in servers() {
+        out.sample("weir_server_up", &labels, u8::from(server.health.usable()));
+    }
+    out.family(
+        "weir_server_in_flight",
+        "gauge",
+        "Requests in flight to the server.",
+    );
+    for (labels, server) in servers() {
+        let n = server.inflight.0.load(Ordering::Relaxed);
+        out.sample("weir_server_in_flight", &labels, n);
+    }
+    spools(out, runtime);
+}
+
+/// The Elasticsearch services' write spools: what waits, how old it is, what went through.
+fn spools(out: &mut Exposition, runtime: &Runtime) {
+    let spools: Vec<(String, &Spool)> = runtime
+        .services
+        .iter()
+        .filter_map(|svc| {
+            let spool = svc.elasticsearch.as_ref()?.spool.as_deref()?;
+            Some((format!("service=\"{}\"", escape(&svc.name)), spool))
+        })
+        .collect();
+    if spools.is_empty() {
+        return;
+    }
+    type Read = fn(&Spool) -> f64;
+    let families: [(&str, &str, &str, Read); 6] = [
+        (
+            "weir_es_spool_requests",
+            "gauge",
+            "Bulk requests waiting in the spool to be replayed.",
+            |s| s.depth() as f64,
+        ),
+        (
+            "weir_es_spool_bytes",
+            "gauge",
+            "Bytes waiting in the spool.",
+            |s| s.bytes() as f64,
+        ),
+        (
+            "weir_es_spool_lag_seconds",
+            "gauge",
+            "How long the oldest waiting request has waited.",
+            |s| s.lag_secs(),
+        ),
+        (
+            "weir_es_spool_appended_total",
+            "counter",
+            "Bulk requests written to the spool.",
+            |s| s.appended.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "weir_es_spool_replayed_total",
+            "counter",
+            "Spooled bulk requests replayed and committed.",
+            |s| s.replayed.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "weir_es_spool_dead_letter_items_total",
+            "counter",
+            "Spooled items the cluster refused for good, written to dead-letter.ndjson.",
+            |s| s.dead_lettered.load(Ordering::Relaxed) as f64,
+        ),
+    ];
+    for (metric, kind, help, read) in families {
+        out.family(metric, kind, help);
+        for (labels, spool) in &spools {
+            out.sample(metric, labels, read(spool));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::metrics::HandshakeFailure;
+
+    #[test]
+    fn cells_sum_over_workers() {
+        let yaml = "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\n  tls: { address: \"127.0.0.1:0\" }\nrouters:\n  r: { rule: \"PathPrefix(`/`)\", respond: { status: 204 } }\n";
+        let config = weir_config::load_str(yaml, "test.yaml").expect("config");
+        let runtime = Runtime::compile(&config, 2, None).expect("runtime");
+        let cells = |name: &str| {
+            &runtime
+                .entrypoint(runtime.slot(name).expect("slot"))
+                .expect("ep")
+                .cells
+        };
+        let metrics = Metrics::new(2);
+        cells("tls")[0].handshake_failed(HandshakeFailure::Timeout);
+        cells("tls")[1].handshake_failed(HandshakeFailure::Timeout);
+        cells("web")[1].responded(404);
+        cells("web")[0].responded(200);
+        cells("web")[0].responded(204);
+        metrics.workers[1].parked.set(3);
+        let text = render(&metrics, &runtime, &ReloadCounts::default());
+        for line in [
+            "weir_tls_handshake_failures_total{entrypoint=\"tls\",reason=\"timeout\"} 2",
+            "weir_tls_handshake_failures_total{entrypoint=\"tls\",reason=\"error\"} 0",
+            "weir_responses_total{entrypoint=\"web\",code=\"2xx\"} 2",
+            "weir_responses_total{entrypoint=\"web\",code=\"4xx\"} 1",
+            "weir_connections_parked 3",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The compiled configuration snapshot: per-entrypoint routers over shared routes, services
+//! with their balancers, middlewares. Built once per (re)load off the hot path and read
+//! through an `ArcSwap` by every worker. A compile carries what has a stable identity over
+//! from the previous snapshot: entrypoints keep their slot and counters by name, servers their
+//! state by address, routers and services their counters by name (`process/carry.rs`).
+
+use crate::actions::static_files::StaticSite;
+use crate::exchange::filter::Filter;
+use crate::exchange::reply::LocalResponse;
+use crate::exchange::router::Router;
+use crate::l4::routes::{self, TcpRoutes, UdpService};
+use crate::listen::tls::{server_tls, ServerTls};
+use crate::observe::accesslog::AccessLog;
+use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
+use crate::process::carry::Carried;
+use crate::upstream::balancer::Service;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_config::{Action, Config, Transport};
+
+/// The client-side limits from `server`, each enforced through the connection's watch.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTimeouts {
+    /// `client_idle_timeout`: waiting for (or dribbling) a request head.
+    pub idle: Duration,
+    /// `client_body_timeout`: between reads of a request body.
+    pub body: Duration,
+    /// `client_send_timeout`: a write to a client that does not read.
+    pub send: Duration,
+}
+
+pub struct Runtime {
+    /// The configuration this was compiled from.
+    pub config: Config,
+    /// 1 for the configuration the process started with, one more per successful reload.
+    pub version: u64,
+    /// Every entrypoint name this process has served, in first-seen order. A name's index (its
+    /// slot) never changes, so listeners and connections hold it across reloads.
+    pub slots: Vec<String>,
+    /// By slot; `None` for an entrypoint a reload removed.
+    pub entrypoints: Vec<Option<EntrypointRuntime>>,
+    /// Every HTTP service (for the control thread's health checks).
+    pub services: Vec<Arc<Service>>,
+    pub access_log: Option<AccessLog>,
+    /// The client-side limits from `server`.
+    pub timeouts: ClientTimeouts,
+    /// Every HTTP router, in file order.
+    pub routes: Vec<Arc<Route>>,
+    /// Whether exchanges are counted and timed (`server.metrics`).
+    pub metrics: bool,
+    /// What the next compile carries over.
+    carried: Carried,
+}
+
+pub struct EntrypointRuntime {
+    pub name: String,
+    pub address: SocketAddr,
+    /// TLS termination settings, for TLS entrypoints.
+    pub tls: Option<ServerTls>,
+    pub router: Router<Arc<Route>>,
+    /// Whether some HTTP router serves this entrypoint (else a connection no TCP router
+    /// takes is closed).
+    pub has_http_routes: bool,
+    /// TCP routers, tried before HTTP when present.
+    pub tcp: Option<TcpRoutes>,
+    /// For a UDP entrypoint: the service its router sends datagrams to.
+    pub udp: Option<Arc<UdpService>>,
+    /// Counters, one set per worker.
+    pub cells: EntrypointCounters,
+    /// Plain connections may open with the HTTP/2 preface (`h2c`).
+    pub h2c: bool,
+    pub http2: weir_config::Http2Settings,
+}
+
+pub struct Route {
+    pub name: String,
+    pub rule_text: String,
+    pub priority: i64,
+    /// The route's middlewares, in order.
+    pub filters: Vec<Arc<Filter>>,
+    /// True when some filter has a response-head phase.
+    pub has_response_phase: bool,
+    pub action: RouteAction,
+    /// Counters, one set per worker (carried over a reload by name).
+    pub cells: Arc<PerWorker<RouteCells>>,
+}
+
+pub enum RouteAction {
+    Proxy(Arc<Service>),
+    Respond(LocalResponse),
+    Redirect(LocalResponse),
+    Static(StaticSite),
+    /// `service` with `cache: NAME`: the cache wraps the proxy action.
+    Cached(
+        Arc<Service>,
+        Arc<crate::actions::cache::store::ResponseCache>,
+    ),
+}
+
+impl RouteAction {
+    /// The service the route proxies to, cached or not.
+    pub fn service(&self) -> Option<&Arc<Service>> {
+        match self {
+            RouteAction::Proxy(service) | RouteAction::Cached(service, _) => Some(service),
+            _ => None,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            RouteAction::Proxy(svc) => {
+                let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
+                format!("proxy to service `{}` [{}]", svc.name, servers.join(", "))
+            }
+            RouteAction::Cached(svc, cache) => {
+                let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
+                format!(
+                    "proxy to service `{}` [{}] through cache `{}`",
+                    svc.name,
+                    servers.join(", "),
+                    cache.name
+                )
+            }
+            RouteAction::Respond(r) => {
+                format!("respond {} with a {}-byte body", r.status, r.body.len())
+            }
+            RouteAction::Redirect(r) => {
+                let to = r
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == "location")
+                    .map(|(_, v)| v.as_str())
+                    .unwrap_or("");
+                format!("redirect {} to {to}", r.status)
+            }
+            RouteAction::Static(site) => {
+                format!("serve files from {}", site.config.root.display())
+            }
+        }
+    }
+}
+
+impl Runtime {
+    /// Compiles `config` for `workers` workers, carrying over from `previous` (the snapshot in
+    /// service, on a reload) what keeps its identity.
+    pub fn compile(
+        config: &Config,
+        workers: usize,
+        previous: Option<&Runtime>,
+    ) -> Result<Runtime, String> {
+        let mut carried = Carried::carrying(previous.map(|p| &p.carried));
+        let mut services = HashMap::new();
+        for svc in &config.services {
+            services.insert(
+                svc.name.as_str(),
+                Arc::new(Service::new(svc, workers, &mut carried)?),
+            );
+        }
+        let filters: HashMap<&str, Arc<Filter>> = config
+            .middlewares
+            .iter()
+            .map(|m| (m.name.as_str(), Arc::new(Filter(m.kind.clone()))))
+            .collect();
+        // A cache keeps what it stored over a reload while its size and key stay the same.
+        let mut caches = HashMap::new();
+        for c in &config.caches {
+            use crate::actions::cache::store::{ResponseCache, Store};
+            let store = carried
+                .caches
+                .try_get(ResponseCache::store_identity(c), || {
+                    Store::new(c.memory, c.disk.as_ref()).map(Arc::new)
+                })
+                .map_err(|e| format!("cache `{}`: {e}", c.name))?;
+            caches.insert(c.name.as_str(), Arc::new(ResponseCache::new(c, store)));
+        }
+        let mut routes = Vec::with_capacity(config.routers.len());
+        for r in &config.routers {
+            let mws: Vec<Arc<Filter>> = r
+                .middlewares
+                .iter()
+                .filter_map(|name| filters.get(name.as_str()).cloned())
+                .collect();
+            let action = match &r.action {
+                Action::Service(name) => {
+                    let service = services
+                        .get(name.as_str())
+                        .cloned()
+                        .ok_or_else(|| format!("router `{}`: unknown service `{name}`", r.name))?;
+                    match r.cache.as_deref().and_then(|c| caches.get(c)) {
+                        Some(cache) => RouteAction::Cached(service, cache.clone()),
+                        None => RouteAction::Proxy(service),
+                    }
+                }
+                Action::Respond(resp) => RouteAction::Respond(LocalResponse::new(
+                    resp.status,
+                    resp.headers.clone(),
+                    resp.body.clone(),
+                )),
+                Action::Redirect(redirect) => {
+                    RouteAction::Redirect(LocalResponse::redirect(redirect.status, &redirect.to))
+                }
+                Action::Static(files) => {
+                    let mut site =
+                        StaticSite::open(files).map_err(|e| format!("router `{}`: {e}", r.name))?;
+                    site.behind_strip_prefix = mws.iter().any(|m| m.strips_prefix());
+                    RouteAction::Static(site)
+                }
+            };
+            routes.push(Arc::new(Route {
+                name: r.name.clone(),
+                rule_text: r.rule_text.clone(),
+                priority: r.priority,
+                has_response_phase: mws.iter().any(|m| m.has_response_phase()),
+                filters: mws,
+                action,
+                cells: carried
+                    .routes
+                    .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
+            }));
+        }
+        let tcp_services = routes::compile_services(config, workers, &mut carried)?;
+        let udp_services = routes::compile_udp(config, workers, &mut carried)?;
+        let mut slots = previous.map(|p| p.slots.clone()).unwrap_or_default();
+        for ep in &config.entrypoints {
+            if !slots.contains(&ep.name) {
+                slots.push(ep.name.clone());
+            }
+        }
+        let mut entrypoints: Vec<Option<EntrypointRuntime>> = slots.iter().map(|_| None).collect();
+        for ep in &config.entrypoints {
+            let Some(slot) = slots.iter().position(|name| *name == ep.name) else {
+                continue;
+            };
+            let is_udp = ep.transport == Transport::Udp;
+            let mine: Vec<_> = config
+                .routers
+                .iter()
+                .zip(&routes)
+                .filter(|(r, _)| {
+                    !is_udp && (r.entrypoints.is_empty() || r.entrypoints.contains(&ep.name))
+                })
+                .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
+                .collect();
+            let tls = ep.tls.as_ref().map(server_tls).transpose()?;
+            let tcp = match is_udp {
+                true => None,
+                false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
+            };
+            entrypoints[slot] = Some(EntrypointRuntime {
+                name: ep.name.clone(),
+                address: ep.address,
+                has_http_routes: !mine.is_empty(),
+                tls,
+                router: Router::new(mine),
+                tcp,
+                udp: udp_services.get(&ep.name).cloned(),
+                h2c: ep.h2c,
+                http2: ep.http2,
+                cells: carried
+                    .entrypoints
+                    .get(ep.name.clone(), || Arc::new(PerWorker::new(workers))),
+            });
+        }
+        let access_log = if config.server.access_log.enabled {
+            Some(AccessLog::open(&config.server.access_log)?)
+        } else {
+            None
+        };
+        Ok(Runtime {
+            config: config.clone(),
+            version: previous.map_or(1, |p| p.version + 1),
+            slots,
+            timeouts: ClientTimeouts {
+                idle: config.server.client_idle_timeout,
+                body: config.server.client_body_timeout,
+                send: config.server.client_send_timeout,
+            },
+            routes,
+            metrics: config.server.metrics,
+            carried: carried.finish(),
+            services: config
+                .services
+                .iter()
+                .filter_map(|s| services.get(s.name.as_str()).cloned())
+                .collect(),
+            entrypoints,
+            access_log,
+        })
+    }
+
+    /// The entrypoint in `slot`, unless a reload removed it.
+    pub fn entrypoint(&self, slot: usize) -> Option<&EntrypointRuntime> {
+        self.entrypoints.get(slot).and_then(Option::as_ref)
+    }
+
+    /// The slot of the entrypoint called `name`.
+    pub fn slot(&self, name: &str) -> Option<usize> {
+        self.slots.iter().position(|n| n == name)
+    }
+}

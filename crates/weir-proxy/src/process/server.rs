@@ -1,0 +1,497 @@
+//! Starting and stopping, and the accept phase: the main thread compiles the configuration,
+//! binds every entrypoint once per worker (`listen/listeners.rs`), starts the worker threads (each a
+//! single-threaded tokio runtime with its timerfd tick and sweep) and hands the control thread
+//! (`process/control.rs`) the rest until a stop signal, then drains. A worker starts and stops
+//! accepting when the control thread tells it (at start and on reload). Accepted connections
+//! go to the TLS handshake or straight to the HTTP/1 driver, as do parked connections whose
+//! clients write again.
+
+use crate::conn::watch::SWEEP_TICK;
+use crate::conn::{self, Scheme};
+use crate::io::ticker::Ticker;
+use crate::l4;
+use crate::listen::listeners::{BoundEntrypoints, Inherited, Listener};
+use crate::observe::admin::{self, AdminListener};
+use crate::observe::metrics::Metrics;
+use crate::process::control;
+use crate::process::reload::Reloader;
+use crate::process::runtime::Runtime;
+use crate::process::upgrade::Predecessor;
+use crate::process::worker::{Shutdown, Worker, WorkerCommand, WorkerSetup};
+use crate::upstream::health_check::ActiveChecks;
+use arc_swap::ArcSwap;
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::Notify;
+use weir_config::Config;
+
+/// How long past `graceful_timeout` a stop waits for the workers' threads before the process
+/// exits without them (their own drain ends at the timeout; this covers closing and flushing).
+const STOP_MARGIN: Duration = Duration::from_millis(500);
+
+/// How the gateway was started.
+pub struct RunOptions {
+    /// The config file, read again on reload.
+    pub config_path: String,
+    /// Reload when the file changes.
+    pub watch: bool,
+    /// Called on each worker thread once a second, so the allocator can return the pages
+    /// freed there (by parked connections' ended tasks, say) to the system.
+    pub release_memory: fn(),
+}
+
+/// Lifts the soft limit on open files to the hard one: every connection (two when proxied)
+/// and every large cached body holds a descriptor, and systemd and most shells start a
+/// process with a soft limit of 1024 (nginx's `worker_rlimit_nofile`, set for you). A refusal
+/// leaves the limit as it was.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
+    }
+}
+
+/// Runs the gateway until a stop signal, then drains and returns. Started by a binary
+/// upgrade, it tells the old process when it serves, or why it cannot.
+pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
+    let (inherited, mut predecessor) = crate::process::upgrade::inherit()?;
+    let result = serve(config, options, inherited, &mut predecessor);
+    if let (Err(e), Some(predecessor)) = (&result, predecessor) {
+        predecessor.report_failure(e);
+    }
+    result
+}
+
+fn serve(
+    config: Config,
+    options: RunOptions,
+    mut inherited: Inherited,
+    predecessor: &mut Option<Predecessor>,
+) -> Result<(), String> {
+    raise_open_file_limit();
+    let workers = config.server.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let runtime = Runtime::compile(&config, workers, None)?;
+    let shared = Arc::new(ArcSwap::from_pointee(runtime));
+    let shutdown = Arc::new(Shutdown::default());
+
+    // Bind every socket up front and queue each worker's listeners on its command channel.
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| unbounded_channel()).unzip();
+    let mut bound = BoundEntrypoints::default();
+    for ep in &config.entrypoints {
+        let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
+        entry.announce(&ep.name);
+        let slot = shared.load().slot(&ep.name).unwrap_or(0);
+        // More sockets than workers when an upgrade handed over more: each is served.
+        for (sender, listener) in senders.iter().cycle().zip(listeners) {
+            let _ = sender.send(WorkerCommand::Listen { slot, listener });
+        }
+        bound.by_name.insert(ep.name.clone(), entry);
+    }
+    let metrics = Arc::new(Metrics::new(workers));
+    let (reload_sender, reload_requests) = unbounded_channel();
+    let admin_state = Arc::new(admin::AdminState {
+        metrics: metrics.clone(),
+        runtime: shared.clone(),
+        reloads: Arc::default(),
+        reload: reload_sender,
+    });
+    let mut admin = AdminListener::new(admin_state.clone());
+    admin.inherit(inherited.admin.take());
+    admin.prepare(config.server.admin.as_ref())?;
+    // Handed-over sockets no entrypoint took: closed now, not held for the process's life.
+    drop(inherited);
+
+    let mut handles = Vec::with_capacity(workers);
+    for (id, commands) in receivers.into_iter().enumerate() {
+        let setup = WorkerSetup {
+            id,
+            config: shared.clone(),
+            shutdown: shutdown.clone(),
+            metrics: metrics.workers[id].clone(),
+        };
+        let release_memory = options.release_memory;
+        let handle = std::thread::Builder::new()
+            .name(format!("weir-worker-{id}"))
+            .spawn(move || worker_main(setup, commands, release_memory))
+            .map_err(|e| format!("cannot start worker thread: {e}"))?;
+        handles.push(handle);
+    }
+
+    let reloader = Reloader {
+        config_path: options.config_path,
+        shared: shared.clone(),
+        workers: senders,
+        bound,
+        checks: ActiveChecks::default(),
+        status: admin_state.reloads.clone(),
+        admin,
+        discovered: Default::default(),
+        seeds: Default::default(),
+    };
+    crate::process::reload::write_pid_file(config.server.pid_file.as_deref())?;
+    let ready = format!(
+        "weir: {workers} worker(s) running; graceful timeout {:?}",
+        config.server.graceful_timeout
+    );
+    control::run(
+        reloader,
+        reload_requests,
+        options.watch,
+        &ready,
+        predecessor,
+    )?;
+    let graceful = shared.load().config.server.graceful_timeout;
+    crate::log_line!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
+    shutdown.request();
+    // Each worker ends its drain by `graceful_timeout`; one that does not come back (spinning
+    // on a bug, say) must not keep the process: it exits without it.
+    let deadline = Instant::now() + graceful + STOP_MARGIN;
+    while handles.iter().any(|h| !h.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stuck = handles.iter().filter(|h| !h.is_finished()).count();
+    if stuck > 0 {
+        crate::log_line!(
+            "weir: {stuck} worker(s) still busy past the graceful timeout; exiting anyway"
+        );
+    }
+    for handle in handles.into_iter().filter(|h| h.is_finished()) {
+        let _ = handle.join();
+    }
+    crate::process::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
+    crate::log_line!("weir: stopped");
+    Ok(())
+}
+
+fn worker_main(
+    setup: WorkerSetup,
+    commands: UnboundedReceiver<WorkerCommand>,
+    release_memory: fn(),
+) {
+    let id = setup.id;
+    let shutdown = setup.shutdown.clone();
+    // I/O only: no tokio timer, whose clock reads and wheel walks on every park cost about
+    // 1,100 instructions per request. Time is the worker's tick (`io/ticker.rs`) and sweep.
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            crate::log_line!("weir: worker {id} cannot start: {e}");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let worker = match Worker::new(setup) {
+            Ok(worker) => Rc::new(worker),
+            Err(e) => {
+                crate::log_line!("weir: worker {id} cannot start: {e}");
+                return;
+            }
+        };
+        let active = Rc::new(Cell::new(0usize));
+        tokio::task::spawn_local(follow_commands(worker.clone(), commands, active.clone()));
+        tokio::task::spawn_local(unpark_loop(worker.clone(), active.clone()));
+        let ticker = match Ticker::new(SWEEP_TICK) {
+            Ok(ticker) => ticker,
+            Err(e) => {
+                crate::log_line!("weir: worker {id} cannot start its clock: {e}");
+                return;
+            }
+        };
+        let sweeper = worker.clone();
+        tokio::task::spawn_local(async move {
+            let mut ticks = 0u32;
+            while ticker.tick().await.is_ok() {
+                sweeper.sweep_connections();
+                sweeper.flush_log();
+                ticks = ticks.wrapping_add(1);
+                // Pooled connections expire with second precision.
+                if ticks % 10 == 0 {
+                    let pooled = sweeper.pool.sweep() + sweeper.h2_pool.sweep();
+                    sweeper.metrics.pooled.set(pooled as u64);
+                    release_memory();
+                }
+                sweeper.tick.notify_waiters();
+            }
+        });
+
+        let notified = shutdown.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !shutdown.is_requested() {
+            notified.await;
+        }
+        // Idle connections get a short grace for a request already on its way, then close
+        // gently (`conn/h1.rs`); busy ones finish their request. Parked ones get a task again
+        // for that (checked every tick: one may have parked as the stop came).
+        let graceful = worker.config.load().config.server.graceful_timeout;
+        let deadline = Instant::now() + graceful;
+        loop {
+            for conn in worker.idle.take_all() {
+                resume(&worker, conn, &active);
+            }
+            if active.get() == 0 || Instant::now() >= deadline {
+                break;
+            }
+            worker.sweep_connections();
+            worker.tick.notified().await;
+        }
+        worker.flush_log();
+    });
+}
+
+/// Acts on the control thread's commands: listeners to start and stop, settings to apply.
+async fn follow_commands(
+    worker: Rc<Worker>,
+    mut commands: UnboundedReceiver<WorkerCommand>,
+    active: Rc<Cell<usize>>,
+) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            WorkerCommand::Listen { slot, listener } => {
+                let stop = Rc::new(Notify::new());
+                let mut listeners = worker.listeners.borrow_mut();
+                listeners.entry(slot).or_default().push(stop.clone());
+                drop(listeners);
+                let started = match listener {
+                    Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
+                        let accepting =
+                            accept_loop(worker.clone(), slot, listener, stop, active.clone());
+                        tokio::task::spawn_local(accepting);
+                    }),
+                    Listener::Udp(u) => tokio::net::UdpSocket::from_std(u).map(|socket| {
+                        tokio::task::spawn_local(l4::udp::serve(
+                            worker.clone(),
+                            slot,
+                            socket,
+                            stop,
+                        ));
+                    }),
+                };
+                if let Err(e) = started {
+                    crate::log_line!("weir: worker {}: {e}", worker.id);
+                }
+            }
+            WorkerCommand::Close { slot } => {
+                let stops = worker.listeners.borrow_mut().remove(&slot);
+                for stop in stops.into_iter().flatten() {
+                    stop.notify_one();
+                }
+            }
+            WorkerCommand::Reloaded => worker.apply_settings(),
+        }
+    }
+}
+
+/// Counts a connection as active (a graceful stop waits for it) until dropped.
+struct Active(Rc<Cell<usize>>);
+
+impl Active {
+    fn enter(count: &Rc<Cell<usize>>) -> Active {
+        count.set(count.get() + 1);
+        Active(count.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// Accepts on one listener until the worker stops or the control thread closes it (`stop`).
+async fn accept_loop(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    listener: TcpListener,
+    stop: Rc<Notify>,
+    active: Rc<Cell<usize>>,
+) {
+    loop {
+        let notified = worker.shutdown.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if worker.shutdown.is_requested() {
+            return;
+        }
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((io, peer)) => {
+                    let _ = io.set_nodelay(true);
+                    let counted = Active::enter(&active);
+                    let worker = worker.clone();
+                    // detect: TLS entrypoints go through the handshake first; a plain one
+                    // hands the stream straight to the HTTP/1 driver. Separate tasks, so a
+                    // plain connection's task is sized for the plain path alone.
+                    // Entrypoints with TCP routers detect first (`l4/tcp.rs`); what no TCP
+                    // router takes goes on to HTTP in the same task.
+                    let (tls, has_tcp, h2c) = {
+                        let config = worker.config.load();
+                        // Closed by a reload an instant ago: the connection goes too.
+                        let Some(ep) = config.entrypoint(entrypoint) else {
+                            continue;
+                        };
+                        ep.cells[worker.id].connections.add(1);
+                        (ep.tls.clone(), ep.tcp.is_some(), ep.h2c)
+                    };
+                    match tls {
+                        _ if has_tcp => tokio::task::spawn_local(async move {
+                            if let Some(io) = l4::tcp::serve(&worker, entrypoint, io, peer).await {
+                                serve_http(worker, entrypoint, io, peer, tls).await;
+                            }
+                            drop(counted);
+                        }),
+                        Some(tls) => tokio::task::spawn_local(async move {
+                            conn::tls::serve(worker, entrypoint, io, peer, tls).await;
+                            drop(counted);
+                        }),
+                        None if h2c => tokio::task::spawn_local(async move {
+                            serve_http(worker, entrypoint, io, peer, None).await;
+                            drop(counted);
+                        }),
+                        None => spawn_plain(worker, entrypoint, io, peer, counted),
+                    };
+                }
+                Err(e) => {
+                    // Out of descriptors and similar: back off instead of spinning.
+                    crate::log_line!("weir: accept failed: {e}");
+                    worker.tick.notified().await;
+                }
+            },
+            _ = &mut notified => return,
+            _ = stop.notified() => return,
+        }
+    }
+}
+
+/// HTTP on a connection a TCP router did not take, or on an `h2c` entrypoint: TLS (whose
+/// ALPN picks the driver), the HTTP/2 preface, or HTTP/1.
+async fn serve_http(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: TcpStream,
+    peer: SocketAddr,
+    tls: Option<crate::listen::tls::ServerTls>,
+) {
+    match tls {
+        Some(tls) => conn::tls::serve(worker, entrypoint, io, peer, tls).await,
+        None => {
+            let watch = worker.watch_connection();
+            let h2c = worker
+                .config
+                .load()
+                .entrypoint(entrypoint)
+                .is_some_and(|ep| ep.h2c);
+            let h2 = if h2c {
+                match starts_with_preface(&worker, &watch, &io).await {
+                    Some(h2) => h2,
+                    // Closed, or silent, before its first bytes said which.
+                    None => return,
+                }
+            } else {
+                false
+            };
+            if h2 {
+                conn::h2::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+            } else {
+                conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+            }
+        }
+    }
+}
+
+/// The detect phase of an `h2c` entrypoint: whether the connection opens with the HTTP/2
+/// preface (peeked, not consumed; decided as soon as the bytes differ). `None` when the client
+/// closes or stays silent for `client_idle_timeout` before that.
+async fn starts_with_preface(
+    worker: &Worker,
+    watch: &conn::watch::ConnWatch,
+    io: &TcpStream,
+) -> Option<bool> {
+    let preface = conn::h2::PREFACE;
+    let mut seen = [0u8; 24];
+    let peeking = conn::peek::peek_until(io, &mut seen, |bytes| {
+        if bytes != &preface[..bytes.len()] {
+            Some(false)
+        } else if bytes.len() == preface.len() {
+            Some(true)
+        } else {
+            None
+        }
+    });
+    let idle = worker.timeouts.get().idle;
+    match watch
+        .within(
+            &worker.clock,
+            conn::watch::Waiting::RequestHead,
+            idle,
+            peeking,
+        )
+        .await
+    {
+        Ok(Ok(h2)) => Some(h2),
+        Ok(Err(_)) | Err(_) => None,
+    }
+}
+
+/// A plain connection's HTTP/1 task (on accept, and when a parked connection wakes).
+fn spawn_plain(
+    worker: Rc<Worker>,
+    entrypoint: usize,
+    io: TcpStream,
+    peer: SocketAddr,
+    counted: Active,
+) -> tokio::task::JoinHandle<()> {
+    tokio::task::spawn_local(async move {
+        let watch = worker.watch_connection();
+        conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+        drop(counted);
+    })
+}
+
+/// Gives parked connections whose clients wrote a task again.
+async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
+    loop {
+        let woken = match worker.idle.woken().await {
+            Ok(woken) => woken,
+            Err(e) => {
+                crate::log_line!("weir: worker {}: parked connections: {e}", worker.id);
+                return;
+            }
+        };
+        for conn in woken {
+            resume(&worker, conn, &active);
+        }
+    }
+}
+
+/// Starts an HTTP/1 task for a connection that was parked.
+fn resume(worker: &Rc<Worker>, conn: conn::idle::Woken, active: &Rc<Cell<usize>>) {
+    match TcpStream::from_std(conn.io) {
+        Ok(io) => {
+            let counted = Active::enter(active);
+            spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
+        }
+        Err(e) => crate::log_line!(
+            "weir: worker {}: cannot resume a connection: {e}",
+            worker.id
+        ),
+    }
+}

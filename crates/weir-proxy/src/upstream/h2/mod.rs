@@ -1,0 +1,280 @@
+//! HTTP/2 to the servers (`protocol: h2`, over TLS with ALPN, or `h2c` in clear). Per worker,
+//! each server has a few multiplexed connections ([`H2Pool`]), each carrying at most the
+//! service's `http2.max_concurrent_streams` streams (fewer if the server says so); another
+//! connection is opened when all are full. One try of a request is one stream: the head goes
+//! out as HEADERS and the body follows, pumped by a task of its own when the client speaks
+//! HTTP/2 too, so both directions flow at once (gRPC streaming). The response's body and
+//! trailers stay on the stream ([`H2Body`]) for the client's driver to relay.
+
+use crate::conn::watch::{Expired, Waiting};
+use crate::exchange::client::{BodyError, ClientSide};
+use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
+use crate::http::codec::{Framing, RequestHead, ResponseHead};
+use crate::process::worker::Worker;
+use crate::upstream::balancer::{Server, Service};
+use crate::upstream::forwarding::{self, Cause, Failed, FieldSink};
+use crate::upstream::pool::UpstreamIo;
+use bytes::Bytes;
+use h2::RecvStream;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use weir_config::UpstreamProtocol;
+
+pub mod pool;
+
+use pool::{ConnState, H2Body};
+
+/// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a
+/// reply whose body is still on the stream.
+pub(crate) async fn try_server<'r, C: ClientSide>(
+    worker: &Worker,
+    service: &Service,
+    server: &Server,
+    client: &mut C,
+    head: &RequestHead,
+    until: Option<Instant>,
+) -> Result<Reply<'r>, Failed> {
+    let within = |limit| forwarding::within(worker, until, limit);
+    let fail = |status, message, cause| {
+        Err(Failed {
+            status,
+            message,
+            cause,
+            detail: String::new(),
+        })
+    };
+    if head.upgrade {
+        let message = "a protocol upgrade needs an HTTP/1.1 service";
+        return fail(502, message, Cause::Other);
+    }
+    let cap = service.http2.max_concurrent_streams as usize;
+    let (slot, opener) = worker
+        .h2_pool
+        .take_slot(server.id, cap, service.idle_timeout);
+    let state = slot.0.clone();
+    if opener {
+        let opening = open_connection(worker, service, server, client, &within, &state);
+        if let Err(failed) = Box::pin(opening).await {
+            state.closed.set(true);
+            state.opened.notify_waiters();
+            return Err(failed);
+        }
+    } else if state.send.borrow().is_none() {
+        // Another request is opening this connection: wait for it.
+        let opened = state.opened.notified();
+        let limit = within(service.connect_timeout);
+        let waited = client
+            .watch()
+            .within(&worker.clock, Waiting::Connect, limit, opened)
+            .await;
+        if waited.is_err() {
+            return fail(504, forwarding::CONNECT_TIMED_OUT, Cause::Connect);
+        }
+    }
+    let Some(mut send) = state.send.borrow().clone() else {
+        return fail(502, forwarding::CONNECT_FAILED, Cause::Connect);
+    };
+    let request = match request_parts(head, service, server, client) {
+        Some(request) => request,
+        None => return fail(400, "request cannot be sent over HTTP/2", Cause::Other),
+    };
+    let has_body = head.framing != Framing::None;
+    let ready = std::future::poll_fn(|cx| send.poll_ready(cx));
+    let limit = within(service.connect_timeout);
+    let watch = client.watch();
+    match watch
+        .within(&worker.clock, Waiting::Connect, limit, ready)
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return fail(502, "upstream HTTP/2 connection failed", Cause::Reset),
+        Err(Expired) => return fail(504, "upstream HTTP/2 connection timed out", Cause::Reset),
+    }
+    let Ok((response, stream)) = send.send_request(request, !has_body) else {
+        return fail(502, "upstream HTTP/2 connection failed", Cause::Reset);
+    };
+    let pump = if has_body {
+        let sending = client.send_body_h2(worker, head, stream, service.write_timeout);
+        match sending.await {
+            Ok(pump) => pump,
+            // The server may answer before the body ends and reset the stream (RFC 9113
+            // 8.1): its answer is still awaited below.
+            Err(BodyError::Sink) => None,
+            Err(BodyError::SinkStalled) => {
+                let message = "upstream did not take the request in time";
+                return fail(504, message, Cause::Other);
+            }
+            Err(BodyError::Source) => {
+                return fail(499, "client closed the connection", Cause::Other)
+            }
+            Err(e) => {
+                let (status, message) =
+                    e.client_answer().unwrap_or((400, "malformed request body"));
+                return fail(status, message, Cause::Other);
+            }
+        }
+    } else {
+        None
+    };
+    let per_try = service.retry.as_ref().and_then(|r| r.per_try_timeout);
+    let limit = within(per_try.unwrap_or(service.response_header_timeout));
+    let waited = client
+        .watch()
+        .within(&worker.clock, Waiting::ResponseHead, limit, response)
+        .await;
+    let response = match waited {
+        Ok(Ok(response)) => response,
+        // Refused streams were never processed; other errors may have been.
+        Ok(Err(_)) => return fail(502, "upstream reset the stream", Cause::Reset),
+        Err(Expired) => return fail(504, "upstream response timed out", Cause::Timeout),
+    };
+    let (parts, recv) = response.into_parts();
+    let framing = response_framing(head, &parts, &recv);
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let response = ResponseHead::from_fields(parts.status.as_u16(), fields, framing);
+    Ok(Reply {
+        head: ReplyHead::Response(response),
+        body: ReplyBody::Stream(H2Body { recv, pump, slot }),
+        upstream: None,
+        body_filter: None,
+    })
+}
+
+/// Opens the connection of a new pool entry (TLS with ALPN `h2`, or `h2c`), starts its task,
+/// and wakes the requests waiting for it.
+async fn open_connection<C: ClientSide>(
+    worker: &Worker,
+    service: &Service,
+    server: &Server,
+    client: &C,
+    within: &impl Fn(Duration) -> Duration,
+    state: &Rc<ConnState>,
+) -> Result<(), Failed> {
+    let limit = within(service.connect_timeout);
+    let io = forwarding::connect(worker, server, client.watch(), limit).await?;
+    let failed = |status, message| Failed {
+        status,
+        message,
+        cause: Cause::Connect,
+        detail: String::new(),
+    };
+    if let UpstreamIo::Tls(tls) = &io {
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(failed(502, "upstream did not agree to HTTP/2 (ALPN)"));
+        }
+    }
+    let settings = service.http2;
+    let mut builder = h2::client::Builder::new();
+    builder
+        .enable_push(false)
+        .initial_window_size(settings.initial_window_size)
+        .initial_connection_window_size(settings.initial_window_size.saturating_mul(4))
+        .max_frame_size(settings.max_frame_size)
+        .max_header_list_size(settings.max_header_list_size)
+        .max_send_buffer_size(crate::conn::relay::FLUSH_AT * 4);
+    let handshake = builder.handshake::<UpstreamIo, Bytes>(io);
+    let (send, connection) = match client
+        .watch()
+        .within(&worker.clock, Waiting::Connect, limit, handshake)
+        .await
+    {
+        Ok(Ok(done)) => done,
+        Ok(Err(_)) => return Err(failed(502, "upstream HTTP/2 handshake failed")),
+        Err(Expired) => return Err(failed(504, "upstream HTTP/2 handshake timed out")),
+    };
+    let ended = state.clone();
+    tokio::task::spawn_local(async move {
+        let _ = connection.await;
+        ended.closed.set(true);
+    });
+    *state.send.borrow_mut() = Some(send);
+    state.opened.notify_waiters();
+    Ok(())
+}
+
+/// The request head as an HTTP/2 upstream gets it: `:authority` from the Host weir would
+/// send an HTTP/1 upstream, the same forwarded fields, the length when it is known.
+fn request_parts<C: ClientSide>(
+    req: &RequestHead,
+    service: &Service,
+    server: &Server,
+    client: &C,
+) -> Option<http::Request<()>> {
+    let target = req.target();
+    let path_and_query = if target.starts_with('/') {
+        target.to_string()
+    } else if req.query().is_empty() {
+        req.path().to_string()
+    } else {
+        format!("{}?{}", req.path(), req.query())
+    };
+    let scheme = match service.protocol {
+        UpstreamProtocol::Http2 => "https",
+        _ => "http",
+    };
+    let uri = http::Uri::builder()
+        .scheme(scheme)
+        .authority(forwarding::upstream_host(req, service, server))
+        .path_and_query(path_and_query)
+        .build()
+        .ok()?;
+    let mut request = http::Request::new(());
+    *request.method_mut() = http::Method::from_bytes(req.method().as_bytes()).ok()?;
+    *request.uri_mut() = uri;
+    let headers = request.headers_mut();
+    forwarding::forwarded_fields(
+        headers,
+        req,
+        client.ip_text(),
+        client.scheme(),
+        service.authorization.as_deref(),
+    );
+    if let Framing::Length(n) = req.framing {
+        headers.insert(http::header::CONTENT_LENGTH, n.into());
+    }
+    Some(request)
+}
+
+impl FieldSink for http::HeaderMap {
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            self.append(name, value);
+        }
+    }
+
+    fn field_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
+        let mut value = Vec::with_capacity(64);
+        write(&mut value);
+        self.field(name, &value);
+    }
+}
+
+/// How the response body is delimited, for the client's driver: none for HEAD and bodiless
+/// statuses, the declared length, nothing when the head ended the stream, else unknown
+/// (relayed as it comes, chunked to an HTTP/1.1 client).
+fn response_framing(
+    req: &RequestHead,
+    parts: &http::response::Parts,
+    recv: &RecvStream,
+) -> Framing {
+    let status = parts.status.as_u16();
+    if req.is_head() || (100..200).contains(&status) || status == 204 || status == 304 {
+        return Framing::None;
+    }
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) => Framing::Length(n),
+        None if recv.is_end_stream() => Framing::Length(0),
+        None => Framing::Chunked,
+    }
+}

@@ -5,7 +5,7 @@
 //! to `open_file_cache.max` entries per worker; when full, stale entries go first, then an
 //! eighth of the rest.
 
-use crate::exchange::reply::LocalResponse;
+use crate::http::local::LocalResponse;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;

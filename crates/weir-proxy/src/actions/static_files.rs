@@ -9,11 +9,13 @@
 
 use crate::actions::open_files::{Missing, OpenFile, OpenFiles};
 use crate::exchange::compress;
-use crate::exchange::reply::{FileBody, FileHandle, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::conditional::{
     if_range_holds, multipart_body, parse_ranges, precondition, Ranges, Validators,
 };
+use crate::http::file_body::{FileBody, FileHandle};
+use crate::http::local::LocalResponse;
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::borrow::Cow;

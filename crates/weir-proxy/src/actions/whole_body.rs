@@ -7,7 +7,8 @@
 use crate::conn::watch::{ConnWatch, Waiting};
 use crate::exchange::reply::ReplyBody;
 use crate::http::codec::{ChunkEvent, ChunkedDecoder, Framing, ResponseHead};
-use crate::process::worker::{make_room, Worker};
+use crate::io::buffers::make_room;
+use crate::process::worker::Worker;
 use crate::upstream::balancer::UpstreamUse;
 use crate::upstream::h2::pool::H2Body;
 use crate::upstream::pool::UpstreamConn;

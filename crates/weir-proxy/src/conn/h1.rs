@@ -14,14 +14,17 @@ use crate::exchange::body_filter::BodyFilter;
 use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
 use crate::exchange::compress::WHOLE_BODY_LIMIT;
 use crate::exchange::exchange;
-use crate::exchange::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, reason, status_line, Framing, RequestHead,
     ResponseHead,
 };
+use crate::http::file_body::FileBody;
+use crate::http::local::LocalResponse;
+use crate::io::buffers::{make_room, FILE_READ_CHUNK};
 use crate::l4;
-use crate::process::worker::{make_room, Worker};
+use crate::process::worker::Worker;
 use crate::upstream::h2::pool::BodyPump;
 use crate::upstream::pool::{UpstreamConn, UpstreamIo};
 use bytes::Bytes;
@@ -49,7 +52,6 @@ const SPLICE_ROUND: u64 = 64 * 1024;
 /// 9.4 µs, 88k against 106k req/s): one round more is not worth a second call.
 const SEGMENTED_FROM: u64 = 2 * SPLICE_ROUND;
 const SEGMENTED_UP_TO: u64 = 512 * 1024;
-const FILE_READ_CHUNK: u64 = 64 * 1024;
 /// How long a closing connection keeps reading (and discarding) what the client still sends,
 /// and how much it reads at most: nginx's lingering close.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(5);

@@ -19,9 +19,12 @@ use crate::exchange::body_filter::BodyFilter;
 use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent};
 use crate::exchange::compress::WHOLE_BODY_LIMIT;
 use crate::exchange::exchange;
-use crate::exchange::reply::{FileBody, LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
+use crate::http::file_body::FileBody;
+use crate::http::local::LocalResponse;
+use crate::io::buffers::FILE_READ_CHUNK;
 use crate::process::worker::Worker;
 use crate::upstream::h2::pool::{pump_body, BodyPump};
 use crate::upstream::pool::UpstreamIo;
@@ -44,8 +47,6 @@ const MAX_LOCAL_RESETS: usize = 256;
 /// A request body up to this size that has arrived whole is sent to an HTTP/2 upstream at
 /// once, without a task of its own.
 const INLINE_BODY_LIMIT: usize = 16 * 1024;
-/// Bytes per read of a file body.
-const FILE_READ_CHUNK: u64 = 64 * 1024;
 
 /// Serves one HTTP/2 connection until the client or weir ends it. A stop (or the idle timeout
 /// with no stream open) sends GOAWAY and lets open streams finish.

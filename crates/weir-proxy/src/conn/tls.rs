@@ -6,7 +6,7 @@
 
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::{h1, h2, Scheme};
-use crate::exchange::reply::LocalResponse;
+use crate::http::local::LocalResponse;
 use crate::listen::tls::ServerTls;
 use crate::observe::metrics::HandshakeFailure;
 use crate::process::worker::Worker;

@@ -7,8 +7,8 @@
 
 use crate::exchange::body_filter::BodyFilter;
 use crate::exchange::compress;
-use crate::exchange::reply::LocalResponse;
 use crate::http::codec::{Head, RequestHead, ResponseHead};
+use crate::http::local::LocalResponse;
 use weir_config::{HeaderOps, MiddlewareKind};
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.

@@ -3,8 +3,9 @@
 //! request weir cannot route or forward is answered as gRPC answers errors, HTTP 200 with
 //! `grpc-status` and `grpc-message` in a head that ends the stream (the trailers-only form).
 
-use crate::exchange::reply::{LocalResponse, Reply, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyHead};
 use crate::http::codec::RequestHead;
+use crate::http::local::LocalResponse;
 use std::borrow::Cow;
 use std::time::Duration;
 

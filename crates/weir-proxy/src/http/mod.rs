@@ -3,3 +3,5 @@
 pub mod ascii;
 pub mod codec;
 pub mod conditional;
+pub mod file_body;
+pub mod local;

@@ -1,3 +1,4 @@
-//! Low-level I/O helpers every layer may use: the coarse clock ticker.
+//! Low-level I/O helpers every layer may use: read buffers and the coarse clock ticker.
 
+pub mod buffers;
 pub mod ticker;

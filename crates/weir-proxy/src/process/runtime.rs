@@ -6,8 +6,8 @@
 
 use crate::actions::static_files::StaticSite;
 use crate::exchange::filter::Filter;
-use crate::exchange::reply::LocalResponse;
 use crate::exchange::router::Router;
+use crate::http::local::LocalResponse;
 use crate::l4::routes::{self, TcpRoutes, UdpService};
 use crate::listen::tls::{server_tls, ServerTls};
 use crate::observe::accesslog::AccessLog;

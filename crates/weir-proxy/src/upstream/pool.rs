@@ -2,7 +2,7 @@
 //! connection itself: plain TCP or TLS, one enum so one pool holds both. Single-threaded (each
 //! worker owns its pool), so no locks: a checkout is a `Vec::pop`.
 
-use crate::process::worker::READ_CHUNK;
+use crate::io::buffers::READ_CHUNK;
 use bytes::BytesMut;
 use std::cell::RefCell;
 use std::io;

@@ -5,11 +5,12 @@
 //! no body bytes.
 
 use super::object::Object;
-use crate::exchange::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::conditional::{
     if_range_holds, multipart_body, parse_ranges, precondition, Ranges,
 };
+use crate::http::local::LocalResponse;
 use bytes::Bytes;
 use std::borrow::Cow;
 use std::convert::Infallible;

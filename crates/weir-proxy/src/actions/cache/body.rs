@@ -4,7 +4,8 @@
 //! a large hit's cost; from the memory file the socket takes the pages themselves. The file
 //! is sealed and mapped too, so HTTP/2, TLS and body filters take its bytes without a read.
 
-use crate::exchange::reply::{FileBody, FileHandle, ReplyBody};
+use crate::exchange::reply::ReplyBody;
+use crate::http::file_body::{FileBody, FileHandle};
 use bytes::Bytes;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};

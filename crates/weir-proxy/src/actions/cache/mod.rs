@@ -21,9 +21,10 @@
 
 use crate::conn::watch::Waiting;
 use crate::exchange::client::ClientSide;
-use crate::exchange::reply::{LocalResponse, Reply, ReplyBody, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{Framing, RequestHead};
+use crate::http::local::LocalResponse;
 use crate::process::worker::Worker;
 use crate::upstream;
 use crate::upstream::balancer::Service;

@@ -21,8 +21,9 @@ pub mod search_cache;
 pub mod spool;
 
 use crate::exchange::client::ClientSide;
-use crate::exchange::reply::{LocalResponse, Reply, ReplyHead};
+use crate::exchange::reply::{Reply, ReplyHead};
 use crate::http::codec::{self, RequestHead};
+use crate::http::local::LocalResponse;
 use crate::process::worker::Worker;
 use crate::upstream::balancer::{EsService, Service};
 use bytes::BytesMut;

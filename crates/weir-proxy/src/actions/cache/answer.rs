@@ -4,6 +4,7 @@
 //! (`Bytes`, or a mapped memory file sent by `sendfile`), so a hit or a single range copies
 //! no body bytes.
 
+use super::body::Part;
 use super::object::Object;
 use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
@@ -78,7 +79,7 @@ pub(super) fn stored<'r>(
                         part_len as usize,
                         None,
                     );
-                    return with_body(head, object.body.reply(start, part_len));
+                    return with_body(head, reply_body(object.body.part(start, part_len)));
                 }
                 Ranges::Many(ranges) => {
                     let part_type = object.field("content-type").unwrap_or_default();
@@ -104,7 +105,14 @@ pub(super) fn stored<'r>(
         }
     }
     let head = head_with(object, object.status, &[], &extra, len as usize, None);
-    with_body(head, object.body.reply(0, len))
+    with_body(head, reply_body(object.body.part(0, len)))
+}
+
+fn reply_body(part: Part) -> ReplyBody {
+    match part {
+        Part::Bytes(bytes) => ReplyBody::Bytes(bytes),
+        Part::File(file) => ReplyBody::File(file),
+    }
 }
 
 /// A head of the stored fields (less `replaced`, when named), then `more` and `extra`, and

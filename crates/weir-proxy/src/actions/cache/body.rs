@@ -4,7 +4,6 @@
 //! a large hit's cost; from the memory file the socket takes the pages themselves. The file
 //! is sealed and mapped too, so HTTP/2, TLS and body filters take its bytes without a read.
 
-use crate::exchange::reply::ReplyBody;
 use crate::http::file_body::{FileBody, FileHandle};
 use bytes::Bytes;
 use std::io::Write;
@@ -20,6 +19,13 @@ const SPILL_AT: usize = 32 << 10;
 /// How many memory files are open now, across all stores: each is a file descriptor and a
 /// mapping.
 static SPILLED: AtomicUsize = AtomicUsize::new(0);
+
+/// A part of a stored body, as an answer sends it: bytes in memory, or a part of a memory
+/// file (sent by `sendfile`, its bytes mapped for the paths that cannot).
+pub(super) enum Part {
+    Bytes(Bytes),
+    File(FileBody),
+}
 
 /// A stored body.
 #[derive(Clone)]
@@ -69,12 +75,12 @@ impl Body {
         }
     }
 
-    /// `len` bytes from `start` as a reply body (the caller keeps within the body).
-    pub(super) fn reply(&self, start: u64, len: u64) -> ReplyBody {
+    /// `len` bytes from `start` (the caller keeps within the body).
+    pub(super) fn part(&self, start: u64, len: u64) -> Part {
         let range = start as usize..(start + len) as usize;
         match self {
-            Body::Memory(bytes) => ReplyBody::Bytes(bytes.slice(range)),
-            Body::Spilled(spilled) => ReplyBody::File(FileBody {
+            Body::Memory(bytes) => Part::Bytes(bytes.slice(range)),
+            Body::Spilled(spilled) => Part::File(FileBody {
                 file: FileHandle::Shared(spilled.file.clone()),
                 offset: start,
                 len,
@@ -167,7 +173,7 @@ mod tests {
         assert_eq!(body.len(), large.len() as u64);
         assert_eq!(body.held_bytes() % 4096, 0);
         assert_eq!(&body.bytes()[..], &large[..]);
-        let ReplyBody::File(file) = body.reply(100, 50) else {
+        let Part::File(file) = body.part(100, 50) else {
             panic!("a spilled body answers from its file");
         };
         assert_eq!((file.offset, file.len), (100, 50));

@@ -20,7 +20,7 @@ use crate::exchange::reply::Reply;
 use crate::http::codec::RequestHead;
 use crate::http::local::LocalResponse;
 use crate::observe::accesslog;
-use crate::process::runtime::{Route, RouteAction, Runtime};
+use crate::process::runtime::{ErrorForm, Route, RouteAction, Runtime};
 use crate::process::worker::Worker;
 use crate::upstream;
 use crate::upstream::balancer::UpstreamUse;
@@ -80,8 +80,7 @@ pub(crate) async fn exchange<C: ClientSide>(
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
     grpc::local_errors_in_grpc_form(&head, &mut reply);
-    let service = route.and_then(|r| r.action.service());
-    if service.is_some_and(|s| s.elasticsearch.is_some()) {
+    if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
         elasticsearch::local_errors_in_es_form(&mut reply);
     }
     // response-head filters, on local and proxied replies alike; one may install a body filter
@@ -135,13 +134,16 @@ async fn run_route<'r, C: ClientSide>(
     }
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
-        RouteAction::Proxy(service) => match &service.elasticsearch {
-            // Boxed: its state is large, and other requests need not carry it.
-            Some(es) if elasticsearch::has_own_action(es, head) => {
+        RouteAction::Proxy(service) => upstream::forward(worker, service, client, head, None).await,
+        RouteAction::Elasticsearch(es) => {
+            let service = &es.service;
+            if elasticsearch::has_own_action(es, head) {
+                // Boxed: its state is large, and other requests need not carry it.
                 Box::pin(elasticsearch::serve(worker, service, es, client, head)).await
+            } else {
+                upstream::forward(worker, service, client, head, None).await
             }
-            _ => upstream::forward(worker, service, client, head, None).await,
-        },
+        }
         // Boxed: a cache's state is large, and routes without one need not carry it.
         RouteAction::Cached(service, cache) => {
             Box::pin(cache::serve(worker, cache, service, client, head)).await

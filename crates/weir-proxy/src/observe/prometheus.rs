@@ -280,11 +280,11 @@ fn services(out: &mut Exposition, runtime: &Runtime) {
 /// The Elasticsearch services' write spools: what waits, how old it is, what went through.
 fn spools(out: &mut Exposition, runtime: &Runtime) {
     let spools: Vec<(String, &Spool)> = runtime
-        .services
+        .elasticsearch
         .iter()
-        .filter_map(|svc| {
-            let spool = svc.elasticsearch.as_ref()?.spool.as_deref()?;
-            Some((format!("service=\"{}\"", escape(&svc.name)), spool))
+        .filter_map(|es| {
+            let spool = es.spool.as_deref()?;
+            Some((format!("service=\"{}\"", escape(&es.service.name)), spool))
         })
         .collect();
     if spools.is_empty() {

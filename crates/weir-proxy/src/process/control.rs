@@ -88,8 +88,8 @@ pub fn run(
                 }
                 _ = discovery_tick.tick() => {
                     let runtime = reloader.shared.load();
-                    discovery.start_due(&runtime.config, &runtime.services, &reloader.seeds, &found_tx);
-                    replays.start_due(&runtime.config, &runtime.services);
+                    discovery.start_due(&runtime.config, &runtime.elasticsearch, &reloader.seeds, &found_tx);
+                    replays.start_due(&runtime.config, &runtime.elasticsearch);
                 }
                 Some(found) = found_rx.recv() => reloader.apply_discovered(found),
                 _ = watch_tick.tick(), if watch => {

@@ -4,6 +4,7 @@
 //! from the previous snapshot: entrypoints keep their slot and counters by name, servers their
 //! state by address, routers and services their counters by name (`process/carry.rs`).
 
+use crate::actions::elasticsearch::EsService;
 use crate::actions::static_files::StaticSite;
 use crate::exchange::filter::Filter;
 use crate::exchange::router::Router;
@@ -43,6 +44,9 @@ pub struct Runtime {
     pub entrypoints: Vec<Option<EntrypointRuntime>>,
     /// Every HTTP service (for the control thread's health checks).
     pub services: Vec<Arc<Service>>,
+    /// The Elasticsearch services (for the control thread's discovery, shard maps and spool
+    /// replays), in file order.
+    pub elasticsearch: Vec<Arc<EsService>>,
     pub access_log: Option<AccessLog>,
     /// The client-side limits from `server`.
     pub timeouts: ClientTimeouts,
@@ -83,12 +87,26 @@ pub struct Route {
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
     pub action: RouteAction,
+    /// How weir's own errors on this route are shaped.
+    pub error_form: ErrorForm,
     /// Counters, one set per worker (carried over a reload by name).
     pub cells: Arc<PerWorker<RouteCells>>,
 }
 
+/// The shape of weir's own error answers on a route (a gRPC request's are gRPC-shaped
+/// whatever the route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorForm {
+    Plain,
+    /// As Elasticsearch answers errors (a JSON body), on routes to an Elasticsearch service.
+    Elasticsearch,
+}
+
 pub enum RouteAction {
     Proxy(Arc<Service>),
+    /// A route to an Elasticsearch service: its own actions (`_bulk`, reads with a body,
+    /// cached searches), the rest proxied to its service.
+    Elasticsearch(Arc<EsService>),
     Respond(LocalResponse),
     Redirect(LocalResponse),
     Static(StaticSite),
@@ -104,24 +122,17 @@ impl RouteAction {
     pub fn service(&self) -> Option<&Arc<Service>> {
         match self {
             RouteAction::Proxy(service) | RouteAction::Cached(service, _) => Some(service),
+            RouteAction::Elasticsearch(es) => Some(&es.service),
             _ => None,
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
-            RouteAction::Proxy(svc) => {
-                let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
-                format!("proxy to service `{}` [{}]", svc.name, servers.join(", "))
-            }
+            RouteAction::Proxy(svc) => proxied_to(svc),
+            RouteAction::Elasticsearch(es) => proxied_to(&es.service),
             RouteAction::Cached(svc, cache) => {
-                let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
-                format!(
-                    "proxy to service `{}` [{}] through cache `{}`",
-                    svc.name,
-                    servers.join(", "),
-                    cache.name
-                )
+                format!("{} through cache `{}`", proxied_to(svc), cache.name)
             }
             RouteAction::Respond(r) => {
                 format!("respond {} with a {}-byte body", r.status, r.body.len())
@@ -142,6 +153,12 @@ impl RouteAction {
     }
 }
 
+/// `proxy to service `NAME` [URL, ...]`, for `describe`.
+fn proxied_to(svc: &Service) -> String {
+    let servers: Vec<&str> = svc.servers.iter().map(|s| s.url.as_str()).collect();
+    format!("proxy to service `{}` [{}]", svc.name, servers.join(", "))
+}
+
 impl Runtime {
     /// Compiles `config` for `workers` workers, carrying over from `previous` (the snapshot in
     /// service, on a reload) what keeps its identity.
@@ -157,6 +174,16 @@ impl Runtime {
                 svc.name.as_str(),
                 Arc::new(Service::new(svc, workers, &mut carried)?),
             );
+        }
+        let mut elasticsearch = Vec::new();
+        let mut es_by_name = HashMap::new();
+        for svc in &config.services {
+            if let (Some(es), Some(service)) = (&svc.elasticsearch, services.get(svc.name.as_str()))
+            {
+                let compiled = Arc::new(EsService::new(svc, es, service.clone(), &mut carried)?);
+                es_by_name.insert(svc.name.as_str(), compiled.clone());
+                elasticsearch.push(compiled);
+            }
         }
         let filters: HashMap<&str, Arc<Filter>> = config
             .middlewares
@@ -182,15 +209,21 @@ impl Runtime {
                 .iter()
                 .filter_map(|name| filters.get(name.as_str()).cloned())
                 .collect();
+            let mut error_form = ErrorForm::Plain;
             let action = match &r.action {
                 Action::Service(name) => {
                     let service = services
                         .get(name.as_str())
                         .cloned()
                         .ok_or_else(|| format!("router `{}`: unknown service `{name}`", r.name))?;
-                    match r.cache.as_deref().and_then(|c| caches.get(c)) {
-                        Some(cache) => RouteAction::Cached(service, cache.clone()),
-                        None => RouteAction::Proxy(service),
+                    let es = es_by_name.get(name.as_str());
+                    if es.is_some() {
+                        error_form = ErrorForm::Elasticsearch;
+                    }
+                    match (r.cache.as_deref().and_then(|c| caches.get(c)), es) {
+                        (Some(cache), _) => RouteAction::Cached(service, cache.clone()),
+                        (None, Some(es)) => RouteAction::Elasticsearch(es.clone()),
+                        (None, None) => RouteAction::Proxy(service),
                     }
                 }
                 Action::Respond(resp) => RouteAction::Respond(LocalResponse::new(
@@ -215,6 +248,7 @@ impl Runtime {
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
                 filters: mws,
                 action,
+                error_form,
                 cells: carried
                     .routes
                     .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
@@ -285,6 +319,7 @@ impl Runtime {
                 .iter()
                 .filter_map(|s| services.get(s.name.as_str()).cloned())
                 .collect(),
+            elasticsearch,
             entrypoints,
             access_log,
         })

@@ -66,70 +66,11 @@ pub struct Service {
     pub health_check: Option<HealthCheck>,
     pub passive_health: Option<PassiveHealth>,
     pub retry: Option<Retry>,
-    /// An Elasticsearch service (`elasticsearch:`): weir's own errors on it are
-    /// Elasticsearch-shaped, and `_bulk` has its own action (`actions/elasticsearch/`).
-    pub elasticsearch: Option<Box<EsService>>,
     /// The `Authorization` every request to this service's servers carries in place of the
     /// client's (`elasticsearch.auth`).
     pub authorization: Option<Box<[u8]>>,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
-}
-
-/// What an Elasticsearch service adds to a service.
-#[derive(Debug)]
-pub struct EsService {
-    pub bulk: weir_config::EsBulk,
-    /// Its shard map, kept across reloads by the service's name.
-    pub cluster: Arc<crate::actions::elasticsearch::routing::ClusterView>,
-    /// Its write spool, kept across reloads by the service's name and folder.
-    pub spool: Option<Arc<crate::actions::elasticsearch::spool::Spool>>,
-    /// Its search cache, kept across reloads that keep its settings.
-    pub search_cache: Option<Arc<crate::actions::elasticsearch::search_cache::SearchCache>>,
-    /// How the control thread reaches the nodes (discovery, the shard map, the replay).
-    pub access: crate::actions::elasticsearch::node_client::NodeAccess,
-}
-
-impl EsService {
-    fn new(
-        cfg: &weir_config::Service,
-        es: &weir_config::Elasticsearch,
-        workers_tls: Option<&Arc<rustls::ClientConfig>>,
-        carried: &mut Carried,
-    ) -> Result<EsService, String> {
-        let name = cfg.name.as_str();
-        let spool = match &es.spool {
-            Some(cfg) => Some(
-                carried
-                    .spools
-                    .try_get(format!("{name} {}", cfg.path.display()), || {
-                        crate::actions::elasticsearch::spool::Spool::open(
-                            &cfg.path,
-                            cfg.max_size,
-                            cfg.fsync,
-                        )
-                        .map(Arc::new)
-                    })
-                    .map_err(|e| format!("service `{name}`: {e}"))?,
-            ),
-            None => None,
-        };
-        let search_cache = es.search_cache.as_ref().map(|cfg| {
-            use crate::actions::elasticsearch::search_cache::SearchCache;
-            carried
-                .search_caches
-                .get(SearchCache::identity(name, cfg), || {
-                    Arc::new(SearchCache::new(cfg))
-                })
-        });
-        Ok(EsService {
-            search_cache,
-            bulk: es.bulk.clone(),
-            cluster: carried.clusters.get(name.to_string(), Default::default),
-            spool,
-            access: crate::actions::elasticsearch::node_client::NodeAccess::new(cfg, workers_tls)?,
-        })
-    }
 }
 
 #[derive(Debug)]
@@ -286,15 +227,6 @@ impl Service {
             write_timeout: cfg.timeouts.write,
             websocket_idle_timeout: cfg.timeouts.websocket_idle,
             pass_host_header: cfg.pass_host_header,
-            elasticsearch: match &cfg.elasticsearch {
-                Some(es) => Some(Box::new(EsService::new(
-                    cfg,
-                    es,
-                    client_tls.as_ref(),
-                    carried,
-                )?)),
-                None => None,
-            },
             authorization: cfg
                 .elasticsearch
                 .as_ref()
@@ -352,7 +284,6 @@ impl Service {
             write_timeout: cfg.idle_timeout,
             websocket_idle_timeout: None,
             pass_host_header: false,
-            elasticsearch: None,
             authorization: None,
             health_check: None,
             passive_health: None,

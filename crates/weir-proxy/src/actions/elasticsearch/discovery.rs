@@ -8,7 +8,7 @@
 
 use super::node_client::{get, NodeAccess};
 use super::routing::{publish_url, ClusterView, ShardMap};
-use crate::upstream::balancer::Service;
+use super::EsService;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ impl Schedule {
     pub fn start_due(
         &mut self,
         config: &Config,
-        services: &[Arc<Service>],
+        services: &[Arc<EsService>],
         seeds: &HashMap<String, Vec<UpstreamServer>>,
         found: &UnboundedSender<Discovered>,
     ) {
@@ -62,10 +62,7 @@ impl Schedule {
                 .elasticsearch
                 .as_ref()
                 .is_some_and(|es| es.bulk.route == BulkRoute::Node);
-            let compiled = services
-                .iter()
-                .find(|s| s.name == service.name)
-                .and_then(|s| s.elasticsearch.as_ref());
+            let compiled = services.iter().find(|es| es.service.name == service.name);
             let view = compiled.map(|es| es.cluster.clone());
             let access = compiled.map(|es| es.access.clone()).unwrap_or_default();
             if let (true, Some(view)) = (routes_by_node, view) {

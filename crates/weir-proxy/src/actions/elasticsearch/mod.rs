@@ -24,12 +24,74 @@ use crate::exchange::client::ClientSide;
 use crate::exchange::reply::{Reply, ReplyHead};
 use crate::http::codec::{self, RequestHead};
 use crate::http::local::LocalResponse;
+use crate::process::carry::Carried;
 use crate::process::worker::Worker;
-use crate::upstream::balancer::{EsService, Service};
+use crate::upstream::balancer::Service;
 use bytes::BytesMut;
 use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::Arc;
+
+/// An Elasticsearch service: the HTTP service it fronts and what Elasticsearch adds to it.
+/// Compiled beside the services (`EsService::new`), chosen as a route's action where the
+/// route names it.
+#[derive(Debug)]
+pub struct EsService {
+    /// The service its requests go to (by the balancer, as on any service).
+    pub service: Arc<Service>,
+    pub bulk: weir_config::EsBulk,
+    /// Its shard map, kept across reloads by the service's name.
+    pub cluster: Arc<routing::ClusterView>,
+    /// Its write spool, kept across reloads by the service's name and folder.
+    pub spool: Option<Arc<spool::Spool>>,
+    /// Its search cache, kept across reloads that keep its settings.
+    pub search_cache: Option<Arc<search_cache::SearchCache>>,
+    /// How the control thread reaches the nodes (discovery, the shard map, the replay).
+    pub access: node_client::NodeAccess,
+}
+
+impl EsService {
+    pub fn new(
+        cfg: &weir_config::Service,
+        es: &weir_config::Elasticsearch,
+        service: Arc<Service>,
+        carried: &mut Carried,
+    ) -> Result<EsService, String> {
+        let name = cfg.name.as_str();
+        // The TLS settings its servers were given, for the control thread's own clients.
+        let workers_tls = service
+            .servers
+            .iter()
+            .find_map(|s| s.tls.as_ref().map(|t| t.config.clone()));
+        let spool = match &es.spool {
+            Some(cfg) => Some(
+                carried
+                    .spools
+                    .try_get(format!("{name} {}", cfg.path.display()), || {
+                        spool::Spool::open(&cfg.path, cfg.max_size, cfg.fsync).map(Arc::new)
+                    })
+                    .map_err(|e| format!("service `{name}`: {e}"))?,
+            ),
+            None => None,
+        };
+        let search_cache = es.search_cache.as_ref().map(|cfg| {
+            use search_cache::SearchCache;
+            carried
+                .search_caches
+                .get(SearchCache::identity(name, cfg), || {
+                    Arc::new(SearchCache::new(cfg))
+                })
+        });
+        Ok(EsService {
+            service,
+            search_cache,
+            bulk: es.bulk.clone(),
+            cluster: carried.clusters.get(name.to_string(), Default::default),
+            spool,
+            access: node_client::NodeAccess::new(cfg, workers_tls.as_ref())?,
+        })
+    }
+}
 
 /// Whether the request has an action of its own on an Elasticsearch service (others are
 /// proxied as on any service).

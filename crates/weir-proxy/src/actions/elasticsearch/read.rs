@@ -6,6 +6,7 @@
 //! search cache (`search_cache.rs`), searches are answered from it, or kept once answered.
 
 use super::search_cache::{use_for, SearchCache, Use};
+use super::EsService;
 use super::{body_failure, error_type, es_error, plain_request_head};
 use crate::actions::whole_body::Reader;
 use crate::conn::watch::ConnWatch;
@@ -15,7 +16,7 @@ use crate::http::codec::{Framing, RequestHead};
 use crate::http::local::LocalResponse;
 use crate::process::worker::Worker;
 use crate::upstream;
-use crate::upstream::balancer::{EsService, Service};
+use crate::upstream::balancer::Service;
 use crate::upstream::detached::{Detached, Requester};
 use std::borrow::Cow;
 

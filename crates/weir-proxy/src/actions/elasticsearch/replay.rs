@@ -13,7 +13,7 @@ use super::ndjson;
 use super::node_client::{first_answer, NodeAccess};
 use super::pins::{self, ReplayState, Sent};
 use super::spool::{Spool, Spooled};
-use crate::upstream::balancer::Service;
+use super::EsService;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -121,11 +121,9 @@ pub struct Replays {
 impl Replays {
     /// Starts a replay round for each spool with requests waiting whose backoff is over; takes
     /// over a spool another process held, once it is free.
-    pub fn start_due(&mut self, config: &Config, services: &[Arc<Service>]) {
-        for service in services {
-            let Some(es) = service.elasticsearch.as_ref() else {
-                continue;
-            };
+    pub fn start_due(&mut self, config: &Config, services: &[Arc<EsService>]) {
+        for es in services {
+            let service = &es.service;
             let Some(spool) = es.spool.as_ref() else {
                 continue;
             };

@@ -1,0 +1,196 @@
+//! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
+//! redirect_scheme or compress.
+
+use super::Loader;
+use crate::model::*;
+use crate::yaml::{Node, Value};
+
+impl Loader<'_> {
+    pub(super) fn middleware(&mut self, name: String, node: &Node) -> Option<Middleware> {
+        const KINDS: &[&str] = &[
+            "strip_prefix",
+            "add_prefix",
+            "replace_path_regex",
+            "headers",
+            "redirect_scheme",
+            "compress",
+        ];
+        let what = format!("middleware `{name}`");
+        let f = self.fields(node, &what, KINDS)?;
+        if f.entries.len() != 1 {
+            self.error(
+                f.pos,
+                format!("{what} must have exactly one of: {}", KINDS.join(", ")),
+            );
+            return None;
+        }
+        let (kind, body) = f.entries[0];
+        let kind = match kind {
+            "strip_prefix" => {
+                let prefixes = self.string_list(body, "`strip_prefix`");
+                for (p, pos) in &prefixes {
+                    if !p.starts_with('/') {
+                        self.error(*pos, format!("prefix `{p}` must start with `/`"));
+                    }
+                }
+                MiddlewareKind::StripPrefix(prefixes.into_iter().map(|(p, _)| p).collect())
+            }
+            "add_prefix" => {
+                let p = self.string(body, "`add_prefix`")?;
+                if !p.starts_with('/') {
+                    self.error(body.pos, format!("prefix `{p}` must start with `/`"));
+                }
+                MiddlewareKind::AddPrefix(p)
+            }
+            "replace_path_regex" => {
+                let rf = self.fields(body, "`replace_path_regex`", &["regex", "replacement"])?;
+                let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
+                    self.error(
+                        rf.pos,
+                        "`replace_path_regex` needs `regex` and `replacement`",
+                    );
+                    return None;
+                };
+                let source = self.string(r, "`regex`")?;
+                let replacement = self.string(rep, "`replacement`")?;
+                match regex::Regex::new(&source) {
+                    Ok(regex) => MiddlewareKind::ReplacePathRegex { regex, replacement },
+                    Err(e) => {
+                        self.error(r.pos, format!("invalid regular expression: {e}"));
+                        return None;
+                    }
+                }
+            }
+            "headers" => {
+                let hf = self.fields(body, "`headers`", &["request", "response"])?;
+                let request = hf
+                    .get("request")
+                    .map(|n| self.header_ops(n, "`headers.request`"))
+                    .unwrap_or_default();
+                let response = hf
+                    .get("response")
+                    .map(|n| self.header_ops(n, "`headers.response`"))
+                    .unwrap_or_default();
+                MiddlewareKind::Headers { request, response }
+            }
+            "compress" => MiddlewareKind::Compress(self.compress(body)?),
+            _ => {
+                let rf = self.fields(body, "`redirect_scheme`", &["scheme", "permanent"])?;
+                let scheme = match rf.get("scheme") {
+                    Some(s) => self.string(s, "`scheme`")?,
+                    None => "https".to_string(),
+                };
+                if scheme != "http" && scheme != "https" {
+                    self.error(
+                        rf.pos,
+                        format!("unknown scheme `{scheme}`; expected http or https"),
+                    );
+                }
+                let permanent = match rf.get("permanent") {
+                    Some(p) => self.boolean(p, "`permanent`").unwrap_or(false),
+                    None => false,
+                };
+                MiddlewareKind::RedirectScheme { scheme, permanent }
+            }
+        };
+        Some(Middleware { name, kind })
+    }
+
+    pub(super) fn compress(&mut self, node: &Node) -> Option<Compress> {
+        let mut compress = Compress::default();
+        // `compress: {}` and a bare `compress:` both mean the defaults.
+        if matches!(node.value, Value::Null) {
+            return Some(compress);
+        }
+        const KEYS: &[&str] = &["algorithms", "level", "min_length", "types"];
+        let f = self.fields(node, "`compress`", KEYS)?;
+        if let Some(list) = f.get("algorithms") {
+            let names = self.string_list(list, "`algorithms`");
+            compress.algorithms.clear();
+            for (name, pos) in names {
+                match Encoding::ALL.into_iter().find(|e| e.token() == name) {
+                    Some(e) if compress.algorithms.contains(&e) => {
+                        self.error(pos, format!("`{name}` is listed twice"));
+                    }
+                    Some(e) => compress.algorithms.push(e),
+                    None => self.error(
+                        pos,
+                        format!("unknown algorithm `{name}`; expected zstd, br or gzip"),
+                    ),
+                }
+            }
+            if compress.algorithms.is_empty() {
+                self.error(
+                    list.pos,
+                    "`algorithms` must list at least one of zstd, br, gzip",
+                );
+            }
+        }
+        // Each key is checked even after an error, so every error is reported at once.
+        let levels = f
+            .get("level")
+            .and_then(|n| self.fields(n, "`level`", &["gzip", "br", "zstd"]));
+        if let Some(lf) = levels {
+            if let Some(n) = lf
+                .get("gzip")
+                .and_then(|n| self.uint(n, "`level.gzip`", 1, 9))
+            {
+                compress.gzip_level = n as u32;
+            }
+            if let Some(n) = lf.get("br").and_then(|n| self.uint(n, "`level.br`", 0, 11)) {
+                compress.br_level = n as u32;
+            }
+            if let Some(n) = lf
+                .get("zstd")
+                .and_then(|n| self.uint(n, "`level.zstd`", 1, 22))
+            {
+                compress.zstd_level = n as i32;
+            }
+        }
+        if let Some(n) = f
+            .get("min_length")
+            .and_then(|n| self.size(n, "`min_length`"))
+        {
+            compress.min_length = n;
+        }
+        if let Some(list) = f.get("types") {
+            let types = self.string_list(list, "`types`");
+            compress.types.clear();
+            for (media, pos) in types {
+                let media = media.to_ascii_lowercase();
+                let valid = media.split_once('/').is_some_and(|(t, sub)| {
+                    !t.is_empty() && t != "*" && !sub.is_empty() && !media.contains([' ', ';'])
+                });
+                if valid {
+                    compress.types.push(media);
+                } else {
+                    self.error(
+                        pos,
+                        format!("`{media}` is not a media type like `text/html` or `text/*`"),
+                    );
+                }
+            }
+        }
+        Some(compress)
+    }
+
+    pub(super) fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
+        let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
+            return HeaderOps::default();
+        };
+        HeaderOps {
+            set: f
+                .get("set")
+                .map(|n| self.header_map(n, "`set`"))
+                .unwrap_or_default(),
+            add: f
+                .get("add")
+                .map(|n| self.header_map(n, "`add`"))
+                .unwrap_or_default(),
+            remove: f
+                .get("remove")
+                .map(|n| self.header_names(n, "`remove`"))
+                .unwrap_or_default(),
+        }
+    }
+}

@@ -244,3 +244,29 @@ impl Loader<'_> {
         http2
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::load::load_str;
+    use crate::load::tests::errors;
+
+    #[test]
+    fn an_address_used_by_two_entrypoints_is_refused() {
+        let errs = errors(
+            "entrypoints:\n  a: { address: \"127.0.0.1:18090\" }\n  b: { address: \"127.0.0.1:18090\" }\n",
+        );
+        assert_eq!(
+            errs,
+            ["t.yaml:3:17: entrypoint `b` listens on 127.0.0.1:18090, which entrypoint `a` already uses (line 2, column 17): an address serves one entrypoint"]
+        );
+        // A wildcard overlaps a specific address of its port; UDP and TCP do not clash.
+        let errs = errors(
+            "entrypoints:\n  a: { address: \":18090\" }\n  b: { address: \"127.0.0.1:18090\" }\n  c: { address: \"127.0.0.1:18090/udp\" }\n",
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("entrypoint `b`"), "{errs:?}");
+        // Any free port, and different ports, are fine.
+        let ok = "entrypoints:\n  a: { address: \"127.0.0.1:0\" }\n  b: { address: \"127.0.0.1:0\" }\n  c: { address: \"127.0.0.1:18091\" }\n  d: { address: \"127.0.0.2:18091\" }\n";
+        assert!(load_str(ok, "t.yaml").is_ok());
+    }
+}

@@ -194,3 +194,53 @@ impl Loader<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    #[test]
+    fn compress_settings_and_their_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  gz:\n    compress: {body}\n");
+        let cfg = load_str(&mw("{}"), "t.yaml").unwrap();
+        let MiddlewareKind::Compress(c) = &cfg.middlewares[0].kind else {
+            panic!("not compress");
+        };
+        assert_eq!(c.algorithms, Encoding::ALL.to_vec());
+        assert_eq!(
+            (c.gzip_level, c.br_level, c.zstd_level, c.min_length),
+            (6, 4, 3, 1024)
+        );
+        let cfg = load_str(
+            &mw("{ algorithms: [gzip, zstd], level: { gzip: 9 }, min_length: 2KiB, types: [Text/HTML] }"),
+            "t.yaml",
+        )
+        .unwrap();
+        let MiddlewareKind::Compress(c) = &cfg.middlewares[0].kind else {
+            panic!("not compress");
+        };
+        assert_eq!(c.algorithms, vec![Encoding::Gzip, Encoding::Zstd]);
+        assert_eq!((c.gzip_level, c.min_length), (9, 2048));
+        assert_eq!(c.types, vec!["text/html".to_string()]);
+        assert_eq!(
+            errors(&mw("{ algorithms: [gzip, lz4, gzip] }")),
+            vec![
+                "t.yaml:5:36: unknown algorithm `lz4`; expected zstd, br or gzip",
+                "t.yaml:5:41: `gzip` is listed twice"
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ level: { br: 12 } }")),
+            vec!["t.yaml:5:30: `level.br` must be a whole number from 0 to 11, found `12`"]
+        );
+        assert_eq!(
+            errors(&mw("{ min_length: big, types: [json] }")),
+            vec![
+                "t.yaml:5:29: `min_length` must be a size like `1024`, `64KiB` or `256MiB`, found `big`",
+                "t.yaml:5:42: `json` is not a media type like `text/html` or `text/*`"
+            ]
+        );
+    }
+}

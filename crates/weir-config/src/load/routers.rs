@@ -351,3 +351,63 @@ impl Loader<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    #[test]
+    fn minimal_config_loads() {
+        let cfg = load_str(
+            &format!(
+                "{BASE}routers:\n  r:\n    rule: \"Path(`/`)\"\n    respond: {{ body: hi }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.routers[0].priority, 9);
+        assert!(matches!(cfg.routers[0].action, Action::Respond(_)));
+    }
+
+    #[test]
+    fn missing_references_are_named() {
+        let errs = errors(&format!(
+            "{BASE}routers:\n  r:\n    entrypoints: [websecure]\n    rule: \"Path(`/`)\"\n    middlewares: [nope]\n    service: api\n"
+        ));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert_eq!(errs[0], "t.yaml:5:19: router `r` names entrypoint `websecure`, which is not defined; defined: web");
+        assert_eq!(
+            errs[1],
+            "t.yaml:7:19: router `r` names middleware `nope`, which is not defined; defined: none"
+        );
+        assert_eq!(
+            errs[2],
+            "t.yaml:8:14: router `r` names service `api`, which is not defined; defined: none"
+        );
+    }
+
+    #[test]
+    fn rule_errors_point_inside_the_rule() {
+        let errs = errors(&format!(
+            "{BASE}routers:\n  r:\n    rule: \"Host(`a`) && Paht(`/`)\"\n    respond: {{}}\n"
+        ));
+        assert_eq!(errs.len(), 1);
+        assert!(
+            errs[0].starts_with("t.yaml:5:25: invalid rule: unknown matcher `Paht`"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn exactly_one_action() {
+        let errs = errors(&format!("{BASE}routers:\n  r:\n    rule: \"Path(`/`)\"\n    respond: {{}}\n    redirect: {{ to: /x }}\n"));
+        assert!(
+            errs[0].starts_with("t.yaml:7:15: router `r` must have exactly one action"),
+            "{errs:?}"
+        );
+        let errs = errors(&format!("{BASE}routers:\n  r:\n    rule: \"Path(`/`)\"\n"));
+        assert!(errs[0].contains("exactly one action"));
+    }
+}

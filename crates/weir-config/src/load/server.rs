@@ -193,3 +193,35 @@ impl Loader<'_> {
         server
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    #[test]
+    fn admin_beyond_loopback_needs_a_long_token() {
+        let errs = errors(&format!(
+            "server:\n  admin: {{ address: \"0.0.0.0:9900\" }}\n{BASE}"
+        ));
+        assert!(
+            errs[0].contains("is not a loopback address: set `server.admin.token` too"),
+            "{errs:?}"
+        );
+        let errs = errors(&format!(
+            "server:\n  admin: {{ address: \"0.0.0.0:9900\", token: short }}\n{BASE}"
+        ));
+        assert!(errs[0].contains("at least 16 characters"), "{errs:?}");
+        let cfg = load_str(&format!("server:\n  admin: {{ address: \"0.0.0.0:9900\", token: \"0123456789abcdef\" }}\n{BASE}"), "t.yaml").unwrap();
+        assert_eq!(
+            cfg.server.admin.unwrap().token.as_deref(),
+            Some("0123456789abcdef")
+        );
+        // `admin: {}` listens on loopback.
+        let cfg = load_str(&format!("server:\n  admin: {{}}\n{BASE}"), "t.yaml").unwrap();
+        let admin = cfg.server.admin.unwrap();
+        assert_eq!(admin.address.to_string(), DEFAULT_ADMIN_ADDRESS);
+        assert!(!admin.token_for_metrics);
+    }
+}

@@ -326,3 +326,28 @@ impl Loader<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::load::tests::errors;
+
+    #[test]
+    fn tcp_and_udp_routers_name_what_is_defined() {
+        let yaml = "entrypoints:\n  db: { address: \"127.0.0.1:0\" }\n  dns: { address: \"127.0.0.1:0/udp\" }\n\
+            tcp:\n  services:\n    pg: { servers: [{ address: \"127.0.0.1:5432\" }] }\n\
+            \x20 routers:\n    t: { entrypoints: [dbx], rule: \"HostSNI(`*`)\", service: pgx }\n\
+            udp:\n  services:\n    ns: { servers: [{ address: \"127.0.0.1:53\" }] }\n\
+            \x20 routers:\n    u: { entrypoints: [dnsx], service: nsx }\n";
+        let errs = errors(yaml);
+        let expected = [
+            "tcp router `t` names entrypoint `dbx`, which is not defined; defined: db, dns",
+            "tcp router `t` names tcp service `pgx`, which is not defined; defined: pg",
+            "udp router `u` names entrypoint `dnsx`, which is not defined; defined: db, dns",
+            "udp router `u` names udp service `nsx`, which is not defined; defined: ns",
+        ];
+        assert_eq!(errs.len(), expected.len(), "{errs:?}");
+        for (err, want) in errs.iter().zip(expected) {
+            assert!(err.ends_with(want), "{err} does not end with {want}");
+        }
+    }
+}

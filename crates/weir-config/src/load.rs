@@ -10,6 +10,7 @@ mod routers;
 mod server;
 mod services;
 mod tcp;
+mod upstream;
 mod values;
 
 use crate::model::*;

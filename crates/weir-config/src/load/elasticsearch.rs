@@ -7,6 +7,37 @@ use super::Loader;
 use crate::model::*;
 use crate::yaml::Node;
 
+/// The cluster answers 401 to a probe without the service's credentials: the health check
+/// sends them, unless it sets its own `authorization`.
+pub(super) fn probe_with_credentials(check: &mut HealthCheck, authorization: &str) {
+    if !check
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+    {
+        check
+            .headers
+            .push(("authorization".to_string(), authorization.to_string()));
+    }
+}
+
+/// The `retry` of an Elasticsearch service that sets none. A node that cannot be reached,
+/// resets, or answers 502/503 is not the cluster's answer: try another node once (requests that
+/// can be sent again only, as always).
+pub(super) fn elasticsearch_retry() -> Retry {
+    Retry {
+        attempts: 2,
+        on: vec![
+            RetryOn::ConnectFailure,
+            RetryOn::Reset,
+            RetryOn::Status(502),
+            RetryOn::Status(503),
+        ],
+        per_try_timeout: None,
+        budget: None,
+    }
+}
+
 impl Loader<'_> {
     /// Reads the block; its hosts go into `servers`.
     pub(super) fn elasticsearch(

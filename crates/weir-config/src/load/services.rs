@@ -2,11 +2,12 @@
 //! keep-alive, timeouts, TLS towards the servers, protocol (h1, h2, h2c) and HTTP/2 settings;
 //! health checks and retries are in `health.rs`, Elasticsearch in `elasticsearch.rs`.
 
+use super::elasticsearch::{elasticsearch_retry, probe_with_credentials};
 use super::values::is_header_name;
 use super::{Fields, Loader};
 use crate::model::*;
 use crate::rule;
-use crate::yaml::{Node, Value};
+use crate::yaml::Node;
 
 /// What is said of a `url` (or an Elasticsearch host) that is not a server URL.
 pub(super) fn bad_server_url(url: &str) -> String {
@@ -87,231 +88,36 @@ impl Loader<'_> {
                 "elasticsearch",
             ],
         )?;
-        let health_check = f.get("health_check").and_then(|n| self.health_check(n));
+        let mut health_check = f.get("health_check").and_then(|n| self.health_check(n));
         let passive_health = f.get("passive_health").and_then(|n| self.passive_health(n));
         let mut retry = f.get("retry").and_then(|n| self.retry(n));
         let mut servers = Vec::new();
-        let elasticsearch = match (f.get("elasticsearch"), f.get("servers")) {
-            (Some(es), None) => self.elasticsearch(es, &mut servers),
-            (Some(es), Some(_)) => {
-                self.error(
-                    es.pos,
-                    format!("{what} has both `servers` and `elasticsearch`; an Elasticsearch service finds its servers from `elasticsearch.hosts`"),
-                );
-                None
-            }
-            (None, _) => None,
-        };
-        let mut health_check = health_check;
-        if let (Some(check), Some(authorization)) = (
-            health_check.as_mut(),
-            elasticsearch
-                .as_ref()
-                .and_then(|es| es.authorization.as_ref()),
-        ) {
-            // The cluster answers 401 to a probe without the service's credentials.
-            if !check
-                .headers
-                .iter()
-                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        let elasticsearch = self.service_elasticsearch(&f, &what, &mut servers);
+        if let Some(es) = &elasticsearch {
+            if let (Some(check), Some(authorization)) =
+                (health_check.as_mut(), es.authorization.as_ref())
             {
-                check
-                    .headers
-                    .push(("authorization".to_string(), authorization.clone()));
+                probe_with_credentials(check, authorization);
+            }
+            if f.get("retry").is_none() {
+                retry = Some(elasticsearch_retry());
             }
         }
-        if elasticsearch.is_some() && f.get("retry").is_none() {
-            // A node that cannot be reached, resets, or answers 502/503 is not the cluster's
-            // answer: try another node once (requests that can be sent again only, as always).
-            retry = Some(Retry {
-                attempts: 2,
-                on: vec![
-                    RetryOn::ConnectFailure,
-                    RetryOn::Reset,
-                    RetryOn::Status(502),
-                    RetryOn::Status(503),
-                ],
-                per_try_timeout: None,
-                budget: None,
-            });
+        if f.get("servers").is_some() || f.get("elasticsearch").is_none() {
+            let example = "url: \"http://127.0.0.1:9000\"";
+            servers.extend(self.servers(&f, &what, example, Self::upstream_server));
         }
-        match f.get("servers") {
-            None if f.get("elasticsearch").is_some() => {}
-            None => self.error(
-                f.pos,
-                format!("{what} needs `servers`, e.g. `servers: [{{ url: \"http://127.0.0.1:9000\" }}]`"),
-            ),
-            Some(list) => match &list.value {
-                Value::Seq(items) => {
-                    for item in items {
-                        if let Some(s) = self.upstream_server(item) {
-                            servers.push(s);
-                        }
-                    }
-                }
-                _ => self.error(
-                    list.pos,
-                    format!("`servers` must be a list, found {}", list.kind_name()),
-                ),
-            },
-        }
-        let mut load_balancer = Balancer::RoundRobin;
-        if let Some(lb) = f.get("load_balancer") {
-            if let Some(s) = self.string(lb, "`load_balancer`") {
-                load_balancer = match s.as_str() {
-                    "round_robin" => Balancer::RoundRobin,
-                    "least_conn" => Balancer::LeastConn,
-                    "random" => Balancer::Random,
-                    "p2c" => Balancer::P2c,
-                    "consistent_hash" => Balancer::ConsistentHash,
-                    _ => {
-                        self.error(
-                            lb.pos,
-                            format!(
-                                "unknown load balancer `{s}`; expected one of: {}",
-                                Balancer::NAMES
-                            ),
-                        );
-                        Balancer::RoundRobin
-                    }
-                };
-            }
-        }
-        let mut hash_key = HashKey::ClientIp;
-        if let Some(hk) = f.get("hash_key") {
-            if let Some(s) = self.string(hk, "`hash_key`") {
-                let parsed = match s.split_once(':') {
-                    None if s == "client_ip" => Some(HashKey::ClientIp),
-                    None if s == "path" => Some(HashKey::Path),
-                    Some(("header", h)) if is_header_name(h) => {
-                        Some(HashKey::Header(h.to_string()))
-                    }
-                    Some(("cookie", c)) if !c.is_empty() => Some(HashKey::Cookie(c.to_string())),
-                    _ => None,
-                };
-                match parsed {
-                    Some(k) => hash_key = k,
-                    None => self.error(
-                        hk.pos,
-                        format!("unknown hash_key `{s}`; expected client_ip, path, header:NAME or cookie:NAME"),
-                    ),
-                }
-            }
-            if load_balancer != Balancer::ConsistentHash {
-                self.error(
-                    hk.pos,
-                    "`hash_key` only applies to `load_balancer: consistent_hash`",
-                );
-            }
-        }
-        let mut keepalive = Keepalive {
-            max_idle_per_server: DEFAULT_MAX_IDLE_PER_SERVER,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-        };
-        if let Some(k) = f.get("keepalive") {
-            if let Some(kf) =
-                self.fields(k, "`keepalive`", &["max_idle_per_server", "idle_timeout"])
-            {
-                if let Some(n) = kf.get("max_idle_per_server") {
-                    if let Some(n) = self.uint(n, "`max_idle_per_server`", 0, 1_000_000) {
-                        keepalive.max_idle_per_server = n as usize;
-                    }
-                }
-                if let Some(d) = kf.get("idle_timeout") {
-                    if let Some(d) = self.duration(d, "`idle_timeout`") {
-                        keepalive.idle_timeout = d;
-                    }
-                }
-            }
-        }
-        let mut timeouts = Timeouts {
-            request: None,
-            connect: DEFAULT_CONNECT_TIMEOUT,
-            response_header: DEFAULT_RESPONSE_HEADER_TIMEOUT,
-            read: DEFAULT_UPSTREAM_READ_TIMEOUT,
-            write: DEFAULT_UPSTREAM_WRITE_TIMEOUT,
-            websocket_idle: None,
-        };
-        if let Some(t) = f.get("timeouts") {
-            if let Some(tf) = self.fields(
-                t,
-                "`timeouts`",
-                &[
-                    "request",
-                    "connect",
-                    "response_header",
-                    "read",
-                    "write",
-                    "websocket_idle",
-                ],
-            ) {
-                timeouts.request = tf
-                    .get("request")
-                    .and_then(|d| self.duration(d, "`timeouts.request`"))
-                    .filter(|d| !d.is_zero());
-                timeouts.websocket_idle = tf
-                    .get("websocket_idle")
-                    .and_then(|d| self.duration(d, "`timeouts.websocket_idle`"));
-                for (key, slot) in [
-                    ("connect", &mut timeouts.connect),
-                    ("response_header", &mut timeouts.response_header),
-                    ("read", &mut timeouts.read),
-                    ("write", &mut timeouts.write),
-                ] {
-                    if let Some(d) = tf
-                        .get(key)
-                        .and_then(|d| self.duration(d, &format!("`{key}`")))
-                    {
-                        *slot = d;
-                    }
-                }
-            }
-        }
+        let load_balancer = self.load_balancer(&f).unwrap_or(Balancer::RoundRobin);
+        let hash_key = self.hash_key(f.get("hash_key"), load_balancer);
+        let keepalive = self.keepalive(f.get("keepalive"));
+        let timeouts = self.upstream_timeouts(f.get("timeouts"));
         let pass_host_header = match f.get("pass_host_header") {
             Some(b) => self.boolean(b, "`pass_host_header`").unwrap_or(true),
             None => true,
         };
-        let mut tls = UpstreamTls {
-            pos: f.pos,
-            ..UpstreamTls::default()
-        };
-        if let Some(t) = f.get("tls") {
-            tls.pos = t.pos;
-            if let Some(tf) = self.fields(
-                t,
-                "`tls`",
-                &["ca", "server_name", "insecure_skip_verify", "certificate"],
-            ) {
-                if let Some(ca) = tf.get("ca").and_then(|n| self.string(n, "`ca`")) {
-                    tls.ca = Some(self.base.join(ca));
-                }
-                tls.server_name = tf
-                    .get("server_name")
-                    .and_then(|n| self.string(n, "`server_name`"));
-                if let Some(b) = tf.get("insecure_skip_verify") {
-                    tls.insecure_skip_verify =
-                        self.boolean(b, "`insecure_skip_verify`").unwrap_or(false);
-                }
-                tls.certificate = tf
-                    .get("certificate")
-                    .and_then(|c| self.certificate_files(c, "`certificate`"));
-            }
-            if !servers.iter().any(|s: &UpstreamServer| s.tls) {
-                self.error(
-                    t.pos,
-                    "`tls` applies to https:// servers; this service has none",
-                );
-            }
-        }
+        let tls = self.upstream_tls(&f, &servers);
         let protocol = self.upstream_protocol(&f, &servers);
-        let http2 = match f.get("http2") {
-            Some(h) if protocol == UpstreamProtocol::Http1 => {
-                self.error(h.pos, "`http2` applies to `protocol: h2` or `h2c`");
-                Http2Settings::default()
-            }
-            Some(h) => self.http2_settings(h),
-            None => Http2Settings::default(),
-        };
+        let http2 = self.upstream_http2(f.get("http2"), protocol);
         Some(Service {
             name,
             protocol,
@@ -330,9 +136,162 @@ impl Loader<'_> {
         })
     }
 
+    /// `elasticsearch:`, which finds the servers itself (into `servers`): a service has it or
+    /// `servers`, not both.
+    fn service_elasticsearch(
+        &mut self,
+        f: &Fields<'_>,
+        what: &str,
+        servers: &mut Vec<UpstreamServer>,
+    ) -> Option<Elasticsearch> {
+        match (f.get("elasticsearch"), f.get("servers")) {
+            (Some(es), None) => self.elasticsearch(es, servers),
+            (Some(es), Some(_)) => {
+                self.error(
+                    es.pos,
+                    format!("{what} has both `servers` and `elasticsearch`; an Elasticsearch service finds its servers from `elasticsearch.hosts`"),
+                );
+                None
+            }
+            (None, _) => None,
+        }
+    }
+
+    fn upstream_server(&mut self, node: &Node) -> Option<UpstreamServer> {
+        let needs = "a server needs a `url`, e.g. \"http://127.0.0.1:9000\"";
+        let (url, pos, weight) = self.server_entry(node, "url", needs)?;
+        let server = UpstreamServer::from_url(&url, weight);
+        if server.is_none() {
+            self.error(pos, bad_server_url(&url));
+        }
+        server
+    }
+
+    /// `hash_key:` (client_ip by default), which only `consistent_hash` reads.
+    fn hash_key(&mut self, node: Option<&Node>, load_balancer: Balancer) -> HashKey {
+        let mut hash_key = HashKey::ClientIp;
+        let Some(hk) = node else { return hash_key };
+        if let Some(s) = self.string(hk, "`hash_key`") {
+            let parsed = match s.split_once(':') {
+                None if s == "client_ip" => Some(HashKey::ClientIp),
+                None if s == "path" => Some(HashKey::Path),
+                Some(("header", h)) if is_header_name(h) => Some(HashKey::Header(h.to_string())),
+                Some(("cookie", c)) if !c.is_empty() => Some(HashKey::Cookie(c.to_string())),
+                _ => None,
+            };
+            match parsed {
+                Some(k) => hash_key = k,
+                None => self.error(
+                    hk.pos,
+                    format!("unknown hash_key `{s}`; expected client_ip, path, header:NAME or cookie:NAME"),
+                ),
+            }
+        }
+        if load_balancer != Balancer::ConsistentHash {
+            self.error(
+                hk.pos,
+                "`hash_key` only applies to `load_balancer: consistent_hash`",
+            );
+        }
+        hash_key
+    }
+
+    /// `keepalive:`, the idle connections kept to each server.
+    fn keepalive(&mut self, node: Option<&Node>) -> Keepalive {
+        let mut keepalive = Keepalive {
+            max_idle_per_server: DEFAULT_MAX_IDLE_PER_SERVER,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        };
+        let keys = ["max_idle_per_server", "idle_timeout"];
+        let Some(kf) = node.and_then(|k| self.fields(k, "`keepalive`", &keys)) else {
+            return keepalive;
+        };
+        if let Some(n) = kf
+            .get("max_idle_per_server")
+            .and_then(|n| self.uint(n, "`max_idle_per_server`", 0, 1_000_000))
+        {
+            keepalive.max_idle_per_server = n as usize;
+        }
+        self.duration_field(&kf, "idle_timeout", &mut keepalive.idle_timeout);
+        keepalive
+    }
+
+    /// `timeouts:` towards the servers; `request` (0 is none) and `websocket_idle` have no
+    /// default.
+    fn upstream_timeouts(&mut self, node: Option<&Node>) -> Timeouts {
+        let mut timeouts = Timeouts {
+            request: None,
+            connect: DEFAULT_CONNECT_TIMEOUT,
+            response_header: DEFAULT_RESPONSE_HEADER_TIMEOUT,
+            read: DEFAULT_UPSTREAM_READ_TIMEOUT,
+            write: DEFAULT_UPSTREAM_WRITE_TIMEOUT,
+            websocket_idle: None,
+        };
+        let keys = [
+            "request",
+            "connect",
+            "response_header",
+            "read",
+            "write",
+            "websocket_idle",
+        ];
+        let Some(tf) = node.and_then(|t| self.fields(t, "`timeouts`", &keys)) else {
+            return timeouts;
+        };
+        timeouts.request = tf
+            .get("request")
+            .and_then(|d| self.duration(d, "`timeouts.request`"))
+            .filter(|d| !d.is_zero());
+        timeouts.websocket_idle = tf
+            .get("websocket_idle")
+            .and_then(|d| self.duration(d, "`timeouts.websocket_idle`"));
+        for (key, slot) in [
+            ("connect", &mut timeouts.connect),
+            ("response_header", &mut timeouts.response_header),
+            ("read", &mut timeouts.read),
+            ("write", &mut timeouts.write),
+        ] {
+            self.duration_field(&tf, key, slot);
+        }
+        timeouts
+    }
+
+    /// `tls:` towards `https://` servers (its position is the service's when it is not given).
+    fn upstream_tls(&mut self, f: &Fields<'_>, servers: &[UpstreamServer]) -> UpstreamTls {
+        let mut tls = UpstreamTls {
+            pos: f.pos,
+            ..UpstreamTls::default()
+        };
+        let Some(t) = f.get("tls") else { return tls };
+        tls.pos = t.pos;
+        let keys = ["ca", "server_name", "insecure_skip_verify", "certificate"];
+        if let Some(tf) = self.fields(t, "`tls`", &keys) {
+            if let Some(ca) = tf.get("ca").and_then(|n| self.string(n, "`ca`")) {
+                tls.ca = Some(self.base.join(ca));
+            }
+            tls.server_name = tf
+                .get("server_name")
+                .and_then(|n| self.string(n, "`server_name`"));
+            if let Some(b) = tf.get("insecure_skip_verify") {
+                tls.insecure_skip_verify =
+                    self.boolean(b, "`insecure_skip_verify`").unwrap_or(false);
+            }
+            tls.certificate = tf
+                .get("certificate")
+                .and_then(|c| self.certificate_files(c, "`certificate`"));
+        }
+        if !servers.iter().any(|s| s.tls) {
+            self.error(
+                t.pos,
+                "`tls` applies to https:// servers; this service has none",
+            );
+        }
+        tls
+    }
+
     /// `protocol:` h1 (the default), h2 (TLS with ALPN, `https://` servers) or h2c (prior
     /// knowledge, `http://` servers).
-    pub(super) fn upstream_protocol(
+    fn upstream_protocol(
         &mut self,
         f: &Fields<'_>,
         servers: &[UpstreamServer],
@@ -368,25 +327,16 @@ impl Loader<'_> {
         protocol
     }
 
-    pub(super) fn upstream_server(&mut self, node: &Node) -> Option<UpstreamServer> {
-        let f = self.fields(node, "a server", &["url", "weight"])?;
-        let Some(url_node) = f.get("url") else {
-            self.error(
-                f.pos,
-                "a server needs a `url`, e.g. \"http://127.0.0.1:9000\"",
-            );
-            return None;
-        };
-        let url = self.string(url_node, "`url`")?;
-        let weight = match f.get("weight") {
-            Some(w) => self.uint(w, "`weight`", 1, 10_000)? as u32,
-            None => 1,
-        };
-        let server = UpstreamServer::from_url(&url, weight);
-        if server.is_none() {
-            self.error(url_node.pos, bad_server_url(&url));
+    /// `http2:` settings towards the servers, for `protocol: h2` or `h2c` only.
+    fn upstream_http2(&mut self, node: Option<&Node>, protocol: UpstreamProtocol) -> Http2Settings {
+        match node {
+            Some(h) if protocol == UpstreamProtocol::Http1 => {
+                self.error(h.pos, "`http2` applies to `protocol: h2` or `h2c`");
+                Http2Settings::default()
+            }
+            Some(h) => self.http2_settings(h),
+            None => Http2Settings::default(),
         }
-        server
     }
 }
 

@@ -149,6 +149,20 @@ impl Loader<'_> {
         parsed
     }
 
+    /// `key`'s duration into `slot`, when `f` has it; `` `key` `` names it in the error.
+    /// `None` after an error (`slot` is left as it was).
+    pub(super) fn duration_field(
+        &mut self,
+        f: &Fields<'_>,
+        key: &str,
+        slot: &mut Duration,
+    ) -> Option<()> {
+        if let Some(node) = f.get(key) {
+            *slot = self.duration(node, &format!("`{key}`"))?;
+        }
+        Some(())
+    }
+
     pub(super) fn size(&mut self, node: &Node, what: &str) -> Option<u64> {
         let text = self.string(node, what)?;
         let parsed = parse_size(&text);

@@ -57,69 +57,10 @@ impl Loader<'_> {
                 .map(Into::into);
         }
         if let Some(cache) = f.get("open_file_cache") {
-            if let Some(cf) = self.fields(cache, "`server.open_file_cache`", &["max", "valid"]) {
-                if let Some(n) = cf.get("max") {
-                    if let Some(max) = self.uint(n, "`open_file_cache.max`", 1, 1 << 20) {
-                        server.open_file_cache.max = max as usize;
-                    }
-                }
-                if let Some(d) = cf.get("valid") {
-                    if let Some(valid) = self.duration(d, "`open_file_cache.valid`") {
-                        server.open_file_cache.valid = valid;
-                    }
-                }
-            }
+            self.open_file_cache(cache, &mut server.open_file_cache);
         }
         if let Some(admin) = f.get("admin") {
-            if let Some(af) = self.fields(
-                admin,
-                "`server.admin`",
-                &["address", "token", "token_for_metrics"],
-            ) {
-                let token = af
-                    .get("token")
-                    .and_then(|t| self.string(t, "`server.admin.token`"));
-                if token
-                    .as_deref()
-                    .is_some_and(|t| t.len() < 16 || !is_header_value(t))
-                {
-                    self.error(
-                        af.pos,
-                        "`server.admin.token` must be at least 16 characters, without control characters",
-                    );
-                }
-                let token_for_metrics = match af.get("token_for_metrics") {
-                    Some(b) => self
-                        .boolean(b, "`server.admin.token_for_metrics`")
-                        .unwrap_or(false),
-                    None => false,
-                };
-                let (text, pos) = match af.get("address") {
-                    Some(a) => (
-                        self.string(a, "`server.admin.address`").unwrap_or_default(),
-                        a.pos,
-                    ),
-                    None => (DEFAULT_ADMIN_ADDRESS.to_string(), af.pos),
-                };
-                match parse_listen_address(&text) {
-                    // The API shows and changes state: beyond loopback it needs a token.
-                    Some(address) if !address.ip().is_loopback() && token.is_none() => self.error(
-                        pos,
-                        format!("`server.admin.address` {address} is not a loopback address: set `server.admin.token` too"),
-                    ),
-                    Some(address) => {
-                        server.admin = Some(Admin {
-                            address,
-                            token,
-                            token_for_metrics,
-                        })
-                    }
-                    None => self.error(
-                        pos,
-                        format!("`server.admin.address` must be HOST:PORT or :PORT, found `{text}`"),
-                    ),
-                }
-            }
+            server.admin = self.admin(admin);
         }
         if let Some(w) = f.get("workers") {
             if w.as_str() != Some("auto") {
@@ -145,52 +86,123 @@ impl Loader<'_> {
             }
         }
         if let Some(log) = f.get("access_log") {
-            if let Some(lf) = self.fields(
-                log,
-                "`server.access_log`",
-                &["enabled", "format", "path", "sample"],
-            ) {
-                if let Some(e) = lf.get("enabled") {
-                    server.access_log.enabled =
-                        self.boolean(e, "`access_log.enabled`").unwrap_or(false);
-                }
-                if let Some(fmt) = lf.get("format") {
-                    if let Some(s) = self.string(fmt, "`access_log.format`") {
-                        match s.as_str() {
-                            "json" => server.access_log.format = LogFormat::Json,
-                            "combined" => server.access_log.format = LogFormat::Combined,
-                            _ => self.error(
-                                fmt.pos,
-                                format!(
-                                    "unknown access log format `{s}`; expected: json, combined"
-                                ),
-                            ),
-                        }
-                    }
-                }
-                if let Some(n) = lf.get("sample") {
-                    match n.as_str().and_then(|t| t.parse::<f64>().ok()) {
-                        Some(share) if (0.0..=1.0).contains(&share) => {
-                            server.access_log.sample = share
-                        }
-                        _ => self.error(
-                            n.pos,
-                            "`access_log.sample` must be a number from 0 to 1 (the share of requests logged)",
-                        ),
-                    }
-                }
-                if let Some(p) = lf.get("path") {
-                    if let Some(s) = self.string(p, "`access_log.path`") {
-                        server.access_log.path = match s.as_str() {
-                            "stdout" | "" => LogTarget::Stdout,
-                            "stderr" => LogTarget::Stderr,
-                            _ => LogTarget::File(s.into()),
-                        };
-                    }
+            self.access_log(log, &mut server.access_log);
+        }
+        server
+    }
+
+    /// `server.open_file_cache`: how many open files are kept, and how long one is trusted.
+    fn open_file_cache(&mut self, node: &Node, cache: &mut OpenFileCache) {
+        let Some(cf) = self.fields(node, "`server.open_file_cache`", &["max", "valid"]) else {
+            return;
+        };
+        if let Some(n) = cf.get("max") {
+            if let Some(max) = self.uint(n, "`open_file_cache.max`", 1, 1 << 20) {
+                cache.max = max as usize;
+            }
+        }
+        if let Some(d) = cf.get("valid") {
+            if let Some(valid) = self.duration(d, "`open_file_cache.valid`") {
+                cache.valid = valid;
+            }
+        }
+    }
+
+    /// `server.admin`: the admin API's listener, on loopback unless a token guards it.
+    fn admin(&mut self, node: &Node) -> Option<Admin> {
+        let keys = ["address", "token", "token_for_metrics"];
+        let af = self.fields(node, "`server.admin`", &keys)?;
+        let token = af
+            .get("token")
+            .and_then(|t| self.string(t, "`server.admin.token`"));
+        if token
+            .as_deref()
+            .is_some_and(|t| t.len() < 16 || !is_header_value(t))
+        {
+            self.error(
+                af.pos,
+                "`server.admin.token` must be at least 16 characters, without control characters",
+            );
+        }
+        let token_for_metrics = match af.get("token_for_metrics") {
+            Some(b) => self
+                .boolean(b, "`server.admin.token_for_metrics`")
+                .unwrap_or(false),
+            None => false,
+        };
+        let (text, pos) = match af.get("address") {
+            Some(a) => (
+                self.string(a, "`server.admin.address`").unwrap_or_default(),
+                a.pos,
+            ),
+            None => (DEFAULT_ADMIN_ADDRESS.to_string(), af.pos),
+        };
+        let Some(address) = parse_listen_address(&text) else {
+            self.error(
+                pos,
+                format!("`server.admin.address` must be HOST:PORT or :PORT, found `{text}`"),
+            );
+            return None;
+        };
+        // The API shows and changes state: beyond loopback it needs a token.
+        if !address.ip().is_loopback() && token.is_none() {
+            self.error(
+                pos,
+                format!("`server.admin.address` {address} is not a loopback address: set `server.admin.token` too"),
+            );
+            return None;
+        }
+        Some(Admin {
+            address,
+            token,
+            token_for_metrics,
+        })
+    }
+
+    /// `server.access_log`: whether, how and where requests are logged.
+    fn access_log(&mut self, node: &Node, log: &mut AccessLog) {
+        let Some(lf) = self.fields(
+            node,
+            "`server.access_log`",
+            &["enabled", "format", "path", "sample"],
+        ) else {
+            return;
+        };
+        if let Some(e) = lf.get("enabled") {
+            log.enabled = self.boolean(e, "`access_log.enabled`").unwrap_or(false);
+        }
+        if let Some(fmt) = lf.get("format") {
+            if let Some(s) = self.string(fmt, "`access_log.format`") {
+                match s.as_str() {
+                    "json" => log.format = LogFormat::Json,
+                    "combined" => log.format = LogFormat::Combined,
+                    _ => self.error(
+                        fmt.pos,
+                        format!("unknown access log format `{s}`; expected: json, combined"),
+                    ),
                 }
             }
         }
-        server
+        if let Some(n) = lf.get("sample") {
+            match n.as_str().and_then(|t| t.parse::<f64>().ok()) {
+                Some(share) if (0.0..=1.0).contains(&share) => {
+                    log.sample = share
+                }
+                _ => self.error(
+                    n.pos,
+                    "`access_log.sample` must be a number from 0 to 1 (the share of requests logged)",
+                ),
+            }
+        }
+        if let Some(p) = lf.get("path") {
+            if let Some(s) = self.string(p, "`access_log.path`") {
+                log.path = match s.as_str() {
+                    "stdout" | "" => LogTarget::Stdout,
+                    "stderr" => LogTarget::Stderr,
+                    _ => LogTarget::File(s.into()),
+                };
+            }
+        }
     }
 }
 

@@ -85,7 +85,7 @@ impl Loader<'_> {
         }
     }
 
-    pub(super) fn entrypoint_tls(&mut self, name: &str, node: &Node) -> Option<EntrypointTls> {
+    fn entrypoint_tls(&mut self, name: &str, node: &Node) -> Option<EntrypointTls> {
         let what = format!("`entrypoints.{name}.tls`");
         let f = self.fields(
             node,

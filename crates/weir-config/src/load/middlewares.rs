@@ -26,77 +26,92 @@ impl Loader<'_> {
         }
         let (kind, body) = f.entries[0];
         let kind = match kind {
-            "strip_prefix" => {
-                let prefixes = self.string_list(body, "`strip_prefix`");
-                for (p, pos) in &prefixes {
-                    if !p.starts_with('/') {
-                        self.error(*pos, format!("prefix `{p}` must start with `/`"));
-                    }
-                }
-                MiddlewareKind::StripPrefix(prefixes.into_iter().map(|(p, _)| p).collect())
-            }
-            "add_prefix" => {
-                let p = self.string(body, "`add_prefix`")?;
-                if !p.starts_with('/') {
-                    self.error(body.pos, format!("prefix `{p}` must start with `/`"));
-                }
-                MiddlewareKind::AddPrefix(p)
-            }
-            "replace_path_regex" => {
-                let rf = self.fields(body, "`replace_path_regex`", &["regex", "replacement"])?;
-                let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
-                    self.error(
-                        rf.pos,
-                        "`replace_path_regex` needs `regex` and `replacement`",
-                    );
-                    return None;
-                };
-                let source = self.string(r, "`regex`")?;
-                let replacement = self.string(rep, "`replacement`")?;
-                match regex::Regex::new(&source) {
-                    Ok(regex) => MiddlewareKind::ReplacePathRegex { regex, replacement },
-                    Err(e) => {
-                        self.error(r.pos, format!("invalid regular expression: {e}"));
-                        return None;
-                    }
-                }
-            }
-            "headers" => {
-                let hf = self.fields(body, "`headers`", &["request", "response"])?;
-                let request = hf
-                    .get("request")
-                    .map(|n| self.header_ops(n, "`headers.request`"))
-                    .unwrap_or_default();
-                let response = hf
-                    .get("response")
-                    .map(|n| self.header_ops(n, "`headers.response`"))
-                    .unwrap_or_default();
-                MiddlewareKind::Headers { request, response }
-            }
+            "strip_prefix" => self.strip_prefix(body),
+            "add_prefix" => self.add_prefix(body)?,
+            "replace_path_regex" => self.replace_path_regex(body)?,
+            "headers" => self.headers(body)?,
             "compress" => MiddlewareKind::Compress(self.compress(body)?),
-            _ => {
-                let rf = self.fields(body, "`redirect_scheme`", &["scheme", "permanent"])?;
-                let scheme = match rf.get("scheme") {
-                    Some(s) => self.string(s, "`scheme`")?,
-                    None => "https".to_string(),
-                };
-                if scheme != "http" && scheme != "https" {
-                    self.error(
-                        rf.pos,
-                        format!("unknown scheme `{scheme}`; expected http or https"),
-                    );
-                }
-                let permanent = match rf.get("permanent") {
-                    Some(p) => self.boolean(p, "`permanent`").unwrap_or(false),
-                    None => false,
-                };
-                MiddlewareKind::RedirectScheme { scheme, permanent }
-            }
+            _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
     }
 
-    pub(super) fn compress(&mut self, node: &Node) -> Option<Compress> {
+    /// `strip_prefix: PREFIX` or a list of them, each starting with `/`.
+    fn strip_prefix(&mut self, body: &Node) -> MiddlewareKind {
+        let prefixes = self.string_list(body, "`strip_prefix`");
+        for (p, pos) in &prefixes {
+            if !p.starts_with('/') {
+                self.error(*pos, format!("prefix `{p}` must start with `/`"));
+            }
+        }
+        MiddlewareKind::StripPrefix(prefixes.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// `add_prefix: PREFIX`, starting with `/`.
+    fn add_prefix(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let p = self.string(body, "`add_prefix`")?;
+        if !p.starts_with('/') {
+            self.error(body.pos, format!("prefix `{p}` must start with `/`"));
+        }
+        Some(MiddlewareKind::AddPrefix(p))
+    }
+
+    /// `replace_path_regex: { regex, replacement }`.
+    fn replace_path_regex(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let rf = self.fields(body, "`replace_path_regex`", &["regex", "replacement"])?;
+        let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
+            self.error(
+                rf.pos,
+                "`replace_path_regex` needs `regex` and `replacement`",
+            );
+            return None;
+        };
+        let source = self.string(r, "`regex`")?;
+        let replacement = self.string(rep, "`replacement`")?;
+        match regex::Regex::new(&source) {
+            Ok(regex) => Some(MiddlewareKind::ReplacePathRegex { regex, replacement }),
+            Err(e) => {
+                self.error(r.pos, format!("invalid regular expression: {e}"));
+                None
+            }
+        }
+    }
+
+    /// `headers: { request, response }`, each a set of header operations.
+    fn headers(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let hf = self.fields(body, "`headers`", &["request", "response"])?;
+        let request = hf
+            .get("request")
+            .map(|n| self.header_ops(n, "`headers.request`"))
+            .unwrap_or_default();
+        let response = hf
+            .get("response")
+            .map(|n| self.header_ops(n, "`headers.response`"))
+            .unwrap_or_default();
+        Some(MiddlewareKind::Headers { request, response })
+    }
+
+    /// `redirect_scheme: { scheme, permanent }` (https and temporary by default).
+    fn redirect_scheme(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let rf = self.fields(body, "`redirect_scheme`", &["scheme", "permanent"])?;
+        let scheme = match rf.get("scheme") {
+            Some(s) => self.string(s, "`scheme`")?,
+            None => "https".to_string(),
+        };
+        if scheme != "http" && scheme != "https" {
+            self.error(
+                rf.pos,
+                format!("unknown scheme `{scheme}`; expected http or https"),
+            );
+        }
+        let permanent = match rf.get("permanent") {
+            Some(p) => self.boolean(p, "`permanent`").unwrap_or(false),
+            None => false,
+        };
+        Some(MiddlewareKind::RedirectScheme { scheme, permanent })
+    }
+
+    fn compress(&mut self, node: &Node) -> Option<Compress> {
         let mut compress = Compress::default();
         // `compress: {}` and a bare `compress:` both mean the defaults.
         if matches!(node.value, Value::Null) {
@@ -174,7 +189,7 @@ impl Loader<'_> {
         Some(compress)
     }
 
-    pub(super) fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
+    fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
         let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
             return HeaderOps::default();
         };

@@ -115,7 +115,7 @@ impl Loader<'_> {
     }
 
     /// A router's `priority`: as written, else the rule's length (Traefik's default).
-    pub(super) fn router_priority(&mut self, node: Option<&Node>, rule_text: &str) -> Option<i64> {
+    fn router_priority(&mut self, node: Option<&Node>, rule_text: &str) -> Option<i64> {
         let Some(p) = node else {
             return Some(rule_text.chars().count() as i64);
         };
@@ -194,55 +194,9 @@ impl Loader<'_> {
                 ok &= self.is_defined(body.pos, (&what, "service", &svc), defined);
                 Action::Service(svc)
             }
-            "respond" => {
-                let rf = self.fields(body, "`respond`", &["status", "body", "headers"])?;
-                let status = match rf.get("status") {
-                    Some(s) => self.uint(s, "`status`", 200, 599)? as u16,
-                    None => 200,
-                };
-                let body_text = match rf.get("body") {
-                    Some(b) => self.string(b, "`body`")?,
-                    None => String::new(),
-                };
-                let headers = rf
-                    .get("headers")
-                    .map(|h| self.header_map(h, "`headers`"))
-                    .unwrap_or_default();
-                Action::Respond(Respond {
-                    status,
-                    body: body_text,
-                    headers,
-                })
-            }
+            "respond" => Action::Respond(self.respond(body)?),
             "static" => Action::Static(self.static_files(body)?),
-            _ => {
-                let rf = self.fields(body, "`redirect`", &["to", "status"])?;
-                let Some(to_node) = rf.get("to") else {
-                    self.error(
-                        rf.pos,
-                        "`redirect` needs `to`, e.g. to: \"https://example.com/\"",
-                    );
-                    return None;
-                };
-                let to = self.string(to_node, "`to`")?;
-                if !is_header_value(&to) || to.is_empty() {
-                    self.error(
-                        to_node.pos,
-                        "`to` must be a non-empty URL without control characters",
-                    );
-                }
-                let status = match rf.get("status") {
-                    Some(s) => {
-                        let n = self.uint(s, "`status`", 300, 399)? as u16;
-                        if ![301, 302, 303, 307, 308].contains(&n) {
-                            self.error(s.pos, format!("redirect status must be one of 301, 302, 303, 307, 308, found {n}"));
-                        }
-                        n
-                    }
-                    None => 302,
-                };
-                Action::Redirect(Redirect { to, status })
-            }
+            _ => Action::Redirect(self.redirect(body)?),
         };
         let cache = match f.get("cache") {
             None => None,
@@ -270,7 +224,64 @@ impl Loader<'_> {
         })
     }
 
-    pub(super) fn static_files(&mut self, node: &Node) -> Option<StaticFiles> {
+    /// The `respond: { status, body, headers }` action (200 and empty by default).
+    fn respond(&mut self, body: &Node) -> Option<Respond> {
+        let rf = self.fields(body, "`respond`", &["status", "body", "headers"])?;
+        let status = match rf.get("status") {
+            Some(s) => self.uint(s, "`status`", 200, 599)? as u16,
+            None => 200,
+        };
+        let body_text = match rf.get("body") {
+            Some(b) => self.string(b, "`body`")?,
+            None => String::new(),
+        };
+        let headers = rf
+            .get("headers")
+            .map(|h| self.header_map(h, "`headers`"))
+            .unwrap_or_default();
+        Some(Respond {
+            status,
+            body: body_text,
+            headers,
+        })
+    }
+
+    /// The `redirect: { to, status }` action (302 by default).
+    fn redirect(&mut self, body: &Node) -> Option<Redirect> {
+        let rf = self.fields(body, "`redirect`", &["to", "status"])?;
+        let Some(to_node) = rf.get("to") else {
+            self.error(
+                rf.pos,
+                "`redirect` needs `to`, e.g. to: \"https://example.com/\"",
+            );
+            return None;
+        };
+        let to = self.string(to_node, "`to`")?;
+        if !is_header_value(&to) || to.is_empty() {
+            self.error(
+                to_node.pos,
+                "`to` must be a non-empty URL without control characters",
+            );
+        }
+        let status = match rf.get("status") {
+            Some(s) => {
+                let n = self.uint(s, "`status`", 300, 399)? as u16;
+                if ![301, 302, 303, 307, 308].contains(&n) {
+                    self.error(
+                        s.pos,
+                        format!(
+                            "redirect status must be one of 301, 302, 303, 307, 308, found {n}"
+                        ),
+                    );
+                }
+                n
+            }
+            None => 302,
+        };
+        Some(Redirect { to, status })
+    }
+
+    fn static_files(&mut self, node: &Node) -> Option<StaticFiles> {
         const KEYS: &[&str] = &[
             "root",
             "index",

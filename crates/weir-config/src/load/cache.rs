@@ -108,3 +108,91 @@ impl Loader<'_> {
         Some(cache)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+    use std::time::Duration;
+
+    #[test]
+    fn caches_and_the_routers_that_name_them() {
+        let text = format!(
+            "{BASE}caches:\n  main: {{ memory: 1MiB, max_object_size: 2MiB, key: [host, query, color] }}\n\
+             routers:\n  a: {{ rule: \"Path(`/a`)\", respond: {{ body: x }}, cache: main }}\n  \
+             b: {{ rule: \"Path(`/b`)\", service: s, cache: nope }}\n\
+             services:\n  s: {{ servers: [{{ url: \"http://a:1\" }}] }}\n"
+        );
+        let errs = errors(&text);
+        assert_eq!(errs.len(), 5, "{errs:?}");
+        assert!(
+            errs[0].contains("`max_object_size` is larger than `memory`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:4:53: `key` must include `path`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].starts_with("t.yaml:4:67: unknown `key` part `color`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[3].ends_with("`cache` applies to routers with a `service`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[4].contains("router `b` names cache `nope`, which is not defined; defined: main"),
+            "{errs:?}"
+        );
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  main: {{}}\nrouters:\n  b: {{ rule: \"Path(`/b`)\", service: s, cache: main }}\nservices:\n  s: {{ servers: [{{ url: \"http://a:1\" }}] }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.caches[0].memory, DEFAULT_CACHE_MEMORY);
+        assert_eq!(cfg.caches[0].key, CacheKeyPart::DEFAULT.to_vec());
+        assert_eq!(cfg.caches[0].lock_timeout, DEFAULT_CACHE_LOCK_TIMEOUT);
+        assert!(cfg.caches[0].purge_allow.is_empty());
+        assert_eq!(cfg.routers[0].cache.as_deref(), Some("main"));
+    }
+
+    #[test]
+    fn cache_lock_and_purge_settings() {
+        let errs = errors(&format!(
+            "{BASE}caches:\n  main: {{ lock_timeout: soon, purge: {{ allow: [127.0.0.1/32, 10.0.0.0/33], deny: [] }} }}\n"
+        ));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs[0].starts_with("t.yaml:4:25: "), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("`10.0.0.0/33` is not an address or network")),
+            "{errs:?}"
+        );
+        assert!(errs.iter().any(|e| e.contains("deny")), "{errs:?}");
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  main: {{ lock_timeout: 2s, purge: {{ allow: [127.0.0.1, \"::1\"] }} }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.caches[0].lock_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.caches[0].purge_allow.len(), 2);
+        assert_eq!(cfg.caches[0].disk, None);
+        // The disk tier: a folder (relative to the config file's), and a size.
+        let errs = errors(&format!(
+            "{BASE}caches:\n  main: {{ disk: {{ size: 1GiB }} }}\n"
+        ));
+        assert!(errs[0].contains("`disk` needs a `path`"), "{errs:?}");
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  a: {{ disk: {{ path: data/cache }} }}\n  b: {{ disk: {{ path: /var/cache/w, size: 2GiB }} }}\n"),
+            "conf/t.yaml",
+        )
+        .unwrap();
+        let disk = |i: usize| cfg.caches[i].disk.clone().unwrap();
+        assert_eq!(disk(0).path, std::path::Path::new("conf/data/cache"));
+        assert_eq!(disk(0).size, DEFAULT_CACHE_DISK_SIZE);
+        assert_eq!(disk(1).path, std::path::Path::new("/var/cache/w"));
+        assert_eq!(disk(1).size, 2 << 30);
+    }
+}

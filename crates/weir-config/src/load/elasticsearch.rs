@@ -2,9 +2,41 @@
 //! `hosts` are the seeds the service starts with; with discovery on (the default), the
 //! control thread replaces them by the cluster's nodes.
 
-use super::{bad_server_url, Loader};
+use super::services::bad_server_url;
+use super::Loader;
 use crate::model::*;
 use crate::yaml::Node;
+
+/// The cluster answers 401 to a probe without the service's credentials: the health check
+/// sends them, unless it sets its own `authorization`.
+pub(super) fn probe_with_credentials(check: &mut HealthCheck, authorization: &str) {
+    if !check
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+    {
+        check
+            .headers
+            .push(("authorization".to_string(), authorization.to_string()));
+    }
+}
+
+/// The `retry` of an Elasticsearch service that sets none. A node that cannot be reached,
+/// resets, or answers 502/503 is not the cluster's answer: try another node once (requests that
+/// can be sent again only, as always).
+pub(super) fn elasticsearch_retry() -> Retry {
+    Retry {
+        attempts: 2,
+        on: vec![
+            RetryOn::ConnectFailure,
+            RetryOn::Reset,
+            RetryOn::Status(502),
+            RetryOn::Status(503),
+        ],
+        per_try_timeout: None,
+        budget: None,
+    }
+}
 
 impl Loader<'_> {
     /// Reads the block; its hosts go into `servers`.
@@ -216,5 +248,179 @@ impl Loader<'_> {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+    use std::time::Duration;
+
+    #[test]
+    fn elasticsearch_services() {
+        let errs = errors(&format!(
+            "{BASE}services:\n  a: {{ elasticsearch: {{ discovery: {{ refresh: 5s }} }} }}\n  \
+             b: {{ servers: [{{ url: \"http://x:1\" }}], elasticsearch: {{ hosts: [\"http://x:9200\"] }} }}\n  \
+             c: {{ elasticsearch: {{ hosts: [\"ftp://x\"] }} }}\n"
+        ));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[0].contains("`elasticsearch` needs `hosts`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].contains("has both `servers` and `elasticsearch`"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].contains("`ftp://x` is not a server URL"),
+            "{errs:?}"
+        );
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://127.0.0.1:9200\"], discovery: {{ roles: [data] }} }} }}\n  \
+                 fixed: {{ elasticsearch: {{ hosts: [\"http://a:9200\", \"http://b:9200\"], discovery: {{ enabled: false }} }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let es = &cfg.services[0];
+        assert_eq!(es.servers[0].url, "http://127.0.0.1:9200");
+        let discovery = es
+            .elasticsearch
+            .as_ref()
+            .unwrap()
+            .discovery
+            .clone()
+            .unwrap();
+        assert_eq!(discovery.refresh, DEFAULT_ES_REFRESH);
+        assert_eq!(discovery.roles, ["data"]);
+        assert_eq!(cfg.services[1].servers.len(), 2);
+        assert_eq!(
+            cfg.services[1].elasticsearch.as_ref().unwrap().discovery,
+            None
+        );
+        assert_eq!(es.elasticsearch.as_ref().unwrap().bulk, EsBulk::default());
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: none, max_body: 1MiB, batch: false }} }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let bulk = &cfg.services[0].elasticsearch.as_ref().unwrap().bulk;
+        assert_eq!(
+            (bulk.route, bulk.max_body, bulk.batch),
+            (BulkRoute::None, 1 << 20, false)
+        );
+        let errs = errors(&format!(
+            "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], bulk: {{ route: shard }} }} }}\n"
+        ));
+        assert!(
+            errs[0].contains("unknown bulk route `shard`; expected `node` or `none`"),
+            "{errs:?}"
+        );
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], spool: {{ path: data/spool, max_size: 1GiB, fsync: never }} }} }}\n"
+            ),
+            "conf/t.yaml",
+        )
+        .unwrap();
+        let spool = cfg.services[0]
+            .elasticsearch
+            .as_ref()
+            .unwrap()
+            .spool
+            .clone()
+            .unwrap();
+        assert_eq!(spool.path, std::path::Path::new("conf/data/spool"));
+        assert_eq!((spool.max_size, spool.fsync), (1 << 30, false));
+        let errs = errors(&format!(
+            "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], spool: {{ fsync: always }} }} }}\n"
+        ));
+        assert!(errs[0].contains("`spool` needs a `path`"), "{errs:?}");
+        assert!(errs[1].contains("unknown fsync mode `always`"), "{errs:?}");
+    }
+
+    #[test]
+    fn elasticsearch_credentials() {
+        let authorization = |auth: &str| {
+            let cfg = load_str(
+                &format!(
+                    "{BASE}services:\n  es:\n    elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {auth} }}\n    health_check: {{ path: /_cluster/health }}\n"
+                ),
+                "t.yaml",
+            )
+            .unwrap();
+            let service = &cfg.services[0];
+            let value = service
+                .elasticsearch
+                .as_ref()
+                .unwrap()
+                .authorization
+                .clone();
+            let probe = service.health_check.as_ref().unwrap().headers.clone();
+            assert_eq!(
+                probe,
+                [("authorization".to_string(), value.clone().unwrap())]
+            );
+            value
+        };
+        assert_eq!(
+            authorization("{ basic: { username: elastic, password: \"p:w\" } }").as_deref(),
+            Some("Basic ZWxhc3RpYzpwOnc=")
+        );
+        assert_eq!(
+            authorization(
+                "{ api_key: VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw== }"
+            )
+            .as_deref(),
+            Some("ApiKey VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw==")
+        );
+        let errs = errors(&format!(
+            "{BASE}services:\n  a: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ basic: {{ username: x }}, api_key: k }} }} }}\n  \
+             b: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ basic: {{ username: \"a:b\", password: p }} }} }} }}\n  \
+             c: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ basic: {{ password: p }} }} }} }}\n  \
+             d: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], auth: {{ api_key: \"two words\" }} }} }}\n"
+        ));
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(errs[0].contains("exactly one of `basic"), "{errs:?}");
+        assert!(errs[1].contains("cannot hold `:`"), "{errs:?}");
+        assert!(
+            errs[2].contains("`auth.basic` needs `username`"),
+            "{errs:?}"
+        );
+        assert!(errs[3].contains("`encoded` form"), "{errs:?}");
+        assert!(errs[3].starts_with("t.yaml:"), "{errs:?}");
+    }
+
+    #[test]
+    fn elasticsearch_search_cache() {
+        let cfg = load_str(
+            &format!(
+                "{BASE}services:\n  es: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], search_cache: {{ ttl: 10s }} }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let es = cfg.services[0].elasticsearch.as_ref().unwrap();
+        assert_eq!(
+            es.search_cache,
+            Some(EsSearchCache {
+                ttl: Duration::from_secs(10),
+                max_entries: DEFAULT_ES_SEARCH_CACHE_ENTRIES,
+                max_entry_size: 1 << 20,
+            })
+        );
+        let errs = errors(&format!(
+            "{BASE}services:\n  a: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], search_cache: {{ max_entries: 5 }} }} }}\n  \
+             b: {{ elasticsearch: {{ hosts: [\"http://a:9200\"], search_cache: {{ ttl: 1s, max_entries: 0 }} }} }}\n"
+        ));
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].contains("`search_cache` needs a `ttl`"), "{errs:?}");
+        assert!(errs[1].contains("`search_cache.max_entries`"), "{errs:?}");
     }
 }

@@ -174,3 +174,50 @@ fn parse_share(text: &str) -> Option<f64> {
     };
     (0.0..=1.0).contains(&share).then_some(share)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+    use std::time::Duration;
+
+    #[test]
+    fn health_and_retry_settings_and_their_errors() {
+        let cfg = load_str(
+            &format!("{BASE}services:\n  s:\n    servers: [{{ url: \"http://127.0.0.1:1\" }}]\n    health_check: {{ path: /healthz, interval: 1s, expect_status: \"200, 204-299\" }}\n    passive_health: {{ max_failures: 5 }}\n    retry: {{ attempts: 3, on: [connect_failure, 503] }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        let s = &cfg.services[0];
+        let check = s.health_check.as_ref().unwrap();
+        assert_eq!(check.path, "/healthz");
+        assert_eq!(check.interval, Duration::from_secs(1));
+        assert_eq!(check.expect_status, vec![(200, 200), (204, 299)]);
+        assert_eq!((check.healthy_threshold, check.unhealthy_threshold), (2, 3));
+        assert_eq!(s.passive_health.unwrap().max_failures, 5);
+        assert_eq!(s.passive_health.unwrap().eject, Duration::from_secs(30));
+        let retry = s.retry.as_ref().unwrap();
+        assert_eq!(retry.attempts, 3);
+        assert_eq!(
+            retry.on,
+            vec![RetryOn::ConnectFailure, RetryOn::Status(503)]
+        );
+        let errs = errors(&format!("{BASE}services:\n  s:\n    servers: []\n    health_check: {{ expect_status: \"2xx\" }}\n    retry: {{ on: [404, sometimes] }}\n"));
+        assert!(
+            errs.iter().any(|e| e.starts_with("t.yaml:6:")
+                && e.contains("`expect_status` must be statuses or ranges")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e
+                    .contains("`on` takes connect_failure, reset or a 5xx status, found `404`")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("found `sometimes`")),
+            "{errs:?}"
+        );
+    }
+}

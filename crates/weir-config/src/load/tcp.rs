@@ -5,7 +5,7 @@
 use super::Loader;
 use crate::model::*;
 use crate::rule;
-use crate::yaml::{Node, Value};
+use crate::yaml::Node;
 
 impl Loader<'_> {
     pub(super) fn tcp(&mut self, node: Option<&Node>, entrypoints: &[Entrypoint]) -> TcpConfig {
@@ -85,11 +85,9 @@ impl Loader<'_> {
                 "max_connections",
             ],
         )?;
-        let servers = self.address_servers(f.get("servers"), f.pos, &what, "127.0.0.1:6379");
-        let load_balancer = match f.get("load_balancer") {
-            Some(lb) => self.balancer(lb)?,
-            None => Balancer::RoundRobin,
-        };
+        let example = "address: \"127.0.0.1:6379\"";
+        let servers = self.servers(&f, &what, example, Self::tcp_server);
+        let load_balancer = self.load_balancer(&f)?;
         let mut proxy_protocol = None;
         if let Some(pp) = f.get("proxy_protocol") {
             let pf = self.fields(pp, "`proxy_protocol`", &["version"])?;
@@ -103,12 +101,8 @@ impl Loader<'_> {
         let mut idle_timeout = DEFAULT_TCP_IDLE_TIMEOUT;
         if let Some(t) = f.get("timeouts") {
             let tf = self.fields(t, "`timeouts`", &["connect", "idle"])?;
-            if let Some(c) = tf.get("connect") {
-                connect_timeout = self.duration(c, "`connect`")?;
-            }
-            if let Some(i) = tf.get("idle") {
-                idle_timeout = self.duration(i, "`idle`")?;
-            }
+            self.duration_field(&tf, "connect", &mut connect_timeout)?;
+            self.duration_field(&tf, "idle", &mut idle_timeout)?;
         }
         let max_connections = match f.get("max_connections") {
             Some(m) => Some(self.uint(m, "`max_connections`", 1, 10_000_000)? as usize),
@@ -125,51 +119,9 @@ impl Loader<'_> {
         })
     }
 
-    /// A `servers` list of `{ address, weight }`, as TCP and UDP services take it.
-    fn address_servers(
-        &mut self,
-        node: Option<&Node>,
-        pos: crate::yaml::Pos,
-        what: &str,
-        example: &str,
-    ) -> Vec<TcpServer> {
-        let mut servers = Vec::new();
-        match node {
-            None => self.error(
-                pos,
-                format!("{what} needs `servers`, e.g. `servers: [{{ address: \"{example}\" }}]`"),
-            ),
-            Some(list) => match &list.value {
-                Value::Seq(items) => {
-                    for item in items {
-                        if let Some(s) = self.tcp_server(item) {
-                            servers.push(s);
-                        }
-                    }
-                }
-                _ => self.error(
-                    list.pos,
-                    format!("`servers` must be a list, found {}", list.kind_name()),
-                ),
-            },
-        }
-        servers
-    }
-
     fn tcp_server(&mut self, node: &Node) -> Option<TcpServer> {
-        let f = self.fields(node, "a server", &["address", "weight"])?;
-        let Some(addr_node) = f.get("address") else {
-            self.error(
-                f.pos,
-                "a tcp server needs an `address`, e.g. \"127.0.0.1:6379\"",
-            );
-            return None;
-        };
-        let address = self.string(addr_node, "`address`")?;
-        let weight = match f.get("weight") {
-            Some(w) => self.uint(w, "`weight`", 1, 10_000)? as u32,
-            None => 1,
-        };
+        let needs = "a tcp server needs an `address`, e.g. \"127.0.0.1:6379\"";
+        let (address, pos, weight) = self.server_entry(node, "address", needs)?;
         let parsed = address.rsplit_once(':').and_then(|(host, port)| {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
@@ -177,7 +129,7 @@ impl Loader<'_> {
         });
         let Some((host, port)) = parsed else {
             self.error(
-                addr_node.pos,
+                pos,
                 format!("`{address}` is not a server address; expected HOST:PORT"),
             );
             return None;
@@ -282,11 +234,9 @@ impl Loader<'_> {
                 "max_sessions",
             ],
         )?;
-        let servers = self.address_servers(f.get("servers"), f.pos, &what, "127.0.0.1:53");
-        let load_balancer = match f.get("load_balancer") {
-            Some(lb) => self.balancer(lb)?,
-            None => Balancer::RoundRobin,
-        };
+        let example = "address: \"127.0.0.1:53\"";
+        let servers = self.servers(&f, &what, example, Self::tcp_server);
+        let load_balancer = self.load_balancer(&f)?;
         let session_timeout = match f.get("session_timeout") {
             Some(t) => self.duration(t, "`session_timeout`")?,
             None => DEFAULT_UDP_SESSION_TIMEOUT,
@@ -303,26 +253,29 @@ impl Loader<'_> {
             max_sessions,
         })
     }
+}
 
-    /// A `load_balancer` name (consistent_hash hashes on the client's address).
-    fn balancer(&mut self, lb: &Node) -> Option<Balancer> {
-        let s = self.string(lb, "`load_balancer`")?;
-        match s.as_str() {
-            "round_robin" => Some(Balancer::RoundRobin),
-            "least_conn" => Some(Balancer::LeastConn),
-            "random" => Some(Balancer::Random),
-            "p2c" => Some(Balancer::P2c),
-            "consistent_hash" => Some(Balancer::ConsistentHash),
-            _ => {
-                self.error(
-                    lb.pos,
-                    format!(
-                        "unknown load balancer `{s}`; expected one of: {}",
-                        Balancer::NAMES
-                    ),
-                );
-                None
-            }
+#[cfg(test)]
+mod tests {
+    use crate::load::tests::errors;
+
+    #[test]
+    fn tcp_and_udp_routers_name_what_is_defined() {
+        let yaml = "entrypoints:\n  db: { address: \"127.0.0.1:0\" }\n  dns: { address: \"127.0.0.1:0/udp\" }\n\
+            tcp:\n  services:\n    pg: { servers: [{ address: \"127.0.0.1:5432\" }] }\n\
+            \x20 routers:\n    t: { entrypoints: [dbx], rule: \"HostSNI(`*`)\", service: pgx }\n\
+            udp:\n  services:\n    ns: { servers: [{ address: \"127.0.0.1:53\" }] }\n\
+            \x20 routers:\n    u: { entrypoints: [dnsx], service: nsx }\n";
+        let errs = errors(yaml);
+        let expected = [
+            "tcp router `t` names entrypoint `dbx`, which is not defined; defined: db, dns",
+            "tcp router `t` names tcp service `pgx`, which is not defined; defined: pg",
+            "udp router `u` names entrypoint `dnsx`, which is not defined; defined: db, dns",
+            "udp router `u` names udp service `nsx`, which is not defined; defined: ns",
+        ];
+        assert_eq!(errs.len(), expected.len(), "{errs:?}");
+        for (err, want) in errs.iter().zip(expected) {
+            assert!(err.ends_with(want), "{err} does not end with {want}");
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Client connections: the byte stream a connection driver speaks over, generic so each
-//! transport (plain TCP today, TLS next) gets its own monomorphised copy of the driver, and the
+//! transport (plain TCP, TLS) gets its own monomorphised copy of the driver, and the
 //! per-connection deadlines. The HTTP/1.1 driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2`
 //! after TLS, or the `h2c` preface); TLS entrypoints go through [`tls`] first; plain
 //! connections idle for a while wait in [`idle`] without a task.

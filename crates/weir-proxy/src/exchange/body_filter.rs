@@ -1,5 +1,5 @@
 //! Response-body filters: what a response-head filter installs for one response, and the
-//! driver runs the body through (`conn/h1.rs`, `Sink`). A closed enum, so the relay pays no
+//! driver runs the body through (`conn/relay.rs`, `Sink`). A closed enum, so the relay pays no
 //! dynamic dispatch; compression is the one kind today.
 
 use crate::exchange::compress::Compressor;

@@ -1,5 +1,5 @@
 //! The client connection as the lifecycle sees it, whatever the protocol: the [`ClientSide`]
-//! trait a driver implements (`conn/h1.rs` for HTTP/1), and what the driver reports back: how
+//! trait a driver implements (`conn/h1.rs` for HTTP/1, `conn/h2.rs` for HTTP/2), and what the driver reports back: how
 //! a body transfer failed, what an exchange ended with.
 
 use crate::conn::watch::ConnWatch;

@@ -1,7 +1,7 @@
 //! What an action answers with: a [`Reply`] is a head and a body source. Actions (`respond`,
-//! `redirect`, `service`, `static`; later the cache, Elasticsearch) build replies, response-head
+//! `redirect`, `service`, `static`, the cache, Elasticsearch) build replies, response-head
 //! filters edit them, and only a connection driver turns one into wire format. Local answers
-//! keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
+//! (`http/local.rs`) keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
 
 use crate::exchange::body_filter::BodyFilter;
 use crate::http::codec::ResponseHead;

@@ -1,0 +1,31 @@
+//! Self-signed certificates for TLS tests.
+
+use super::*;
+
+pub struct CertFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
+
+/// A self-signed ECDSA P-256 certificate for `names` (it is its own CA for the clients).
+pub fn make_cert(dir: &std::path::Path, tag: &str, names: &[&str], expired: bool) -> CertFiles {
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, names[0]);
+    if expired {
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(1_577_836_800).unwrap();
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(1_609_459_200).unwrap();
+    }
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let files = CertFiles {
+        cert: dir.join(format!("{tag}.pem")),
+        key: dir.join(format!("{tag}.key")),
+    };
+    std::fs::write(&files.cert, cert.pem()).unwrap();
+    std::fs::write(&files.key, key.serialize_pem()).unwrap();
+    files
+}

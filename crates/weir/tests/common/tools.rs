@@ -1,0 +1,55 @@
+//! External tools a test runs: Python with Debian's packages, curl, and any command that must succeed.
+
+use super::*;
+
+/// Runs a Python script with Debian's interpreter (the one whose packages scripts/test
+/// installs: brotli, zstandard) and returns what it printed; a failing script fails the test.
+pub fn python(script: &str, args: &[&str]) -> Vec<u8> {
+    let interpreter = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    stdout_of(
+        Command::new(interpreter).arg("-c").arg(script).args(args),
+        "python3",
+    )
+}
+
+/// What `command` wrote to its standard output; it must run and succeed (`what` names it
+/// when it does not).
+pub fn stdout_of(command: &mut Command, what: &str) -> Vec<u8> {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what} could not run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// curl over HTTPS to `name` (resolved to 127.0.0.1), trusting only `ca`: (exit ok, body).
+pub fn curl_https(port: u16, name: &str, ca: &std::path::Path) -> (bool, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{port}:127.0.0.1"))
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .expect("curl must be installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// curl with `args` (quiet but for errors, at most 20 s), which must succeed: what it wrote
+/// to its standard output.
+pub fn curl_ok(args: &[&str]) -> Vec<u8> {
+    let mut curl = Command::new("curl");
+    curl.args(["-sS", "--max-time", "20"]).args(args);
+    stdout_of(&mut curl, &format!("curl {args:?}"))
+}

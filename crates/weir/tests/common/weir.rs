@@ -1,0 +1,163 @@
+//! The real `weir` binary as a child process: started on port 0 with a config file, its stderr lines kept, killed on drop; `weir check`; the usual one-service config.
+
+use super::*;
+
+pub fn weir_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_weir")
+}
+
+pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "weir-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `weir check -c PATH`: its exit status and output.
+pub fn weir_check(path: &std::path::Path) -> std::process::Output {
+    Command::new(weir_bin())
+        .args(["check", "-c"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
+/// A running weir process; killed on drop.
+pub struct Weir {
+    pub child: Child,
+    pub addrs: HashMap<String, SocketAddr>,
+    pub dir: std::path::PathBuf,
+    stderr_lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Weir {
+    /// Starts weir with `yaml` and waits until every entrypoint reports its address.
+    pub fn start(yaml: &str) -> Weir {
+        Weir::start_with(yaml, &[])
+    }
+
+    /// Starts weir with `yaml` and more `weir run` arguments.
+    pub fn start_with(yaml: &str, args: &[&str]) -> Weir {
+        Weir::start_under(&[], yaml, args)
+    }
+
+    /// Starts weir as the last argument of `wrapper` (a command that runs another, such as
+    /// `prlimit`), with `yaml` and more `weir run` arguments.
+    pub fn start_under(wrapper: &[&str], yaml: &str, args: &[&str]) -> Weir {
+        let dir = temp_dir("weir");
+        let path = dir.join("weir.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let mut command = match wrapper {
+            [] => Command::new(weir_bin()),
+            [program, rest @ ..] => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(weir_bin());
+                command
+            }
+        };
+        let mut child = command
+            .args(["run", "-c"])
+            .arg(&path)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || for _ in BufReader::new(stdout).lines() {});
+        let mut addrs = HashMap::new();
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| {
+                    panic!("weir did not start; stderr: {:?}", lines.lock().unwrap())
+                });
+            if let Some(rest) = line.strip_prefix("weir: entrypoint ") {
+                let (name, addr) = rest.split_once(" listening on ").unwrap();
+                let addr = addr.strip_suffix("/udp").unwrap_or(addr);
+                addrs.insert(name.to_string(), addr.parse().unwrap());
+            }
+            // The admin listener, under a name no entrypoint can have.
+            if let Some(addr) = line.strip_prefix("weir: admin listening on ") {
+                addrs.insert("@admin".to_string(), addr.parse().unwrap());
+            }
+            if line.contains("worker(s) running") {
+                break;
+            }
+        }
+        Weir {
+            child,
+            addrs,
+            dir,
+            stderr_lines: lines,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs["web"]
+    }
+
+    pub fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr_lines.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 10 s) until stderr holds `count` lines containing `text`; the last of them.
+    pub fn wait_for_line(&self, text: &str, count: usize) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = self.stderr();
+            let found: Vec<&String> = lines.iter().filter(|l| l.contains(text)).collect();
+            if found.len() >= count {
+                return found[count - 1].clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no line #{count} with `{text}` in weir's stderr: {lines:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The config file weir was started with.
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir.join("weir.yaml")
+    }
+}
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config with one catch-all router proxying to `upstream`; `service_extra` is indented
+/// under the service, `server_extra` is a flow mapping's inner keys for `server`.
+pub fn proxy_config_with(upstream: &str, server_extra: &str, service_extra: &str) -> String {
+    format!(
+        "server: {{ workers: 1{server_extra} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  local:\n    rule: \"PathPrefix(`/local`)\"\n    respond: {{ body: local }}\n  all:\n    rule: \"PathPrefix(`/`)\"\n    priority: 1\n    service: app\n\
+         services:\n  app:\n    servers: [{{ url: \"{upstream}\" }}]\n{service_extra}"
+    )
+}

@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use std::hint::black_box;
 use std::time::Instant;
 use weir_proxy::codec::parse_request;
-use weir_proxy::exchange::router::Router;
+use weir_proxy::Router;
 
 fn build(routes: usize) -> Router<usize> {
     let mut rules = Vec::new();

@@ -7,20 +7,22 @@
 // One measured exception, allowed where it lives: `codec::Head::text`.
 #![deny(unsafe_code)]
 
-pub mod actions;
-pub mod conn;
-pub mod exchange;
-pub mod http;
-pub mod io;
-pub mod l4;
-pub mod listen;
-pub mod observe;
-pub mod process;
-pub mod upstream;
+pub(crate) mod actions;
+pub(crate) mod conn;
+pub(crate) mod exchange;
+pub(crate) mod http;
+pub(crate) mod io;
+pub(crate) mod l4;
+pub(crate) mod listen;
+pub(crate) mod observe;
+pub(crate) mod process;
+pub(crate) mod upstream;
 
 // What the `weir` binary and `weir-bench` use, at the paths they know.
+pub use exchange::router::Router;
 pub use http::codec;
 pub use io::ticker;
+pub use observe::errorlog;
 pub use process::runtime::Runtime;
 pub use process::server::{run, RunOptions};
 pub use process::upgrade;

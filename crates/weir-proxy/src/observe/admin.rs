@@ -40,8 +40,6 @@ pub struct ReloadReport {
     pub at: SystemTime,
     /// What asked for it: `SIGHUP`, `admin API`, `file change`.
     pub trigger: &'static str,
-    /// The version in service afterwards.
-    pub version: u64,
     /// Empty when the reload succeeded.
     pub errors: Vec<String>,
 }

@@ -33,6 +33,6 @@ pub fn lost() -> u64 {
 #[macro_export]
 macro_rules! log_line {
     ($($arg:tt)*) => {
-        $crate::observe::errorlog::write_line(format_args!($($arg)*))
+        $crate::errorlog::write_line(format_args!($($arg)*))
     };
 }

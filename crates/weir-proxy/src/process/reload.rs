@@ -118,7 +118,6 @@ impl Reloader {
         status.last = Some(ReloadReport {
             at: SystemTime::now(),
             trigger,
-            version,
             errors: result.as_ref().err().cloned().unwrap_or_default(),
         });
         result

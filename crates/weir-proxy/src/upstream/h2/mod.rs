@@ -137,7 +137,11 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     let response = ResponseHead::from_fields(parts.status.as_u16(), fields, framing);
     Ok(Reply {
         head: ReplyHead::Response(response),
-        body: ReplyBody::Stream(H2Body { recv, pump, slot }),
+        body: ReplyBody::Stream(H2Body {
+            recv,
+            _pump: pump,
+            _slot: slot,
+        }),
         upstream: None,
         body_filter: None,
     })

@@ -114,9 +114,10 @@ impl H2Pool {
 /// A response body still on its HTTP/2 stream: DATA frames, then maybe trailers.
 pub struct H2Body {
     pub recv: RecvStream,
-    /// The request body's pump, when it runs on its own: stopped if the exchange ends first.
-    pub pump: Option<BodyPump>,
-    pub slot: StreamSlot,
+    /// Held for their drop: the request body's pump, when it runs on its own (stopped if the
+    /// exchange ends first), and the stream's place on its connection (freed when it ends).
+    pub _pump: Option<BodyPump>,
+    pub _slot: StreamSlot,
 }
 
 impl H2Body {

@@ -1,0 +1,33 @@
+"""Unary gRPC calls (a 100-byte message, echoed) through the gateway to `weir-grpc-upstream`
+over cleartext HTTP/2, h2load with 50 connections x 10 streams posting the gRPC-framed message;
+against nginx `grpc_pass` (upstream keepalive) and HAProxy (`proto h2` both sides)."""
+import os
+
+from harness.common import WORK, write
+from harness.load import h2load_measure
+from harness.peers import WEIR_CATCH_ALL, http_targets, start_haproxy, start_nginx, start_weir, weir_yaml
+from harness.procs import Proc, Procs, free_port
+from harness.runner import interleave
+
+NAME, ORDER, PEERS = "grpc", 130, ("nginx", "haproxy")
+
+def run(ctx):
+    conns, streams = ctx.conn_levels[0], 10
+    payload = b"x" * 100
+    message = write(os.path.join(WORK, "grpc-message.bin"), b"\x00" + len(payload).to_bytes(4, "big") + payload)
+    up_port, ng_port, ha_port, we_port = (free_port() for _ in range(4))
+    with Procs() as procs:
+        upstream_bin = os.path.join(os.path.dirname(ctx.bench), "weir-grpc-upstream")
+        procs.add(Proc("grpc-upstream", [upstream_bin, f"127.0.0.1:{up_port}"], up_port, ctx.load_cpus))
+        ng = procs.add(start_nginx("nginx-grpc", ng_port, f"""  upstream grpcup {{ server 127.0.0.1:{up_port}; keepalive 64; }}
+  http2_max_concurrent_streams 128;
+  server {{ listen 127.0.0.1:{ng_port} http2 backlog=4096; location / {{ grpc_pass grpc://grpcup; }} }}""", ctx.proxy_cpus))
+        ha = procs.add(start_haproxy("haproxy-grpc", ha_port, f"backend be\n  server s1 127.0.0.1:{up_port} proto h2",
+                                     "  default_backend be", ctx.proxy_cpus, bind_extra=" proto h2"))
+        yaml = weir_yaml(we_port, WEIR_CATCH_ALL,
+                         f'services:\n  up:\n    protocol: h2c\n    servers: [{{ url: "http://127.0.0.1:{up_port}" }}]\n', h2c=True)
+        we = procs.add(start_weir(ctx.weir, "weir-grpc", we_port, yaml, ctx.proxy_cpus))
+        targets = http_targets("/bench.Echo/Unary", ("nginx", ng), ("haproxy", ha), ("weir", we))
+        measure = h2load_measure(ctx, conns, streams,
+                                 ("-d", message, "-H", "content-type: application/grpc", "-H", "te: trailers"))
+        return {f"grpc-unary-c{conns}x{streams}": interleave("grpc", targets, measure, ctx.rounds)}

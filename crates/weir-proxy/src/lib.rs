@@ -18,6 +18,9 @@ pub mod observe;
 pub mod process;
 pub mod upstream;
 
+#[cfg(test)]
+pub(crate) mod testkit;
+
 // What the `weir` binary and `weir-bench` use, at the paths they know.
 pub use http::codec;
 pub use io::ticker;

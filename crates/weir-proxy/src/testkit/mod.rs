@@ -13,7 +13,7 @@ mod framing;
 mod pool;
 mod retries;
 
-pub(crate) use upstream::{refused_url, Step, Upstream};
+pub(crate) use upstream::{refused_url, Step, Upstream, OK};
 
 use crate::conn::watch::Waiting;
 use crate::conn::{self, ClientIo, Scheme};

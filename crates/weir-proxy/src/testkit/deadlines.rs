@@ -3,7 +3,7 @@
 //! its limit afresh, and how a stop ends idle connections. A deadline fires once its limit
 //! and one sweep tick (0.1 s) have passed.
 
-use super::{proxy, responder, run, secs, Harness, Step, Upstream};
+use super::{proxy, respond, run, secs, Harness, Step, Upstream};
 use crate::conn::watch::Waiting;
 
 const GET: &str = "GET / HTTP/1.1\r\nhost: t.test\r\n\r\n";
@@ -11,7 +11,9 @@ const GET: &str = "GET / HTTP/1.1\r\nhost: t.test\r\n\r\n";
 #[test]
 fn client_idle_timeout_closes_a_silent_connection_without_an_answer() {
     run(async {
-        let h = responder("{ body: hello }", &["client_idle_timeout: 5s"]);
+        let h = respond("{ body: hello }")
+            .server("client_idle_timeout: 5s")
+            .harness();
         let mut c = h.connect();
         h.waiting_for(Waiting::KeepAlive).await;
         h.advance(secs(5.0)).await;
@@ -24,7 +26,9 @@ fn client_idle_timeout_closes_a_silent_connection_without_an_answer() {
 #[test]
 fn client_idle_timeout_starts_again_after_each_answer() {
     run(async {
-        let h = responder("{ body: hello }", &["client_idle_timeout: 5s"]);
+        let h = respond("{ body: hello }")
+            .server("client_idle_timeout: 5s")
+            .harness();
         let mut c = h.connect();
         h.advance(secs(4.0)).await;
         assert_eq!(c.get("/").await.status(), 200);
@@ -38,7 +42,9 @@ fn client_idle_timeout_starts_again_after_each_answer() {
 #[test]
 fn a_head_cut_short_past_client_idle_timeout_gets_408() {
     run(async {
-        let h = responder("{ body: hello }", &["client_idle_timeout: 5s"]);
+        let h = respond("{ body: hello }")
+            .server("client_idle_timeout: 5s")
+            .harness();
         let mut c = h.connect();
         c.send("GET / HTTP/1.1\r\nhost: t.te").await;
         h.waiting_for(Waiting::RequestHead).await;
@@ -53,7 +59,9 @@ fn a_head_cut_short_past_client_idle_timeout_gets_408() {
 #[test]
 fn client_body_timeout_answers_408_to_a_stalled_body_of_a_local_answer() {
     run(async {
-        let h = responder("{ body: hello }", &["client_body_timeout: 5s"]);
+        let h = respond("{ body: hello }")
+            .server("client_body_timeout: 5s")
+            .harness();
         let mut c = h.connect();
         c.send("POST / HTTP/1.1\r\nhost: t.test\r\ncontent-length: 10\r\n\r\nabc")
             .await;
@@ -86,7 +94,9 @@ fn client_body_timeout_answers_408_to_a_stalled_body_on_its_way_upstream() {
 #[test]
 fn client_body_timeout_bounds_each_read_not_the_whole_body() {
     run(async {
-        let h = responder("{ body: hello }", &["client_body_timeout: 5s"]);
+        let h = respond("{ body: hello }")
+            .server("client_body_timeout: 5s")
+            .harness();
         let mut c = h.connect();
         c.send("POST / HTTP/1.1\r\nhost: t.test\r\ncontent-length: 3\r\n\r\na")
             .await;
@@ -176,7 +186,9 @@ fn client_send_timeout_disconnects_a_client_that_stops_reading() {
 fn client_send_timeout_disconnects_a_client_that_stops_reading_a_local_answer() {
     run(async {
         let body = "x".repeat(200_000);
-        let h = responder(&format!("{{ body: {body} }}"), &["client_send_timeout: 5s"]);
+        let h = respond(&format!("{{ body: {body} }}"))
+            .server("client_send_timeout: 5s")
+            .harness();
         cut_off_when_not_read(&h, body.len()).await;
     });
 }
@@ -184,7 +196,7 @@ fn client_send_timeout_disconnects_a_client_that_stops_reading_a_local_answer() 
 #[test]
 fn a_stop_closes_an_idle_connection_after_a_grace() {
     run(async {
-        let h = responder("{ body: hello }", &[]);
+        let h = respond("{ body: hello }").harness();
         let mut c = h.connect();
         h.waiting_for(Waiting::KeepAlive).await;
         h.stop().await;
@@ -199,7 +211,7 @@ fn a_stop_closes_an_idle_connection_after_a_grace() {
 #[test]
 fn a_request_in_the_stop_grace_is_answered_with_connection_close() {
     run(async {
-        let h = responder("{ body: hello }", &[]);
+        let h = respond("{ body: hello }").harness();
         let mut c = h.connect();
         assert!(!c.get("/").await.closes());
         h.waiting_for(Waiting::KeepAlive).await;

@@ -2,7 +2,7 @@
 //! for the client's version (length, chunked, close), HEAD and bodiless statuses, which
 //! headers cross, and when the client connection stays open.
 
-use super::{proxy, responder, run, Step, Upstream};
+use super::{proxy, respond, run, Step, Upstream};
 
 const CLOSE_DELIMITED: &str = "HTTP/1.1 200 OK\r\n\r\nhello";
 const CHUNKED: &str =
@@ -167,7 +167,7 @@ fn an_http10_client_without_keep_alive_is_closed_after_its_answer() {
 #[test]
 fn connection_close_from_the_client_closes_after_the_answer() {
     run(async {
-        let h = responder("{ body: hello }", &[]);
+        let h = respond("{ body: hello }").harness();
         let mut c = h.connect();
         let r = c
             .request("GET / HTTP/1.1\r\nhost: t.test\r\nconnection: close\r\n\r\n")
@@ -251,7 +251,7 @@ fn expect_100_continue_is_answered_by_weir_before_the_body_goes_upstream() {
 #[test]
 fn a_local_answer_drains_the_request_body_and_keeps_the_connection() {
     run(async {
-        let h = responder("{ body: hello }", &[]);
+        let h = respond("{ body: hello }").harness();
         let mut c = h.connect();
         let post = "POST / HTTP/1.1\r\nhost: t.test\r\ncontent-length: 9\r\n\r\nGET /x HT";
         let r = c.request(post).await;
@@ -265,7 +265,7 @@ fn a_local_answer_drains_the_request_body_and_keeps_the_connection() {
 #[test]
 fn a_local_answer_to_head_has_its_length_and_no_body() {
     run(async {
-        let h = responder("{ body: hello }", &[]);
+        let h = respond("{ body: hello }").harness();
         let mut c = h.connect();
         let r = c.request("HEAD / HTTP/1.1\r\nhost: t.test\r\n\r\n").await;
         assert_eq!(r.header("content-length"), Some("5"));
@@ -277,7 +277,7 @@ fn a_local_answer_to_head_has_its_length_and_no_body() {
 #[test]
 fn a_malformed_head_is_refused_with_400_and_the_connection_closed() {
     run(async {
-        let h = responder("{ body: hello }", &[]);
+        let h = respond("{ body: hello }").harness();
         let mut c = h.connect();
         let r = c
             .request("GET / HTTP/1.1\r\nhost: t.test\r\nno colon here\r\n\r\n")

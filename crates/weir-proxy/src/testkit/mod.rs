@@ -13,7 +13,7 @@ mod framing;
 mod pool;
 mod retries;
 
-pub(crate) use upstream::{refused_url, Step, Upstream, OK};
+pub(crate) use upstream::{refused_url, Seen, Step, Upstream, OK};
 
 use crate::conn::watch::Waiting;
 use crate::conn::{self, ClientIo, Scheme};
@@ -306,18 +306,21 @@ impl Response {
     }
 }
 
-/// A configuration of one entrypoint and one router sending everything to the service
-/// `app`, built up with the service's and server's settings a test needs.
-pub(crate) struct Proxy {
+/// A configuration of one entrypoint and one router that takes every request, built up with
+/// the settings a test needs: [`proxy`] to the service `app`, or [`respond`].
+pub(crate) struct Setup {
+    /// The router's action, as a line under it.
+    action: String,
     servers: Vec<String>,
     service: Vec<String>,
     server: Vec<String>,
     middlewares: Vec<(String, String)>,
 }
 
-/// A proxy to these server URLs (see [`Proxy`]).
-pub(crate) fn proxy(servers: &[String]) -> Proxy {
-    Proxy {
+/// A router sending every request to the service `app` of these server URLs.
+pub(crate) fn proxy(servers: &[String]) -> Setup {
+    Setup {
+        action: "service: app".to_string(),
         servers: servers.to_vec(),
         service: Vec::new(),
         server: Vec::new(),
@@ -325,21 +328,29 @@ pub(crate) fn proxy(servers: &[String]) -> Proxy {
     }
 }
 
-impl Proxy {
+/// A router answering every request with `respond` (a flow map: `{ status: 200, body: hi }`).
+pub(crate) fn respond(respond: &str) -> Setup {
+    Setup {
+        action: format!("respond: {respond}"),
+        ..proxy(&[])
+    }
+}
+
+impl Setup {
     /// A line under `services.app` (`retry: { attempts: 3 }`).
-    pub(crate) fn service(mut self, line: &str) -> Proxy {
+    pub(crate) fn service(mut self, line: &str) -> Setup {
         self.service.push(line.to_string());
         self
     }
 
     /// A line under `server` (`client_idle_timeout: 5s`).
-    pub(crate) fn server(mut self, line: &str) -> Proxy {
+    pub(crate) fn server(mut self, line: &str) -> Setup {
         self.server.push(line.to_string());
         self
     }
 
     /// A middleware of the router, applied in the order added (`{ add_prefix: /v2 }`).
-    pub(crate) fn middleware(mut self, name: &str, definition: &str) -> Proxy {
+    pub(crate) fn middleware(mut self, name: &str, definition: &str) -> Setup {
         self.middlewares
             .push((name.to_string(), definition.to_string()));
         self
@@ -352,14 +363,17 @@ impl Proxy {
         }
         yaml += "entrypoints:\n  web:\n    address: \"127.0.0.1:0\"\n";
         let names: Vec<&str> = self.middlewares.iter().map(|(n, _)| n.as_str()).collect();
-        yaml += "routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    service: app\n";
+        yaml += "routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n";
+        yaml += &format!("    {}\n", self.action);
         yaml += &format!("    middlewares: [{}]\n", names.join(", "));
-        yaml += "services:\n  app:\n    servers:\n";
-        for url in &self.servers {
-            yaml += &format!("      - url: \"{url}\"\n");
-        }
-        for line in &self.service {
-            yaml += &format!("    {line}\n");
+        if !self.servers.is_empty() {
+            yaml += "services:\n  app:\n    servers:\n";
+            for url in &self.servers {
+                yaml += &format!("      - url: \"{url}\"\n");
+            }
+            for line in &self.service {
+                yaml += &format!("    {line}\n");
+            }
         }
         if !self.middlewares.is_empty() {
             yaml += "middlewares:\n";
@@ -373,16 +387,4 @@ impl Proxy {
     pub(crate) fn harness(&self) -> Harness {
         Harness::new(&self.yaml())
     }
-}
-
-/// A configuration of one entrypoint whose every request gets `respond` (a flow map such as
-/// `{ status: 200, body: hello }`), with lines under `server`.
-pub(crate) fn responder(respond: &str, server: &[&str]) -> Harness {
-    let mut yaml = String::from("server:\n  workers: 1\n");
-    for line in server {
-        yaml += &format!("  {line}\n");
-    }
-    yaml += "entrypoints:\n  web:\n    address: \"127.0.0.1:0\"\n";
-    yaml += &format!("routers:\n  all:\n    rule: \"PathPrefix(`/`)\"\n    respond: {respond}\n");
-    Harness::new(&yaml)
 }

@@ -2,7 +2,7 @@
 //! (`exchange/filter.rs`): the path and headers the upstream gets, the headers the client
 //! gets, in which order filters apply, and when `redirect_scheme` answers instead.
 
-use super::{proxy, respond, run, Response, Seen, Setup, Step, Upstream};
+use super::{proxy, respond, run, Response, Seen, Setup, Step, Upstream, HELLO};
 use crate::conn::Scheme;
 
 /// The request line and head the upstream saw for `GET target` sent through `setup`'s
@@ -148,9 +148,7 @@ fn response_headers_are_edited_on_a_local_answer_too() {
 /// `redirect_scheme` to https, with `permanent`.
 async fn redirected(scheme: Scheme, permanent: bool, method: &str, target: &str) -> Response {
     let definition = format!("{{ redirect_scheme: {{ scheme: https, permanent: {permanent} }} }}");
-    let h = respond("{ body: hello }")
-        .middleware("https", &definition)
-        .harness();
+    let h = respond(HELLO).middleware("https", &definition).harness();
     let mut c = h.connect_as(scheme);
     let request =
         format!("{method} {target} HTTP/1.1\r\nhost: t.test:8080\r\ncontent-length: 0\r\n\r\n");

@@ -13,7 +13,7 @@ mod framing;
 mod pool;
 mod retries;
 
-pub(crate) use upstream::{refused_url, Seen, Step, Upstream, OK};
+pub(crate) use upstream::{ok, refused_url, Seen, Step, Upstream, OK};
 
 use crate::conn::watch::Waiting;
 use crate::conn::{self, ClientIo, Scheme};
@@ -33,6 +33,9 @@ use tokio::net::TcpStream;
 
 /// The client's address as the worker sees it (TEST-NET-1).
 pub(crate) const PEER: &str = "192.0.2.7:40000";
+
+/// A GET of `/` over HTTP/1.1.
+pub(crate) const GET: &str = "GET / HTTP/1.1\r\nhost: t.test\r\n\r\n";
 
 /// How many bytes a client's duplex stream holds each way before a writer waits.
 const CLIENT_BUFFER: usize = 256 * 1024;
@@ -182,6 +185,12 @@ impl Harness {
         eventually(&format!("a connection waiting for {what:?}"), armed).await;
     }
 
+    /// Waits until some connection waits for `what`, then moves the clock `by` ahead.
+    pub(crate) async fn wait_out(&self, what: Waiting, by: Duration) {
+        self.waiting_for(what).await;
+        self.advance(by).await;
+    }
+
     /// Asks the worker to stop, as a SIGTERM does, and sweeps (which ends idle waits).
     pub(crate) async fn stop(&self) {
         self.worker.shutdown.request();
@@ -225,8 +234,7 @@ impl Client {
 
     /// `GET path` over HTTP/1.1, and its response.
     pub(crate) async fn get(&mut self, path: &str) -> Response {
-        self.request(&format!("GET {path} HTTP/1.1\r\nhost: t.test\r\n\r\n"))
-            .await
+        self.request(&GET.replacen('/', path, 1)).await
     }
 
     /// Reads the next response (to a request other than HEAD), interim ones included.
@@ -306,6 +314,25 @@ impl Response {
     }
 }
 
+/// Sends a GET to one upstream that never answers, through a service whose `service` line
+/// limits the wait for a response head to `limit` seconds: no answer half a second before
+/// the limit, then, once the limit and a tick have passed, a 504 that keeps the connection.
+pub(crate) async fn a_silent_upstream_gets_504(service: &str, limit: f64) {
+    let up = Upstream::start([Step::Stall(Vec::new())]).await;
+    let h = proxy(&[up.url()]).service(service).harness();
+    let mut c = h.connect();
+    c.send(GET).await;
+    h.wait_out(Waiting::ResponseHead, secs(limit - 0.5)).await;
+    assert!(c.is_quiet().await, "answered before the limit");
+    h.advance(secs(0.7)).await;
+    let r = c.response().await;
+    assert_eq!(
+        (r.status(), r.text()),
+        (504, "upstream response timed out\n")
+    );
+    assert!(!r.closes());
+}
+
 /// A configuration of one entrypoint and one router that takes every request, built up with
 /// the settings a test needs: [`proxy`] to the service `app`, or [`respond`].
 pub(crate) struct Setup {
@@ -327,6 +354,9 @@ pub(crate) fn proxy(servers: &[String]) -> Setup {
         middlewares: Vec::new(),
     }
 }
+
+/// The `respond` action of most tests that need one: 200 with the body `hello`.
+pub(crate) const HELLO: &str = "{ body: hello }";
 
 /// A router answering every request with `respond` (a flow map: `{ status: 200, body: hi }`).
 pub(crate) fn respond(respond: &str) -> Setup {

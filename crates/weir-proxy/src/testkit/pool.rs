@@ -2,7 +2,7 @@
 //! answers leave their connection fit for the next request, and how many idle connections a
 //! server keeps.
 
-use super::{eventually, proxy, run, Step, Upstream, OK};
+use super::{eventually, proxy, run, Response, Step, Upstream, OK};
 
 /// The connection each request the upstream saw came on.
 fn conns(up: &Upstream) -> Vec<usize> {
@@ -22,18 +22,29 @@ fn a_kept_alive_connection_carries_the_next_requests() {
     });
 }
 
+/// Two GETs on one client connection to an upstream that acts on `first` for the first and
+/// answers the second with [`OK`], through a service with `service` lines: the first answer,
+/// and the upstream connection each request came on.
+async fn two_gets(first: Step, service: &[&str]) -> (Response, Vec<usize>) {
+    let up = Upstream::start([first]).await;
+    let setup = service
+        .iter()
+        .fold(proxy(&[up.url()]), |s, line| s.service(line));
+    let h = setup.harness();
+    let mut c = h.connect();
+    let r = c.get("/").await;
+    assert_eq!(c.get("/").await.text(), "ok");
+    (r, conns(&up))
+}
+
 #[test]
 fn an_answer_with_connection_close_is_not_reused() {
     run(async {
         // The upstream says it closes but leaves the connection open: only the header decides.
         let answer = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
-        let up = Upstream::start([Step::answer(answer)]).await;
-        let h = proxy(&[up.url()]).harness();
-        let mut c = h.connect();
-        let r = c.get("/").await;
+        let (r, conns) = two_gets(Step::answer(answer), &[]).await;
         assert!(!r.closes(), "the client's connection is not the upstream's");
-        c.get("/").await;
-        assert_eq!(conns(&up), [0, 1]);
+        assert_eq!(conns, [0, 1]);
     });
 }
 
@@ -41,12 +52,7 @@ fn an_answer_with_connection_close_is_not_reused() {
 fn an_http10_answer_without_keep_alive_is_not_reused() {
     run(async {
         let answer = "HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok";
-        let up = Upstream::start([Step::answer(answer)]).await;
-        let h = proxy(&[up.url()]).harness();
-        let mut c = h.connect();
-        c.get("/").await;
-        c.get("/").await;
-        assert_eq!(conns(&up), [0, 1]);
+        assert_eq!(two_gets(Step::answer(answer), &[]).await.1, [0, 1]);
     });
 }
 
@@ -54,12 +60,9 @@ fn an_http10_answer_without_keep_alive_is_not_reused() {
 fn an_answer_followed_by_unasked_bytes_is_not_reused() {
     run(async {
         let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA";
-        let up = Upstream::start([Step::answer(answer)]).await;
-        let h = proxy(&[up.url()]).harness();
-        let mut c = h.connect();
-        assert_eq!(c.get("/").await.text(), "ok");
-        assert_eq!(c.get("/").await.text(), "ok");
-        assert_eq!(conns(&up), [0, 1]);
+        let (r, conns) = two_gets(Step::answer(answer), &[]).await;
+        assert_eq!(r.text(), "ok");
+        assert_eq!(conns, [0, 1]);
     });
 }
 
@@ -82,26 +85,18 @@ fn an_answer_cut_short_closes_the_client_connection_and_is_not_reused() {
 #[test]
 fn a_connection_the_upstream_closed_while_idle_is_not_used() {
     run(async {
-        let up = Upstream::start([Step::AnswerAndClose(OK.into())]).await;
-        let h = proxy(&[up.url()]).harness();
-        let mut c = h.connect();
-        c.get("/").await;
-        assert_eq!(c.get("/").await.status(), 200);
-        assert_eq!(conns(&up), [0, 1]);
+        assert_eq!(
+            two_gets(Step::AnswerAndClose(OK.into()), &[]).await.1,
+            [0, 1]
+        );
     });
 }
 
 #[test]
 fn max_idle_per_server_zero_turns_reuse_off() {
     run(async {
-        let up = Upstream::start([]).await;
-        let h = proxy(&[up.url()])
-            .service("keepalive: { max_idle_per_server: 0 }")
-            .harness();
-        let mut c = h.connect();
-        c.get("/").await;
-        c.get("/").await;
-        assert_eq!(conns(&up), [0, 1]);
+        let keepalive = "keepalive: { max_idle_per_server: 0 }";
+        assert_eq!(two_gets(Step::answer(OK), &[keepalive]).await.1, [0, 1]);
     });
 }
 

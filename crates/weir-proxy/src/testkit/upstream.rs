@@ -36,22 +36,26 @@ impl Step {
         Step::Answer(bytes.as_bytes().to_vec())
     }
 
-    /// An answer of this status, with a body naming it, kept alive.
+    /// An answer of this status, with the body `status NNN`, kept alive.
     pub(crate) fn status(status: u16) -> Step {
-        let body = format!("status {status}");
-        Step::answer(&format!(
-            "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ))
+        Step::answer(&answer(status, &format!("status {status}")))
     }
 
-    /// `200 OK` with `body`, kept alive.
+    /// [`ok`] as a step.
     pub(crate) fn ok(body: &str) -> Step {
-        let len = body.len();
-        Step::answer(&format!(
-            "HTTP/1.1 200 OK\r\ncontent-length: {len}\r\n\r\n{body}"
-        ))
+        Step::answer(&ok(body))
     }
+}
+
+/// `200 OK` with `body`, kept alive.
+pub(crate) fn ok(body: &str) -> String {
+    answer(200, body)
+}
+
+/// An answer of `status` with `body`, kept alive.
+fn answer(status: u16, body: &str) -> String {
+    let len = body.len();
+    format!("HTTP/1.1 {status} X\r\ncontent-length: {len}\r\n\r\n{body}")
 }
 
 /// A request as the upstream received it.

@@ -18,6 +18,9 @@ pub(crate) mod observe;
 pub(crate) mod process;
 pub(crate) mod upstream;
 
+#[cfg(test)]
+pub(crate) mod testkit;
+
 // What the `weir` binary and `weir-bench` use, at the paths they know.
 pub use exchange::router::Router;
 pub use http::codec;

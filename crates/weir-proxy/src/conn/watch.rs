@@ -130,6 +130,12 @@ impl ConnWatch {
         }
     }
 
+    /// What the connection waits for under its deadline now, if anything.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> Option<Waiting> {
+        self.armed.get().map(|armed| armed.what)
+    }
+
     fn fire(&self) {
         self.fired.set(true);
         if let Some(waker) = self.waker.borrow_mut().take() {
@@ -144,6 +150,9 @@ pub struct Clock {
     now: Cell<Instant>,
     date_header: Cell<[u8; DATE_HEADER_LEN]>,
     date_second: Cell<u64>,
+    /// How far a test has moved this clock ahead of the real one (`testkit`).
+    #[cfg(test)]
+    skew: Cell<Duration>,
 }
 
 /// `date: ` + an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`, 29 bytes) + CRLF.
@@ -155,6 +164,8 @@ impl Default for Clock {
             now: Cell::new(Instant::now()),
             date_header: Cell::new([b' '; DATE_HEADER_LEN]),
             date_second: Cell::new(u64::MAX),
+            #[cfg(test)]
+            skew: Cell::new(Duration::ZERO),
         };
         clock.tick();
         clock
@@ -177,9 +188,19 @@ impl Clock {
         self.date_header.get()
     }
 
+    /// Moves this clock `by` ahead of the real one, for the next tick and every later one
+    /// (the `Date` header keeps the wall clock).
+    #[cfg(test)]
+    pub(crate) fn skip(&self, by: Duration) {
+        self.skew.set(self.skew.get() + by);
+    }
+
     /// Reads the clocks; reformats the `Date` value when the second has changed.
     pub fn tick(&self) {
-        self.now.set(Instant::now());
+        let now = Instant::now();
+        #[cfg(test)]
+        let now = now + self.skew.get();
+        self.now.set(now);
         let wall = SystemTime::now();
         let second = wall
             .duration_since(UNIX_EPOCH)

@@ -535,14 +535,18 @@ impl<S: ClientIo> H1Client<S> {
             }
             (ReplyHead::Local(local), _) => {
                 let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
-                if self.io.write_all(&self.out).await.is_err() {
+                // Under client_send_timeout, as every other body: a client that stops reading
+                // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }
                 (outcome, None)
             }
             (ReplyHead::Shared(local), _) => {
                 let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
-                if self.io.write_all(&self.out).await.is_err() {
+                // Under client_send_timeout, as every other body: a client that stops reading
+                // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }
                 (outcome, None)
@@ -746,7 +750,9 @@ impl<S: ClientIo> H1Client<S> {
                 (outcome, None)
             }
             ReplyBody::Local | ReplyBody::Upgrade(_) => {
-                if self.io.write_all(&self.out).await.is_err() {
+                // Under client_send_timeout, as every other body: a client that stops reading
+                // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }
                 (outcome, None)

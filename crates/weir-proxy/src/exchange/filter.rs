@@ -70,7 +70,12 @@ impl Filter {
             } => {
                 if scheme != target {
                     let host = weir_config::rule::strip_port(req.host());
-                    let location = format!("{target}://{host}{}", req.target());
+                    // The path and query, not the target: an absolute-form target is the
+                    // whole URL, which the Location would then repeat after the host.
+                    let location = match req.query() {
+                        "" => format!("{target}://{host}{}", req.path()),
+                        query => format!("{target}://{host}{}?{query}", req.path()),
+                    };
                     let safe = matches!(req.method(), "GET" | "HEAD");
                     let status = match (permanent, safe) {
                         (true, true) => 301,

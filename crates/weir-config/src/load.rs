@@ -10,7 +10,7 @@ use crate::model::*;
 use crate::rule;
 use crate::yaml::{self, Node, Pos, Value};
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1771,7 +1771,20 @@ fn parse_listen_address(text: &str) -> Option<SocketAddr> {
     } else {
         text.to_string()
     };
-    full.to_socket_addrs().ok()?.next()
+    resolve(&full)
+}
+
+#[cfg(not(fuzzing))]
+fn resolve(address: &str) -> Option<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    address.to_socket_addrs().ok()?.next()
+}
+
+/// Fuzz builds (`cfg(fuzzing)`, set by cargo fuzz) take numeric addresses only: the `config`
+/// target would otherwise send a DNS query for every name the fuzzer makes up.
+#[cfg(fuzzing)]
+fn resolve(address: &str) -> Option<SocketAddr> {
+    address.parse().ok()
 }
 
 /// `http://HOST[:PORT][/]` into host and port.

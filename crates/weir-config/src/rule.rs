@@ -291,6 +291,7 @@ fn parse_with<M>(
         end: text.chars().count(),
         names,
         build,
+        depth: 0,
     };
     let rule = parser.or()?;
     match parser.peek() {
@@ -398,7 +399,13 @@ struct RuleParser<M> {
     /// The matcher names of the rule's language.
     names: &'static [&'static str],
     build: MatcherBuilder<M>,
+    /// `(` and `!` levels open around the token being read.
+    depth: usize,
 }
+
+/// Deepest nesting of `(` and `!` in a rule: the parser recurses once per level, and a few
+/// thousand levels overflowed a thread's stack.
+const MAX_NESTING: usize = 100;
 
 impl<M> RuleParser<M> {
     fn peek(&self) -> Option<(&Token, usize)> {
@@ -446,9 +453,9 @@ impl<M> RuleParser<M> {
     fn unary(&mut self) -> Result<Rule<M>, RuleError> {
         let matchers = self.names.join(", ");
         match self.bump() {
-            Some((Token::Not, _)) => Ok(Rule::Not(Box::new(self.unary()?))),
-            Some((Token::LParen, _)) => {
-                let inner = self.or()?;
+            Some((Token::Not, at)) => Ok(Rule::Not(Box::new(self.nested(at, Self::unary)?))),
+            Some((Token::LParen, at)) => {
+                let inner = self.nested(at, Self::or)?;
                 self.expect(Token::RParen, "`)`")?;
                 Ok(inner)
             }
@@ -462,6 +469,24 @@ impl<M> RuleParser<M> {
                 message: format!("expected a matcher ({matchers}), found the end of the rule"),
             }),
         }
+    }
+
+    /// `inner` one level deeper, refused past [`MAX_NESTING`] (at the `(` or `!` at `at`).
+    fn nested(
+        &mut self,
+        at: usize,
+        inner: fn(&mut Self) -> Result<Rule<M>, RuleError>,
+    ) -> Result<Rule<M>, RuleError> {
+        if self.depth == MAX_NESTING {
+            return Err(RuleError {
+                offset: at,
+                message: format!("rule nested more than {MAX_NESTING} deep in `(` and `!`"),
+            });
+        }
+        self.depth += 1;
+        let rule = inner(self);
+        self.depth -= 1;
+        rule
     }
 
     fn matcher(&mut self, written: &str, at: usize) -> Result<Rule<M>, RuleError> {
@@ -761,6 +786,20 @@ mod tests {
         assert!(Cidr::parse("0.0.0.0/0")
             .unwrap()
             .contains("8.8.8.8".parse().unwrap()));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        // Found probing the fuzz target rule with inputs past its length limit: 4,000 `(`
+        // overflowed the stack (the control thread's, on a reload).
+        let deep = format!("{}Host(`a`){}", "(".repeat(100_000), ")".repeat(100_000));
+        let e = parse(&deep).unwrap_err();
+        assert_eq!(e.offset, 100, "{e}");
+        assert!(e.message.contains("nested more than 100 deep"), "{e}");
+        assert!(parse_tcp(&format!("{}HostSNI(`a`)", "!".repeat(100_000))).is_err());
+        let edge = format!("{}Host(`a`){}", "(!".repeat(50), ")".repeat(50));
+        assert!(parse(&edge).is_ok());
+        assert!(parse(&format!("!{edge}")).is_err());
     }
 
     #[test]

@@ -85,10 +85,17 @@ enum Open {
     Map(Node, usize, Option<Node>),
 }
 
+/// Most nodes that aliases may copy into one document. Aliases of aliases (`b: [*a, *a]`,
+/// `c: [*b, *b]`, ...) expand exponentially: 430 bytes took gigabytes before this bound.
+const MAX_ALIASED_NODES: usize = 100_000;
+
 #[derive(Default)]
 struct Builder {
     stack: Vec<Open>,
-    anchors: HashMap<usize, Node>,
+    /// Each anchored node with its size in nodes.
+    anchors: HashMap<usize, (Node, usize)>,
+    /// Nodes copied by aliases so far.
+    aliased: usize,
     root: Option<Node>,
 }
 
@@ -132,10 +139,18 @@ impl Builder {
                 }
             }
             Event::Alias(id) => {
-                let node = self.anchors.get(&id).cloned().ok_or(SyntaxError {
+                let (node, size) = self.anchors.get(&id).ok_or(SyntaxError {
                     pos,
                     message: "alias refers to an unknown anchor".into(),
                 })?;
+                self.aliased += size;
+                if self.aliased > MAX_ALIASED_NODES {
+                    return Err(SyntaxError {
+                        pos,
+                        message: format!("aliases expand to more than {MAX_ALIASED_NODES} nodes"),
+                    });
+                }
+                let node = node.clone();
                 self.finish(node, 0)?;
             }
             Event::DocumentEnd => return Ok(self.root.is_some()),
@@ -146,7 +161,7 @@ impl Builder {
 
     fn finish(&mut self, node: Node, anchor: usize) -> Result<(), SyntaxError> {
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size(&node)));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
@@ -176,6 +191,22 @@ impl Builder {
     }
 }
 
+/// The number of nodes in the tree under `node`, itself included (without recursion: the
+/// tree may be deep).
+fn size(node: &Node) -> usize {
+    let mut stack = vec![node];
+    let mut count = 0;
+    while let Some(node) = stack.pop() {
+        count += 1;
+        match &node.value {
+            Value::Seq(items) => stack.extend(items),
+            Value::Map(entries) => stack.extend(entries.iter().flat_map(|(k, v)| [k, v])),
+            Value::Null | Value::Scalar { .. } => {}
+        }
+    }
+    count
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +229,25 @@ mod tests {
     fn duplicate_keys_are_errors() {
         let err = parse("a: 1\na: 2\n").unwrap_err();
         assert_eq!(err.pos, Pos { line: 2, column: 1 });
+    }
+
+    #[test]
+    fn aliases_of_aliases_cannot_expand_without_bound() {
+        // Nine levels of ten aliases each: 10^9 nodes from 430 bytes, which took gigabytes
+        // before the expansion was bounded (found by reading, for the fuzz target config).
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        let err = parse(&text).unwrap_err();
+        assert!(
+            err.message.contains("aliases expand to more than"),
+            "{err:?}"
+        );
+        assert_eq!(err.pos.line, 5, "{err:?}");
+        // Ordinary reuse stays well inside the bound.
+        assert!(parse("a: &a {k: [1, 2]}\nb: [*a, *a, *a]\nc: *a\n").is_ok());
     }
 
     #[test]

@@ -29,3 +29,18 @@ pub use observe::errorlog;
 pub use process::runtime::Runtime;
 pub use process::server::{run, RunOptions};
 pub use process::upgrade;
+
+/// The parsers the fuzz targets (`fuzz/`, outside the workspace) drive, named in one place: a
+/// module moved inside this crate then breaks this list, in the workspace's own build, rather
+/// than the fuzz crate, which only `fuzz/run` builds.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::actions::elasticsearch::items::{cut as bulk_answer_items, BulkItems};
+    pub use crate::actions::elasticsearch::ndjson::{parse as bulk_request_items, Action};
+    pub use crate::http::codec::{
+        parse_request, parse_response, ChunkEvent, ChunkedDecoder, Framing, HeadError, MAX_HEADERS,
+        MAX_HEAD_BYTES,
+    };
+    pub use crate::l4::client_hello::{parse as client_hello, Peeked, MAX_HELLO_BYTES};
+    pub use crate::l4::proxy_protocol::header as proxy_protocol_header;
+}

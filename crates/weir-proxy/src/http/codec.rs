@@ -573,7 +573,12 @@ pub fn parse_response(
     };
     let base: &[u8] = buf;
     let status = res.code.unwrap_or(0);
-    let reason = Span::of(base, res.reason.unwrap_or("").as_bytes());
+    // httparse gives a reason that is not UTF-8 as a `""` of its own, outside `buf`: it reads
+    // as empty, like a missing one (and the canonical reason is sent).
+    let reason = match res.reason {
+        Some(reason) if !reason.is_empty() => Span::of(base, reason.as_bytes()),
+        _ => Span::default(),
+    };
     let minor_version = res.version.unwrap_or(1);
     // Room for two more fields: the cache adds `Age` and `Cache-Status` to an answer it
     // stores, and growing the list then cost a reallocation and a copy.
@@ -1311,6 +1316,17 @@ mod tests {
             parse_response(&mut buf, true).unwrap().unwrap().framing,
             Framing::None
         );
+    }
+
+    #[test]
+    fn a_reason_phrase_that_is_not_utf8_reads_as_empty() {
+        // Found by the fuzz target http_response: httparse gives such a reason as a `""` of its
+        // own, outside the buffer, and its span's offset underflowed (an out-of-range span,
+        // whose read panicked, in a release build).
+        let mut buf = BytesMut::from(&b"HTTP/1.1 200 \x8c\x9c OK\r\nContent-Length: 0\r\n\r\n"[..]);
+        let r = parse_response(&mut buf, false).unwrap().unwrap();
+        assert_eq!((r.status, r.reason()), (200, ""));
+        assert_eq!(r.head.get("content-length"), Some(&b"0"[..]));
     }
 
     fn decode_all(input: &[u8]) -> Result<Vec<u8>, &'static str> {

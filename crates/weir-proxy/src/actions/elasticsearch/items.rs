@@ -7,16 +7,18 @@
 use std::ops::Range;
 
 /// `took`, `errors` and the items of a `_bulk` answer, each item where its object lies in
-/// the body.
-pub(super) struct BulkItems {
-    pub(super) took: u64,
-    pub(super) errors: bool,
-    pub(super) items: Vec<Range<usize>>,
+/// the body. Public (hidden) for the fuzz target `bulk_answer`, through `crate::fuzzing`.
+#[doc(hidden)]
+pub struct BulkItems {
+    pub took: u64,
+    pub errors: bool,
+    pub items: Vec<Range<usize>>,
 }
 
 /// The answer's parts, or `None` when it is not a JSON object with a numeric `took`, a
 /// boolean `errors` and an `items` array. Other members (`ingest_took`) are skipped.
-pub(super) fn cut(body: &[u8]) -> Option<BulkItems> {
+#[doc(hidden)]
+pub fn cut(body: &[u8]) -> Option<BulkItems> {
     let mut scan = Scan { body, at: 0 };
     scan.expect(b'{')?;
     let (mut took, mut errors, mut items) = (None, None, None);

@@ -35,6 +35,9 @@ fuzz_target!(|data: &[u8]| {
             // surrogate in a member weir ignores passes, as Elasticsearch (UTF-16 strings)
             // takes it too.
             Err(_) if action_line.windows(2).any(|w| w == b"\\u") => continue,
+            // Nor does it check the range of a number in a member weir ignores: serde_json's
+            // `Value` refuses 1e999, where weir (as Elasticsearch) reads past it.
+            Err(e) if e.to_string().starts_with("number out of range") => continue,
             Err(e) => panic!("the action line is not JSON: {e}"),
         };
         let meta = &parsed[item.action.name()];

@@ -15,8 +15,6 @@ fuzz_target!(|data: &[u8]| {
         Peeked::Unreadable => assert_eq!(data.first(), Some(&0x16)),
         Peeked::Hello(hello) => {
             if let Some(sni) = &hello.sni {
-                // One trailing dot is taken off ("example.com." is "example.com"); a name
-                // sent with two keeps one, and matches no router.
                 assert!(!sni.bytes().any(|b| b.is_ascii_uppercase()));
             }
         }

@@ -535,14 +535,18 @@ impl<S: ClientIo> H1Client<S> {
             }
             (ReplyHead::Local(local), _) => {
                 let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
-                if self.write_answer(worker).await.is_err() {
+                // Under client_send_timeout, as every other body: a client that stops reading
+                // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }
                 (outcome, None)
             }
             (ReplyHead::Shared(local), _) => {
                 let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
-                if self.write_answer(worker).await.is_err() {
+                // Under client_send_timeout, as every other body: a client that stops reading
+                // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }
                 (outcome, None)
@@ -746,7 +750,9 @@ impl<S: ClientIo> H1Client<S> {
                 (outcome, None)
             }
             ReplyBody::Local | ReplyBody::Upgrade(_) => {
-                if self.write_answer(worker).await.is_err() {
+                // Under client_send_timeout, as every other body: a client that stops reading
+                // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }
                 (outcome, None)
@@ -873,28 +879,6 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// Writes the output buffer under the client's send timeout.
-    /// Writes an answer held whole in `out` under client_send_timeout, as every other body, so
-    /// a client that stops reading a local answer is disconnected too. Most answers fit the
-    /// socket's buffer: on a plain socket one non-blocking write sends them without arming a
-    /// deadline (bench/callgrind ping: 6,141 instructions with a bare write, 6,209 through
-    /// `write_out`, 6,033 this way).
-    async fn write_answer(&mut self, worker: &Worker) -> Result<(), BodyError> {
-        if let Some(tcp) = self.io.as_tcp() {
-            match tcp.try_write(&self.out) {
-                Ok(sent) if sent == self.out.len() => {
-                    self.out.clear();
-                    return Ok(());
-                }
-                Ok(sent) => {
-                    self.out.drain(..sent);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return Err(BodyError::Sink),
-            }
-        }
-        self.write_out(worker).await
-    }
-
     async fn write_out(&mut self, worker: &Worker) -> Result<(), BodyError> {
         let relay = Relay::to_client(worker, &self.watch);
         relay

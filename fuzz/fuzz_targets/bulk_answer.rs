@@ -22,6 +22,12 @@ fuzz_target!(|data: &[u8]| {
     if data.contains(&b'\\') {
         return;
     }
+    // A member written twice is the last one to a JSON parser; the scanner refuses an `items`
+    // that is not an array wherever it stands. Nodes write each member once.
+    let twice = |key: &[u8]| data.windows(key.len()).filter(|w| w == &key).count() > 1;
+    if twice(b"\"took\"") || twice(b"\"errors\"") || twice(b"\"items\"") {
+        return;
+    }
     let Ok(Value::Object(answer)) = serde_json::from_slice::<Value>(data) else {
         return;
     };

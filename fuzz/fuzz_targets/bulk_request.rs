@@ -46,6 +46,14 @@ fuzz_target!(|data: &[u8]| {
             {
                 continue
             }
+            // serde_json's own marker for raw values, a member name a Value cannot hold.
+            Err(_)
+                if action_line
+                    .windows(30)
+                    .any(|w| w == b"$serde_json::private::RawValue") =>
+            {
+                continue
+            }
             Err(e) => panic!("the action line is not JSON: {e}"),
         };
         let meta = &parsed[item.action.name()];

@@ -336,7 +336,7 @@ fn served_connection(addr: std::net::SocketAddr) -> Conn {
 
 #[test]
 fn parked_connections_wake_expire_and_stop() {
-    // Plain connections idle for a second leave their task (conn/idle.rs); across that
+    // Plain connections idle for a second leave their task (io/idle.rs); across that
     // boundary they must behave exactly as before.
     let mut weir = Weir::start(
         "server: { workers: 1, client_idle_timeout: 4s }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    respond: { body: ok }\n",

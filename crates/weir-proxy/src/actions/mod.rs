@@ -2,6 +2,5 @@
 
 pub mod cache;
 pub mod elasticsearch;
-pub mod open_files;
 pub mod static_files;
 pub mod whole_body;

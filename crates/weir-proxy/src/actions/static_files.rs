@@ -7,15 +7,15 @@
 //! descriptor, so a symlink leaving the root fails unless `follow_symlinks`. Files are opened
 //! through the worker's open-file cache; reads are blocking, as nginx's default (`aio off`).
 
-use crate::actions::open_files::{Missing, OpenFile, OpenFiles};
-use crate::exchange::compress;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{RequestHead, ResponseHead};
+use crate::http::compress;
 use crate::http::conditional::{
     if_range_holds, multipart_body, parse_ranges, precondition, Ranges, Validators,
 };
 use crate::http::file_body::{FileBody, FileHandle};
 use crate::http::local::LocalResponse;
+use crate::io::open_files::{Missing, OpenFile, OpenFiles};
+use crate::reply::{Reply, ReplyBody, ReplyHead};
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::borrow::Cow;

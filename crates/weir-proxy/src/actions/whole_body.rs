@@ -4,14 +4,14 @@
 //! consumed from the connection's buffer only once it is whole, so one that turns out too
 //! large can still be relayed from its first byte; a declared length is judged before reading.
 
-use crate::conn::watch::{ConnWatch, Waiting};
-use crate::exchange::reply::ReplyBody;
 use crate::http::codec::{ChunkEvent, ChunkedDecoder, Framing, ResponseHead};
 use crate::io::buffers::make_room;
-use crate::process::worker::Worker;
-use crate::upstream::balancer::UpstreamUse;
-use crate::upstream::h2::pool::H2Body;
-use crate::upstream::pool::UpstreamConn;
+use crate::io::watch::{ConnWatch, Waiting};
+use crate::reply::ReplyBody;
+use crate::servers::balancer::UpstreamUse;
+use crate::servers::h2_pool::H2Body;
+use crate::servers::pool::UpstreamConn;
+use crate::worker::Worker;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;

@@ -3,30 +3,32 @@
 //! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), the interim
 //! `100 Continue`, tunnels after `101`, refusals, and the lingering close. An idle keep-alive
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
-//! second of idleness a plain one is parked ([`idle`](crate::conn::idle)) and its task ends.
+//! second of idleness a plain one is parked ([`idle`](crate::io::idle)) and its task ends.
 
 use crate::actions::static_files::read_exact_at;
-use crate::conn::idle::PARK_AFTER;
-use crate::conn::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT};
-use crate::conn::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
-use crate::conn::{ClientIo, Scheme};
-use crate::exchange::body_filter::BodyFilter;
-use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
-use crate::exchange::compress::WHOLE_BODY_LIMIT;
+use crate::conn::ClientIo;
 use crate::exchange::exchange;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{
     self, is_hop_by_hop, lists_token, push_decimal, reason, status_line, Framing, RequestHead,
     ResponseHead,
 };
+use crate::http::compress::WHOLE_BODY_LIMIT;
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
+use crate::http::Scheme;
 use crate::io::buffers::{make_room, FILE_READ_CHUNK};
-use crate::l4;
-use crate::process::worker::Worker;
-use crate::upstream::h2::pool::BodyPump;
-use crate::upstream::pool::{UpstreamConn, UpstreamIo};
+use crate::io::idle::PARK_AFTER;
+use crate::io::relay;
+use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
+use crate::reply::body_filter::BodyFilter;
+use crate::reply::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
+use crate::reply::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT};
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::h2_pool::BodyPump;
+use crate::servers::pool::{UpstreamConn, UpstreamIo};
+use crate::state::runtime::SharedRuntime;
+use crate::worker::Worker;
 use bytes::Bytes;
 use bytes::BytesMut;
 use h2::SendStream;
@@ -87,6 +89,7 @@ pub struct H1Client<S> {
 /// Serves one client connection until it closes: read a head, run the exchange, repeat.
 pub async fn serve<S: ClientIo>(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     io: S,
     peer: SocketAddr,
@@ -114,7 +117,7 @@ pub async fn serve<S: ClientIo>(
                 Idle::Request => {}
                 Idle::Close => break,
                 Idle::Drained => {
-                    Box::pin(client.linger(&worker, worker.drain_grace())).await;
+                    Box::pin(client.linger(&worker, worker.drain_grace.get())).await;
                     break;
                 }
                 Idle::Park { expires } => {
@@ -126,7 +129,7 @@ pub async fn serve<S: ClientIo>(
                 }
             }
         }
-        match Box::pin(client.serve_request(&worker, entrypoint)).await {
+        match Box::pin(client.serve_request(&worker, &config, entrypoint)).await {
             Next::KeepAlive => {}
             Next::Close => break,
             Next::Linger => {
@@ -209,7 +212,7 @@ impl<S: ClientIo> H1Client<S> {
     /// a connection still idle then is closed gently, its client seeing a FIN, not a reset.
     async fn await_last_request(&mut self, worker: &Worker) -> Idle {
         let read = read_lent(&mut self.io, &mut self.buf, worker);
-        let grace = worker.drain_grace();
+        let grace = worker.drain_grace.get();
         // Not `KeepAlive`: the stop must not end this wait too; its deadline does.
         let waiting = Waiting::RequestHead;
         match self.watch.within(&worker.clock, waiting, grace, read).await {
@@ -220,14 +223,19 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// Reads the rest of a request head and runs its exchange.
-    async fn serve_request(&mut self, worker: &Rc<Worker>, entrypoint: usize) -> Next {
+    async fn serve_request(
+        &mut self,
+        worker: &Rc<Worker>,
+        config: &SharedRuntime,
+        entrypoint: usize,
+    ) -> Next {
         let head = match self.read_request_head(worker).await {
             HeadRead::Head(head) => head,
             HeadRead::End => return Next::Close,
             HeadRead::Refused => return Next::Linger,
         };
         self.out = worker.buffers.take_out();
-        let runtime = worker.config.load_full();
+        let runtime = config.load_full();
         let outcome = exchange(worker, &runtime, entrypoint, self, head).await;
         worker.buffers.give_out(std::mem::take(&mut self.out));
         if outcome.linger {
@@ -976,7 +984,7 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// After a 101, the connection belongs to the upgraded protocol: bytes go both ways as
-    /// through a TCP router (`l4/relay.rs`), each side's FIN passed on, until both sides are
+    /// through a TCP router (`io/relay.rs`), each side's FIN passed on, until both sides are
     /// done or nothing moved either way for `idle`.
     async fn tunnel(
         &mut self,
@@ -1003,16 +1011,16 @@ impl<S: ClientIo> H1Client<S> {
         if self.io.write_all(&self.out).await.is_err() || up.io.write_all(&pending).await.is_err() {
             return closed;
         }
-        let idle = l4::relay::Idle {
+        let idle = relay::Idle {
             watch: &self.watch,
             clock: &worker.clock,
             limit: idle,
         };
         let moved = match (self.io.as_tcp(), &up.io) {
             (Some(client), UpstreamIo::Plain(server)) => {
-                l4::relay::splice_both(client, server, &worker.buffers, idle).await
+                relay::splice_both(client, server, &worker.buffers, idle).await
             }
-            _ => l4::relay::copy_both(&mut self.io, &mut up.io, idle).await,
+            _ => relay::copy_both(&mut self.io, &mut up.io, idle).await,
         };
         Outcome {
             bytes: moved.map(|(_, down)| down).unwrap_or(0),

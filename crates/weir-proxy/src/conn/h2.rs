@@ -5,29 +5,30 @@
 //! weir's head at the edge (`:authority` as `Host`, cookies joined, a body without a length
 //! declared chunked), [`exchange`] routes it and runs the action, and this driver writes the
 //! reply as HEADERS and DATA frames under the client's flow control. An HTTP/1 service gets
-//! the request body re-framed; an HTTP/2 one (`upstream/h2/`) gets it as DATA frames. Response
+//! the request body re-framed; an HTTP/2 one (`upstream/h2.rs`) gets it as DATA frames. Response
 //! bodies go through the same relay (and body filters) as the HTTP/1 driver's.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
-use crate::conn::relay::{
-    filter_whole, push_data, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT,
-};
-use crate::conn::watch::{ConnWatch, Expired, Waiting};
-use crate::conn::Scheme;
-use crate::exchange::body_filter::BodyFilter;
-use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent};
-use crate::exchange::compress::WHOLE_BODY_LIMIT;
 use crate::exchange::exchange;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
+use crate::http::compress::WHOLE_BODY_LIMIT;
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
+use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
-use crate::process::worker::Worker;
-use crate::upstream::h2::pool::{pump_body, BodyPump};
-use crate::upstream::pool::UpstreamIo;
+use crate::io::watch::{ConnWatch, Expired, Waiting};
+use crate::reply::body_filter::BodyFilter;
+use crate::reply::client::{BodyError, ClientSide, Outcome, Sent};
+use crate::reply::relay::{
+    filter_whole, push_data, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT,
+};
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::h2_pool::{pump_body, BodyPump};
+use crate::servers::pool::UpstreamIo;
+use crate::state::runtime::SharedRuntime;
+use crate::worker::Worker;
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -52,6 +53,7 @@ const INLINE_BODY_LIMIT: usize = 16 * 1024;
 /// with no stream open) sends GOAWAY and lets open streams finish.
 pub async fn serve<S>(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     io: S,
     peer: SocketAddr,
@@ -61,7 +63,7 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let settings = {
-        let runtime = worker.config.load();
+        let runtime = config.load();
         match runtime.entrypoint(entrypoint) {
             Some(ep) => ep.http2,
             None => return,
@@ -123,6 +125,7 @@ pub async fn serve<S>(
                 open.set(open.get() + 1);
                 let stream = Stream {
                     worker: worker.clone(),
+                    config: config.clone(),
                     entrypoint,
                     ip,
                     scheme,
@@ -139,6 +142,7 @@ pub async fn serve<S>(
 /// One stream's task; counted as open until it ends.
 struct Stream {
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     ip: IpAddr,
     scheme: Scheme,
@@ -174,7 +178,7 @@ impl Stream {
             scheme: self.scheme,
             out: Vec::new(),
         };
-        let runtime = self.worker.config.load_full();
+        let runtime = self.config.load_full();
         // Boxed: the exchange's state is large, and the stream's task is moved whole when it
         // is spawned (perf: memmove was 15% of an h2c worker's time unboxed).
         let exchanging = exchange(&self.worker, &runtime, self.entrypoint, &mut client, head);
@@ -447,7 +451,7 @@ impl H2Client {
         read_timeout: Duration,
     ) -> (
         Result<u64, BodyError>,
-        Option<crate::upstream::pool::UpstreamConn>,
+        Option<crate::servers::pool::UpstreamConn>,
     ) {
         // HTTP/2 never uses `sendfile`.
         body = body.mapped_as_bytes();

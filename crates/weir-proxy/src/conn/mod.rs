@@ -6,11 +6,7 @@
 
 pub mod h1;
 pub mod h2;
-pub mod idle;
-pub mod peek;
-pub mod relay;
 pub mod tls;
-pub mod watch;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -51,21 +47,5 @@ impl ClientIo for TlsStream<TcpStream> {
 
     fn as_tcp(&self) -> Option<&TcpStream> {
         None
-    }
-}
-
-/// The scheme the client used, for `X-Forwarded-Proto`, `redirect_scheme` and routing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    Http,
-    Https,
-}
-
-impl Scheme {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Http => "http",
-            Scheme::Https => "https",
-        }
     }
 }

@@ -4,12 +4,14 @@
 //! handshake closes the connection and is counted (`weir_tls_handshake_failures_total`); the
 //! worker goes on serving the others.
 
-use crate::conn::watch::{ConnWatch, Expired, Waiting};
-use crate::conn::{h1, h2, Scheme};
+use crate::conn::{h1, h2};
 use crate::http::local::LocalResponse;
+use crate::http::Scheme;
+use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::tls::ServerTls;
 use crate::observe::metrics::HandshakeFailure;
-use crate::process::worker::Worker;
+use crate::state::runtime::SharedRuntime;
+use crate::worker::Worker;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -21,6 +23,7 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 pub async fn serve(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     io: TcpStream,
     peer: SocketAddr,
@@ -31,7 +34,7 @@ pub async fn serve(
     let mut first = [0u8; 1];
     let peek = io.peek(&mut first);
     let failed = |why| {
-        if let Some(ep) = worker.config.load().entrypoint(entrypoint) {
+        if let Some(ep) = config.load().entrypoint(entrypoint) {
             ep.cells[worker.id].handshake_failed(why);
         }
     };
@@ -59,9 +62,27 @@ pub async fn serve(
         Ok(Ok(stream)) => {
             // ALPN picked the driver.
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                h2::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+                h2::serve(
+                    worker,
+                    config,
+                    entrypoint,
+                    stream,
+                    peer,
+                    Scheme::Https,
+                    watch,
+                )
+                .await;
             } else {
-                h1::serve(worker, entrypoint, stream, peer, Scheme::Https, watch).await;
+                h1::serve(
+                    worker,
+                    config,
+                    entrypoint,
+                    stream,
+                    peer,
+                    Scheme::Https,
+                    watch,
+                )
+                .await;
             }
         }
         Ok(Err(_)) => failed(HandshakeFailure::Error),

@@ -3,27 +3,21 @@
 //! the reply (the response-body phase), and `finish` checks the upstream connection back into
 //! the pool and writes the access-log line.
 
-pub mod body_filter;
-pub mod client;
-pub mod compress;
-pub mod filter;
 pub mod grpc;
-pub mod reply;
-pub mod router;
 
 use crate::actions::cache;
 use crate::actions::elasticsearch;
 use crate::actions::static_files;
-use crate::exchange::client::{ClientSide, Outcome, Sent};
-use crate::exchange::filter::Flow;
-use crate::exchange::reply::Reply;
 use crate::http::codec::RequestHead;
 use crate::http::local::LocalResponse;
+use crate::middlewares::Flow;
 use crate::observe::accesslog;
-use crate::process::runtime::{ErrorForm, Route, RouteAction, Runtime};
-use crate::process::worker::Worker;
+use crate::reply::client::{ClientSide, Outcome, Sent};
+use crate::reply::Reply;
+use crate::servers::balancer::UpstreamUse;
+use crate::state::runtime::{ErrorForm, Route, RouteAction, Runtime};
 use crate::upstream;
-use crate::upstream::balancer::UpstreamUse;
+use crate::worker::Worker;
 use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::LazyLock;

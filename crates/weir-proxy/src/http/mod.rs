@@ -1,7 +1,29 @@
-//! HTTP as bytes: the HTTP/1 codec (heads, framing, chunked bodies), header-value helpers and conditional requests. Imports nothing else of the crate.
+//! HTTP without a connection: the HTTP/1 codec (heads, framing, chunked bodies), header-value
+//! helpers, the request scheme, local answers, conditional requests, file bodies, content
+//! coding (compression), the router's rule matching and gRPC's request headers. Imports
+//! nothing else of the crate: every other folder may use it.
 
 pub mod ascii;
 pub mod codec;
+pub mod compress;
 pub mod conditional;
 pub mod file_body;
+pub mod grpc;
 pub mod local;
+pub mod router;
+
+/// The scheme the client used, for `X-Forwarded-Proto`, `redirect_scheme` and routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}

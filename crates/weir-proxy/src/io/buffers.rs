@@ -1,7 +1,9 @@
-//! Read buffers: their size, how room is made for the next read, and how much of a file is
-//! read at a time where it cannot go by `sendfile`.
+//! Read buffers: their size, how room is made for the next read, how much of a file is read
+//! at a time where it cannot go by `sendfile`, and the worker's pool of buffers lent to
+//! connections ([`Buffers`]).
 
 use bytes::BytesMut;
+use std::cell::RefCell;
 
 /// Size of the read buffers the worker lends to connections.
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -24,6 +26,63 @@ pub fn make_room(buf: &mut BytesMut) {
 
 /// How much of a file is read into memory at a time (TLS, HTTP/2, a body filter).
 pub const FILE_READ_CHUNK: u64 = 64 * 1024;
+
+/// Buffers lent to connections while they read or answer a request, so an idle keep-alive
+/// connection holds none (nginx's approach: memory follows active requests, not connections).
+#[derive(Default)]
+pub struct Buffers {
+    reads: RefCell<Vec<BytesMut>>,
+    outs: RefCell<Vec<Vec<u8>>>,
+    /// Where file bytes are read before they are framed (borrowed, never across an await).
+    scratch: RefCell<Vec<u8>>,
+}
+
+/// Buffers kept for reuse per worker, of each kind; more are freed.
+const KEPT_BUFFERS: usize = 256;
+
+impl Buffers {
+    pub fn take_read(&self) -> BytesMut {
+        self.reads
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(READ_CHUNK))
+    }
+
+    /// Takes back an empty read buffer (one still holding bytes stays with its connection).
+    pub fn give_read(&self, mut buf: BytesMut) {
+        let mut reads = self.reads.borrow_mut();
+        if buf.is_empty() && buf.capacity() > 0 && reads.len() < KEPT_BUFFERS {
+            buf.clear();
+            reads.push(buf);
+        }
+    }
+
+    /// The worker's scratch buffer, at least `len` bytes, zeroed once when it grows (so a
+    /// read into it costs no `memset` per request).
+    pub fn scratch(&self, len: usize) -> std::cell::RefMut<'_, Vec<u8>> {
+        let mut scratch = self.scratch.borrow_mut();
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        scratch
+    }
+
+    pub fn take_out(&self) -> Vec<u8> {
+        self.outs
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(READ_CHUNK))
+    }
+
+    pub fn give_out(&self, mut out: Vec<u8>) {
+        let mut outs = self.outs.borrow_mut();
+        // Outputs that grew for a large body are not kept.
+        if out.capacity() > 0 && out.capacity() <= 4 * READ_CHUNK && outs.len() < KEPT_BUFFERS {
+            out.clear();
+            outs.push(out);
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,9 +3,5 @@
 //! bytes, [`relay`] moves bytes both ways, [`proxy_protocol`] writes the PROXY header; [`udp`]
 //! proxies datagrams in per-client sessions.
 
-pub mod client_hello;
-pub mod proxy_protocol;
-pub mod relay;
-pub mod routes;
 pub mod tcp;
 pub mod udp;

@@ -7,15 +7,16 @@
 //! entrypoint terminates TLS for this router. A connection no TCP router takes goes on to
 //! HTTP routing, as in Traefik.
 
-use crate::conn::peek;
-use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::http::codec::Head;
-use crate::l4::client_hello::{self, Peeked, MAX_HELLO_BYTES};
-use crate::l4::proxy_protocol;
-use crate::l4::relay::{self, Idle};
-use crate::l4::routes::{Counted, TcpRoute};
-use crate::process::worker::Worker;
-use crate::upstream::balancer::{PickInput, UpstreamUse};
+use crate::io::relay::{self, Idle};
+use crate::io::watch::{ConnWatch, Expired, Waiting};
+use crate::listen::client_hello::{self, Peeked, MAX_HELLO_BYTES};
+use crate::listen::peek;
+use crate::listen::proxy_protocol;
+use crate::servers::balancer::{PickInput, UpstreamUse};
+use crate::state::l4_routes::{Counted, TcpRoute};
+use crate::state::runtime::SharedRuntime;
+use crate::worker::Worker;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -27,11 +28,12 @@ use tokio::net::TcpStream;
 /// when it sent no usable start in time or nothing on the entrypoint serves it.
 pub async fn serve(
     worker: &Rc<Worker>,
+    config: &SharedRuntime,
     entrypoint: usize,
     io: TcpStream,
     peer: SocketAddr,
 ) -> Option<TcpStream> {
-    let config = worker.config.load_full();
+    let config = config.load_full();
     let ep = config.entrypoint(entrypoint)?;
     let routes = ep.tcp.as_ref()?;
     let watch = worker.watch_connection();

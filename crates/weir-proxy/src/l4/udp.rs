@@ -7,9 +7,10 @@
 //! hashes a client to one worker) and its own sessions.
 
 use crate::http::codec::Head;
-use crate::l4::routes::UdpService;
-use crate::process::worker::Worker;
-use crate::upstream::balancer::{PickInput, UpstreamUse};
+use crate::servers::balancer::{PickInput, UpstreamUse};
+use crate::state::l4_routes::UdpService;
+use crate::state::runtime::SharedRuntime;
+use crate::worker::Worker;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -31,7 +32,13 @@ struct Session {
 
 /// Serves one UDP entrypoint on one worker until the worker stops or the control thread closes
 /// the socket (`stop`).
-pub async fn serve(worker: Rc<Worker>, entrypoint: usize, socket: UdpSocket, stop: Rc<Notify>) {
+pub async fn serve(
+    worker: Rc<Worker>,
+    config: SharedRuntime,
+    entrypoint: usize,
+    socket: UdpSocket,
+    stop: Rc<Notify>,
+) {
     let socket = Rc::new(socket);
     let sessions: Rc<RefCell<HashMap<SocketAddr, Session>>> = Rc::default();
     // Clients in the order their sessions began, for ending the oldest first.
@@ -60,8 +67,8 @@ pub async fn serve(worker: Rc<Worker>, entrypoint: usize, socket: UdpSocket, sto
             send_now(&session.upstream, datagram, None);
             continue;
         }
-        let config = worker.config.load_full();
-        let Some(service) = config.entrypoint(entrypoint).and_then(|ep| ep.udp.clone()) else {
+        let runtime = config.load_full();
+        let Some(service) = runtime.entrypoint(entrypoint).and_then(|ep| ep.udp.clone()) else {
             continue;
         };
         while sessions.borrow().len() >= service.max_sessions {

@@ -142,7 +142,7 @@ impl BoundEntrypoints {
 #[derive(Default)]
 pub struct Inherited {
     pub by_name: HashMap<String, Bound>,
-    /// The admin listener's socket (`observe/admin.rs` adopts it when the address is unchanged).
+    /// The admin listener's socket (`admin/mod.rs` adopts it when the address is unchanged).
     pub admin: Option<Bound>,
 }
 

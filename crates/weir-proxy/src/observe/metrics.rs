@@ -1,4 +1,4 @@
-//! Counters and gauges the workers keep (`observe/prometheus.rs` writes them out for `/metrics`).
+//! Counters and gauges the workers keep (`admin/prometheus.rs` writes them out for `/metrics`).
 //! Each cell is written by one worker only (a relaxed load and store, no locked instruction on
 //! the request path) and summed over the workers when scraped.
 
@@ -188,7 +188,7 @@ pub struct ServiceCells {
 /// One worker's cells that belong to no part of the configuration.
 #[derive(Default)]
 pub struct WorkerCells {
-    /// Keep-alive connections parked without a task (`conn/idle.rs`), set every tick.
+    /// Keep-alive connections parked without a task (`io/idle.rs`), set every tick.
     pub parked: Cell,
     /// Idle pooled upstream connections, set every second.
     pub pooled: Cell,

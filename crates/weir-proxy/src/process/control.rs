@@ -6,7 +6,7 @@
 //! changes.
 
 use crate::actions::elasticsearch::{discovery, replay};
-use crate::observe::admin::ReloadRequest;
+use crate::admin::ReloadRequest;
 use crate::process::reload::Reloader;
 use crate::process::upgrade::{self, Predecessor};
 use std::time::{Duration, SystemTime};

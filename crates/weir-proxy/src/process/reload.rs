@@ -1,16 +1,16 @@
 //! The reload phase, run by the control thread on `SIGHUP`, `POST /api/reload` or a change of
 //! the file under `--watch`: read and validate the file, compile it carrying over what keeps
-//! its identity (`process/runtime.rs`), bind the entrypoints that are new or moved, then swap the
+//! its identity (`state/runtime.rs`), bind the entrypoints that are new or moved, then swap the
 //! snapshot in and tell the workers which listeners to start and stop. Any error before the
 //! swap refuses the whole reload, with every error reported, and the old configuration keeps
 //! serving; kept listeners are never closed.
 
 use crate::actions::elasticsearch::discovery::{self, Discovered};
+use crate::admin::{self, ReloadReport, ReloadStatus};
 use crate::listen::listeners::{Bound, BoundEntrypoints, Inherited, Listener};
-use crate::observe::admin::{self, ReloadReport, ReloadStatus};
-use crate::process::runtime::Runtime;
 use crate::process::worker::WorkerCommand;
-use crate::upstream::health_check::ActiveChecks;
+use crate::servers::health_check::ActiveChecks;
+use crate::state::runtime::Runtime;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::path::Path;

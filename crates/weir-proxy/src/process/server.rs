@@ -6,19 +6,22 @@
 //! go to the TLS handshake or straight to the HTTP/1 driver, as do parked connections whose
 //! clients write again.
 
-use crate::conn::watch::SWEEP_TICK;
-use crate::conn::{self, Scheme};
+use crate::admin::{self, AdminListener};
+use crate::conn;
+use crate::http::Scheme;
 use crate::io::ticker::Ticker;
+use crate::io::watch::SWEEP_TICK;
 use crate::l4;
 use crate::listen::listeners::{BoundEntrypoints, Inherited, Listener};
-use crate::observe::admin::{self, AdminListener};
 use crate::observe::metrics::Metrics;
 use crate::process::control;
 use crate::process::reload::Reloader;
-use crate::process::runtime::Runtime;
 use crate::process::upgrade::Predecessor;
-use crate::process::worker::{Shutdown, Worker, WorkerCommand, WorkerSetup};
-use crate::upstream::health_check::ActiveChecks;
+use crate::process::worker::{WorkerCommand, WorkerSetup};
+use crate::servers::health_check::ActiveChecks;
+use crate::state::runtime::Runtime;
+use crate::state::runtime::SharedRuntime;
+use crate::worker::{Shutdown, Worker};
 use arc_swap::ArcSwap;
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -198,7 +201,9 @@ fn worker_main(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = match Worker::new(setup) {
+        let config = setup.config.clone();
+        let settings = config.load().worker_settings();
+        let worker = match Worker::new(setup.id, setup.shutdown, setup.metrics, settings) {
             Ok(worker) => Rc::new(worker),
             Err(e) => {
                 crate::log_line!("weir: worker {id} cannot start: {e}");
@@ -206,8 +211,13 @@ fn worker_main(
             }
         };
         let active = Rc::new(Cell::new(0usize));
-        tokio::task::spawn_local(follow_commands(worker.clone(), commands, active.clone()));
-        tokio::task::spawn_local(unpark_loop(worker.clone(), active.clone()));
+        tokio::task::spawn_local(follow_commands(
+            worker.clone(),
+            config.clone(),
+            commands,
+            active.clone(),
+        ));
+        tokio::task::spawn_local(unpark_loop(worker.clone(), config.clone(), active.clone()));
         let ticker = match Ticker::new(SWEEP_TICK) {
             Ok(ticker) => ticker,
             Err(e) => {
@@ -216,11 +226,12 @@ fn worker_main(
             }
         };
         let sweeper = worker.clone();
+        let sweeper_config = config.clone();
         tokio::task::spawn_local(async move {
             let mut ticks = 0u32;
             while ticker.tick().await.is_ok() {
                 sweeper.sweep_connections();
-                sweeper.flush_log();
+                flush_log(&sweeper, &sweeper_config);
                 ticks = ticks.wrapping_add(1);
                 // Pooled connections expire with second precision.
                 if ticks % 10 == 0 {
@@ -241,11 +252,11 @@ fn worker_main(
         // Idle connections get a short grace for a request already on its way, then close
         // gently (`conn/h1.rs`); busy ones finish their request. Parked ones get a task again
         // for that (checked every tick: one may have parked as the stop came).
-        let graceful = worker.config.load().config.server.graceful_timeout;
+        let graceful = config.load().config.server.graceful_timeout;
         let deadline = Instant::now() + graceful;
         loop {
             for conn in worker.idle.take_all() {
-                resume(&worker, conn, &active);
+                resume(&worker, &config, conn, &active);
             }
             if active.get() == 0 || Instant::now() >= deadline {
                 break;
@@ -253,13 +264,14 @@ fn worker_main(
             worker.sweep_connections();
             worker.tick.notified().await;
         }
-        worker.flush_log();
+        flush_log(&worker, &config);
     });
 }
 
 /// Acts on the control thread's commands: listeners to start and stop, settings to apply.
 async fn follow_commands(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     mut commands: UnboundedReceiver<WorkerCommand>,
     active: Rc<Cell<usize>>,
 ) {
@@ -272,13 +284,20 @@ async fn follow_commands(
                 drop(listeners);
                 let started = match listener {
                     Listener::Tcp(l) => TcpListener::from_std(l).map(|listener| {
-                        let accepting =
-                            accept_loop(worker.clone(), slot, listener, stop, active.clone());
+                        let accepting = accept_loop(
+                            worker.clone(),
+                            config.clone(),
+                            slot,
+                            listener,
+                            stop,
+                            active.clone(),
+                        );
                         tokio::task::spawn_local(accepting);
                     }),
                     Listener::Udp(u) => tokio::net::UdpSocket::from_std(u).map(|socket| {
                         tokio::task::spawn_local(l4::udp::serve(
                             worker.clone(),
+                            config.clone(),
                             slot,
                             socket,
                             stop,
@@ -295,7 +314,7 @@ async fn follow_commands(
                     stop.notify_one();
                 }
             }
-            WorkerCommand::Reloaded => worker.apply_settings(),
+            WorkerCommand::Reloaded => worker.apply_settings(config.load().worker_settings()),
         }
     }
 }
@@ -319,6 +338,7 @@ impl Drop for Active {
 /// Accepts on one listener until the worker stops or the control thread closes it (`stop`).
 async fn accept_loop(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     listener: TcpListener,
     stop: Rc<Notify>,
@@ -337,15 +357,16 @@ async fn accept_loop(
                     let _ = io.set_nodelay(true);
                     let counted = Active::enter(&active);
                     let worker = worker.clone();
+                    let config = config.clone();
                     // detect: TLS entrypoints go through the handshake first; a plain one
                     // hands the stream straight to the HTTP/1 driver. Separate tasks, so a
                     // plain connection's task is sized for the plain path alone.
                     // Entrypoints with TCP routers detect first (`l4/tcp.rs`); what no TCP
                     // router takes goes on to HTTP in the same task.
                     let (tls, has_tcp, h2c) = {
-                        let config = worker.config.load();
+                        let runtime = config.load();
                         // Closed by a reload an instant ago: the connection goes too.
-                        let Some(ep) = config.entrypoint(entrypoint) else {
+                        let Some(ep) = runtime.entrypoint(entrypoint) else {
                             continue;
                         };
                         ep.cells[worker.id].connections.add(1);
@@ -353,20 +374,20 @@ async fn accept_loop(
                     };
                     match tls {
                         _ if has_tcp => tokio::task::spawn_local(async move {
-                            if let Some(io) = l4::tcp::serve(&worker, entrypoint, io, peer).await {
-                                serve_http(worker, entrypoint, io, peer, tls).await;
+                            if let Some(io) = l4::tcp::serve(&worker, &config, entrypoint, io, peer).await {
+                                serve_http(worker, config, entrypoint, io, peer, tls).await;
                             }
                             drop(counted);
                         }),
                         Some(tls) => tokio::task::spawn_local(async move {
-                            conn::tls::serve(worker, entrypoint, io, peer, tls).await;
+                            conn::tls::serve(worker, config, entrypoint, io, peer, tls).await;
                             drop(counted);
                         }),
                         None if h2c => tokio::task::spawn_local(async move {
-                            serve_http(worker, entrypoint, io, peer, None).await;
+                            serve_http(worker, config, entrypoint, io, peer, None).await;
                             drop(counted);
                         }),
-                        None => spawn_plain(worker, entrypoint, io, peer, counted),
+                        None => spawn_plain(worker, config, entrypoint, io, peer, counted),
                     };
                 }
                 Err(e) => {
@@ -385,17 +406,17 @@ async fn accept_loop(
 /// ALPN picks the driver), the HTTP/2 preface, or HTTP/1.
 async fn serve_http(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     io: TcpStream,
     peer: SocketAddr,
     tls: Option<crate::listen::tls::ServerTls>,
 ) {
     match tls {
-        Some(tls) => conn::tls::serve(worker, entrypoint, io, peer, tls).await,
+        Some(tls) => conn::tls::serve(worker, config, entrypoint, io, peer, tls).await,
         None => {
             let watch = worker.watch_connection();
-            let h2c = worker
-                .config
+            let h2c = config
                 .load()
                 .entrypoint(entrypoint)
                 .is_some_and(|ep| ep.h2c);
@@ -409,9 +430,9 @@ async fn serve_http(
                 false
             };
             if h2 {
-                conn::h2::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+                conn::h2::serve(worker, config, entrypoint, io, peer, Scheme::Http, watch).await;
             } else {
-                conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+                conn::h1::serve(worker, config, entrypoint, io, peer, Scheme::Http, watch).await;
             }
         }
     }
@@ -422,12 +443,12 @@ async fn serve_http(
 /// closes or stays silent for `client_idle_timeout` before that.
 async fn starts_with_preface(
     worker: &Worker,
-    watch: &conn::watch::ConnWatch,
+    watch: &crate::io::watch::ConnWatch,
     io: &TcpStream,
 ) -> Option<bool> {
     let preface = conn::h2::PREFACE;
     let mut seen = [0u8; 24];
-    let peeking = conn::peek::peek_until(io, &mut seen, |bytes| {
+    let peeking = crate::listen::peek::peek_until(io, &mut seen, |bytes| {
         if bytes != &preface[..bytes.len()] {
             Some(false)
         } else if bytes.len() == preface.len() {
@@ -440,7 +461,7 @@ async fn starts_with_preface(
     match watch
         .within(
             &worker.clock,
-            conn::watch::Waiting::RequestHead,
+            crate::io::watch::Waiting::RequestHead,
             idle,
             peeking,
         )
@@ -454,6 +475,7 @@ async fn starts_with_preface(
 /// A plain connection's HTTP/1 task (on accept, and when a parked connection wakes).
 fn spawn_plain(
     worker: Rc<Worker>,
+    config: SharedRuntime,
     entrypoint: usize,
     io: TcpStream,
     peer: SocketAddr,
@@ -461,13 +483,13 @@ fn spawn_plain(
 ) -> tokio::task::JoinHandle<()> {
     tokio::task::spawn_local(async move {
         let watch = worker.watch_connection();
-        conn::h1::serve(worker, entrypoint, io, peer, Scheme::Http, watch).await;
+        conn::h1::serve(worker, config, entrypoint, io, peer, Scheme::Http, watch).await;
         drop(counted);
     })
 }
 
 /// Gives parked connections whose clients wrote a task again.
-async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
+async fn unpark_loop(worker: Rc<Worker>, config: SharedRuntime, active: Rc<Cell<usize>>) {
     loop {
         let woken = match worker.idle.woken().await {
             Ok(woken) => woken,
@@ -477,21 +499,40 @@ async fn unpark_loop(worker: Rc<Worker>, active: Rc<Cell<usize>>) {
             }
         };
         for conn in woken {
-            resume(&worker, conn, &active);
+            resume(&worker, &config, conn, &active);
         }
     }
 }
 
 /// Starts an HTTP/1 task for a connection that was parked.
-fn resume(worker: &Rc<Worker>, conn: conn::idle::Woken, active: &Rc<Cell<usize>>) {
+fn resume(
+    worker: &Rc<Worker>,
+    config: &SharedRuntime,
+    conn: crate::io::idle::Woken,
+    active: &Rc<Cell<usize>>,
+) {
     match TcpStream::from_std(conn.io) {
         Ok(io) => {
             let counted = Active::enter(active);
-            spawn_plain(worker.clone(), conn.entrypoint, io, conn.peer, counted);
+            spawn_plain(
+                worker.clone(),
+                config.clone(),
+                conn.entrypoint,
+                io,
+                conn.peer,
+                counted,
+            );
         }
         Err(e) => crate::log_line!(
             "weir: worker {}: cannot resume a connection: {e}",
             worker.id
         ),
+    }
+}
+
+/// Writes the access-log lines the worker gathered since the last tick.
+fn flush_log(worker: &Worker, config: &SharedRuntime) {
+    if let Some(log) = &config.load().access_log {
+        log.flush(&worker.log_lines);
     }
 }

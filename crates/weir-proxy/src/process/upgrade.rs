@@ -3,7 +3,7 @@
 //! with the same arguments, and hands the new process every listening socket over a Unix
 //! socket (`SCM_RIGHTS`), one message per entrypoint and one for the admin listener. The new
 //! process adopts the sockets whose entrypoint (or admin address) is unchanged in its config
-//! (`listen/listeners.rs`, `observe/admin.rs`), starts, and answers `ready`; only then does the old one stop
+//! (`listen/listeners.rs`, `admin/mod.rs`), starts, and answers `ready`; only then does the old one stop
 //! accepting and drain as on `SIGTERM`. The sockets themselves are never closed, so no
 //! connection queued in them is lost. If the new process fails to start, it sends its error
 //! instead, and the old one logs it with the new process's exit status and goes on serving.

@@ -7,7 +7,7 @@ use super::{
     a_silent_upstream_gets_504, proxy, respond, run, secs, Harness, Setup, Step, Upstream, GET,
     HELLO,
 };
-use crate::conn::watch::Waiting;
+use crate::io::watch::Waiting;
 
 #[test]
 fn client_idle_timeout_closes_a_silent_connection_without_an_answer() {

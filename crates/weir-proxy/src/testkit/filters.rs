@@ -1,9 +1,9 @@
 //! Middleware decisions as a request meets them on its way through a worker
-//! (`exchange/filter.rs`): the path and headers the upstream gets, the headers the client
+//! (`middlewares/mod.rs`): the path and headers the upstream gets, the headers the client
 //! gets, in which order filters apply, and when `redirect_scheme` answers instead.
 
 use super::{proxy, respond, run, Response, Seen, Setup, Step, Upstream, HELLO};
-use crate::conn::Scheme;
+use crate::http::Scheme;
 
 /// The request line and head the upstream saw for `GET target` sent through `setup`'s
 /// router (a proxy to a default upstream).

@@ -15,12 +15,14 @@ mod retries;
 
 pub(crate) use upstream::{ok, refused_url, Seen, Step, Upstream, OK};
 
-use crate::conn::watch::Waiting;
-use crate::conn::{self, ClientIo, Scheme};
+use crate::conn::{self, ClientIo};
 use crate::http::codec::{self, ResponseHead};
-use crate::process::runtime::Runtime;
-use crate::process::worker::{Worker, WorkerSetup};
-use crate::upstream::balancer::Service;
+use crate::http::Scheme;
+use crate::io::watch::Waiting;
+use crate::servers::balancer::Service;
+use crate::state::runtime::Runtime;
+use crate::state::runtime::SharedRuntime;
+use crate::worker::Worker;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use std::future::Future;
@@ -103,6 +105,8 @@ pub(crate) fn secs(s: f64) -> Duration {
 /// A worker serving a compiled configuration, and the connections tests open to it.
 pub(crate) struct Harness {
     pub(crate) worker: Rc<Worker>,
+    /// The snapshot the worker serves from.
+    config: SharedRuntime,
     /// The slot of the configuration's first entrypoint, which clients connect to.
     entrypoint: usize,
 }
@@ -123,14 +127,15 @@ impl Harness {
             .clone();
         let runtime = Runtime::compile(&config, 1, None).expect("the configuration compiles");
         let entrypoint = runtime.slot(&first).expect("the entrypoint's slot");
-        let setup = WorkerSetup {
-            id: 0,
-            config: Arc::new(ArcSwap::from_pointee(runtime)),
-            shutdown: Arc::default(),
-            metrics: Arc::default(),
-        };
-        let worker = Rc::new(Worker::new(setup).expect("a worker"));
-        Harness { worker, entrypoint }
+        let settings = runtime.worker_settings();
+        let config = Arc::new(ArcSwap::from_pointee(runtime));
+        let worker = Worker::new(0, Arc::default(), Arc::default(), settings);
+        let worker = Rc::new(worker.expect("a worker"));
+        Harness {
+            worker,
+            config,
+            entrypoint,
+        }
     }
 
     /// A new plain client connection, served by the HTTP/1 driver in a task of its own.
@@ -161,7 +166,9 @@ impl Harness {
         let peer: SocketAddr = PEER.parse().expect("an address");
         let watch = worker.watch_connection();
         let entrypoint = self.entrypoint;
-        tokio::task::spawn_local(conn::h1::serve(worker, entrypoint, io, peer, scheme, watch));
+        let config = self.config.clone();
+        let serving = conn::h1::serve(worker, config, entrypoint, io, peer, scheme, watch);
+        tokio::task::spawn_local(serving);
     }
 
     /// Moves the worker's clock `by` ahead and runs its sweep, as the worker's tick does:
@@ -199,7 +206,7 @@ impl Harness {
 
     /// The compiled service called `name`, for its counters.
     pub(crate) fn service(&self, name: &str) -> Arc<Service> {
-        let runtime = self.worker.config.load();
+        let runtime = self.config.load();
         let service = runtime.services.iter().find(|s| s.name == name);
         service.expect("a service of that name").clone()
     }

@@ -1,4 +1,4 @@
-//! Upstream keep-alive decisions (`upstream/pool.rs`, `exchange/mod.rs::finish`): which
+//! Upstream keep-alive decisions (`servers/pool.rs`, `exchange/mod.rs::finish`): which
 //! answers leave their connection fit for the next request, and how many idle connections a
 //! server keeps.
 

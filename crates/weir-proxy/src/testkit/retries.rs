@@ -5,7 +5,7 @@
 use super::{
     a_silent_upstream_gets_504, proxy, refused_url, run, secs, Harness, Step, Upstream, GET,
 };
-use crate::conn::watch::Waiting;
+use crate::io::watch::Waiting;
 
 /// Tries sent to another server so far, from the service's counters.
 fn retries(h: &Harness) -> u64 {

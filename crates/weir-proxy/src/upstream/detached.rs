@@ -3,15 +3,15 @@
 //! (`actions/elasticsearch/bulk.rs`). Its body, if any, is already in memory; it has a deadline watch
 //! of its own, and takes no reply (the caller reads the answer itself).
 
-use crate::conn::watch::{ConnWatch, Waiting};
-use crate::conn::Scheme;
-use crate::exchange::client::{BodyError, ClientSide, Outcome, Sent};
-use crate::exchange::reply::Reply;
 use crate::http::codec::RequestHead;
-use crate::process::worker::Worker;
-use crate::upstream::balancer::UpstreamUse;
-use crate::upstream::h2::pool::BodyPump;
-use crate::upstream::pool::UpstreamIo;
+use crate::http::Scheme;
+use crate::io::watch::{ConnWatch, Waiting};
+use crate::reply::client::{BodyError, ClientSide, Outcome, Sent};
+use crate::reply::Reply;
+use crate::servers::balancer::UpstreamUse;
+use crate::servers::h2_pool::BodyPump;
+use crate::servers::pool::UpstreamIo;
+use crate::worker::Worker;
 use bytes::Bytes;
 use h2::SendStream;
 use std::net::IpAddr;

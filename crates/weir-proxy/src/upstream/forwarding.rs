@@ -2,13 +2,13 @@
 //! (TCP, then TLS for an https:// server), the request fields the upstream gets (forwarding
 //! headers set, hop-by-hop ones dropped), and why a try failed, which decides the retry.
 
-use crate::conn::watch::{ConnWatch, Expired, Waiting};
-use crate::conn::Scheme;
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{header, is_hop_by_hop, lists_token, RequestHead};
-use crate::process::worker::Worker;
-use crate::upstream::balancer::{Server, Service};
-use crate::upstream::pool::UpstreamIo;
+use crate::http::Scheme;
+use crate::io::watch::{ConnWatch, Expired, Waiting};
+use crate::servers::balancer::{Server, Service};
+use crate::servers::pool::UpstreamIo;
+use crate::worker::Worker;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;

@@ -3,27 +3,23 @@
 //! body is still on the upstream connection: the driver relays it and `finish` pools the
 //! connection. Failures become local replies (502, 503, 504).
 
-pub mod balancer;
 pub mod detached;
 pub mod forwarding;
 pub mod h2;
-pub mod health;
-pub mod health_check;
-pub mod pool;
 
-use crate::conn::watch::{Expired, Waiting};
-use crate::conn::Scheme;
-use crate::exchange::client::{BodyError, ClientSide};
-use crate::exchange::grpc;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{self, push_decimal, RequestHead, ResponseHead};
 use crate::http::codec::{header, Framing};
+use crate::http::grpc;
 use crate::http::local::LocalResponse;
+use crate::http::Scheme;
 use crate::io::buffers::make_room;
-use crate::process::worker::Worker;
-use crate::upstream::balancer::{FailureNote, UpstreamUse};
-use crate::upstream::balancer::{PickInput, Server, Service};
-use crate::upstream::pool::UpstreamConn;
+use crate::io::watch::{Expired, Waiting};
+use crate::reply::client::{BodyError, ClientSide};
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::balancer::{FailureNote, UpstreamUse};
+use crate::servers::balancer::{PickInput, Server, Service};
+use crate::servers::pool::UpstreamConn;
+use crate::worker::Worker;
 use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
 use std::borrow::Cow;
 use tokio::io::AsyncReadExt;
@@ -282,7 +278,7 @@ async fn try_server<'r, C: ClientSide>(
                 Cause::Other,
             ),
             Err(BodyError::Source) => (
-                crate::exchange::client::CLIENT_CLOSED,
+                crate::reply::client::CLIENT_CLOSED,
                 "client closed the connection",
                 Cause::Other,
             ),

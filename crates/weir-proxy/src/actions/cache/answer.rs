@@ -6,12 +6,12 @@
 
 use super::body::Part;
 use super::object::Object;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::conditional::{
     if_range_holds, multipart_body, parse_ranges, precondition, Ranges,
 };
 use crate::http::local::LocalResponse;
+use crate::reply::{Reply, ReplyBody, ReplyHead};
 use bytes::Bytes;
 use std::borrow::Cow;
 use std::convert::Infallible;

@@ -19,15 +19,15 @@
 //! 5. With a disk tier (`disk.rs`), what is stored is written to disk too, and a key missing
 //!    from memory is read from disk before the origin is asked.
 
-use crate::conn::watch::Waiting;
-use crate::exchange::client::ClientSide;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::local::LocalResponse;
-use crate::process::worker::Worker;
+use crate::io::watch::Waiting;
+use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::balancer::Service;
 use crate::upstream;
-use crate::upstream::balancer::Service;
+use crate::worker::Worker;
 use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::Arc;

@@ -4,9 +4,9 @@
 //! and from the disk tier. The answer is JSON with how many keys went.
 
 use super::store::{host_and_path, ResponseCache};
-use crate::exchange::reply::Reply;
 use crate::http::codec::RequestHead;
 use crate::http::local::LocalResponse;
+use crate::reply::Reply;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::IpAddr;

@@ -11,9 +11,9 @@
 use super::items::{self, BulkItems};
 use super::part::{send_part, weirs_answer, Answer};
 use crate::http::codec::RequestHead;
-use crate::process::worker::Worker;
-use crate::upstream::balancer::Service;
+use crate::servers::balancer::Service;
 use crate::upstream::detached::Requester;
+use crate::worker::Worker;
 use bytes::Bytes;
 use serde::Deserialize;
 use std::cell::RefCell;

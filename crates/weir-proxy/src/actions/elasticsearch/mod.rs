@@ -20,13 +20,13 @@ pub mod routing;
 pub mod search_cache;
 pub mod spool;
 
-use crate::exchange::client::ClientSide;
-use crate::exchange::reply::{Reply, ReplyHead};
 use crate::http::codec::{self, RequestHead};
 use crate::http::local::LocalResponse;
-use crate::process::carry::Carried;
-use crate::process::worker::Worker;
-use crate::upstream::balancer::Service;
+use crate::io::kept::Kept;
+use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyHead};
+use crate::servers::balancer::Service;
+use crate::worker::Worker;
 use bytes::BytesMut;
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -50,12 +50,19 @@ pub struct EsService {
     pub access: node_client::NodeAccess,
 }
 
+/// The tables an Elasticsearch service's state is carried over a reload in (`state/carry.rs`).
+pub struct KeptEs<'a> {
+    pub clusters: &'a mut Kept<routing::ClusterView>,
+    pub spools: &'a mut Kept<spool::Spool>,
+    pub search_caches: &'a mut Kept<search_cache::SearchCache>,
+}
+
 impl EsService {
     pub fn new(
         cfg: &weir_config::Service,
         es: &weir_config::Elasticsearch,
         service: Arc<Service>,
-        carried: &mut Carried,
+        kept: KeptEs<'_>,
     ) -> Result<EsService, String> {
         let name = cfg.name.as_str();
         // The TLS settings its servers were given, for the control thread's own clients.
@@ -65,8 +72,7 @@ impl EsService {
             .find_map(|s| s.tls.as_ref().map(|t| t.config.clone()));
         let spool = match &es.spool {
             Some(cfg) => Some(
-                carried
-                    .spools
+                kept.spools
                     .try_get(format!("{name} {}", cfg.path.display()), || {
                         spool::Spool::open(&cfg.path, cfg.max_size, cfg.fsync).map(Arc::new)
                     })
@@ -76,8 +82,7 @@ impl EsService {
         };
         let search_cache = es.search_cache.as_ref().map(|cfg| {
             use search_cache::SearchCache;
-            carried
-                .search_caches
+            kept.search_caches
                 .get(SearchCache::identity(name, cfg), || {
                     Arc::new(SearchCache::new(cfg))
                 })
@@ -86,7 +91,7 @@ impl EsService {
             service,
             search_cache,
             bulk: es.bulk.clone(),
-            cluster: carried.clusters.get(name.to_string(), Default::default),
+            cluster: kept.clusters.get(name.to_string(), Default::default),
             spool,
             access: node_client::NodeAccess::new(cfg, workers_tls.as_ref())?,
         })
@@ -152,7 +157,7 @@ fn is_json(local: &LocalResponse) -> bool {
 /// The answer to a client whose request body could not be read (bad framing, too slow, gone,
 /// or over the limit: `too_large` then says which limit), in Elasticsearch's form.
 pub(crate) fn body_failure(
-    e: crate::exchange::client::BodyError,
+    e: crate::reply::client::BodyError,
     too_large: Option<String>,
 ) -> LocalResponse {
     let (status, message) = e

@@ -6,13 +6,13 @@
 use super::items::BulkItems;
 use super::{error_type, es_error, plain_request_head};
 use crate::actions::whole_body::Reader;
-use crate::exchange::client::ClientSide;
-use crate::exchange::reply::{Reply, ReplyHead};
 use crate::http::codec::RequestHead;
-use crate::process::worker::Worker;
+use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyHead};
+use crate::servers::balancer::Service;
 use crate::upstream;
-use crate::upstream::balancer::Service;
 use crate::upstream::detached::{Detached, Requester};
+use crate::worker::Worker;
 use bytes::Bytes;
 
 /// A part's answer, read whole.

@@ -20,7 +20,7 @@
 
 use super::ndjson::{Action, Item};
 use super::node_client::{first_answer, NodeAccess};
-use crate::exchange::router::query_values;
+use crate::http::router::query_values;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -9,15 +9,15 @@ use super::search_cache::{use_for, SearchCache, Use};
 use super::EsService;
 use super::{body_failure, error_type, es_error, plain_request_head};
 use crate::actions::whole_body::Reader;
-use crate::conn::watch::ConnWatch;
-use crate::exchange::client::ClientSide;
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::local::LocalResponse;
-use crate::process::worker::Worker;
+use crate::io::watch::ConnWatch;
+use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::balancer::Service;
 use crate::upstream;
-use crate::upstream::balancer::Service;
 use crate::upstream::detached::{Detached, Requester};
+use crate::worker::Worker;
 use std::borrow::Cow;
 
 /// The largest read body kept in memory to be sent again.

@@ -6,8 +6,8 @@
 //! with `Cache-Control: no-store` never touch it; `no-cache` skips the lookup but stores the
 //! fresh answer.
 
-use crate::exchange::router::query_values;
 use crate::http::codec::RequestHead;
+use crate::http::router::query_values;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -19,7 +19,7 @@
 //!   check`, or the new process of a binary upgrade while the old one drains) leaves the files
 //!   alone; the control thread takes the spool over once the lock is free.
 
-use crate::conn::watch::{Clock, ConnWatch, Waiting};
+use crate::io::watch::{Clock, ConnWatch, Waiting};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

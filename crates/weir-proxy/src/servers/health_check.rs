@@ -2,9 +2,9 @@
 //! with `health_check` every `interval`, in the service's protocol (HTTP/2 for `h2` and `h2c`);
 //! a server goes down after `unhealthy_threshold` consecutive failures and back up after
 //! `healthy_threshold` passes (both logged). The state lives in each server's `Health`
-//! (`upstream/health.rs`), which the workers' balancers read.
+//! (`servers/health.rs`), which the workers' balancers read.
 
-use crate::upstream::balancer::{Server, Service};
+use crate::servers::balancer::{Server, Service};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -3,12 +3,16 @@
 //! filters edit them, and only a connection driver turns one into wire format. Local answers
 //! (`http/local.rs`) keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
 
-use crate::exchange::body_filter::BodyFilter;
+pub mod body_filter;
+pub mod client;
+pub mod relay;
+
 use crate::http::codec::ResponseHead;
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
-use crate::upstream::balancer::UpstreamUse;
-use crate::upstream::pool::UpstreamConn;
+use crate::reply::body_filter::BodyFilter;
+use crate::servers::balancer::UpstreamUse;
+use crate::servers::pool::UpstreamConn;
 use bytes::Bytes;
 use std::borrow::Cow;
 use std::rc::Rc;
@@ -42,7 +46,7 @@ pub enum ReplyBody {
     /// Still on the upstream connection, framed as the response head says.
     Upstream(UpstreamConn),
     /// Still on an HTTP/2 upstream stream (DATA frames, then trailers).
-    Stream(crate::upstream::h2::pool::H2Body),
+    Stream(crate::servers::h2_pool::H2Body),
     /// A part of a file (the `static` action).
     File(FileBody),
     /// After `101 Switching Protocols`: the connection becomes a byte tunnel.

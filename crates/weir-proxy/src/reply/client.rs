@@ -2,14 +2,14 @@
 //! trait a driver implements (`conn/h1.rs` for HTTP/1, `conn/h2.rs` for HTTP/2), and what the driver reports back: how
 //! a body transfer failed, what an exchange ended with.
 
-use crate::conn::watch::ConnWatch;
-use crate::conn::Scheme;
-use crate::exchange::reply::Reply;
 use crate::http::codec::{Framing, RequestHead};
-use crate::process::worker::Worker;
-use crate::upstream::balancer::UpstreamUse;
-use crate::upstream::h2::pool::BodyPump;
-use crate::upstream::pool::{UpstreamConn, UpstreamIo};
+use crate::http::Scheme;
+use crate::io::watch::ConnWatch;
+use crate::reply::Reply;
+use crate::servers::balancer::UpstreamUse;
+use crate::servers::h2_pool::BodyPump;
+use crate::servers::pool::{UpstreamConn, UpstreamIo};
+use crate::worker::Worker;
 use bytes::Bytes;
 use h2::SendStream;
 use std::net::IpAddr;

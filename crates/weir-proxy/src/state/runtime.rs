@@ -2,35 +2,28 @@
 //! with their balancers, middlewares. Built once per (re)load off the hot path and read
 //! through an `ArcSwap` by every worker. A compile carries what has a stable identity over
 //! from the previous snapshot: entrypoints keep their slot and counters by name, servers their
-//! state by address, routers and services their counters by name (`process/carry.rs`).
+//! state by address, routers and services their counters by name (`state/carry.rs`).
 
-use crate::actions::elasticsearch::EsService;
+use crate::actions::elasticsearch::{EsService, KeptEs};
 use crate::actions::static_files::StaticSite;
-use crate::exchange::filter::Filter;
-use crate::exchange::router::Router;
 use crate::http::local::LocalResponse;
-use crate::l4::routes::{self, TcpRoutes, UdpService};
+use crate::http::router::Router;
 use crate::listen::tls::{server_tls, ServerTls};
+use crate::middlewares::Filter;
 use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
-use crate::process::carry::Carried;
-use crate::upstream::balancer::Service;
+use crate::servers::balancer::Service;
+use crate::state::carry::Carried;
+use crate::state::l4_routes::{self, TcpRoutes, UdpService};
+use crate::worker::{ClientTimeouts, WorkerSettings};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use weir_config::{Action, Config, Transport};
 
-/// The client-side limits from `server`, each enforced through the connection's watch.
-#[derive(Debug, Clone, Copy)]
-pub struct ClientTimeouts {
-    /// `client_idle_timeout`: waiting for (or dribbling) a request head.
-    pub idle: Duration,
-    /// `client_body_timeout`: between reads of a request body.
-    pub body: Duration,
-    /// `client_send_timeout`: a write to a client that does not read.
-    pub send: Duration,
-}
+/// The snapshot every worker serves from, swapped whole by a reload; connection drivers hold
+/// it beside their worker (`worker/` holds no configuration).
+pub type SharedRuntime = Arc<arc_swap::ArcSwap<Runtime>>;
 
 pub struct Runtime {
     /// The configuration this was compiled from.
@@ -160,6 +153,15 @@ fn proxied_to(svc: &Service) -> String {
 }
 
 impl Runtime {
+    /// The worker-wide settings of this snapshot (`worker/`).
+    pub fn worker_settings(&self) -> WorkerSettings {
+        WorkerSettings {
+            timeouts: self.timeouts,
+            open_file_cache: self.config.server.open_file_cache,
+            graceful_timeout: self.config.server.graceful_timeout,
+        }
+    }
+
     /// Compiles `config` for `workers` workers, carrying over from `previous` (the snapshot in
     /// service, on a reload) what keeps its identity.
     pub fn compile(
@@ -172,7 +174,12 @@ impl Runtime {
         for svc in &config.services {
             services.insert(
                 svc.name.as_str(),
-                Arc::new(Service::new(svc, workers, &mut carried)?),
+                Arc::new(Service::new(
+                    svc,
+                    workers,
+                    &mut carried.servers,
+                    &mut carried.services,
+                )?),
             );
         }
         let mut elasticsearch = Vec::new();
@@ -180,7 +187,16 @@ impl Runtime {
         for svc in &config.services {
             if let (Some(es), Some(service)) = (&svc.elasticsearch, services.get(svc.name.as_str()))
             {
-                let compiled = Arc::new(EsService::new(svc, es, service.clone(), &mut carried)?);
+                let compiled = Arc::new(EsService::new(
+                    svc,
+                    es,
+                    service.clone(),
+                    KeptEs {
+                        clusters: &mut carried.clusters,
+                        spools: &mut carried.spools,
+                        search_caches: &mut carried.search_caches,
+                    },
+                )?);
                 es_by_name.insert(svc.name.as_str(), compiled.clone());
                 elasticsearch.push(compiled);
             }
@@ -254,8 +270,8 @@ impl Runtime {
                     .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
             }));
         }
-        let tcp_services = routes::compile_services(config, workers, &mut carried)?;
-        let udp_services = routes::compile_udp(config, workers, &mut carried)?;
+        let tcp_services = l4_routes::compile_services(config, workers, &mut carried)?;
+        let udp_services = l4_routes::compile_udp(config, workers, &mut carried)?;
         let mut slots = previous.map(|p| p.slots.clone()).unwrap_or_default();
         for ep in &config.entrypoints {
             if !slots.contains(&ep.name) {

@@ -3,12 +3,12 @@
 //! through the response's body filter, re-framed on the way, with each wait under its own
 //! limit (the connection's watch fires it).
 
-use crate::conn::watch::{Clock, ConnWatch, Expired, Waiting};
-use crate::exchange::body_filter::BodyFilter;
-use crate::exchange::client::BodyError;
 use crate::http::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
 use crate::io::buffers::make_room;
-use crate::process::worker::Worker;
+use crate::io::watch::{Clock, ConnWatch, Expired, Waiting};
+use crate::reply::body_filter::BodyFilter;
+use crate::reply::client::BodyError;
+use crate::worker::Worker;
 use bytes::{Buf, Bytes, BytesMut};
 use h2::{RecvStream, SendStream};
 use std::io;

@@ -6,10 +6,11 @@
 //! `Authorization: Bearer TOKEN`. One request per connection. A reload may move the listener to
 //! another address ([`AdminListener`]); a binary upgrade hands its socket to the new process.
 
+pub mod prometheus;
+
 use crate::listen::listeners::Bound;
 use crate::observe::metrics::Metrics;
-use crate::observe::prometheus;
-use crate::process::runtime::Runtime;
+use crate::state::runtime::Runtime;
 use arc_swap::ArcSwap;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
@@ -315,7 +316,7 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
     let _ = io.shutdown().await;
 }
 
-/// The dashboard page (`observe/dashboard.html`): embedded, no external asset.
+/// The dashboard page (`admin/dashboard.html`): embedded, no external asset.
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 impl AdminState {
@@ -333,7 +334,7 @@ impl AdminState {
 fn find_server<'r>(
     runtime: &'r Runtime,
     query: &str,
-) -> Option<&'r crate::upstream::balancer::Server> {
+) -> Option<&'r crate::servers::balancer::Server> {
     let param = |key: &str| {
         query.split('&').find_map(|pair| {
             let (k, v) = pair.split_once('=')?;

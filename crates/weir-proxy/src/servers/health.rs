@@ -1,5 +1,5 @@
 //! A server's state shared by every worker and kept across reloads (`ServerState`: pool id,
-//! requests in flight, health). Health: down by active checks (`upstream/health_check.rs`), drained by
+//! requests in flight, health). Health: down by active checks (`servers/health_check.rs`), drained by
 //! an operator (the admin API), or ejected by passive checks (`passive_health`: `max_failures`
 //! failures seen by requests within `window` eject the server for `eject`). Balancers skip
 //! servers that are down, drained or ejected; reading that costs two relaxed atomic loads, and
@@ -56,7 +56,7 @@ impl Health {
         until != 0 && now_ms() < until
     }
 
-    /// Set by the active checks (`upstream/health_check.rs`).
+    /// Set by the active checks (`servers/health_check.rs`).
     pub fn set_down(&self, down: bool) {
         self.set(DOWN, down);
     }
@@ -100,7 +100,7 @@ impl Health {
 pub struct Padded(pub AtomicUsize);
 
 /// What a server keeps across reloads while its identity (service, scheme, address, TLS name)
-/// holds (`process/carry.rs`): its pool id, requests in flight and health.
+/// holds (`state/carry.rs`): its pool id, requests in flight and health.
 #[derive(Debug)]
 pub struct ServerState {
     /// Process-unique id; indexes each worker's connection pool.

@@ -5,10 +5,10 @@
 //! as the driver sends it (compression); without one, replies take the fused relay. A new
 //! middleware is a new variant of the config's `MiddlewareKind` plus its phases here.
 
-use crate::exchange::body_filter::BodyFilter;
-use crate::exchange::compress;
 use crate::http::codec::{Head, RequestHead, ResponseHead};
+use crate::http::compress;
 use crate::http::local::LocalResponse;
+use crate::reply::body_filter::BodyFilter;
 use weir_config::{HeaderOps, MiddlewareKind};
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.

@@ -7,7 +7,7 @@ use crate::observe::metrics::{
     EntrypointCells, HandshakeFailure, Metrics, PerWorker, RouteCells, ServiceCells, TrafficCells,
     LATENCY_BOUNDS_US,
 };
-use crate::process::runtime::Runtime;
+use crate::state::runtime::Runtime;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 

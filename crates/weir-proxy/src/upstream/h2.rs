@@ -6,23 +6,21 @@
 //! HTTP/2 too, so both directions flow at once (gRPC streaming). The response's body and
 //! trailers stay on the stream ([`H2Body`]) for the client's driver to relay.
 
-use crate::conn::watch::{Expired, Waiting};
-use crate::exchange::client::{BodyError, ClientSide};
-use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
-use crate::process::worker::Worker;
-use crate::upstream::balancer::{Server, Service};
+use crate::io::watch::{Expired, Waiting};
+use crate::reply::client::{BodyError, ClientSide};
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::balancer::{Server, Service};
+use crate::servers::pool::UpstreamIo;
 use crate::upstream::forwarding::{self, Cause, Failed, FieldSink};
-use crate::upstream::pool::UpstreamIo;
+use crate::worker::Worker;
 use bytes::Bytes;
 use h2::RecvStream;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use weir_config::UpstreamProtocol;
 
-pub mod pool;
-
-use pool::{ConnState, H2Body};
+use crate::servers::h2_pool::{ConnState, H2Body};
 
 /// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a
 /// reply whose body is still on the stream.
@@ -178,7 +176,7 @@ async fn open_connection<C: ClientSide>(
         .initial_connection_window_size(settings.initial_window_size.saturating_mul(4))
         .max_frame_size(settings.max_frame_size)
         .max_header_list_size(settings.max_header_list_size)
-        .max_send_buffer_size(crate::conn::relay::FLUSH_AT * 4);
+        .max_send_buffer_size(crate::reply::relay::FLUSH_AT * 4);
     let handshake = builder.handshake::<UpstreamIo, Bytes>(io);
     let (send, connection) = match client
         .watch()

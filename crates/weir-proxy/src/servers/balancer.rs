@@ -4,10 +4,10 @@
 //! least_conn and p2c see the whole process.
 
 use crate::http::codec::Head;
+use crate::io::kept::Kept;
 use crate::observe::metrics::{PerWorker, ServiceCells};
-use crate::process::carry::Carried;
-use crate::upstream::health::{new_server_state, Padded, ServerState};
-use crate::upstream::pool::{Pool, UpstreamConn};
+use crate::servers::health::{new_server_state, Padded, ServerState};
+use crate::servers::pool::{Pool, UpstreamConn};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -174,7 +174,8 @@ impl Service {
     pub fn new(
         cfg: &weir_config::Service,
         workers: usize,
-        carried: &mut Carried,
+        kept_servers: &mut Kept<ServerState>,
+        kept_counters: &mut Kept<PerWorker<ServiceCells>>,
     ) -> Result<Service, String> {
         let client_tls = if cfg.servers.iter().any(|s| s.tls) {
             Some(crate::listen::tls::client_config(&cfg.tls, cfg.protocol)?)
@@ -203,7 +204,7 @@ impl Service {
             let tls_name = tls_name.unwrap_or_default();
             let key = format!("{} {protocol} {addr} {tls_name}", cfg.name);
             servers.push(Server {
-                state: carried.servers.get(key, new_server_state),
+                state: kept_servers.get(key, new_server_state),
                 url: s.url.clone(),
                 addr,
                 authority: s.authority.clone(),
@@ -236,9 +237,7 @@ impl Service {
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),
             cursors: cursors(workers),
-            cells: carried
-                .services
-                .get(cfg.name.clone(), || Arc::new(PerWorker::new(workers))),
+            cells: kept_counters.get(cfg.name.clone(), || Arc::new(PerWorker::new(workers))),
         })
     }
 
@@ -247,7 +246,7 @@ impl Service {
     pub fn for_tcp(
         cfg: &weir_config::TcpService,
         workers: usize,
-        carried: &mut Carried,
+        kept_servers: &mut Kept<ServerState>,
     ) -> Result<Service, String> {
         let mut servers = Vec::with_capacity(cfg.servers.len());
         for s in &cfg.servers {
@@ -258,9 +257,7 @@ impl Service {
                 )
             })?;
             servers.push(Server {
-                state: carried
-                    .servers
-                    .get(format!("{} tcp {addr}", cfg.name), new_server_state),
+                state: kept_servers.get(format!("{} tcp {addr}", cfg.name), new_server_state),
                 url: s.address.clone(),
                 addr,
                 authority: s.address.clone(),

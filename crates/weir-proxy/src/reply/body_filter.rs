@@ -1,8 +1,8 @@
 //! Response-body filters: what a response-head filter installs for one response, and the
-//! driver runs the body through (`conn/relay.rs`, `Sink`). A closed enum, so the relay pays no
+//! driver runs the body through (`reply/relay.rs`, `Sink`). A closed enum, so the relay pays no
 //! dynamic dispatch; compression is the one kind today.
 
-use crate::exchange::compress::Compressor;
+use crate::http::compress::Compressor;
 use std::io;
 
 /// A response-body filter, installed by a response-head filter for one response. Each call

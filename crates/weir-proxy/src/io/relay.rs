@@ -7,8 +7,8 @@
 //! shut down in turn, so half-closed protocols work; the connection ends when both directions
 //! have, on an error, or after `idle` with no byte moving either way.
 
-use crate::conn::watch::{Clock, ConnWatch, Waiting};
-use crate::process::worker::Buffers;
+use crate::io::buffers::Buffers;
+use crate::io::watch::{Clock, ConnWatch, Waiting};
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use std::future::poll_fn;
 use std::io;

@@ -4,10 +4,10 @@
 //! UDP entrypoint sends to. The connection handling that uses them is in `tcp.rs` and
 //! `udp.rs`.
 
-use crate::l4::client_hello::{Hello, Peeked};
+use crate::listen::client_hello::{Hello, Peeked};
 use crate::listen::tls::ServerTls;
-use crate::process::carry::Carried;
-use crate::upstream::balancer::Service;
+use crate::servers::balancer::Service;
+use crate::state::carry::Carried;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,7 +77,7 @@ pub fn compile_services(
         services.insert(
             svc.name.clone(),
             Arc::new(TcpService {
-                balancer: Service::for_tcp(svc, workers, carried)?,
+                balancer: Service::for_tcp(svc, workers, &mut carried.servers)?,
                 proxy_protocol: svc.proxy_protocol,
                 max_connections: svc.max_connections,
                 open: AtomicUsize::new(0),
@@ -220,7 +220,7 @@ pub fn compile_udp(
         services.insert(
             svc.name.clone(),
             Arc::new(UdpService {
-                balancer: Service::for_tcp(&tcp_shaped, workers, carried)?,
+                balancer: Service::for_tcp(&tcp_shaped, workers, &mut carried.servers)?,
                 session_timeout: svc.session_timeout,
                 max_sessions: svc.max_sessions,
             }),

@@ -9,12 +9,13 @@ pub mod compress;
 pub mod filter;
 pub mod grpc;
 pub mod reply;
+pub mod request_body;
 pub mod router;
 
 use crate::actions::cache;
 use crate::actions::elasticsearch;
 use crate::actions::static_files;
-use crate::exchange::client::{ClientSide, Outcome, Sent};
+use crate::exchange::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::exchange::filter::Flow;
 use crate::exchange::reply::Reply;
 use crate::http::codec::RequestHead;
@@ -37,7 +38,7 @@ static ENTRYPOINT_REMOVED: LazyLock<LocalResponse> = LazyLock::new(|| {
 });
 
 /// Runs one exchange on a client connection.
-pub(crate) async fn exchange<C: ClientSide>(
+pub(crate) async fn exchange<C: ClientConn>(
     worker: &Rc<Worker>,
     runtime: &Runtime,
     entrypoint: usize,

@@ -1,7 +1,8 @@
 //! The `service` action: pick a server, take a pooled keep-alive connection (or connect),
-//! send the request head and body, read the response head, and return it as a [`Reply`] whose
-//! body is still on the upstream connection: the driver relays it and `finish` pools the
-//! connection. Failures become local replies (502, 503, 504).
+//! write the request head and relay the client's body from its source
+//! ([`BodySource`](crate::exchange::request_body::BodySource)), read the response head, and
+//! return it as a [`Reply`] whose body is still on the upstream connection: the driver relays
+//! it and `finish` pools the connection. Failures become local replies (502, 503, 504).
 
 pub mod balancer;
 pub mod detached;
@@ -11,6 +12,7 @@ pub mod health;
 pub mod health_check;
 pub mod pool;
 
+use crate::conn::relay::Relay;
 use crate::conn::watch::{Expired, Waiting};
 use crate::conn::Scheme;
 use crate::exchange::client::{BodyError, ClientSide};
@@ -231,12 +233,18 @@ async fn try_server<'r, C: ClientSide>(
                 UpstreamConn::new(Box::pin(connect(worker, server, client.watch(), limit)).await?)
             }
         };
-        let write_head = |out: &mut Vec<u8>, client_ip: &str, scheme: Scheme| {
-            write_upstream_head(out, head, service, server, client_ip, scheme);
-        };
-        let sent = client
-            .send_request(worker, head, write_head, &mut up.io, service.write_timeout)
-            .await;
+        // The head, then the body re-framed as the head declares; a small body goes out in
+        // the same write as the head.
+        let outgoing = client.outgoing(head);
+        outgoing.out.clear();
+        let (ip_text, scheme) = (outgoing.ip_text, outgoing.scheme);
+        write_upstream_head(outgoing.out, head, service, server, ip_text, scheme);
+        let relay = Relay::to_upstream(worker, outgoing.watch, service.write_timeout);
+        let chunked = head.framing == Framing::Chunked;
+        let relaying = outgoing
+            .body
+            .relay(&mut up.io, outgoing.out, chunked, &relay);
+        let sent = relaying.await;
         let mut detail = String::new();
         let (status, message, cause) = match sent {
             Ok(_) => {

@@ -1,9 +1,10 @@
 //! The in-process harness for the data plane (tests only): a configuration compiled from a
 //! YAML string, one worker, client connections over in-memory duplex streams served by the
 //! real HTTP/1 driver (`conn::h1::serve`), scripted upstreams on loopback ports
-//! ([`upstream`]), and the worker's clock moved by the test ([`Harness::advance`]), so a 60 s
+//! ([`upstream`], and [`h2_upstream`] for HTTP/2), and the worker's clock moved by the test ([`Harness::advance`]), so a 60 s
 //! timeout is tested in microseconds. How to write a test: docs/testing.md.
 
+mod h2_upstream;
 mod upstream;
 mod wire;
 
@@ -11,8 +12,10 @@ mod deadlines;
 mod filters;
 mod framing;
 mod pool;
+mod request_body;
 mod retries;
 
+pub(crate) use h2_upstream::H2Upstream;
 pub(crate) use upstream::{ok, refused_url, Seen, Step, Upstream, OK};
 
 use crate::conn::watch::Waiting;

@@ -1,7 +1,8 @@
 //! The HTTP/1.1 connection driver, generic over the client stream. It reads request heads
 //! (phase read_head), hands each to [`exchange`](crate::exchange), and is the only code that
-//! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), the interim
-//! `100 Continue`, tunnels after `101`, refusals, and the lingering close. An idle keep-alive
+//! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), tunnels after
+//! `101`, refusals, and the lingering close; the interim `100 Continue` goes out through the
+//! body source it lends the upstream side (`exchange/request_body.rs`). An idle keep-alive
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
 //! second of idleness a plain one is parked ([`idle`](crate::conn::idle)) and its task ends.
 

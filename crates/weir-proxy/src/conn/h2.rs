@@ -4,9 +4,10 @@
 //! pending and locally-caused resets). Each stream runs the normal lifecycle: its head becomes
 //! weir's head at the edge (`:authority` as `Host`, cookies joined, a body without a length
 //! declared chunked), [`exchange`] routes it and runs the action, and this driver writes the
-//! reply as HEADERS and DATA frames under the client's flow control. An HTTP/1 service gets
-//! the request body re-framed; an HTTP/2 one (`upstream/h2/`) gets it as DATA frames. Response
-//! bodies go through the same relay (and body filters) as the HTTP/1 driver's.
+//! reply as HEADERS and DATA frames under the client's flow control. The request body is lent
+//! to the upstream side as its `RecvStream`: an HTTP/1 service gets it re-framed, an HTTP/2 one
+//! (`upstream/h2/`) as DATA frames. Response bodies go through the same relay (and body
+//! filters) as the HTTP/1 driver's.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;

@@ -336,6 +336,16 @@ pub(crate) async fn a_silent_upstream_gets_504(service: &str, limit: f64) {
     assert!(!r.closes());
 }
 
+/// Sends a POST whose client waits for `100 Continue`, then its body `hello` once the interim
+/// answer came: the final answer must be 200.
+pub(crate) async fn post_after_100_continue(c: &mut Client) {
+    c.send("POST / HTTP/1.1\r\nhost: t.test\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n")
+        .await;
+    assert_eq!(c.response().await.status(), 100);
+    c.send("hello").await;
+    assert_eq!(c.response().await.status(), 200);
+}
+
 /// A configuration of one entrypoint and one router that takes every request, built up with
 /// the settings a test needs: [`proxy`] to the service `app`, or [`respond`].
 pub(crate) struct Setup {

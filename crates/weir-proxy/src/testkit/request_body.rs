@@ -2,7 +2,7 @@
 //! HTTP/1 connection, a body weir holds in memory) framed for each upstream protocol, the
 //! answers a body that breaks the limits gets, and which bodies may be sent twice.
 
-use super::{proxy, run, H2Upstream, Harness, Step, Upstream, GET};
+use super::{post_after_100_continue, proxy, run, H2Upstream, Harness, Step, Upstream, GET};
 
 /// A chunked POST of `hello world` in two chunks, with a trailer.
 const CHUNKED: &str = "POST / HTTP/1.1\r\nhost: t.test\r\ntransfer-encoding: chunked\r\n\r\n\
@@ -92,14 +92,7 @@ fn expect_100_continue_is_answered_before_the_body_goes_to_an_h2_upstream() {
     run(async {
         let up = H2Upstream::start().await;
         let h = proxy(&[up.url()]).service("protocol: h2c").harness();
-        let mut c = h.connect();
-        c.send(
-            "POST / HTTP/1.1\r\nhost: t.test\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n",
-        )
-        .await;
-        assert_eq!(c.response().await.status(), 100);
-        c.send("hello").await;
-        assert_eq!(c.response().await.status(), 200);
+        post_after_100_continue(&mut h.connect()).await;
         assert_eq!(up.seen()[0].body, b"hello");
     });
 }

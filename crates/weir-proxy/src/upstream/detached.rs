@@ -34,7 +34,7 @@ impl Requester {
     }
 }
 
-/// Room for an upstream head, reserved once per request.
+/// Room for an upstream head, reserved before each try (allocated by the first).
 const HEAD_CAPACITY: usize = 512;
 
 /// A client side whose request body is `body` (empty: none).

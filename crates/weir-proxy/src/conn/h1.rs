@@ -1,7 +1,8 @@
 //! The HTTP/1.1 connection driver, generic over the client stream. It reads request heads
 //! (phase read_head), hands each to [`exchange`](crate::exchange), and is the only code that
-//! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), the interim
-//! `100 Continue`, tunnels after `101`, refusals, and the lingering close. An idle keep-alive
+//! writes HTTP/1 to the client: reply heads and bodies (the fused h1→h1 relay), tunnels after
+//! `101`, refusals, and the lingering close; the interim `100 Continue` goes out through the
+//! body source it lends the upstream side (`reply/request_body.rs`). An idle keep-alive
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
 //! second of idleness a plain one is parked ([`idle`](crate::io::idle)) and its task ends.
 
@@ -22,18 +23,16 @@ use crate::io::idle::PARK_AFTER;
 use crate::io::relay;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::reply::body_filter::BodyFilter;
-use crate::reply::client::{BodyError, ClientSide, Outcome, Sent, CLIENT_CLOSED};
-use crate::reply::relay::{
-    filter_whole, relay_body, relay_stream, written, DataOut, Relay, Sink, FLUSH_AT,
-};
+use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, CLIENT_CLOSED};
+use crate::reply::relay::BodyError;
+use crate::reply::relay::{filter_whole, relay_body, relay_stream, written, Relay, Sink, FLUSH_AT};
+use crate::reply::request_body::{BodySource, H1Body, Outgoing, RequestBody};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::servers::h2_pool::BodyPump;
 use crate::servers::pool::{UpstreamConn, UpstreamIo};
 use crate::state::runtime::SharedRuntime;
 use crate::worker::Worker;
 use bytes::Bytes;
 use bytes::BytesMut;
-use h2::SendStream;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -60,17 +59,6 @@ const SEGMENTED_UP_TO: u64 = 512 * 1024;
 /// and how much it reads at most: nginx's lingering close.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
 const LINGER_MAX_BYTES: usize = 8 << 20;
-
-/// Where the current request's body stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestBody {
-    /// Still on the connection (local answers read and drop it before answering).
-    Unread,
-    /// Read completely (or there was none).
-    Done,
-    /// Abandoned part-way: the connection cannot carry another request.
-    Broken,
-}
 
 /// One client connection speaking HTTP/1.1.
 pub struct H1Client<S> {
@@ -318,17 +306,11 @@ impl<S: ClientIo> H1Client<S> {
             }
         }
     }
-
-    /// Sends `100 Continue` when an HTTP/1.1 client waits for it before sending its body.
-    async fn send_continue(&mut self, req: &RequestHead) -> std::io::Result<()> {
-        if req.expect_continue && self.body == RequestBody::Unread {
-            self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-        }
-        Ok(())
-    }
 }
 
 impl<S: ClientIo> ClientSide for H1Client<S> {
+    type BodyIo = S;
+
     fn ip(&self) -> IpAddr {
         self.ip
     }
@@ -345,67 +327,26 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         &self.watch
     }
 
-    /// The head goes out in the same write as a small body; the body is relayed from the
-    /// client's buffer, re-framed as weir declared it (chunked stays chunked).
-    async fn send_request(
-        &mut self,
-        worker: &Worker,
-        req: &RequestHead,
-        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
-        upstream: &mut UpstreamIo,
-        write_limit: Duration,
-    ) -> Result<u64, BodyError> {
-        self.out.clear();
-        write_head(&mut self.out, &self.ip_text, self.scheme);
-        if self.send_continue(req).await.is_err() {
-            return Err(BodyError::Source);
+    /// The body still on the connection, re-framed by the upstream side as it declares
+    /// (chunked stays chunked); `100 Continue` goes out before its first read.
+    fn outgoing(&mut self, req: &RequestHead) -> Outgoing<'_, S> {
+        let body = if req.framing == Framing::None {
+            BodySource::None
+        } else {
+            BodySource::H1(H1Body::new(
+                &mut self.io,
+                &mut self.buf,
+                req,
+                &mut self.body,
+            ))
+        };
+        Outgoing {
+            ip_text: &self.ip_text,
+            scheme: self.scheme,
+            watch: &self.watch,
+            out: &mut self.out,
+            body,
         }
-        let relay = Relay::to_upstream(worker, &self.watch, write_limit);
-        let chunked = req.framing == Framing::Chunked;
-        let sent = relay_body(
-            &mut self.io,
-            &mut self.buf,
-            req.framing,
-            &mut Sink::plain(Some(upstream)),
-            &mut self.out,
-            chunked,
-            &relay,
-        )
-        .await;
-        self.body = body_after(&sent, req.framing);
-        sent
-    }
-
-    /// Relayed from the connection into DATA frames as the stream's window allows.
-    async fn send_body_h2(
-        &mut self,
-        worker: &Worker,
-        req: &RequestHead,
-        mut stream: SendStream<Bytes>,
-        write_limit: Duration,
-    ) -> Result<Option<BodyPump>, BodyError> {
-        if self.send_continue(req).await.is_err() {
-            return Err(BodyError::Source);
-        }
-        let relay = Relay::to_upstream(worker, &self.watch, write_limit);
-        self.out.clear();
-        let mut frames = DataOut(&mut stream);
-        let sent = relay_body(
-            &mut self.io,
-            &mut self.buf,
-            req.framing,
-            &mut Sink::plain(Some(&mut frames)),
-            &mut self.out,
-            false,
-            &relay,
-        )
-        .await;
-        self.body = body_after(&sent, req.framing);
-        sent?;
-        stream
-            .send_data(Bytes::new(), true)
-            .map_err(|_| BodyError::Sink)?;
-        Ok(None)
     }
 
     async fn read_body(
@@ -416,9 +357,6 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
     ) -> Result<Bytes, BodyError> {
         if self.body != RequestBody::Unread {
             return Ok(Bytes::new());
-        }
-        if self.send_continue(req).await.is_err() {
-            return Err(BodyError::Source);
         }
         let relay = Relay {
             clock: &worker.clock,
@@ -434,20 +372,14 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
             _ => Vec::new(),
         };
         self.out.clear();
-        let read = relay_body(
-            &mut self.io,
-            &mut self.buf,
-            req.framing,
-            &mut Sink::plain(Some(&mut body)),
-            &mut self.out,
-            false,
-            &relay,
-        )
-        .await;
-        self.body = body_after(&read, req.framing);
+        let source = H1Body::new(&mut self.io, &mut self.buf, req, &mut self.body);
+        let mut sink = Sink::plain(Some(&mut body));
+        let read = source.relay(&mut sink, &mut self.out, false, &relay).await;
         read.map(|_| Bytes::from(body))
     }
+}
 
+impl<S: ClientIo> ClientConn for H1Client<S> {
     async fn send_reply<'r>(
         &mut self,
         worker: &Worker,
@@ -1033,18 +965,6 @@ impl<S: ClientIo> H1Client<S> {
             bytes: moved.map(|(_, down)| down).unwrap_or(0),
             ..closed
         }
-    }
-}
-
-/// Where the request body stands after it was sent upstream.
-fn body_after<T>(sent: &Result<T, BodyError>, framing: Framing) -> RequestBody {
-    match sent {
-        Ok(_) => RequestBody::Done,
-        // Nothing of the body was taken: the connection can still carry it to a drain.
-        Err(BodyError::Sink | BodyError::SinkStalled) if framing == Framing::None => {
-            RequestBody::Done
-        }
-        Err(_) => RequestBody::Broken,
     }
 }
 

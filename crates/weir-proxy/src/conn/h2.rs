@@ -4,9 +4,10 @@
 //! pending and locally-caused resets). Each stream runs the normal lifecycle: its head becomes
 //! weir's head at the edge (`:authority` as `Host`, cookies joined, a body without a length
 //! declared chunked), [`exchange`] routes it and runs the action, and this driver writes the
-//! reply as HEADERS and DATA frames under the client's flow control. An HTTP/1 service gets
-//! the request body re-framed; an HTTP/2 one (`upstream/h2.rs`) gets it as DATA frames. Response
-//! bodies go through the same relay (and body filters) as the HTTP/1 driver's.
+//! reply as HEADERS and DATA frames under the client's flow control. The request body is lent
+//! to the upstream side as its `RecvStream`: an HTTP/1 service gets it re-framed, an HTTP/2 one
+//! (`upstream/h2.rs`) as DATA frames. Response bodies go through the same relay (and body
+//! filters) as the HTTP/1 driver's.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
@@ -20,13 +21,11 @@ use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::reply::body_filter::BodyFilter;
-use crate::reply::client::{BodyError, ClientSide, Outcome, Sent};
-use crate::reply::relay::{
-    filter_whole, push_data, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT,
-};
+use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
+use crate::reply::relay::BodyError;
+use crate::reply::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT};
+use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::servers::h2_pool::{pump_body, BodyPump};
-use crate::servers::pool::UpstreamIo;
 use crate::state::runtime::SharedRuntime;
 use crate::worker::Worker;
 use bytes::{Bytes, BytesMut};
@@ -35,9 +34,8 @@ use h2::{RecvStream, SendStream};
 use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Empty};
 
 /// The client connection preface: what an `h2c` connection starts with.
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -45,9 +43,6 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// the connection is closed (rapid reset, CVE-2023-44487).
 const MAX_PENDING_RESETS: usize = 64;
 const MAX_LOCAL_RESETS: usize = 256;
-/// A request body up to this size that has arrived whole is sent to an HTTP/2 upstream at
-/// once, without a task of its own.
-const INLINE_BODY_LIMIT: usize = 16 * 1024;
 
 /// Serves one HTTP/2 connection until the client or weir ends it. A stop (or the idle timeout
 /// with no stream open) sends GOAWAY and lets open streams finish.
@@ -243,6 +238,8 @@ struct H2Client {
 }
 
 impl ClientSide for H2Client {
+    type BodyIo = Empty;
+
     fn ip(&self) -> IpAddr {
         self.ip
     }
@@ -259,87 +256,15 @@ impl ClientSide for H2Client {
         &self.watch
     }
 
-    /// The head, then the DATA frames as they arrive, framed as the head declares (with a
-    /// length, or chunked). A frame's flow-control window is given back once it has been
-    /// written to the upstream, so a slow upstream slows the client.
-    async fn send_request(
-        &mut self,
-        worker: &Worker,
-        req: &RequestHead,
-        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
-        upstream: &mut UpstreamIo,
-        write_limit: Duration,
-    ) -> Result<u64, BodyError> {
-        self.out.clear();
-        write_head(&mut self.out, &self.ip_text, self.scheme);
-        let chunked = req.framing == Framing::Chunked;
-        let relay = Relay::to_upstream(worker, &self.watch, write_limit);
-        let mut sink = Sink::plain(Some(upstream));
-        let mut sent = 0u64;
-        let mut unreleased = 0usize;
-        if let Some(mut body) = self.body.take() {
-            loop {
-                let next = std::future::poll_fn(|cx| body.poll_data(cx));
-                let data = match relay
-                    .watch
-                    .within(relay.clock, relay.read.0, relay.read.1, next)
-                    .await
-                {
-                    Ok(None) => break,
-                    Ok(Some(Ok(data))) => data,
-                    Ok(Some(Err(_))) => return Err(BodyError::Source),
-                    Err(Expired) => return Err(BodyError::SourceStalled),
-                };
-                push_data(&mut self.out, &data, chunked);
-                sent += data.len() as u64;
-                unreleased += data.len();
-                if self.out.len() >= FLUSH_AT {
-                    relay.flush(&mut sink, &mut self.out).await?;
-                    let _ = body.flow_control().release_capacity(unreleased);
-                    unreleased = 0;
-                }
-            }
-            if chunked {
-                self.out.extend_from_slice(b"0\r\n\r\n");
-            }
+    /// The DATA frames as they arrive (taken by the first try).
+    fn outgoing(&mut self, _req: &RequestHead) -> Outgoing<'_, Empty> {
+        Outgoing {
+            ip_text: &self.ip_text,
+            scheme: self.scheme,
+            watch: &self.watch,
+            out: &mut self.out,
+            body: self.body.take().map_or(BodySource::None, BodySource::H2),
         }
-        relay.flush(&mut sink, &mut self.out).await?;
-        Ok(sent)
-    }
-
-    /// A body that has already arrived whole (a unary gRPC call's one message) goes out at
-    /// once; any other is pumped by a task of its own (`upstream_h2::pump_body`), so it flows
-    /// while the response does.
-    async fn send_body_h2(
-        &mut self,
-        _worker: &Worker,
-        _req: &RequestHead,
-        mut stream: SendStream<Bytes>,
-        _write_limit: Duration,
-    ) -> Result<Option<BodyPump>, BodyError> {
-        let Some(mut body) = self.body.take() else {
-            // The length was declared, but the client's stream had already ended.
-            stream
-                .send_data(Bytes::new(), true)
-                .map_err(|_| BodyError::Sink)?;
-            return Ok(None);
-        };
-        let arrived = std::future::poll_fn(|cx| Poll::Ready(body.poll_data(cx))).await;
-        let first = match arrived {
-            Poll::Ready(Some(Ok(data)))
-                if body.is_end_stream() && data.len() <= INLINE_BODY_LIMIT =>
-            {
-                // Buffered by the h2 crate if the server's window is smaller: at most this.
-                let len = data.len();
-                stream.send_data(data, true).map_err(|_| BodyError::Sink)?;
-                let _ = body.flow_control().release_capacity(len);
-                return Ok(None);
-            }
-            Poll::Ready(Some(Ok(data))) => Some(data),
-            Poll::Ready(Some(Err(_))) => return Err(BodyError::Source),
-            Poll::Ready(None) | Poll::Pending => None,
-        };
-        Ok(Some(BodyPump::spawn(pump_body(body, first, stream))))
     }
 
     async fn read_body(
@@ -373,7 +298,9 @@ impl ClientSide for H2Client {
             }
         }
     }
+}
 
+impl ClientConn for H2Client {
     async fn send_reply<'r>(
         &mut self,
         worker: &Worker,

@@ -5,14 +5,12 @@
 
 pub mod grpc;
 
-use crate::actions::cache;
-use crate::actions::elasticsearch;
-use crate::actions::static_files;
+use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::local::LocalResponse;
 use crate::middlewares::Flow;
 use crate::observe::accesslog;
-use crate::reply::client::{ClientSide, Outcome, Sent};
+use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::Reply;
 use crate::servers::balancer::UpstreamUse;
 use crate::state::runtime::{ErrorForm, Route, RouteAction, Runtime};
@@ -31,7 +29,7 @@ static ENTRYPOINT_REMOVED: LazyLock<LocalResponse> = LazyLock::new(|| {
 });
 
 /// Runs one exchange on a client connection.
-pub(crate) async fn exchange<C: ClientSide>(
+pub(crate) async fn exchange<C: ClientConn>(
     worker: &Rc<Worker>,
     runtime: &Runtime,
     entrypoint: usize,

@@ -1,54 +1,39 @@
-//! The client connection as the lifecycle sees it, whatever the protocol: the [`ClientSide`]
-//! trait a driver implements (`conn/h1.rs` for HTTP/1, `conn/h2.rs` for HTTP/2), and what the driver reports back: how
-//! a body transfer failed, what an exchange ended with.
+//! The client as the lifecycle sees it, whatever the protocol: the [`ClientSide`] trait the
+//! actions and the upstream side use (`conn/h1.rs` for HTTP/1, `conn/h2.rs` for HTTP/2, and
+//! `upstream/detached.rs` for requests weir makes itself), the [`ClientConn`] trait of the
+//! connections the exchange answers, and what a driver reports back: what an exchange ended
+//! with (how a body transfer failed is `reply/relay.rs`'s [`BodyError`]).
 
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::Scheme;
 use crate::io::watch::ConnWatch;
+use crate::reply::relay::BodyError;
+use crate::reply::request_body::Outgoing;
 use crate::reply::Reply;
 use crate::servers::balancer::UpstreamUse;
-use crate::servers::h2_pool::BodyPump;
-use crate::servers::pool::{UpstreamConn, UpstreamIo};
+use crate::servers::pool::UpstreamConn;
 use crate::worker::Worker;
 use bytes::Bytes;
-use h2::SendStream;
 use std::net::IpAddr;
-use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 
-/// What the lifecycle needs from a client connection, whatever its protocol: who the client is,
-/// its deadline watch, and the driver's two wire operations (send a request on upstream, write
-/// a reply). The HTTP/1 driver implements it (`conn/h1.rs`); actions and filters see only this.
+/// What the actions and the upstream side need from the client of a request, whatever its
+/// protocol: who the client is, its deadline watch, and its request body. The upstream side
+/// writes the upstream request itself, from what [`ClientSide::outgoing`] lends it.
 pub(crate) trait ClientSide {
+    /// The stream an HTTP/1 client's body is read from (unused by other sides).
+    type BodyIo: AsyncRead + AsyncWrite + Unpin;
+
     fn ip(&self) -> IpAddr;
     /// The client's address as text (for the forwarding headers).
     fn ip_text(&self) -> &str;
     fn scheme(&self) -> Scheme;
     fn watch(&self) -> &ConnWatch;
 
-    /// Sends the request on an upstream connection: the head `write_head` writes (HTTP/1 bytes;
-    /// it is given the client's address as text and its scheme), then the request body,
-    /// re-framed as that head declares. Interim answers the client waits for (`100 Continue`)
-    /// are the driver's business.
-    async fn send_request(
-        &mut self,
-        worker: &Worker,
-        req: &RequestHead,
-        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
-        upstream: &mut UpstreamIo,
-        write_limit: Duration,
-    ) -> Result<u64, BodyError>;
-
-    /// Sends the request body on an HTTP/2 upstream stream and ends the stream. An HTTP/2
-    /// client's body is handed to a task of its own, so it flows while the response does
-    /// (the returned pump is kept as long as the response body); an HTTP/1 client's is
-    /// relayed before the response is awaited.
-    async fn send_body_h2(
-        &mut self,
-        worker: &Worker,
-        req: &RequestHead,
-        stream: SendStream<Bytes>,
-        write_limit: Duration,
-    ) -> Result<Option<BodyPump>, BodyError>;
+    /// What one try of the request needs from the client: its forwarding fields, its watch,
+    /// a buffer for the upstream head, and the request body's source (taken by the first
+    /// try unless it is in memory).
+    fn outgoing(&mut self, req: &RequestHead) -> Outgoing<'_, Self::BodyIo>;
 
     /// Whether the request may be sent again after a try that may have reached the server (a
     /// reused connection found dead, a retried status): idempotent and nothing of it consumed,
@@ -66,7 +51,11 @@ pub(crate) trait ClientSide {
         req: &RequestHead,
         max: u64,
     ) -> Result<Bytes, BodyError>;
+}
 
+/// A client connection the exchange answers (the HTTP/1 and HTTP/2 drivers): the driver
+/// writes the reply.
+pub(crate) trait ClientConn: ClientSide {
     /// Writes the reply to the client (the response-body phase happens here).
     async fn send_reply<'r>(
         &mut self,
@@ -94,34 +83,6 @@ pub struct Sent<'r> {
     pub upstream: Option<UpstreamUse<'r>>,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub enum BodyError {
-    /// The sending side closed or failed before the body ended.
-    Source,
-    /// The sending side went quiet for longer than its limit.
-    SourceStalled,
-    /// The body's framing is invalid.
-    Malformed,
-    /// More than the allowed number of bytes.
-    TooLarge,
-    /// The receiving side failed.
-    Sink,
-    /// The receiving side took nothing for longer than its limit.
-    SinkStalled,
-}
-
 /// The status of a request whose client closed before its answer: nginx's 499, written to
 /// the access log, never sent.
 pub const CLIENT_CLOSED: u16 = 499;
-
-impl BodyError {
-    /// The answer owed to a client whose own request body failed: bad framing or silence.
-    pub fn client_answer(self) -> Option<(u16, &'static str)> {
-        match self {
-            BodyError::Malformed => Some((400, "malformed request body")),
-            BodyError::SourceStalled => Some((408, "timed out reading the request body")),
-            BodyError::TooLarge => Some((413, "the request body is too large")),
-            _ => None,
-        }
-    }
-}

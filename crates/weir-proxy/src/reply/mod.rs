@@ -6,6 +6,7 @@
 pub mod body_filter;
 pub mod client;
 pub mod relay;
+pub mod request_body;
 
 use crate::http::codec::ResponseHead;
 use crate::http::file_body::FileBody;

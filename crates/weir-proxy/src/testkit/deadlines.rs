@@ -4,8 +4,8 @@
 //! and one sweep tick (0.1 s) have passed.
 
 use super::{
-    a_silent_upstream_gets_504, proxy, respond, run, secs, Harness, Setup, Step, Upstream, GET,
-    HELLO,
+    a_silent_upstream_gets_504, proxy, respond, run, secs, H2Upstream, Harness, Setup, Step,
+    Upstream, GET, HELLO,
 };
 use crate::io::watch::Waiting;
 
@@ -72,6 +72,15 @@ fn client_body_timeout_answers_408_to_a_stalled_body_on_its_way_upstream() {
     run(async {
         let up = Upstream::start([]).await;
         a_stalled_body_gets_408(proxy(&[up.url()])).await;
+    });
+}
+
+#[test]
+fn client_body_timeout_answers_408_to_a_stalled_body_on_its_way_to_an_h2_upstream() {
+    run(async {
+        let up = H2Upstream::start().await;
+        a_stalled_body_gets_408(proxy(&[up.url()]).service("protocol: h2c")).await;
+        assert!(up.seen().is_empty());
     });
 }
 

@@ -2,7 +2,9 @@
 //! for the client's version (length, chunked, close), HEAD and bodiless statuses, which
 //! headers cross, and when the client connection stays open.
 
-use super::{ok, proxy, respond, run, Response, Step, Upstream, GET, HELLO};
+use super::{
+    ok, post_after_100_continue, proxy, respond, run, Response, Step, Upstream, GET, HELLO,
+};
 
 const CLOSE_DELIMITED: &str = "HTTP/1.1 200 OK\r\n\r\nhello";
 const CHUNKED: &str =
@@ -222,14 +224,7 @@ fn expect_100_continue_is_answered_by_weir_before_the_body_goes_upstream() {
     run(async {
         let up = Upstream::start([]).await;
         let h = proxy(&[up.url()]).harness();
-        let mut c = h.connect();
-        c.send(
-            "POST / HTTP/1.1\r\nhost: t.test\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n",
-        )
-        .await;
-        assert_eq!(c.response().await.status(), 100);
-        c.send("hello").await;
-        assert_eq!(c.response().await.status(), 200);
+        post_after_100_continue(&mut h.connect()).await;
         let seen = &up.seen()[0];
         assert_eq!(seen.body, b"hello");
         assert_eq!(seen.header("expect"), None);

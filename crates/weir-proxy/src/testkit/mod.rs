@@ -1,9 +1,10 @@
 //! The in-process harness for the data plane (tests only): a configuration compiled from a
 //! YAML string, one worker, client connections over in-memory duplex streams served by the
 //! real HTTP/1 driver (`conn::h1::serve`), scripted upstreams on loopback ports
-//! ([`upstream`]), and the worker's clock moved by the test ([`Harness::advance`]), so a 60 s
+//! ([`upstream`], and [`h2_upstream`] for HTTP/2), and the worker's clock moved by the test ([`Harness::advance`]), so a 60 s
 //! timeout is tested in microseconds. How to write a test: docs/testing.md.
 
+mod h2_upstream;
 mod upstream;
 mod wire;
 
@@ -11,8 +12,10 @@ mod deadlines;
 mod filters;
 mod framing;
 mod pool;
+mod request_body;
 mod retries;
 
+pub(crate) use h2_upstream::H2Upstream;
 pub(crate) use upstream::{ok, refused_url, Seen, Step, Upstream, OK};
 
 use crate::conn::{self, ClientIo};
@@ -338,6 +341,16 @@ pub(crate) async fn a_silent_upstream_gets_504(service: &str, limit: f64) {
         (504, "upstream response timed out\n")
     );
     assert!(!r.closes());
+}
+
+/// Sends a POST whose client waits for `100 Continue`, then its body `hello` once the interim
+/// answer came: the final answer must be 200.
+pub(crate) async fn post_after_100_continue(c: &mut Client) {
+    c.send("POST / HTTP/1.1\r\nhost: t.test\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n")
+        .await;
+    assert_eq!(c.response().await.status(), 100);
+    c.send("hello").await;
+    assert_eq!(c.response().await.status(), 200);
 }
 
 /// A configuration of one entrypoint and one router that takes every request, built up with

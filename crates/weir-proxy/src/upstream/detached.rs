@@ -1,23 +1,20 @@
 //! The client side of a request weir makes itself on a client's behalf: a background
 //! revalidation (`actions/cache/revalidate.rs`), or one node's share of a split `_bulk`
 //! (`actions/elasticsearch/bulk.rs`). Its body, if any, is already in memory; it has a deadline watch
-//! of its own, and takes no reply (the caller reads the answer itself).
+//! of its own, and is not a [`ClientConn`](crate::reply::client::ClientConn): no reply is
+//! written to it (the caller reads the answer itself).
 
 use crate::http::codec::RequestHead;
 use crate::http::Scheme;
-use crate::io::watch::{ConnWatch, Waiting};
-use crate::reply::client::{BodyError, ClientSide, Outcome, Sent};
-use crate::reply::Reply;
-use crate::servers::balancer::UpstreamUse;
-use crate::servers::h2_pool::BodyPump;
-use crate::servers::pool::UpstreamIo;
+use crate::io::watch::ConnWatch;
+use crate::reply::client::ClientSide;
+use crate::reply::relay::BodyError;
+use crate::reply::request_body::{BodySource, Outgoing};
 use crate::worker::Worker;
 use bytes::Bytes;
-use h2::SendStream;
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::Empty;
 
 /// Who a request is made for: the client whose request caused it (its address goes into the
 /// forwarding headers).
@@ -38,11 +35,16 @@ impl Requester {
     }
 }
 
+/// Room for an upstream head, reserved before each try (allocated by the first).
+const HEAD_CAPACITY: usize = 512;
+
 /// A client side whose request body is `body` (empty: none).
 pub(crate) struct Detached {
     from: Requester,
     watch: Rc<ConnWatch>,
     body: Bytes,
+    /// The upstream head of a try.
+    out: Vec<u8>,
     /// The request only reads (an Elasticsearch search, say): sent again after a failed try
     /// whatever its method, since its body is at hand.
     reads_only: bool,
@@ -54,6 +56,7 @@ impl Detached {
             from,
             watch: worker.watch_connection(),
             body,
+            out: Vec::new(),
             reads_only: false,
         }
     }
@@ -68,6 +71,8 @@ impl Detached {
 }
 
 impl ClientSide for Detached {
+    type BodyIo = Empty;
+
     fn ip(&self) -> IpAddr {
         self.from.ip
     }
@@ -88,50 +93,22 @@ impl ClientSide for Detached {
         self.reads_only || (self.body.is_empty() && req.is_idempotent())
     }
 
-    /// The head and the body, in one write when the body is small.
-    async fn send_request(
-        &mut self,
-        worker: &Worker,
-        _req: &RequestHead,
-        write_head: impl FnOnce(&mut Vec<u8>, &str, Scheme),
-        upstream: &mut UpstreamIo,
-        write_limit: Duration,
-    ) -> Result<u64, BodyError> {
-        let mut out = Vec::with_capacity(512);
-        write_head(&mut out, &self.from.ip_text, self.from.scheme);
-        let body = &self.body;
-        let writing = async {
-            if body.len() <= 16 * 1024 {
-                out.extend_from_slice(body);
-                upstream.write_all(&out).await
-            } else {
-                upstream.write_all(&out).await?;
-                upstream.write_all(body).await
-            }
+    /// The body in memory, for every try (the head goes out in one buffer per request).
+    fn outgoing(&mut self, _req: &RequestHead) -> Outgoing<'_, Empty> {
+        self.out.clear();
+        self.out.reserve(HEAD_CAPACITY);
+        let body = if self.body.is_empty() {
+            BodySource::None
+        } else {
+            BodySource::Bytes(self.body.clone())
         };
-        match self
-            .watch
-            .within(&worker.clock, Waiting::UpstreamWrite, write_limit, writing)
-            .await
-        {
-            Ok(Ok(())) => Ok(self.body.len() as u64),
-            Ok(Err(_)) => Err(BodyError::Sink),
-            Err(_) => Err(BodyError::SinkStalled),
+        Outgoing {
+            ip_text: &self.from.ip_text,
+            scheme: self.from.scheme,
+            watch: &self.watch,
+            out: &mut self.out,
+            body,
         }
-    }
-
-    async fn send_body_h2(
-        &mut self,
-        _worker: &Worker,
-        _req: &RequestHead,
-        mut stream: SendStream<Bytes>,
-        _write_limit: Duration,
-    ) -> Result<Option<BodyPump>, BodyError> {
-        // Buffered by the h2 crate beyond the stream's window; sent as the window opens.
-        stream
-            .send_data(self.body.clone(), true)
-            .map_err(|_| BodyError::Sink)?;
-        Ok(None)
     }
 
     async fn read_body(
@@ -144,25 +121,5 @@ impl ClientSide for Detached {
             return Err(BodyError::TooLarge);
         }
         Ok(std::mem::take(&mut self.body))
-    }
-
-    /// Never called: the caller reads the answer before a reply would be written.
-    async fn send_reply<'r>(
-        &mut self,
-        _worker: &Worker,
-        _req: &RequestHead,
-        reply: Reply<'r>,
-    ) -> Sent<'r> {
-        let upstream: Option<UpstreamUse<'r>> = reply.upstream;
-        Sent {
-            outcome: Outcome {
-                keep_alive: false,
-                linger: false,
-                status: 0,
-                bytes: 0,
-            },
-            reusable: None,
-            upstream,
-        }
     }
 }

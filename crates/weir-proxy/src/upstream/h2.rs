@@ -8,19 +8,27 @@
 
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::io::watch::{Expired, Waiting};
-use crate::reply::client::{BodyError, ClientSide};
+use crate::reply::client::ClientSide;
+use crate::reply::relay::BodyError;
+use crate::reply::relay::{DataOut, Relay};
+use crate::reply::request_body::BodySource;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::balancer::{Server, Service};
+use crate::servers::h2_pool::{pump_body, BodyPump, ConnState, H2Body};
 use crate::servers::pool::UpstreamIo;
 use crate::upstream::forwarding::{self, Cause, Failed, FieldSink};
 use crate::worker::Worker;
 use bytes::Bytes;
-use h2::RecvStream;
+use h2::{RecvStream, SendStream};
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
 use weir_config::UpstreamProtocol;
 
-use crate::servers::h2_pool::{ConnState, H2Body};
+/// A request body up to this size that has arrived whole is sent to an HTTP/2 upstream at
+/// once, without a task of its own.
+const INLINE_BODY_LIMIT: usize = 16 * 1024;
 
 /// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a
 /// reply whose body is still on the stream.
@@ -92,8 +100,9 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
         return fail(502, "upstream HTTP/2 connection failed", Cause::Reset);
     };
     let pump = if has_body {
-        let sending = client.send_body_h2(worker, head, stream, service.write_timeout);
-        match sending.await {
+        let outgoing = client.outgoing(head);
+        let relay = Relay::to_upstream(worker, outgoing.watch, service.write_timeout);
+        match send_body(outgoing.body, outgoing.out, &relay, stream).await {
             Ok(pump) => pump,
             // The server may answer before the body ends and reset the stream (RFC 9113
             // 8.1): its answer is still awaited below.
@@ -143,6 +152,53 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
         upstream: None,
         body_filter: None,
     })
+}
+
+/// Sends the request body on the stream and ends it. A body in memory goes at once (the h2
+/// crate buffers what the server's window does not take yet). An HTTP/1 client's is relayed
+/// into DATA frames before the response is awaited. An HTTP/2 client's that has already
+/// arrived whole (a unary gRPC call's one message) goes at once too; any other is pumped by a
+/// task of its own ([`pump_body`]), so it flows while the response does (the returned pump is
+/// kept as long as the response body).
+async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
+    body: BodySource<'_, S>,
+    out: &mut Vec<u8>,
+    relay: &Relay<'_>,
+    mut stream: SendStream<Bytes>,
+) -> Result<Option<BodyPump>, BodyError> {
+    let ended = |stream: &mut SendStream<Bytes>, last: Bytes| {
+        stream.send_data(last, true).map_err(|_| BodyError::Sink)
+    };
+    match body {
+        // The length was declared, but the client's stream had already ended.
+        BodySource::None => ended(&mut stream, Bytes::new())?,
+        BodySource::Bytes(body) => ended(&mut stream, body)?,
+        BodySource::H2(mut frames) => {
+            let arrived = std::future::poll_fn(|cx| Poll::Ready(frames.poll_data(cx))).await;
+            let first = match arrived {
+                Poll::Ready(Some(Ok(data)))
+                    if frames.is_end_stream() && data.len() <= INLINE_BODY_LIMIT =>
+                {
+                    // Buffered by the h2 crate if the server's window is smaller: at most this.
+                    let len = data.len();
+                    ended(&mut stream, data)?;
+                    let _ = frames.flow_control().release_capacity(len);
+                    return Ok(None);
+                }
+                Poll::Ready(Some(Ok(data))) => Some(data),
+                Poll::Ready(Some(Err(_))) => return Err(BodyError::Source),
+                Poll::Ready(None) | Poll::Pending => None,
+            };
+            return Ok(Some(BodyPump::spawn(pump_body(frames, first, stream))));
+        }
+        h1 @ BodySource::H1(_) => {
+            out.clear();
+            h1.relay(&mut DataOut(&mut stream), out, false, relay)
+                .await?;
+            ended(&mut stream, Bytes::new())?;
+        }
+    }
+    Ok(None)
 }
 
 /// Opens the connection of a new pool entry (TLS with ALPN `h2`, or `h2c`), starts its task,

@@ -1,23 +1,23 @@
 //! The `service` action: pick a server, take a pooled keep-alive connection (or connect),
-//! send the request head and body, read the response head, and return it as a [`Reply`] whose
-//! body is still on the upstream connection: the driver relays it and `finish` pools the
-//! connection. Failures become local replies (502, 503, 504).
+//! write the request head and relay the client's body from its source
+//! ([`BodySource`](crate::reply::request_body::BodySource)), read the response head, and
+//! return it as a [`Reply`] whose body is still on the upstream connection: the driver relays
+//! it and `finish` pools the connection. Failures become local replies (502, 503, 504).
 
 pub mod detached;
 pub mod forwarding;
 pub mod h2;
 
-use crate::http::codec::{self, push_decimal, RequestHead, ResponseHead};
-use crate::http::codec::{header, Framing};
-use crate::http::grpc;
+use crate::http::codec::{self, header, push_decimal, Framing, RequestHead, ResponseHead};
 use crate::http::local::LocalResponse;
-use crate::http::Scheme;
+use crate::http::{grpc, Scheme};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Expired, Waiting};
-use crate::reply::client::{BodyError, ClientSide};
+use crate::reply::client::ClientSide;
+use crate::reply::relay::BodyError;
+use crate::reply::relay::Relay;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::servers::balancer::{FailureNote, UpstreamUse};
-use crate::servers::balancer::{PickInput, Server, Service};
+use crate::servers::balancer::{FailureNote, PickInput, Server, Service, UpstreamUse};
 use crate::servers::pool::UpstreamConn;
 use crate::worker::Worker;
 use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
@@ -227,12 +227,18 @@ async fn try_server<'r, C: ClientSide>(
                 UpstreamConn::new(Box::pin(connect(worker, server, client.watch(), limit)).await?)
             }
         };
-        let write_head = |out: &mut Vec<u8>, client_ip: &str, scheme: Scheme| {
-            write_upstream_head(out, head, service, server, client_ip, scheme);
-        };
-        let sent = client
-            .send_request(worker, head, write_head, &mut up.io, service.write_timeout)
-            .await;
+        // The head, then the body re-framed as the head declares; a small body goes out in
+        // the same write as the head.
+        let outgoing = client.outgoing(head);
+        outgoing.out.clear();
+        let (ip_text, scheme) = (outgoing.ip_text, outgoing.scheme);
+        write_upstream_head(outgoing.out, head, service, server, ip_text, scheme);
+        let relay = Relay::to_upstream(worker, outgoing.watch, service.write_timeout);
+        let chunked = head.framing == Framing::Chunked;
+        let relaying = outgoing
+            .body
+            .relay(&mut up.io, outgoing.out, chunked, &relay);
+        let sent = relaying.await;
         let mut detail = String::new();
         let (status, message, cause) = match sent {
             Ok(_) => {

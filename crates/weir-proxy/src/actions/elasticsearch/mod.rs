@@ -157,7 +157,7 @@ fn is_json(local: &LocalResponse) -> bool {
 /// The answer to a client whose request body could not be read (bad framing, too slow, gone,
 /// or over the limit: `too_large` then says which limit), in Elasticsearch's form.
 pub(crate) fn body_failure(
-    e: crate::reply::client::BodyError,
+    e: crate::reply::relay::BodyError,
     too_large: Option<String>,
 ) -> LocalResponse {
     let (status, message) = e

@@ -8,6 +8,7 @@ pub mod client;
 pub mod compress;
 pub mod filter;
 pub mod grpc;
+pub(crate) mod plan;
 pub mod reply;
 pub mod router;
 

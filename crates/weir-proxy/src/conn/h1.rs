@@ -1021,9 +1021,7 @@ fn write_client_head(
         resp.reason()
     };
     status_line(out, resp.status, text);
-    for (name, value) in plan.fields() {
-        codec::header(out, name, value);
-    }
+    plan.each_field(|name, value| codec::header(out, name, value));
     match plan.length {
         BodyLength::Known(n) => {
             out.extend_from_slice(b"content-length: ");

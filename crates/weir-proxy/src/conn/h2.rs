@@ -670,9 +670,7 @@ fn local_parts(plan: &LocalPlan, date: &str) -> http::Response<()> {
     *response.status_mut() =
         http::StatusCode::from_u16(plan.local.status).unwrap_or(http::StatusCode::OK);
     let headers = response.headers_mut();
-    for (name, value) in plan.fields() {
-        append(headers, name, value);
-    }
+    plan.each_field(|name, value| append(headers, name, value));
     if let Some(len) = plan.declared_length() {
         append(headers, b"content-length", len.to_string().as_bytes());
     }
@@ -694,9 +692,7 @@ fn response_parts(
     *response.status_mut() =
         http::StatusCode::from_u16(resp.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
     let headers = response.headers_mut();
-    for (name, value) in plan.fields() {
-        append(headers, name, value);
-    }
+    plan.each_field(|name, value| append(headers, name, value));
     match plan.length {
         BodyLength::Known(n) if !ended => {
             append(headers, b"content-length", n.to_string().as_bytes())

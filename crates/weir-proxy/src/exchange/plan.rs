@@ -45,7 +45,8 @@ impl ResponsePlan {
     /// response-head filter installed one. `sends_files`: the driver can send a file as it is
     /// (`sendfile`); else a mapped file's bytes are taken instead. Fails when the body cannot
     /// be made ready (a file that cannot be read, a filter that fails): nothing is sent yet.
-    #[inline]
+    /// Inlined so the head and body are moved once, into the plan.
+    #[inline(always)]
     pub(crate) fn new(
         req: &RequestHead,
         mut head: ResponseHead,
@@ -91,18 +92,23 @@ impl ResponsePlan {
         self.length == BodyLength::Unknown && !self.close_delimited
     }
 
-    /// The head's fields that cross to the client: not hop-by-hop, not named by
-    /// `Connection`, not the length (the driver declares it from the plan).
-    #[inline]
-    pub(crate) fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    /// Calls `field` with each of the head's fields that cross to the client: not
+    /// hop-by-hop, not named by `Connection`, not the length (the driver declares it from the
+    /// plan). A loop, not an iterator: through `Iterator::filter` a proxied answer's head cost
+    /// ~45 more instructions a field (callgrind).
+    #[inline(always)]
+    pub(crate) fn each_field(&self, mut field: impl FnMut(&[u8], &[u8])) {
         let head = &self.head;
         let connection = head
             .connection_names_headers
             .then(|| head.head.get("connection"))
             .flatten();
-        head.head.iter().filter(move |&(name, _)| {
-            crosses(name) && !connection.is_some_and(|c| lists_token(c, name))
-        })
+        for (name, value) in head.head.iter() {
+            if !crosses(name) || connection.is_some_and(|c| lists_token(c, name)) {
+                continue;
+            }
+            field(name, value);
+        }
     }
 
     /// The length an answer without a body describes: the one a HEAD answer would have had,
@@ -148,11 +154,14 @@ impl<'a> LocalPlan<'a> {
         }
     }
 
-    /// The answer's fields that cross to the client (its length is declared apart).
-    pub(crate) fn fields(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        let headers = self.local.headers.iter();
-        let fields = headers.map(|(name, value)| (name.as_bytes(), value.as_bytes()));
-        fields.filter(|&(name, _)| crosses(name))
+    /// Calls `field` with each of the answer's fields that cross to the client (its length is
+    /// declared apart).
+    pub(crate) fn each_field(&self, mut field: impl FnMut(&[u8], &[u8])) {
+        for (name, value) in &self.local.headers {
+            if crosses(name.as_bytes()) {
+                field(name.as_bytes(), value.as_bytes());
+            }
+        }
     }
 
     /// The length the head declares: none for a 1xx or a 204, which have no content.

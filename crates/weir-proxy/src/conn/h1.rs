@@ -9,12 +9,10 @@
 use crate::actions::static_files::read_exact_at;
 use crate::conn::ClientIo;
 use crate::exchange::exchange;
-use crate::http::ascii::eq_ignore_case;
+use crate::exchange::plan::{BodyLength, ResponsePlan};
 use crate::http::codec::{
-    self, is_hop_by_hop, lists_token, push_decimal, reason, status_line, Framing, RequestHead,
-    ResponseHead,
+    self, push_decimal, reason, status_line, Framing, RequestHead, ResponseHead,
 };
-use crate::http::compress::WHOLE_BODY_LIMIT;
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
@@ -24,8 +22,7 @@ use crate::io::relay;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, CLIENT_CLOSED};
-use crate::reply::relay::BodyError;
-use crate::reply::relay::{filter_whole, relay_body, relay_stream, written, Relay, Sink, FLUSH_AT};
+use crate::reply::relay::{relay_body, relay_stream, written, BodyError, Relay, Sink, FLUSH_AT};
 use crate::reply::request_body::{BodySource, H1Body, Outgoing, RequestBody};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::pool::{UpstreamConn, UpstreamIo};
@@ -504,16 +501,26 @@ impl<S: ClientIo> H1Client<S> {
                 )
             }
             (ReplyHead::Response(response), body) => {
-                self.send_response(
-                    worker,
-                    req,
-                    response,
-                    (body, reply.body_filter),
-                    keep_alive,
-                    broken,
-                    read_timeout,
-                )
-                .await
+                let status = response.status;
+                let sends_files = self.io.as_tcp().is_some();
+                match ResponsePlan::new(req, response, body, reply.body_filter, sends_files) {
+                    Ok(plan) => {
+                        let sending =
+                            self.send_response(worker, req, plan, keep_alive, broken, read_timeout);
+                        sending.await
+                    }
+                    // The head is not sent yet, but it promises a body that cannot be
+                    // produced: close.
+                    Err(_) => {
+                        let outcome = Outcome {
+                            keep_alive: false,
+                            linger: broken,
+                            status,
+                            bytes: 0,
+                        };
+                        (outcome, None)
+                    }
+                }
             }
         };
         Sent {
@@ -523,78 +530,25 @@ impl<S: ClientIo> H1Client<S> {
         }
     }
 
-    /// Writes an editable head and its body: bytes, or the relay from an upstream (fused when
-    /// no body filter applies). A filtered body's length is unknown until it ends, so it goes
-    /// chunked (close-delimited to HTTP/1.0), unless it is already in memory: then it is
-    /// filtered whole and sent with its length.
-    #[allow(clippy::too_many_arguments)]
+    /// Frames a planned reply in HTTP/1: the head (`write_client_head`), then its body: bytes,
+    /// a file, or the relay from an upstream (fused when no body filter applies). An unknown
+    /// length goes chunked, or close-delimited to HTTP/1.0.
     async fn send_response(
         &mut self,
         worker: &Worker,
         req: &RequestHead,
-        mut response: ResponseHead,
-        (body, mut filter): (ReplyBody, Option<BodyFilter>),
+        mut plan: ResponsePlan,
         keep_alive: bool,
         broken: bool,
         read_timeout: Duration,
     ) -> (Outcome, Option<UpstreamConn>) {
-        let mut body = body;
-        // The head is not sent yet, but it promises a body that cannot be produced: close.
-        let status = response.status;
-        let failed = || {
-            let outcome = Outcome {
-                keep_alive: false,
-                linger: broken,
-                status,
-                bytes: 0,
-            };
-            (outcome, None)
-        };
-        if filter.is_some() || self.io.as_tcp().is_none() {
-            body = body.mapped_as_bytes();
-        }
-        // A file small enough to be compressed whole is read now, like a local body.
-        if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
-            if file.len <= WHOLE_BODY_LIMIT {
-                let mut data = vec![0; file.len as usize];
-                if read_exact_at(&file.file, &mut data, file.offset).is_err() {
-                    return failed();
-                }
-                body = ReplyBody::Bytes(data.into());
-            }
-        }
-        if let (Some(whole), ReplyBody::Bytes(bytes)) = (&mut filter, &body) {
-            let Ok(filtered) = filter_whole(whole, bytes) else {
-                return failed();
-            };
-            response.framing = Framing::Length(filtered.len() as u64);
-            body = ReplyBody::Bytes(filtered.into());
-            filter = None;
-        }
-        // How the body is read (from the upstream) and how it is sent.
-        let (framing_in, framing_out) = if req.is_head() {
-            (Framing::None, Framing::None)
-        } else if filter.is_some() {
-            let out = if req.minor_version == 1 {
-                Framing::Chunked
-            } else {
-                Framing::UntilClose
-            };
-            (response.framing, out)
-        } else {
-            (response.framing, response.framing)
-        };
-        let chunked_out =
-            req.minor_version == 1 && matches!(framing_out, Framing::Chunked | Framing::UntilClose);
-        let can_delimit =
-            chunked_out || !matches!(framing_out, Framing::Chunked | Framing::UntilClose);
-        let keep_alive = keep_alive && can_delimit;
+        let chunked_out = plan.chunked();
+        let keep_alive = keep_alive && plan.keeps_connection();
         let date = worker.clock.date_header();
-        let date = (!response.has_date).then_some(&date);
+        let date = (!plan.head.has_date).then_some(&date);
         write_client_head(
             &mut self.out,
-            &response,
-            framing_out,
+            &plan,
             keep_alive,
             chunked_out,
             req.minor_version,
@@ -603,33 +557,32 @@ impl<S: ClientIo> H1Client<S> {
         let mut outcome = Outcome {
             keep_alive,
             linger: broken,
-            status: response.status,
+            status: plan.head.status,
             bytes: 0,
         };
-        match body {
+        match plan.body {
             ReplyBody::Upstream(mut up) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut sink = Sink {
                     io: Some(&mut self.io),
-                    filter: filter.as_mut(),
+                    filter: plan.filter.as_mut(),
                     sent: 0,
                     trailers: None,
                 };
                 let relayed = relay_body(
                     &mut up.io,
                     &mut up.buf,
-                    framing_in,
+                    plan.read,
                     &mut sink,
                     &mut self.out,
                     chunked_out,
                     &relay,
                 )
                 .await;
-                let sent = sink.sent;
                 match relayed {
                     Ok(bytes) => {
-                        outcome.bytes = if filter.is_some() { sent } else { bytes };
-                        (outcome, response.keep_alive.then_some(up))
+                        outcome.bytes = sink.counted(bytes);
+                        (outcome, plan.head.keep_alive.then_some(up))
                     }
                     // The head is already sent: closing is the only way to tell the client.
                     Err(_) => {
@@ -642,11 +595,11 @@ impl<S: ClientIo> H1Client<S> {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut sink = Sink {
                     io: Some(&mut self.io),
-                    filter: filter.as_mut(),
+                    filter: plan.filter.as_mut(),
                     sent: 0,
                     trailers: None,
                 };
-                let relayed = if framing_in == Framing::None {
+                let relayed = if plan.read == Framing::None {
                     relay.flush(&mut sink, &mut self.out).await.map(|()| 0)
                 } else {
                     let relaying = relay_stream(
@@ -658,15 +611,14 @@ impl<S: ClientIo> H1Client<S> {
                     );
                     relaying.await.map(|(bytes, _)| bytes)
                 };
-                let sent = sink.sent;
                 match relayed {
-                    Ok(bytes) => outcome.bytes = if filter.is_some() { sent } else { bytes },
+                    Ok(bytes) => outcome.bytes = sink.counted(bytes),
                     Err(_) => outcome.keep_alive = false,
                 }
                 (outcome, None)
             }
             ReplyBody::Bytes(bytes) => {
-                let body: &[u8] = if framing_out == Framing::None {
+                let body: &[u8] = if plan.length == BodyLength::None {
                     &[]
                 } else {
                     &bytes
@@ -679,10 +631,10 @@ impl<S: ClientIo> H1Client<S> {
                 (outcome, None)
             }
             ReplyBody::File(file) => {
-                let sent = if framing_out == Framing::None {
+                let sent = if plan.length == BodyLength::None {
                     self.write_out(worker).await.map(|()| 0)
                 } else {
-                    self.send_file(worker, &file, filter.as_mut(), chunked_out)
+                    self.send_file(worker, &file, plan.filter.as_mut(), chunked_out)
                         .await
                 };
                 match sent {
@@ -915,11 +867,7 @@ impl<S: ClientIo> H1Client<S> {
             self.out.extend_from_slice(b"0\r\n\r\n");
         }
         relay.flush(&mut sink, &mut self.out).await?;
-        Ok(if sink.filter.is_some() {
-            sink.sent
-        } else {
-            body.len
-        })
+        Ok(sink.counted(body.len))
     }
 
     /// After a 101, the connection belongs to the upgraded protocol: bytes go both ways as
@@ -989,52 +937,40 @@ async fn read_lent<S: AsyncRead + Unpin>(
     .await
 }
 
-/// The client's view of a response head: hop-by-hop headers dropped, framing rewritten for
-/// what weir sends, `Date` added when the head has none.
+/// The HTTP/1 head of a planned reply: the fields that cross, the length as the plan tells
+/// it (a `Content-Length`, chunks, or nothing: the close), `Date` when the head has none, and
+/// `Connection` as the client needs it.
 fn write_client_head(
     out: &mut Vec<u8>,
-    resp: &ResponseHead,
-    framing: Framing,
+    plan: &ResponsePlan,
     keep_alive: bool,
     chunked: bool,
     client_minor: u8,
     date_header: Option<&[u8; DATE_HEADER_LEN]>,
 ) {
+    let resp = &plan.head;
     let text = if resp.reason().is_empty() {
         reason(resp.status)
     } else {
         resp.reason()
     };
     status_line(out, resp.status, text);
-    let connection = resp
-        .connection_names_headers
-        .then(|| resp.head.get("connection"))
-        .flatten();
-    for (name, value) in resp.head.iter() {
-        if is_hop_by_hop(name)
-            || eq_ignore_case(name, b"content-length")
-            || connection.is_some_and(|c| lists_token(c, name))
-        {
-            continue;
-        }
-        codec::header(out, name, value);
-    }
-    match framing {
-        Framing::Length(n) => {
+    plan.each_field(|name, value| codec::header(out, name, value));
+    match plan.length {
+        BodyLength::Known(n) => {
             out.extend_from_slice(b"content-length: ");
             push_decimal(out, n);
             out.extend_from_slice(b"\r\n");
         }
-        Framing::None => {
-            // HEAD and 304 answers describe the length they would have had.
-            if let Some(len) = resp.head.get("content-length") {
+        BodyLength::None => {
+            if let Some(len) = plan.described_length() {
                 codec::header(out, b"content-length", len);
             }
         }
-        Framing::Chunked | Framing::UntilClose if chunked => {
+        BodyLength::Unknown if chunked => {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
-        _ => {}
+        BodyLength::Unknown => {}
     }
     if let Some(line) = date_header {
         out.extend_from_slice(line);

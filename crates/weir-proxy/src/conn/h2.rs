@@ -12,9 +12,8 @@
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
 use crate::exchange::exchange;
-use crate::http::ascii::eq_ignore_case;
-use crate::http::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
-use crate::http::compress::WHOLE_BODY_LIMIT;
+use crate::exchange::plan::{crosses, BodyLength, LocalPlan, ResponsePlan};
+use crate::http::codec::{self, RequestHead};
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
@@ -22,8 +21,7 @@ use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
-use crate::reply::relay::BodyError;
-use crate::reply::relay::{filter_whole, relay_body, relay_stream, DataOut, Relay, Sink, FLUSH_AT};
+use crate::reply::relay::{relay_body, relay_stream, BodyError, DataOut, Relay, Sink, FLUSH_AT};
 use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::state::runtime::SharedRuntime;
@@ -159,7 +157,8 @@ impl Stream {
             Err((status, message)) => {
                 let answer = LocalResponse::text(status, message);
                 let date = date_value(&self.worker);
-                let _ = send_local(&mut respond, &answer, &answer.body, &date, false).await;
+                let plan = LocalPlan::new(false, &answer, answer.body.len() as u64);
+                let _ = send_local(&mut respond, plan, &answer.body, &date).await;
                 return;
             }
         };
@@ -324,33 +323,42 @@ impl ClientConn for H2Client {
         let mut reusable = None;
         let (status, sent) = match (reply.head, reply.body) {
             (ReplyHead::Local(local), ReplyBody::File(file)) => {
-                let sending = self.send_file(worker, &local, &file, &date, head_only);
-                (local.status, sending.await)
+                let plan = LocalPlan::new(head_only, &local, file.len);
+                (
+                    local.status,
+                    self.send_file(worker, plan, &file, &date).await,
+                )
             }
             (ReplyHead::Shared(local), ReplyBody::File(file)) => {
-                let sending = self.send_file(worker, &local, &file, &date, head_only);
-                (local.status, sending.await)
+                let plan = LocalPlan::new(head_only, &local, file.len);
+                (
+                    local.status,
+                    self.send_file(worker, plan, &file, &date).await,
+                )
             }
             (ReplyHead::Local(local), _) => {
-                let sending = send_local(&mut self.respond, &local, &local.body, &date, head_only);
+                let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
+                let sending = send_local(&mut self.respond, plan, &local.body, &date);
                 (local.status, sending.await)
             }
             (ReplyHead::Shared(local), _) => {
-                let sending = send_local(&mut self.respond, &local, &local.body, &date, head_only);
+                let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
+                let sending = send_local(&mut self.respond, plan, &local.body, &date);
                 (local.status, sending.await)
             }
             (ReplyHead::Response(response), body) => {
                 let status = response.status;
-                let relaying = self.send_response(
-                    worker,
-                    response,
-                    (body, reply.body_filter),
-                    &date,
-                    head_only,
-                    read_timeout,
-                );
-                let (sent, conn) = relaying.await;
-                reusable = conn;
+                // HTTP/2 never uses `sendfile`.
+                let sent = match ResponsePlan::new(req, response, body, reply.body_filter, false) {
+                    Ok(plan) => {
+                        let relaying =
+                            self.send_response(worker, plan, &date, head_only, read_timeout);
+                        let (sent, conn) = relaying.await;
+                        reusable = conn;
+                        sent
+                    }
+                    Err(e) => Err(e),
+                };
                 (status, sent)
             }
         };
@@ -365,14 +373,15 @@ impl ClientConn for H2Client {
 }
 
 impl H2Client {
-    /// An editable head and its body: bytes, a file, or the relay from an upstream (through
-    /// the body filter, if one was installed). Returns the body bytes sent and the upstream
-    /// connection when its response was read completely.
+    /// Frames a planned reply as HTTP/2: HEADERS (ending the stream when no body follows),
+    /// then the body as DATA frames: bytes, a file, or the relay from an upstream (through the
+    /// body filter, if one applies), then trailers or an empty DATA frame with END_STREAM.
+    /// Returns the body bytes sent and the upstream connection when its response was read
+    /// completely.
     async fn send_response(
         &mut self,
         worker: &Worker,
-        mut response: ResponseHead,
-        (mut body, mut filter): (ReplyBody, Option<BodyFilter>),
+        mut plan: ResponsePlan,
         date: &str,
         head_only: bool,
         read_timeout: Duration,
@@ -380,39 +389,11 @@ impl H2Client {
         Result<u64, BodyError>,
         Option<crate::servers::pool::UpstreamConn>,
     ) {
-        // HTTP/2 never uses `sendfile`.
-        body = body.mapped_as_bytes();
-        if let (Some(_), ReplyBody::File(file)) = (&filter, &body) {
-            if file.len <= WHOLE_BODY_LIMIT {
-                let mut data = vec![0; file.len as usize];
-                if read_exact_at(&file.file, &mut data, file.offset).is_err() {
-                    return (Err(BodyError::Source), None);
-                }
-                body = ReplyBody::Bytes(data.into());
-            }
-        }
-        if let (Some(whole), ReplyBody::Bytes(bytes)) = (&mut filter, &body) {
-            let Ok(filtered) = filter_whole(whole, bytes) else {
-                return (Err(BodyError::Sink), None);
-            };
-            response.framing = Framing::Length(filtered.len() as u64);
-            body = ReplyBody::Bytes(filtered.into());
-            filter = None;
-        }
-        let framing = if head_only {
-            Framing::None
-        } else {
-            response.framing
-        };
-        // An HTTP/2 upstream's answer that ended with its head (gRPC's trailers-only form)
-        // ends with its head here too.
-        let ended = matches!(&body, ReplyBody::Stream(stream) if stream.ended());
-        let length = match (&filter, framing) {
-            (None, Framing::Length(n)) if !ended => Some(n),
-            _ => None,
-        };
-        let parts = response_parts(&response, length, date, head_only);
-        let no_body = framing == Framing::None || ended || matches!(body, ReplyBody::Upgrade(_));
+        // An answer that ends with its head (gRPC's trailers-only form) ends with its HEADERS
+        // here too, and declares no length.
+        let ended = plan.ends_with_head();
+        let parts = response_parts(&plan, ended, date, head_only);
+        let no_body = plan.length == BodyLength::None || ended;
         let mut send = match self.respond.send_response(parts, no_body) {
             Ok(send) => send,
             Err(_) => return (Err(BodyError::Sink), None),
@@ -420,13 +401,13 @@ impl H2Client {
         if no_body {
             return (Ok(0), None);
         }
-        match body {
+        match plan.body {
             ReplyBody::Upstream(mut up) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut out = DataOut(&mut send);
                 let mut sink = Sink {
                     io: Some(&mut out),
-                    filter: filter.as_mut(),
+                    filter: plan.filter.as_mut(),
                     sent: 0,
                     trailers: Some(Vec::new()),
                 };
@@ -434,14 +415,14 @@ impl H2Client {
                 let relayed = relay_body(
                     &mut up.io,
                     &mut up.buf,
-                    framing,
+                    plan.read,
                     &mut sink,
                     &mut self.out,
                     false,
                     &relay,
                 )
                 .await;
-                let filtered = sink.sent;
+                let relayed = relayed.map(|bytes| sink.counted(bytes));
                 // A chunked body's trailers end the stream as its trailers.
                 let trailers = sink.trailers.take().map(|raw| trailer_fields(&raw));
                 let ended = match trailers {
@@ -449,10 +430,7 @@ impl H2Client {
                     _ => send.send_data(Bytes::new(), true),
                 };
                 match relayed {
-                    Ok(bytes) if ended.is_ok() => {
-                        let sent = if filter.is_some() { filtered } else { bytes };
-                        (Ok(sent), response.keep_alive.then_some(up))
-                    }
+                    Ok(sent) if ended.is_ok() => (Ok(sent), plan.head.keep_alive.then_some(up)),
                     Ok(_) => (Err(BodyError::Sink), None),
                     Err(e) => {
                         send.send_reset(h2::Reason::INTERNAL_ERROR);
@@ -465,7 +443,7 @@ impl H2Client {
                 let mut out = DataOut(&mut send);
                 let mut sink = Sink {
                     io: Some(&mut out),
-                    filter: filter.as_mut(),
+                    filter: plan.filter.as_mut(),
                     sent: 0,
                     trailers: None,
                 };
@@ -473,23 +451,15 @@ impl H2Client {
                 let relaying =
                     relay_stream(&mut stream.recv, &mut sink, &mut self.out, false, &relay);
                 let relayed = relaying.await;
-                let filtered = sink.sent;
-                let sent = if filter.is_some() { filtered } else { 0 };
                 let ended = match relayed {
-                    Ok((bytes, Some(trailers))) => send.send_trailers(trailers).map(|()| {
-                        if filter.is_some() {
-                            sent
-                        } else {
-                            bytes
-                        }
-                    }),
-                    Ok((bytes, None)) => send.send_data(Bytes::new(), true).map(|()| {
-                        if filter.is_some() {
-                            sent
-                        } else {
-                            bytes
-                        }
-                    }),
+                    Ok((bytes, Some(trailers))) => {
+                        let sent = sink.counted(bytes);
+                        send.send_trailers(trailers).map(|()| sent)
+                    }
+                    Ok((bytes, None)) => {
+                        let sent = sink.counted(bytes);
+                        send.send_data(Bytes::new(), true).map(|()| sent)
+                    }
                     Err(e) => {
                         send.send_reset(h2::Reason::INTERNAL_ERROR);
                         return (Err(e), None);
@@ -502,7 +472,7 @@ impl H2Client {
                 None,
             ),
             ReplyBody::File(file) => {
-                let sending = send_file_body(worker, &self.watch, &mut send, &file, filter);
+                let sending = send_file_body(worker, &self.watch, &mut send, &file, plan.filter);
                 (sending.await, None)
             }
             ReplyBody::Local | ReplyBody::Upgrade(_) => (
@@ -516,18 +486,16 @@ impl H2Client {
     async fn send_file(
         &mut self,
         worker: &Worker,
-        local: &LocalResponse,
+        plan: LocalPlan<'_>,
         file: &FileBody,
         date: &str,
-        head_only: bool,
     ) -> Result<u64, BodyError> {
-        let parts = local_parts(local, file.len, date);
-        let no_body = head_only || file.len == 0;
+        let parts = local_parts(&plan, date);
         let mut send = self
             .respond
-            .send_response(parts, no_body)
+            .send_response(parts, !plan.body_follows)
             .map_err(|_| BodyError::Sink)?;
-        if no_body {
+        if !plan.body_follows {
             return Ok(0);
         }
         send_file_body(worker, &self.watch, &mut send, file, None).await
@@ -537,17 +505,15 @@ impl H2Client {
 /// A local answer with its body in memory.
 async fn send_local(
     respond: &mut SendResponse<Bytes>,
-    local: &LocalResponse,
+    plan: LocalPlan<'_>,
     body: &Bytes,
     date: &str,
-    head_only: bool,
 ) -> Result<u64, BodyError> {
-    let parts = local_parts(local, body.len() as u64, date);
-    let no_body = head_only || body.is_empty();
+    let parts = local_parts(&plan, date);
     let mut send = respond
-        .send_response(parts, no_body)
+        .send_response(parts, !plan.body_follows)
         .map_err(|_| BodyError::Sink)?;
-    if no_body {
+    if !plan.body_follows {
         return Ok(0);
     }
     // No deadline here: a local body is small, and the stream's window holds it.
@@ -629,59 +595,47 @@ fn date_value(worker: &Worker) -> String {
         .map_or(String::new(), |(_, value)| value.to_string())
 }
 
-/// A local answer's head for HTTP/2: its status and headers, its length and a date.
-fn local_parts(local: &LocalResponse, len: u64, date: &str) -> http::Response<()> {
+/// A local answer's head for HTTP/2: its status, the fields that cross, its length and a
+/// date.
+fn local_parts(plan: &LocalPlan, date: &str) -> http::Response<()> {
     let mut response = http::Response::new(());
     *response.status_mut() =
-        http::StatusCode::from_u16(local.status).unwrap_or(http::StatusCode::OK);
+        http::StatusCode::from_u16(plan.local.status).unwrap_or(http::StatusCode::OK);
     let headers = response.headers_mut();
-    for (name, value) in &local.headers {
-        if name.eq_ignore_ascii_case("content-length") || is_hop_by_hop(name.as_bytes()) {
-            continue;
-        }
-        append(headers, name.as_bytes(), value.as_bytes());
-    }
-    if !(100..200).contains(&local.status) && local.status != 204 {
+    plan.each_field(|name, value| append(headers, name, value));
+    if let Some(len) = plan.declared_length() {
         append(headers, b"content-length", len.to_string().as_bytes());
     }
     append(headers, b"date", date.as_bytes());
     response
 }
 
-/// An editable head for HTTP/2: connection-specific fields dropped (RFC 9113 8.2.2), names
-/// lowercased, the length when it is known, a date when the upstream sent none.
+/// A planned reply's head for HTTP/2: the fields that cross (RFC 9113 8.2.2), names
+/// lowercased, the length when it is known (an answer to HEAD describes the one it would have
+/// had), a date when the upstream sent none.
 fn response_parts(
-    resp: &ResponseHead,
-    length: Option<u64>,
+    plan: &ResponsePlan,
+    ended: bool,
     date: &str,
     head_only: bool,
 ) -> http::Response<()> {
+    let resp = &plan.head;
     let mut response = http::Response::new(());
     *response.status_mut() =
         http::StatusCode::from_u16(resp.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-    let connection = resp
-        .connection_names_headers
-        .then(|| resp.head.get("connection"))
-        .flatten();
     let headers = response.headers_mut();
-    for (name, value) in resp.head.iter() {
-        if is_hop_by_hop(name)
-            || eq_ignore_case(name, b"content-length")
-            || connection.is_some_and(|c| lists_token(c, name))
-        {
-            continue;
+    plan.each_field(|name, value| append(headers, name, value));
+    match plan.length {
+        BodyLength::Known(n) if !ended => {
+            append(headers, b"content-length", n.to_string().as_bytes())
         }
-        append(headers, name, value);
-    }
-    match length {
-        Some(n) => append(headers, b"content-length", n.to_string().as_bytes()),
-        // HEAD answers describe the length they would have had.
-        None if head_only => {
-            if let Some(len) = resp.head.get("content-length") {
+        // A 304's described length is not passed on over HTTP/2.
+        _ if head_only => {
+            if let Some(len) = plan.described_length() {
                 append(headers, b"content-length", len);
             }
         }
-        None => {}
+        _ => {}
     }
     if !resp.has_date {
         append(headers, b"date", date.as_bytes());
@@ -701,7 +655,7 @@ fn trailer_fields(raw: &[u8]) -> http::HeaderMap {
     {
         for line in lines {
             let name = line.name.as_bytes();
-            if !is_hop_by_hop(name) && !eq_ignore_case(name, b"content-length") {
+            if crosses(name) {
                 append(&mut fields, name, line.value);
             }
         }

@@ -4,6 +4,7 @@
 //! the pool and writes the access-log line.
 
 pub mod grpc;
+pub mod plan;
 
 use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;

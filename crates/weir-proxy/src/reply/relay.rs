@@ -209,6 +209,17 @@ impl<'a, W> Sink<'a, W> {
         }
     }
 
+    /// The body bytes the client got: the filter's output when there is one, else the
+    /// `relayed` bytes as they came.
+    #[inline]
+    pub(crate) fn counted(&self, relayed: u64) -> u64 {
+        if self.filter.is_some() {
+            self.sent
+        } else {
+            relayed
+        }
+    }
+
     /// Frames a piece of the body into `out`, filtered if a filter is installed.
     pub(crate) fn push(
         &mut self,
@@ -422,13 +433,6 @@ pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
     relay.flush(sink, out).await?;
     let _ = recv.flow_control().release_capacity(unreleased);
     Ok((relayed, trailers))
-}
-
-/// Runs a body that is already in memory through `filter` whole.
-pub(crate) fn filter_whole(filter: &mut BodyFilter, body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut filtered = filter.write(body)?.to_vec();
-    filtered.extend_from_slice(filter.finish()?);
-    Ok(filtered)
 }
 
 /// Appends a piece of body, as a chunk when `chunked`.

@@ -22,6 +22,7 @@ use crate::exchange::exchange;
 use crate::exchange::reply::{Reply, ReplyBody, ReplyHead};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{self, is_hop_by_hop, lists_token, Framing, RequestHead, ResponseHead};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
 use crate::io::buffers::FILE_READ_CHUNK;
@@ -157,8 +158,8 @@ impl Stream {
         let end_stream = body.is_end_stream();
         let head = match request_head(&parts, end_stream) {
             Ok(head) => head,
-            Err((status, message)) => {
-                let answer = LocalResponse::text(status, message);
+            Err(error) => {
+                let answer = error.plain();
                 let date = date_value(&self.worker);
                 let _ = send_local(&mut respond, &answer, &answer.body, &date, false).await;
                 return;
@@ -186,10 +187,7 @@ impl Stream {
 /// `cookie` fields are joined with `; ` (RFC 9113 8.2.3), a body of unknown length is declared
 /// chunked (so an HTTP/1 upstream gets it chunked). Parsed by the HTTP/1 codec, so the same
 /// checks apply to both protocols.
-fn request_head(
-    parts: &http::request::Parts,
-    end_stream: bool,
-) -> Result<RequestHead, (u16, &'static str)> {
+fn request_head(parts: &http::request::Parts, end_stream: bool) -> Result<RequestHead, LocalError> {
     let mut raw = Vec::with_capacity(512);
     raw.extend_from_slice(parts.method.as_str().as_bytes());
     raw.push(b' ');
@@ -221,8 +219,12 @@ fn request_head(
             head.http2 = true;
             Ok(head)
         }
-        Ok(None) => Err((400, "invalid request head")),
-        Err(e) => Err((e.status(), e.message())),
+        Ok(None) => Err(LocalError::new(
+            400,
+            ErrorKind::MalformedHead,
+            "invalid request head",
+        )),
+        Err(e) => Err(e.error()),
     }
 }
 
@@ -405,6 +407,13 @@ impl ClientSide for H2Client {
                 (local.status, sending.await)
             }
             (ReplyHead::Shared(local), _) => {
+                let sending = send_local(&mut self.respond, &local, &local.body, &date, head_only);
+                (local.status, sending.await)
+            }
+            // The exchange renders weir's errors before they get here (`render_error`); one
+            // it did not is answered plainly.
+            (ReplyHead::Error(error), _) => {
+                let local = error.plain();
                 let sending = send_local(&mut self.respond, &local, &local.body, &date, head_only);
                 (local.status, sending.await)
             }

@@ -6,7 +6,7 @@
 
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::{h1, h2, Scheme};
-use crate::http::local::LocalResponse;
+use crate::http::error::{ErrorKind, LocalError};
 use crate::listen::tls::ServerTls;
 use crate::observe::metrics::HandshakeFailure;
 use crate::process::worker::Worker;
@@ -81,7 +81,8 @@ async fn refuse_plain_http(worker: &Worker, watch: &ConnWatch, mut io: TcpStream
     let mut answer = Vec::new();
     let message = "This port speaks HTTPS: the plain HTTP request was refused.";
     let date = worker.clock.date_header();
-    LocalResponse::text(400, message).write(&mut answer, false, false, b"", &date);
+    let error = LocalError::new(400, ErrorKind::PlainHttpOnTls, message);
+    error.plain().write(&mut answer, false, false, b"", &date);
     if io.write_all(&answer).await.is_ok() {
         let _ = io.shutdown().await;
         let read = io.read(&mut scratch);

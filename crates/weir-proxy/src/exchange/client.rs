@@ -6,6 +6,7 @@ use crate::conn::watch::ConnWatch;
 use crate::conn::Scheme;
 use crate::exchange::reply::Reply;
 use crate::http::codec::{Framing, RequestHead};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::process::worker::Worker;
 use crate::upstream::balancer::UpstreamUse;
 use crate::upstream::h2::pool::BodyPump;
@@ -116,12 +117,21 @@ pub const CLIENT_CLOSED: u16 = 499;
 
 impl BodyError {
     /// The answer owed to a client whose own request body failed: bad framing or silence.
-    pub fn client_answer(self) -> Option<(u16, &'static str)> {
-        match self {
-            BodyError::Malformed => Some((400, "malformed request body")),
-            BodyError::SourceStalled => Some((408, "timed out reading the request body")),
-            BodyError::TooLarge => Some((413, "the request body is too large")),
-            _ => None,
-        }
+    pub fn client_answer(self) -> Option<LocalError> {
+        let (status, kind, message) = match self {
+            BodyError::Malformed => (400, ErrorKind::MalformedBody, "malformed request body"),
+            BodyError::SourceStalled => (
+                408,
+                ErrorKind::BodyTimeout,
+                "timed out reading the request body",
+            ),
+            BodyError::TooLarge => (
+                413,
+                ErrorKind::BodyTooLarge,
+                "the request body is too large",
+            ),
+            _ => return None,
+        };
+        Some(LocalError::new(status, kind, message))
     }
 }

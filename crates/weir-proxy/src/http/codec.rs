@@ -4,6 +4,7 @@
 //! streaming chunked-body decoder, and the helpers that serialize heads.
 
 use crate::http::ascii::eq_ignore_case;
+use crate::http::error::{ErrorKind, LocalError};
 use bytes::BytesMut;
 
 /// Largest request or response head accepted; beyond it the client gets 431.
@@ -456,6 +457,15 @@ impl HeadError {
             HeadError::Unsupported(_) => 501,
             HeadError::TooLarge => 431,
         }
+    }
+
+    /// The answer to a head refused.
+    pub fn error(&self) -> LocalError {
+        let kind = match self {
+            HeadError::TooLarge => ErrorKind::HeadTooLarge,
+            _ => ErrorKind::MalformedHead,
+        };
+        LocalError::new(self.status(), kind, self.message())
     }
 
     /// The plain-text explanation sent with the status.

@@ -8,6 +8,7 @@ mod upstream;
 mod wire;
 
 mod deadlines;
+mod errors;
 mod filters;
 mod framing;
 mod pool;

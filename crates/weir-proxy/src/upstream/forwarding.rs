@@ -4,8 +4,10 @@
 
 use crate::conn::watch::{ConnWatch, Expired, Waiting};
 use crate::conn::Scheme;
+use crate::exchange::client::{BodyError, CLIENT_CLOSED};
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{header, is_hop_by_hop, lists_token, RequestHead};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::process::worker::Worker;
 use crate::upstream::balancer::{Server, Service};
 use crate::upstream::pool::UpstreamIo;
@@ -29,12 +31,65 @@ pub(crate) enum Cause {
 }
 
 pub(crate) struct Failed {
-    pub(crate) status: u16,
-    pub(crate) message: &'static str,
+    /// The client's answer, unless another try answers it.
+    pub(crate) error: LocalError,
     pub(crate) cause: Cause,
     /// For the error log: what the system said, or the limit that passed (empty when the
     /// message says it all).
     pub(crate) detail: String,
+}
+
+impl Failed {
+    pub(crate) fn new(
+        status: u16,
+        kind: ErrorKind,
+        message: &'static str,
+        cause: Cause,
+        detail: String,
+    ) -> Failed {
+        Failed {
+            error: LocalError::new(status, kind, message),
+            cause,
+            detail,
+        }
+    }
+}
+
+/// A try whose request body did not get through (the server's side failed or stalled, or the
+/// client's body was bad, slow or cut short). Dropping the upstream request mid-body aborts it:
+/// the server never sees a request boundary.
+pub(crate) fn body_failed(e: BodyError) -> Failed {
+    let (status, kind, message, cause) = match e {
+        BodyError::Sink => (
+            502,
+            ErrorKind::UpstreamFailed,
+            "upstream closed the connection",
+            Cause::Reset,
+        ),
+        BodyError::SinkStalled => (
+            504,
+            ErrorKind::UpstreamTimeout,
+            "upstream did not take the request in time",
+            Cause::Other,
+        ),
+        BodyError::Source => (
+            CLIENT_CLOSED,
+            ErrorKind::ClientClosed,
+            "client closed the connection",
+            Cause::Other,
+        ),
+        e => {
+            let error = e.client_answer().unwrap_or_else(|| {
+                LocalError::new(400, ErrorKind::MalformedBody, "malformed request body")
+            });
+            return Failed {
+                error,
+                cause: Cause::Other,
+                detail: String::new(),
+            };
+        }
+    };
+    Failed::new(status, kind, message, cause, String::new())
 }
 
 /// A wait's limit, cut to what `timeouts.request` (or a gRPC deadline) leaves of the exchange.
@@ -77,12 +132,8 @@ pub(crate) async fn connect(
     limit: std::time::Duration,
 ) -> Result<UpstreamIo, Failed> {
     let fail = |status, message, detail| {
-        Err(Failed {
-            status,
-            message,
-            cause: Cause::Connect,
-            detail,
-        })
+        let kind = ErrorKind::UpstreamUnreachable;
+        Err(Failed::new(status, kind, message, Cause::Connect, detail))
     };
     let connecting = TcpStream::connect(server.addr);
     let io = match watch

@@ -9,6 +9,7 @@ use crate::actions::whole_body::Reader;
 use crate::exchange::client::ClientSide;
 use crate::exchange::reply::{Reply, ReplyHead};
 use crate::http::codec::RequestHead;
+use crate::http::error::LocalError;
 use crate::process::worker::Worker;
 use crate::upstream;
 use crate::upstream::balancer::Service;
@@ -58,6 +59,7 @@ pub(super) async fn send_part(
         ReplyHead::Response(response) => response,
         ReplyHead::Local(answer) => return weirs_failure(answer.status, &answer.body),
         ReplyHead::Shared(answer) => return weirs_failure(answer.status, &answer.body),
+        ReplyHead::Error(error) => return weirs_error(error.error()),
     };
     let reader = Reader {
         worker,
@@ -96,6 +98,11 @@ pub(super) fn weirs_failure(status: u16, text: &[u8]) -> Answer {
         in_doubt: !crate::upstream::forwarding::never_sent(text),
         ..weirs_answer(status, text)
     }
+}
+
+/// The same for weir's own error (`forward` failed).
+pub(super) fn weirs_error(error: &LocalError) -> Answer {
+    weirs_failure(error.status, error.message.as_bytes())
 }
 
 /// The largest node answer read for a merge.

@@ -118,7 +118,13 @@ pub const CLIENT_CLOSED: u16 = 499;
 impl BodyError {
     /// The answer owed to a client whose own request body failed: bad framing or silence.
     pub fn client_answer(self) -> Option<LocalError> {
-        let (status, kind, message) = match self {
+        let (status, kind, message) = self.client_failure()?;
+        Some(LocalError::new(status, kind, message))
+    }
+
+    /// The same as its parts.
+    pub fn client_failure(self) -> Option<(u16, ErrorKind, &'static str)> {
+        Some(match self {
             BodyError::Malformed => (400, ErrorKind::MalformedBody, "malformed request body"),
             BodyError::SourceStalled => (
                 408,
@@ -131,7 +137,6 @@ impl BodyError {
                 "the request body is too large",
             ),
             _ => return None,
-        };
-        Some(LocalError::new(status, kind, message))
+        })
     }
 }

@@ -16,9 +16,10 @@ use crate::actions::elasticsearch;
 use crate::actions::static_files;
 use crate::exchange::client::{ClientSide, Outcome, Sent};
 use crate::exchange::filter::Flow;
-use crate::exchange::reply::{Reply, ReplyHead};
+use crate::exchange::reply::{ErrorHead, Reply, ReplyHead};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
+use crate::http::local::LocalResponse;
 use crate::observe::accesslog;
 use crate::process::runtime::{ErrorForm, Route, RouteAction, Runtime};
 use crate::process::worker::Worker;
@@ -158,18 +159,28 @@ async fn run_route<'r, C: ClientSide>(
 /// Renders weir's own error answer, once, in the flavour the request and route need: gRPC's
 /// trailers-only form for a gRPC request (whatever the route), Elasticsearch's JSON on a route
 /// to an Elasticsearch service, else plain text (a prebuilt error's answer as it was built).
+#[inline]
 fn render_error(reply: &mut Reply<'_>, head: &RequestHead, route: Option<&Route>) {
-    let ReplyHead::Error(error) = &reply.head else {
-        return;
-    };
-    let answer = if grpc::is_grpc(head) {
+    if let ReplyHead::Error(error) = &reply.head {
+        reply.head = ReplyHead::Local(rendered(error, head, route));
+    }
+}
+
+/// `render_error`'s work, out of line: most replies are not errors.
+#[cold]
+#[inline(never)]
+fn rendered<'r>(
+    error: &ErrorHead<'r>,
+    head: &RequestHead,
+    route: Option<&Route>,
+) -> Cow<'r, LocalResponse> {
+    if grpc::is_grpc(head) {
         Cow::Owned(grpc::error_answer(error.error()))
     } else if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
         Cow::Owned(elasticsearch::error_answer(error.error()))
     } else {
         error.plain()
-    };
-    reply.head = ReplyHead::Local(answer);
+    }
 }
 
 /// The error log's line for a 502 or 504: which router, service and server, which try, and
@@ -238,7 +249,6 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::local::LocalResponse;
 
     const DATE: &[u8] = b"date: Sun, 06 Nov 1994 08:49:37 GMT\r\n";
 

@@ -97,7 +97,7 @@ pub struct UpstreamUse<'r> {
 
 /// A failed exchange with a server, as the error log tells it.
 pub struct FailureNote {
-    pub message: std::borrow::Cow<'static, str>,
+    pub message: &'static str,
     /// What the system said, or the limit that passed; may be empty.
     pub detail: String,
     /// Which try failed last (1 without retries).

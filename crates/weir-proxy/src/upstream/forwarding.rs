@@ -31,12 +31,27 @@ pub(crate) enum Cause {
 }
 
 pub(crate) struct Failed {
-    /// The client's answer, unless another try answers it.
-    pub(crate) error: LocalError,
+    /// The client's answer, unless another try answers it (kept as `Copy` parts, not a
+    /// `LocalError`: the retry loop carries the last one across its waits).
+    pub(crate) answer: FailedAnswer,
     pub(crate) cause: Cause,
     /// For the error log: what the system said, or the limit that passed (empty when the
     /// message says it all).
     pub(crate) detail: String,
+}
+
+/// What a failed try tells the client.
+#[derive(Clone, Copy)]
+pub(crate) struct FailedAnswer {
+    pub(crate) status: u16,
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: &'static str,
+}
+
+impl FailedAnswer {
+    pub(crate) fn error(self) -> LocalError {
+        LocalError::new(self.status, self.kind, self.message)
+    }
 }
 
 impl Failed {
@@ -48,7 +63,11 @@ impl Failed {
         detail: String,
     ) -> Failed {
         Failed {
-            error: LocalError::new(status, kind, message),
+            answer: FailedAnswer {
+                status,
+                kind,
+                message,
+            },
             cause,
             detail,
         }
@@ -79,14 +98,12 @@ pub(crate) fn body_failed(e: BodyError) -> Failed {
             Cause::Other,
         ),
         e => {
-            let error = e.client_answer().unwrap_or_else(|| {
-                LocalError::new(400, ErrorKind::MalformedBody, "malformed request body")
-            });
-            return Failed {
-                error,
-                cause: Cause::Other,
-                detail: String::new(),
-            };
+            let (status, kind, message) = e.client_failure().unwrap_or((
+                400,
+                ErrorKind::MalformedBody,
+                "malformed request body",
+            ));
+            (status, kind, message, Cause::Other)
         }
     };
     Failed::new(status, kind, message, cause, String::new())

@@ -24,7 +24,7 @@ use crate::process::worker::Worker;
 use crate::upstream::balancer::{FailureNote, UpstreamUse};
 use crate::upstream::balancer::{PickInput, Server, Service};
 use crate::upstream::pool::UpstreamConn;
-use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
+use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed, FailedAnswer};
 use tokio::io::AsyncReadExt;
 use weir_config::{RetryOn, UpstreamProtocol};
 
@@ -68,7 +68,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
     // The last try's failure: the answer when no other server is left to retry on.
-    let mut last_failure: Option<LocalError> = None;
+    let mut last_failure: Option<FailedAnswer> = None;
     loop {
         // Only the first try goes to the preferred server.
         let preferred = prefer
@@ -77,9 +77,10 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             .filter(|s| s.health.usable());
         let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))
         else {
-            let error = last_failure.unwrap_or_else(|| {
-                LocalError::new(503, ErrorKind::NoServer, forwarding::NO_SERVER)
-            });
+            let error = match last_failure {
+                Some(answer) => answer.error(),
+                None => LocalError::new(503, ErrorKind::NoServer, forwarding::NO_SERVER),
+            };
             return failure(error, None);
         };
         let used = UpstreamUse::new(server, service);
@@ -134,20 +135,20 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         let out_of_time = until.is_some_and(|until| worker.clock.now() >= until);
         if retryable && !out_of_time && tried.len() + 1 < attempts as usize && budget.allows() {
             tried.push(server.id);
-            last_failure = Some(failed.error);
+            last_failure = Some(failed.answer);
             budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;
         }
         let mut used = used;
-        if matches!(failed.error.status, 502 | 504) {
+        if matches!(failed.answer.status, 502 | 504) {
             used.failure = Some(Box::new(FailureNote {
-                message: failed.error.message.clone(),
+                message: failed.answer.message,
                 detail: failed.detail,
                 tries: tried.len() + 1,
             }));
         }
-        return failure(failed.error, Some(used));
+        return failure(failed.answer.error(), Some(used));
     }
 }
 

@@ -10,8 +10,10 @@
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
 use crate::http::conditional::{
-    if_range_holds, multipart_body, parse_ranges, precondition, Ranges, Validators,
+    if_range_holds, multipart_body, parse_ranges, precondition, precondition_failed,
+    range_not_satisfiable, Ranges, Validators,
 };
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::file_body::{FileBody, FileHandle};
 use crate::http::local::LocalResponse;
 use crate::io::open_files::{Missing, OpenFile, OpenFiles};
@@ -184,15 +186,10 @@ pub(crate) fn serve<'r>(
     req: &RequestHead,
 ) -> Reply<'r> {
     if !matches!(req.method(), "GET" | "HEAD") {
-        let refusal = LocalResponse::new(
-            405,
-            vec![
-                ("allow".into(), "GET, HEAD".into()),
-                ("content-type".into(), "text/plain; charset=utf-8".into()),
-            ],
-            "static files answer GET and HEAD only\n",
-        );
-        return Reply::local(Cow::Owned(refusal));
+        let allow = "GET, HEAD";
+        let message = "static files answer GET and HEAD only";
+        let refusal = LocalError::new(405, ErrorKind::MethodNotAllowed { allow }, message);
+        return Reply::error(refusal);
     }
     let config = &site.config;
     let (rel, trailing_slash) = match clean_path(req.path(), config.dotfiles) {
@@ -302,15 +299,13 @@ fn answer_file<'r>(
         modified: Some(file.mtime),
     };
     if let Some(code) = precondition(req, &validators) {
-        let answered = if code == 304 {
-            // A 304 carries the validators and caching headers, no body.
-            let mut headers = headers();
-            headers.retain(|(n, _)| n != "content-type" && n != "content-encoding");
-            LocalResponse::new(304, headers, Bytes::new())
-        } else {
-            LocalResponse::text(412, "precondition failed")
-        };
-        return Reply::local(Cow::Owned(answered));
+        if code != 304 {
+            return Reply::error(precondition_failed());
+        }
+        // A 304 carries the validators and caching headers, no body.
+        let mut headers = headers();
+        headers.retain(|(n, _)| n != "content-type" && n != "content-encoding");
+        return Reply::local(Cow::Owned(LocalResponse::new(304, headers, Bytes::new())));
     }
     if let Some(range) = req
         .head
@@ -321,14 +316,7 @@ fn answer_file<'r>(
         headers.push(("accept-ranges".into(), "bytes".into()));
         match parse_ranges(range, file.len) {
             Ranges::Ignore => {}
-            Ranges::Unsatisfiable => {
-                let refused = LocalResponse::new(
-                    416,
-                    vec![("content-range".into(), format!("bytes */{}", file.len))],
-                    Bytes::new(),
-                );
-                return Reply::local(Cow::Owned(refused));
-            }
+            Ranges::Unsatisfiable => return Reply::error(range_not_satisfiable(file.len)),
             Ranges::One(start, end) => {
                 headers.push((
                     "content-range".into(),
@@ -426,8 +414,9 @@ fn not_found<'r>(
     text(404, "not found")
 }
 
-fn text<'r>(status: u16, message: &str) -> Reply<'r> {
-    Reply::local(Cow::Owned(LocalResponse::text(status, message)))
+/// A path refused, not found or not read.
+fn text<'r>(status: u16, message: &'static str) -> Reply<'r> {
+    Reply::error(LocalError::new(status, ErrorKind::File, message))
 }
 
 /// The MIME type from the extension, with `charset=utf-8` for text.

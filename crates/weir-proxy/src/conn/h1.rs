@@ -13,6 +13,7 @@ use crate::exchange::plan::{BodyLength, ResponsePlan};
 use crate::http::codec::{
     self, push_decimal, reason, status_line, Framing, RequestHead, ResponseHead,
 };
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
@@ -251,7 +252,7 @@ impl<S: ClientIo> H1Client<S> {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    Box::pin(self.refuse(worker, e.status(), e.message())).await;
+                    Box::pin(self.refuse(worker, LocalError::from(&e))).await;
                     return HeadRead::Refused;
                 }
             }
@@ -267,7 +268,8 @@ impl<S: ClientIo> H1Client<S> {
                 // Part of a head arrived and the rest is too slow: 408 (unless stopping).
                 Err(Expired) if !worker.shutdown.is_requested() => {
                     let message = "timed out reading the request head";
-                    Box::pin(self.refuse(worker, 408, message)).await;
+                    let error = LocalError::new(408, ErrorKind::HeadTimeout, message);
+                    Box::pin(self.refuse(worker, error)).await;
                     return HeadRead::Refused;
                 }
                 Err(Expired) => return HeadRead::End,
@@ -276,10 +278,10 @@ impl<S: ClientIo> H1Client<S> {
     }
 
     /// Writes a plain-text error that closes the connection, for a request that cannot go on.
-    async fn refuse(&mut self, worker: &Worker, status: u16, message: &str) {
+    async fn refuse(&mut self, worker: &Worker, error: LocalError) {
         let mut out = worker.buffers.take_out();
         let date = worker.clock.date_header();
-        LocalResponse::text(status, message).write(&mut out, false, false, b"", &date);
+        error.plain().write(&mut out, false, false, b"", &date);
         let _ = self.io.write_all(&out).await;
         worker.buffers.give_out(out);
     }
@@ -435,9 +437,8 @@ impl<S: ClientIo> H1Client<S> {
         } else {
             None
         };
-        if let Some((status, message)) = bad_body.and_then(BodyError::client_answer) {
-            let answer = LocalResponse::text(status, message);
-            reply.head = ReplyHead::Local(std::borrow::Cow::Owned(answer));
+        if let Some(error) = bad_body.and_then(BodyError::client_answer) {
+            reply.head = ReplyHead::Local(std::borrow::Cow::Owned(error.plain()));
             reply.body = ReplyBody::Local;
         }
         let upstream = reply.upstream;
@@ -485,6 +486,16 @@ impl<S: ClientIo> H1Client<S> {
                 let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
                 // Under client_send_timeout, as every other body: a client that stops reading
                 // a local answer is disconnected too.
+                if self.write_out(worker).await.is_err() {
+                    outcome.keep_alive = false;
+                }
+                (outcome, None)
+            }
+            // The exchange renders weir's errors before they get here (`render_error`); one
+            // it did not is answered plainly.
+            (ReplyHead::Error(error), _) => {
+                let plain = error.plain();
+                let mut outcome = self.local_answer(worker, req, &plain, keep_alive, broken);
                 if self.write_out(worker).await.is_err() {
                     outcome.keep_alive = false;
                 }

@@ -14,8 +14,8 @@ use crate::conn::h1::canonical_ip;
 use crate::exchange::exchange;
 use crate::exchange::plan::{crosses, BodyLength, LocalPlan, ResponsePlan};
 use crate::http::codec::{self, RequestHead};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::file_body::FileBody;
-use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
@@ -154,8 +154,8 @@ impl Stream {
         let end_stream = body.is_end_stream();
         let head = match request_head(&parts, end_stream) {
             Ok(head) => head,
-            Err((status, message)) => {
-                let answer = LocalResponse::text(status, message);
+            Err(error) => {
+                let answer = error.plain();
                 let date = date_value(&self.worker);
                 let plan = LocalPlan::new(false, &answer, answer.body.len() as u64);
                 let _ = send_local(&mut respond, plan, &answer.body, &date).await;
@@ -184,10 +184,7 @@ impl Stream {
 /// `cookie` fields are joined with `; ` (RFC 9113 8.2.3), a body of unknown length is declared
 /// chunked (so an HTTP/1 upstream gets it chunked). Parsed by the HTTP/1 codec, so the same
 /// checks apply to both protocols.
-fn request_head(
-    parts: &http::request::Parts,
-    end_stream: bool,
-) -> Result<RequestHead, (u16, &'static str)> {
+fn request_head(parts: &http::request::Parts, end_stream: bool) -> Result<RequestHead, LocalError> {
     let mut raw = Vec::with_capacity(512);
     raw.extend_from_slice(parts.method.as_str().as_bytes());
     raw.push(b' ');
@@ -219,8 +216,12 @@ fn request_head(
             head.http2 = true;
             Ok(head)
         }
-        Ok(None) => Err((400, "invalid request head")),
-        Err(e) => Err((e.status(), e.message())),
+        Ok(None) => Err(LocalError::new(
+            400,
+            ErrorKind::MalformedHead,
+            "invalid request head",
+        )),
+        Err(e) => Err(LocalError::from(&e)),
     }
 }
 
@@ -342,6 +343,14 @@ impl ClientConn for H2Client {
                 (local.status, sending.await)
             }
             (ReplyHead::Shared(local), _) => {
+                let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
+                let sending = send_local(&mut self.respond, plan, &local.body, &date);
+                (local.status, sending.await)
+            }
+            // The exchange renders weir's errors before they get here (`render_error`); one
+            // it did not is answered plainly.
+            (ReplyHead::Error(error), _) => {
+                let local = error.plain();
                 let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
                 let sending = send_local(&mut self.respond, plan, &local.body, &date);
                 (local.status, sending.await)

@@ -5,7 +5,7 @@
 //! worker goes on serving the others.
 
 use crate::conn::{h1, h2};
-use crate::http::local::LocalResponse;
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::Scheme;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::tls::ServerTls;
@@ -102,7 +102,8 @@ async fn refuse_plain_http(worker: &Worker, watch: &ConnWatch, mut io: TcpStream
     let mut answer = Vec::new();
     let message = "This port speaks HTTPS: the plain HTTP request was refused.";
     let date = worker.clock.date_header();
-    LocalResponse::text(400, message).write(&mut answer, false, false, b"", &date);
+    let error = LocalError::new(400, ErrorKind::PlainHttpOnTls, message);
+    error.plain().write(&mut answer, false, false, b"", &date);
     if io.write_all(&answer).await.is_ok() {
         let _ = io.shutdown().await;
         let read = io.read(&mut scratch);

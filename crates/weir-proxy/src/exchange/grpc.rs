@@ -3,11 +3,8 @@
 //! request weir cannot route or forward is answered as gRPC answers errors, HTTP 200 with
 //! `grpc-status` and `grpc-message` in a head that ends the stream (the trailers-only form).
 
-use crate::http::codec::RequestHead;
-use crate::http::grpc::is_grpc;
+use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
-use crate::reply::{Reply, ReplyHead};
-use std::borrow::Cow;
 
 /// The gRPC status for an error weir answers with HTTP `status` (after gRPC's own HTTP
 /// mapping, with weir's timeouts as DEADLINE_EXCEEDED).
@@ -25,26 +22,18 @@ fn status_code(status: u16) -> u8 {
     }
 }
 
-/// Turns a local error reply (status 400 and up) to a gRPC request into gRPC form; any
-/// other reply stays as it is.
-pub fn local_errors_in_grpc_form(req: &RequestHead, reply: &mut Reply<'_>) {
-    let (status, message) = match &reply.head {
-        ReplyHead::Local(local) if local.status >= 400 && is_grpc(req) => {
-            (local.status, local.body.clone())
-        }
-        _ => return,
-    };
-    let message = String::from_utf8_lossy(&message);
-    let answer = LocalResponse::new(
-        200,
-        vec![
-            ("content-type".into(), "application/grpc".into()),
-            ("grpc-status".into(), status_code(status).to_string()),
-            ("grpc-message".into(), percent_encode(message.trim_end())),
-        ],
-        bytes::Bytes::new(),
-    );
-    reply.head = ReplyHead::Local(Cow::Owned(answer));
+/// weir's own error in gRPC form: HTTP 200 whose head ends the stream (trailers-only) with
+/// `grpc-status` and `grpc-message`, then the error's own header lines.
+pub fn error_answer(error: &LocalError) -> LocalResponse {
+    let mut headers = Vec::with_capacity(error.headers.len() + 3);
+    headers.push(("content-type".into(), "application/grpc".into()));
+    headers.push(("grpc-status".into(), status_code(error.status).to_string()));
+    headers.push((
+        "grpc-message".into(),
+        percent_encode(error.message.trim_end()),
+    ));
+    headers.extend(error.headers.iter().cloned());
+    LocalResponse::new(200, headers, bytes::Bytes::new())
 }
 
 /// `grpc-message` is percent-encoded UTF-8; printable ASCII other than `%` stays as it is.

@@ -8,11 +8,12 @@ pub mod plan;
 
 use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
+use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
 use crate::middlewares::Flow;
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
-use crate::reply::Reply;
+use crate::reply::{ErrorHead, Reply, ReplyHead};
 use crate::servers::balancer::UpstreamUse;
 use crate::state::runtime::{ErrorForm, Route, RouteAction, Runtime};
 use crate::upstream;
@@ -22,11 +23,14 @@ use std::rc::Rc;
 use std::sync::LazyLock;
 use std::time::Instant;
 
-static NO_ROUTE: LazyLock<LocalResponse> =
-    LazyLock::new(|| LocalResponse::text(404, "no route matches this request"));
+static NO_ROUTE: LazyLock<PrebuiltError> = LazyLock::new(|| {
+    let message = "no route matches this request";
+    PrebuiltError::new(LocalError::new(404, ErrorKind::NoRoute, message))
+});
 
-static ENTRYPOINT_REMOVED: LazyLock<LocalResponse> = LazyLock::new(|| {
-    LocalResponse::text(503, "this entrypoint was removed by a configuration reload")
+static ENTRYPOINT_REMOVED: LazyLock<PrebuiltError> = LazyLock::new(|| {
+    let message = "this entrypoint was removed by a configuration reload";
+    PrebuiltError::new(LocalError::new(503, ErrorKind::EntrypointRemoved, message))
 });
 
 /// Runs one exchange on a client connection.
@@ -68,14 +72,11 @@ pub(crate) async fn exchange<C: ClientConn>(
     });
     // request filters, then the action
     let mut reply = match route {
-        None if ep.is_none() => Reply::local(Cow::Borrowed(&*ENTRYPOINT_REMOVED)),
-        None => Reply::local(Cow::Borrowed(&*NO_ROUTE)),
+        None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
+        None => Reply::prebuilt_error(&NO_ROUTE),
         Some(route) => run_route(worker, route, client, &mut head).await,
     };
-    grpc::local_errors_in_grpc_form(&head, &mut reply);
-    if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
-        elasticsearch::local_errors_in_es_form(&mut reply);
-    }
+    render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         let mut body_filter = None;
@@ -127,6 +128,7 @@ async fn run_route<'r, C: ClientSide>(
     }
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
+        RouteAction::RespondError(error) => Reply::prebuilt_error(error),
         RouteAction::Proxy(service) => upstream::forward(worker, service, client, head, None).await,
         RouteAction::Elasticsearch(es) => {
             let service = &es.service;
@@ -144,6 +146,33 @@ async fn run_route<'r, C: ClientSide>(
         RouteAction::Static(site) => {
             static_files::serve(site, &worker.open_files, worker.clock.now(), head)
         }
+    }
+}
+
+/// Renders weir's own error answer, once, in the flavour the request and route need: gRPC's
+/// trailers-only form for a gRPC request (whatever the route), Elasticsearch's JSON on a route
+/// to an Elasticsearch service, else plain text (a prebuilt error's answer as it was built).
+#[inline]
+fn render_error(reply: &mut Reply<'_>, head: &RequestHead, route: Option<&Route>) {
+    if let ReplyHead::Error(error) = &reply.head {
+        reply.head = ReplyHead::Local(rendered(error, head, route));
+    }
+}
+
+/// `render_error`'s work, out of line: most replies are not errors.
+#[cold]
+#[inline(never)]
+fn rendered<'r>(
+    error: &ErrorHead<'r>,
+    head: &RequestHead,
+    route: Option<&Route>,
+) -> Cow<'r, LocalResponse> {
+    if crate::http::grpc::is_grpc(head) {
+        Cow::Owned(grpc::error_answer(error.error()))
+    } else if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
+        Cow::Owned(elasticsearch::error_answer(error.error()))
+    } else {
+        error.plain()
     }
 }
 
@@ -208,4 +237,112 @@ fn finish(
         log.record(&entry, &worker.log_lines);
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATE: &[u8] = b"date: Sun, 06 Nov 1994 08:49:37 GMT\r\n";
+
+    /// An answer as the HTTP/1 driver writes it on a kept-alive connection.
+    fn wire(answer: &LocalResponse) -> String {
+        let mut out = Vec::new();
+        answer.write(&mut out, true, false, b"", DATE);
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    fn too_many() -> LocalError {
+        let mut error = LocalError::new(429, ErrorKind::BodyTooLarge, "slow down: 100% used");
+        error.headers.push(("retry-after".into(), "5".into()));
+        error
+    }
+
+    #[test]
+    fn one_error_renders_in_each_flavour() {
+        let error = LocalError::new(
+            504,
+            ErrorKind::UpstreamTimeout,
+            "upstream response timed out",
+        );
+        assert_eq!(
+            wire(&error.plain()),
+            "HTTP/1.1 504 Gateway Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n\
+             content-length: 28\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n\
+             upstream response timed out\n"
+        );
+        assert_eq!(
+            wire(&grpc::error_answer(&error)),
+            "HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 4\r\n\
+             grpc-message: upstream response timed out\r\ncontent-length: 0\r\n\
+             date: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"
+        );
+        let body = "{\"error\":{\"reason\":\"upstream response timed out\",\"root_cause\":\
+                    [{\"reason\":\"upstream response timed out\",\"type\":\"timeout_exception\"}],\
+                    \"type\":\"timeout_exception\"},\"status\":504}";
+        assert_eq!(
+            wire(&elasticsearch::error_answer(&error)),
+            format!(
+                "HTTP/1.1 504 Gateway Timeout\r\ncontent-type: application/json; charset=UTF-8\r\n\
+                 content-length: {}\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n{body}",
+                body.len()
+            )
+        );
+    }
+
+    #[test]
+    fn an_error_s_own_headers_go_in_every_flavour_after_the_flavour_s() {
+        let error = too_many();
+        let names = |answer: LocalResponse| -> Vec<String> {
+            answer.headers.into_iter().map(|(name, _)| name).collect()
+        };
+        assert_eq!(names(error.plain()), ["content-type", "retry-after"]);
+        let grpc = grpc::error_answer(&error);
+        assert_eq!(grpc.headers[2].1, "slow down: 100%25 used");
+        assert_eq!(
+            names(grpc),
+            ["content-type", "grpc-status", "grpc-message", "retry-after"]
+        );
+        let es = elasticsearch::error_answer(&error);
+        assert!(String::from_utf8_lossy(&es.body).contains("es_rejected_execution_exception"));
+        assert_eq!(names(es), ["content-type", "retry-after"]);
+    }
+
+    #[test]
+    fn what_only_http_states_stays_in_the_plain_answer() {
+        let range = crate::http::conditional::range_not_satisfiable(120);
+        let plain = wire(&range.plain());
+        assert_eq!(
+            plain.split_once("\r\n").map(|(_, rest)| rest),
+            Some("content-range: bytes */120\r\ncontent-length: 0\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n")
+        );
+        let allow = "GET, HEAD";
+        let method = LocalError::new(405, ErrorKind::MethodNotAllowed { allow }, "GET only");
+        let plain = method.plain();
+        assert_eq!(plain.headers[0], ("allow".into(), allow.into()));
+        assert_eq!(&plain.body[..], b"GET only\n");
+        for answer in [
+            grpc::error_answer(&method),
+            elasticsearch::error_answer(&method),
+        ] {
+            assert!(answer.headers.iter().all(|(name, _)| name != "allow"));
+        }
+        assert_eq!(grpc::error_answer(&range).headers[2].1, "");
+    }
+
+    #[test]
+    fn a_prebuilt_error_lends_its_plain_answer() {
+        let error = LocalError::new(404, ErrorKind::NoRoute, "no route matches this request");
+        let prebuilt = PrebuiltError::new(error);
+        let head = crate::reply::ErrorHead::Prebuilt(&prebuilt);
+        assert!(matches!(head.plain(), Cow::Borrowed(p) if std::ptr::eq(p, &prebuilt.plain)));
+        let configured = LocalResponse::new(403, vec![("x-why".into(), "policy".into())], "no \n");
+        let configured = PrebuiltError::configured(configured);
+        assert_eq!(configured.error.message, "no");
+        assert_eq!(
+            wire(&configured.plain),
+            wire(&crate::reply::ErrorHead::Prebuilt(&configured).plain())
+        );
+        assert_eq!(grpc::error_answer(&configured.error).headers[1].1, "7");
+    }
 }

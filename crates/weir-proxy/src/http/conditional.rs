@@ -4,6 +4,7 @@
 //! whether a range applies, and `parse_ranges` turns `Range` into byte spans.
 
 use crate::http::codec::RequestHead;
+use crate::http::error::{ErrorKind, LocalError};
 use weir_cache::http_date_secs;
 
 /// Ranges asked of one answer beyond which the `Range` header is ignored (a full 200).
@@ -29,6 +30,16 @@ impl Validators<'_> {
         let opaque = |t: &[u8]| t.strip_prefix(b"W/").unwrap_or(t).to_vec();
         self.etag.is_some_and(|etag| opaque(etag) == opaque(tag))
     }
+}
+
+/// The 412 of a precondition that fails.
+pub fn precondition_failed() -> LocalError {
+    LocalError::new(412, ErrorKind::PreconditionFailed, "precondition failed")
+}
+
+/// The 416 of a `Range` outside a representation of `length` bytes.
+pub fn range_not_satisfiable(length: u64) -> LocalError {
+    LocalError::new(416, ErrorKind::RangeNotSatisfiable { length }, "")
 }
 
 /// §13.2.2: `If-Match`, else `If-Unmodified-Since` (412); then `If-None-Match`, else

@@ -1,5 +1,6 @@
 //! A local answer ([`LocalResponse`]): what weir answers itself (`respond` routes, redirects,
-//! errors), its HTTP/1 head prebuilt once so the h1 driver writes it with one copy.
+//! errors once rendered, see `http/error.rs`), its HTTP/1 head prebuilt once so the h1 driver
+//! writes it with one copy.
 
 use crate::http::codec::{header, push_decimal, reason, status_line};
 use bytes::Bytes;
@@ -36,14 +37,6 @@ impl LocalResponse {
             headers,
             body: Bytes::new(),
         }
-    }
-
-    pub fn text(status: u16, message: &str) -> Self {
-        LocalResponse::new(
-            status,
-            vec![("content-type".into(), "text/plain; charset=utf-8".into())],
-            format!("{message}\n"),
-        )
     }
 
     pub fn redirect(status: u16, location: &str) -> Self {

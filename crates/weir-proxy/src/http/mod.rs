@@ -1,12 +1,13 @@
 //! HTTP without a connection: the HTTP/1 codec (heads, framing, chunked bodies), header-value
-//! helpers, the request scheme, local answers, conditional requests, file bodies, content
-//! coding (compression), the router's rule matching and gRPC's request headers. Imports
-//! nothing else of the crate: every other folder may use it.
+//! helpers, the request scheme, local answers and weir's own errors, conditional requests, file
+//! bodies, content coding (compression), the router's rule matching and gRPC's request headers.
+//! Imports nothing else of the crate: every other folder may use it.
 
 pub mod ascii;
 pub mod codec;
 pub mod compress;
 pub mod conditional;
+pub mod error;
 pub mod file_body;
 pub mod grpc;
 pub mod local;

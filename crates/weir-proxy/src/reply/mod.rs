@@ -2,6 +2,7 @@
 //! `redirect`, `service`, `static`, the cache, Elasticsearch) build replies, response-head
 //! filters edit them, and only a connection driver turns one into wire format. Local answers
 //! (`http/local.rs`) keep prebuilt HTTP/1 bytes so the h1 driver writes them with one copy.
+//! weir's own errors travel as values ([`ErrorHead`]) until the exchange renders them.
 
 pub mod body_filter;
 pub mod client;
@@ -9,6 +10,7 @@ pub mod relay;
 pub mod request_body;
 
 use crate::http::codec::ResponseHead;
+use crate::http::error::{LocalError, PrebuiltError};
 use crate::http::file_body::FileBody;
 use crate::http::local::LocalResponse;
 use crate::reply::body_filter::BodyFilter;
@@ -38,6 +40,32 @@ pub enum ReplyHead<'r> {
     /// An editable head: an upstream's response, or a local answer that a response-head filter
     /// edited.
     Response(ResponseHead),
+    /// weir's own error, not yet in wire form: the exchange renders it once, in the flavour
+    /// the request and route need, before the response-head filters (`exchange::render_error`).
+    Error(ErrorHead<'r>),
+}
+
+/// An error as a reply carries it: made for this request, or prebuilt with its plain answer.
+pub enum ErrorHead<'r> {
+    Made(LocalError),
+    Prebuilt(&'r PrebuiltError),
+}
+
+impl<'r> ErrorHead<'r> {
+    pub fn error(&self) -> &LocalError {
+        match self {
+            ErrorHead::Made(error) => error,
+            ErrorHead::Prebuilt(prebuilt) => &prebuilt.error,
+        }
+    }
+
+    /// The plain rendering: a prebuilt error's answer is borrowed, not built again.
+    pub fn plain(&self) -> Cow<'r, LocalResponse> {
+        match self {
+            ErrorHead::Made(error) => Cow::Owned(error.plain()),
+            ErrorHead::Prebuilt(prebuilt) => Cow::Borrowed(&prebuilt.plain),
+        }
+    }
 }
 
 pub enum ReplyBody {
@@ -70,21 +98,49 @@ impl ReplyBody {
 
 impl<'r> Reply<'r> {
     pub fn local(response: Cow<'r, LocalResponse>) -> Reply<'r> {
+        Reply::local_head(ReplyHead::Local(response))
+    }
+
+    /// weir's own error answer for this request, not yet rendered.
+    pub fn error(error: LocalError) -> Reply<'r> {
+        Reply::local_head(ReplyHead::Error(ErrorHead::Made(error)))
+    }
+
+    /// The same for an error prebuilt once.
+    pub fn prebuilt_error(error: &'r PrebuiltError) -> Reply<'r> {
+        Reply::local_head(ReplyHead::Error(ErrorHead::Prebuilt(error)))
+    }
+
+    fn local_head(head: ReplyHead<'r>) -> Reply<'r> {
         Reply {
-            head: ReplyHead::Local(response),
+            head,
             body: ReplyBody::Local,
             upstream: None,
             body_filter: None,
         }
     }
 
+    /// The status the client gets (or, for an unrendered error, would get plainly).
+    pub fn status(&self) -> u16 {
+        match &self.head {
+            ReplyHead::Local(local) => local.status,
+            ReplyHead::Shared(local) => local.status,
+            ReplyHead::Response(response) => response.status,
+            ReplyHead::Error(error) => error.error().status,
+        }
+    }
+
     /// Edits the head as a [`ResponseHead`], turning a prebuilt local answer into one first,
-    /// so response-head filters treat local and proxied answers alike.
+    /// so response-head filters treat local and proxied answers alike. An error not rendered
+    /// yet is edited in its plain form (a cache's answer to a failure carries `Cache-Status`).
     pub fn edit_head(&mut self, edit: impl FnOnce(&mut ResponseHead)) {
+        if let ReplyHead::Error(error) = &self.head {
+            self.head = ReplyHead::Local(error.plain());
+        }
         let local = match &self.head {
             ReplyHead::Local(local) => Some(&**local),
             ReplyHead::Shared(local) => Some(&**local),
-            ReplyHead::Response(_) => None,
+            ReplyHead::Response(_) | ReplyHead::Error(_) => None,
         };
         if let Some(local) = local {
             let head = match &self.body {

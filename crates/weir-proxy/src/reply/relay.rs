@@ -4,6 +4,7 @@
 //! limit (the connection's watch fires it).
 
 use crate::http::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Clock, ConnWatch, Expired, Waiting};
 use crate::reply::body_filter::BodyFilter;
@@ -43,13 +44,27 @@ pub enum BodyError {
 
 impl BodyError {
     /// The answer owed to a client whose own request body failed: bad framing or silence.
-    pub fn client_answer(self) -> Option<(u16, &'static str)> {
-        match self {
-            BodyError::Malformed => Some((400, "malformed request body")),
-            BodyError::SourceStalled => Some((408, "timed out reading the request body")),
-            BodyError::TooLarge => Some((413, "the request body is too large")),
-            _ => None,
-        }
+    pub fn client_answer(self) -> Option<LocalError> {
+        let (status, kind, message) = self.client_failure()?;
+        Some(LocalError::new(status, kind, message))
+    }
+
+    /// The same as its parts.
+    pub fn client_failure(self) -> Option<(u16, ErrorKind, &'static str)> {
+        Some(match self {
+            BodyError::Malformed => (400, ErrorKind::MalformedBody, "malformed request body"),
+            BodyError::SourceStalled => (
+                408,
+                ErrorKind::BodyTimeout,
+                "timed out reading the request body",
+            ),
+            BodyError::TooLarge => (
+                413,
+                ErrorKind::BodyTooLarge,
+                "the request body is too large",
+            ),
+            _ => return None,
+        })
     }
 }
 

@@ -6,6 +6,7 @@
 
 use crate::actions::elasticsearch::{EsService, KeptEs};
 use crate::actions::static_files::StaticSite;
+use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
 use crate::listen::tls::{server_tls, ServerTls};
@@ -101,6 +102,9 @@ pub enum RouteAction {
     /// cached searches), the rest proxied to its service.
     Elasticsearch(Arc<EsService>),
     Respond(LocalResponse),
+    /// A `respond` route with an error status: answered in the flavour the request and route
+    /// need, as weir's own errors are (plainly, the configured answer).
+    RespondError(PrebuiltError),
     Redirect(LocalResponse),
     Static(StaticSite),
     /// `service` with `cache: NAME`: the cache wraps the proxy action.
@@ -127,7 +131,7 @@ impl RouteAction {
             RouteAction::Cached(svc, cache) => {
                 format!("{} through cache `{}`", proxied_to(svc), cache.name)
             }
-            RouteAction::Respond(r) => {
+            RouteAction::Respond(r) | RouteAction::RespondError(PrebuiltError { plain: r, .. }) => {
                 format!("respond {} with a {}-byte body", r.status, r.body.len())
             }
             RouteAction::Redirect(r) => {
@@ -242,11 +246,15 @@ impl Runtime {
                         (None, None) => RouteAction::Proxy(service),
                     }
                 }
-                Action::Respond(resp) => RouteAction::Respond(LocalResponse::new(
-                    resp.status,
-                    resp.headers.clone(),
-                    resp.body.clone(),
-                )),
+                Action::Respond(resp) => {
+                    let answer =
+                        LocalResponse::new(resp.status, resp.headers.clone(), resp.body.clone());
+                    if answer.status >= 400 {
+                        RouteAction::RespondError(PrebuiltError::configured(answer))
+                    } else {
+                        RouteAction::Respond(answer)
+                    }
+                }
                 Action::Redirect(redirect) => {
                     RouteAction::Redirect(LocalResponse::redirect(redirect.status, &redirect.to))
                 }

@@ -9,6 +9,7 @@ mod upstream;
 mod wire;
 
 mod deadlines;
+mod errors;
 mod filters;
 mod framing;
 mod pool;

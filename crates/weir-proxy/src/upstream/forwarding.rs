@@ -4,8 +4,11 @@
 
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{header, is_hop_by_hop, lists_token, RequestHead};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::Scheme;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
+use crate::reply::client::CLIENT_CLOSED;
+use crate::reply::relay::BodyError;
 use crate::servers::balancer::{Server, Service};
 use crate::servers::pool::UpstreamIo;
 use crate::worker::Worker;
@@ -29,12 +32,82 @@ pub(crate) enum Cause {
 }
 
 pub(crate) struct Failed {
-    pub(crate) status: u16,
-    pub(crate) message: &'static str,
+    /// The client's answer, unless another try answers it (kept as `Copy` parts, not a
+    /// `LocalError`: the retry loop carries the last one across its waits).
+    pub(crate) answer: FailedAnswer,
     pub(crate) cause: Cause,
     /// For the error log: what the system said, or the limit that passed (empty when the
     /// message says it all).
     pub(crate) detail: String,
+}
+
+/// What a failed try tells the client.
+#[derive(Clone, Copy)]
+pub(crate) struct FailedAnswer {
+    pub(crate) status: u16,
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: &'static str,
+}
+
+impl FailedAnswer {
+    pub(crate) fn error(self) -> LocalError {
+        LocalError::new(self.status, self.kind, self.message)
+    }
+}
+
+impl Failed {
+    pub(crate) fn new(
+        status: u16,
+        kind: ErrorKind,
+        message: &'static str,
+        cause: Cause,
+        detail: String,
+    ) -> Failed {
+        Failed {
+            answer: FailedAnswer {
+                status,
+                kind,
+                message,
+            },
+            cause,
+            detail,
+        }
+    }
+}
+
+/// A try whose request body did not get through (the server's side failed or stalled, or the
+/// client's body was bad, slow or cut short). Dropping the upstream request mid-body aborts it:
+/// the server never sees a request boundary.
+pub(crate) fn body_failed(e: BodyError) -> Failed {
+    let (status, kind, message, cause) = match e {
+        BodyError::Sink => (
+            502,
+            ErrorKind::UpstreamFailed,
+            "upstream closed the connection",
+            Cause::Reset,
+        ),
+        BodyError::SinkStalled => (
+            504,
+            ErrorKind::UpstreamTimeout,
+            "upstream did not take the request in time",
+            Cause::Other,
+        ),
+        BodyError::Source => (
+            CLIENT_CLOSED,
+            ErrorKind::ClientClosed,
+            "client closed the connection",
+            Cause::Other,
+        ),
+        e => {
+            let (status, kind, message) = e.client_failure().unwrap_or((
+                400,
+                ErrorKind::MalformedBody,
+                "malformed request body",
+            ));
+            (status, kind, message, Cause::Other)
+        }
+    };
+    Failed::new(status, kind, message, cause, String::new())
 }
 
 /// A wait's limit, cut to what `timeouts.request` (or a gRPC deadline) leaves of the exchange.
@@ -77,12 +150,8 @@ pub(crate) async fn connect(
     limit: std::time::Duration,
 ) -> Result<UpstreamIo, Failed> {
     let fail = |status, message, detail| {
-        Err(Failed {
-            status,
-            message,
-            cause: Cause::Connect,
-            detail,
-        })
+        let kind = ErrorKind::UpstreamUnreachable;
+        Err(Failed::new(status, kind, message, Cause::Connect, detail))
     };
     let connecting = TcpStream::connect(server.addr);
     let io = match watch

@@ -7,10 +7,10 @@
 //! trailers stay on the stream ([`H2Body`]) for the client's driver to relay.
 
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
+use crate::http::error::ErrorKind;
 use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
-use crate::reply::relay::BodyError;
-use crate::reply::relay::{DataOut, Relay};
+use crate::reply::relay::{BodyError, DataOut, Relay};
 use crate::reply::request_body::BodySource;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::balancer::{Server, Service};
@@ -30,6 +30,9 @@ use weir_config::UpstreamProtocol;
 /// once, without a task of its own.
 const INLINE_BODY_LIMIT: usize = 16 * 1024;
 
+/// A multiplexed connection that failed under a request.
+const CONNECTION_FAILED: &str = "upstream HTTP/2 connection failed";
+
 /// Sends the request to `server` as one HTTP/2 stream and waits for the response head: a
 /// reply whose body is still on the stream.
 pub(crate) async fn try_server<'r, C: ClientSide>(
@@ -41,17 +44,12 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     until: Option<Instant>,
 ) -> Result<Reply<'r>, Failed> {
     let within = |limit| forwarding::within(worker, until, limit);
-    let fail = |status, message, cause| {
-        Err(Failed {
-            status,
-            message,
-            cause,
-            detail: String::new(),
-        })
+    let fail = |status, kind, message, cause| {
+        Err(Failed::new(status, kind, message, cause, String::new()))
     };
     if head.upgrade {
         let message = "a protocol upgrade needs an HTTP/1.1 service";
-        return fail(502, message, Cause::Other);
+        return fail(502, ErrorKind::ProtocolMismatch, message, Cause::Other);
     }
     let cap = service.http2.max_concurrent_streams as usize;
     let (slot, opener) = worker
@@ -74,15 +72,20 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
             .within(&worker.clock, Waiting::Connect, limit, opened)
             .await;
         if waited.is_err() {
-            return fail(504, forwarding::CONNECT_TIMED_OUT, Cause::Connect);
+            let message = forwarding::CONNECT_TIMED_OUT;
+            return fail(504, ErrorKind::UpstreamUnreachable, message, Cause::Connect);
         }
     }
     let Some(mut send) = state.send.borrow().clone() else {
-        return fail(502, forwarding::CONNECT_FAILED, Cause::Connect);
+        let message = forwarding::CONNECT_FAILED;
+        return fail(502, ErrorKind::UpstreamUnreachable, message, Cause::Connect);
     };
     let request = match request_parts(head, service, server, client) {
         Some(request) => request,
-        None => return fail(400, "request cannot be sent over HTTP/2", Cause::Other),
+        None => {
+            let message = "request cannot be sent over HTTP/2";
+            return fail(400, ErrorKind::ProtocolMismatch, message, Cause::Other);
+        }
     };
     let has_body = head.framing != Framing::None;
     let ready = std::future::poll_fn(|cx| send.poll_ready(cx));
@@ -93,11 +96,26 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
         .await
     {
         Ok(Ok(())) => {}
-        Ok(Err(_)) => return fail(502, "upstream HTTP/2 connection failed", Cause::Reset),
-        Err(Expired) => return fail(504, "upstream HTTP/2 connection timed out", Cause::Reset),
+        Ok(Err(_)) => {
+            return fail(
+                502,
+                ErrorKind::UpstreamFailed,
+                CONNECTION_FAILED,
+                Cause::Reset,
+            )
+        }
+        Err(Expired) => {
+            let message = "upstream HTTP/2 connection timed out";
+            return fail(504, ErrorKind::UpstreamTimeout, message, Cause::Reset);
+        }
     }
     let Ok((response, stream)) = send.send_request(request, !has_body) else {
-        return fail(502, "upstream HTTP/2 connection failed", Cause::Reset);
+        return fail(
+            502,
+            ErrorKind::UpstreamFailed,
+            CONNECTION_FAILED,
+            Cause::Reset,
+        );
     };
     let pump = if has_body {
         let outgoing = client.outgoing(head);
@@ -107,18 +125,7 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
             // The server may answer before the body ends and reset the stream (RFC 9113
             // 8.1): its answer is still awaited below.
             Err(BodyError::Sink) => None,
-            Err(BodyError::SinkStalled) => {
-                let message = "upstream did not take the request in time";
-                return fail(504, message, Cause::Other);
-            }
-            Err(BodyError::Source) => {
-                return fail(499, "client closed the connection", Cause::Other)
-            }
-            Err(e) => {
-                let (status, message) =
-                    e.client_answer().unwrap_or((400, "malformed request body"));
-                return fail(status, message, Cause::Other);
-            }
+            Err(e) => return Err(forwarding::body_failed(e)),
         }
     } else {
         None
@@ -132,8 +139,14 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     let response = match waited {
         Ok(Ok(response)) => response,
         // Refused streams were never processed; other errors may have been.
-        Ok(Err(_)) => return fail(502, "upstream reset the stream", Cause::Reset),
-        Err(Expired) => return fail(504, "upstream response timed out", Cause::Timeout),
+        Ok(Err(_)) => {
+            let message = "upstream reset the stream";
+            return fail(502, ErrorKind::UpstreamFailed, message, Cause::Reset);
+        }
+        Err(Expired) => {
+            let message = "upstream response timed out";
+            return fail(504, ErrorKind::UpstreamTimeout, message, Cause::Timeout);
+        }
     };
     let (parts, recv) = response.into_parts();
     let framing = response_framing(head, &parts, &recv);
@@ -213,11 +226,9 @@ async fn open_connection<C: ClientSide>(
 ) -> Result<(), Failed> {
     let limit = within(service.connect_timeout);
     let io = forwarding::connect(worker, server, client.watch(), limit).await?;
-    let failed = |status, message| Failed {
-        status,
-        message,
-        cause: Cause::Connect,
-        detail: String::new(),
+    let failed = |status, message| {
+        let kind = ErrorKind::UpstreamUnreachable;
+        Failed::new(status, kind, message, Cause::Connect, String::new())
     };
     if let UpstreamIo::Tls(tls) = &io {
         if tls.get_ref().1.alpn_protocol() != Some(b"h2") {

@@ -9,27 +9,25 @@ pub mod forwarding;
 pub mod h2;
 
 use crate::http::codec::{self, header, push_decimal, Framing, RequestHead, ResponseHead};
-use crate::http::local::LocalResponse;
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::{grpc, Scheme};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
-use crate::reply::relay::BodyError;
-use crate::reply::relay::Relay;
+use crate::reply::relay::{BodyError, Relay};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::balancer::{FailureNote, PickInput, Server, Service, UpstreamUse};
 use crate::servers::pool::UpstreamConn;
 use crate::worker::Worker;
-use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
-use std::borrow::Cow;
+use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed, FailedAnswer};
 use tokio::io::AsyncReadExt;
 use weir_config::{RetryOn, UpstreamProtocol};
 
 /// A local error answer that names the server it concerns (for the access log).
-fn failure<'r>(status: u16, message: &str, upstream: Option<UpstreamUse<'r>>) -> Reply<'r> {
+fn failure<'r>(error: LocalError, upstream: Option<UpstreamUse<'r>>) -> Reply<'r> {
     Reply {
         upstream,
-        ..Reply::local(Cow::Owned(LocalResponse::text(status, message)))
+        ..Reply::error(error)
     }
 }
 
@@ -65,7 +63,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
     // The last try's failure: the answer when no other server is left to retry on.
-    let mut last_failure: Option<(u16, &'static str)> = None;
+    let mut last_failure: Option<FailedAnswer> = None;
     loop {
         // Only the first try goes to the preferred server.
         let preferred = prefer
@@ -74,8 +72,11 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             .filter(|s| s.health.usable());
         let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))
         else {
-            let (status, message) = last_failure.unwrap_or((503, forwarding::NO_SERVER));
-            return failure(status, message, None);
+            let error = match last_failure {
+                Some(answer) => answer.error(),
+                None => LocalError::new(503, ErrorKind::NoServer, forwarding::NO_SERVER),
+            };
+            return failure(error, None);
         };
         let used = UpstreamUse::new(server, service);
         let tried_server = match service.protocol {
@@ -104,12 +105,9 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                     return reply;
                 }
                 // Retried: this answer's body is never read, so its connection is dropped.
-                Failed {
-                    status,
-                    message: "upstream answered with an error",
-                    cause: Cause::Status,
-                    detail: String::new(),
-                }
+                let message = "upstream answered with an error";
+                let kind = ErrorKind::UpstreamStatus;
+                Failed::new(status, kind, message, Cause::Status, String::new())
             }
             Err(failed) => failed,
         };
@@ -132,20 +130,20 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         let out_of_time = until.is_some_and(|until| worker.clock.now() >= until);
         if retryable && !out_of_time && tried.len() + 1 < attempts as usize && budget.allows() {
             tried.push(server.id);
-            last_failure = Some((failed.status, failed.message));
+            last_failure = Some(failed.answer);
             budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;
         }
         let mut used = used;
-        if matches!(failed.status, 502 | 504) {
+        if matches!(failed.answer.status, 502 | 504) {
             used.failure = Some(Box::new(FailureNote {
-                message: failed.message,
+                message: failed.answer.message,
                 detail: failed.detail,
                 tries: tried.len() + 1,
             }));
         }
-        return failure(failed.status, failed.message, Some(used));
+        return failure(failed.answer.error(), Some(used));
     }
 }
 
@@ -210,14 +208,6 @@ async fn try_server<'r, C: ClientSide>(
 ) -> Result<Reply<'r>, Failed> {
     // A wait's limit, cut to what `timeouts.request` leaves.
     let within = |limit| forwarding::within(worker, until, limit);
-    let fail = |status, message, cause, detail| {
-        Err(Failed {
-            status,
-            message,
-            cause,
-            detail,
-        })
-    };
     loop {
         let mut up = match worker.pool.checkout(server.id) {
             Some(conn) => conn,
@@ -240,7 +230,7 @@ async fn try_server<'r, C: ClientSide>(
             .relay(&mut up.io, outgoing.out, chunked, &relay);
         let sent = relaying.await;
         let mut detail = String::new();
-        let (status, message, cause) = match sent {
+        let (status, kind, message, cause) = match sent {
             Ok(_) => {
                 let read = read_response_head(&mut up, head.is_head(), head.upgrade);
                 let per_try = service.retry.as_ref().and_then(|r| r.per_try_timeout);
@@ -266,37 +256,25 @@ async fn try_server<'r, C: ClientSide>(
                         });
                     }
                     Ok(Err(ResponseError::ClosedEarly)) if up.reused && may_resend => continue,
-                    Ok(Err(ResponseError::ClosedEarly)) => {
-                        (502, "invalid or missing upstream response", Cause::Reset)
+                    Ok(Err(e)) => {
+                        let cause = match e {
+                            ResponseError::ClosedEarly => Cause::Reset,
+                            _ => Cause::Other,
+                        };
+                        let message = "invalid or missing upstream response";
+                        (502, ErrorKind::UpstreamFailed, message, cause)
                     }
-                    Ok(Err(_)) => (502, "invalid or missing upstream response", Cause::Other),
                     Err(Expired) => {
                         detail = format!("no response head within {limit:?}");
-                        (504, "upstream response timed out", Cause::Timeout)
+                        let message = "upstream response timed out";
+                        (504, ErrorKind::UpstreamTimeout, message, Cause::Timeout)
                     }
                 }
             }
             Err(BodyError::Sink) if up.reused && may_resend => continue,
-            Err(BodyError::Sink) => (502, "upstream closed the connection", Cause::Reset),
-            Err(BodyError::SinkStalled) => (
-                504,
-                "upstream did not take the request in time",
-                Cause::Other,
-            ),
-            Err(BodyError::Source) => (
-                crate::reply::client::CLIENT_CLOSED,
-                "client closed the connection",
-                Cause::Other,
-            ),
-            // Dropping `up` aborts the upstream request mid-body: it never sees a request
-            // boundary. The client's body is bad (400) or stalled (408).
-            Err(e) => {
-                let (status, message) =
-                    e.client_answer().unwrap_or((400, "malformed request body"));
-                (status, message, Cause::Other)
-            }
+            Err(e) => return Err(forwarding::body_failed(e)),
         };
-        return fail(status, message, cause, detail);
+        return Err(Failed::new(status, kind, message, cause, detail));
     }
 }
 

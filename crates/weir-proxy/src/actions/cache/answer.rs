@@ -8,12 +8,11 @@ use super::body::Part;
 use super::object::Object;
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::conditional::{
-    if_range_holds, multipart_body, parse_ranges, precondition, Ranges,
+    if_range_holds, multipart_body, parse_ranges, precondition, precondition_failed,
+    range_not_satisfiable, Ranges,
 };
-use crate::http::local::LocalResponse;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use bytes::Bytes;
-use std::borrow::Cow;
 use std::convert::Infallible;
 
 /// The answer to `req` from `object`, `now` (for `Age`), with `Cache-Status: cache_status`.
@@ -47,10 +46,7 @@ pub(super) fn stored<'r>(
                 let head = ResponseHead::from_fields(304, fields, Framing::None);
                 return with_body(head, ReplyBody::Bytes(Bytes::new()));
             }
-            Some(_) => {
-                let refused = LocalResponse::text(412, "precondition failed");
-                return Reply::local(Cow::Owned(refused));
-            }
+            Some(_) => return Reply::error(precondition_failed()),
             None => {}
         }
         let range = req
@@ -60,14 +56,7 @@ pub(super) fn stored<'r>(
         if let Some(range) = range {
             match parse_ranges(range, len) {
                 Ranges::Ignore => {}
-                Ranges::Unsatisfiable => {
-                    let refused = LocalResponse::new(
-                        416,
-                        vec![("content-range".into(), format!("bytes */{len}"))],
-                        Bytes::new(),
-                    );
-                    return Reply::local(Cow::Owned(refused));
-                }
+                Ranges::Unsatisfiable => return Reply::error(range_not_satisfiable(len)),
                 Ranges::One(start, end) => {
                     let content_range = format!("bytes {start}-{}/{len}", end - 1);
                     let part_len = end - start;

@@ -21,7 +21,7 @@
 
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{Framing, RequestHead};
-use crate::http::local::LocalResponse;
+use crate::http::error::{ErrorKind, LocalError};
 use crate::io::watch::Waiting;
 use crate::reply::client::ClientSide;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
@@ -220,7 +220,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
     for (name, value) in taken {
         head.head.append(name, &value);
     }
-    let status = reply_status(&reply);
+    let status = reply.status();
     let answered_at = worker.clock.unix_seconds();
     let reply = match (stale.as_deref(), reply) {
         (
@@ -299,21 +299,12 @@ async fn forward_and_fill<'r, C: ClientSide>(
             reply
         }
         Filled::Failed(upstream) => {
-            let failed = LocalResponse::text(502, "upstream body ended early");
+            let message = "upstream body ended early";
             Reply {
                 upstream,
-                ..Reply::local(Cow::Owned(failed))
+                ..Reply::error(LocalError::new(502, ErrorKind::UpstreamFailed, message))
             }
         }
-    }
-}
-
-/// The status the client would get from `reply`.
-fn reply_status(reply: &Reply<'_>) -> u16 {
-    match &reply.head {
-        ReplyHead::Local(local) => local.status,
-        ReplyHead::Shared(local) => local.status,
-        ReplyHead::Response(response) => response.status,
     }
 }
 

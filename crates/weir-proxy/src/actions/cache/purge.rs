@@ -5,6 +5,7 @@
 
 use super::store::{host_and_path, ResponseCache};
 use crate::http::codec::RequestHead;
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::local::LocalResponse;
 use crate::reply::Reply;
 use std::borrow::Cow;
@@ -44,8 +45,8 @@ pub(super) async fn purge<'r>(
     req: &RequestHead,
 ) -> Reply<'r> {
     if !cache.purge_allow.iter().any(|net| net.contains(client)) {
-        let refused = LocalResponse::text(403, "PURGE is not allowed from this address");
-        return Reply::local(Cow::Owned(refused));
+        let message = "PURGE is not allowed from this address";
+        return Reply::error(LocalError::new(403, ErrorKind::PurgeRefused, message));
     }
     let store = &cache.store;
     let host = req.host().to_ascii_lowercase();

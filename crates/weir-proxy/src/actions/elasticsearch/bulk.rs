@@ -131,7 +131,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         if let Some(turn) = turn {
             turn.finish();
         }
-        let status = reply_status(&reply);
+        let status = reply.status();
         return match spool {
             Some(spool) if cluster_unavailable(status) => {
                 let failed = failed_answer(reply);
@@ -225,14 +225,7 @@ fn failed_answer(reply: Reply<'_>) -> Answer {
         },
         ReplyHead::Local(local) => part::weirs_failure(local.status, &local.body),
         ReplyHead::Shared(local) => part::weirs_failure(local.status, &local.body),
-    }
-}
-
-fn reply_status(reply: &Reply<'_>) -> u16 {
-    match &reply.head {
-        ReplyHead::Response(response) => response.status,
-        ReplyHead::Local(local) => local.status,
-        ReplyHead::Shared(local) => local.status,
+        ReplyHead::Error(error) => part::weirs_error(error.error()),
     }
 }
 

@@ -1,5 +1,5 @@
 //! An Elasticsearch service at the request level: weir's own failures (no server, a timeout,
-//! a refused body) are answered the way Elasticsearch answers errors, a JSON body with
+//! a refused body) are rendered the way Elasticsearch answers errors (`error_answer`), a JSON body with
 //! `error.type`, `error.reason` and `status`, so the official clients raise their usual
 //! exception with a readable reason. weir never adds `X-Elastic-Product` to its own answers:
 //! a client checking it must see it is not talking to the cluster. `_bulk` has its own
@@ -21,14 +21,14 @@ pub mod search_cache;
 pub mod spool;
 
 use crate::http::codec::{self, RequestHead};
+use crate::http::error::{ErrorKind, LocalError};
 use crate::http::local::LocalResponse;
 use crate::io::kept::Kept;
 use crate::reply::client::ClientSide;
-use crate::reply::{Reply, ReplyHead};
+use crate::reply::Reply;
 use crate::servers::balancer::Service;
 use crate::worker::Worker;
 use bytes::BytesMut;
-use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -134,24 +134,15 @@ pub(crate) fn error_type(status: u16) -> &'static str {
     }
 }
 
-/// Turns a local error reply (status 400 and up, not already JSON) into Elasticsearch form.
-pub fn local_errors_in_es_form(reply: &mut Reply<'_>) {
-    let (status, reason) = match &reply.head {
-        ReplyHead::Local(local) if local.status >= 400 && !is_json(local) => (
-            local.status,
-            String::from_utf8_lossy(&local.body).trim_end().to_string(),
-        ),
-        _ => return,
-    };
-    let answer = es_error(status, error_type(status), &reason);
-    reply.head = ReplyHead::Local(Cow::Owned(answer));
-}
-
-fn is_json(local: &LocalResponse) -> bool {
-    local
-        .headers
-        .iter()
-        .any(|(name, value)| name == "content-type" && value.starts_with("application/json"))
+/// weir's own error in Elasticsearch's form, then the error's own header lines.
+pub fn error_answer(error: &LocalError) -> LocalResponse {
+    let reason = error.message.trim_end();
+    es_error_with(
+        error.status,
+        error_type(error.status),
+        reason,
+        &error.headers,
+    )
 }
 
 /// The answer to a client whose request body could not be read (bad framing, too slow, gone,
@@ -160,14 +151,13 @@ pub(crate) fn body_failure(
     e: crate::reply::relay::BodyError,
     too_large: Option<String>,
 ) -> LocalResponse {
-    let (status, message) = e
-        .client_answer()
-        .unwrap_or((499, "client closed the connection"));
-    let reason = match too_large {
-        Some(reason) if status == 413 => reason,
-        _ => message.to_string(),
-    };
-    es_error(status, error_type(status), &reason)
+    let mut error = e.client_answer().unwrap_or_else(|| {
+        LocalError::new(499, ErrorKind::ClientClosed, "client closed the connection")
+    });
+    if let (Some(reason), 413) = (too_large, error.status) {
+        error.message = reason.into();
+    }
+    error_answer(&error)
 }
 
 /// The head of a request that carries `len` bytes of a plain body: the client's, with its
@@ -202,17 +192,26 @@ pub(crate) fn plain_request_head(head: &RequestHead, len: usize) -> Option<Reque
 
 /// An error answer in Elasticsearch's form.
 pub(crate) fn es_error(status: u16, kind: &str, reason: &str) -> LocalResponse {
+    es_error_with(status, kind, reason, &[])
+}
+
+/// The same with more header lines after its `Content-Type`.
+fn es_error_with(
+    status: u16,
+    kind: &str,
+    reason: &str,
+    extra: &[(String, String)],
+) -> LocalResponse {
     let cause = serde_json::json!({ "type": kind, "reason": reason });
     let body = serde_json::json!({
         "error": { "root_cause": [cause], "type": kind, "reason": reason },
         "status": status,
     });
-    LocalResponse::new(
-        status,
-        vec![(
-            "content-type".into(),
-            "application/json; charset=UTF-8".into(),
-        )],
-        body.to_string(),
-    )
+    let mut headers = Vec::with_capacity(extra.len() + 1);
+    headers.push((
+        "content-type".into(),
+        "application/json; charset=UTF-8".into(),
+    ));
+    headers.extend(extra.iter().cloned());
+    LocalResponse::new(status, headers, body.to_string())
 }

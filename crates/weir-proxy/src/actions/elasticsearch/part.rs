@@ -7,6 +7,7 @@ use super::items::BulkItems;
 use super::{error_type, es_error, plain_request_head};
 use crate::actions::whole_body::Reader;
 use crate::http::codec::RequestHead;
+use crate::http::error::LocalError;
 use crate::reply::client::ClientSide;
 use crate::reply::{Reply, ReplyHead};
 use crate::servers::balancer::Service;
@@ -58,6 +59,7 @@ pub(super) async fn send_part(
         ReplyHead::Response(response) => response,
         ReplyHead::Local(answer) => return weirs_failure(answer.status, &answer.body),
         ReplyHead::Shared(answer) => return weirs_failure(answer.status, &answer.body),
+        ReplyHead::Error(error) => return weirs_error(error.error()),
     };
     let reader = Reader {
         worker,
@@ -96,6 +98,11 @@ pub(super) fn weirs_failure(status: u16, text: &[u8]) -> Answer {
         in_doubt: !crate::upstream::forwarding::never_sent(text),
         ..weirs_answer(status, text)
     }
+}
+
+/// The same for weir's own error (`forward` failed).
+pub(super) fn weirs_error(error: &LocalError) -> Answer {
+    weirs_failure(error.status, error.message.as_bytes())
 }
 
 /// The largest node answer read for a merge.

@@ -67,7 +67,8 @@ pub struct Service {
     pub passive_health: Option<PassiveHealth>,
     pub retry: Option<Retry>,
     /// The `Authorization` every request to this service's servers carries in place of the
-    /// client's (`elasticsearch.auth`).
+    /// client's, when the route's action sets one (an Elasticsearch service's `auth`:
+    /// `EsService::authorization`).
     pub authorization: Option<Box<[u8]>>,
     /// Per-worker cursors for round robin and least_conn tie-breaking.
     cursors: Box<[Padded]>,
@@ -228,11 +229,7 @@ impl Service {
             write_timeout: cfg.timeouts.write,
             websocket_idle_timeout: cfg.timeouts.websocket_idle,
             pass_host_header: cfg.pass_host_header,
-            authorization: cfg
-                .elasticsearch
-                .as_ref()
-                .and_then(|es| es.authorization.as_deref())
-                .map(|value| value.as_bytes().into()),
+            authorization: None,
             health_check: cfg.health_check.clone(),
             passive_health: cfg.passive_health,
             retry: cfg.retry.clone(),

@@ -176,15 +176,10 @@ impl Runtime {
         let mut carried = Carried::carrying(previous.map(|p| &p.carried));
         let mut services = HashMap::new();
         for svc in &config.services {
-            services.insert(
-                svc.name.as_str(),
-                Arc::new(Service::new(
-                    svc,
-                    workers,
-                    &mut carried.servers,
-                    &mut carried.services,
-                )?),
-            );
+            let mut service =
+                Service::new(svc, workers, &mut carried.servers, &mut carried.services)?;
+            service.authorization = EsService::authorization(svc);
+            services.insert(svc.name.as_str(), Arc::new(service));
         }
         let mut elasticsearch = Vec::new();
         let mut es_by_name = HashMap::new();

@@ -58,6 +58,15 @@ pub struct KeptEs<'a> {
 }
 
 impl EsService {
+    /// The `Authorization` an Elasticsearch service's `auth` puts on every request to its
+    /// servers in place of the client's (`None` for any other service).
+    pub fn authorization(cfg: &weir_config::Service) -> Option<Box<[u8]>> {
+        let es = cfg.elasticsearch.as_ref()?;
+        es.authorization
+            .as_deref()
+            .map(|value| value.as_bytes().into())
+    }
+
     pub fn new(
         cfg: &weir_config::Service,
         es: &weir_config::Elasticsearch,

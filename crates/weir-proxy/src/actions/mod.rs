@@ -1,4 +1,5 @@
-//! What a route does with a request besides proxying: static files (with the open-file cache), the response cache, the Elasticsearch service, and whole-body reads.
+//! What a route does with a request besides proxying: static files, the response cache, the
+//! Elasticsearch service, and whole-body reads.
 
 pub mod cache;
 pub mod elasticsearch;

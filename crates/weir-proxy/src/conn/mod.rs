@@ -1,8 +1,8 @@
 //! Client connections: the byte stream a connection driver speaks over, generic so each
-//! transport (plain TCP, TLS) gets its own monomorphised copy of the driver, and the
-//! per-connection deadlines. The HTTP/1.1 driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2`
-//! after TLS, or the `h2c` preface); TLS entrypoints go through [`tls`] first; plain
-//! connections idle for a while wait in [`idle`] without a task.
+//! transport (plain TCP, TLS) gets its own monomorphised copy of the driver. The HTTP/1.1
+//! driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2` after TLS, or the `h2c` preface); TLS
+//! entrypoints go through [`tls`] first. Their deadlines are `io/watch.rs`'s; plain
+//! connections idle for a while wait in `io/idle.rs` without a task.
 
 pub mod h1;
 pub mod h2;
@@ -14,7 +14,7 @@ use tokio_rustls::server::TlsStream;
 
 /// A client byte stream: anything a driver can read requests from and write answers to.
 pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
-    /// Whether an idle connection on this stream can be parked (see [`idle`]).
+    /// Whether an idle connection on this stream can be parked (see `io/idle.rs`).
     const PARKS: bool;
 
     /// The bare socket, for parking (called only when `PARKS`); `None` if it could not be

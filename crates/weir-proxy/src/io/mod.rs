@@ -1,4 +1,6 @@
-//! Low-level I/O helpers every layer may use: read buffers and the coarse clock ticker.
+//! Low-level I/O every layer may use: read buffers and the worker's lent buffers, deadlines and
+//! the coarse clock, the ticker, the TCP relay, parked idle sockets, the open-file cache, and
+//! the tables that carry state across a reload.
 
 pub mod buffers;
 pub mod idle;

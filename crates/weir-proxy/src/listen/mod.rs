@@ -1,4 +1,6 @@
-//! Where connections come from: bound listening sockets and the TLS server configuration (certificates by SNI).
+//! Where connections come from and what they are: bound listening sockets, the detect phase's
+//! peek and parsers (ClientHello, PROXY protocol), and the TLS settings (certificates by SNI,
+//! upstream client configurations). The accept loop that uses them is `process/server.rs`.
 
 pub mod client_hello;
 pub mod listeners;

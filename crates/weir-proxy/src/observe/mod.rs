@@ -1,4 +1,5 @@
-//! What operators see: metric cells, the access and error logs, the Prometheus exposition and the admin API with its dashboard.
+//! What a worker records for operators: metric cells, the access log, the error log. The
+//! admin listener that shows them (API, Prometheus exposition, dashboard) is `admin/`.
 
 pub mod accesslog;
 pub mod errorlog;

@@ -1,4 +1,5 @@
-//! The process: starting workers and the control thread, signals, reload, binary upgrade, the compiled configuration snapshot and the state carried across reloads.
+//! The process: starting workers and the control thread, signals, reload, binary upgrade.
+//! The snapshot they serve from is `state/`; what a worker owns is `worker/`.
 
 pub mod control;
 pub mod reload;

@@ -1,5 +1,5 @@
 //! HTTP/2 to the servers (`protocol: h2`, over TLS with ALPN, or `h2c` in clear). Per worker,
-//! each server has a few multiplexed connections ([`H2Pool`]), each carrying at most the
+//! each server has a few multiplexed connections ([`H2Pool`](crate::servers::h2_pool::H2Pool)), each carrying at most the
 //! service's `http2.max_concurrent_streams` streams (fewer if the server says so); another
 //! connection is opened when all are full. One try of a request is one stream: the head goes
 //! out as HEADERS and the body follows, pumped by a task of its own when the client speaks

@@ -122,8 +122,9 @@ async fn run_route<'r, C: ClientSide>(
     head: &mut RequestHead,
 ) -> Reply<'r> {
     for filter in &route.filters {
-        if let Flow::Respond(response) = filter.on_request(head, client.scheme().as_str()).await {
-            return Reply::local(Cow::Owned(response));
+        match filter.on_request(head, client).await {
+            Flow::Continue => {}
+            Flow::Respond(response) => return Reply::local(Cow::Owned(response)),
         }
     }
     match &route.action {

@@ -1,22 +1,33 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head or answers it (`Flow::Respond`).
-//! Response-head phase: edits the reply's head, local and proxied answers alike, and may
-//! install a [`BodyFilter`]. Response-body phase: the installed body filter transforms the body
-//! as the driver sends it (compression); without one, replies take the fused relay. A new
-//! middleware is a new variant of the config's `MiddlewareKind` plus its phases here.
+//! Response-head phase: edits the reply's head, local and proxied answers
+//! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
+//! transforms the body as the driver sends it (compression); without one, replies take the
+//! fused relay. One file per middleware; a new one is a variant of the config's
+//! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
+//! [`Filter::on_response_head`].
 
-use crate::http::codec::{Head, RequestHead, ResponseHead};
+mod add_prefix;
+mod headers;
+mod redirect_scheme;
+mod replace_path_regex;
+mod strip_prefix;
+
+use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
 use crate::http::local::LocalResponse;
 use crate::reply::body_filter::BodyFilter;
-use weir_config::{HeaderOps, MiddlewareKind};
+use crate::reply::client::ClientSide;
+use weir_config::MiddlewareKind;
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
 #[derive(Debug)]
 pub struct Filter(pub MiddlewareKind);
 
+/// What the request phase lets happen next.
 pub enum Flow {
     Continue,
+    /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
 }
 
@@ -34,56 +45,20 @@ impl Filter {
         }
     }
 
-    /// Request phase. `scheme` is the scheme the client used.
-    pub async fn on_request(&self, req: &mut RequestHead, scheme: &str) -> Flow {
+    /// Request phase, for a request from `client`.
+    pub(crate) async fn on_request(&self, req: &mut RequestHead, client: &impl ClientSide) -> Flow {
         match &self.0 {
-            MiddlewareKind::StripPrefix(prefixes) => {
-                let path = req.path();
-                if let Some(prefix) = prefixes.iter().find(|p| path.starts_with(p.as_str())) {
-                    let rest = &path[prefix.len()..];
-                    let new_path = if rest.starts_with('/') {
-                        rest.to_string()
-                    } else {
-                        format!("/{rest}")
-                    };
-                    let prefix = prefix.trim_end_matches('/').to_string();
-                    req.set_path(&new_path);
-                    req.head.set("x-forwarded-prefix", prefix.as_bytes());
-                }
-            }
-            MiddlewareKind::AddPrefix(prefix) => {
-                let new_path = format!("{}{}", prefix.trim_end_matches('/'), req.path());
-                req.set_path(&new_path);
-            }
+            MiddlewareKind::StripPrefix(prefixes) => strip_prefix::on_request(prefixes, req),
+            MiddlewareKind::AddPrefix(prefix) => add_prefix::on_request(prefix, req),
             MiddlewareKind::ReplacePathRegex { regex, replacement } => {
-                let path = req.path().to_string();
-                if regex.is_match(&path) {
-                    let new_path = regex.replace(&path, replacement.as_str()).into_owned();
-                    req.set_path(&new_path);
-                    req.head.set("x-replaced-path", path.as_bytes());
-                }
+                replace_path_regex::on_request(regex, replacement, req)
             }
-            MiddlewareKind::Headers { request, .. } => apply_ops(&mut req.head, request),
-            MiddlewareKind::RedirectScheme {
-                scheme: target,
-                permanent,
-            } => {
-                if scheme != target {
-                    let host = weir_config::rule::strip_port(req.host());
-                    // The path and query, not the target: an absolute-form target is the
-                    // whole URL, which the Location would then repeat after the host.
-                    let location = match req.query() {
-                        "" => format!("{target}://{host}{}", req.path()),
-                        query => format!("{target}://{host}{}?{query}", req.path()),
-                    };
-                    let safe = matches!(req.method(), "GET" | "HEAD");
-                    let status = match (permanent, safe) {
-                        (true, true) => 301,
-                        (false, true) => 302,
-                        (true, false) => 308,
-                        (false, false) => 307,
-                    };
-                    return Flow::Respond(LocalResponse::redirect(status, &location));
+            MiddlewareKind::Headers { request, .. } => headers::apply(&mut req.head, request),
+            MiddlewareKind::RedirectScheme { scheme, permanent } => {
+                let redirect =
+                    redirect_scheme::on_request(scheme, *permanent, req, client.scheme());
+                if let Some(answer) = redirect {
+                    return Flow::Respond(answer);
                 }
             }
             MiddlewareKind::Compress(_) => {}
@@ -99,7 +74,7 @@ impl Filter {
     ) -> Option<BodyFilter> {
         match &self.0 {
             MiddlewareKind::Headers { response, .. } => {
-                apply_ops(&mut resp.head, response);
+                headers::apply(&mut resp.head, response);
                 None
             }
             MiddlewareKind::Compress(config) => {
@@ -107,17 +82,5 @@ impl Filter {
             }
             _ => None,
         }
-    }
-}
-
-fn apply_ops(head: &mut Head, ops: &HeaderOps) {
-    for name in &ops.remove {
-        head.remove(name);
-    }
-    for (name, value) in &ops.set {
-        head.set(name, value.as_bytes());
-    }
-    for (name, value) in &ops.add {
-        head.append(name, value.as_bytes());
     }
 }

@@ -603,6 +603,8 @@ pub enum MiddlewareKind {
     Headers {
         request: HeaderOps,
         response: HeaderOps,
+        /// Traefik's CORS fields, when any is set (boxed: most `headers` have none).
+        cors: Option<Box<Cors>>,
     },
     RedirectScheme {
         scheme: String,
@@ -667,6 +669,21 @@ impl Default for Compress {
             .to_vec(),
         }
     }
+}
+
+/// CORS as Traefik's `headers` middleware answers it: preflights answered by weir, the
+/// `Access-Control-*` fields added to other answers.
+#[derive(Debug, Clone, Default)]
+pub struct Cors {
+    pub allow_origin_list: Vec<String>,
+    pub allow_origin_list_regex: Vec<regex::Regex>,
+    pub allow_methods: Vec<String>,
+    pub allow_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    pub allow_credentials: bool,
+    /// Seconds; `None` sends no `Access-Control-Max-Age`.
+    pub max_age: Option<u64>,
+    pub add_vary_header: bool,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -79,7 +79,19 @@ impl Loader<'_> {
 
     /// `headers: { request, response }`, each a set of header operations.
     fn headers(&mut self, body: &Node) -> Option<MiddlewareKind> {
-        let hf = self.fields(body, "`headers`", &["request", "response"])?;
+        const KEYS: &[&str] = &[
+            "request",
+            "response",
+            "access_control_allow_origin_list",
+            "access_control_allow_origin_list_regex",
+            "access_control_allow_methods",
+            "access_control_allow_headers",
+            "access_control_expose_headers",
+            "access_control_allow_credentials",
+            "access_control_max_age",
+            "add_vary_header",
+        ];
+        let hf = self.fields(body, "`headers`", KEYS)?;
         let request = hf
             .get("request")
             .map(|n| self.header_ops(n, "`headers.request`"))
@@ -88,7 +100,60 @@ impl Loader<'_> {
             .get("response")
             .map(|n| self.header_ops(n, "`headers.response`"))
             .unwrap_or_default();
-        Some(MiddlewareKind::Headers { request, response })
+        let mut list = |key: &str| -> Vec<(String, crate::yaml::Pos)> {
+            match hf.get(key) {
+                Some(node) => self.string_list(node, &format!("`{key}`")),
+                None => Vec::new(),
+            }
+        };
+        let names =
+            |list: Vec<(String, crate::yaml::Pos)>| list.into_iter().map(|(s, _)| s).collect();
+        let allow_origin_list = names(list("access_control_allow_origin_list"));
+        let regexes = list("access_control_allow_origin_list_regex");
+        let allow_methods = names(list("access_control_allow_methods"));
+        let allow_headers = names(list("access_control_allow_headers"));
+        let expose_headers = names(list("access_control_expose_headers"));
+        let mut allow_origin_list_regex = Vec::with_capacity(regexes.len());
+        for (source, pos) in regexes {
+            match regex::Regex::new(&source) {
+                Ok(regex) => allow_origin_list_regex.push(regex),
+                Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
+            }
+        }
+        let flag = |loader: &mut Self, key: &str| match hf.get(key) {
+            Some(node) => loader.boolean(node, &format!("`{key}`")).unwrap_or(false),
+            None => false,
+        };
+        let allow_credentials = flag(self, "access_control_allow_credentials");
+        let add_vary_header = flag(self, "add_vary_header");
+        let max_age = match hf.get("access_control_max_age") {
+            Some(node) => self.uint(node, "`access_control_max_age`", 0, i64::MAX as u64),
+            None => None,
+        };
+        let cors = Cors {
+            allow_origin_list,
+            allow_origin_list_regex,
+            allow_methods,
+            allow_headers,
+            expose_headers,
+            allow_credentials,
+            max_age,
+            add_vary_header,
+        };
+        // As Traefik's `HasCorsHeadersDefined`: any field set turns CORS on.
+        let defined = !cors.allow_origin_list.is_empty()
+            || !cors.allow_origin_list_regex.is_empty()
+            || !cors.allow_methods.is_empty()
+            || !cors.allow_headers.is_empty()
+            || !cors.expose_headers.is_empty()
+            || cors.allow_credentials
+            || cors.max_age.is_some()
+            || cors.add_vary_header;
+        Some(MiddlewareKind::Headers {
+            request,
+            response,
+            cors: defined.then(|| Box::new(cors)),
+        })
     }
 
     /// `redirect_scheme: { scheme, permanent }` (https and temporary by default).

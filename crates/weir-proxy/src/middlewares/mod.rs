@@ -39,7 +39,9 @@ impl Filter {
 
     pub fn has_response_phase(&self) -> bool {
         match &self.0 {
-            MiddlewareKind::Headers { response, .. } => !response.is_empty(),
+            MiddlewareKind::Headers { response, cors, .. } => {
+                !response.is_empty() || cors.is_some()
+            }
             MiddlewareKind::Compress(_) => true,
             _ => false,
         }
@@ -53,7 +55,12 @@ impl Filter {
             MiddlewareKind::ReplacePathRegex { regex, replacement } => {
                 replace_path_regex::on_request(regex, replacement, req)
             }
-            MiddlewareKind::Headers { request, .. } => headers::apply(&mut req.head, request),
+            MiddlewareKind::Headers { request, cors, .. } => {
+                if let Some(answer) = cors.as_ref().and_then(|c| headers::preflight(c, req)) {
+                    return Flow::Respond(answer);
+                }
+                headers::apply(&mut req.head, request)
+            }
             MiddlewareKind::RedirectScheme { scheme, permanent } => {
                 let redirect =
                     redirect_scheme::on_request(scheme, *permanent, req, client.scheme());
@@ -73,8 +80,11 @@ impl Filter {
         resp: &mut ResponseHead,
     ) -> Option<BodyFilter> {
         match &self.0 {
-            MiddlewareKind::Headers { response, .. } => {
+            MiddlewareKind::Headers { response, cors, .. } => {
                 headers::apply(&mut resp.head, response);
+                if let Some(cors) = cors {
+                    headers::on_response(cors, req, &mut resp.head);
+                }
                 None
             }
             MiddlewareKind::Compress(config) => {

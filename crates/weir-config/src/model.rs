@@ -605,6 +605,8 @@ pub enum MiddlewareKind {
         response: HeaderOps,
         /// Traefik's CORS fields, when any is set (boxed: most `headers` have none).
         cors: Option<Box<Cors>>,
+        /// Traefik's security fields, when any is set.
+        secure: Option<Box<SecureHeaders>>,
     },
     RedirectScheme {
         scheme: String,
@@ -684,6 +686,34 @@ pub struct Cors {
     /// Seconds; `None` sends no `Access-Control-Max-Age`.
     pub max_age: Option<u64>,
     pub add_vary_header: bool,
+}
+
+/// The security fields of Traefik's `headers` middleware (its `secure` part, after
+/// unrolled/secure): a host check on the request, security fields on the answer.
+#[derive(Debug, Clone, Default)]
+pub struct SecureHeaders {
+    /// Hosts a request may name (compared without case); empty: any.
+    pub allowed_hosts: Vec<String>,
+    /// Request fields that carry the host in place of `Host` (the first present wins).
+    pub hosts_proxy_headers: Vec<String>,
+    /// Request fields whose value says the client came over HTTPS, `{ NAME: value }`.
+    pub ssl_proxy_headers: Vec<(String, String)>,
+    /// `Strict-Transport-Security: max-age=N`, over HTTPS (or always with `force_sts_header`).
+    pub sts_seconds: u64,
+    pub sts_include_subdomains: bool,
+    pub sts_preload: bool,
+    pub force_sts_header: bool,
+    pub frame_deny: bool,
+    pub custom_frame_options_value: String,
+    pub content_type_nosniff: bool,
+    pub browser_xss_filter: bool,
+    pub custom_browser_xss_value: String,
+    pub content_security_policy: String,
+    pub content_security_policy_report_only: String,
+    pub referrer_policy: String,
+    pub permissions_policy: String,
+    /// Skips the host check and `Strict-Transport-Security`, for development.
+    pub is_development: bool,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -361,3 +361,151 @@ fn a_malformed_origin_expression_is_refused_with_its_position() {
         "{stderr}"
     );
 }
+
+/// The security fields, as traefik's `Test_newSecure_modifyResponse` (secure_test.go) asserts
+/// them, each on its own router; plus `Strict-Transport-Security` only over HTTPS unless forced
+/// (unrolled/secure's `isSSL`: the connection, or an `ssl_proxy_headers` field), and
+/// `TestNew_allowedHosts` (headers_test.go): a host outside `allowed_hosts` gets 500 "Bad Host".
+#[test]
+fn security_fields_as_traefik_sets_them() {
+    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+        (
+            "permissions",
+            r#"permissions_policy: "microphone=(),""#,
+            &[("permissions-policy", "microphone=(),")],
+        ),
+        (
+            "sts",
+            "sts_seconds: 1, force_sts_header: true",
+            &[("strict-transport-security", "max-age=1")],
+        ),
+        (
+            "sts-preload",
+            "sts_seconds: 1, force_sts_header: true, sts_preload: true",
+            &[("strict-transport-security", "max-age=1; preload")],
+        ),
+        (
+            "frame-custom",
+            "custom_frame_options_value: foo",
+            &[("x-frame-options", "foo")],
+        ),
+        (
+            "frame-deny",
+            "frame_deny: true",
+            &[("x-frame-options", "DENY")],
+        ),
+        (
+            "nosniff",
+            "content_type_nosniff: true",
+            &[("x-content-type-options", "nosniff")],
+        ),
+        // Not forced: a plain HTTP request gets no Strict-Transport-Security.
+        (
+            "sts-plain",
+            "sts_seconds: 60, sts_include_subdomains: true",
+            &[],
+        ),
+    ];
+    let security = [
+        "strict-transport-security",
+        "x-frame-options",
+        "x-content-type-options",
+        "x-xss-protection",
+        "content-security-policy",
+        "referrer-policy",
+        "permissions-policy",
+    ];
+    let mut routers = String::new();
+    let mut middlewares = String::new();
+    for (name, fields, _) in cases {
+        routers.push_str(&format!(
+            "  {name}:\n    rule: \"Host(`{name}.test`)\"\n    middlewares: [{name}]\n    respond: {{ status: 200, body: \"ok\" }}\n"
+        ));
+        middlewares.push_str(&format!("  {name}: {{ headers: {{ {fields} }} }}\n"));
+    }
+    let yaml = format!(
+        r#"entrypoints:
+  web: {{ address: "127.0.0.1:0" }}
+routers:
+{routers}  proxied-https:
+    rule: "Host(`behind.test`)"
+    middlewares: [behind]
+    respond: {{ status: 200, body: "ok" }}
+  hosts:
+    rule: "PathPrefix(`/`)"
+    priority: 1
+    middlewares: [hosts]
+    respond: {{ status: 200, body: "ok" }}
+middlewares:
+{middlewares}  behind:
+    headers:
+      sts_seconds: 60
+      sts_include_subdomains: true
+      ssl_proxy_headers: {{ X-Forwarded-Proto: https }}
+  hosts:
+    headers:
+      allowed_hosts: [foo.com, bar.com]
+      hosts_proxy_headers: [X-Forwarded-Host]
+"#
+    );
+    let weir = Weir::start(&yaml);
+    for (name, _, expected) in cases {
+        let answer = get(weir.addr(), &format!("{name}.test"), "/foo");
+        assert_eq!(answer.status, 200, "case {name}");
+        let found: Vec<(String, String)> = answer
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
+            .filter(|(n, _)| security.contains(&n.as_str()))
+            .collect();
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(found, expected, "case {name}");
+    }
+    // Behind a proxy that terminated TLS and says so.
+    let answer = request(
+        weir.addr(),
+        "GET / HTTP/1.1\r\nHost: behind.test\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(
+        answer.header("strict-transport-security"),
+        Some("max-age=60; includeSubDomains")
+    );
+    let answer = get(weir.addr(), "behind.test", "/");
+    assert_eq!(answer.header("strict-transport-security"), None);
+    // TestNew_allowedHosts: an allowed host, no host, another host.
+    assert_eq!(get(weir.addr(), "foo.com", "/").status, 200);
+    assert_eq!(get(weir.addr(), "FOO.com", "/").status, 200);
+    let refused = request(weir.addr(), "GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(refused.status, 500);
+    let refused = get(weir.addr(), "boo.com", "/");
+    assert_eq!(refused.status, 500);
+    assert_eq!(refused.text(), "Bad Host\n");
+    // The host a proxy in front names counts, not the Host it sent to weir.
+    let proxied = request(
+        weir.addr(),
+        "GET / HTTP/1.1\r\nHost: boo.com\r\nX-Forwarded-Host: bar.com\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(proxied.status, 200);
+}
+
+/// TestNew_withoutOptions: a `headers` that sets nothing is refused, with its position.
+#[test]
+fn a_headers_middleware_that_sets_nothing_is_refused() {
+    let dir = temp_dir("headers-empty");
+    let path = dir.join("weir.yaml");
+    std::fs::write(
+        &path,
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    middlewares: [empty]\n    respond: { status: 200 }\nmiddlewares:\n  empty:\n    headers: {}\n",
+    )
+    .unwrap();
+    let out = weir_check(&path);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("weir.yaml:10:") && stderr.contains("`headers` sets nothing"),
+        "{stderr}"
+    );
+}

@@ -1,7 +1,7 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme or compress.
 
-use super::Loader;
+use super::{Fields, Loader};
 use crate::model::*;
 use crate::yaml::{Node, Value};
 
@@ -90,6 +90,23 @@ impl Loader<'_> {
             "access_control_allow_credentials",
             "access_control_max_age",
             "add_vary_header",
+            "allowed_hosts",
+            "hosts_proxy_headers",
+            "ssl_proxy_headers",
+            "sts_seconds",
+            "sts_include_subdomains",
+            "sts_preload",
+            "force_sts_header",
+            "frame_deny",
+            "custom_frame_options_value",
+            "content_type_nosniff",
+            "browser_xss_filter",
+            "custom_browser_xss_value",
+            "content_security_policy",
+            "content_security_policy_report_only",
+            "referrer_policy",
+            "permissions_policy",
+            "is_development",
         ];
         let hf = self.fields(body, "`headers`", KEYS)?;
         let request = hf
@@ -149,11 +166,88 @@ impl Loader<'_> {
             || cors.allow_credentials
             || cors.max_age.is_some()
             || cors.add_vary_header;
+        let secure = self.secure_headers(&hf);
+        // As Traefik's: a `headers` that sets nothing is a mistake, not a no-op.
+        if request.is_empty() && response.is_empty() && !defined && secure.is_none() {
+            self.error(
+                hf.pos,
+                "`headers` sets nothing; expected `request`, `response`, CORS or security fields",
+            );
+        }
         Some(MiddlewareKind::Headers {
             request,
             response,
             cors: defined.then(|| Box::new(cors)),
+            secure,
         })
+    }
+
+    /// The security fields of `headers`, when any is set (as Traefik's
+    /// `HasSecureHeadersDefined`).
+    fn secure_headers(&mut self, hf: &Fields<'_>) -> Option<Box<SecureHeaders>> {
+        let names = |loader: &mut Self, key: &str| -> Vec<String> {
+            match hf.get(key) {
+                Some(node) => loader
+                    .string_list(node, &format!("`{key}`"))
+                    .into_iter()
+                    .map(|(s, _)| s)
+                    .collect(),
+                None => Vec::new(),
+            }
+        };
+        let flag = |loader: &mut Self, key: &str| match hf.get(key) {
+            Some(node) => loader.boolean(node, &format!("`{key}`")).unwrap_or(false),
+            None => false,
+        };
+        let text = |loader: &mut Self, key: &str| match hf.get(key) {
+            Some(node) => loader.string(node, &format!("`{key}`")).unwrap_or_default(),
+            None => String::new(),
+        };
+        let ssl_proxy_headers = match hf.get("ssl_proxy_headers") {
+            Some(node) => self.header_map(node, "`ssl_proxy_headers`"),
+            None => Vec::new(),
+        };
+        let sts_seconds = hf.get("sts_seconds").map(|node| {
+            self.uint(node, "`sts_seconds`", 0, i64::MAX as u64)
+                .unwrap_or(0)
+        });
+        let secure = SecureHeaders {
+            allowed_hosts: names(self, "allowed_hosts"),
+            hosts_proxy_headers: names(self, "hosts_proxy_headers"),
+            ssl_proxy_headers,
+            sts_seconds: sts_seconds.unwrap_or(0),
+            sts_include_subdomains: flag(self, "sts_include_subdomains"),
+            sts_preload: flag(self, "sts_preload"),
+            force_sts_header: flag(self, "force_sts_header"),
+            frame_deny: flag(self, "frame_deny"),
+            custom_frame_options_value: text(self, "custom_frame_options_value"),
+            content_type_nosniff: flag(self, "content_type_nosniff"),
+            browser_xss_filter: flag(self, "browser_xss_filter"),
+            custom_browser_xss_value: text(self, "custom_browser_xss_value"),
+            content_security_policy: text(self, "content_security_policy"),
+            content_security_policy_report_only: text(self, "content_security_policy_report_only"),
+            referrer_policy: text(self, "referrer_policy"),
+            permissions_policy: text(self, "permissions_policy"),
+            is_development: flag(self, "is_development"),
+        };
+        let defined = !secure.allowed_hosts.is_empty()
+            || !secure.hosts_proxy_headers.is_empty()
+            || !secure.ssl_proxy_headers.is_empty()
+            || sts_seconds.is_some()
+            || secure.sts_include_subdomains
+            || secure.sts_preload
+            || secure.force_sts_header
+            || secure.frame_deny
+            || !secure.custom_frame_options_value.is_empty()
+            || secure.content_type_nosniff
+            || secure.browser_xss_filter
+            || !secure.custom_browser_xss_value.is_empty()
+            || !secure.content_security_policy.is_empty()
+            || !secure.content_security_policy_report_only.is_empty()
+            || !secure.referrer_policy.is_empty()
+            || !secure.permissions_policy.is_empty()
+            || secure.is_development;
+        defined.then(|| Box::new(secure))
     }
 
     /// `redirect_scheme: { scheme, permanent }` (https and temporary by default).

@@ -84,9 +84,10 @@ pub(crate) async fn exchange<C: ClientConn>(
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         let mut body_filter = None;
+        let scheme = client.scheme();
         reply.edit_head(|response| {
             for filter in &route.filters[..wrapped_by] {
-                if let Some(installed) = filter.on_response_head(&head, response) {
+                if let Some(installed) = filter.on_response_head(&head, scheme, response) {
                     body_filter = Some(installed);
                 }
             }

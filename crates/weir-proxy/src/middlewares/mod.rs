@@ -11,11 +11,13 @@ mod add_prefix;
 mod headers;
 mod redirect_scheme;
 mod replace_path_regex;
+mod secure_headers;
 mod strip_prefix;
 
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
 use crate::http::local::LocalResponse;
+use crate::http::Scheme;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
 use weir_config::MiddlewareKind;
@@ -39,9 +41,12 @@ impl Filter {
 
     pub fn has_response_phase(&self) -> bool {
         match &self.0 {
-            MiddlewareKind::Headers { response, cors, .. } => {
-                !response.is_empty() || cors.is_some()
-            }
+            MiddlewareKind::Headers {
+                response,
+                cors,
+                secure,
+                ..
+            } => !response.is_empty() || cors.is_some() || secure.is_some(),
             MiddlewareKind::Compress(_) => true,
             _ => false,
         }
@@ -55,11 +60,24 @@ impl Filter {
             MiddlewareKind::ReplacePathRegex { regex, replacement } => {
                 replace_path_regex::on_request(regex, replacement, req)
             }
-            MiddlewareKind::Headers { request, cors, .. } => {
+            MiddlewareKind::Headers {
+                request,
+                cors,
+                secure,
+                ..
+            } => {
+                // As Traefik nests them: CORS (the preflight) around the request edits,
+                // around the security part (the host check).
                 if let Some(answer) = cors.as_ref().and_then(|c| headers::preflight(c, req)) {
                     return Flow::Respond(answer);
                 }
-                headers::apply(&mut req.head, request)
+                headers::apply(&mut req.head, request);
+                if let Some(refused) = secure
+                    .as_ref()
+                    .and_then(|s| secure_headers::check_host(s, req))
+                {
+                    return Flow::Respond(refused);
+                }
             }
             MiddlewareKind::RedirectScheme { scheme, permanent } => {
                 let redirect =
@@ -73,14 +91,25 @@ impl Filter {
         Flow::Continue
     }
 
-    /// Response-head phase: edits the head; may return a filter for the body.
+    /// Response-head phase, for an answer to `req`, which came over `scheme`: edits the head;
+    /// may return a filter for the body.
     pub fn on_response_head(
         &self,
         req: &RequestHead,
+        scheme: Scheme,
         resp: &mut ResponseHead,
     ) -> Option<BodyFilter> {
         match &self.0 {
-            MiddlewareKind::Headers { response, cors, .. } => {
+            MiddlewareKind::Headers {
+                response,
+                cors,
+                secure,
+                ..
+            } => {
+                // Inside out, as Traefik nests them: the security fields, then the edits, then CORS.
+                if let Some(secure) = secure {
+                    secure_headers::on_response(secure, req, scheme, &mut resp.head);
+                }
                 headers::apply(&mut resp.head, response);
                 if let Some(cors) = cors {
                     headers::on_response(cors, req, &mut resp.head);

@@ -15,20 +15,23 @@ struct Case {
     cors: &'static str,
     vary: &'static str,
     method: &'static str,
-    request: &'static [(&'static str, &'static str)],
-    expected: &'static [(&'static str, &'static str)],
+    request: Fields,
+    expected: Fields,
 }
 
-const PREFLIGHT: &[(&str, &str)] = &[
+/// Header fields, `(name, value)`.
+type Fields = &'static [(&'static str, &'static str)];
+
+const PREFLIGHT: Fields = &[
     ("Access-Control-Request-Headers", "origin"),
     ("Access-Control-Request-Method", "GET"),
     ("Origin", "https://foo.bar.org"),
 ];
-const PREFLIGHT_NO_HEADERS: &[(&str, &str)] = &[
+const PREFLIGHT_NO_HEADERS: Fields = &[
     ("Access-Control-Request-Method", "GET"),
     ("Origin", "https://foo.bar.org"),
 ];
-const FROM_FOO: &[(&str, &str)] = &[("Origin", "https://foo.bar.org")];
+const FROM_FOO: Fields = &[("Origin", "https://foo.bar.org")];
 
 const CASES: &[Case] = &[
     // TestNewHeader_CORSPreflights
@@ -368,7 +371,8 @@ fn a_malformed_origin_expression_is_refused_with_its_position() {
 /// `TestNew_allowedHosts` (headers_test.go): a host outside `allowed_hosts` gets 500 "Bad Host".
 #[test]
 fn security_fields_as_traefik_sets_them() {
-    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+    // (router, the middleware's fields, the security fields expected back)
+    let cases: &[(&str, &str, Fields)] = &[
         (
             "permissions",
             r#"permissions_policy: "microphone=(),""#,

@@ -71,22 +71,22 @@ pub(crate) async fn exchange<C: ClientConn>(
         (line, log.samples())
     });
     // request filters, then the action
-    let reply = match route {
-        None if ep.is_none() => (Reply::prebuilt_error(&ENTRYPOINT_REMOVED), 0),
-        None => (Reply::prebuilt_error(&NO_ROUTE), 0),
-        Some(route) => run_route(worker, route, client, &mut head).await,
-    };
-    // The filters whose response-head phase sees this reply: all of them for the action's, only
+    // The filters whose response-head phase sees the reply: all of them for the action's, only
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
-    let (mut reply, wrapped_by) = reply;
+    let mut wrapped_by = usize::MAX;
+    let mut reply = match route {
+        None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
+        None => Reply::prebuilt_error(&NO_ROUTE),
+        Some(route) => run_route(worker, route, client, &mut head, &mut wrapped_by).await,
+    };
     render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         let mut body_filter = None;
         let scheme = client.scheme();
         reply.edit_head(|response| {
-            for filter in &route.filters[..wrapped_by] {
+            for filter in route.filters.iter().take(wrapped_by) {
                 if let Some(installed) = filter.on_response_head(&head, scheme, response) {
                     body_filter = Some(installed);
                 }
@@ -125,14 +125,18 @@ async fn run_route<'r, C: ClientSide>(
     route: &'r Route,
     client: &mut C,
     head: &mut RequestHead,
-) -> (Reply<'r>, usize) {
+    wrapped_by: &mut usize,
+) -> Reply<'r> {
     for (index, filter) in route.filters.iter().enumerate() {
         match filter.on_request(head, client).await {
             Flow::Continue => {}
-            Flow::Respond(response) => return (Reply::local(Cow::Owned(response)), index),
+            Flow::Respond(response) => {
+                *wrapped_by = index;
+                return Reply::local(Cow::Owned(response));
+            }
         }
     }
-    let reply = match &route.action {
+    match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::RespondError(error) => Reply::prebuilt_error(error),
         RouteAction::Proxy(service) => upstream::forward(worker, service, client, head, None).await,
@@ -152,8 +156,7 @@ async fn run_route<'r, C: ClientSide>(
         RouteAction::Static(site) => {
             static_files::serve(site, &worker.open_files, worker.clock.now(), head)
         }
-    };
-    (reply, route.filters.len())
+    }
 }
 
 /// Renders weir's own error answer, once, in the flavour the request and route need: gRPC's

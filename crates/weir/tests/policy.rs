@@ -199,26 +199,8 @@ fn ipv6_subnet_masks_ipv6_addresses_only() {
 fn a_refused_grpc_call_is_answered_in_grpc_form() {
     let up = Upstream::start("app");
     let weir = weir_with(&up, &[("/weir.Test/", "{ source_range: [10.0.0.1] }")]);
-    let dir = temp_dir("policy-grpc");
-    let message = dir.join("message");
-    std::fs::write(&message, b"\x00\x00\x00\x00\x02hi").unwrap();
-    let data = format!("@{}", message.display());
     let url = format!("http://{}/weir.Test/Unary", weir.addr());
-    let head = curl_ok(&[
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        "--http2-prior-knowledge",
-        "-H",
-        "content-type: application/grpc",
-        "-H",
-        "te: trailers",
-        "--data-binary",
-        &data,
-        &url,
-    ]);
-    let head = String::from_utf8_lossy(&head).to_lowercase();
+    let head = curl_grpc_head(&["--http2-prior-knowledge"], &url);
     assert!(head.starts_with("http/2 200"), "{head}");
     assert_eq!(
         header_value(&head, "content-type"),

@@ -635,6 +635,18 @@ pub enum IpStrategy {
     Excluded(IpRanges),
 }
 
+/// What makes requests one source for a per-source policy (Traefik's `sourceCriterion`, for
+/// `rate_limit` and `in_flight_req`): one of its keys; none means the connection's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceCriterion {
+    /// The client address `ip_strategy` picks.
+    Ip(IpStrategy),
+    /// The value of the request's first header line of this name (empty when absent).
+    RequestHeader(String),
+    /// The request's host, as sent (with its port, if any).
+    RequestHost,
+}
+
 /// Addresses and networks, matched as Traefik's `ip.Checker` does: an IPv4 client matches
 /// only IPv4 networks (an IPv4-mapped IPv6 address and network count as IPv4), an IPv6
 /// client only IPv6 ones.

@@ -1,16 +1,18 @@
 //! Which address a policy middleware takes as the client's: Traefik's IP strategies
-//! (pkg/ip/strategy.go), shared by `ip_allow_list` and the policies that key on a source.
+//! (pkg/ip/strategy.go), shared by `ip_allow_list` and the policies that key on a source
+//! (Traefik's source extractor, pkg/middlewares/extractor.go).
 
 use crate::http::codec::RequestHead;
 use std::net::{IpAddr, Ipv6Addr};
-use weir_config::{IpRanges, IpStrategy};
+use weir_config::{IpRanges, IpStrategy, SourceCriterion};
 
-/// What a strategy picked, as Traefik's strategies return it: an address, or the text of an
-/// `X-Forwarded-For` entry (empty when there is none), read as an address only when checked.
+/// What a strategy or source criterion picked, as Traefik's return it: an address, or text
+/// (an `X-Forwarded-For` entry, a header's value, the host; empty when there is none), read
+/// as an address only when checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Picked<'a> {
     Addr(IpAddr),
-    Forwarded(&'a [u8]),
+    Text(&'a [u8]),
 }
 
 impl Picked<'_> {
@@ -19,7 +21,7 @@ impl Picked<'_> {
     pub(crate) fn addr(self) -> Option<IpAddr> {
         match self {
             Picked::Addr(ip) => Some(ip),
-            Picked::Forwarded(text) => {
+            Picked::Text(text) => {
                 let text = std::str::from_utf8(text).ok()?;
                 parse_addr(split_host_port(text).unwrap_or(text))
             }
@@ -45,10 +47,27 @@ pub(crate) fn pick<'a>(strategy: &IpStrategy, req: &'a RequestHead, peer: IpAddr
                 .map_or(&b""[..], <[u8]>::trim_ascii);
             match ipv6_subnet {
                 Some(bits) => masked_entry(entry, *bits),
-                None => Picked::Forwarded(entry),
+                None => Picked::Text(entry),
             }
         }
         IpStrategy::Excluded(excluded) => first_not_excluded(forwarded(req), excluded),
+    }
+}
+
+/// The source a per-source policy counts `req` under (Traefik's source extractor).
+// Its users to come are `rate_limit` and `in_flight_req`.
+#[allow(dead_code)]
+pub(crate) fn source_key<'a>(
+    criterion: &SourceCriterion,
+    req: &'a RequestHead,
+    peer: IpAddr,
+) -> Picked<'a> {
+    match criterion {
+        SourceCriterion::Ip(strategy) => pick(strategy, req, peer),
+        SourceCriterion::RequestHeader(name) => {
+            Picked::Text(req.head.get(name).unwrap_or_default())
+        }
+        SourceCriterion::RequestHost => Picked::Text(req.host().as_bytes()),
     }
 }
 
@@ -65,10 +84,10 @@ fn first_not_excluded<'a>(list: &'a [u8], excluded: &IpRanges) -> Picked<'a> {
         }
         let parsed = std::str::from_utf8(entry).ok().and_then(parse_addr);
         if !parsed.is_some_and(|ip| excluded.contains(ip)) {
-            return Picked::Forwarded(entry);
+            return Picked::Text(entry);
         }
     }
-    Picked::Forwarded(b"")
+    Picked::Text(b"")
 }
 
 /// An entry that is an IPv6 address (an IPv4-mapped one too), as the first address of its
@@ -77,7 +96,7 @@ fn masked_entry(entry: &[u8], bits: u8) -> Picked<'_> {
     let parsed = std::str::from_utf8(entry).ok().and_then(parse_addr);
     match parsed {
         Some(IpAddr::V6(v6)) => Picked::Addr(IpAddr::V6(mask(v6, bits))),
-        _ => Picked::Forwarded(entry),
+        _ => Picked::Text(entry),
     }
 }
 
@@ -140,7 +159,7 @@ mod tests {
     fn text(picked: Picked<'_>) -> String {
         match picked {
             Picked::Addr(ip) => ip.to_string(),
-            Picked::Forwarded(entry) => String::from_utf8_lossy(entry).into_owned(),
+            Picked::Text(entry) => String::from_utf8_lossy(entry).into_owned(),
         }
     }
 
@@ -235,6 +254,28 @@ mod tests {
         }
     }
 
+    /// extractor.go: an IP strategy's pick, a header's first value, the host as sent.
+    #[test]
+    fn source_keys() {
+        let text = "GET / HTTP/1.1\r\nHost: api.test:8080\r\nX-Tenant: a\r\nX-Tenant: b\r\n\
+                    X-Forwarded-For: 10.0.0.2, 10.0.0.1\r\n\r\n";
+        let req = parse_request(&mut BytesMut::from(text))
+            .expect("valid")
+            .expect("whole");
+        let peer = "192.0.2.7".parse().unwrap();
+        let key = |criterion: SourceCriterion| self::text(source_key(&criterion, &req, peer));
+        let remote = IpStrategy::RemoteAddr { ipv6_subnet: None };
+        assert_eq!(key(SourceCriterion::Ip(remote)), "192.0.2.7");
+        let depth = IpStrategy::Depth {
+            depth: 2,
+            ipv6_subnet: None,
+        };
+        assert_eq!(key(SourceCriterion::Ip(depth)), "10.0.0.2");
+        assert_eq!(key(SourceCriterion::RequestHeader("x-tenant".into())), "a");
+        assert_eq!(key(SourceCriterion::RequestHeader("x-user".into())), "");
+        assert_eq!(key(SourceCriterion::RequestHost), "api.test:8080");
+    }
+
     /// pkg/ip checker_test.go `TestIsAuthorized` and `TestContainsBrokenIPs`: what the checker
     /// reads as an address (a port is dropped, an octal-looking IPv4 is not an address).
     #[test]
@@ -256,7 +297,7 @@ mod tests {
             ("\\&$§&/(", None),
         ];
         for (entry, expected) in cases {
-            let addr = Picked::Forwarded(entry.as_bytes()).addr();
+            let addr = Picked::Text(entry.as_bytes()).addr();
             assert_eq!(addr.map(|a| a.to_string()).as_deref(), expected, "{entry}");
         }
         assert_eq!(split_host_port("[::1]x:80"), None);

@@ -1,5 +1,5 @@
 //! End-to-end policy middlewares against the binary: `ip_allow_list` with each client-address
-//! strategy, its reject status, and its refusal in gRPC form. Cases are ported from Traefik's
+//! strategy, its reject status, and its refusal in gRPC and Elasticsearch form. Cases are ported from Traefik's
 //! pkg/middlewares/ipallowlist/ip_allowlist_test.go and pkg/ip/strategy_test.go (named on
 //! each assertion); clients connect from chosen loopback addresses (127.0.0.20, 127.0.0.21,
 //! ::1) to be the remote address Traefik's tests set.
@@ -29,6 +29,12 @@ fn forwarded(weir: &Weir, path: &str, forwarded: &str) -> Resp {
 }
 
 fn weir_with(up: &Upstream, routes: &[(&str, &str)]) -> Weir {
+    weir_with_entrypoints(up, routes, "")
+}
+
+/// weir proxying to `up` with an `ip_allow_list` per path prefix, on an h2c-capable `web`
+/// entrypoint and the `extra` entrypoint lines.
+fn weir_with_entrypoints(up: &Upstream, routes: &[(&str, &str)], extra: &str) -> Weir {
     let mut routers = String::new();
     let mut middlewares = String::new();
     for (i, (path, middleware)) in routes.iter().enumerate() {
@@ -38,8 +44,7 @@ fn weir_with(up: &Upstream, routes: &[(&str, &str)]) -> Weir {
         middlewares.push_str(&format!("  m{i}: {{ ip_allow_list: {middleware} }}\n"));
     }
     Weir::start(&format!(
-        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n  \
-         v6: {{ address: \"[::1]:0\" }}\n\
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n{extra}\
          routers:\n{routers}\
          services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
          middlewares:\n{middlewares}",
@@ -171,7 +176,7 @@ fn excluded_ips_pick_the_first_address_not_excluded_from_the_right() {
 #[test]
 fn ipv6_subnet_masks_ipv6_addresses_only() {
     let up = Upstream::start("app");
-    let weir = weir_with(
+    let weir = weir_with_entrypoints(
         &up,
         &[
             (
@@ -182,6 +187,7 @@ fn ipv6_subnet_masks_ipv6_addresses_only() {
             ("/remote-subnet", "{ source_range: [\"::\"], ip_strategy: { ipv6_subnet: 64 } }"),
             ("/remote", "{ source_range: [\"::\"] }"),
         ],
+        "  v6: { address: \"[::1]:0\" }\n",
     );
     let v6 = "10.0.0.3,::abcd:ffff:c0a8:1,10.0.0.1";
     assert_eq!(forwarded(&weir, "/depth-subnet", v6).status, 200);
@@ -235,4 +241,26 @@ fn weir_check_names_a_bad_range_and_status() {
         stderr.contains(&format!("{file}:5:63: `reject_status_code` must be")),
         "{stderr}"
     );
+}
+
+/// On a route to an Elasticsearch service, the refusal is Elasticsearch's JSON error with
+/// the reject status, and no node is asked.
+#[test]
+fn a_refusal_on_an_elasticsearch_route_is_elasticsearch_shaped() {
+    let dead = free_port();
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  es: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  es: {{ rule: \"PathPrefix(`/`)\", middlewares: [office], service: es }}\n\
+         services:\n  es:\n    elasticsearch:\n      hosts: [\"http://127.0.0.1:{dead}\"]\n      \
+         discovery: {{ enabled: false }}\n\
+         middlewares:\n  office: {{ ip_allow_list: {{ source_range: [192.0.2.0/24] }} }}\n"
+    ));
+    let answer = get(weir.addrs["es"], "es", "/books/_search");
+    assert_eq!(answer.status, 403);
+    assert!(answer
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("application/json")));
+    let error = answer.json();
+    assert_eq!(error["status"], 403);
+    assert_eq!(error["error"]["reason"], "Forbidden");
 }

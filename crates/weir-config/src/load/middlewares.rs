@@ -244,7 +244,7 @@ impl Loader<'_> {
 
     /// `ip_strategy: { depth, excluded_ips, ipv6_subnet }`: `depth` wins over
     /// `excluded_ips`, as in Traefik; neither means the connection's address.
-    pub(super) fn ip_strategy(&mut self, node: &Node) -> Option<IpStrategy> {
+    fn ip_strategy(&mut self, node: &Node) -> Option<IpStrategy> {
         const KEYS: &[&str] = &["depth", "excluded_ips", "ipv6_subnet"];
         let f = self.fields(node, "`ip_strategy`", KEYS)?;
         let depth = match f.get("depth") {

@@ -614,6 +614,124 @@ pub enum MiddlewareKind {
     },
     /// Compresses response bodies in an encoding the client accepts.
     Compress(Compress),
+    /// Refuses clients outside the listed networks.
+    IpAllowList(IpAllowList),
+}
+
+/// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpAllowList {
+    pub source_range: IpRanges,
+    pub ip_strategy: IpStrategy,
+    /// The status of a refusal (403 by default); its body is the status's standard text.
+    pub reject_status_code: u16,
+}
+
+/// Which address a policy takes as the client's (Traefik's `ipStrategy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpStrategy {
+    /// The connection's peer (no `ip_strategy`, or one with neither `depth` nor
+    /// `excluded_ips`).
+    RemoteAddr { ipv6_subnet: Option<u8> },
+    /// The `depth`th `X-Forwarded-For` entry counted from the right.
+    Depth { depth: u32, ipv6_subnet: Option<u8> },
+    /// The first `X-Forwarded-For` entry from the right that is not in the list.
+    Excluded(IpRanges),
+}
+
+/// What makes requests one source for a per-source policy (Traefik's `sourceCriterion`, for
+/// `rate_limit` and `in_flight_req`): one of its keys; none means the connection's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceCriterion {
+    /// The client address `ip_strategy` picks.
+    Ip(IpStrategy),
+    /// The value of the request's first header line of this name (empty when absent).
+    RequestHeader(String),
+    /// The request's host, as sent (with its port, if any).
+    RequestHost,
+}
+
+/// Addresses and networks, matched as Traefik's `ip.Checker` does: an IPv4 client matches
+/// only IPv4 networks (an IPv4-mapped IPv6 address and network count as IPv4), an IPv6
+/// client only IPv6 ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpRanges(pub Vec<crate::rule::Cidr>);
+
+impl IpRanges {
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(ip))
+    }
+}
+
+/// Go's `http.StatusText`, which names the statuses Traefik accepts as a configured reject
+/// status and is the body of its refusals.
+pub fn status_text(status: u16) -> Option<&'static str> {
+    Some(match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        102 => "Processing",
+        103 => "Early Hints",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        207 => "Multi-Status",
+        208 => "Already Reported",
+        226 => "IM Used",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        305 => "Use Proxy",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Request Entity Too Large",
+        414 => "Request URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Requested Range Not Satisfiable",
+        417 => "Expectation Failed",
+        418 => "I'm a teapot",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Entity",
+        423 => "Locked",
+        424 => "Failed Dependency",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        506 => "Variant Also Negotiates",
+        507 => "Insufficient Storage",
+        508 => "Loop Detected",
+        510 => "Not Extended",
+        511 => "Network Authentication Required",
+        _ => return None,
+    })
 }
 
 /// A content coding weir can compress with.

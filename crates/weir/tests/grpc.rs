@@ -349,8 +349,6 @@ fn a_failed_upstream_is_unavailable_on_the_wire_over_h2c_and_tls() {
         cert.cert.display(),
         cert.key.display()
     ));
-    let message = dir.join("message");
-    std::fs::write(&message, b"\x00\x00\x00\x00\x02hi").unwrap();
     let secure_port = weir.addrs["secure"].port();
     let cases = [
         (
@@ -369,19 +367,8 @@ fn a_failed_upstream_is_unavailable_on_the_wire_over_h2c_and_tls() {
         ),
     ];
     for (args, url) in cases {
-        let mut curl_args: Vec<&str> = vec!["-D", "-", "-o", "/dev/null"];
-        curl_args.extend(args.iter().map(String::as_str));
-        let data = format!("@{}", message.display());
-        curl_args.extend([
-            "-H",
-            "content-type: application/grpc",
-            "-H",
-            "te: trailers",
-            "--data-binary",
-            &data,
-            &url,
-        ]);
-        let head = String::from_utf8_lossy(&curl_ok(&curl_args)).to_lowercase();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let head = curl_grpc_head(&args, &url);
         assert!(head.starts_with("http/2 200"), "{url}: {head}");
         assert_eq!(
             header_value(&head, "content-type"),

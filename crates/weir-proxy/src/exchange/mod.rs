@@ -134,6 +134,10 @@ async fn run_route<'r, C: ClientSide>(
                 *wrapped_by = index;
                 return Reply::local(Cow::Owned(response));
             }
+            Flow::Refuse(error) => {
+                *wrapped_by = index;
+                return Reply::error(error);
+            }
         }
     }
     match &route.action {
@@ -354,5 +358,23 @@ mod tests {
             wire(&crate::reply::ErrorHead::Prebuilt(&configured).plain())
         );
         assert_eq!(grpc::error_answer(&configured.error).headers[1].1, "7");
+    }
+
+    /// Traefik's ipAllowList answers with the status and its text, no newline, as Go's
+    /// sniffed `text/plain`; gRPC and Elasticsearch routes get their own forms.
+    #[test]
+    fn a_policy_refusal_is_the_status_text_alone() {
+        let refusal = LocalError::new(403, ErrorKind::PolicyRefused, "Forbidden");
+        assert_eq!(
+            wire(&refusal.plain()),
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\n\
+             content-length: 9\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\nForbidden"
+        );
+        assert_eq!(grpc::error_answer(&refusal).headers[1].1, "7");
+        let es = elasticsearch::error_answer(&refusal);
+        assert_eq!(es.status, 403);
+        assert!(String::from_utf8_lossy(&es.body).contains("\"reason\":\"Forbidden\""));
+        let no_body = LocalError::new(204, ErrorKind::PolicyRefused, "No Content").plain();
+        assert!(no_body.body.is_empty() && no_body.headers.is_empty());
     }
 }

@@ -61,6 +61,9 @@ pub enum ErrorKind {
     PurgeRefused,
     /// A `respond` route's configured error status: its plain answer is the configured one.
     Configured,
+    /// A policy middleware refuses the request (`ip_allow_list`), with its configured status.
+    /// Its plain answer is the message alone, without a final newline, as Traefik writes it.
+    PolicyRefused,
 }
 
 /// An error answer weir makes itself, not yet in wire form.
@@ -86,13 +89,22 @@ impl LocalError {
     }
 
     /// The plain rendering: `message` and a newline as UTF-8 text, after the kind's own
-    /// header lines; a 416 is its `Content-Range` alone.
+    /// header lines; a 416 is its `Content-Range` alone; a policy's refusal is its message
+    /// (none for a status that has no body).
     pub fn plain(&self) -> LocalResponse {
         let mut headers = Vec::with_capacity(self.headers.len() + 2);
         let body = match self.kind {
             ErrorKind::RangeNotSatisfiable { length } => {
                 headers.push(("content-range".into(), format!("bytes */{length}")));
                 Bytes::new()
+            }
+            ErrorKind::PolicyRefused if matches!(self.status, 204 | 304) => Bytes::new(),
+            ErrorKind::PolicyRefused => {
+                headers.push(("content-type".into(), "text/plain; charset=utf-8".into()));
+                match &self.message {
+                    Cow::Borrowed(text) => Bytes::from_static(text.as_bytes()),
+                    Cow::Owned(text) => Bytes::copy_from_slice(text.as_bytes()),
+                }
             }
             kind => {
                 if let ErrorKind::MethodNotAllowed { allow } = kind {

@@ -1,5 +1,6 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
-//! phases. Request phase (async): edits the request head or answers it (`Flow::Respond`).
+//! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
+//! refuses it with one of weir's errors (`Flow::Refuse`).
 //! Response-head phase: edits the reply's head, local and proxied answers
 //! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
 //! transforms the body as the driver sends it (compression); without one, replies take the
@@ -9,13 +10,16 @@
 
 mod add_prefix;
 mod headers;
+mod ip_allow_list;
 mod redirect_scheme;
 mod replace_path_regex;
 mod secure_headers;
+mod source;
 mod strip_prefix;
 
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
+use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::body_filter::BodyFilter;
@@ -31,6 +35,9 @@ pub enum Flow {
     Continue,
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
+    /// Refuse with this error, rendered in the route's flavour as weir's other errors are
+    /// (a policy's refusal: plain text, gRPC, Elasticsearch JSON).
+    Refuse(LocalError),
 }
 
 impl Filter {
@@ -84,6 +91,11 @@ impl Filter {
                     redirect_scheme::on_request(scheme, *permanent, req, client.scheme());
                 if let Some(answer) = redirect {
                     return Flow::Respond(answer);
+                }
+            }
+            MiddlewareKind::IpAllowList(list) => {
+                if let Some(refusal) = ip_allow_list::on_request(list, req, client.ip()) {
+                    return Flow::Refuse(refusal);
                 }
             }
             MiddlewareKind::Compress(_) => {}

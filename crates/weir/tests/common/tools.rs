@@ -53,3 +53,23 @@ pub fn curl_ok(args: &[&str]) -> Vec<u8> {
     curl.args(["-sS", "--max-time", "20"]).args(args);
     stdout_of(&mut curl, &format!("curl {args:?}"))
 }
+
+/// The response head, lowercased, of a unary gRPC call (a two-byte message) that curl makes
+/// to `url`, with `args` (`--http2-prior-knowledge`, or TLS options) before the call's own.
+pub fn curl_grpc_head(args: &[&str], url: &str) -> String {
+    let message = temp_dir("grpc-call").join("message");
+    std::fs::write(&message, b"\x00\x00\x00\x00\x02hi").unwrap();
+    let data = format!("@{}", message.display());
+    let mut curl_args = vec!["-D", "-", "-o", "/dev/null"];
+    curl_args.extend(args);
+    curl_args.extend([
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
+        "--data-binary",
+        &data,
+        url,
+    ]);
+    String::from_utf8_lossy(&curl_ok(&curl_args)).to_lowercase()
+}

@@ -589,4 +589,42 @@ mod tests {
             vec!["t.yaml:4:15: `chain` needs `middlewares`"]
         );
     }
+
+    /// pkg/server/middleware/middlewares_test.go (Traefik), TestBuilder_BuildChainWithContext:
+    /// the "Detects recursion in Middleware chain" cases and "Detects MiddlewareChain that
+    /// references a Chain that references a Chain with a missing middleware", whose loop
+    /// (m2 → m3 → m2) m0 and m1 only lead into: the chains in the loop are the errors.
+    #[test]
+    fn traefik_chain_recursion_cases() {
+        let chains = |list: &[(&str, &str)]| {
+            let body: String = list
+                .iter()
+                .map(|(name, members)| {
+                    format!("  {name}: {{ chain: {{ middlewares: [{members}] }} }}\n")
+                })
+                .collect();
+            errors(&middlewares(&format!(
+                "  ok: {{ add_prefix: /ok }}\n{body}"
+            )))
+        };
+        assert_eq!(
+            chains(&[("m1", "m2"), ("m2", "ok, m3"), ("m3", "m1")]),
+            vec![
+                "t.yaml:5:32: chain `m1` loops: m1 → m2 → m3 → m1",
+                "t.yaml:6:36: chain `m2` loops: m2 → m3 → m1 → m2",
+                "t.yaml:7:32: chain `m3` loops: m3 → m1 → m2 → m3",
+            ]
+        );
+        assert_eq!(
+            chains(&[("m0", "m0")]),
+            vec!["t.yaml:5:32: chain `m0` loops: m0 → m0"]
+        );
+        assert_eq!(
+            chains(&[("m0", "m1"), ("m1", "m2"), ("m2", "m3"), ("m3", "m2")]),
+            vec![
+                "t.yaml:7:32: chain `m2` loops: m2 → m3 → m2",
+                "t.yaml:8:32: chain `m3` loops: m3 → m2 → m3",
+            ]
+        );
+    }
 }

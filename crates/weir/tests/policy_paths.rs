@@ -174,6 +174,17 @@ fn a_folder_redirect_keeps_a_prefix_stripped_by_regex() {
     );
 }
 
+/// A redirect case: (Go case, config, method, target, X-Forwarded-Proto, status, Location).
+type RedirectCase = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    u16,
+    Option<&'static str>,
+);
+
 /// pkg/middlewares/redirect/redirect_regex_test.go, TestRedirectRegexHandler: the Go test
 /// sends its `url` as the request target (absolute form), so these do too. "invalid regex" is
 /// weir-config's `redirect_regex_settings_and_their_errors`; the `secured` cases are in
@@ -192,88 +203,160 @@ fn redirect_regex_matches_the_request_url() {
             ("port", "{ redirect_regex: { regex: \"http://foo:80\", replacement: \"https://foo:443\" } }"),
             ("port88", "{ redirect_regex: { regex: \"http://foo:80\", replacement: \"http://foo:88\" } }"),
             ("www", www),
+            ("same", "{ redirect_regex: { regex: \"^http://www.example.com:8080/x\", replacement: \"http://www.example.com:8080/x\" } }"),
         ],
         WEB,
     ));
     let a = weir.addr();
-    let redirect = |name: &str, method: &str, url: &str| {
-        let resp = case(a, name, method, url, "ignored");
-        (resp.status, resp.header("location").map(str::to_string))
-    };
-    let to = |status: u16, url: &str| (status, Some(url.to_string()));
-    // "simple redirection" (`$${` is how a weir config writes `${`, see docs).
-    assert_eq!(
-        redirect("simple", "GET", "http://foo.com:80"),
-        to(302, "https://foobar.com:443")
-    );
-    // "URL doesn't match regex": the request goes on.
-    let passed = case(a, "simple", "GET", "http://bar.com:80", "bar.com");
-    assert_eq!((passed.status, passed.header("location")), (200, None));
-    // "invalid rewritten URL".
-    assert_eq!(redirect("invalid", "GET", "http://foo.com:80"), (502, None));
-    // "HTTP to HTTPS permanent", "HTTP to HTTP POST", "HTTP to HTTP POST permanent".
-    assert_eq!(
-        redirect("tohttpsperm", "GET", "http://foo"),
-        to(301, "https://foo")
-    );
-    assert_eq!(
-        redirect("tohttps", "POST", "http://foo"),
-        to(307, "https://foo")
-    );
-    assert_eq!(
-        redirect("tohttpsperm", "POST", "http://foo"),
-        to(308, "https://foo")
-    );
-    // "HTTP to HTTPS", "HTTP to HTTP".
-    assert_eq!(
-        redirect("port", "GET", "http://foo:80"),
-        to(302, "https://foo:443")
-    );
-    assert_eq!(
-        redirect("port88", "GET", "http://foo:80"),
-        to(302, "http://foo:88")
-    );
-    // "HTTP to HTTPS, with X-Forwarded-Proto": the header does not change the URL's scheme.
-    let resp = request(
-        a,
-        "GET http://foo:80 HTTP/1.1\r\nHost: foo\r\nX-Case: port\r\nX-Forwarded-Proto: https\r\nConnection: close\r\n\r\n",
-    );
-    assert_eq!(
-        (resp.status, resp.header("location")),
-        (302, Some("https://foo:443"))
-    );
-    // "www-redirect without port", "... with port", "... without port, root path".
-    assert_eq!(
-        redirect("www", "GET", "http://www.example.com/path"),
-        to(301, "http://example.com/path")
-    );
-    assert_eq!(
-        redirect("www", "GET", "http://www.example.com:8080/path"),
-        to(301, "http://example.com:8080/path")
-    );
-    assert_eq!(
-        redirect("www", "GET", "http://www.example.com/"),
-        to(301, "http://example.com/")
-    );
-    // weir, from redirect.go's moveHandler: only GET keeps 301/302; HEAD gets 307/308 too.
-    assert_eq!(
-        redirect("tohttps", "HEAD", "http://foo"),
-        to(307, "https://foo")
-    );
-    // An origin-form target: `http://`, the Host header as sent (port included), the target.
-    let resp = case(a, "www", "GET", "/path?q=1", "www.example.com:8080");
-    assert_eq!(
-        (resp.status, resp.header("location")),
-        (301, Some("http://example.com:8080/path?q=1"))
-    );
-    // A replacement that leaves the URL as it was lets the request through.
-    let same = "{ redirect_regex: { regex: \"^http://same/\", replacement: \"http://same/\" } }";
-    let weir2 = Weir::start(&cases_config(&up.url(), &[("same", same)], WEB));
-    let passed = case(weir2.addr(), "same", "GET", "/x", "same");
-    assert_eq!(
-        (passed.status, passed.json()["target"].as_str()),
-        (200, Some("/x"))
-    );
+    // The Go config "simple redirection" writes `${1}`, here `$${1}` (see docs).
+    let cases: &[RedirectCase] = &[
+        (
+            "simple redirection",
+            "simple",
+            "GET",
+            "http://foo.com:80",
+            "",
+            302,
+            Some("https://foobar.com:443"),
+        ),
+        (
+            "URL doesn't match regex",
+            "simple",
+            "GET",
+            "http://bar.com:80",
+            "",
+            200,
+            None,
+        ),
+        (
+            "invalid rewritten URL",
+            "invalid",
+            "GET",
+            "http://foo.com:80",
+            "",
+            502,
+            None,
+        ),
+        (
+            "HTTP to HTTPS permanent",
+            "tohttpsperm",
+            "GET",
+            "http://foo",
+            "",
+            301,
+            Some("https://foo"),
+        ),
+        (
+            "HTTP to HTTPS",
+            "port",
+            "GET",
+            "http://foo:80",
+            "",
+            302,
+            Some("https://foo:443"),
+        ),
+        // The header does not change the URL's scheme.
+        (
+            "HTTP to HTTPS, with X-Forwarded-Proto",
+            "port",
+            "GET",
+            "http://foo:80",
+            "https",
+            302,
+            Some("https://foo:443"),
+        ),
+        (
+            "HTTP to HTTP",
+            "port88",
+            "GET",
+            "http://foo:80",
+            "",
+            302,
+            Some("http://foo:88"),
+        ),
+        (
+            "HTTP to HTTP POST",
+            "tohttps",
+            "POST",
+            "http://foo",
+            "",
+            307,
+            Some("https://foo"),
+        ),
+        (
+            "www-redirect without port",
+            "www",
+            "GET",
+            "http://www.example.com/path",
+            "",
+            301,
+            Some("http://example.com/path"),
+        ),
+        (
+            "www-redirect with port",
+            "www",
+            "GET",
+            "http://www.example.com:8080/path",
+            "",
+            301,
+            Some("http://example.com:8080/path"),
+        ),
+        (
+            "www-redirect without port, root path",
+            "www",
+            "GET",
+            "http://www.example.com/",
+            "",
+            301,
+            Some("http://example.com/"),
+        ),
+        (
+            "HTTP to HTTP POST permanent",
+            "tohttpsperm",
+            "POST",
+            "http://foo",
+            "",
+            308,
+            Some("https://foo"),
+        ),
+        // weir's own, from redirect.go's moveHandler: only GET keeps 302, HEAD gets 307.
+        (
+            "HEAD",
+            "tohttps",
+            "HEAD",
+            "http://foo",
+            "",
+            307,
+            Some("https://foo"),
+        ),
+        // An origin-form target: `http://`, the Host header as sent (port included), the target.
+        (
+            "origin form",
+            "www",
+            "GET",
+            "/path?q=1",
+            "",
+            301,
+            Some("http://example.com:8080/path?q=1"),
+        ),
+        // A replacement that leaves the URL as it was lets the request through.
+        ("unchanged", "same", "GET", "/x", "", 200, None),
+    ];
+    for (name, config, method, target, proto, status, location) in cases {
+        let proto = match *proto {
+            "" => String::new(),
+            proto => format!("X-Forwarded-Proto: {proto}\r\n"),
+        };
+        let resp = request(
+            a,
+            &format!("{method} {target} HTTP/1.1\r\nHost: www.example.com:8080\r\nX-Case: {config}\r\n{proto}Connection: close\r\n\r\n"),
+        );
+        assert_eq!(
+            (resp.status, resp.header("location")),
+            (*status, *location),
+            "{name}"
+        );
+    }
 }
 
 /// pkg/middlewares/redirect/redirect_regex_test.go, TestRedirectRegexHandler, the `secured`

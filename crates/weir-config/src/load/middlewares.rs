@@ -2,7 +2,7 @@
 //! redirect_scheme, compress, replace_path, strip_prefix_regex, redirect_regex or chain; and
 //! the chains resolved into flat lists (every name defined, no loop).
 
-use super::Loader;
+use super::{Fields, Loader};
 use crate::model::*;
 use crate::yaml::{Node, Pos, Value};
 use std::collections::HashMap;
@@ -97,17 +97,24 @@ impl Loader<'_> {
     /// `replace_path_regex: { regex, replacement }`.
     fn replace_path_regex(&mut self, body: &Node) -> Option<MiddlewareKind> {
         let rf = self.fields(body, "`replace_path_regex`", &["regex", "replacement"])?;
-        let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
-            self.error(
-                rf.pos,
-                "`replace_path_regex` needs `regex` and `replacement`",
-            );
+        let (regex, replacement) = self.regex_and_replacement(&rf, "`replace_path_regex`")?;
+        Some(MiddlewareKind::ReplacePathRegex { regex, replacement })
+    }
+
+    /// The `regex` (compiled) and `replacement` that `what` needs both of.
+    fn regex_and_replacement(
+        &mut self,
+        f: &Fields<'_>,
+        what: &str,
+    ) -> Option<(regex::Regex, String)> {
+        let (Some(r), Some(rep)) = (f.get("regex"), f.get("replacement")) else {
+            self.error(f.pos, format!("{what} needs `regex` and `replacement`"));
             return None;
         };
         let source = self.string(r, "`regex`")?;
         let replacement = self.string(rep, "`replacement`")?;
         match regex::Regex::new(&source) {
-            Ok(regex) => Some(MiddlewareKind::ReplacePathRegex { regex, replacement }),
+            Ok(regex) => Some((regex, replacement)),
             Err(e) => {
                 self.error(r.pos, format!("invalid regular expression: {e}"));
                 None
@@ -164,27 +171,17 @@ impl Loader<'_> {
             "`redirect_regex`",
             &["regex", "replacement", "permanent"],
         )?;
-        let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
-            self.error(rf.pos, "`redirect_regex` needs `regex` and `replacement`");
-            return None;
-        };
-        let source = self.string(r, "`regex`")?;
-        let replacement = self.string(rep, "`replacement`")?;
+        let compiled = self.regex_and_replacement(&rf, "`redirect_regex`");
         let permanent = match rf.get("permanent") {
             Some(p) => self.boolean(p, "`permanent`")?,
             None => false,
         };
-        match regex::Regex::new(&source) {
-            Ok(regex) => Some(MiddlewareKind::RedirectRegex {
-                regex,
-                replacement,
-                permanent,
-            }),
-            Err(e) => {
-                self.error(r.pos, format!("invalid regular expression: {e}"));
-                None
-            }
-        }
+        let (regex, replacement) = compiled?;
+        Some(MiddlewareKind::RedirectRegex {
+            regex,
+            replacement,
+            permanent,
+        })
     }
 
     /// `chain: { middlewares: [...] }`; the names are checked once every middleware is read

@@ -382,10 +382,10 @@ fn redirect_regex_takes_https_from_the_connection() {
         &websecure,
     ));
     let port = weir.addr().port();
-    let redirect = |name: &str, host: &str, target: &str| {
+    let over = |version: &str, name: &str, host: &str, target: &str| {
         let head = curl_ok(&[
             "-k",
-            "--http1.1",
+            version,
             "-o",
             "/dev/null",
             "-D",
@@ -399,9 +399,13 @@ fn redirect_regex_takes_https_from_the_connection() {
             &format!("https://{host}:{port}/"),
         ]);
         let head = String::from_utf8(head).unwrap();
+        if version == "--http2" {
+            assert!(head.starts_with("HTTP/2 "), "{head}");
+        }
         let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
         (status, header_value(&head, "location").map(str::to_string))
     };
+    let redirect = |name: &str, host: &str, target: &str| over("--http1.1", name, host, target);
     // The Go cases' targets, sent in absolute form with plain `http` where TLS must win.
     assert_eq!(
         redirect("perm", "foo", "https://foo"),
@@ -418,6 +422,11 @@ fn redirect_regex_takes_https_from_the_connection() {
     // An origin-form target over TLS: https, the Host header (curl adds the port).
     assert_eq!(
         redirect("www", "www.example.com", "/path"),
+        (301, Some(format!("https://example.com:{port}/path")))
+    );
+    // The same over HTTP/2: `:authority` is the host, `:path` the target.
+    assert_eq!(
+        over("--http2", "www", "www.example.com", "/path"),
         (301, Some(format!("https://example.com:{port}/path")))
     );
 }

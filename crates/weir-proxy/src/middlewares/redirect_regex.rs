@@ -116,3 +116,40 @@ fn check_url(url: &str) -> Result<(), &'static str> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_targets_split_as_traefik_splits_them() {
+        assert_eq!(
+            absolute_form("http://foo.com:80"),
+            Some(("http", "foo.com", ":80", ""))
+        );
+        assert_eq!(
+            absolute_form("https://[::1]:8443/a?b"),
+            Some(("https", "[::1]", ":8443", "/a?b"))
+        );
+        // A colon without digits is part of the rest; an odd host is no host.
+        assert_eq!(
+            absolute_form("http://foo:/x"),
+            Some(("http", "foo", "", ":/x"))
+        );
+        assert_eq!(
+            absolute_form("http://@evil/x"),
+            Some(("http", "", "", "@evil/x"))
+        );
+        assert_eq!(absolute_form("/path"), None);
+        assert_eq!(absolute_form("HTTP://foo/"), None);
+    }
+
+    #[test]
+    fn a_url_that_go_would_not_parse_is_refused() {
+        assert!(check_url("https://example.com/a%2Fb?q=%41").is_ok());
+        assert!(check_url("http://caf%C3%A9.example/").is_ok());
+        assert!(check_url("http://192.168.0.%31/").is_err());
+        assert!(check_url("http://h/%zz").is_err());
+        assert!(check_url("http://h/a\r\nx: y").is_err());
+    }
+}

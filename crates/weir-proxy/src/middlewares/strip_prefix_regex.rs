@@ -70,3 +70,31 @@ fn is_clean(path: &str) -> bool {
     let inner = inner.strip_suffix('/').unwrap_or(inner);
     inner.is_empty() || !inner.split('/').any(|s| matches!(s, "" | "." | ".."))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_count_as_one_decoded_byte() {
+        assert_eq!(
+            raw_len_of("/b/ap%69/test", "/b/api/".len()),
+            "/b/ap%69/".len()
+        );
+        assert_eq!(
+            raw_len_of("/t%20/test/a", "/t /test".len()),
+            "/t%20/test".len()
+        );
+        assert_eq!(raw_len_of("/a", 5), 2);
+    }
+
+    #[test]
+    fn clean_paths_have_no_empty_or_dot_segments() {
+        for clean in ["", "/", "/a", "/a/", "/a/b.c", "/%2E%2E/x"] {
+            assert!(is_clean(clean), "{clean}");
+        }
+        for unclean in ["//x", "/./foo", "/../foo", "/a//", "/a/.", "/a/.."] {
+            assert!(!is_clean(unclean), "{unclean}");
+        }
+    }
+}

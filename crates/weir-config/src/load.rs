@@ -160,6 +160,7 @@ impl Loader<'_> {
             .into_iter()
             .filter_map(|(name, node)| self.middleware(name, node))
             .collect();
+        let chains = self.resolve_chains(&middlewares);
         let caches: Vec<Cache> = self
             .named(top.get("caches"), "caches")
             .into_iter()
@@ -171,6 +172,7 @@ impl Loader<'_> {
                 entrypoints: &entrypoints,
                 services: &services,
                 middlewares: &middlewares,
+                chains: &chains,
                 caches: &caches,
             };
             if let Some(router) = self.router(name, node, &known) {

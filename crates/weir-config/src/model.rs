@@ -614,6 +614,20 @@ pub enum MiddlewareKind {
     },
     /// Compresses response bodies in an encoding the client accepts.
     Compress(Compress),
+    /// Replaces the whole path (as sent: escapes kept) and records the old one in
+    /// `X-Replaced-Path`.
+    ReplacePath(String),
+    /// Strips the first expression's match when it starts the decoded path.
+    StripPrefixRegex(Vec<regex::bytes::Regex>),
+    /// Redirects when `regex` matches the request's URL and the replacement changes it.
+    RedirectRegex {
+        regex: regex::Regex,
+        replacement: String,
+        permanent: bool,
+    },
+    /// A named list of middlewares, each with where it is named. The loader flattens chains
+    /// into the routers' lists, so a router never names one.
+    Chain(Vec<(String, Pos)>),
     /// Refuses clients outside the listed networks.
     IpAllowList(IpAllowList),
 }

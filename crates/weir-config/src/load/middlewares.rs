@@ -1,10 +1,40 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
-//! redirect_scheme, compress or ip_allow_list.
+//! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex or
+//! chain; and the chains resolved into flat lists (every name defined, no loop).
 
 use super::values::is_header_name;
 use super::{Fields, Loader};
 use crate::model::*;
-use crate::yaml::{Node, Value};
+use crate::yaml::{Node, Pos, Value};
+use std::collections::HashMap;
+
+/// Why `path` cannot be a request path as sent: a malformed `%` escape, or a byte a request
+/// line cannot carry.
+fn check_raw_path(path: &str) -> Result<(), &'static str> {
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let whole = bytes
+                    .get(i + 1..i + 3)
+                    .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit));
+                if !whole {
+                    return Err("has a `%` not followed by two hex digits");
+                }
+                i += 3;
+                continue;
+            }
+            b'?' | b'#' => return Err("must not hold a query or fragment"),
+            b if b <= b' ' || b == 0x7f => {
+                return Err("must not hold spaces or control characters")
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
 
 impl Loader<'_> {
     pub(super) fn middleware(&mut self, name: String, node: &Node) -> Option<Middleware> {
@@ -16,6 +46,10 @@ impl Loader<'_> {
             "redirect_scheme",
             "compress",
             "ip_allow_list",
+            "replace_path",
+            "strip_prefix_regex",
+            "redirect_regex",
+            "chain",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -34,6 +68,10 @@ impl Loader<'_> {
             "headers" => self.headers(body)?,
             "compress" => MiddlewareKind::Compress(self.compress(body)?),
             "ip_allow_list" => MiddlewareKind::IpAllowList(self.ip_allow_list(body)?),
+            "replace_path" => self.replace_path(body)?,
+            "strip_prefix_regex" => self.strip_prefix_regex(body)?,
+            "redirect_regex" => self.redirect_regex(body)?,
+            "chain" => self.chain(body)?,
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
@@ -62,22 +100,173 @@ impl Loader<'_> {
     /// `replace_path_regex: { regex, replacement }`.
     fn replace_path_regex(&mut self, body: &Node) -> Option<MiddlewareKind> {
         let rf = self.fields(body, "`replace_path_regex`", &["regex", "replacement"])?;
-        let (Some(r), Some(rep)) = (rf.get("regex"), rf.get("replacement")) else {
-            self.error(
-                rf.pos,
-                "`replace_path_regex` needs `regex` and `replacement`",
-            );
+        let (regex, replacement) = self.regex_and_replacement(&rf, "`replace_path_regex`")?;
+        Some(MiddlewareKind::ReplacePathRegex { regex, replacement })
+    }
+
+    /// The `regex` (compiled) and `replacement` that `what` needs both of.
+    fn regex_and_replacement(
+        &mut self,
+        f: &Fields<'_>,
+        what: &str,
+    ) -> Option<(regex::Regex, String)> {
+        let (Some(r), Some(rep)) = (f.get("regex"), f.get("replacement")) else {
+            self.error(f.pos, format!("{what} needs `regex` and `replacement`"));
             return None;
         };
         let source = self.string(r, "`regex`")?;
         let replacement = self.string(rep, "`replacement`")?;
         match regex::Regex::new(&source) {
-            Ok(regex) => Some(MiddlewareKind::ReplacePathRegex { regex, replacement }),
+            Ok(regex) => Some((regex, replacement)),
             Err(e) => {
                 self.error(r.pos, format!("invalid regular expression: {e}"));
                 None
             }
         }
+    }
+
+    /// `replace_path: { path }`: a path as sent on the wire, so its escapes must be whole.
+    fn replace_path(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let rf = self.fields(body, "`replace_path`", &["path"])?;
+        let Some(p) = rf.get("path") else {
+            self.error(rf.pos, "`replace_path` needs `path`");
+            return None;
+        };
+        let path = self.string(p, "`path`")?;
+        if !path.starts_with('/') {
+            self.error(p.pos, format!("path `{path}` must start with `/`"));
+            return None;
+        }
+        if let Err(problem) = check_raw_path(&path) {
+            self.error(p.pos, format!("path `{path}` {problem}"));
+            return None;
+        }
+        Some(MiddlewareKind::ReplacePath(path))
+    }
+
+    /// `strip_prefix_regex: { regex: [...] }`, at least one expression.
+    fn strip_prefix_regex(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let rf = self.fields(body, "`strip_prefix_regex`", &["regex"])?;
+        let Some(list) = rf.get("regex") else {
+            self.error(rf.pos, "`strip_prefix_regex` needs `regex`");
+            return None;
+        };
+        let sources = self.string_list(list, "`regex`");
+        if sources.is_empty() {
+            self.error(list.pos, "`regex` must list at least one expression");
+            return None;
+        }
+        let mut expressions = Vec::with_capacity(sources.len());
+        for (source, pos) in sources {
+            // Traefik trims the spaces around each expression.
+            match regex::bytes::Regex::new(source.trim()) {
+                Ok(regex) => expressions.push(regex),
+                Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
+            }
+        }
+        Some(MiddlewareKind::StripPrefixRegex(expressions))
+    }
+
+    /// `redirect_regex: { regex, replacement, permanent }` (temporary by default).
+    fn redirect_regex(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let rf = self.fields(
+            body,
+            "`redirect_regex`",
+            &["regex", "replacement", "permanent"],
+        )?;
+        let compiled = self.regex_and_replacement(&rf, "`redirect_regex`");
+        let permanent = match rf.get("permanent") {
+            Some(p) => self.boolean(p, "`permanent`")?,
+            None => false,
+        };
+        let (regex, replacement) = compiled?;
+        Some(MiddlewareKind::RedirectRegex {
+            regex,
+            replacement,
+            permanent,
+        })
+    }
+
+    /// `chain: { middlewares: [...] }`; the names are checked once every middleware is read
+    /// ([`Loader::resolve_chains`]).
+    fn chain(&mut self, body: &Node) -> Option<MiddlewareKind> {
+        let cf = self.fields(body, "`chain`", &["middlewares"])?;
+        let Some(list) = cf.get("middlewares") else {
+            self.error(cf.pos, "`chain` needs `middlewares`");
+            return None;
+        };
+        Some(MiddlewareKind::Chain(
+            self.string_list(list, "`middlewares`"),
+        ))
+    }
+
+    /// Every chain's flat list of middlewares, in order. Says where a chain names a middleware
+    /// that is not defined, or one that leads back to the chain; such a chain gets no list.
+    pub(super) fn resolve_chains(
+        &mut self,
+        middlewares: &[Middleware],
+    ) -> HashMap<String, Vec<String>> {
+        let mut flat = HashMap::new();
+        for m in middlewares {
+            if let MiddlewareKind::Chain(_) = m.kind {
+                let mut path = vec![m.name.as_str()];
+                let mut list = Vec::new();
+                if self.flatten_chain(middlewares, &mut path, None, &mut list) {
+                    flat.insert(m.name.clone(), list);
+                }
+            }
+        }
+        flat
+    }
+
+    /// Appends the members of the chain last in `path` to `out`, following the chains among
+    /// them; `path` holds the chains being expanded, outermost first. `entry` is where the
+    /// outermost chain names the member being expanded (`None` while reading the outermost
+    /// itself): an error is told there and for the outermost chain only, since every chain is
+    /// resolved in turn and tells its own.
+    fn flatten_chain<'m>(
+        &mut self,
+        middlewares: &'m [Middleware],
+        path: &mut Vec<&'m str>,
+        entry: Option<Pos>,
+        out: &mut Vec<String>,
+    ) -> bool {
+        let Some(MiddlewareKind::Chain(members)) = path
+            .last()
+            .and_then(|name| middlewares.iter().find(|m| m.name == *name))
+            .map(|m| &m.kind)
+        else {
+            return false;
+        };
+        let mut ok = true;
+        for (name, pos) in members {
+            let Some(member) = middlewares.iter().find(|m| m.name == *name) else {
+                if entry.is_none() {
+                    let defined = middlewares.iter().map(|m| m.name.as_str());
+                    let what = format!("chain `{}`", path[0]);
+                    self.is_defined(*pos, (&what, "middleware", name), defined);
+                }
+                ok = false;
+                continue;
+            };
+            if path.contains(&member.name.as_str()) {
+                if path[0] == name {
+                    let around: Vec<&str> = path.iter().copied().chain([path[0]]).collect();
+                    let message = format!("chain `{}` loops: {}", path[0], around.join(" → "));
+                    self.error(entry.unwrap_or(*pos), message);
+                }
+                ok = false;
+                continue;
+            }
+            if let MiddlewareKind::Chain(_) = member.kind {
+                path.push(member.name.as_str());
+                ok &= self.flatten_chain(middlewares, path, entry.or(Some(*pos)), out);
+                path.pop();
+            } else {
+                out.push(name.clone());
+            }
+        }
+        ok
     }
 
     /// `headers: { request, response }`, each a set of header operations.
@@ -688,6 +877,74 @@ mod tests {
         );
     }
 
+    fn middlewares(body: &str) -> String {
+        format!("{BASE}middlewares:\n{body}")
+    }
+
+    #[test]
+    fn replace_path_needs_a_path_as_sent() {
+        let cfg = load_str(
+            &middlewares("  r: { replace_path: { path: /foo%2Fbar } }\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert!(
+            matches!(&cfg.middlewares[0].kind, MiddlewareKind::ReplacePath(p) if p == "/foo%2Fbar")
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { replace_path: {} }\n")),
+            vec!["t.yaml:4:22: `replace_path` needs `path`"]
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { replace_path: { path: foo } }\n")),
+            vec!["t.yaml:4:30: path `foo` must start with `/`"]
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { replace_path: { path: /a%2 } }\n")),
+            vec!["t.yaml:4:30: path `/a%2` has a `%` not followed by two hex digits"]
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { replace_path: { path: \"/a?b\" } }\n")),
+            vec!["t.yaml:4:30: path `/a?b` must not hold a query or fragment"]
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { replace_path: { path: \"/a b\" } }\n")),
+            vec!["t.yaml:4:30: path `/a b` must not hold spaces or control characters"]
+        );
+    }
+
+    #[test]
+    fn strip_prefix_regex_compiles_each_expression_at_load() {
+        let cfg = load_str(
+            &middlewares(
+                "  s: { strip_prefix_regex: { regex: [\" /a/api/ \", \"/b/([a-z0-9]+)/\"] } }\n",
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let MiddlewareKind::StripPrefixRegex(expressions) = &cfg.middlewares[0].kind else {
+            panic!("not strip_prefix_regex");
+        };
+        assert_eq!(expressions[0].as_str(), "/a/api/");
+        assert_eq!(
+            errors(&middlewares("  s: { strip_prefix_regex: { regex: [/ok, \"/b/(\"] } }\n")),
+            vec!["t.yaml:4:43: invalid regular expression: regex parse error:\n    /b/(\n       ^\nerror: unclosed group"]
+        );
+        assert_eq!(
+            errors(&middlewares("  s: { strip_prefix_regex: { regex: [] } }\n")),
+            vec!["t.yaml:4:37: `regex` must list at least one expression"]
+        );
+        assert_eq!(
+            errors(&middlewares(
+                "  s: { strip_prefix_regex: { regexp: [/a] } }\n"
+            )),
+            vec![
+                "t.yaml:4:28: `strip_prefix_regex` needs `regex`",
+                "t.yaml:4:30: unknown key `regexp` in `strip_prefix_regex`; expected one of: regex"
+            ]
+        );
+    }
+
     /// pkg/ip's `TestNew` ("IPv4 & IPv6", "IPv4 only": host bits past the prefix are
     /// ignored) and Go's matching of IPv4-mapped networks against IPv4 clients.
     #[test]
@@ -759,6 +1016,115 @@ mod tests {
                 "1:24: `a b` is not a valid header name".to_string(),
                 "1:45: `request_host` must be `true` or `false`, found `yes`".to_string()
             ])
+        );
+    }
+
+    #[test]
+    fn redirect_regex_settings_and_their_errors() {
+        let cfg = load_str(
+            &middlewares("  r: { redirect_regex: { regex: \"^http://(.*)\", replacement: \"https://$1\" } }\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        let MiddlewareKind::RedirectRegex {
+            regex,
+            replacement,
+            permanent,
+        } = &cfg.middlewares[0].kind
+        else {
+            panic!("not redirect_regex");
+        };
+        assert_eq!(
+            (regex.as_str(), replacement.as_str(), *permanent),
+            ("^http://(.*)", "https://$1", false)
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { redirect_regex: { regex: \"^(.*\", replacement: $1 } }\n")),
+            vec!["t.yaml:4:33: invalid regular expression: regex parse error:\n    ^(.*\n     ^\nerror: unclosed group"]
+        );
+        assert_eq!(
+            errors(&middlewares("  r: { redirect_regex: { regex: a } }\n")),
+            vec!["t.yaml:4:24: `redirect_regex` needs `regex` and `replacement`"]
+        );
+        assert_eq!(
+            errors(&middlewares(
+                "  r: { redirect_regex: { regex: a, replacement: b, permanent: yes } }\n"
+            )),
+            vec!["t.yaml:4:63: `permanent` must be `true` or `false`, found `yes`"]
+        );
+    }
+
+    #[test]
+    fn chains_flatten_into_the_routers_lists() {
+        let cfg = load_str(
+            &format!(
+                "{BASE}routers:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    middlewares: [outer, c]\n    respond: {{}}\nmiddlewares:\n  a: {{ add_prefix: /a }}\n  b: {{ add_prefix: /b }}\n  c: {{ add_prefix: /c }}\n  inner: {{ chain: {{ middlewares: [b, c] }} }}\n  outer: {{ chain: {{ middlewares: [a, inner, a] }} }}\n"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.routers[0].middlewares, vec!["a", "b", "c", "a", "c"]);
+    }
+
+    #[test]
+    fn a_chain_names_defined_middlewares_and_does_not_loop() {
+        assert_eq!(
+            errors(&middlewares("  a: { add_prefix: /a }\n  c: { chain: { middlewares: [a, nope] } }\n")),
+            vec!["t.yaml:5:34: chain `c` names middleware `nope`, which is not defined; defined: a, c"]
+        );
+        assert_eq!(
+            errors(&middlewares("  c: { chain: { middlewares: [c] } }\n")),
+            vec!["t.yaml:4:31: chain `c` loops: c → c"]
+        );
+        assert_eq!(
+            errors(&middlewares("  x: { chain: { middlewares: [y] } }\n  y: { chain: { middlewares: [z] } }\n  z: { chain: { middlewares: [x] } }\n")),
+            vec![
+                "t.yaml:4:31: chain `x` loops: x → y → z → x",
+                "t.yaml:5:31: chain `y` loops: y → z → x → y",
+                "t.yaml:6:31: chain `z` loops: z → x → y → z",
+            ]
+        );
+        assert_eq!(
+            errors(&middlewares("  c: { chain: {} }\n")),
+            vec!["t.yaml:4:15: `chain` needs `middlewares`"]
+        );
+    }
+
+    /// pkg/server/middleware/middlewares_test.go (Traefik), TestBuilder_BuildChainWithContext:
+    /// the "Detects recursion in Middleware chain" cases and "Detects MiddlewareChain that
+    /// references a Chain that references a Chain with a missing middleware", whose loop
+    /// (m2 → m3 → m2) m0 and m1 only lead into: the chains in the loop are the errors.
+    #[test]
+    fn traefik_chain_recursion_cases() {
+        let chains = |list: &[(&str, &str)]| {
+            let body: String = list
+                .iter()
+                .map(|(name, members)| {
+                    format!("  {name}: {{ chain: {{ middlewares: [{members}] }} }}\n")
+                })
+                .collect();
+            errors(&middlewares(&format!(
+                "  ok: {{ add_prefix: /ok }}\n{body}"
+            )))
+        };
+        assert_eq!(
+            chains(&[("m1", "m2"), ("m2", "ok, m3"), ("m3", "m1")]),
+            vec![
+                "t.yaml:5:32: chain `m1` loops: m1 → m2 → m3 → m1",
+                "t.yaml:6:36: chain `m2` loops: m2 → m3 → m1 → m2",
+                "t.yaml:7:32: chain `m3` loops: m3 → m1 → m2 → m3",
+            ]
+        );
+        assert_eq!(
+            chains(&[("m0", "m0")]),
+            vec!["t.yaml:5:32: chain `m0` loops: m0 → m0"]
+        );
+        assert_eq!(
+            chains(&[("m0", "m1"), ("m1", "m2"), ("m2", "m3"), ("m3", "m2")]),
+            vec![
+                "t.yaml:7:32: chain `m2` loops: m2 → m3 → m2",
+                "t.yaml:8:32: chain `m3` loops: m3 → m2 → m3",
+            ]
         );
     }
 }

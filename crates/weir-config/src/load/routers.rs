@@ -14,6 +14,8 @@ pub(super) struct Known<'a> {
     pub(super) entrypoints: &'a [Entrypoint],
     pub(super) services: &'a [Service],
     pub(super) middlewares: &'a [Middleware],
+    /// Each chain's flat list of middlewares.
+    pub(super) chains: &'a std::collections::HashMap<String, Vec<String>>,
     pub(super) caches: &'a [Cache],
 }
 
@@ -142,6 +144,7 @@ impl Loader<'_> {
             entrypoints,
             services,
             middlewares,
+            chains,
             caches,
         } = *known;
         let what = format!("router `{name}`");
@@ -169,7 +172,11 @@ impl Loader<'_> {
             for (mw, pos) in self.string_list(list, "`middlewares`") {
                 let defined = middlewares.iter().map(|m| m.name.as_str());
                 ok &= self.is_defined(pos, (&what, "middleware", &mw), defined);
-                mws.push(mw);
+                // A chain stands for its members, in place.
+                match chains.get(&mw) {
+                    Some(members) => mws.extend(members.iter().cloned()),
+                    None => mws.push(mw),
+                }
             }
         }
         let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect", "static"]

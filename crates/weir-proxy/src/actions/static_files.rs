@@ -212,7 +212,9 @@ pub(crate) fn serve<'r>(
                 true => req.head.get("x-forwarded-prefix").unwrap_or_default(),
                 false => b"",
             };
-            let asked = format!("{}{}", String::from_utf8_lossy(prefix), req.path());
+            // `strip_prefix_regex` records its prefix with the `/` that ends it.
+            let prefix = String::from_utf8_lossy(prefix);
+            let asked = format!("{}{}", prefix.trim_end_matches('/'), req.path());
             let mut location = format!("/{}/", asked.trim_start_matches('/'));
             if let Some(query) = req.target().split_once('?').map(|(_, q)| q) {
                 location = format!("{location}?{query}");

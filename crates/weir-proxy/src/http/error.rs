@@ -59,6 +59,9 @@ pub enum ErrorKind {
     RangeNotSatisfiable { length: u64 },
     /// `PURGE` from an address `purge_allow` leaves out (403).
     PurgeRefused,
+    /// A middleware refuses the request (`strip_prefix_regex` leaving an unclean path: 400)
+    /// or cannot make its answer (`redirect_regex` rewriting to no URL: 502).
+    MiddlewareRefused,
     /// A `respond` route's configured error status: its plain answer is the configured one.
     Configured,
     /// A policy middleware refuses the request (`ip_allow_list`), with its configured status.

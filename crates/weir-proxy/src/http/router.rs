@@ -320,6 +320,27 @@ pub(crate) fn query_values<'a>(
     })
 }
 
+/// A path's `%XX` escapes decoded (`+` is itself in a path); `None` for a malformed escape.
+pub fn path_unescape(raw: &str) -> Option<Cow<'_, [u8]>> {
+    let bytes = raw.as_bytes();
+    if !bytes.contains(&b'%') {
+        return Some(Cow::Borrowed(bytes));
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(Cow::Owned(out))
+}
+
 /// Decodes `%XX` escapes and `+` as space; leaves malformed escapes as written.
 pub fn percent_decode(text: &str) -> Cow<'_, str> {
     if !text.contains(['%', '+']) {

@@ -11,11 +11,14 @@
 mod add_prefix;
 mod headers;
 mod ip_allow_list;
+mod redirect_regex;
 mod redirect_scheme;
+mod replace_path;
 mod replace_path_regex;
 mod secure_headers;
 mod source;
 mod strip_prefix;
+mod strip_prefix_regex;
 
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
@@ -40,10 +43,25 @@ pub enum Flow {
     Refuse(LocalError),
 }
 
+/// A redirect's status: 301/308 when `permanent`, else 302/307; the first of each when the
+/// client may change the method (`get_like`: what the middleware counts as a plain GET).
+fn redirect_status(permanent: bool, get_like: bool) -> u16 {
+    match (permanent, get_like) {
+        (true, true) => 301,
+        (false, true) => 302,
+        (true, false) => 308,
+        (false, false) => 307,
+    }
+}
+
 impl Filter {
-    /// A `strip_prefix` filter (it records what it strips in `X-Forwarded-Prefix`).
+    /// A `strip_prefix` or `strip_prefix_regex` filter (it records what it strips in
+    /// `X-Forwarded-Prefix`).
     pub fn strips_prefix(&self) -> bool {
-        matches!(self.0, MiddlewareKind::StripPrefix(_))
+        matches!(
+            self.0,
+            MiddlewareKind::StripPrefix(_) | MiddlewareKind::StripPrefixRegex(_)
+        )
     }
 
     pub fn has_response_phase(&self) -> bool {
@@ -98,7 +116,25 @@ impl Filter {
                     return Flow::Refuse(refusal);
                 }
             }
-            MiddlewareKind::Compress(_) => {}
+            MiddlewareKind::ReplacePath(path) => replace_path::on_request(path, req),
+            MiddlewareKind::StripPrefixRegex(expressions) => {
+                return strip_prefix_regex::on_request(expressions, req);
+            }
+            MiddlewareKind::RedirectRegex {
+                regex,
+                replacement,
+                permanent,
+            } => {
+                return redirect_regex::on_request(
+                    regex,
+                    replacement,
+                    *permanent,
+                    req,
+                    client.scheme(),
+                );
+            }
+            // The loader flattens chains into the routers' lists: none reaches a route.
+            MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
         }
         Flow::Continue
     }

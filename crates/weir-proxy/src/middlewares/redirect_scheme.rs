@@ -22,11 +22,6 @@ pub(super) fn on_request(
         query => format!("{target}://{host}{}?{query}", req.path()),
     };
     let safe = matches!(req.method(), "GET" | "HEAD");
-    let status = match (permanent, safe) {
-        (true, true) => 301,
-        (false, true) => 302,
-        (true, false) => 308,
-        (false, false) => 307,
-    };
+    let status = super::redirect_status(permanent, safe);
     Some(LocalResponse::redirect(status, &location))
 }

@@ -610,7 +610,25 @@ pub enum MiddlewareKind {
     },
     /// Compresses response bodies in an encoding the client accepts.
     Compress(Compress),
+    /// Lets through only requests with a known user's password (HTTP Basic authentication).
+    BasicAuth(BasicAuth),
 }
+
+/// The `basic_auth` middleware's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasicAuth {
+    /// Each user's password hash as `htpasswd` writes it: `users_file`'s lines, then `users`
+    /// (a name in both keeps its `users` hash).
+    pub users: std::collections::BTreeMap<String, String>,
+    /// Named in the `WWW-Authenticate` challenge.
+    pub realm: String,
+    /// The request header that carries the authenticated user's name upstream.
+    pub header_field: Option<String>,
+    /// Whether `Authorization` is removed before the request goes upstream.
+    pub remove_header: bool,
+}
+
+pub const DEFAULT_BASIC_AUTH_REALM: &str = "weir";
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
-//! redirect_scheme or compress.
+//! redirect_scheme, compress or basic_auth.
 
-use super::Loader;
+use super::{is_header_name, is_header_value, Loader};
 use crate::model::*;
 use crate::yaml::{Node, Value};
 
@@ -14,6 +14,7 @@ impl Loader<'_> {
             "headers",
             "redirect_scheme",
             "compress",
+            "basic_auth",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -31,6 +32,7 @@ impl Loader<'_> {
             "replace_path_regex" => self.replace_path_regex(body)?,
             "headers" => self.headers(body)?,
             "compress" => MiddlewareKind::Compress(self.compress(body)?),
+            "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
@@ -189,6 +191,107 @@ impl Loader<'_> {
         Some(compress)
     }
 
+    /// `basic_auth: { users, users_file, realm, header_field, remove_header }`: the file's
+    /// users first, then `users`, so a name in both keeps its `users` hash (as Traefik merges).
+    fn basic_auth(&mut self, node: &Node) -> Option<BasicAuth> {
+        const KEYS: &[&str] = &[
+            "users",
+            "users_file",
+            "realm",
+            "header_field",
+            "remove_header",
+        ];
+        let f = self.fields(node, "`basic_auth`", KEYS)?;
+        let mut users = std::collections::BTreeMap::new();
+        let errors_before = self.errors.len();
+        if let Some(file) = f.get("users_file") {
+            self.users_file(file, &mut users);
+        }
+        if let Some(list) = f.get("users") {
+            for (line, pos) in self.string_list(list, "`users`") {
+                match basic_user(&line) {
+                    Some((name, hash)) => {
+                        users.insert(name.to_string(), hash.to_string());
+                    }
+                    None => self.error(pos, "a user must be `name:hash`, as htpasswd writes it"),
+                }
+            }
+        }
+        let realm = match f.get("realm") {
+            Some(n) => {
+                let realm = self.string(n, "`realm`")?;
+                // It is sent inside a quoted string, which these would end or break.
+                if realm.contains(['"', '\\']) || !is_header_value(&realm) {
+                    self.error(n.pos, "`realm` must be printable text without `\"` or `\\`");
+                }
+                realm
+            }
+            None => DEFAULT_BASIC_AUTH_REALM.to_string(),
+        };
+        let header_field = match f.get("header_field") {
+            Some(n) => {
+                let name = self.string(n, "`header_field`")?;
+                if !is_header_name(&name) {
+                    self.error(n.pos, format!("`{name}` is not a valid header name"));
+                }
+                Some(name)
+            }
+            None => None,
+        };
+        let remove_header = match f.get("remove_header") {
+            Some(n) => self.boolean(n, "`remove_header`").unwrap_or(false),
+            None => false,
+        };
+        // Only when no line was refused: that error already says what is wrong.
+        if users.is_empty() && self.errors.len() == errors_before {
+            self.error(
+                f.pos,
+                "`basic_auth` needs at least one user, in `users` or `users_file`",
+            );
+        }
+        Some(BasicAuth {
+            users,
+            realm,
+            header_field,
+            remove_header,
+        })
+    }
+
+    /// A users file as `htpasswd` writes it, read now (relative to the config file's folder):
+    /// one `name:hash` a line; blank lines and lines starting with `#` are skipped.
+    fn users_file(&mut self, node: &Node, users: &mut std::collections::BTreeMap<String, String>) {
+        let Some(path) = self.string(node, "`users_file`") else {
+            return;
+        };
+        let path = self.base.join(path);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                let path = path.display();
+                self.error(node.pos, format!("cannot read users file `{path}`: {e}"));
+                return;
+            }
+        };
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match basic_user(line) {
+                Some((name, hash)) => {
+                    users.insert(name.to_string(), hash.to_string());
+                }
+                None => {
+                    let (path, number) = (path.display(), number + 1);
+                    self.error(
+                        node.pos,
+                        format!("users file `{path}` line {number}: expected `name:hash`"),
+                    );
+                }
+            }
+        }
+    }
+
     fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
         let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
             return HeaderOps::default();
@@ -208,6 +311,12 @@ impl Loader<'_> {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// A `name:hash` line split in two; Traefik refuses a line with another `:` in it.
+fn basic_user(line: &str) -> Option<(&str, &str)> {
+    let (name, hash) = line.split_once(':')?;
+    (!hash.contains(':')).then_some((name, hash))
 }
 
 #[cfg(test)]
@@ -255,6 +364,129 @@ mod tests {
             vec![
                 "t.yaml:5:29: `min_length` must be a size like `1024`, `64KiB` or `256MiB`, found `big`",
                 "t.yaml:5:42: `json` is not a media type like `text/html` or `text/*`"
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod basic_auth_tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    fn auth(body: &str, file: &str) -> Result<BasicAuth, Vec<String>> {
+        let text = format!("{BASE}middlewares:\n  auth:\n    basic_auth: {body}\n");
+        match load_str(&text, file) {
+            Ok(cfg) => match &cfg.middlewares[0].kind {
+                MiddlewareKind::BasicAuth(a) => Ok(a.clone()),
+                other => panic!("not basic_auth: {other:?}"),
+            },
+            Err(e) => Err(e.iter().map(|e| e.to_string()).collect()),
+        }
+    }
+
+    /// A folder of its own for a test's users file and the config beside it.
+    fn folder(test: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("weir-config-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn users_and_users_file_merge_with_users_winning() {
+        let dir = folder("merge");
+        std::fs::write(
+            dir.join("users"),
+            "# a comment\n\n  test:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/  \ntest2:{SHA}old\n",
+        )
+        .unwrap();
+        let file = dir.join("t.yaml");
+        let a = auth(
+            "{ users_file: users, users: [\"test2:{SHA}new\", \"test3:$2y$05$x\"] }",
+            file.to_str().unwrap(),
+        )
+        .unwrap();
+        let users: Vec<(&str, &str)> = a
+            .users
+            .iter()
+            .map(|(n, h)| (n.as_str(), h.as_str()))
+            .collect();
+        assert_eq!(
+            users,
+            vec![
+                ("test", "$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/"),
+                ("test2", "{SHA}new"),
+                ("test3", "$2y$05$x")
+            ]
+        );
+        assert_eq!(a.realm, DEFAULT_BASIC_AUTH_REALM);
+        assert_eq!((a.header_field, a.remove_header), (None, false));
+        let a = auth(
+            "{ users: [\"u:h\"], realm: \"my realm\", header_field: X-User, remove_header: true }",
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(a.realm, "my realm");
+        assert_eq!(a.header_field.as_deref(), Some("X-User"));
+        assert!(a.remove_header);
+    }
+
+    #[test]
+    fn users_file_errors_name_the_key_and_the_line() {
+        let dir = folder("errors");
+        std::fs::write(dir.join("users"), "ok:{SHA}x\n\nno-colon\na:b:c\n").unwrap();
+        let file = dir.join("t.yaml");
+        let file = file.to_str().unwrap();
+        let users = dir.join("users");
+        let users = users.display();
+        assert_eq!(
+            auth("{ users_file: users }", file).unwrap_err(),
+            vec![
+                format!("{file}:5:31: users file `{users}` line 3: expected `name:hash`"),
+                format!("{file}:5:31: users file `{users}` line 4: expected `name:hash`"),
+            ]
+        );
+        let missing = dir.join("missing");
+        let errs = auth("{ users_file: missing }", file).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(&format!(
+                "{file}:5:31: cannot read users file `{}`: ",
+                missing.display()
+            )),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn basic_auth_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  auth:\n    basic_auth: {body}\n");
+        assert_eq!(
+            errors(&mw("{ users: [test, \"a:b:c\"] }")),
+            vec![
+                "t.yaml:5:27: a user must be `name:hash`, as htpasswd writes it",
+                "t.yaml:5:33: a user must be `name:hash`, as htpasswd writes it"
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ users: [] }")),
+            vec!["t.yaml:5:17: `basic_auth` needs at least one user, in `users` or `users_file`"]
+        );
+        assert_eq!(
+            errors(&mw(
+                "{ users: [\"u:h\"], realm: 'a \"b\"', header_field: \"X User\" }"
+            )),
+            vec![
+                "t.yaml:5:42: `realm` must be printable text without `\"` or `\\`",
+                "t.yaml:5:65: `X User` is not a valid header name"
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ users: [\"u:h\"], remove_header: maybe, realms: x }")),
+            vec![
+                "t.yaml:5:50: `remove_header` must be `true` or `false`, found `maybe`",
+                "t.yaml:5:57: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
             ]
         );
     }

@@ -210,10 +210,10 @@ impl Loader<'_> {
         if let Some(list) = f.get("users") {
             for (line, pos) in self.string_list(list, "`users`") {
                 match basic_user(&line) {
-                    Some((name, hash)) => {
+                    Ok((name, hash)) => {
                         users.insert(name.to_string(), hash.to_string());
                     }
-                    None => self.error(pos, "a user must be `name:hash`, as htpasswd writes it"),
+                    Err(problem) => self.error(pos, problem),
                 }
             }
         }
@@ -278,14 +278,14 @@ impl Loader<'_> {
                 continue;
             }
             match basic_user(line) {
-                Some((name, hash)) => {
+                Ok((name, hash)) => {
                     users.insert(name.to_string(), hash.to_string());
                 }
-                None => {
+                Err(problem) => {
                     let (path, number) = (path.display(), number + 1);
                     self.error(
                         node.pos,
-                        format!("users file `{path}` line {number}: expected `name:hash`"),
+                        format!("users file `{path}` line {number}: {problem}"),
                     );
                 }
             }
@@ -313,10 +313,48 @@ impl Loader<'_> {
     }
 }
 
-/// A `name:hash` line split in two; Traefik refuses a line with another `:` in it.
-fn basic_user(line: &str) -> Option<(&str, &str)> {
-    let (name, hash) = line.split_once(':')?;
-    (!hash.contains(':')).then_some((name, hash))
+/// A `name:hash` line split in two (Traefik refuses a line with another `:` in it), with a
+/// hash weir can verify.
+fn basic_user(line: &str) -> Result<(&str, &str), String> {
+    let Some((name, hash)) = line.split_once(':').filter(|(_, h)| !h.contains(':')) else {
+        return Err("a user must be `name:hash`, as htpasswd writes it".into());
+    };
+    if !is_verifiable_hash(hash) {
+        return Err(format!(
+            "user `{name}`'s hash is not one weir verifies: bcrypt (`htpasswd -B`), \
+             MD5 (`htpasswd -m`) or SHA-1 (`htpasswd -s`)"
+        ));
+    }
+    Ok((name, hash))
+}
+
+/// bcrypt (`$2y$` and its older prefixes, cost, 53 characters of salt and hash), MD5-crypt
+/// (`$apr1$` or `$1$`, a salt of up to 8 characters, 22 of hash) or `{SHA}` with the base64 of
+/// a SHA-1 digest: the schemes Traefik verifies.
+fn is_verifiable_hash(hash: &str) -> bool {
+    use base64::Engine;
+    let crypt_chars = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/')
+    };
+    if let Some(digest) = hash.strip_prefix("{SHA}") {
+        return base64::engine::general_purpose::STANDARD
+            .decode(digest)
+            .is_ok_and(|d| d.len() == 20);
+    }
+    let fields: Vec<&str> = hash.split('$').collect();
+    match fields.as_slice() {
+        ["", "2a" | "2b" | "2x" | "2y", cost, rest] => {
+            cost.len() == 2
+                && cost.bytes().all(|b| b.is_ascii_digit())
+                && rest.len() == 53
+                && crypt_chars(rest)
+        }
+        ["", "apr1" | "1", salt, digest] => {
+            (1..=8).contains(&salt.len()) && digest.len() == 22 && crypt_chars(digest)
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -398,12 +436,12 @@ mod basic_auth_tests {
         let dir = folder("merge");
         std::fs::write(
             dir.join("users"),
-            "# a comment\n\n  test:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/  \ntest2:{SHA}old\n",
+            "# a comment\n\n  test:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/  \ntest2:$1$saltsalt$tTWg0JeO/sYmHvtKmZE8c.\n",
         )
         .unwrap();
         let file = dir.join("t.yaml");
         let a = auth(
-            "{ users_file: users, users: [\"test2:{SHA}new\", \"test3:$2y$05$x\"] }",
+            "{ users_file: users, users: [\"test2:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\", \"test3:$2y$04$D1CSqTArbwg7.0.2jTPF5u8ZYdQWXwg02u99ZCbO8FaGgmqTt4U5.\"] }",
             file.to_str().unwrap(),
         )
         .unwrap();
@@ -416,14 +454,17 @@ mod basic_auth_tests {
             users,
             vec![
                 ("test", "$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/"),
-                ("test2", "{SHA}new"),
-                ("test3", "$2y$05$x")
+                ("test2", "{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M="),
+                (
+                    "test3",
+                    "$2y$04$D1CSqTArbwg7.0.2jTPF5u8ZYdQWXwg02u99ZCbO8FaGgmqTt4U5."
+                )
             ]
         );
         assert_eq!(a.realm, DEFAULT_BASIC_AUTH_REALM);
         assert_eq!((a.header_field, a.remove_header), (None, false));
         let a = auth(
-            "{ users: [\"u:h\"], realm: \"my realm\", header_field: X-User, remove_header: true }",
+            "{ users: [\"u:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\"], realm: \"my realm\", header_field: X-User, remove_header: true }",
             "t.yaml",
         )
         .unwrap();
@@ -435,7 +476,11 @@ mod basic_auth_tests {
     #[test]
     fn users_file_errors_name_the_key_and_the_line() {
         let dir = folder("errors");
-        std::fs::write(dir.join("users"), "ok:{SHA}x\n\nno-colon\na:b:c\n").unwrap();
+        std::fs::write(
+            dir.join("users"),
+            "ok:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n\nno-colon\na:b:c\nplain:test\n",
+        )
+        .unwrap();
         let file = dir.join("t.yaml");
         let file = file.to_str().unwrap();
         let users = dir.join("users");
@@ -443,8 +488,9 @@ mod basic_auth_tests {
         assert_eq!(
             auth("{ users_file: users }", file).unwrap_err(),
             vec![
-                format!("{file}:5:31: users file `{users}` line 3: expected `name:hash`"),
-                format!("{file}:5:31: users file `{users}` line 4: expected `name:hash`"),
+                format!("{file}:5:31: users file `{users}` line 3: a user must be `name:hash`, as htpasswd writes it"),
+                format!("{file}:5:31: users file `{users}` line 4: a user must be `name:hash`, as htpasswd writes it"),
+                format!("{file}:5:31: users file `{users}` line 5: user `plain`'s hash is not one weir verifies: bcrypt (`htpasswd -B`), MD5 (`htpasswd -m`) or SHA-1 (`htpasswd -s`)"),
             ]
         );
         let missing = dir.join("missing");
@@ -470,23 +516,28 @@ mod basic_auth_tests {
             ]
         );
         assert_eq!(
+            errors(&mw("{ users: [\"t:$2y$05$short\", \"u:$5$salt$hash\", \"v:{SHA}x\"] }")),
+            [(27, "t"), (45, "u"), (63, "v")]
+                .map(|(column, user)| format!("t.yaml:5:{column}: user `{user}`'s hash is not one weir verifies: bcrypt (`htpasswd -B`), MD5 (`htpasswd -m`) or SHA-1 (`htpasswd -s`)"))
+        );
+        assert_eq!(
             errors(&mw("{ users: [] }")),
             vec!["t.yaml:5:17: `basic_auth` needs at least one user, in `users` or `users_file`"]
         );
         assert_eq!(
             errors(&mw(
-                "{ users: [\"u:h\"], realm: 'a \"b\"', header_field: \"X User\" }"
+                "{ users: [\"u:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\"], realm: 'a \"b\"', header_field: \"X User\" }"
             )),
             vec![
-                "t.yaml:5:42: `realm` must be printable text without `\"` or `\\`",
-                "t.yaml:5:65: `X User` is not a valid header name"
+                "t.yaml:5:74: `realm` must be printable text without `\"` or `\\`",
+                "t.yaml:5:97: `X User` is not a valid header name"
             ]
         );
         assert_eq!(
-            errors(&mw("{ users: [\"u:h\"], remove_header: maybe, realms: x }")),
+            errors(&mw("{ users: [\"u:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\"], remove_header: maybe, realms: x }")),
             vec![
-                "t.yaml:5:50: `remove_header` must be `true` or `false`, found `maybe`",
-                "t.yaml:5:57: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
+                "t.yaml:5:82: `remove_header` must be `true` or `false`, found `maybe`",
+                "t.yaml:5:89: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
             ]
         );
     }

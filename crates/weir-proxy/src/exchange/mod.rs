@@ -125,6 +125,7 @@ async fn run_route<'r, C: ClientSide>(
         match filter.on_request(head, client).await {
             Flow::Continue => {}
             Flow::Respond(response) => return Reply::local(Cow::Owned(response)),
+            Flow::Refuse(error) => return Reply::error(error),
         }
     }
     match &route.action {

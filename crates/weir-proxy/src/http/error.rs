@@ -59,6 +59,9 @@ pub enum ErrorKind {
     RangeNotSatisfiable { length: u64 },
     /// `PURGE` from an address `purge_allow` leaves out (403).
     PurgeRefused,
+    /// An authentication middleware found no valid credentials (401); the error's headers
+    /// carry the challenge (`WWW-Authenticate`).
+    Unauthorized,
     /// A `respond` route's configured error status: its plain answer is the configured one.
     Configured,
 }

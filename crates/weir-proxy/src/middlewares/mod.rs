@@ -1,5 +1,6 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
-//! phases. Request phase (async): edits the request head or answers it (`Flow::Respond`).
+//! phases. Request phase (async): edits the request head or answers it (`Flow::Respond`), or
+//! refuses it with one of weir's own errors (`Flow::Refuse`).
 //! Response-head phase: edits the reply's head, local and proxied answers
 //! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
 //! transforms the body as the driver sends it (compression); without one, replies take the
@@ -8,6 +9,7 @@
 //! [`Filter::on_response_head`].
 
 mod add_prefix;
+mod basic_auth;
 mod headers;
 mod redirect_scheme;
 mod replace_path_regex;
@@ -15,23 +17,44 @@ mod strip_prefix;
 
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
+use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
 use weir_config::MiddlewareKind;
 
-/// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
+/// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here,
+/// with what it keeps between requests.
 #[derive(Debug)]
-pub struct Filter(pub MiddlewareKind);
+pub struct Filter(pub MiddlewareKind, Kept);
+
+/// What a middleware keeps between requests, built once per configuration.
+#[derive(Debug)]
+enum Kept {
+    Nothing,
+    BasicAuth(Box<basic_auth::BasicAuth>),
+}
 
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
+    /// Answer with this error, in the flavour the request needs (a 401 as gRPC for gRPC).
+    Refuse(LocalError),
 }
 
 impl Filter {
+    pub fn new(kind: MiddlewareKind) -> Filter {
+        let kept = match &kind {
+            MiddlewareKind::BasicAuth(config) => {
+                Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
+            }
+            _ => Kept::Nothing,
+        };
+        Filter(kind, kept)
+    }
+
     /// A `strip_prefix` filter (it records what it strips in `X-Forwarded-Prefix`).
     pub fn strips_prefix(&self) -> bool {
         matches!(self.0, MiddlewareKind::StripPrefix(_))
@@ -59,6 +82,13 @@ impl Filter {
                     redirect_scheme::on_request(scheme, *permanent, req, client.scheme());
                 if let Some(answer) = redirect {
                     return Flow::Respond(answer);
+                }
+            }
+            MiddlewareKind::BasicAuth(_) => {
+                if let Kept::BasicAuth(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req).await {
+                        return Flow::Refuse(refusal);
+                    }
                 }
             }
             MiddlewareKind::Compress(_) => {}

@@ -319,6 +319,10 @@ fn basic_user(line: &str) -> Result<(&str, &str), String> {
     let Some((name, hash)) = line.split_once(':').filter(|(_, h)| !h.contains(':')) else {
         return Err("a user must be `name:hash`, as htpasswd writes it".into());
     };
+    // The name may go upstream in `header_field`.
+    if !is_header_value(name) {
+        return Err("a user's name must be printable text".into());
+    }
     if !is_verifiable_hash(hash) {
         return Err(format!(
             "user `{name}`'s hash is not one weir verifies: bcrypt (`htpasswd -B`), \
@@ -478,7 +482,7 @@ mod basic_auth_tests {
         let dir = folder("errors");
         std::fs::write(
             dir.join("users"),
-            "ok:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n\nno-colon\na:b:c\nplain:test\n",
+            "ok:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n\nno-colon\na:b:c\nplain:test\nbell\u{7}:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n",
         )
         .unwrap();
         let file = dir.join("t.yaml");
@@ -491,6 +495,7 @@ mod basic_auth_tests {
                 format!("{file}:5:31: users file `{users}` line 3: a user must be `name:hash`, as htpasswd writes it"),
                 format!("{file}:5:31: users file `{users}` line 4: a user must be `name:hash`, as htpasswd writes it"),
                 format!("{file}:5:31: users file `{users}` line 5: user `plain`'s hash is not one weir verifies: bcrypt (`htpasswd -B`), MD5 (`htpasswd -m`) or SHA-1 (`htpasswd -s`)"),
+                format!("{file}:5:31: users file `{users}` line 6: a user's name must be printable text"),
             ]
         );
         let missing = dir.join("missing");

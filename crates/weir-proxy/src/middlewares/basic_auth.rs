@@ -27,7 +27,8 @@ pub struct BasicAuth {
     /// a bcrypt check costs milliseconds, and a client sends its credentials on every request.
     verified: quick_cache::sync::Cache<[u8; 32], Instant>,
     /// The digest's key, random per middleware: a remembered digest says nothing outside it.
-    pair_key: hmac::Key,
+    /// None when the system gave no random key: then nothing is remembered.
+    pair_key: Option<hmac::Key>,
 }
 
 impl std::fmt::Debug for BasicAuth {
@@ -115,9 +116,7 @@ impl BasicAuth {
             format!("Basic realm=\"{}\"", config.realm),
         ));
         let rng = ring::rand::SystemRandom::new();
-        // Without a random key (no entropy source), nothing is remembered: see `remember`.
-        let pair_key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)
-            .unwrap_or_else(|_| hmac::Key::new(hmac::HMAC_SHA256, &[]));
+        let pair_key = hmac::Key::generate(hmac::HMAC_SHA256, &rng).ok();
         BasicAuth {
             users,
             decoy,
@@ -151,7 +150,7 @@ impl BasicAuth {
     async fn check(&self, user: &str, password: &[u8]) -> bool {
         let known = self.users.get(user);
         let pair = self.pair_digest(user, password);
-        if known.is_some() && self.remembers(&pair) {
+        if known.is_some() && pair.is_some_and(|pair| self.remembers(&pair)) {
             return true;
         }
         let secret = known.unwrap_or(&self.decoy).clone();
@@ -165,21 +164,21 @@ impl BasicAuth {
         };
         // The decoy's answer means nothing: an unknown name never passes.
         let good = matched && known.is_some();
-        if good {
+        if let (true, Some(pair)) = (good, pair) {
             self.verified.insert(pair, Instant::now() + REMEMBERED_FOR);
         }
         good
     }
 
-    fn pair_digest(&self, user: &str, password: &[u8]) -> [u8; 32] {
-        let mut context = hmac::Context::with_key(&self.pair_key);
+    fn pair_digest(&self, user: &str, password: &[u8]) -> Option<[u8; 32]> {
+        let mut context = hmac::Context::with_key(self.pair_key.as_ref()?);
         // The name's length first, so no other name and password run together the same.
         context.update(&(user.len() as u64).to_be_bytes());
         context.update(user.as_bytes());
         context.update(password);
         let mut digest = [0; 32];
         digest.copy_from_slice(context.sign().as_ref());
-        digest
+        Some(digest)
     }
 
     fn remembers(&self, pair: &[u8; 32]) -> bool {

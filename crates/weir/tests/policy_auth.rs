@@ -283,6 +283,14 @@ fn a_verified_password_is_remembered_and_a_wrong_one_never() {
     assert_eq!(send("right").0, 200);
 }
 
+/// The response head curl prints for a request over h2c (prior knowledge) with `args`.
+fn h2_head(args: &[&str], url: &str) -> String {
+    let mut all = vec!["-D", "-", "-o", "/dev/null", "--http2-prior-knowledge"];
+    all.extend_from_slice(args);
+    all.push(url);
+    String::from_utf8_lossy(&curl_ok(&all)).into_owned()
+}
+
 /// A gRPC request refused by `basic_auth` gets the refusal in gRPC form (HTTP 200,
 /// `grpc-status: 16` UNAUTHENTICATED) with the challenge beside it.
 #[test]
@@ -295,21 +303,17 @@ fn a_grpc_request_is_refused_in_grpc_form() {
     let url = format!("http://{}/weir.Echo/Unary", weir.addr());
     // No message: a body weir has not read when it answers early makes curl 7.88 fail the
     // stream (any early answer on HTTP/2 does it, not this middleware's alone).
-    let head = curl_ok(&[
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        "--http2-prior-knowledge",
-        "-X",
-        "POST",
-        "-H",
-        "content-type: application/grpc",
-        "-H",
-        "te: trailers",
+    let head = h2_head(
+        &[
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+        ],
         &url,
-    ]);
-    let head = String::from_utf8_lossy(&head);
+    );
     assert!(head.starts_with("HTTP/2 200"), "{head}");
     assert_eq!(
         header_value(&head, "content-type"),
@@ -322,15 +326,7 @@ fn a_grpc_request_is_refused_in_grpc_form() {
         "{head}"
     );
     // HTTP/2 without gRPC: the plain 401.
-    let head = curl_ok(&[
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        "--http2-prior-knowledge",
-        &url,
-    ]);
-    let head = String::from_utf8_lossy(&head);
+    let head = h2_head(&[], &url);
     assert!(head.starts_with("HTTP/2 401"), "{head}");
     assert_eq!(
         header_value(&head, "www-authenticate"),
@@ -346,52 +342,50 @@ fn a_grpc_request_is_refused_in_grpc_form() {
 fn weir_check_refuses_bad_users() {
     let dir = temp_dir("auth-check");
     std::fs::write(dir.join("users"), format!("{TRAEFIK_TEST}\nbroken\n")).unwrap();
+    let up = Upstream::start("app");
+    let path = dir.join("weir.yaml");
+    // `weir check` on `auth`: whether it passed, and its output.
     let check = |auth: &str| {
-        let up = Upstream::start("app");
-        let path = dir.join("weir.yaml");
         std::fs::write(&path, auth_config(&up, auth)).unwrap();
         let out = weir_check(&path);
         let text = String::from_utf8_lossy(&out.stderr).into_owned()
             + &String::from_utf8_lossy(&out.stdout);
-        (out.status.success(), text, path.display().to_string())
+        (out.status.success(), text)
     };
-    let (ok, text, path) = check("{ users: [] }");
-    assert!(!ok);
-    assert!(
-        text.contains(&format!(
-            "{path}:11:17: `basic_auth` needs at least one user"
-        )),
-        "{text}"
-    );
-    let (ok, text, path) = check("{ users: [test, \"test:test\"] }");
-    assert!(!ok);
-    assert!(
-        text.contains(&format!("{path}:11:27: a user must be `name:hash`")),
-        "{text}"
-    );
-    assert!(
-        text.contains(&format!(
-            "{path}:11:33: user `test`'s hash is not one weir verifies"
-        )),
-        "{text}"
-    );
-    let (ok, text, path) = check("{ users_file: users }");
-    assert!(!ok);
     let users = dir.join("users");
-    assert!(
-        text.contains(&format!(
-            "{path}:11:31: users file `{}` line 2: a user must be `name:hash`",
-            users.display()
-        )),
-        "{text}"
-    );
-    let (ok, text, path) = check("{ users_file: missing }");
-    assert!(!ok);
-    assert!(
-        text.contains(&format!("{path}:11:31: cannot read users file")),
-        "{text}"
-    );
-    std::fs::write(dir.join("users"), format!("{TRAEFIK_TEST}\n")).unwrap();
-    let (ok, text, _) = check("{ users_file: users }");
+    let cases = [
+        (
+            "{ users: [] }",
+            vec!["11:17: `basic_auth` needs at least one user".to_string()],
+        ),
+        (
+            "{ users: [test, \"test:test\"] }",
+            vec![
+                "11:27: a user must be `name:hash`".to_string(),
+                "11:33: user `test`'s hash is not one weir verifies".to_string(),
+            ],
+        ),
+        (
+            "{ users_file: users }",
+            vec![format!(
+                "11:31: users file `{}` line 2: a user must be `name:hash`",
+                users.display()
+            )],
+        ),
+        (
+            "{ users_file: missing }",
+            vec!["11:31: cannot read users file".to_string()],
+        ),
+    ];
+    for (auth, expected) in cases {
+        let (ok, text) = check(auth);
+        assert!(!ok, "{auth}");
+        for place in expected {
+            let line = format!("{}:{place}", path.display());
+            assert!(text.contains(&line), "{auth}: no `{line}` in {text}");
+        }
+    }
+    std::fs::write(&users, format!("{TRAEFIK_TEST}\n")).unwrap();
+    let (ok, text) = check("{ users_file: users }");
     assert!(ok, "{text}");
 }

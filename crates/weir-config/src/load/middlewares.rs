@@ -428,22 +428,21 @@ mod basic_auth_tests {
         }
     }
 
-    /// A folder of its own for a test's users file and the config beside it.
-    fn folder(test: &str) -> std::path::PathBuf {
+    /// A folder of its own for a test, with `users` in its file `users`: the path of a config
+    /// file beside it.
+    fn beside_users(test: &str, users: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("weir-config-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        std::fs::write(dir.join("users"), users).unwrap();
+        dir.join("t.yaml")
     }
 
     #[test]
     fn users_and_users_file_merge_with_users_winning() {
-        let dir = folder("merge");
-        std::fs::write(
-            dir.join("users"),
+        let file = beside_users(
+            "merge",
             "# a comment\n\n  test:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/  \ntest2:$1$saltsalt$tTWg0JeO/sYmHvtKmZE8c.\n",
-        )
-        .unwrap();
-        let file = dir.join("t.yaml");
+        );
         let a = auth(
             "{ users_file: users, users: [\"test2:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\", \"test3:$2y$04$D1CSqTArbwg7.0.2jTPF5u8ZYdQWXwg02u99ZCbO8FaGgmqTt4U5.\"] }",
             file.to_str().unwrap(),
@@ -479,14 +478,12 @@ mod basic_auth_tests {
 
     #[test]
     fn users_file_errors_name_the_key_and_the_line() {
-        let dir = folder("errors");
-        std::fs::write(
-            dir.join("users"),
+        let path = beside_users(
+            "errors",
             "ok:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n\nno-colon\na:b:c\nplain:test\nbell\u{7}:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\n",
-        )
-        .unwrap();
-        let file = dir.join("t.yaml");
-        let file = file.to_str().unwrap();
+        );
+        let file = path.to_str().unwrap();
+        let dir = path.parent().unwrap();
         let users = dir.join("users");
         let users = users.display();
         assert_eq!(

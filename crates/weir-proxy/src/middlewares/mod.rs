@@ -6,7 +6,8 @@
 //! transforms the body as the driver sends it (compression); without one, replies take the
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
-//! [`Filter::on_response_head`].
+//! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
+//! pairs) builds it in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
 mod basic_auth;

@@ -630,6 +630,8 @@ pub enum MiddlewareKind {
     Chain(Vec<(String, Pos)>),
     /// Refuses clients outside the listed networks.
     IpAllowList(IpAllowList),
+    /// Lets through only requests with a known user's password (HTTP Basic authentication).
+    BasicAuth(BasicAuth),
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
@@ -747,6 +749,22 @@ pub fn status_text(status: u16) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// The `basic_auth` middleware's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasicAuth {
+    /// Each user's password hash as `htpasswd` writes it: `users_file`'s lines, then `users`
+    /// (a name in both keeps its `users` hash).
+    pub users: std::collections::BTreeMap<String, String>,
+    /// Named in the `WWW-Authenticate` challenge.
+    pub realm: String,
+    /// The request header that carries the authenticated user's name upstream.
+    pub header_field: Option<String>,
+    /// Whether `Authorization` is removed before the request goes upstream.
+    pub remove_header: bool,
+}
+
+pub const DEFAULT_BASIC_AUTH_REALM: &str = "weir";
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

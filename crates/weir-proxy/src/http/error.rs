@@ -62,6 +62,9 @@ pub enum ErrorKind {
     /// A middleware refuses the request (`strip_prefix_regex` leaving an unclean path: 400)
     /// or cannot make its answer (`redirect_regex` rewriting to no URL: 502).
     MiddlewareRefused,
+    /// An authentication middleware found no valid credentials (401); the error's headers
+    /// carry the challenge (`WWW-Authenticate`).
+    Unauthorized,
     /// A `respond` route's configured error status: its plain answer is the configured one.
     Configured,
     /// A policy middleware refuses the request (`ip_allow_list`), with its configured status.

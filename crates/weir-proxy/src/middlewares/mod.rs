@@ -6,9 +6,11 @@
 //! transforms the body as the driver sends it (compression); without one, replies take the
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
-//! [`Filter::on_response_head`].
+//! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
+//! pairs) builds it in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
+mod basic_auth;
 mod headers;
 mod ip_allow_list;
 mod redirect_regex;
@@ -29,9 +31,17 @@ use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
 use weir_config::MiddlewareKind;
 
-/// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here.
+/// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here,
+/// with what it keeps between requests.
 #[derive(Debug)]
-pub struct Filter(pub MiddlewareKind);
+pub struct Filter(pub MiddlewareKind, Kept);
+
+/// What a middleware keeps between requests, built once per configuration.
+#[derive(Debug)]
+enum Kept {
+    Nothing,
+    BasicAuth(Box<basic_auth::BasicAuth>),
+}
 
 /// What the request phase lets happen next.
 pub enum Flow {
@@ -55,6 +65,16 @@ fn redirect_status(permanent: bool, get_like: bool) -> u16 {
 }
 
 impl Filter {
+    pub fn new(kind: MiddlewareKind) -> Filter {
+        let kept = match &kind {
+            MiddlewareKind::BasicAuth(config) => {
+                Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
+            }
+            _ => Kept::Nothing,
+        };
+        Filter(kind, kept)
+    }
+
     /// A `strip_prefix` or `strip_prefix_regex` filter (it records what it strips in
     /// `X-Forwarded-Prefix`).
     pub fn strips_prefix(&self) -> bool {
@@ -132,6 +152,13 @@ impl Filter {
                     req,
                     client.scheme(),
                 );
+            }
+            MiddlewareKind::BasicAuth(_) => {
+                if let Kept::BasicAuth(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req).await {
+                        return Flow::Refuse(refusal);
+                    }
+                }
             }
             // The loader flattens chains into the routers' lists: none reaches a route.
             MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}

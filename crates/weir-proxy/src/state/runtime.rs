@@ -203,7 +203,7 @@ impl Runtime {
         let filters: HashMap<&str, Arc<Filter>> = config
             .middlewares
             .iter()
-            .map(|m| (m.name.as_str(), Arc::new(Filter(m.kind.clone()))))
+            .map(|m| (m.name.as_str(), Arc::new(Filter::new(m.kind.clone()))))
             .collect();
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();

@@ -349,16 +349,10 @@ middlewares:
 /// position.
 #[test]
 fn a_malformed_origin_expression_is_refused_with_its_position() {
-    let dir = temp_dir("cors-check");
-    let path = dir.join("weir.yaml");
-    std::fs::write(
-        &path,
+    let stderr = weir_check_refuses(
+        "cors-check",
         "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    middlewares: [bad]\n    respond: { status: 200 }\nmiddlewares:\n  bad:\n    headers:\n      access_control_allow_origin_list_regex: [\"a(b\"]\n",
-    )
-    .unwrap();
-    let out = weir_check(&path);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         stderr.contains("weir.yaml:11:") && stderr.contains("invalid regular expression"),
         "{stderr}"
@@ -498,16 +492,10 @@ middlewares:
 /// TestNew_withoutOptions: a `headers` that sets nothing is refused, with its position.
 #[test]
 fn a_headers_middleware_that_sets_nothing_is_refused() {
-    let dir = temp_dir("headers-empty");
-    let path = dir.join("weir.yaml");
-    std::fs::write(
-        &path,
+    let stderr = weir_check_refuses(
+        "headers-empty",
         "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nrouters:\n  r:\n    rule: \"PathPrefix(`/`)\"\n    middlewares: [empty]\n    respond: { status: 200 }\nmiddlewares:\n  empty:\n    headers: {}\n",
-    )
-    .unwrap();
-    let out = weir_check(&path);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         stderr.contains("weir.yaml:10:") && stderr.contains("`headers` sets nothing"),
         "{stderr}"

@@ -479,16 +479,10 @@ fn a_chain_applies_its_middlewares_in_order() {
 /// `weir check` names where a chain goes wrong.
 #[test]
 fn weir_check_names_a_chain_that_loops() {
-    let dir = temp_dir("chain-loop");
-    let path = dir.join("weir.yaml");
-    std::fs::write(
-        &path,
-        format!("{WEB}middlewares:\n  a: {{ chain: {{ middlewares: [b] }} }}\n  b: {{ chain: {{ middlewares: [a, nope] }} }}\n"),
-    )
-    .unwrap();
-    let out = weir_check(&path);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = weir_check_refuses(
+        "chain-loop",
+        &format!("{WEB}middlewares:\n  a: {{ chain: {{ middlewares: [b] }} }}\n  b: {{ chain: {{ middlewares: [a, nope] }} }}\n"),
+    );
     assert!(
         stderr.contains("weir.yaml:4:31: chain `a` loops: a → b → a"),
         "{stderr}"

@@ -26,6 +26,16 @@ pub fn weir_check(path: &std::path::Path) -> std::process::Output {
         .unwrap()
 }
 
+/// `weir check` on `yaml`, written as `weir.yaml` in a fresh folder named for `tag`, which must
+/// refuse it; returns what it printed on stderr.
+pub fn weir_check_refuses(tag: &str, yaml: &str) -> String {
+    let path = temp_dir(tag).join("weir.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let out = weir_check(&path);
+    assert!(!out.status.success(), "weir check accepted:\n{yaml}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A running weir process; killed on drop.
 pub struct Weir {
     pub child: Child,

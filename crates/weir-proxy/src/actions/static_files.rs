@@ -494,15 +494,7 @@ fn html_escape(text: &str) -> String {
 
 /// Percent-encodes everything but unreserved characters, for a link to a file name.
 fn percent_encode(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    crate::http::ascii::percent_encode(name, |b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
 }
 
 #[cfg(test)]

@@ -38,15 +38,7 @@ pub fn error_answer(error: &LocalError) -> LocalResponse {
 
 /// `grpc-message` is percent-encoded UTF-8; printable ASCII other than `%` stays as it is.
 fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    crate::http::ascii::percent_encode(text, |b| (0x20..=0x7e).contains(&b) && b != b'%')
 }
 
 #[cfg(test)]

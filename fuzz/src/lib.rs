@@ -1,4 +1,8 @@
-//! Helpers shared by the fuzz targets in `fuzz_targets/`: where a parsed piece lies in the input.
+//! Helpers shared by the fuzz targets in `fuzz_targets/`: where a parsed piece lies in the input,
+//! and what every HTTP/1 head parse must do.
+
+use bytes::BytesMut;
+use weir_proxy::fuzzing::{HeadError, MAX_HEAD_BYTES};
 
 /// The offset of `part` inside the `len` bytes starting at address `base`, checking that the
 /// whole of `part` lies there: a span of a parsed head must point into the bytes it was parsed
@@ -30,4 +34,49 @@ impl Cuts {
         self.0 ^= self.0 << 5;
         1 + self.0 as usize % max.max(1)
     }
+}
+
+/// What every HTTP/1 head parse must do, whatever it parsed: a head cut short consumes nothing
+/// and is within the size limit, a refusal is 400, 431 or 501, and a parsed head takes 1 to
+/// `MAX_HEAD_BYTES` bytes and leaves the bytes after it as they were (`rest`). Returns the head
+/// and how many bytes it took, or `None` when there is no head to check further.
+pub fn parsed_head<T>(
+    data: &[u8],
+    rest: &BytesMut,
+    parsed: Result<Option<T>, HeadError>,
+) -> Option<(T, usize)> {
+    let head = match parsed {
+        Ok(Some(head)) => head,
+        Ok(None) => {
+            assert_eq!(&rest[..], data, "an incomplete head consumed bytes");
+            assert!(
+                data.len() <= MAX_HEAD_BYTES,
+                "an over-long head was not refused"
+            );
+            return None;
+        }
+        Err(e) => {
+            assert!(matches!(e.status(), 400 | 431 | 501));
+            return None;
+        }
+    };
+    let consumed = data.len() - rest.len();
+    assert_eq!(
+        &rest[..],
+        &data[consumed..],
+        "the bytes after the head changed"
+    );
+    assert!(consumed > 0 && consumed <= MAX_HEAD_BYTES);
+    Some((head, consumed))
+}
+
+/// That `part` lies in the `consumed` head bytes read at address `base`, and equals the input
+/// there.
+pub fn check_in_input(data: &[u8], base: usize, consumed: usize, part: &[u8], what: &str) {
+    let at = offset_within(base, consumed, part, what);
+    assert_eq!(
+        &data[at..at + part.len()],
+        part,
+        "{what} differs from the input"
+    );
 }

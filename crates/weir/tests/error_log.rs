@@ -49,6 +49,9 @@ fn wait_for_port(addr: SocketAddr) {
 /// Reloads twice (each reload logs lines that cannot be written), then checks weir still
 /// runs, serves, and counted the lost lines.
 fn reload_and_serve(child: &mut Child, web: SocketAddr, admin: SocketAddr) {
+    // The admin listener answers once weir handles signals (`process/control.rs`): a SIGHUP
+    // sent before would end the process, or be lost where SIGHUP is ignored (under nohup).
+    assert_eq!(metric(admin, "weir_config_version"), Some(1.0));
     for version in [2.0, 3.0] {
         let hup = Command::new("kill")
             .args(["-HUP", &child.id().to_string()])

@@ -34,14 +34,16 @@ pub fn run(
         .build()
         .map_err(|e| format!("cannot start the control thread: {e}"))?;
     rt.block_on(async {
-        reloader.start();
-        reloader.admin.commit();
+        // Signals first: once the admin listener answers, a `SIGHUP` is a reload (sent before
+        // the handlers are in place it would end the process, or be lost where it is ignored).
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
         let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
         let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
         let mut usr2 = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
+        reloader.start();
+        reloader.admin.commit();
         // Before the ready line: a change made once it is out is a change to act on.
         let mut watched = file_stamp(&reloader.config_path);
         crate::log_line!("{ready}");

@@ -310,19 +310,11 @@ impl Loader<'_> {
             .get("response")
             .map(|n| self.header_ops(n, "`headers.response`"))
             .unwrap_or_default();
-        let mut list = |key: &str| -> Vec<(String, crate::yaml::Pos)> {
-            match hf.get(key) {
-                Some(node) => self.string_list(node, &format!("`{key}`")),
-                None => Vec::new(),
-            }
-        };
-        let names =
-            |list: Vec<(String, crate::yaml::Pos)>| list.into_iter().map(|(s, _)| s).collect();
-        let allow_origin_list = names(list("access_control_allow_origin_list"));
-        let regexes = list("access_control_allow_origin_list_regex");
-        let allow_methods = names(list("access_control_allow_methods"));
-        let allow_headers = names(list("access_control_allow_headers"));
-        let expose_headers = names(list("access_control_expose_headers"));
+        let allow_origin_list = self.names_key(&hf, "access_control_allow_origin_list");
+        let regexes = self.list_key(&hf, "access_control_allow_origin_list_regex");
+        let allow_methods = self.names_key(&hf, "access_control_allow_methods");
+        let allow_headers = self.names_key(&hf, "access_control_allow_headers");
+        let expose_headers = self.names_key(&hf, "access_control_expose_headers");
         let mut allow_origin_list_regex = Vec::with_capacity(regexes.len());
         for (source, pos) in regexes {
             match regex::Regex::new(&source) {
@@ -330,12 +322,8 @@ impl Loader<'_> {
                 Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
             }
         }
-        let flag = |loader: &mut Self, key: &str| match hf.get(key) {
-            Some(node) => loader.boolean(node, &format!("`{key}`")).unwrap_or(false),
-            None => false,
-        };
-        let allow_credentials = flag(self, "access_control_allow_credentials");
-        let add_vary_header = flag(self, "add_vary_header");
+        let allow_credentials = self.flag_key(&hf, "access_control_allow_credentials");
+        let add_vary_header = self.flag_key(&hf, "add_vary_header");
         let max_age = match hf.get("access_control_max_age") {
             Some(node) => self.uint(node, "`access_control_max_age`", 0, i64::MAX as u64),
             None => None,
@@ -378,24 +366,6 @@ impl Loader<'_> {
     /// The security fields of `headers`, when any is set (as Traefik's
     /// `HasSecureHeadersDefined`).
     fn secure_headers(&mut self, hf: &Fields<'_>) -> Option<Box<SecureHeaders>> {
-        let names = |loader: &mut Self, key: &str| -> Vec<String> {
-            match hf.get(key) {
-                Some(node) => loader
-                    .string_list(node, &format!("`{key}`"))
-                    .into_iter()
-                    .map(|(s, _)| s)
-                    .collect(),
-                None => Vec::new(),
-            }
-        };
-        let flag = |loader: &mut Self, key: &str| match hf.get(key) {
-            Some(node) => loader.boolean(node, &format!("`{key}`")).unwrap_or(false),
-            None => false,
-        };
-        let text = |loader: &mut Self, key: &str| match hf.get(key) {
-            Some(node) => loader.string(node, &format!("`{key}`")).unwrap_or_default(),
-            None => String::new(),
-        };
         let ssl_proxy_headers = match hf.get("ssl_proxy_headers") {
             Some(node) => self.header_map(node, "`ssl_proxy_headers`"),
             None => Vec::new(),
@@ -405,23 +375,24 @@ impl Loader<'_> {
                 .unwrap_or(0)
         });
         let secure = SecureHeaders {
-            allowed_hosts: names(self, "allowed_hosts"),
-            hosts_proxy_headers: names(self, "hosts_proxy_headers"),
+            allowed_hosts: self.names_key(hf, "allowed_hosts"),
+            hosts_proxy_headers: self.names_key(hf, "hosts_proxy_headers"),
             ssl_proxy_headers,
             sts_seconds: sts_seconds.unwrap_or(0),
-            sts_include_subdomains: flag(self, "sts_include_subdomains"),
-            sts_preload: flag(self, "sts_preload"),
-            force_sts_header: flag(self, "force_sts_header"),
-            frame_deny: flag(self, "frame_deny"),
-            custom_frame_options_value: text(self, "custom_frame_options_value"),
-            content_type_nosniff: flag(self, "content_type_nosniff"),
-            browser_xss_filter: flag(self, "browser_xss_filter"),
-            custom_browser_xss_value: text(self, "custom_browser_xss_value"),
-            content_security_policy: text(self, "content_security_policy"),
-            content_security_policy_report_only: text(self, "content_security_policy_report_only"),
-            referrer_policy: text(self, "referrer_policy"),
-            permissions_policy: text(self, "permissions_policy"),
-            is_development: flag(self, "is_development"),
+            sts_include_subdomains: self.flag_key(hf, "sts_include_subdomains"),
+            sts_preload: self.flag_key(hf, "sts_preload"),
+            force_sts_header: self.flag_key(hf, "force_sts_header"),
+            frame_deny: self.flag_key(hf, "frame_deny"),
+            custom_frame_options_value: self.text_key(hf, "custom_frame_options_value"),
+            content_type_nosniff: self.flag_key(hf, "content_type_nosniff"),
+            browser_xss_filter: self.flag_key(hf, "browser_xss_filter"),
+            custom_browser_xss_value: self.text_key(hf, "custom_browser_xss_value"),
+            content_security_policy: self.text_key(hf, "content_security_policy"),
+            content_security_policy_report_only: self
+                .text_key(hf, "content_security_policy_report_only"),
+            referrer_policy: self.text_key(hf, "referrer_policy"),
+            permissions_policy: self.text_key(hf, "permissions_policy"),
+            is_development: self.flag_key(hf, "is_development"),
         };
         let defined = !secure.allowed_hosts.is_empty()
             || !secure.hosts_proxy_headers.is_empty()

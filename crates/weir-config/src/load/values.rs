@@ -175,6 +175,36 @@ impl Loader<'_> {
         parsed
     }
 
+    /// An optional boolean key of `f`: `false` when absent (or after its error).
+    pub(super) fn flag_key(&mut self, f: &Fields<'_>, key: &str) -> bool {
+        match f.get(key) {
+            Some(node) => self.boolean(node, &format!("`{key}`")).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    /// An optional text key of `f`: empty when absent (or after its error).
+    pub(super) fn text_key(&mut self, f: &Fields<'_>, key: &str) -> String {
+        match f.get(key) {
+            Some(node) => self.string(node, &format!("`{key}`")).unwrap_or_default(),
+            None => String::new(),
+        }
+    }
+
+    /// An optional list-of-strings key of `f`, without positions: empty when absent.
+    pub(super) fn names_key(&mut self, f: &Fields<'_>, key: &str) -> Vec<String> {
+        let list = self.list_key(f, key);
+        list.into_iter().map(|(text, _)| text).collect()
+    }
+
+    /// An optional list-of-strings key of `f`, each with its position: empty when absent.
+    pub(super) fn list_key(&mut self, f: &Fields<'_>, key: &str) -> Vec<(String, Pos)> {
+        match f.get(key) {
+            Some(node) => self.string_list(node, &format!("`{key}`")),
+            None => Vec::new(),
+        }
+    }
+
     pub(super) fn string_list(&mut self, node: &Node, what: &str) -> Vec<(String, Pos)> {
         match &node.value {
             Value::Seq(items) => items

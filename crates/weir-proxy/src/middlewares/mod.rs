@@ -7,12 +7,13 @@
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
-//! pairs) builds it in [`Filter::new`], as a variant of `Kept`.
+//! pairs, `rate_limit`'s buckets) builds it in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
 mod basic_auth;
 mod headers;
 mod ip_allow_list;
+mod rate_limit;
 mod redirect_regex;
 mod redirect_scheme;
 mod replace_path;
@@ -41,6 +42,7 @@ pub struct Filter(pub MiddlewareKind, Kept);
 enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
+    RateLimit(Box<rate_limit::RateLimit>),
 }
 
 /// What the request phase lets happen next.
@@ -70,6 +72,9 @@ impl Filter {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
             }
+            // An `average` of 0 limits nothing: no buckets, no work per request.
+            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(config)
+                .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
             _ => Kept::Nothing,
         };
         Filter(kind, kept)
@@ -156,6 +161,13 @@ impl Filter {
             MiddlewareKind::BasicAuth(_) => {
                 if let Kept::BasicAuth(auth) = &self.1 {
                     if let Err(refusal) = auth.on_request(req).await {
+                        return Flow::Refuse(refusal);
+                    }
+                }
+            }
+            MiddlewareKind::RateLimit(_) => {
+                if let Kept::RateLimit(limit) = &self.1 {
+                    if let Err(refusal) = limit.on_request(req, client.ip()).await {
                         return Flow::Refuse(refusal);
                     }
                 }

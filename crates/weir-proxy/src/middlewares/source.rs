@@ -55,8 +55,6 @@ pub(crate) fn pick<'a>(strategy: &IpStrategy, req: &'a RequestHead, peer: IpAddr
 }
 
 /// The source a per-source policy counts `req` under (Traefik's source extractor).
-// Its users to come are `rate_limit` and `in_flight_req`.
-#[allow(dead_code)]
 pub(crate) fn source_key<'a>(
     criterion: &SourceCriterion,
     req: &'a RequestHead,

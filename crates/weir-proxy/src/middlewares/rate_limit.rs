@@ -6,6 +6,7 @@
 use super::source::{self, Picked};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError};
+use crate::io::ticker::Ticker;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::io::Write;
@@ -68,7 +69,12 @@ impl RateLimit {
         match self.buckets.take(key, Instant::now()) {
             Taken::Now => Ok(()),
             Taken::After(wait) => {
-                tokio::time::sleep(wait).await;
+                // Workers run without tokio's timer: a one-shot timerfd, for the requests that
+                // wait. Without one (no descriptor left) the request goes now: its token is
+                // spent, so the rate still holds.
+                if let Ok(timer) = Ticker::once(wait) {
+                    let _ = timer.tick().await;
+                }
                 Ok(())
             }
             Taken::Refused(wait) => Err(refusal(wait)),

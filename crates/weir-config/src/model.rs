@@ -634,6 +634,17 @@ pub enum MiddlewareKind {
     BasicAuth(BasicAuth),
     /// Limits each source's request rate with a token bucket.
     RateLimit(RateLimit),
+    /// Limits each source's requests in progress at once.
+    InFlightReq(InFlightReq),
+}
+
+/// The `in_flight_req` middleware's settings (Traefik's `inFlightReq`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlightReq {
+    /// Requests one source may have in progress at once (at least 1).
+    pub amount: u64,
+    /// The host by default, as in Traefik.
+    pub source_criterion: SourceCriterion,
 }
 
 /// The `rate_limit` middleware's settings (Traefik's `rateLimit`).

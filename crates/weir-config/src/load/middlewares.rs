@@ -1,6 +1,6 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth or rate_limit; and the chains resolved into flat lists (every name defined, no loop).
+//! chain, basic_auth, rate_limit or in_flight_req; and the chains resolved into flat lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -52,6 +52,7 @@ impl Loader<'_> {
             "chain",
             "basic_auth",
             "rate_limit",
+            "in_flight_req",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -76,6 +77,7 @@ impl Loader<'_> {
             "chain" => self.chain(body)?,
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
+            "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
@@ -610,10 +612,7 @@ impl Loader<'_> {
             Some(n) => self.uint(n, "`burst`", 0, u64::from(u32::MAX)),
             None => Some(1),
         };
-        let source_criterion = match f.get("source_criterion") {
-            Some(n) => self.source_criterion(n),
-            None => Some(SourceCriterion::default()),
-        };
+        let source_criterion = self.source_criterion_field(&f, SourceCriterion::default());
         period_ok?;
         if period.is_zero() {
             period = Duration::from_secs(1);
@@ -626,9 +625,46 @@ impl Loader<'_> {
         })
     }
 
+    /// `in_flight_req: { amount, source_criterion }`: `amount` is required (Traefik's default
+    /// of 0 refuses every request); the source is the host by default, as in Traefik.
+    fn in_flight_req(&mut self, node: &Node) -> Option<InFlightReq> {
+        let f = self.fields(node, "`in_flight_req`", &["amount", "source_criterion"])?;
+        let amount = match f.get("amount") {
+            Some(n) => self.uint(n, "`amount`", 1, i64::MAX as u64),
+            None => {
+                self.error(
+                    f.pos,
+                    "`in_flight_req` needs `amount`, the requests allowed at once",
+                );
+                None
+            }
+        };
+        let source_criterion = self.source_criterion_field(&f, SourceCriterion::RequestHost);
+        Some(InFlightReq {
+            amount: amount?,
+            source_criterion: source_criterion?,
+        })
+    }
+
+    /// The `source_criterion` of a per-source policy, or `default` without one.
+    fn source_criterion_field(
+        &mut self,
+        f: &Fields<'_>,
+        default: SourceCriterion,
+    ) -> Option<SourceCriterion> {
+        match f.get("source_criterion") {
+            Some(n) => self.source_criterion(n, default),
+            None => Some(default),
+        }
+    }
+
     /// `source_criterion: { ip_strategy, request_header_name, request_host }`, at most one
-    /// of them (an empty name and `false` count as absent, as in Traefik).
-    pub(super) fn source_criterion(&mut self, node: &Node) -> Option<SourceCriterion> {
+    /// of them (an empty name and `false` count as absent, as in Traefik: then `default`).
+    pub(super) fn source_criterion(
+        &mut self,
+        node: &Node,
+        default: SourceCriterion,
+    ) -> Option<SourceCriterion> {
         const KEYS: &[&str] = &["ip_strategy", "request_header_name", "request_host"];
         let f = self.fields(node, "`source_criterion`", KEYS)?;
         let mut chosen = Vec::new();
@@ -651,7 +687,7 @@ impl Loader<'_> {
             }
         }
         match chosen.as_slice() {
-            [] => Some(SourceCriterion::default()),
+            [] => Some(default),
             [(_, criterion)] => criterion.clone(),
             [(first, _), (second, _), ..] => {
                 self.error(
@@ -1121,7 +1157,7 @@ mod tests {
             env: &|_| None,
             base: Default::default(),
         };
-        let criterion = loader.source_criterion(&root);
+        let criterion = loader.source_criterion(&root, SourceCriterion::default());
         match criterion {
             Some(criterion) if loader.errors.is_empty() => Ok(criterion),
             _ => Err(loader
@@ -1481,6 +1517,44 @@ mod basic_auth_tests {
         assert_eq!(
             errors(&mw("{ averag: 1 }")),
             vec!["t.yaml:5:19: unknown key `averag` in `rate_limit`; expected one of: average, period, burst, source_criterion"]
+        );
+    }
+
+    /// `in_flight_req`: `amount`, and the host as the default source (Traefik's `New` in
+    /// inflightreq/inflight_req.go), also for a `source_criterion` that sets nothing.
+    #[test]
+    fn in_flight_req_settings_and_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  busy:\n    in_flight_req: {body}\n");
+        let loaded = |body: &str| match load_str(&mw(body), "t.yaml").unwrap().middlewares[0]
+            .kind
+            .clone()
+        {
+            MiddlewareKind::InFlightReq(limit) => limit,
+            other => panic!("not in_flight_req: {other:?}"),
+        };
+        let host = InFlightReq {
+            amount: 10,
+            source_criterion: SourceCriterion::RequestHost,
+        };
+        assert_eq!(loaded("{ amount: 10 }"), host);
+        assert_eq!(
+            loaded("{ amount: 10, source_criterion: { request_header_name: \"\" } }"),
+            host
+        );
+        assert_eq!(
+            loaded("{ amount: 1, source_criterion: { ip_strategy: {} } }").source_criterion,
+            SourceCriterion::default()
+        );
+        assert_eq!(
+            errors(&mw("{}")),
+            vec!["t.yaml:5:20: `in_flight_req` needs `amount`, the requests allowed at once"]
+        );
+        assert_eq!(
+            errors(&mw("{ amount: 0, source_criterion: { request_host: maybe } }")),
+            vec![
+                "t.yaml:5:30: `amount` must be a whole number from 1 to 9223372036854775807, found `0`",
+                "t.yaml:5:67: `request_host` must be `true` or `false`, found `maybe`",
+            ]
         );
     }
 }

@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::Flow;
+use crate::middlewares::{Flow, Held};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
@@ -75,10 +75,15 @@ pub(crate) async fn exchange<C: ClientConn>(
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
     let mut wrapped_by = usize::MAX;
+    // What filters keep until the answer is sent (`in_flight_req`'s place); empty, without an
+    // allocation, on other routes.
+    let mut held = Held::default();
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
-        Some(route) => run_route(worker, route, client, &mut head, &mut wrapped_by).await,
+        Some(route) => {
+            run_route(worker, route, client, &mut head, &mut wrapped_by, &mut held).await
+        }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
@@ -96,6 +101,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
+    // The request is over for the filters once its answer is sent, as in Traefik, where a
+    // middleware's handler returns after the body is written.
+    drop(held);
     let outcome = finish(
         worker,
         runtime,
@@ -126,10 +134,12 @@ async fn run_route<'r, C: ClientSide>(
     client: &mut C,
     head: &mut RequestHead,
     wrapped_by: &mut usize,
+    held: &mut Held,
 ) -> Reply<'r> {
     for (index, filter) in route.filters.iter().enumerate() {
         match filter.on_request(head, client).await {
             Flow::Continue => {}
+            Flow::Hold(kept) => held.push(kept),
             Flow::Respond(response) => {
                 *wrapped_by = index;
                 return Reply::local(Cow::Owned(response));

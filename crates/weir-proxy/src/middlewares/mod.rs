@@ -1,17 +1,19 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
-//! refuses it with one of weir's errors (`Flow::Refuse`).
+//! refuses it with one of weir's errors (`Flow::Refuse`), or lets it on holding a place until
+//! the answer is sent (`Flow::Hold`).
 //! Response-head phase: edits the reply's head, local and proxied answers
 //! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
 //! transforms the body as the driver sends it (compression); without one, replies take the
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
-//! pairs, `rate_limit`'s buckets) builds it in [`Filter::new`], as a variant of `Kept`.
+//! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts) builds it in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
 mod basic_auth;
 mod headers;
+mod in_flight_req;
 mod ip_allow_list;
 mod rate_limit;
 mod redirect_regex;
@@ -43,11 +45,25 @@ enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
     RateLimit(Box<rate_limit::RateLimit>),
+    InFlightReq(Box<in_flight_req::InFlightReq>),
+}
+
+/// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
+/// request until then). Empty, it costs no allocation.
+#[derive(Default)]
+pub struct Held(Vec<in_flight_req::InFlight>);
+
+impl Held {
+    pub(crate) fn push(&mut self, kept: in_flight_req::InFlight) {
+        self.0.push(kept);
+    }
 }
 
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
+    /// Continue, keeping this until the answer is sent.
+    Hold(in_flight_req::InFlight),
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
     /// Refuse with this error, rendered in the route's flavour as weir's other errors are
@@ -75,6 +91,9 @@ impl Filter {
             // An `average` of 0 limits nothing: no buckets, no work per request.
             MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(config)
                 .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
+            MiddlewareKind::InFlightReq(config) => {
+                Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
+            }
             _ => Kept::Nothing,
         };
         Filter(kind, kept)
@@ -170,6 +189,14 @@ impl Filter {
                     if let Err(refusal) = limit.on_request(req, client.ip()).await {
                         return Flow::Refuse(refusal);
                     }
+                }
+            }
+            MiddlewareKind::InFlightReq(_) => {
+                if let Kept::InFlightReq(limit) = &self.1 {
+                    return match limit.on_request(req, client.ip()) {
+                        Ok(counted) => Flow::Hold(counted),
+                        Err(refusal) => Flow::Refuse(refusal),
+                    };
                 }
             }
             // The loader flattens chains into the routers' lists: none reaches a route.

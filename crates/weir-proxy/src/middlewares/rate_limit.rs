@@ -3,22 +3,17 @@
 //! longer is refused 429 with `Retry-After` and `X-Retry-In`. The buckets are shared by the
 //! workers, so the limit holds for the whole instance.
 
-use super::source::{self, Picked};
+use super::source::{self, Shards, SHARDS};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError};
 use crate::io::ticker::Ticker;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::io::Write;
 use std::net::IpAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weir_config::SourceCriterion;
 
 /// How many sources are remembered at most, across workers (Traefik's `maxSources`).
 const MAX_SOURCES: usize = 65536;
-/// Independent locks, so workers limiting different sources seldom wait for each other.
-const SHARDS: usize = 16;
 
 /// A `rate_limit` that limits (a positive `average`), built once per configuration.
 pub struct RateLimit {
@@ -56,16 +51,7 @@ impl RateLimit {
         peer: IpAddr,
     ) -> Result<(), LocalError> {
         let mut spelled = [0u8; 45];
-        let key = match source::source_key(&self.criterion, req, peer) {
-            Picked::Text(text) => text,
-            // Traefik keys on the address as text; an address fits 45 bytes.
-            Picked::Addr(ip) => {
-                let mut cursor = std::io::Cursor::new(&mut spelled[..]);
-                let _ = write!(cursor, "{ip}");
-                let end = cursor.position() as usize;
-                &spelled[..end]
-            }
-        };
+        let key = source::source_key(&self.criterion, req, peer).as_key(&mut spelled);
         match self.buckets.take(key, Instant::now()) {
             Taken::Now => Ok(()),
             Taken::After(wait) => {
@@ -121,10 +107,10 @@ struct Buckets {
     max_delay: Duration,
     /// How long a bucket is kept without a request.
     idle_ttl: Duration,
-    hasher: foldhash::fast::FixedState,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Shards<Shard>,
 }
 
+#[derive(Default)]
 struct Shard {
     buckets: HashMap<Box<[u8]>, Bucket, foldhash::fast::FixedState>,
     /// When to drop the idle buckets next.
@@ -145,32 +131,19 @@ impl Buckets {
         } else {
             1 + (1.0 / rate) as u64
         });
-        let shards = (0..SHARDS)
-            .map(|_| {
-                Mutex::new(Shard {
-                    buckets: HashMap::with_hasher(foldhash::fast::FixedState::default()),
-                    next_sweep: None,
-                })
-            })
-            .collect();
         Buckets {
             rate,
             burst,
             max_delay,
             idle_ttl,
-            hasher: foldhash::fast::FixedState::default(),
-            shards,
+            shards: Shards::new(),
         }
     }
 
     /// A token for `source` at `now`, as `Limiter.Reserve` gives it, cancelled when the wait
     /// exceeds `max_delay` (then the bucket keeps its token).
     fn take(&self, source: &[u8], now: Instant) -> Taken {
-        let index = self.hasher.hash_one(source) as usize % SHARDS;
-        let mut shard = match self.shards[index].lock() {
-            Ok(shard) => shard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut shard = self.shards.lock(source);
         if shard.next_sweep.is_none_or(|at| now >= at) {
             shard.sweep(now, self.idle_ttl);
         }
@@ -369,33 +342,17 @@ mod tests {
         for source in 0..100u32 {
             b.take(&source.to_be_bytes(), t0);
         }
-        let held = |b: &Buckets| -> usize {
-            b.shards
-                .iter()
-                .map(|s| s.lock().expect("lock").buckets.len())
-                .sum()
-        };
+        let held = |b: &Buckets| -> usize { b.shards.each().map(|s| s.buckets.len()).sum() };
         assert_eq!(held(&b), 100);
         let recent = 7u32.to_be_bytes();
         b.take(&recent, t0 + Duration::from_secs(1));
         let after_ttl = t0 + Duration::from_millis(2500);
-        for shard in 0..SHARDS {
-            // A source of this shard, so its request lands there.
-            let source = (0u32..)
-                .map(|n| (1000 + n).to_be_bytes())
-                .find(|k| b.hasher.hash_one(&k[..]) as usize % SHARDS == shard)
-                .expect("a key for every shard");
-            b.take(&source, after_ttl);
+        // Enough new sources that every shard gets a request, and sweeps.
+        for source in 1000..1200u32 {
+            b.take(&source.to_be_bytes(), after_ttl);
         }
-        assert_eq!(
-            held(&b),
-            SHARDS + 1,
-            "the recent bucket and the sweeping requests'"
-        );
-        assert!(b
-            .shards
-            .iter()
-            .any(|s| s.lock().expect("lock").buckets.contains_key(&recent[..])));
+        assert_eq!(held(&b), 201, "the recent bucket and the new ones");
+        assert!(b.shards.each().any(|s| s.buckets.contains_key(&recent[..])));
     }
 
     /// Memory stays bounded: past its share of `MAX_SOURCES`, a shard drops its oldest bucket.
@@ -409,11 +366,7 @@ mod tests {
                 t0 + Duration::from_micros(source.into()),
             );
         }
-        let held: usize = b
-            .shards
-            .iter()
-            .map(|s| s.lock().expect("lock").buckets.len())
-            .sum();
+        let held: usize = b.shards.each().map(|s| s.buckets.len()).sum();
         assert!(held <= MAX_SOURCES, "{held}");
         assert!(held > MAX_SOURCES * 9 / 10, "{held}");
     }

@@ -188,3 +188,94 @@ fn a_grpc_request_is_refused_in_grpc_form() {
     assert_eq!(header_value(&head, "retry-after"), Some("60"), "{head}");
     assert!(header_value(&head, "x-retry-in").is_some(), "{head}");
 }
+
+/// A config on 2 workers whose every path goes through `busy`, the `in_flight_req` body given.
+fn in_flight_config(upstream: &Upstream, busy: &str) -> String {
+    format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", middlewares: [busy], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n  busy:\n    in_flight_req: {busy}\n",
+        upstream.url()
+    )
+}
+
+/// Sends `count` requests at once, each on its own connection (spread over both workers),
+/// with `extra` header lines; the statuses and bodies, in no order.
+fn at_once(weir: &Weir, count: usize, path: &str, extra: &str) -> Vec<(u16, String)> {
+    let raw = format!("GET {path} HTTP/1.1\r\n{extra}Connection: close\r\n\r\n");
+    let senders: Vec<_> = (0..count)
+        .map(|_| {
+            let (addr, raw) = (weir.addr(), raw.clone());
+            std::thread::spawn(move || {
+                let resp = request(addr, &raw);
+                (resp.status, resp.text())
+            })
+        })
+        .collect();
+    senders
+        .into_iter()
+        .map(|s| s.join().expect("sender"))
+        .collect()
+}
+
+/// Traefik's inflightreq (inflight_req.go, on oxy's connlimit; Traefik has no test file for
+/// it): `amount` requests of one source in progress at once, across both workers; the others
+/// get 429 `max connections reached: AMOUNT` at once. The source is the host by default: another
+/// host has its own count. Once the answers are sent, the places are free again.
+#[test]
+fn in_flight_requests_are_limited_per_host() {
+    let up = Upstream::start("app");
+    let weir = Weir::start(&in_flight_config(&up, "{ amount: 2 }"));
+    let other_host = std::thread::spawn({
+        let addr = weir.addr();
+        move || {
+            std::thread::sleep(Duration::from_millis(300));
+            request(
+                addr,
+                "GET /x HTTP/1.1\r\nHost: b.test\r\nConnection: close\r\n\r\n",
+            )
+            .status
+        }
+    });
+    let answers = at_once(&weir, 6, "/slow/1000", "Host: a.test\r\n");
+    let admitted = answers.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(admitted, 2, "{answers:?}");
+    for (status, body) in answers.iter().filter(|(status, _)| *status != 200) {
+        assert_eq!(
+            (*status, body.as_str()),
+            (429, "max connections reached: 2")
+        );
+    }
+    assert_eq!(other_host.join().expect("other host"), 200);
+    let after = at_once(&weir, 2, "/x", "Host: a.test\r\n");
+    assert!(after.iter().all(|(status, _)| *status == 200), "{after:?}");
+}
+
+/// A header names the source (`source_criterion: { request_header_name }`): each user has
+/// `amount` places, whatever host they ask.
+#[test]
+fn in_flight_requests_are_limited_per_header() {
+    let up = Upstream::start("app");
+    let weir = Weir::start(&in_flight_config(
+        &up,
+        "{ amount: 1, source_criterion: { request_header_name: X-User } }",
+    ));
+    let answers = at_once(&weir, 3, "/slow/800", "Host: t\r\nX-User: ann\r\n");
+    let admitted = answers.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(admitted, 1, "{answers:?}");
+    let bob = std::thread::spawn({
+        let addr = weir.addr();
+        move || {
+            request(
+                addr,
+                "GET /slow/300 HTTP/1.1\r\nHost: t\r\nX-User: bob\r\nConnection: close\r\n\r\n",
+            )
+            .status
+        }
+    });
+    let ann = at_once(&weir, 1, "/x", "Host: other\r\nX-User: ann\r\n");
+    assert_eq!(ann[0].0, 200, "ann's place is free again");
+    assert_eq!(bob.join().expect("bob"), 200);
+}

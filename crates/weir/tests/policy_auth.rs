@@ -26,19 +26,9 @@ fn htpasswd(file: &std::path::Path, flags: &[&str], user: &str, password: &str) 
     assert!(out.status.success(), "htpasswd: {out:?}");
 }
 
-/// A config whose routes `/open` (no middleware) and everything else (behind `auth`) go to
-/// `upstream`; `auth` is the `basic_auth` body.
+/// The test bed with `auth`, the `basic_auth` body given, on every path but `/open`.
 fn auth_config(upstream: &Upstream, auth: &str) -> String {
-    format!(
-        "server: {{ workers: 2 }}\n\
-         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
-         routers:\n\
-         \x20 open: {{ rule: \"PathPrefix(`/open`)\", service: app }}\n\
-         \x20 closed: {{ rule: \"PathPrefix(`/`)\", priority: 1, middlewares: [auth], service: app }}\n\
-         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
-         middlewares:\n  auth:\n    basic_auth: {auth}\n",
-        upstream.url()
-    )
+    guarded_config(upstream, "auth", "basic_auth", auth)
 }
 
 fn authorization(user: &str, password: &str) -> String {

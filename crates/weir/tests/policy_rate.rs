@@ -10,19 +10,10 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// A config on 2 workers whose route `/open` has no middleware and every other path goes
-/// through `limit`, the `rate_limit` body given.
+/// The test bed (2 workers) with `limit`, the `rate_limit` body given, on every path but
+/// `/open`.
 fn rate_config(upstream: &Upstream, limit: &str) -> String {
-    format!(
-        "server: {{ workers: 2 }}\n\
-         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
-         routers:\n\
-         \x20 open: {{ rule: \"PathPrefix(`/open`)\", service: app }}\n\
-         \x20 limited: {{ rule: \"PathPrefix(`/`)\", priority: 1, middlewares: [limit], service: app }}\n\
-         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
-         middlewares:\n  limit:\n    rate_limit: {limit}\n",
-        upstream.url()
-    )
+    guarded_config(upstream, "limit", "rate_limit", limit)
 }
 
 /// One request on a fresh connection, with more header lines.
@@ -249,8 +240,24 @@ fn in_flight_requests_are_limited_per_host() {
         );
     }
     assert_eq!(other_host.join().expect("other host"), 200);
-    let after = at_once(&weir, 2, "/x", "Host: a.test\r\n");
-    assert!(after.iter().all(|(status, _)| *status == 200), "{after:?}");
+    for _ in 0..2 {
+        assert_eq!(status_once_freed(&weir, "Host: a.test\r\n"), 200);
+    }
+}
+
+/// The status of `GET /x` with `headers` (`Host` included), asked again while it is 429 for up to a
+/// second: a client may read its answer a moment before weir's exchange ends and frees its
+/// place (as in Traefik, whose count drops after the handler returns).
+fn status_once_freed(weir: &Weir, headers: &str) -> u16 {
+    let raw = format!("GET /x HTTP/1.1\r\n{headers}Connection: close\r\n\r\n");
+    let asked = Instant::now();
+    loop {
+        let status = request(weir.addr(), &raw).status;
+        if status != 429 || asked.elapsed() > Duration::from_secs(1) {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A header names the source (`source_criterion: { request_header_name }`): each user has
@@ -275,7 +282,7 @@ fn in_flight_requests_are_limited_per_header() {
             .status
         }
     });
-    let ann = at_once(&weir, 1, "/x", "Host: other\r\nX-User: ann\r\n");
-    assert_eq!(ann[0].0, 200, "ann's place is free again");
+    let ann = status_once_freed(&weir, "Host: other\r\nX-User: ann\r\n");
+    assert_eq!(ann, 200, "ann's place is free again");
     assert_eq!(bob.join().expect("bob"), 200);
 }

@@ -159,21 +159,7 @@ fn a_grpc_request_is_refused_in_grpc_form() {
     let weir = Weir::start(&rate_config(&up, "{ average: 1, period: 1m }"));
     assert_eq!(get_with(&weir, "/x", "").status, 200);
     let url = format!("http://{}/weir.Echo/Unary", weir.addr());
-    let args = [
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        "--http2-prior-knowledge",
-        "-X",
-        "POST",
-        "-H",
-        "content-type: application/grpc",
-        "-H",
-        "te: trailers",
-        &url,
-    ];
-    let head = String::from_utf8_lossy(&curl_ok(&args)).into_owned();
+    let head = h2_head(GRPC_CALL, &url);
     assert!(head.starts_with("HTTP/2 200"), "{head}");
     assert_eq!(header_value(&head, "grpc-status"), Some("14"), "{head}");
     assert_eq!(header_value(&head, "retry-after"), Some("60"), "{head}");

@@ -166,6 +166,31 @@ fn a_grpc_request_is_refused_in_grpc_form() {
     assert!(header_value(&head, "x-retry-in").is_some(), "{head}");
 }
 
+/// A reload keeps a limit's buckets when the middleware did not change (another router
+/// did), as Traefik keeps a middleware's handler across provider updates that leave it
+/// alone, and starts afresh when its own configuration changed.
+#[test]
+fn a_reload_keeps_the_buckets_of_an_unchanged_limit() {
+    let up = Upstream::start("app");
+    let limited = rate_config(&up, "{ average: 1, period: 1m }");
+    let weir = Weir::start(&limited);
+    assert_eq!(get_with(&weir, "/x", "").status, 200);
+    assert_refused(&get_with(&weir, "/x", ""), "60");
+    // Another router's rule changed: the bucket is the one emptied above.
+    let other_router_changed = limited.replace("PathPrefix(`/open`)", "PathPrefix(`/opened`)");
+    std::fs::write(weir.config_path(), &other_router_changed).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 1);
+    assert_refused(&get_with(&weir, "/x", ""), "60");
+    // The limit itself changed: a new bucket, full.
+    let limit_changed = other_router_changed.replace("period: 1m", "period: 2m");
+    std::fs::write(weir.config_path(), limit_changed).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 2);
+    assert_eq!(get_with(&weir, "/x", "").status, 200);
+    assert_eq!(up.request_count(), 2);
+}
+
 /// A config on 2 workers whose every path goes through `busy`, the `in_flight_req` body given.
 fn in_flight_config(upstream: &Upstream, busy: &str) -> String {
     format!(

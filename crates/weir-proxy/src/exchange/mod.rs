@@ -75,8 +75,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
     let mut wrapped_by = usize::MAX;
-    // What filters keep until the answer is sent (`in_flight_req`'s place); empty, without an
-    // allocation, on other routes.
+    // What filters keep until the answer is sent (`in_flight_req`'s place): null on other routes.
     let mut held = Held::default();
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),

@@ -49,13 +49,24 @@ enum Kept {
 }
 
 /// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
-/// request until then). Empty, it costs no allocation.
+/// request until then). One pointer, null on routes without such a filter, so that the
+/// exchange of every other route pays only for setting and testing it.
 #[derive(Default)]
-pub struct Held(Vec<in_flight_req::InFlight>);
+pub struct Held(Option<Box<HeldPlace>>);
+
+/// One place held, and those held by earlier filters of the route.
+struct HeldPlace {
+    _place: in_flight_req::InFlight,
+    _earlier: Held,
+}
 
 impl Held {
-    pub(crate) fn push(&mut self, kept: in_flight_req::InFlight) {
-        self.0.push(kept);
+    pub(crate) fn push(&mut self, place: in_flight_req::InFlight) {
+        let earlier = Held(self.0.take());
+        self.0 = Some(Box::new(HeldPlace {
+            _place: place,
+            _earlier: earlier,
+        }));
     }
 }
 

@@ -200,10 +200,18 @@ impl Runtime {
                 elasticsearch.push(compiled);
             }
         }
+        // Keyed by the whole configuration: a middleware whose keys all stayed the same keeps
+        // its state, one with any change starts afresh.
         let filters: HashMap<&str, Arc<Filter>> = config
             .middlewares
             .iter()
-            .map(|m| (m.name.as_str(), Arc::new(Filter::new(m.kind.clone()))))
+            .map(|m| {
+                let identity = format!("{} {:?}", m.name, m.kind);
+                let filter = carried
+                    .filters
+                    .get(identity, || Arc::new(Filter::new(m.kind.clone())));
+                (m.name.as_str(), filter)
+            })
             .collect();
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();

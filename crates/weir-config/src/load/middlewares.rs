@@ -1,6 +1,7 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth, rate_limit or in_flight_req; and the chains resolved into flat lists (every name defined, no loop).
+//! chain, basic_auth, rate_limit, in_flight_req or jwt (read in `load/jwt.rs`); and the
+//! chains resolved into flat lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -53,6 +54,7 @@ impl Loader<'_> {
             "basic_auth",
             "rate_limit",
             "in_flight_req",
+            "jwt",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -78,6 +80,7 @@ impl Loader<'_> {
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
             "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
+            "jwt" => self.jwt(body)?,
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })

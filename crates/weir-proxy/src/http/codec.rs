@@ -311,6 +311,19 @@ impl RequestHead {
         self.split_target();
     }
 
+    /// Replaces the query string (without its `?`; empty: none), keeping the path.
+    pub fn set_query(&mut self, query: &str) {
+        let path = self.path();
+        let target = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        self.target = self.head.push_text(&target);
+        self.authority = None;
+        self.split_target();
+    }
+
     /// Derives `path`, `query` and `authority` from `target`.
     fn split_target(&mut self) {
         let target = self.head.text(self.target);

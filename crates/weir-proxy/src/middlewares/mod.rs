@@ -15,6 +15,7 @@ mod basic_auth;
 mod headers;
 mod in_flight_req;
 mod ip_allow_list;
+mod jwt;
 mod rate_limit;
 mod redirect_regex;
 mod redirect_scheme;
@@ -46,6 +47,7 @@ enum Kept {
     BasicAuth(Box<basic_auth::BasicAuth>),
     RateLimit(Box<rate_limit::RateLimit>),
     InFlightReq(Box<in_flight_req::InFlightReq>),
+    Jwt(Box<jwt::JwtAuth>),
 }
 
 /// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
@@ -105,6 +107,7 @@ impl Filter {
             MiddlewareKind::InFlightReq(config) => {
                 Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
             }
+            MiddlewareKind::Jwt(config) => Kept::Jwt(Box::new(jwt::JwtAuth::new(config))),
             _ => Kept::Nothing,
         };
         Filter(kind, kept)
@@ -208,6 +211,13 @@ impl Filter {
                         Ok(counted) => Flow::Hold(counted),
                         Err(refusal) => Flow::Refuse(refusal),
                     };
+                }
+            }
+            MiddlewareKind::Jwt(_) => {
+                if let Kept::Jwt(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req) {
+                        return Flow::Refuse(refusal);
+                    }
                 }
             }
             // The loader flattens chains into the routers' lists: none reaches a route.

@@ -1,0 +1,469 @@
+//! `middlewares.NAME.jwt`: the keys a token may be signed with (JWKs inline and a JWKS file,
+//! read now, RFC 7517), the algorithms and claims accepted, and where a request carries its
+//! token.
+
+use super::{is_header_name, is_header_value, Fields, Loader};
+use crate::model::*;
+use crate::yaml::{Node, Pos, Value};
+use base64::Engine;
+
+/// base64url as JWK members are written: without padding (RFC 7515 section 2), though a
+/// padded value from a hand-written config is read too.
+const KEY_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// What is wrong with a JWK: the member at fault (`None`: the JWK as a whole) and why.
+type JwkError = (Option<&'static str>, String);
+
+fn algorithm_names() -> String {
+    let names: Vec<&str> = JwsAlgorithm::ALL.iter().map(|a| a.name()).collect();
+    names.join(", ")
+}
+
+impl Loader<'_> {
+    /// `jwt: { jwks_file, keys, algorithms, issuers, audiences, required_claims, leeway,
+    /// token_source, claims_to_headers, forward_token }`.
+    pub(super) fn jwt(&mut self, node: &Node) -> Option<MiddlewareKind> {
+        const KEYS: &[&str] = &[
+            "jwks_url",
+            "jwks_file",
+            "keys",
+            "algorithms",
+            "issuers",
+            "audiences",
+            "required_claims",
+            "leeway",
+            "token_source",
+            "claims_to_headers",
+            "forward_token",
+        ];
+        let f = self.fields(node, "`jwt`", KEYS)?;
+        let errors_before = self.errors.len();
+        if let Some(url) = f.get("jwks_url") {
+            self.error(
+                url.pos,
+                "`jwks_url` is not supported yet; give the keys in `jwks_file` or `keys`",
+            );
+        }
+        let mut keys = Vec::new();
+        if let Some(list) = f.get("keys") {
+            self.inline_jwks(list, &mut keys);
+        }
+        if let Some(file) = f.get("jwks_file") {
+            self.jwks_file(file, &mut keys);
+        }
+        let algorithms = self.jwt_algorithms(&f);
+        let issuers = self.names_key(&f, "issuers");
+        let audiences = self.names_key(&f, "audiences");
+        let mut required_claims = Vec::new();
+        for (claim, pos) in self.list_key(&f, "required_claims") {
+            if self.claim_name(&claim, pos) {
+                required_claims.push(claim);
+            }
+        }
+        let mut leeway = DEFAULT_JWT_LEEWAY;
+        self.duration_field(&f, "leeway", &mut leeway);
+        let token_source = match f.get("token_source") {
+            Some(n) => self.token_source(n),
+            None => vec![TokenSource::Header("authorization".into())],
+        };
+        let claims_to_headers = match f.get("claims_to_headers") {
+            Some(n) => self.claims_to_headers(n),
+            None => Vec::new(),
+        };
+        let forward_token = match f.get("forward_token") {
+            Some(n) => self.boolean(n, "`forward_token`").unwrap_or(true),
+            None => true,
+        };
+        // Only when nothing was refused: that error already says what is wrong.
+        if self.errors.len() == errors_before {
+            let accepted = if algorithms.is_empty() {
+                &JwsAlgorithm::ALL[..]
+            } else {
+                &algorithms[..]
+            };
+            let usable = keys.iter().any(|k: &Jwk| {
+                accepted
+                    .iter()
+                    .any(|a| a.fits(&k.key) && k.alg.is_none_or(|only| only == *a))
+            });
+            if keys.is_empty() {
+                self.error(
+                    f.pos,
+                    "`jwt` needs at least one key, in `keys` or `jwks_file`",
+                );
+            } else if !usable {
+                self.error(
+                    f.pos,
+                    "no key of `jwt` fits an algorithm it accepts (`algorithms`)",
+                );
+            }
+        }
+        Some(MiddlewareKind::Jwt(Box::new(Jwt {
+            keys,
+            algorithms,
+            issuers,
+            audiences,
+            required_claims,
+            leeway,
+            token_source,
+            claims_to_headers,
+            forward_token,
+        })))
+    }
+
+    /// `algorithms`: names from RFC 7518 and RFC 8037, never `none`; empty when absent.
+    fn jwt_algorithms(&mut self, f: &Fields<'_>) -> Vec<JwsAlgorithm> {
+        let mut algorithms = Vec::new();
+        let listed = self.list_key(f, "algorithms");
+        let listed_any = !listed.is_empty();
+        let mut refused = false;
+        for (name, pos) in listed {
+            match JwsAlgorithm::from_name(&name) {
+                Some(a) if algorithms.contains(&a) => {
+                    self.error(pos, format!("`{name}` is listed twice"));
+                }
+                Some(a) => algorithms.push(a),
+                None if name.eq_ignore_ascii_case("none") => {
+                    refused = true;
+                    self.error(
+                        pos,
+                        "`none` is never accepted: weir lets through signed tokens only",
+                    );
+                }
+                None => {
+                    refused = true;
+                    self.error(
+                        pos,
+                        format!(
+                            "unknown algorithm `{name}`; expected one of: {}",
+                            algorithm_names()
+                        ),
+                    );
+                }
+            }
+        }
+        if let (Some(list), false, false) = (f.get("algorithms"), listed_any, refused) {
+            self.error(list.pos, "`algorithms` must list at least one algorithm");
+        }
+        algorithms
+    }
+
+    /// A claim's name, which a refusal's `error_description` may quote: printable, without
+    /// `"` or `\`. Says so and returns false when it is not.
+    fn claim_name(&mut self, claim: &str, pos: Pos) -> bool {
+        let fine = !claim.is_empty() && is_header_value(claim) && !claim.contains(['"', '\\']);
+        if !fine {
+            self.error(
+                pos,
+                format!("claim name `{claim}` must be printable text without `\"` or `\\`"),
+            );
+        }
+        fine
+    }
+
+    /// `keys`: a list of JWKs, each a mapping of its members.
+    fn inline_jwks(&mut self, list: &Node, keys: &mut Vec<Jwk>) {
+        let Value::Seq(items) = &list.value else {
+            self.error(
+                list.pos,
+                format!("`keys` must be a list of JWKs, found {}", list.kind_name()),
+            );
+            return;
+        };
+        for item in items {
+            let Value::Map(entries) = &item.value else {
+                self.error(
+                    item.pos,
+                    format!(
+                        "a JWK must be a mapping of its members, found {}",
+                        item.kind_name()
+                    ),
+                );
+                continue;
+            };
+            // Scalar members, `${NAME}` expanded (a secret `k` from the environment); list
+            // members (`key_ops`, `x5c`) are not read.
+            let mut members = Vec::with_capacity(entries.len());
+            for (name, value) in entries {
+                if let (Some(name), Value::Scalar { .. }) = (name.as_str(), &value.value) {
+                    if let Some(text) = self.string(value, &format!("JWK member `{name}`")) {
+                        members.push((name.to_string(), text, value.pos));
+                    }
+                }
+            }
+            let member = |name: &str| {
+                members
+                    .iter()
+                    .find(|(n, _, _)| n == name)
+                    .map(|(_, text, _)| text.clone())
+            };
+            match parse_jwk(&member) {
+                Ok(Some(jwk)) => keys.push(jwk),
+                Ok(None) => {}
+                Err((at, message)) => {
+                    let pos = at
+                        .and_then(|name| members.iter().find(|(n, _, _)| n == name))
+                        .map_or(item.pos, |(_, _, pos)| *pos);
+                    self.error(pos, message);
+                }
+            }
+        }
+    }
+
+    /// `jwks_file`: a JWK Set (RFC 7517 section 5) or a single JWK in JSON, read now (relative
+    /// to the config file's folder).
+    fn jwks_file(&mut self, node: &Node, keys: &mut Vec<Jwk>) {
+        let Some(path) = self.string(node, "`jwks_file`") else {
+            return;
+        };
+        let path = self.base.join(path);
+        let shown = path.display();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                self.error(node.pos, format!("cannot read jwks file `{shown}`: {e}"));
+                return;
+            }
+        };
+        let set: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(set) => set,
+            Err(e) => {
+                self.error(node.pos, format!("jwks file `{shown}` is not JSON: {e}"));
+                return;
+            }
+        };
+        let listed = match (set.get("keys"), set.get("kty")) {
+            (Some(serde_json::Value::Array(list)), _) => list.iter().collect(),
+            (None, Some(_)) => vec![&set],
+            _ => {
+                self.error(
+                    node.pos,
+                    format!(
+                        "jwks file `{shown}` must hold a JWK Set (`{{\"keys\": [...]}}`) or a JWK"
+                    ),
+                );
+                return;
+            }
+        };
+        for (number, jwk) in listed.into_iter().enumerate() {
+            let member = |name: &str| jwk.get(name)?.as_str().map(str::to_string);
+            let number = number + 1;
+            if !jwk.is_object() {
+                let message = format!("jwks file `{shown}` key {number}: a JWK must be an object");
+                self.error(node.pos, message);
+                continue;
+            }
+            match parse_jwk(&member) {
+                Ok(Some(jwk)) => keys.push(jwk),
+                Ok(None) => {}
+                Err((_, message)) => {
+                    let message = format!("jwks file `{shown}` key {number}: {message}");
+                    self.error(node.pos, message);
+                }
+            }
+        }
+    }
+
+    /// `token_source: { header, cookie, query }`: at least one, looked for in that order.
+    fn token_source(&mut self, node: &Node) -> Vec<TokenSource> {
+        let Some(f) = self.fields(node, "`token_source`", &["header", "cookie", "query"]) else {
+            return Vec::new();
+        };
+        let mut sources = Vec::new();
+        for key in ["header", "cookie", "query"] {
+            let Some(n) = f.get(key) else { continue };
+            let Some(name) = self.string(n, &format!("`{key}`")) else {
+                continue;
+            };
+            // A cookie's name is a token as a header's is (RFC 6265 section 4.1.1).
+            let fine = match key {
+                "query" => !name.is_empty() && !name.contains(['&', '=', '#', ' ']),
+                _ => is_header_name(&name),
+            };
+            if !fine {
+                let what = match key {
+                    "header" => "header",
+                    "cookie" => "cookie",
+                    _ => "query parameter",
+                };
+                self.error(n.pos, format!("`{name}` is not a valid {what} name"));
+                continue;
+            }
+            sources.push(match key {
+                "header" => TokenSource::Header(name.to_ascii_lowercase()),
+                "cookie" => TokenSource::Cookie(name),
+                _ => TokenSource::Query(name),
+            });
+        }
+        if f.entries.is_empty() {
+            self.error(
+                f.pos,
+                "`token_source` needs at least one of `header`, `cookie`, `query`",
+            );
+        }
+        sources
+    }
+
+    /// `claims_to_headers: { CLAIM: HEADER }`.
+    fn claims_to_headers(&mut self, node: &Node) -> Vec<(String, String)> {
+        let Value::Map(entries) = &node.value else {
+            self.error(
+                node.pos,
+                format!(
+                    "`claims_to_headers` must be a mapping of claims to header names, found {}",
+                    node.kind_name()
+                ),
+            );
+            return Vec::new();
+        };
+        let mut copies = Vec::with_capacity(entries.len());
+        for (claim, header) in entries {
+            let Some(claim_text) = self.string(claim, "a claim's name") else {
+                continue;
+            };
+            let Some(header_text) = self.string(header, "a header name") else {
+                continue;
+            };
+            if !self.claim_name(&claim_text, claim.pos) {
+                continue;
+            }
+            if !is_header_name(&header_text) {
+                self.error(
+                    header.pos,
+                    format!("`{header_text}` is not a valid header name"),
+                );
+                continue;
+            }
+            copies.push((claim_text, header_text));
+        }
+        copies
+    }
+}
+
+/// The key a JWK describes, read by `member` (a member's text, when it is a string); `Ok(None)`
+/// for a key not meant for signatures (`use` other than `sig`).
+fn parse_jwk(member: &dyn Fn(&str) -> Option<String>) -> Result<Option<Jwk>, JwkError> {
+    let Some(kty) = member("kty") else {
+        return Err((None, "a JWK needs `kty`".into()));
+    };
+    if member("use").is_some_and(|u| u != "sig") {
+        return Ok(None);
+    }
+    let alg = match member("alg") {
+        None => None,
+        Some(name) => match JwsAlgorithm::from_name(&name) {
+            Some(a) => Some(a),
+            None => {
+                let message = format!(
+                    "the JWK's `alg` `{name}` is not a signature algorithm weir verifies; expected one of: {}",
+                    algorithm_names()
+                );
+                return Err((Some("alg"), message));
+            }
+        },
+    };
+    let bytes = |name: &'static str| -> Result<Vec<u8>, JwkError> {
+        let Some(text) = member(name) else {
+            return Err((None, format!("a JWK of type `{kty}` needs `{name}`")));
+        };
+        KEY_BASE64
+            .decode(text.as_bytes())
+            .map_err(|_| (Some(name), format!("the JWK's `{name}` is not base64url")))
+    };
+    let key = match kty.as_str() {
+        "RSA" => rsa_key(bytes("n")?, bytes("e")?)?,
+        "EC" => {
+            let crv = member("crv").ok_or((None, "a JWK of type `EC` needs `crv`".into()))?;
+            let (curve, len) = match crv.as_str() {
+                "P-256" => (EcCurve::P256, 32),
+                "P-384" => (EcCurve::P384, 48),
+                _ => {
+                    let message =
+                        format!("curve `{crv}` is not one weir verifies; expected P-256 or P-384");
+                    return Err((Some("crv"), message));
+                }
+            };
+            let mut point = vec![4];
+            for name in ["x", "y"] {
+                let coordinate = bytes(name)?;
+                if coordinate.len() != len {
+                    let message = format!(
+                        "the JWK's `{name}` must be {len} bytes for {crv}, found {}",
+                        coordinate.len()
+                    );
+                    return Err((Some(name), message));
+                }
+                point.extend_from_slice(&coordinate);
+            }
+            JwkKey::Ec { curve, point }
+        }
+        "OKP" => {
+            let crv = member("crv").ok_or((None, "a JWK of type `OKP` needs `crv`".into()))?;
+            if crv != "Ed25519" {
+                let message = format!("curve `{crv}` is not one weir verifies; expected Ed25519");
+                return Err((Some("crv"), message));
+            }
+            let x = bytes("x")?;
+            if x.len() != 32 {
+                let message = format!("the JWK's `x` must be 32 bytes, found {}", x.len());
+                return Err((Some("x"), message));
+            }
+            JwkKey::Ed25519(x)
+        }
+        "oct" => {
+            let k = bytes("k")?;
+            // RFC 7518 section 3.2: at least as long as HS256's hash.
+            if k.len() < 32 {
+                let message = format!(
+                    "an HMAC key (`k`) must be at least 32 bytes, found {}",
+                    k.len()
+                );
+                return Err((Some("k"), message));
+            }
+            JwkKey::Oct(k)
+        }
+        _ => {
+            let message = format!("unknown key type `{kty}`; expected RSA, EC, OKP or oct");
+            return Err((Some("kty"), message));
+        }
+    };
+    if let Some(alg) = alg.filter(|a| !a.fits(&key)) {
+        let message = format!("a key of type `{kty}` cannot verify `{}`", alg.name());
+        return Err((Some("alg"), message));
+    }
+    Ok(Some(Jwk {
+        kid: member("kid"),
+        alg,
+        key,
+    }))
+}
+
+/// An RSA public key as `ring` verifies with: a modulus of 2048 to 8192 bits and an odd
+/// exponent from 3 to 2^33 - 1.
+fn rsa_key(n: Vec<u8>, e: Vec<u8>) -> Result<JwkKey, JwkError> {
+    let strip = |mut v: Vec<u8>| {
+        let zeros = v.iter().take_while(|&&b| b == 0).count();
+        v.drain(..zeros);
+        v
+    };
+    let (n, e) = (strip(n), strip(e));
+    let bits = match n.first() {
+        Some(first) => n.len() * 8 - first.leading_zeros() as usize,
+        None => 0,
+    };
+    if !(2048..=8192).contains(&bits) {
+        let message =
+            format!("the RSA modulus has {bits} bits; weir verifies keys of 2048 to 8192 bits");
+        return Err((Some("n"), message));
+    }
+    let exponent = (e.len() <= 5).then(|| e.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b)));
+    if !exponent.is_some_and(|x| x % 2 == 1 && (3..1 << 33).contains(&x)) {
+        let message = "the RSA exponent (`e`) must be odd, from 3 to 2^33 - 1".to_string();
+        return Err((Some("e"), message));
+    }
+    Ok(JwkKey::Rsa { n, e })
+}

@@ -467,3 +467,391 @@ fn rsa_key(n: Vec<u8>, e: Vec<u8>) -> Result<JwkKey, JwkError> {
     }
     Ok(JwkKey::Rsa { n, e })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    /// RFC 7515 appendix A.1.1's HMAC key and A.3.1's P-256 key (public part).
+    const OCT: &str = "{ kty: oct, k: AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow }";
+    const EC: &str = "{ kty: EC, crv: P-256, kid: ec1, x: f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU, y: x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0 }";
+
+    fn mw(body: &str) -> String {
+        format!("{BASE}middlewares:\n  auth:\n    jwt: {body}\n")
+    }
+
+    fn jwt(text: &str, file: &str) -> Jwt {
+        match load_str(text, file) {
+            Ok(cfg) => match &cfg.middlewares[0].kind {
+                MiddlewareKind::Jwt(j) => (**j).clone(),
+                other => panic!("not jwt: {other:?}"),
+            },
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_settings() {
+        let j = jwt(&mw(&format!("{{ keys: [{OCT}] }}")), "t.yaml");
+        assert_eq!(j.keys.len(), 1);
+        assert!(matches!(&j.keys[0].key, JwkKey::Oct(k) if k.len() == 64));
+        assert_eq!(j.keys[0].kid, None);
+        assert!(j.algorithms.is_empty() && j.issuers.is_empty() && j.audiences.is_empty());
+        assert_eq!(j.leeway, DEFAULT_JWT_LEEWAY);
+        assert_eq!(
+            j.token_source,
+            vec![TokenSource::Header("authorization".into())]
+        );
+        assert!(j.forward_token && j.claims_to_headers.is_empty());
+        let j = jwt(
+            &mw(&format!(
+                "{{ keys: [{EC}], algorithms: [ES256], issuers: [idp], audiences: [api, web], \
+                 required_claims: [sub], leeway: 5s, forward_token: false, \
+                 token_source: {{ header: X-Token, cookie: session, query: access_token }}, \
+                 claims_to_headers: {{ sub: X-User, admin: X-Admin }} }}"
+            )),
+            "t.yaml",
+        );
+        assert_eq!(j.keys[0].kid.as_deref(), Some("ec1"));
+        assert!(
+            matches!(&j.keys[0].key, JwkKey::Ec { curve: EcCurve::P256, point } if point.len() == 65 && point[0] == 4)
+        );
+        assert_eq!(j.algorithms, vec![JwsAlgorithm::ES256]);
+        assert_eq!((j.issuers.len(), j.audiences.len()), (1, 2));
+        assert_eq!(j.required_claims, vec!["sub"]);
+        assert_eq!(j.leeway, std::time::Duration::from_secs(5));
+        assert!(!j.forward_token);
+        assert_eq!(
+            j.token_source,
+            vec![
+                TokenSource::Header("x-token".into()),
+                TokenSource::Cookie("session".into()),
+                TokenSource::Query("access_token".into())
+            ]
+        );
+        assert_eq!(
+            j.claims_to_headers,
+            vec![
+                ("sub".to_string(), "X-User".to_string()),
+                ("admin".to_string(), "X-Admin".to_string())
+            ]
+        );
+    }
+
+    /// `t.yaml:5:COLUMN: message` for an error at `needle` (past `skip` characters of it) in
+    /// the `jwt` body `body`, which [`mw`] writes on line 5 after 9 characters.
+    fn at(body: &str, needle: &str, skip: usize, message: &str) -> String {
+        let column = 9 + body.find(needle).expect("needle in body") + skip + 1;
+        format!("t.yaml:5:{column}: {message}")
+    }
+
+    #[test]
+    fn algorithm_errors() {
+        let body = format!("{{ keys: [{OCT}], algorithms: [HS256, none, RS257, HS256] }}");
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![
+                at(&body, "none,", 0, "`none` is never accepted: weir lets through signed tokens only"),
+                at(&body, "RS257", 0, "unknown algorithm `RS257`; expected one of: HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA"),
+                at(&body, "HS256] }", 0, "`HS256` is listed twice"),
+            ]
+        );
+        let body = format!("{{ keys: [{OCT}], algorithms: [] }}");
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![at(
+                &body,
+                "[] }",
+                0,
+                "`algorithms` must list at least one algorithm"
+            )]
+        );
+        let body = format!("{{ keys: [{OCT}], algorithms: [ES256] }}");
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![at(
+                &body,
+                "{",
+                0,
+                "no key of `jwt` fits an algorithm it accepts (`algorithms`)"
+            )]
+        );
+    }
+
+    #[test]
+    fn jwk_errors_point_at_the_member() {
+        let cases = [
+            (
+                "{ kty: RSA, n: AQAB, e: AQAB }",
+                "n: ",
+                3,
+                "the RSA modulus has 17 bits; weir verifies keys of 2048 to 8192 bits",
+            ),
+            (
+                "{ kty: RSA, n: AAAAAA, e: AQAB }",
+                "n: ",
+                3,
+                "the RSA modulus has 0 bits; weir verifies keys of 2048 to 8192 bits",
+            ),
+            (
+                "{ kty: EC, crv: P-521, x: AA, y: AA }",
+                "P-521",
+                0,
+                "curve `P-521` is not one weir verifies; expected P-256 or P-384",
+            ),
+            (
+                "{ kty: EC, crv: P-256, x: AAAA, y: AA }",
+                "AAAA",
+                0,
+                "the JWK's `x` must be 32 bytes for P-256, found 3",
+            ),
+            (
+                "{ kty: OKP, crv: X25519, x: AA }",
+                "X25519",
+                0,
+                "curve `X25519` is not one weir verifies; expected Ed25519",
+            ),
+            (
+                "{ kty: oct, k: c2hvcnQ }",
+                "c2hvcnQ",
+                0,
+                "an HMAC key (`k`) must be at least 32 bytes, found 5",
+            ),
+            (
+                "{ kty: oct, k: \"not base64!\" }",
+                "\"not",
+                0,
+                "the JWK's `k` is not base64url",
+            ),
+            ("{ kty: oct }", "{ kty", 0, "a JWK of type `oct` needs `k`"),
+            ("{ k: AA }", "{ k: AA", 0, "a JWK needs `kty`"),
+            (
+                "{ kty: DSA }",
+                "DSA",
+                0,
+                "unknown key type `DSA`; expected RSA, EC, OKP or oct",
+            ),
+            (
+                "[kty, oct]",
+                "[kty",
+                0,
+                "a JWK must be a mapping of its members, found a list",
+            ),
+        ];
+        for (key, needle, skip, message) in cases {
+            let body = format!("{{ keys: [{key}] }}");
+            assert_eq!(
+                errors(&mw(&body)),
+                vec![at(&body, needle, skip, message)],
+                "{key}"
+            );
+        }
+        let body = format!(
+            "{{ keys: [{}] }}",
+            OCT.replace("kty: oct", "kty: oct, alg: RS256")
+        );
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![at(
+                &body,
+                "RS256",
+                0,
+                "a key of type `oct` cannot verify `RS256`"
+            )]
+        );
+        let body = format!(
+            "{{ keys: [{}] }}",
+            OCT.replace("kty: oct", "kty: oct, alg: none")
+        );
+        assert!(errors(&mw(&body))[0].starts_with(&at(
+            &body,
+            "none",
+            0,
+            "the JWK's `alg` `none` is not a signature algorithm weir verifies"
+        )));
+        // A key for encryption is left out; with no other key, there is none.
+        let body = format!(
+            "{{ keys: [{}] }}",
+            OCT.replace("kty: oct", "kty: oct, use: enc")
+        );
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![at(
+                &body,
+                "{",
+                0,
+                "`jwt` needs at least one key, in `keys` or `jwks_file`"
+            )]
+        );
+    }
+
+    /// A folder of its own for a test, with `text` in its file `jwks.json`: the path of a
+    /// config file beside it.
+    fn beside_jwks(test: &str, text: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("weir-config-{}-jwt-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("jwks.json"), text).unwrap();
+        dir.join("t.yaml")
+    }
+
+    #[test]
+    fn jwks_file_is_read_at_load() {
+        let file = beside_jwks(
+            "good",
+            r#"{"keys": [
+                {"kty":"EC","crv":"P-256","kid":"e","use":"sig","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0","key_ops":["verify"]},
+                {"kty":"RSA","use":"enc","n":"AQAB","e":"AQAB"},
+                {"kty":"OKP","crv":"Ed25519","alg":"EdDSA","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}
+            ]}"#,
+        );
+        let file = file.to_str().unwrap();
+        let j = jwt(
+            &mw(&format!("{{ keys: [{OCT}], jwks_file: jwks.json }}")),
+            file,
+        );
+        let kinds: Vec<String> = j.keys.iter().map(|k| format!("{:?}", k.key)).collect();
+        assert_eq!(kinds, vec!["Oct(64 bytes)", "Ec(P256)", "Ed25519"]);
+        assert_eq!(j.keys[2].alg, Some(JwsAlgorithm::EdDSA));
+    }
+
+    #[test]
+    fn jwks_file_errors_name_the_file_and_the_key() {
+        let path = beside_jwks(
+            "bad",
+            r#"{"keys": [{"kty":"oct","k":"AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow"}, {"kty":"EC","crv":"P-256","x":"AA"}, 7]}"#,
+        );
+        let file = path.to_str().unwrap();
+        let dir = path.parent().unwrap();
+        let jwks = dir.join("jwks.json");
+        let jwks = jwks.display();
+        let body = mw("{ jwks_file: jwks.json }");
+        let errs: Vec<String> = load_str(&body, file)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(
+            errs,
+            vec![
+                format!("{file}:5:23: jwks file `{jwks}` key 2: the JWK's `x` must be 32 bytes for P-256, found 1"),
+                format!("{file}:5:23: jwks file `{jwks}` key 3: a JWK must be an object"),
+            ]
+        );
+        std::fs::write(dir.join("jwks.json"), "{\"keys\": [").unwrap();
+        let errs: Vec<String> = load_str(&body, file)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(
+            errs,
+            vec![format!("{file}:5:23: jwks file `{jwks}` is not JSON: EOF while parsing a list at line 1 column 10")]
+        );
+        std::fs::write(dir.join("jwks.json"), "[]").unwrap();
+        let errs: Vec<String> = load_str(&body, file)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(
+            errs,
+            vec![format!("{file}:5:23: jwks file `{jwks}` must hold a JWK Set (`{{\"keys\": [...]}}`) or a JWK")]
+        );
+        let missing = dir.join("missing.json");
+        let errs: Vec<String> = load_str(&mw("{ jwks_file: missing.json }"), file)
+            .unwrap_err()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(&format!(
+                "{file}:5:23: cannot read jwks file `{}`: ",
+                missing.display()
+            )),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn other_errors() {
+        assert_eq!(
+            errors(&mw("{}")),
+            vec![at(
+                "{}",
+                "{",
+                0,
+                "`jwt` needs at least one key, in `keys` or `jwks_file`"
+            )]
+        );
+        let body = format!("{{ keys: [{OCT}], jwks_url: \"https://idp/jwks\" }}");
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![at(
+                &body,
+                "\"https",
+                0,
+                "`jwks_url` is not supported yet; give the keys in `jwks_file` or `keys`"
+            )]
+        );
+        let body = format!(
+            "{{ keys: [{OCT}], token_source: {{}}, leeway: soon, forward_token: maybe, required_claims: [\"a\\\"b\"] }}"
+        );
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![
+                at(
+                    &body,
+                    "{}",
+                    0,
+                    "`token_source` needs at least one of `header`, `cookie`, `query`"
+                ),
+                at(
+                    &body,
+                    "soon",
+                    0,
+                    "`leeway` must be a duration like `250ms`, `30s`, `5m` or `1h`, found `soon`"
+                ),
+                at(
+                    &body,
+                    "maybe",
+                    0,
+                    "`forward_token` must be `true` or `false`, found `maybe`"
+                ),
+                at(
+                    &body,
+                    "\"a",
+                    0,
+                    "claim name `a\"b` must be printable text without `\"` or `\\`"
+                ),
+            ]
+        );
+        let body = format!(
+            "{{ keys: [{OCT}], token_source: {{ header: \"a b\", cookie: \"c;d\", query: \"e&f\" }}, claims_to_headers: {{ sub: \"X User\" }} }}"
+        );
+        assert_eq!(
+            errors(&mw(&body)),
+            vec![
+                at(&body, "\"a b", 0, "`a b` is not a valid header name"),
+                at(&body, "\"c;d", 0, "`c;d` is not a valid cookie name"),
+                at(
+                    &body,
+                    "\"e&f",
+                    0,
+                    "`e&f` is not a valid query parameter name"
+                ),
+                at(&body, "\"X User", 0, "`X User` is not a valid header name"),
+            ]
+        );
+        let body = format!("{{ keys: [{OCT}], audience: [a] }}");
+        assert!(errors(&mw(&body))[0].starts_with(&at(
+            &body,
+            "audience",
+            0,
+            "unknown key `audience` in `jwt`; expected one of: jwks_url, jwks_file, keys,"
+        )));
+    }
+}

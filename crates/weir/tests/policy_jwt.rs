@@ -382,7 +382,7 @@ fn h2_get(args: &[&str], url: &str) -> (String, String) {
 }
 
 /// Over HTTP/2: a valid token passes with its claim as a header, none gets the challenge, a
-/// bad one `invalid_token`.
+/// bad one `invalid_token`; a gRPC call without a token gets `grpc-status: 16`.
 #[test]
 fn http2_clients_get_the_same_answers() {
     let dir = temp_dir("jwt-h2");
@@ -416,6 +416,11 @@ fn http2_clients_get_the_same_answers() {
         Some("Bearer error=\"invalid_token\", error_description=\"the token has expired\"")
     );
     assert_eq!(body, "401 Unauthorized\n");
+    // A gRPC call gets the refusal in gRPC form (UNAUTHENTICATED), the challenge beside it.
+    let head = curl_grpc_head(&["--http2-prior-knowledge"], &url);
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert_eq!(header_value(&head, "grpc-status"), Some("16"), "{head}");
+    assert_eq!(header_value(&head, "www-authenticate"), Some("bearer"));
 }
 
 /// `weir check` names the place of an unknown algorithm, a JWK that does not parse, and a

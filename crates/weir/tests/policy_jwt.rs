@@ -91,19 +91,18 @@ fn now() -> u64 {
         .as_secs()
 }
 
-/// A config whose routes `/open` (no middleware) and everything else (behind `auth`) go to
-/// `upstream`; `auth` is the `jwt` body.
+/// `guarded_config` with `auth` as the `jwt` body.
 fn jwt_config(upstream: &Upstream, auth: &str) -> String {
-    format!(
-        "server: {{ workers: 2 }}\n\
-         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
-         routers:\n\
-         \x20 open: {{ rule: \"PathPrefix(`/open`)\", service: app }}\n\
-         \x20 closed: {{ rule: \"PathPrefix(`/`)\", priority: 1, middlewares: [auth], service: app }}\n\
-         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
-         middlewares:\n  auth:\n    jwt: {auth}\n",
-        upstream.url()
-    )
+    guarded_config(upstream, "auth", "jwt", auth)
+}
+
+/// weir with `jwt` reading the keys PyJWT wrote in `dir`, and more keys (`, KEY: VALUE`).
+fn start_with_jwks(upstream: &Upstream, dir: &std::path::Path, more: &str) -> Weir {
+    let jwks = dir.join("jwks.json");
+    Weir::start(&jwt_config(
+        upstream,
+        &format!("{{ jwks_file: \"{}\"{more} }}", jwks.display()),
+    ))
 }
 
 /// `GET TARGET` with more header lines, over HTTP/1.1.
@@ -159,13 +158,7 @@ fn every_algorithm_signed_by_pyjwt_is_let_through() {
     specs.push(json!({"key": "ec256", "alg": "ES256", "claims": {"sub": "no-kid"}}));
     let tokens = pyjwt(&dir, &Value::Array(specs));
     let up = Upstream::start("app");
-    let weir = Weir::start(&jwt_config(
-        &up,
-        &format!(
-            "{{ jwks_file: \"{}\", claims_to_headers: {{ sub: X-User }} }}",
-            dir.join("jwks.json").display()
-        ),
-    ));
+    let weir = start_with_jwks(&up, &dir, ", claims_to_headers: { sub: X-User }");
     let subjects = algorithms
         .iter()
         .map(|(_, alg)| format!("user-{alg}"))
@@ -219,13 +212,7 @@ fn refusals_carry_the_bearer_challenge() {
     ]);
     let tokens = pyjwt(&dir, &specs);
     let up = Upstream::start("app");
-    let weir = Weir::start(&jwt_config(
-        &up,
-        &format!(
-            "{{ jwks_file: \"{}\", algorithms: [RS256, ES256], issuers: [\"https://idp.test\"], audiences: [api], required_claims: [sub] }}",
-            dir.join("jwks.json").display()
-        ),
-    ));
+    let weir = start_with_jwks(&up, &dir, ", algorithms: [RS256, ES256], issuers: [\"https://idp.test\"], audiences: [api], required_claims: [sub]");
     assert_eq!(get_with(&weir, "/x", &bearer(&tokens[0])).status, 200);
     let seen = up.request_count();
     // No token, or not a Bearer one: the bare challenge.
@@ -275,10 +262,7 @@ fn refusals_carry_the_bearer_challenge() {
     );
     // With every algorithm accepted, the confused token still finds no key: under the RSA
     // key's kid no HMAC key serves, and without a kid the HMAC key's MAC differs.
-    let open = Weir::start(&jwt_config(
-        &up,
-        &format!("{{ jwks_file: \"{}\" }}", dir.join("jwks.json").display()),
-    ));
+    let open = start_with_jwks(&up, &dir, "");
     assert_invalid(
         &get_with(&open, "/x", &bearer(&tokens[2])),
         "no key has the token's kid and algorithm",
@@ -308,16 +292,13 @@ fn claims_become_headers_and_the_token_stays_behind() {
     ]);
     let tokens = pyjwt(&dir, &specs);
     let up = Upstream::start("app");
-    let jwks = dir.join("jwks.json");
-    let weir = Weir::start(&jwt_config(
+    let weir = start_with_jwks(
         &up,
-        &format!(
-            "{{ jwks_file: \"{}\", forward_token: false, \
-             token_source: {{ header: X-Api-Token, cookie: session, query: access_token }}, \
-             claims_to_headers: {{ sub: X-User, tier: X-Tier, admin: X-Admin, groups: X-Groups }} }}",
-            jwks.display()
-        ),
-    ));
+        &dir,
+        ", forward_token: false, \
+             token_source: { header: X-Api-Token, cookie: session, query: access_token }, \
+             claims_to_headers: { sub: X-User, tier: X-Tier, admin: X-Admin, groups: X-Groups }",
+    );
     let spoofed = "X-User: root\r\nX-Admin: true\r\nX-Groups: wheel\r\n";
     let resp = get_with(
         &weir,
@@ -392,13 +373,7 @@ fn http2_clients_get_the_same_answers() {
     ]);
     let tokens = pyjwt(&dir, &specs);
     let up = Upstream::start("app");
-    let weir = Weir::start(&jwt_config(
-        &up,
-        &format!(
-            "{{ jwks_file: \"{}\", claims_to_headers: {{ sub: X-User }} }}",
-            dir.join("jwks.json").display()
-        ),
-    ));
+    let weir = start_with_jwks(&up, &dir, ", claims_to_headers: { sub: X-User }");
     let url = format!("http://{}/x", weir.addr());
     let auth = format!("authorization: Bearer {}", tokens[0]);
     let (head, body) = h2_get(&["-H", &auth, "-H", "x-user: root"], &url);

@@ -640,51 +640,42 @@ mod tests {
                 "a JWK must be a mapping of its members, found a list",
             ),
         ];
+        let with = |members: &str| OCT.replace("kty: oct", &format!("kty: oct, {members}"));
+        let none = format!(
+            "the JWK's `alg` `none` is not a signature algorithm weir verifies; expected one of: {}",
+            algorithm_names()
+        );
+        let more = [
+            (
+                with("alg: RS256"),
+                "RS256",
+                "a key of type `oct` cannot verify `RS256`".to_string(),
+            ),
+            (with("alg: none"), "none", none),
+            // A key for encryption is left out; with no other key, there is none.
+            (
+                with("use: enc"),
+                "{",
+                "`jwt` needs at least one key, in `keys` or `jwks_file`".to_string(),
+            ),
+        ];
+        let cases = cases
+            .into_iter()
+            .map(|(key, needle, skip, message)| {
+                (key.to_string(), needle, skip, message.to_string())
+            })
+            .chain(
+                more.into_iter()
+                    .map(|(key, needle, message)| (key, needle, 0, message)),
+            );
         for (key, needle, skip, message) in cases {
             let body = format!("{{ keys: [{key}] }}");
             assert_eq!(
                 errors(&mw(&body)),
-                vec![at(&body, needle, skip, message)],
+                vec![at(&body, needle, skip, &message)],
                 "{key}"
             );
         }
-        let body = format!(
-            "{{ keys: [{}] }}",
-            OCT.replace("kty: oct", "kty: oct, alg: RS256")
-        );
-        assert_eq!(
-            errors(&mw(&body)),
-            vec![at(
-                &body,
-                "RS256",
-                0,
-                "a key of type `oct` cannot verify `RS256`"
-            )]
-        );
-        let body = format!(
-            "{{ keys: [{}] }}",
-            OCT.replace("kty: oct", "kty: oct, alg: none")
-        );
-        assert!(errors(&mw(&body))[0].starts_with(&at(
-            &body,
-            "none",
-            0,
-            "the JWK's `alg` `none` is not a signature algorithm weir verifies"
-        )));
-        // A key for encryption is left out; with no other key, there is none.
-        let body = format!(
-            "{{ keys: [{}] }}",
-            OCT.replace("kty: oct", "kty: oct, use: enc")
-        );
-        assert_eq!(
-            errors(&mw(&body)),
-            vec![at(
-                &body,
-                "{",
-                0,
-                "`jwt` needs at least one key, in `keys` or `jwks_file`"
-            )]
-        );
     }
 
     /// A folder of its own for a test, with `text` in its file `jwks.json`: the path of a
@@ -727,53 +718,38 @@ mod tests {
         let dir = path.parent().unwrap();
         let jwks = dir.join("jwks.json");
         let jwks = jwks.display();
-        let body = mw("{ jwks_file: jwks.json }");
-        let errs: Vec<String> = load_str(&body, file)
-            .unwrap_err()
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
+        // The errors of loading `body` from `file`, after `jwks.json` is made `text`.
+        let errors_with = |text: Option<&str>, body: &str| -> Vec<String> {
+            if let Some(text) = text {
+                std::fs::write(dir.join("jwks.json"), text).unwrap();
+            }
+            let errs = load_str(&mw(body), file).unwrap_err();
+            errs.iter().map(|e| e.to_string()).collect()
+        };
+        let body = "{ jwks_file: jwks.json }";
         assert_eq!(
-            errs,
+            errors_with(None, body),
             vec![
                 format!("{file}:5:23: jwks file `{jwks}` key 2: the JWK's `x` must be 32 bytes for P-256, found 1"),
                 format!("{file}:5:23: jwks file `{jwks}` key 3: a JWK must be an object"),
             ]
         );
-        std::fs::write(dir.join("jwks.json"), "{\"keys\": [").unwrap();
-        let errs: Vec<String> = load_str(&body, file)
-            .unwrap_err()
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
         assert_eq!(
-            errs,
+            errors_with(Some("{\"keys\": ["), body),
             vec![format!("{file}:5:23: jwks file `{jwks}` is not JSON: EOF while parsing a list at line 1 column 10")]
         );
-        std::fs::write(dir.join("jwks.json"), "[]").unwrap();
-        let errs: Vec<String> = load_str(&body, file)
-            .unwrap_err()
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
         assert_eq!(
-            errs,
+            errors_with(Some("[]"), body),
             vec![format!("{file}:5:23: jwks file `{jwks}` must hold a JWK Set (`{{\"keys\": [...]}}`) or a JWK")]
         );
         let missing = dir.join("missing.json");
-        let errs: Vec<String> = load_str(&mw("{ jwks_file: missing.json }"), file)
-            .unwrap_err()
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
+        let errs = errors_with(None, "{ jwks_file: missing.json }");
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(
-            errs[0].starts_with(&format!(
-                "{file}:5:23: cannot read jwks file `{}`: ",
-                missing.display()
-            )),
-            "{errs:?}"
+        let expected = format!(
+            "{file}:5:23: cannot read jwks file `{}`: ",
+            missing.display()
         );
+        assert!(errs[0].starts_with(&expected), "{errs:?}");
     }
 
     #[test]

@@ -146,6 +146,7 @@ fn refusal(description: &str) -> LocalError {
 /// A JWS in compact form, decoded: the signing input is the token up to its second dot.
 struct Jws<'t> {
     header: Map<String, Value>,
+    /// The claims, still base64url: read only once the signature verifies.
     payload: &'t str,
     signing_input: &'t str,
     signature: Vec<u8>,

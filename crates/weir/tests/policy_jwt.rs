@@ -3,9 +3,10 @@
 //! the RFC 6750 challenges (no token, a refused one); `alg: none`, algorithm confusion, a wrong
 //! `kid`, `aud` or `iss`, and times past the leeway refused before the upstream sees anything;
 //! claims copied into headers the upstream echoes (a client's own copy removed), the token
-//! taken out of its header, cookie or query parameter; HTTP/1.1 and HTTP/2 clients; and
-//! `weir check` on bad keys. Traefik keeps JWT in its paid edition, so there is no Traefik
-//! test to port: RFC 7515, 7519, 6750 and 8037 are the reference.
+//! taken out of its header, cookie or query parameter; HTTP/1.1 and HTTP/2 clients; a JWKS
+//! file rotated and reloaded; and `weir check` on bad keys. Traefik keeps JWT in its paid
+//! edition, so there is no Traefik test to port: RFC 7515, 7519, 6750 and 8037 are the
+//! reference.
 
 mod common;
 use base64::Engine;
@@ -424,9 +425,9 @@ fn weir_check_refuses_bad_keys() {
             "unknown algorithm `XS256`; expected one of: HS256,".to_string(),
         ),
         (
-            "{ keys: [{ kty: EC, crv: P-256, x: \"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\", y: \"x_FE\" }] }".to_string(),
+            "{ keys: [{ kty: EC, crv: P-256, x: \"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\", y: \"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0A\" }] }".to_string(),
             "\"x_FE",
-            "the JWK's `y` must be 32 bytes for P-256, found 3".to_string(),
+            "the JWK's `y` must be 32 bytes for P-256, found 33".to_string(),
         ),
         (
             "{ keys: [{ kty: RSA, n: \"AQAB\" }] }".to_string(),
@@ -454,4 +455,39 @@ fn weir_check_refuses_bad_keys() {
     }
     let (ok, text) = check(&format!("{{ keys: [{secret}] }}"));
     assert!(ok, "{text}");
+}
+
+/// The keys of `jwks_file` are read again on reload: after the file is rotated to new keys and
+/// weir reloads, a token of the old key is refused and one of the new key passes; a file
+/// broken meanwhile refuses the reload and the keys in use stay.
+#[test]
+fn a_rotated_jwks_file_is_read_on_reload() {
+    let (old_keys, new_keys) = (temp_dir("jwt-rotate-old"), temp_dir("jwt-rotate-new"));
+    let spec = json!([{"key": "ec256", "alg": "ES256", "headers": {"kid": "ec256"}, "claims": {"sub": "x"}}]);
+    let old_token = pyjwt(&old_keys, &spec).remove(0);
+    let new_token = pyjwt(&new_keys, &spec).remove(0);
+    let up = Upstream::start("app");
+    let served = temp_dir("jwt-rotate-served");
+    let jwks = served.join("jwks.json");
+    std::fs::copy(old_keys.join("jwks.json"), &jwks).unwrap();
+    let weir = start_with_jwks(&up, &served, "");
+    assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
+    assert_invalid(
+        &get_with(&weir, "/x", &bearer(&new_token)),
+        "the token's signature does not verify",
+    );
+    std::fs::write(&jwks, "{\"keys\": [").unwrap();
+    // The ready line comes once SIGHUP is handled (before, it would end the process).
+    weir.wait_for_line("worker(s) running", 1);
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reload (SIGHUP) refused", 1);
+    assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
+    std::fs::copy(new_keys.join("jwks.json"), &jwks).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 1);
+    assert_eq!(get_with(&weir, "/x", &bearer(&new_token)).status, 200);
+    assert_invalid(
+        &get_with(&weir, "/x", &bearer(&old_token)),
+        "the token's signature does not verify",
+    );
 }

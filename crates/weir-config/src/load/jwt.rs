@@ -390,13 +390,16 @@ fn parse_jwk(member: &dyn Fn(&str) -> Option<String>) -> Result<Option<Jwk>, Jwk
             let mut point = vec![4];
             for name in ["x", "y"] {
                 let coordinate = bytes(name)?;
-                if coordinate.len() != len {
+                // RFC 7518 section 6.2.1.2 wants the full length, but some writers (PyJWT 2.6,
+                // Debian 12's) drop leading zero bytes: the number is the same.
+                if coordinate.len() > len {
                     let message = format!(
                         "the JWK's `{name}` must be {len} bytes for {crv}, found {}",
                         coordinate.len()
                     );
                     return Err((Some(name), message));
                 }
+                point.resize(point.len() + len - coordinate.len(), 0);
                 point.extend_from_slice(&coordinate);
             }
             JwkKey::Ec { curve, point }
@@ -602,10 +605,10 @@ mod tests {
                 "curve `P-521` is not one weir verifies; expected P-256 or P-384",
             ),
             (
-                "{ kty: EC, crv: P-256, x: AAAA, y: AA }",
+                "{ kty: EC, crv: P-256, x: AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA, y: AA }",
                 "AAAA",
                 0,
-                "the JWK's `x` must be 32 bytes for P-256, found 3",
+                "the JWK's `x` must be 32 bytes for P-256, found 33",
             ),
             (
                 "{ kty: OKP, crv: X25519, x: AA }",
@@ -706,13 +709,23 @@ mod tests {
         let kinds: Vec<String> = j.keys.iter().map(|k| format!("{:?}", k.key)).collect();
         assert_eq!(kinds, vec!["Oct(64 bytes)", "Ec(P256)", "Ed25519"]);
         assert_eq!(j.keys[2].alg, Some(JwsAlgorithm::EdDSA));
+        // A coordinate written without its leading zero byte (31 bytes) is the same number.
+        let short = EC.replace(
+            "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+            &format!("{}w", "_".repeat(41)),
+        );
+        let j = jwt(&mw(&format!("{{ keys: [{short}] }}")), "t.yaml");
+        let JwkKey::Ec { point, .. } = &j.keys[0].key else {
+            panic!("not EC");
+        };
+        assert_eq!((point.len(), point[1], point[2]), (65, 0, 0xff));
     }
 
     #[test]
     fn jwks_file_errors_name_the_file_and_the_key() {
         let path = beside_jwks(
             "bad",
-            r#"{"keys": [{"kty":"oct","k":"AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow"}, {"kty":"EC","crv":"P-256","x":"AA"}, 7]}"#,
+            r#"{"keys": [{"kty":"oct","k":"AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow"}, {"kty":"EC","crv":"P-256","x":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","y":"AA"}, 7]}"#,
         );
         let file = path.to_str().unwrap();
         let dir = path.parent().unwrap();
@@ -730,7 +743,7 @@ mod tests {
         assert_eq!(
             errors_with(None, body),
             vec![
-                format!("{file}:5:23: jwks file `{jwks}` key 2: the JWK's `x` must be 32 bytes for P-256, found 1"),
+                format!("{file}:5:23: jwks file `{jwks}` key 2: the JWK's `x` must be 32 bytes for P-256, found 33"),
                 format!("{file}:5:23: jwks file `{jwks}` key 3: a JWK must be an object"),
             ]
         );

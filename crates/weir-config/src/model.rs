@@ -977,7 +977,7 @@ pub struct Jwk {
     pub key: JwkKey,
 }
 
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum JwkKey {
     /// Modulus and public exponent, big-endian, without leading zero bytes.
     Rsa { n: Vec<u8>, e: Vec<u8> },
@@ -989,19 +989,25 @@ pub enum JwkKey {
     Oct(Vec<u8>),
 }
 
-/// The secret stays out of debug output.
+/// Shows a fingerprint of the key material, not the material: the secret stays out, and a
+/// reload still tells a rotated key from the old one (a middleware's state is carried by its
+/// configuration's debug text).
 impl std::fmt::Debug for JwkKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut hasher);
+        let print = hasher.finish();
         match self {
-            JwkKey::Rsa { n, .. } => write!(f, "Rsa({} bits)", n.len() * 8),
-            JwkKey::Ec { curve, .. } => write!(f, "Ec({curve:?})"),
-            JwkKey::Ed25519(_) => f.write_str("Ed25519"),
-            JwkKey::Oct(k) => write!(f, "Oct({} bytes)", k.len()),
+            JwkKey::Rsa { n, .. } => write!(f, "Rsa({} bits, {print:016x})", n.len() * 8),
+            JwkKey::Ec { curve, .. } => write!(f, "Ec({curve:?}, {print:016x})"),
+            JwkKey::Ed25519(_) => write!(f, "Ed25519({print:016x})"),
+            JwkKey::Oct(k) => write!(f, "Oct({} bytes, {print:016x})", k.len()),
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EcCurve {
     P256,
     P384,

@@ -457,9 +457,10 @@ fn weir_check_refuses_bad_keys() {
     assert!(ok, "{text}");
 }
 
-/// The keys of `jwks_file` are read again on reload: after the file is rotated to new keys and
-/// weir reloads, a token of the old key is refused and one of the new key passes; a file
-/// broken meanwhile refuses the reload and the keys in use stay.
+/// The keys of `jwks_file` are read again on reload: after the file is rotated to a new key
+/// under the same kid and weir reloads, a token of the old key is refused and one of the new
+/// key passes (the middleware is not carried over as unchanged); a file broken meanwhile
+/// refuses the reload and the key in use stays.
 #[test]
 fn a_rotated_jwks_file_is_read_on_reload() {
     let (old_keys, new_keys) = (temp_dir("jwt-rotate-old"), temp_dir("jwt-rotate-new"));
@@ -469,7 +470,20 @@ fn a_rotated_jwks_file_is_read_on_reload() {
     let up = Upstream::start("app");
     let served = temp_dir("jwt-rotate-served");
     let jwks = served.join("jwks.json");
-    std::fs::copy(old_keys.join("jwks.json"), &jwks).unwrap();
+    // Only the EC key of each set, so the key is all that changes (its kid stays `ec256`).
+    let serve = |from: &std::path::Path| {
+        let set: Value =
+            serde_json::from_str(&std::fs::read_to_string(from.join("jwks.json")).unwrap())
+                .unwrap();
+        let ec: Vec<&Value> = set["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["kid"] == "ec256")
+            .collect();
+        std::fs::write(&jwks, json!({ "keys": ec }).to_string()).unwrap();
+    };
+    serve(&old_keys);
     let weir = start_with_jwks(&up, &served, "");
     assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
     assert_invalid(
@@ -482,7 +496,7 @@ fn a_rotated_jwks_file_is_read_on_reload() {
     weir.signal("HUP");
     weir.wait_for_line("weir: reload (SIGHUP) refused", 1);
     assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
-    std::fs::copy(new_keys.join("jwks.json"), &jwks).unwrap();
+    serve(&new_keys);
     weir.signal("HUP");
     weir.wait_for_line("weir: reloaded", 1);
     assert_eq!(get_with(&weir, "/x", &bearer(&new_token)).status, 200);

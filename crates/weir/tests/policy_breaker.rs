@@ -25,6 +25,17 @@ fn config(up: &FlakyUpstream, settings: &str, server_extra: &str) -> String {
     )
 }
 
+/// A flaky upstream, healthy for now, and weir with its routers behind a breaker with
+/// `settings`; `healthy` requests to `/a` answered 200 first.
+fn started(settings: &str, healthy: usize) -> (FlakyUpstream, Weir) {
+    let up = FlakyUpstream::start();
+    let weir = Weir::start(&config(&up, settings, ""));
+    for _ in 0..healthy {
+        assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()));
+    }
+    (up, weir)
+}
+
 /// The status and body of a GET of `path`.
 fn fetch(weir: &Weir, path: &str) -> (u16, String) {
     let resp = get(weir.addr(), "t", path);
@@ -100,16 +111,11 @@ fn until_closed(weir: &Weir, path: &str, status: u16, within: Duration) -> Insta
 /// its own (circuitbreaker.md: "Each router gets its own instance").
 #[test]
 fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
-    let up = FlakyUpstream::start();
-    let weir = Weir::start(&config(
-        &up,
+    let (up, weir) = started(
         "expression: 'ResponseCodeRatio(500, 600, 0, 600) > 0.5', fallback_duration: 2s, \
          recovery_duration: 1s",
-        "",
-    ));
-    for _ in 0..5 {
-        assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()));
-    }
+        5,
+    );
     up.set(Behaviour::Status(500));
     let mut last_through = Instant::now();
     let sent = until_open(&weir, "/a", 503, 50, |answer| {
@@ -142,16 +148,11 @@ fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
 /// requests it lets through fail and it opens again; once the upstream listens, it closes.
 #[test]
 fn refused_connections_open_the_breaker_and_it_reopens_while_they_go_on() {
-    let up = FlakyUpstream::start();
-    let weir = Weir::start(&config(
-        &up,
+    let (up, weir) = started(
         "expression: 'NetworkErrorRatio() > 0.5', fallback_duration: 2s, recovery_duration: 2s, \
          response_code: 429",
-        "",
-    ));
-    for _ in 0..3 {
-        assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()));
-    }
+        3,
+    );
     up.set(Behaviour::Refusing);
     until_open(&weir, "/a", 429, 50, |(status, _)| {
         assert_eq!(*status, 502, "weir's answer for a refused connection");
@@ -185,16 +186,11 @@ fn refused_connections_open_the_breaker_and_it_reopens_while_they_go_on() {
 /// (Traefik's latency example); it closes when answers are fast again.
 #[test]
 fn slow_answers_open_the_breaker_and_it_closes_when_they_are_fast() {
-    let up = FlakyUpstream::start();
-    let weir = Weir::start(&config(
-        &up,
+    let (up, weir) = started(
         "expression: 'LatencyAtQuantileMS(50.0) > 300', fallback_duration: 2s, \
          recovery_duration: 1s",
-        "",
-    ));
-    for _ in 0..3 {
-        assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()));
-    }
+        3,
+    );
     up.set(Behaviour::Slow(Duration::from_millis(600)));
     let sent = until_open(&weir, "/a", 503, 20, |answer| {
         assert_eq!(*answer, (200, "ok".to_string()));
@@ -212,13 +208,11 @@ fn slow_answers_open_the_breaker_and_it_closes_when_they_are_fast() {
 /// at the check after the twentieth.
 #[test]
 fn request_threshold_holds_the_breaker_until_enough_requests() {
-    let up = FlakyUpstream::start();
-    let weir = Weir::start(&config(
-        &up,
+    let (up, weir) = started(
         "expression: 'NetworkErrorRatio() > 0.5 && RequestThreshold() >= 20', \
          check_period: 1ms",
-        "",
-    ));
+        0,
+    );
     up.set(Behaviour::Refusing);
     for _ in 0..20 {
         assert_eq!(fetch(&weir, "/a").0, 502);

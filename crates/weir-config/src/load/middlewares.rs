@@ -1646,6 +1646,16 @@ mod circuit_breaker_tests {
         }
     }
 
+    /// The durations and the status, in the order of the keys.
+    fn timings(b: &CircuitBreaker) -> (Duration, Duration, Duration, u16) {
+        (
+            b.check_period,
+            b.fallback_duration,
+            b.recovery_duration,
+            b.response_code,
+        )
+    }
+
     /// Traefik's defaults (`dynamic.CircuitBreaker.SetDefaults`, oxy's `default*` constants).
     #[test]
     fn defaults_and_settings() {
@@ -1659,38 +1669,16 @@ mod circuit_breaker_tests {
             }
         );
         assert_eq!(b.expression_text, "NetworkErrorRatio() > 0.5");
+        let seconds = Duration::from_secs;
         assert_eq!(
-            (
-                b.check_period,
-                b.fallback_duration,
-                b.recovery_duration,
-                b.response_code
-            ),
-            (
-                Duration::from_millis(100),
-                Duration::from_secs(10),
-                Duration::from_secs(10),
-                503
-            )
+            timings(&b),
+            (Duration::from_millis(100), seconds(10), seconds(10), 503)
         );
         let b = loaded(
             "{ expression: 'LatencyAtQuantileMS(50.0) > 100', check_period: 1s, \
              fallback_duration: 30s, recovery_duration: 1m, response_code: 429 }",
         );
-        assert_eq!(
-            (
-                b.check_period,
-                b.fallback_duration,
-                b.recovery_duration,
-                b.response_code
-            ),
-            (
-                Duration::from_secs(1),
-                Duration::from_secs(30),
-                Duration::from_secs(60),
-                429
-            )
-        );
+        assert_eq!(timings(&b), (seconds(1), seconds(30), seconds(60), 429));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 fn config(up: &FlakyUpstream, settings: &str, server_extra: &str) -> String {
     format!(
         "server: {{ workers: 2{server_extra} }}\n\
-         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
          routers:\n\
          \x20 a: {{ rule: \"PathPrefix(`/a`)\", middlewares: [cb], service: app }}\n\
          \x20 b: {{ rule: \"PathPrefix(`/b`)\", middlewares: [cb], service: app }}\n\
@@ -205,7 +205,7 @@ fn slow_answers_open_the_breaker_and_it_closes_when_they_are_fast() {
 
 /// TestCircuitBreaker_requestThreshold: `NetworkErrorRatio() > 0.5 && RequestThreshold() >=
 /// 20` keeps the breaker closed through 19 failures however high their ratio, and opens it
-/// at the check after the twentieth.
+/// at the check after the twentieth. A gRPC call then gets the answer in gRPC form.
 #[test]
 fn request_threshold_holds_the_breaker_until_enough_requests() {
     let (up, weir) = started(
@@ -221,6 +221,16 @@ fn request_threshold_holds_the_breaker_until_enough_requests() {
     }
     let sent = until_open(&weir, "/a", 503, 5, |(status, _)| assert_eq!(*status, 502));
     assert!(sent <= 2, "opened {sent} requests after the twentieth");
+    // Open (for 10s): a gRPC call gets the answer in gRPC's form, UNAVAILABLE.
+    let url = format!("http://{}/a/weir.Test/Unary", weir.addr());
+    let head = curl_grpc_head(&["--http2-prior-knowledge"], &url);
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert_eq!(header_value(&head, "grpc-status"), Some("14"), "{head}");
+    assert_eq!(
+        header_value(&head, "grpc-message"),
+        Some("service unavailable"),
+        "{head}"
+    );
 }
 
 /// A breaker's state outlives a reload that leaves it as it was (issue 35), and a changed

@@ -11,6 +11,7 @@
 
 use crate::http::error::{ErrorKind, LocalError};
 use hdrhistogram::Histogram;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weir_config::breaker_expression::{BreakerMetric, Threshold};
@@ -20,6 +21,9 @@ use weir_config::CircuitBreaker as Settings;
 #[derive(Debug)]
 pub struct Breaker {
     settings: Settings,
+    /// Whether the state is standby, readable without the lock: the common case lets a
+    /// request through without it (as oxy's read lock does).
+    standby: AtomicBool,
     machine: Mutex<Machine>,
 }
 
@@ -27,6 +31,7 @@ impl Breaker {
     pub fn new(settings: &Settings) -> Breaker {
         Breaker {
             settings: settings.clone(),
+            standby: AtomicBool::new(true),
             machine: Mutex::new(Machine::new(Instant::now())),
         }
     }
@@ -55,6 +60,9 @@ impl Breaker {
 
     /// Whether a request arriving at `now` goes through (oxy's `activateFallback`, negated).
     fn admits(&self, now: Instant) -> bool {
+        if self.standby.load(Ordering::Acquire) {
+            return true;
+        }
         let mut machine = self.lock();
         if let State::Tripped { until } = machine.state {
             if now < until {
@@ -69,6 +77,7 @@ impl Breaker {
             State::Standby => true,
             State::Recovering { until, .. } if now > *until => {
                 machine.state = State::Standby;
+                self.standby.store(true, Ordering::Release);
                 true
             }
             State::Recovering { ramp, .. } => ramp.admits(now, self.settings.recovery_duration),
@@ -98,6 +107,7 @@ impl Breaker {
             machine.state = State::Tripped {
                 until: now + self.settings.fallback_duration,
             };
+            self.standby.store(false, Ordering::Release);
             machine.metrics.reset(now);
         }
     }

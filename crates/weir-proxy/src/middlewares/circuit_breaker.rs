@@ -7,7 +7,7 @@
 //! Statistics are oxy's `RTMetrics`: answers, network errors (502 and 504, as oxy counts
 //! them) and answers by status over 10 one-second buckets; latencies in an HDR histogram
 //! (microseconds, 2 significant digits) of 6 parts rolled every 10 seconds. One breaker is
-//! shared by every worker serving its router.
+//! shared by every worker serving its router. Opening and closing are written to the error log.
 
 use crate::http::error::{ErrorKind, LocalError};
 use hdrhistogram::Histogram;
@@ -21,6 +21,8 @@ use weir_config::CircuitBreaker as Settings;
 #[derive(Debug)]
 pub struct Breaker {
     settings: Settings,
+    /// Which router's breaker, for the error log: "router `a`: circuit breaker `cb`".
+    label: String,
     /// Whether the state is standby, readable without the lock: the common case lets a
     /// request through without it (as oxy's read lock does).
     standby: AtomicBool,
@@ -28,9 +30,10 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    pub fn new(settings: &Settings) -> Breaker {
+    pub fn new(settings: &Settings, label: String) -> Breaker {
         Breaker {
             settings: settings.clone(),
+            label,
             standby: AtomicBool::new(true),
             machine: Mutex::new(Machine::new(Instant::now())),
         }
@@ -63,10 +66,19 @@ impl Breaker {
         if self.standby.load(Ordering::Acquire) {
             return true;
         }
+        let (admitted, closed) = self.admits_locked(now);
+        if closed {
+            crate::log_line!("weir: {} closed: the recovery is over", self.label);
+        }
+        admitted
+    }
+
+    /// `admits`' work under the lock; with whether this request closed the breaker.
+    fn admits_locked(&self, now: Instant) -> (bool, bool) {
         let mut machine = self.lock();
         if let State::Tripped { until } = machine.state {
             if now < until {
-                return false;
+                return (false, false);
             }
             machine.state = State::Recovering {
                 until: now + self.settings.recovery_duration,
@@ -74,42 +86,59 @@ impl Breaker {
             };
         }
         match &mut machine.state {
-            State::Standby => true,
+            State::Standby => (true, false),
             State::Recovering { until, .. } if now > *until => {
                 machine.state = State::Standby;
                 self.standby.store(true, Ordering::Release);
-                true
+                (true, true)
             }
-            State::Recovering { ramp, .. } => ramp.admits(now, self.settings.recovery_duration),
-            State::Tripped { .. } => false,
+            State::Recovering { ramp, .. } => {
+                (ramp.admits(now, self.settings.recovery_duration), false)
+            }
+            State::Tripped { .. } => (false, false),
         }
     }
 
     /// Counts an outcome, then checks the expression when `check_period` has passed since
     /// the last check (oxy's `serve` and `checkAndSet`).
     fn record(&self, status: u16, latency: Duration, now: Instant) {
+        if self.record_locked(status, latency, now) {
+            let settings = &self.settings;
+            crate::log_line!(
+                "weir: {} opened: `{}` holds; answering {} for {:?}",
+                self.label,
+                settings.expression_text,
+                settings.response_code,
+                settings.fallback_duration
+            );
+        }
+    }
+
+    /// `record`'s work under the lock; whether the breaker tripped.
+    fn record_locked(&self, status: u16, latency: Duration, now: Instant) -> bool {
         let mut machine = self.lock();
         let machine = &mut *machine;
         machine.metrics.record(status, latency, now);
         if machine.next_check.is_some_and(|at| now <= at) {
-            return;
+            return false;
         }
         machine.next_check = Some(now + self.settings.check_period);
         if matches!(machine.state, State::Tripped { .. }) {
-            return;
+            return false;
         }
         let metrics = &mut machine.metrics;
-        if self
+        let holds = self
             .settings
             .expression
-            .holds(&mut |metric| metrics.read(metric, now))
-        {
+            .holds(&mut |metric| metrics.read(metric, now));
+        if holds {
             machine.state = State::Tripped {
                 until: now + self.settings.fallback_duration,
             };
             self.standby.store(false, Ordering::Release);
             machine.metrics.reset(now);
         }
+        holds
     }
 }
 
@@ -405,7 +434,7 @@ mod tests {
             response_code: 503,
         };
         edit(&mut settings);
-        Breaker::new(&settings)
+        Breaker::new(&settings, "router `r`: circuit breaker `cb`".into())
     }
 
     fn state(b: &Breaker) -> &'static str {

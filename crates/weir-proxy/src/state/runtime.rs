@@ -242,9 +242,10 @@ impl Runtime {
                     // shared middlewares are, with the router and the place in its list: it
                     // keeps its state over a reload that leaves all of them the same.
                     let key = format!("{} {at} {name} {settings:?}", r.name);
-                    let breaker = carried
-                        .breakers
-                        .get(key, || Arc::new(Breaker::new(settings)));
+                    let breaker = carried.breakers.get(key, || {
+                        let label = format!("router `{}`: circuit breaker `{name}`", r.name);
+                        Arc::new(Breaker::new(settings, label))
+                    });
                     Some(Arc::new(shared.with_breaker(breaker)))
                 })
                 .collect();

@@ -139,7 +139,7 @@ impl Filter {
     }
 
     /// How an exchange this filter let through ended: the status sent, and how long it took
-    /// from its routing to its last byte.
+    /// from its head read to its last byte sent.
     pub fn on_outcome(&self, status: u16, took: Duration) {
         if let Kept::CircuitBreaker(breaker) = &self.1 {
             breaker.on_outcome(status, took);

@@ -18,6 +18,8 @@ pub struct Carried {
     /// Middlewares by name and configuration: an unchanged one keeps its state (rate-limit
     /// buckets, requests in flight, verified passwords).
     pub filters: Kept<crate::middlewares::Filter>,
+    /// Circuit breakers, one per router that names one, by router, place, name and
+    /// configuration.
     pub breakers: Kept<crate::middlewares::Breaker>,
 }
 

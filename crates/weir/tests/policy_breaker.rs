@@ -289,3 +289,31 @@ fn weir_check_points_into_a_bad_expression() {
         "{refused}"
     );
 }
+
+/// circuitbreaker.md: "The circuit breaker only analyzes what happens *after* its position
+/// within the middleware chain". An `ip_allow_list` refusing every client (403) before the
+/// breaker is never seen by it; after it, its refusals open it.
+#[test]
+fn the_breaker_counts_only_what_comes_after_it() {
+    let up = FlakyUpstream::start();
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n\
+         \x20 before: {{ rule: \"PathPrefix(`/before`)\", middlewares: [nobody, cb], service: app }}\n\
+         \x20 after: {{ rule: \"PathPrefix(`/after`)\", middlewares: [cb, nobody], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n\
+         \x20 nobody: {{ ip_allow_list: {{ source_range: [192.0.2.1] }} }}\n\
+         \x20 cb: {{ circuit_breaker: {{ expression: 'ResponseCodeRatio(400, 500, 0, 600) > 0.5' }} }}\n",
+        up.url()
+    ));
+    for _ in 0..20 {
+        assert_eq!(fetch(&weir, "/before").0, 403);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    until_open(&weir, "/after", 503, 20, |(status, _)| {
+        assert_eq!(*status, 403)
+    });
+    assert_eq!(up.answered(), 0);
+}

@@ -77,6 +77,10 @@ pub(crate) async fn exchange<C: ClientConn>(
     let mut wrapped_by = usize::MAX;
     // What filters keep until the answer is sent (`in_flight_req`'s place): null on other routes.
     let mut held = Held::default();
+    // When the route's circuit breakers start timing the exchange; only on routes with one.
+    let outcome_since = route
+        .filter(|r| r.watches_outcomes)
+        .map(|_| started.unwrap_or_else(Instant::now));
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
@@ -112,6 +116,9 @@ pub(crate) async fn exchange<C: ClientConn>(
         started,
         sent,
     );
+    if let (Some(route), Some(since)) = (route, outcome_since) {
+        tell_outcome(route, wrapped_by, outcome.status, since.elapsed());
+    }
     if let Some(ep) = ep {
         ep.cells[worker.id].responded(outcome.status);
     }
@@ -169,6 +176,14 @@ async fn run_route<'r, C: ClientSide>(
         RouteAction::Static(site) => {
             static_files::serve(site, &worker.open_files, worker.clock.now(), head)
         }
+    }
+}
+
+/// The filters that let the exchange through (all, or those before the one that answered)
+/// and watch outcomes learn its status and how long it took.
+fn tell_outcome(route: &Route, wrapped_by: usize, status: u16, took: std::time::Duration) {
+    for filter in route.filters.iter().take(wrapped_by) {
+        filter.on_outcome(status, took);
     }
 }
 

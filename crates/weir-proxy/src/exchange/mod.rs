@@ -205,7 +205,8 @@ fn rendered<'r>(
     head: &RequestHead,
     route: Option<&Route>,
 ) -> Cow<'r, LocalResponse> {
-    if crate::http::grpc::is_grpc(head) {
+    // A gRPC-Web call turned into gRPC gets the gRPC form over HTTP/1 too (see `grpc_web`).
+    if crate::http::grpc::is_grpc(head) || crate::middlewares::grpc_web::converted(head) {
         Cow::Owned(grpc::error_answer(error.error()))
     } else if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
         Cow::Owned(elasticsearch::error_answer(error.error()))

@@ -9,10 +9,12 @@
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
 //! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts) builds it in [`Filter::new`], as a variant of `Kept`.
+//! A body filter may take the trailers into the body (`grpc_web`).
 
 mod add_prefix;
 mod basic_auth;
 mod circuit_breaker;
+pub(crate) mod grpc_web;
 mod headers;
 mod in_flight_req;
 mod ip_allow_list;
@@ -167,6 +169,7 @@ impl Filter {
                 ..
             } => !response.is_empty() || cors.is_some() || secure.is_some(),
             MiddlewareKind::Compress(_) => true,
+            MiddlewareKind::GrpcWeb(_) => true,
             _ => false,
         }
     }
@@ -263,6 +266,7 @@ impl Filter {
                     }
                 }
             }
+            MiddlewareKind::GrpcWeb(config) => return grpc_web::on_request(config, req),
             // The loader flattens chains into the routers' lists: none reaches a route.
             MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
         }
@@ -297,6 +301,7 @@ impl Filter {
             MiddlewareKind::Compress(config) => {
                 compress::install(config, req, resp).map(|c| BodyFilter::Compress(Box::new(c)))
             }
+            MiddlewareKind::GrpcWeb(config) => grpc_web::on_response_head(config, req, resp),
             _ => None,
         }
     }

@@ -6,6 +6,8 @@
 //! route untouched.
 
 mod common;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use common::*;
 
 /// weir with an `h2c` entrypoint, `/weir.Test/` routed to the gRPC server and `/weir.Dead/`
@@ -61,6 +63,23 @@ impl Answer {
             rest = &rest[5 + len..];
         }
         frames
+    }
+
+    /// The text form's body decoded: padded base64 pieces one after the other
+    /// (wrapper_test.go's `decodeMultipleBase64Chunks`).
+    fn decoded(mut self) -> Answer {
+        let mut decoded = Vec::new();
+        let mut start = 0;
+        for end in (4..=self.body.len()).step_by(4) {
+            if self.body[end - 4..end].contains(&b'=') || end == self.body.len() {
+                let piece = BASE64.decode(&self.body[start..end]);
+                decoded.extend(piece.unwrap_or_else(|e| panic!("{e}: {:?}", self.body)));
+                start = end;
+            }
+        }
+        assert_eq!(start, self.body.len(), "base64 cut short: {:?}", self.body);
+        self.body = decoded;
+        self
     }
 
     /// The messages, then the trailer frame's lines (the last frame, flag 0x80).
@@ -135,6 +154,14 @@ fn call(weir: &Weir, protocol: &str, method: &str, message: &[u8], args: &[&str]
         args,
         &body,
     )
+}
+
+/// The same in the text form: the body in base64, the answer's decoded.
+fn call_text(weir: &Weir, protocol: &str, method: &str, message: &[u8]) -> Answer {
+    let path = format!("/weir.Test/{method}");
+    let body = BASE64.encode(frame(message));
+    let content_type = "application/grpc-web-text+proto";
+    post(weir, protocol, &path, content_type, &[], body.as_bytes())
 }
 
 /// An OPTIONS request to `/weir.Test/Unary` with `args`, over HTTP/1.1.
@@ -376,4 +403,62 @@ fn plain_grpc_and_other_requests_pass_untouched() {
     let answer = options(&weir, &args);
     assert!(!answer.head.contains("access-control-"), "{}", answer.head);
     assert!(answer.values("vary").is_empty(), "{}", answer.head);
+}
+
+/// wrapper_test.go `TestPing`, text form: the base64 body decoded on its way to the server,
+/// the answer in base64 with content type `application/grpc-web-text`, its trailers last.
+#[test]
+fn a_text_form_call_is_decoded_and_answered_in_base64() {
+    let server = GrpcServer::start();
+    let weir = Weir::start(&config(&server, "\"*\""));
+    for protocol in [HTTP1, HTTP2] {
+        let answer = call_text(&weir, protocol, "Unary", b"hello");
+        assert!(answer.head.contains(" 200"), "{protocol}: {}", answer.head);
+        assert_eq!(answer.value("content-type"), "application/grpc-web-text");
+        assert!(answer
+            .body
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(b)));
+        let (messages, trailers) = answer.decoded().messages_and_trailers();
+        assert_eq!(messages, ["echo:hello|127.0.0.1"], "{protocol}");
+        assert!(trailers.contains("grpc-status: 0\r\n"), "{trailers:?}");
+    }
+}
+
+/// `TestPingList` and `TestPingError_WithTrailersInHeaders` in the text form: a stream's
+/// messages in padded pieces, and an error's empty trailer frame as `gAAAAAA=`.
+#[test]
+fn text_form_streams_and_errors() {
+    let server = GrpcServer::start();
+    let weir = Weir::start(&config(&server, "\"*\""));
+    for protocol in [HTTP1, HTTP2] {
+        let answer = call_text(&weir, protocol, "ServerStream", b"200,50");
+        let (messages, trailers) = answer.decoded().messages_and_trailers();
+        assert_eq!(messages.len(), 200, "{protocol}");
+        assert!(messages
+            .iter()
+            .enumerate()
+            .all(|(i, m)| m.starts_with(&format!("{i:06}"))));
+        assert!(trailers.contains("grpc-status: 0\r\n"), "{trailers:?}");
+        let answer = call_text(&weir, protocol, "Unary", b"fail");
+        assert_eq!(answer.value("grpc-status"), "3", "{}", answer.head);
+        assert_eq!(answer.value("content-type"), "application/grpc-web-text");
+        assert_eq!(answer.body, b"gAAAAAA=", "{protocol}");
+    }
+    // A body that is not base64 is refused before anything goes to the server, in gRPC form.
+    let path = "/weir.Test/Unary";
+    let answer = post(
+        &weir,
+        HTTP1,
+        path,
+        "application/grpc-web-text",
+        &[],
+        b"*not*",
+    );
+    assert_eq!(answer.value("grpc-status"), "13", "{}", answer.head);
+    assert_eq!(
+        answer.value("grpc-message"),
+        "the grpc-web text body is not base64"
+    );
+    assert_eq!(answer.body, b"gAAAAAA=");
 }

@@ -1,9 +1,14 @@
 //! gRPC-Web's answer body as the `grpc_web` middleware's body filter writes it: the gRPC
 //! service's messages as they come, then its trailers as one last length-prefixed frame whose
 //! flag byte is 0x80, holding lower-case `name: value\r\n` lines (gRPC-Web has no HTTP
-//! trailers). Deciding which requests are converted is `middlewares/grpc_web.rs`.
+//! trailers). The text form carries the same bytes in base64, both ways: the answer is
+//! encoded as it goes, each pause of the service closing a padded piece (as the wrapper's
+//! flushes do), and a request body is decoded here. Deciding which requests are converted is
+//! `middlewares/grpc_web.rs`.
 
 use crate::http::ascii::eq_ignore_case;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use std::io;
 
 /// The flag byte of the frame that carries the trailers.
@@ -19,22 +24,43 @@ pub struct GrpcWebBody {
     head_names: Vec<u8>,
     trailers: Option<http::HeaderMap>,
     out: Vec<u8>,
+    /// The text form: what goes out is base64.
+    text: bool,
+    /// In the text form, the bytes not encoded yet (fewer than three until a flush).
+    held: Vec<u8>,
 }
 
 impl GrpcWebBody {
     /// A body for an answer whose head carried the fields in `head_names` (`name\n` each,
-    /// lower-case).
-    pub fn new(head_names: Vec<u8>) -> GrpcWebBody {
+    /// lower-case), in base64 when `text`.
+    pub fn new(head_names: Vec<u8>, text: bool) -> GrpcWebBody {
         GrpcWebBody {
             head_names,
+            text,
             ..GrpcWebBody::default()
         }
     }
 
-    /// The next piece of the service's body: passed on as it is.
+    /// The next piece of the service's body: passed on as it is, or its whole groups of
+    /// three bytes in base64.
     pub fn write(&mut self, data: &[u8]) -> io::Result<&[u8]> {
         self.out.clear();
-        self.out.extend_from_slice(data);
+        if !self.text {
+            self.out.extend_from_slice(data);
+            return Ok(&self.out);
+        }
+        self.held.extend_from_slice(data);
+        let whole = self.held.len() / 3 * 3;
+        encode(&self.held[..whole], &mut self.out);
+        self.held.drain(..whole);
+        Ok(&self.out)
+    }
+
+    /// The service has nothing more for now: the text form closes its piece (padded).
+    pub fn flush(&mut self) -> io::Result<&[u8]> {
+        self.out.clear();
+        encode(&self.held, &mut self.out);
+        self.held.clear();
         Ok(&self.out)
     }
 
@@ -61,11 +87,18 @@ impl GrpcWebBody {
                 lines.extend_from_slice(b"\r\n");
             }
         }
+        let mut frame = Vec::with_capacity(5 + lines.len());
+        frame.push(TRAILER_FLAG);
+        frame.extend_from_slice(&(lines.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&lines);
         self.out.clear();
-        self.out.push(TRAILER_FLAG);
-        self.out
-            .extend_from_slice(&(lines.len() as u32).to_be_bytes());
-        self.out.extend_from_slice(&lines);
+        if self.text {
+            self.held.extend_from_slice(&frame);
+            encode(&self.held, &mut self.out);
+            self.held.clear();
+        } else {
+            self.out = frame;
+        }
         Ok(&self.out)
     }
 
@@ -74,6 +107,37 @@ impl GrpcWebBody {
             .split(|&b| b == b'\n')
             .any(|listed| !listed.is_empty() && eq_ignore_case(listed, name))
     }
+}
+
+/// Appends `data` in padded base64 to `out`.
+fn encode(data: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + data.len().div_ceil(3) * 4, 0);
+    // Sized above: the slice cannot be too short.
+    let _ = STANDARD.encode_slice(data, &mut out[start..]);
+}
+
+/// A text-form request body decoded: padded base64, possibly several padded pieces one after
+/// the other, line breaks ignored (as Go's decoder ignores them). `None` when it is not.
+pub fn decode_text(text: &[u8]) -> Option<Vec<u8>> {
+    let clean: Vec<u8> = text
+        .iter()
+        .copied()
+        .filter(|b| !matches!(b, b'\r' | b'\n'))
+        .collect();
+    if clean.len() % 4 != 0 {
+        return None;
+    }
+    let mut decoded = Vec::with_capacity(clean.len() / 4 * 3);
+    let mut start = 0;
+    for (i, quantum) in clean.chunks(4).enumerate() {
+        let end = (i + 1) * 4;
+        if quantum.contains(&b'=') || end == clean.len() {
+            STANDARD.decode_vec(&clean[start..end], &mut decoded).ok()?;
+            start = end;
+        }
+    }
+    Some(decoded)
 }
 
 #[cfg(test)]
@@ -92,7 +156,7 @@ mod tests {
     /// length big-endian, `name: value\r\n` lines sorted by name.
     #[test]
     fn trailers_become_the_last_frame() {
-        let mut body = GrpcWebBody::new(b"content-type\n".to_vec());
+        let mut body = GrpcWebBody::new(b"content-type\n".to_vec(), false);
         assert_eq!(body.write(b"\0\0\0\0\x02hi").unwrap(), b"\0\0\0\0\x02hi");
         body.take_trailers(Some(trailers(&[
             ("grpc-status", "0"),
@@ -110,10 +174,40 @@ mod tests {
     /// a trailer by a name the head carried is not repeated.
     #[test]
     fn names_sent_in_the_head_are_not_repeated() {
-        let mut body = GrpcWebBody::new(b"content-type\ngrpc-status\ngrpc-message\n".to_vec());
+        let mut body =
+            GrpcWebBody::new(b"content-type\ngrpc-status\ngrpc-message\n".to_vec(), false);
         assert_eq!(body.finish().unwrap(), [0x80, 0, 0, 0, 0]);
-        let mut body = GrpcWebBody::new(b"grpc-status\n".to_vec());
+        let mut body = GrpcWebBody::new(b"grpc-status\n".to_vec(), false);
         body.take_trailers(Some(trailers(&[("grpc-status", "0"), ("x-a", "1")])));
         assert_eq!(body.finish().unwrap(), b"\x80\0\0\0\x08x-a: 1\r\n");
+    }
+
+    /// wrapper_test.go `TestPing` (text form) and its `decodeMultipleBase64Chunks`: the
+    /// answer in base64, a padded piece at each pause, the trailer frame last.
+    #[test]
+    fn the_text_form_is_base64_in_padded_pieces() {
+        let mut body = GrpcWebBody::new(Vec::new(), true);
+        let mut out = Vec::new();
+        out.extend_from_slice(body.write(b"\0\0\0\0\x02h").unwrap());
+        out.extend_from_slice(body.write(b"i").unwrap());
+        out.extend_from_slice(body.flush().unwrap());
+        assert_eq!(out, b"AAAAAAJoaQ==");
+        body.take_trailers(Some(trailers(&[("grpc-status", "0")])));
+        out.extend_from_slice(body.finish().unwrap());
+        let decoded = decode_text(&out).unwrap();
+        assert_eq!(decoded, b"\0\0\0\0\x02hi\x80\0\0\0\x10grpc-status: 0\r\n");
+    }
+
+    #[test]
+    fn text_request_bodies_decode() {
+        assert_eq!(decode_text(b"AAAAAAJoaQ==").unwrap(), b"\0\0\0\0\x02hi");
+        assert_eq!(
+            decode_text(b"AAAA\r\nAAJo\naQ==").unwrap(),
+            b"\0\0\0\0\x02hi"
+        );
+        assert_eq!(decode_text(b"aGk=aGk=").unwrap(), b"hihi");
+        assert_eq!(decode_text(b"").unwrap(), b"");
+        assert!(decode_text(b"aGk").is_none());
+        assert!(decode_text(b"a*k=").is_none());
     }
 }

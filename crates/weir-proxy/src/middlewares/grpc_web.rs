@@ -1,15 +1,23 @@
 //! The `grpc_web` middleware (Traefik's `grpcWeb`, which wraps the route in its fork of
 //! improbable-eng's grpc-web wrapper with rs/cors 1.7): a browser's gRPC-Web call (a POST of
-//! `application/grpc-web[+proto]`) goes to the service as gRPC, and the answer comes back as
-//! gRPC-Web, its trailers written as the body's last frame (`http/grpc_web.rs`); a CORS
-//! preflight that names `x-grpc-web` is answered here. Anything else passes untouched.
+//! `application/grpc-web[+proto]`, or `application/grpc-web-text[+proto]` with a base64 body)
+//! goes to the service as gRPC, and the answer comes back as gRPC-Web, its trailers written as
+//! the body's last frame, base64 for the text form (`http/grpc_web.rs`); a CORS preflight that
+//! names `x-grpc-web` is answered here. Anything else passes untouched.
 
 use crate::http::ascii::eq_ignore_case;
-use crate::http::codec::{is_hop_by_hop, RequestHead, ResponseHead};
-use crate::http::grpc_web::GrpcWebBody;
+use crate::http::codec::{is_hop_by_hop, Framing, RequestHead, ResponseHead};
+use crate::http::error::{ErrorKind, LocalError};
+use crate::http::grpc_web::{decode_text, GrpcWebBody};
 use crate::http::local::LocalResponse;
 use crate::middlewares::Flow;
 use crate::reply::body_filter::BodyFilter;
+use crate::reply::client::ClientSide;
+use crate::reply::Reply;
+use crate::servers::balancer::Service;
+use crate::upstream::detached::{Detached, Requester};
+use crate::upstream::{self, forwarding};
+use crate::worker::Worker;
 use weir_config::GrpcWeb;
 
 const GRPC: &[u8] = b"application/grpc";
@@ -18,8 +26,13 @@ const GRPC_WEB_TEXT: &[u8] = b"application/grpc-web-text";
 
 /// What a converted request's `TE` field is set to: the request asks the service for
 /// trailers (the field is hop-by-hop, so weir sends `te: trailers` in its place and never
-/// this), and the response phase knows the answer is owed in gRPC-Web.
+/// this), and the response phase knows the answer is owed in gRPC-Web, binary or text.
 const CONVERTED: &[u8] = b"trailers, weir-grpc-web";
+const CONVERTED_TEXT: &[u8] = b"trailers, weir-grpc-web-text";
+
+/// The most of a text-form body read before it is decoded (6 MiB decoded: above gRPC's
+/// usual 4 MiB message limit); a longer one is refused 413.
+const MAX_TEXT_BODY: u64 = 8 << 20;
 
 /// How long a browser may keep a preflight's answer: the wrapper's default, 10 minutes.
 const PREFLIGHT_MAX_AGE: &str = "600";
@@ -46,13 +59,16 @@ pub(crate) fn on_request(config: &GrpcWeb, req: &mut RequestHead) -> Flow {
             let Some(content_type) = req.head.get("content-type") else {
                 return Flow::Continue;
             };
-            // The text form (base64 bodies) is not converted: it passes as it came.
-            if !content_type.starts_with(GRPC_WEB) || content_type.starts_with(GRPC_WEB_TEXT) {
+            let (web, mark) = if content_type.starts_with(GRPC_WEB_TEXT) {
+                (GRPC_WEB_TEXT, CONVERTED_TEXT)
+            } else if content_type.starts_with(GRPC_WEB) {
+                (GRPC_WEB, CONVERTED)
+            } else {
                 return Flow::Continue;
-            }
-            let grpc = [GRPC, &content_type[GRPC_WEB.len()..]].concat();
+            };
+            let grpc = [GRPC, &content_type[web.len()..]].concat();
             req.head.set("content-type", &grpc);
-            req.head.set("te", CONVERTED);
+            req.head.set("te", mark);
             req.te_trailers = true;
         }
         _ => {}
@@ -63,7 +79,34 @@ pub(crate) fn on_request(config: &GrpcWeb, req: &mut RequestHead) -> Flow {
 /// Whether `req` is a gRPC-Web call this middleware turned into gRPC (weir answers its own
 /// errors to it in gRPC form, whatever the client's protocol).
 pub(crate) fn converted(req: &RequestHead) -> bool {
-    req.head.get("te") == Some(CONVERTED)
+    matches!(req.head.get("te"), Some(CONVERTED | CONVERTED_TEXT))
+}
+
+/// Whether `req` is a text-form call turned into gRPC: its body is still base64.
+pub(crate) fn is_text(req: &RequestHead) -> bool {
+    req.head.get("te") == Some(CONVERTED_TEXT)
+}
+
+/// The route's action for a text-form call: its body read whole (gRPC-Web calls send their
+/// one message at once) and decoded, then sent to `service` as a body in memory.
+pub(crate) async fn forward_text<'r, C: ClientSide>(
+    worker: &Worker,
+    service: &'r Service,
+    client: &mut C,
+    head: &mut RequestHead,
+) -> Reply<'r> {
+    let text = match client.read_body(worker, head, MAX_TEXT_BODY).await {
+        Ok(text) => text,
+        Err(e) => return Reply::error(forwarding::body_failed(e).answer.error()),
+    };
+    let Some(body) = decode_text(&text) else {
+        let message = "the gRPC-Web text body is not base64";
+        return Reply::error(LocalError::new(400, ErrorKind::MalformedBody, message));
+    };
+    // The client's body is read: the upstream request declares the decoded length.
+    head.framing = Framing::Length(body.len() as u64);
+    let mut detached = Detached::new(worker, Requester::of(client), body.into());
+    upstream::forward(worker, service, &mut detached, head, None).await
 }
 
 /// Response-head phase, for a converted call: the head as the wrapper rewrites it, and the
@@ -73,19 +116,17 @@ pub(crate) fn on_response_head(
     req: &RequestHead,
     resp: &mut ResponseHead,
 ) -> Option<BodyFilter> {
-    if !converted(req) {
-        return None;
-    }
+    let text = match req.head.get("te") {
+        Some(CONVERTED) => false,
+        Some(CONVERTED_TEXT) => true,
+        _ => return None,
+    };
     resp.head.remove("trailer");
     resp.head.remove("content-length");
     if let Some(content_type) = resp.head.get("content-type") {
         if let Some(at) = find(content_type, GRPC) {
-            let web = [
-                &content_type[..at],
-                GRPC_WEB,
-                &content_type[at + GRPC.len()..],
-            ]
-            .concat();
+            let web = if text { GRPC_WEB_TEXT } else { GRPC_WEB };
+            let web = [&content_type[..at], web, &content_type[at + GRPC.len()..]].concat();
             resp.head.set("content-type", &web);
         }
     }
@@ -121,7 +162,9 @@ pub(crate) fn on_response_head(
     exposed.extend_from_slice(b"grpc-status, grpc-message");
     resp.head.set("access-control-expose-headers", &exposed);
     head_names.extend_from_slice(b"access-control-expose-headers\n");
-    Some(BodyFilter::GrpcWeb(Box::new(GrpcWebBody::new(head_names))))
+    Some(BodyFilter::GrpcWeb(Box::new(GrpcWebBody::new(
+        head_names, text,
+    ))))
 }
 
 /// The request's `Origin` when `allow_origins` lists it (or `*`).

@@ -4,12 +4,11 @@
 //! the answer is sent (`Flow::Hold`).
 //! Response-head phase: edits the reply's head, local and proxied answers
 //! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
-//! transforms the body as the driver sends it (compression); without one, replies take the
-//! fused relay. One file per middleware; a new one is a variant of the config's
+//! transforms the body as the driver sends it (compression; `grpc_web`'s, which also takes
+//! the trailers into the body); without one, replies take the fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
 //! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts) builds it in [`Filter::new`], as a variant of `Kept`.
-//! A body filter may take the trailers into the body (`grpc_web`).
 
 mod add_prefix;
 mod basic_auth;

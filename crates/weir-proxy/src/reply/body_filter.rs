@@ -29,7 +29,7 @@ impl BodyFilter {
     pub fn flush(&mut self) -> io::Result<&[u8]> {
         match self {
             BodyFilter::Compress(c) => c.flush(),
-            BodyFilter::GrpcWeb(_) => Ok(&[]),
+            BodyFilter::GrpcWeb(g) => g.flush(),
         }
     }
 

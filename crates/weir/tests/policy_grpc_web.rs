@@ -462,3 +462,46 @@ fn text_form_streams_and_errors() {
     );
     assert_eq!(answer.body, b"gAAAAAA=");
 }
+
+/// The wrapper takes whatever trailers the route's handler sends: an HTTP/1.1 service's
+/// chunked trailers end in the trailer frame too, and the `Trailer` field that announced them
+/// is dropped.
+#[test]
+fn an_http1_service_s_chunked_trailers_go_into_the_trailer_frame() {
+    let upstream = Upstream::start("h1");
+    let yaml = format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
+         middlewares:\n  web:\n    grpc_web: {{}}\n\
+         routers:\n  \
+           h1: {{ rule: \"Path(`/trailers`)\", service: h1, middlewares: [web] }}\n\
+         services:\n  h1: {{ servers: [{{ url: \"{}\" }}] }}\n",
+        upstream.url()
+    );
+    let weir = Weir::start(&yaml);
+    for protocol in [HTTP1, HTTP2] {
+        let body = frame(b"x");
+        let answer = post(
+            &weir,
+            protocol,
+            "/trailers",
+            "application/grpc-web",
+            &[],
+            &body,
+        );
+        assert!(answer.values("trailer").is_empty(), "{}", answer.head);
+        // The service answers `payload`, not a framed message: the bytes pass as they are.
+        let lines = "grpc-message: all-good\r\ngrpc-status: 0\r\n";
+        assert_eq!(
+            answer.body,
+            [
+                &b"payload"[..],
+                &[0x80, 0, 0, 0, lines.len() as u8],
+                lines.as_bytes()
+            ]
+            .concat(),
+            "{protocol}: {:?}",
+            String::from_utf8_lossy(&answer.body)
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! through the response's body filter, re-framed on the way, with each wait under its own
 //! limit (the connection's watch fires it).
 
-use crate::http::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
+use crate::http::codec::{header, push_hex, trailer_fields, ChunkEvent, ChunkedDecoder, Framing};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Clock, ConnWatch, Expired, Waiting};
@@ -267,6 +267,17 @@ impl<'a, W> Sink<'a, W> {
         }
     }
 
+    /// The same for an HTTP/1 chunked body's trailer section: whether a filter took it.
+    fn hand_trailer_section(&mut self, raw: &[u8]) -> bool {
+        match &mut self.filter {
+            Some(filter) if filter.takes_trailers() => {
+                filter.take_trailers(Some(trailer_fields(raw)));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The body has ended: a filter emits its last bytes.
     pub(crate) fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
         self.filtered(out, chunked, BodyFilter::finish)
@@ -345,9 +356,14 @@ pub(crate) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                         }
                     }
                     ChunkEvent::End(start, end) => {
+                        let taken = sink.hand_trailer_section(&buf[start..end]);
                         sink.end(out, chunked_out)?;
                         // Trailers pass on when the output is chunked too (HTTP/1.0 has none).
-                        if chunked_out {
+                        if taken {
+                            if chunked_out {
+                                out.extend_from_slice(b"0\r\n\r\n");
+                            }
+                        } else if chunked_out {
                             out.extend_from_slice(b"0\r\n");
                             out.extend_from_slice(&buf[start..end]);
                             out.extend_from_slice(b"\r\n");

@@ -22,7 +22,8 @@ pub struct GrpcWebBody {
     /// these names was already sent in the head and is not repeated (as the wrapper skips the
     /// trailer keys it flushed with the head; a trailers-only answer's frame is empty).
     head_names: Vec<u8>,
-    trailers: Option<http::HeaderMap>,
+    /// The trailer frame's lines, once the trailers are handed over.
+    lines: Vec<u8>,
     out: Vec<u8>,
     /// The text form: what goes out is base64.
     text: bool,
@@ -66,31 +67,30 @@ impl GrpcWebBody {
 
     /// The service's trailers, taken before the body's end is written.
     pub fn take_trailers(&mut self, trailers: Option<http::HeaderMap>) {
-        self.trailers = trailers;
+        let Some(trailers) = trailers else {
+            return;
+        };
+        // Sorted by name, as Go's `Header.Write` writes them; a name's values in order.
+        let mut fields: Vec<(&str, &[u8])> = trailers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_bytes()))
+            .filter(|(name, _)| !self.in_head(name.as_bytes()))
+            .collect();
+        fields.sort_by_key(|(name, _)| *name);
+        for (name, value) in fields {
+            self.lines.extend_from_slice(name.as_bytes());
+            self.lines.extend_from_slice(b": ");
+            self.lines.extend_from_slice(value.trim_ascii());
+            self.lines.extend_from_slice(b"\r\n");
+        }
     }
 
     /// The body has ended: the trailer frame.
     pub fn finish(&mut self) -> io::Result<&[u8]> {
-        let mut lines = Vec::new();
-        if let Some(trailers) = self.trailers.take() {
-            // Sorted by name, as Go's `Header.Write` writes them; a name's values in order.
-            let mut fields: Vec<(&str, &[u8])> = trailers
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_bytes()))
-                .filter(|(name, _)| !self.in_head(name.as_bytes()))
-                .collect();
-            fields.sort_by_key(|(name, _)| *name);
-            for (name, value) in fields {
-                lines.extend_from_slice(name.as_bytes());
-                lines.extend_from_slice(b": ");
-                lines.extend_from_slice(value.trim_ascii());
-                lines.extend_from_slice(b"\r\n");
-            }
-        }
-        let mut frame = Vec::with_capacity(5 + lines.len());
+        let mut frame = Vec::with_capacity(5 + self.lines.len());
         frame.push(TRAILER_FLAG);
-        frame.extend_from_slice(&(lines.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&lines);
+        frame.extend_from_slice(&(self.lines.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&self.lines);
         self.out.clear();
         if self.text {
             self.held.extend_from_slice(&frame);

@@ -162,9 +162,7 @@ pub(crate) fn on_response_head(
     exposed.extend_from_slice(b"grpc-status, grpc-message");
     resp.head.set("access-control-expose-headers", &exposed);
     head_names.extend_from_slice(b"access-control-expose-headers\n");
-    Some(BodyFilter::GrpcWeb(Box::new(GrpcWebBody::new(
-        head_names, text,
-    ))))
+    Some(BodyFilter::grpc_web(GrpcWebBody::new(head_names, text)))
 }
 
 /// The request's `Origin` when `allow_origins` lists it (or `*`).

@@ -298,7 +298,7 @@ impl Filter {
                 None
             }
             MiddlewareKind::Compress(config) => {
-                compress::install(config, req, resp).map(|c| BodyFilter::Compress(Box::new(c)))
+                compress::install(config, req, resp).map(BodyFilter::compress)
             }
             MiddlewareKind::GrpcWeb(config) => grpc_web::on_response_head(config, req, resp),
             _ => None,

@@ -37,7 +37,8 @@ const MAX_TEXT_BODY: u64 = 8 << 20;
 /// How long a browser may keep a preflight's answer: the wrapper's default, 10 minutes.
 const PREFLIGHT_MAX_AGE: &str = "600";
 
-/// Request phase: a gRPC-Web preflight is answered; a binary gRPC-Web call becomes gRPC.
+/// Request phase: a gRPC-Web preflight is answered; a gRPC-Web call becomes gRPC (the text
+/// form's body is decoded by the action, [`forward_text`]).
 pub(crate) fn on_request(config: &GrpcWeb, req: &mut RequestHead) -> Flow {
     match req.method() {
         "OPTIONS" => {

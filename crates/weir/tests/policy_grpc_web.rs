@@ -1,7 +1,7 @@
 //! The `grpc_web` middleware on the real binary: gRPC-Web calls made by curl over HTTP/1.1
 //! and HTTP/2 to the `grpcio` server (`tests/grpc_peer.py`) through weir, as Traefik's
 //! `grpcWeb` middleware answers them (its fork of improbable-eng's grpc-web wrapper, whose
-//! `go/grpcweb/wrapper_test.go` and `trailer_test.go` the cases come from, each cited), CORS
+//! `go/grpcweb/wrapper_test.go` the cases come from, each cited), CORS
 //! preflights answered as the wrapper's rs/cors 1.7 does, and plain gRPC through the same
 //! route untouched.
 
@@ -202,7 +202,7 @@ fn a_unary_call_is_answered_in_grpc_web_over_both_protocols() {
         let (messages, trailers) = answer.messages_and_trailers();
         // The call reached the server as gRPC, with weir's forwarding headers.
         assert_eq!(messages, ["echo:hello|127.0.0.1"], "{protocol}");
-        // trailer_test.go: lower-case names; the status is in the body, not in the head nor
+        // Lower-case names, as wrapper_test.go reads them (trailer_test.go's `Trailer`); the status is in the body, not in the head nor
         // in HTTP trailers.
         assert!(trailers.contains("grpc-status: 0\r\n"), "{trailers:?}");
         assert!(trailers.ends_with("\r\n"), "{trailers:?}");

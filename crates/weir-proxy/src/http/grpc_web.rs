@@ -152,8 +152,9 @@ mod tests {
         map
     }
 
-    /// trailer_test.go's lower-case names, and grpc_web_response.go's frame: flag 0x80, the
-    /// length big-endian, `name: value\r\n` lines sorted by name.
+    /// The lower-case names wrapper_test.go reads the frame by (through trailer_test.go's
+    /// `Trailer`), and grpc_web_response.go's frame: flag 0x80, the length big-endian,
+    /// `name: value\r\n` lines sorted by name.
     #[test]
     fn trailers_become_the_last_frame() {
         let mut body = GrpcWebBody::new(b"content-type\n".to_vec(), false);

@@ -632,6 +632,8 @@ pub enum MiddlewareKind {
     IpAllowList(IpAllowList),
     /// Lets through only requests with a known user's password (HTTP Basic authentication).
     BasicAuth(BasicAuth),
+    /// Lets through only requests with a known user's digest (HTTP Digest authentication).
+    DigestAuth(DigestAuth),
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
@@ -765,6 +767,24 @@ pub struct BasicAuth {
 }
 
 pub const DEFAULT_BASIC_AUTH_REALM: &str = "weir";
+
+/// The `digest_auth` middleware's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestAuth {
+    /// Each user's HA1 (MD5 of `name:realm:password`, 32 lowercase hex digits), by name and
+    /// realm as `htdigest` writes them: `users_file`'s lines, then `users` (a name and realm
+    /// in both keep the `users` hash).
+    pub users: std::collections::BTreeMap<(String, String), String>,
+    /// Named in the challenge; only the users of this realm are let through.
+    pub realm: String,
+    /// The request header that carries the authenticated user's name upstream.
+    pub header_field: Option<String>,
+    /// Whether `Authorization` is removed before the request goes upstream.
+    pub remove_header: bool,
+}
+
+/// Traefik's: a users file written for Traefik names this realm.
+pub const DEFAULT_DIGEST_AUTH_REALM: &str = "traefik";
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,10 +7,12 @@
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
-//! pairs) builds it in [`Filter::new`], as a variant of `Kept`.
+//! pairs, `digest_auth`'s nonces) builds it in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
+mod authenticated;
 mod basic_auth;
+mod digest_auth;
 mod headers;
 mod ip_allow_list;
 mod redirect_regex;
@@ -41,6 +43,7 @@ pub struct Filter(pub MiddlewareKind, Kept);
 enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
+    DigestAuth(Box<digest_auth::DigestAuth>),
 }
 
 /// What the request phase lets happen next.
@@ -69,6 +72,9 @@ impl Filter {
         let kept = match &kind {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
+            }
+            MiddlewareKind::DigestAuth(config) => {
+                Kept::DigestAuth(Box::new(digest_auth::DigestAuth::new(config)))
             }
             _ => Kept::Nothing,
         };
@@ -156,6 +162,13 @@ impl Filter {
             MiddlewareKind::BasicAuth(_) => {
                 if let Kept::BasicAuth(auth) = &self.1 {
                     if let Err(refusal) = auth.on_request(req).await {
+                        return Flow::Refuse(refusal);
+                    }
+                }
+            }
+            MiddlewareKind::DigestAuth(_) => {
+                if let Kept::DigestAuth(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req) {
                         return Flow::Refuse(refusal);
                     }
                 }

@@ -6,6 +6,7 @@ mod elasticsearch;
 mod entrypoints;
 mod health;
 mod middlewares;
+mod retry_expression;
 mod routers;
 mod server;
 mod services;

@@ -634,6 +634,8 @@ pub enum MiddlewareKind {
     BasicAuth(BasicAuth),
     /// Lets through only requests with a known user's digest (HTTP Digest authentication).
     DigestAuth(DigestAuth),
+    /// Reads request and response bodies whole before passing them on, within limits.
+    Buffering(Buffering),
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
@@ -785,6 +787,55 @@ pub struct DigestAuth {
 
 /// Traefik's: a users file written for Traefik names this realm.
 pub const DEFAULT_DIGEST_AUTH_REALM: &str = "traefik";
+
+/// The `buffering` middleware's settings (Traefik's `buffering`, vulcand/oxy's buffer). A
+/// limit of 0 is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buffering {
+    pub max_request_body_bytes: u64,
+    pub mem_request_body_bytes: u64,
+    pub max_response_body_bytes: u64,
+    pub mem_response_body_bytes: u64,
+    /// When to send the request again, judged on each try's answer.
+    pub retry_expression: Option<RetryExpression>,
+}
+
+/// oxy's default for the `mem_*` sizes.
+pub const DEFAULT_BUFFERING_MEM_BYTES: u64 = 1 << 20;
+
+/// A `retry_expression`, parsed (vulcand/predicate's grammar, with oxy buffer's functions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryExpression {
+    And(Box<RetryExpression>, Box<RetryExpression>),
+    Or(Box<RetryExpression>, Box<RetryExpression>),
+    /// `IsNetworkError()`: the try was answered 502 or 504.
+    IsNetworkError,
+    /// A comparison of `Attempts()`, `ResponseCode()` or `RequestMethod()` with a value.
+    Compare(RetryValue, Comparison, RetryValue),
+}
+
+/// A value a retry expression compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryValue {
+    /// `Attempts()`: how many tries were made, this one included.
+    Attempts,
+    /// `ResponseCode()`: the status of this try's answer.
+    ResponseCode,
+    /// `RequestMethod()`.
+    RequestMethod,
+    Number(i64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Eq,
+    Ne,
+    Lt,
+    Gt,
+    Le,
+    Ge,
+}
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth or digest_auth; and the chains resolved into flat lists (every name
-//! defined, no loop).
+//! chain, basic_auth, digest_auth or buffering; and the chains resolved into flat lists
+//! (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -52,6 +52,7 @@ impl Loader<'_> {
             "chain",
             "basic_auth",
             "digest_auth",
+            "buffering",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -76,6 +77,7 @@ impl Loader<'_> {
             "chain" => self.chain(body)?,
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             "digest_auth" => MiddlewareKind::DigestAuth(self.digest_auth(body)?),
+            "buffering" => MiddlewareKind::Buffering(self.buffering(body)?),
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
@@ -794,6 +796,50 @@ impl Loader<'_> {
         })
     }
     // digest_auth: end
+
+    // buffering: begin
+    /// `buffering: { max_request_body_bytes, mem_request_body_bytes, max_response_body_bytes,
+    /// mem_response_body_bytes, retry_expression }`: sizes (0: no limit), the expression
+    /// parsed now.
+    fn buffering(&mut self, node: &Node) -> Option<Buffering> {
+        const KEYS: &[&str] = &[
+            "max_request_body_bytes",
+            "mem_request_body_bytes",
+            "max_response_body_bytes",
+            "mem_response_body_bytes",
+            "retry_expression",
+        ];
+        let f = self.fields(node, "`buffering`", KEYS)?;
+        let mut size = |key: &str, default: u64| match f.get(key) {
+            Some(n) => self.size(n, &format!("`{key}`")).unwrap_or(default),
+            None => default,
+        };
+        let max_request_body_bytes = size("max_request_body_bytes", 0);
+        let mem_request_body_bytes = size("mem_request_body_bytes", DEFAULT_BUFFERING_MEM_BYTES);
+        let max_response_body_bytes = size("max_response_body_bytes", 0);
+        let mem_response_body_bytes = size("mem_response_body_bytes", DEFAULT_BUFFERING_MEM_BYTES);
+        let retry_expression = match f.get("retry_expression") {
+            Some(n) => {
+                let text = self.string(n, "`retry_expression`")?;
+                match super::retry_expression::parse(&text) {
+                    Ok(expression) => Some(expression),
+                    Err(problem) => {
+                        self.error(n.pos, format!("invalid `retry_expression`: {problem}"));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        Some(Buffering {
+            max_request_body_bytes,
+            mem_request_body_bytes,
+            max_response_body_bytes,
+            mem_response_body_bytes,
+            retry_expression,
+        })
+    }
+    // buffering: end
 
     fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
         let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
@@ -1602,3 +1648,59 @@ mod digest_auth_tests {
     }
 }
 // digest_auth: end
+
+// buffering: begin
+#[cfg(test)]
+mod buffering_tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    fn buffering(body: &str) -> Buffering {
+        let text = format!("{BASE}middlewares:\n  b:\n    buffering: {body}\n");
+        match &load_str(&text, "t.yaml").unwrap().middlewares[0].kind {
+            MiddlewareKind::Buffering(b) => b.clone(),
+            other => panic!("not buffering: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes_default_to_oxy_s() {
+        let b = buffering("{}");
+        assert_eq!(
+            (b.max_request_body_bytes, b.mem_request_body_bytes),
+            (0, 1 << 20)
+        );
+        assert_eq!(
+            (b.max_response_body_bytes, b.mem_response_body_bytes),
+            (0, 1 << 20)
+        );
+        assert_eq!(b.retry_expression, None);
+        let b = buffering(
+            "{ max_request_body_bytes: 2000000, mem_request_body_bytes: 64KiB, max_response_body_bytes: 1MiB, retry_expression: \"IsNetworkError() && Attempts() < 2\" }",
+        );
+        assert_eq!(
+            (b.max_request_body_bytes, b.mem_request_body_bytes),
+            (2_000_000, 64 << 10)
+        );
+        assert_eq!(b.max_response_body_bytes, 1 << 20);
+        assert!(matches!(b.retry_expression, Some(RetryExpression::And(..))));
+    }
+
+    #[test]
+    fn buffering_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  b:\n    buffering: {body}\n");
+        assert_eq!(
+            errors(&mw("{ max_request_body_bytes: -1, retry_expression: \"Attempts()\" }")),
+            vec![
+                "t.yaml:5:42: `max_request_body_bytes` must be a size like `1024`, `64KiB` or `256MiB`, found `-1`",
+                "t.yaml:5:64: invalid `retry_expression`: a function's value must be compared: `Attempts() <= 2`",
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ disable_request_buffer: true }")),
+            vec!["t.yaml:5:18: unknown key `disable_request_buffer` in `buffering`; expected one of: max_request_body_bytes, mem_request_body_bytes, max_response_body_bytes, mem_response_body_bytes, retry_expression"]
+        );
+    }
+}
+// buffering: end

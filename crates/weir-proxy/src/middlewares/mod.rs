@@ -12,6 +12,7 @@
 mod add_prefix;
 mod authenticated;
 mod basic_auth;
+pub(crate) mod buffering;
 mod digest_auth;
 mod headers;
 mod ip_allow_list;
@@ -88,6 +89,14 @@ impl Filter {
             self.0,
             MiddlewareKind::StripPrefix(_) | MiddlewareKind::StripPrefixRegex(_)
         )
+    }
+
+    /// A `buffering` filter's settings: the exchange runs it (`exchange::run_buffered`).
+    pub fn buffering(&self) -> Option<&weir_config::Buffering> {
+        match &self.0 {
+            MiddlewareKind::Buffering(config) => Some(config),
+            _ => None,
+        }
     }
 
     pub fn has_response_phase(&self) -> bool {
@@ -173,8 +182,11 @@ impl Filter {
                     }
                 }
             }
-            // The loader flattens chains into the routers' lists: none reaches a route.
-            MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
+            // The loader flattens chains into the routers' lists: none reaches a route. The
+            // exchange runs `buffering` itself, where it stands among the filters.
+            MiddlewareKind::Compress(_)
+            | MiddlewareKind::Chain(_)
+            | MiddlewareKind::Buffering(_) => {}
         }
         Flow::Continue
     }

@@ -80,6 +80,9 @@ pub struct Route {
     pub filters: Vec<Arc<Filter>>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
+    /// Where the route's first `buffering` filter stands among its filters: the exchange
+    /// reads the bodies there (`exchange::run_buffered`).
+    pub buffering_at: Option<usize>,
     pub action: RouteAction,
     /// How weir's own errors on this route are shaped.
     pub error_form: ErrorForm,
@@ -265,6 +268,7 @@ impl Runtime {
                 rule_text: r.rule_text.clone(),
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
+                buffering_at: mws.iter().position(|m| m.buffering().is_some()),
                 filters: mws,
                 action,
                 error_form,

@@ -1702,5 +1702,20 @@ mod buffering_tests {
             vec!["t.yaml:5:18: unknown key `disable_request_buffer` in `buffering`; expected one of: max_request_body_bytes, mem_request_body_bytes, max_response_body_bytes, mem_response_body_bytes, retry_expression"]
         );
     }
+
+    /// A router applies one `buffering`: two, directly or through a chain, are refused.
+    #[test]
+    fn one_buffering_per_router() {
+        let text = format!(
+            "{BASE}routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [a, both], respond: {{ body: x }} }}\n\
+             middlewares:\n  a: {{ buffering: {{}} }}\n  b: {{ buffering: {{}} }}\n  both: {{ chain: {{ middlewares: [b] }} }}\n"
+        );
+        assert_eq!(
+            errors(&text),
+            vec!["t.yaml:4:46: router `r` has more than one `buffering` middleware (`a`, `b`): name one"]
+        );
+        let one = text.replace("[a, both]", "[both]");
+        assert!(load_str(&one, "t.yaml").is_ok());
+    }
 }
 // buffering: end

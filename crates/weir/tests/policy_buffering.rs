@@ -255,3 +255,36 @@ fn weir_check_refuses_bad_settings() {
         "{err}"
     );
 }
+
+/// Where the middleware stands: its own answers are edited by the middlewares before it, not
+/// by those after it (in Traefik, the buffer writes them outside the handlers it wraps); an
+/// answer it lets through is edited by both.
+#[test]
+fn its_answers_are_wrapped_by_the_middlewares_before_it() {
+    let up = Upstream::start("app");
+    let config = format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n\
+         \x20 all: {{ rule: \"PathPrefix(`/`)\", middlewares: [outer, buffer, inner], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n\
+         \x20 outer: {{ headers: {{ response: {{ set: {{ X-Outer: yes }} }} }} }}\n\
+         \x20 inner: {{ headers: {{ response: {{ set: {{ X-Inner: yes }} }} }} }}\n\
+         \x20 buffer: {{ buffering: {{ max_request_body_bytes: 8, max_response_body_bytes: 100 }} }}\n",
+        up.url()
+    );
+    let weir = Weir::start(&config);
+    let through = get(weir.addr(), "t", "/big/100");
+    assert_eq!(through.status, 200);
+    assert_eq!(through.header("x-outer"), Some("yes"));
+    assert_eq!(through.header("x-inner"), Some("yes"));
+    for resp in [
+        get(weir.addr(), "t", "/big/101"),
+        post(&weir, "/x", "nine byte", ""),
+    ] {
+        assert!(matches!(resp.status, 413 | 500), "{}", resp.status);
+        assert_eq!(resp.header("x-outer"), Some("yes"));
+        assert_eq!(resp.header("x-inner"), None);
+    }
+}

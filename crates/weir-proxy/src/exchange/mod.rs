@@ -227,7 +227,13 @@ async fn run_buffered<'r, C: ClientSide>(
     loop {
         let reply = run_action(worker, route, &mut client, head).await;
         let watch = client.watch();
+        let was_error = matches!(reply.head, ReplyHead::Error(_));
         let reply = buffering::read_response(config, worker, watch, head, reply).await;
+        if !was_error && matches!(reply.head, ReplyHead::Error(_)) {
+            // The answer was replaced (over the limit): the filters after this one never
+            // wrap it, as in Traefik, where the buffer writes its own answer outside them.
+            *wrapped_by = at;
+        }
         let again = client.replayable(head)
             && buffering::retries(config, attempt, reply.status(), head.method());
         if !again {

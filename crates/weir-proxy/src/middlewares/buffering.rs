@@ -19,8 +19,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 use weir_config::{Buffering, Comparison, RetryExpression, RetryValue};
 
-/// oxy's bound on the tries a retry expression may ask for.
-const MAX_ATTEMPTS: u32 = 10;
+/// oxy's bound on the retries an expression may ask for (`DefaultMaxRetryAttempts`: a try
+/// numbered above it is never retried).
+const MAX_RETRIES: u32 = 10;
 
 /// Reads the request body whole when a limit applies (`None`: no body, or streamed as it
 /// comes); the head then declares its length. Over the limit: 413, by a declared length
@@ -209,12 +210,12 @@ fn failed(
 }
 
 /// Whether `retry_expression` asks for another try after try number `attempt` was answered
-/// with `status` (oxy stops after ten tries whatever it says).
+/// with `status` (oxy retries ten times at most whatever it says).
 pub(crate) fn retries(config: &Buffering, attempt: u32, status: u16, method: &str) -> bool {
     let Some(expression) = &config.retry_expression else {
         return false;
     };
-    attempt < MAX_ATTEMPTS && holds(expression, attempt, status, method)
+    attempt <= MAX_RETRIES && holds(expression, attempt, status, method)
 }
 
 fn holds(expression: &RetryExpression, attempt: u32, status: u16, method: &str) -> bool {
@@ -365,12 +366,12 @@ mod tests {
             RetryValue::Text("POST".into()),
         ));
         assert!(retries(&method, 1, 200, "GET") && !retries(&method, 1, 200, "POST"));
-        // Ten tries at most, whatever the expression says.
+        // Ten retries at most, whatever the expression says.
         let always = config(Compare(
             RetryValue::ResponseCode,
             Comparison::Ge,
             RetryValue::Number(0),
         ));
-        assert!(retries(&always, 9, 200, "GET") && !retries(&always, 10, 200, "GET"));
+        assert!(retries(&always, 10, 200, "GET") && !retries(&always, 11, 200, "GET"));
     }
 }

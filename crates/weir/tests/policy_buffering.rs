@@ -288,3 +288,75 @@ fn its_answers_are_wrapped_by_the_middlewares_before_it() {
         assert_eq!(resp.header("x-inner"), None);
     }
 }
+
+/// oxy's TestBuffer_fileStreamingResponse, and the same for requests: bodies past
+/// `mem_*_body_bytes` are held in a temporary file and arrive whole, with their length, over
+/// HTTP/1.1 and HTTP/2 on either side (an HTTP/2 server: nginx over h2c, passing the request
+/// on to the echoing server).
+#[test]
+fn bodies_past_the_memory_size_are_held_in_a_file() {
+    let up = Upstream::start("app");
+    let nginx_h2 = Nginx::start_h2(None, &format!("proxy_pass {};", up.url()));
+    let settings = "{ mem_request_body_bytes: 4KiB, mem_response_body_bytes: 4 }";
+    let body: String = (0..300_000)
+        .map(|i| char::from(b'a' + (i % 23) as u8))
+        .collect();
+    let body_file = temp_dir("buffering-body").join("body");
+    std::fs::write(&body_file, &body).unwrap();
+    for (server, extra) in [
+        (up.url(), ""),
+        (format!("http://{}", nginx_h2.addr), ", protocol: h2c"),
+    ] {
+        let weir = Weir::start(&buffering_config(&[server], settings, extra));
+        let j = post(&weir, "/x", &body, "").json();
+        assert_eq!(
+            j["body"].as_str().map(str::len),
+            Some(body.len()),
+            "{extra}"
+        );
+        assert!(
+            j["body"] == body.as_str(),
+            "{extra}: the body arrived changed"
+        );
+        assert_eq!(
+            echoed_header(&j, "content-length").as_deref(),
+            Some("300000")
+        );
+        // Chunked from the client, sent with its length.
+        let chunked = format!(
+            "POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+            body.len()
+        );
+        let j = request(weir.addr(), &chunked).json();
+        assert!(
+            j["body"] == body.as_str(),
+            "{extra}: the chunked body arrived changed"
+        );
+        assert_eq!(echoed_header(&j, "transfer-encoding"), None);
+        // Answers: from a file, with their length, to HTTP/1.1 and HTTP/2 clients.
+        let resp = get(weir.addr(), "t", "/big/300000");
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.header("content-length"), Some("300000"));
+        let expected: Vec<u8> = (0..300_000).map(|i| b'a' + (i % 26) as u8).collect();
+        assert!(resp.body == expected, "{extra}: the answer arrived changed");
+        let h2 = curl_ok(&[
+            "--http2-prior-knowledge",
+            &format!("http://{}/big/300000", weir.addr()),
+        ]);
+        assert!(
+            h2 == expected,
+            "{extra}: the answer over HTTP/2 arrived changed"
+        );
+        let h2_post = curl_ok(&[
+            "--http2-prior-knowledge",
+            "--data-binary",
+            &format!("@{}", body_file.display()),
+            &format!("http://{}/x", weir.addr()),
+        ]);
+        let j: serde_json::Value = serde_json::from_slice(&h2_post).unwrap();
+        assert!(
+            j["body"] == body.as_str(),
+            "{extra}: the HTTP/2 body arrived changed"
+        );
+    }
+}

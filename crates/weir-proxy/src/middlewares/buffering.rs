@@ -1,21 +1,27 @@
 //! `buffering` (Traefik's, vulcand/oxy's buffer): the request body read whole before anything
 //! goes upstream (413 over `max_request_body_bytes`, by its declared length before reading
 //! it), sent with its length, and again on a retry `retry_expression` asks for; the answer's
-//! body read whole before the client gets its head (500 over `max_response_body_bytes`). The
+//! body read whole before the client gets its head (500 over `max_response_body_bytes`).
+//! Bodies are held in memory up to `mem_*_body_bytes`, past that in a temporary file. The
 //! exchange runs it at the filter's place in the route (`exchange::run_buffered`): only routes
 //! with the middleware pay for it.
 
-use crate::actions::whole_body::Reader;
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::error::{ErrorKind, LocalError};
-use crate::io::watch::ConnWatch;
+use crate::http::file_body::{FileBody, FileHandle};
+use crate::io::watch::{ConnWatch, Waiting};
 use crate::reply::client::ClientSide;
-use crate::reply::relay::BodyError;
-use crate::reply::request_body::{BodySource, Outgoing};
+use crate::reply::relay::{relay_body, BodyError, Relay, Sink};
+use crate::reply::request_body::{BodySource, Outgoing, Spilled};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::balancer::UpstreamUse;
 use crate::worker::Worker;
 use bytes::Bytes;
+use std::io::Write;
 use std::net::IpAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use weir_config::{Buffering, Comparison, RetryExpression, RetryValue};
 
@@ -23,31 +29,167 @@ use weir_config::{Buffering, Comparison, RetryExpression, RetryValue};
 /// numbered above it is never retried).
 const MAX_RETRIES: u32 = 10;
 
-/// Reads the request body whole when a limit applies (`None`: no body, or streamed as it
-/// comes); the head then declares its length. Over the limit: 413, by a declared length
-/// before anything is read (no `100 Continue` is sent).
+/// A body held whole: in memory, or in a temporary file (gone once closed).
+pub(crate) enum Held {
+    Memory(Bytes),
+    File(Rc<std::fs::File>, u64),
+}
+
+impl Held {
+    fn len(&self) -> u64 {
+        match self {
+            Held::Memory(bytes) => bytes.len() as u64,
+            Held::File(_, len) => *len,
+        }
+    }
+}
+
+/// A body being held: in memory up to `mem` bytes, then all of it in a temporary file; more
+/// than `max` bytes is refused (`over`). Written synchronously: a sink that never waits.
+struct Holding {
+    mem: u64,
+    max: u64,
+    memory: Vec<u8>,
+    file: Option<std::fs::File>,
+    len: u64,
+    over: bool,
+}
+
+impl Holding {
+    /// `max` 0 is no limit.
+    fn new(mem: u64, max: u64) -> Holding {
+        Holding {
+            mem,
+            max: if max == 0 { u64::MAX } else { max },
+            memory: Vec::new(),
+            file: None,
+            len: 0,
+            over: false,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let len = self.len + data.len() as u64;
+        if len > self.max {
+            self.over = true;
+            return Err(std::io::ErrorKind::FileTooLarge.into());
+        }
+        match &mut self.file {
+            None if len <= self.mem => self.memory.extend_from_slice(data),
+            None => {
+                let mut file = temporary_file()?;
+                file.write_all(&self.memory)?;
+                file.write_all(data)?;
+                self.memory = Vec::new();
+                self.file = Some(file);
+            }
+            Some(file) => file.write_all(data)?,
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    fn finish(self) -> Held {
+        match self.file {
+            Some(file) => Held::File(Rc::new(file), self.len),
+            None => Held::Memory(Bytes::from(self.memory)),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Holding {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(self.get_mut().push(data).map(|()| data.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A file in the system's temporary folder that has no name (`O_TMPFILE`), or whose name is
+/// removed at once where the file system cannot make one without: it goes when closed.
+fn temporary_file() -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let dir = std::env::temp_dir();
+    let flags = OFlags::RDWR | OFlags::CLOEXEC;
+    let mode = Mode::RUSR | Mode::WUSR;
+    if let Ok(fd) = rustix::fs::open(&dir, flags | OFlags::TMPFILE, mode) {
+        return Ok(fd.into());
+    }
+    let path = dir.join(format!(
+        "weir-buffer-{}-{:016x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let fd = rustix::fs::open(&path, flags | OFlags::CREATE | OFlags::EXCL, mode)?;
+    std::fs::remove_file(&path)?;
+    Ok(fd.into())
+}
+
+/// The waits of holding a body: reads under `read`, writes (into memory or a file) never
+/// wait.
+fn holding_relay<'a>(
+    worker: &'a Worker,
+    watch: &'a ConnWatch,
+    read: (Waiting, Duration),
+) -> Relay<'a> {
+    Relay {
+        clock: &worker.clock,
+        watch,
+        read,
+        write: (Waiting::UpstreamWrite, Duration::ZERO),
+        max_bytes: u64::MAX,
+    }
+}
+
+/// Reads the request body whole (`None`: it has none); the head then declares its length.
+/// Over the limit: 413, by a declared length before anything is read (no `100 Continue` is
+/// sent, and the connection closes after the answer).
 pub(crate) async fn read_request<C: ClientSide>(
     config: &Buffering,
     worker: &Worker,
     client: &mut C,
     head: &mut RequestHead,
-) -> Result<Option<Bytes>, LocalError> {
-    let max = config.max_request_body_bytes;
-    // Without a limit the body streams as it comes: weir does not spill to a file, and
-    // holding an unbounded body in memory is no buffering.
-    if max == 0 || head.framing == Framing::None {
+) -> Result<Option<Held>, LocalError> {
+    if head.framing == Framing::None {
         return Ok(None);
     }
-    if matches!(head.framing, Framing::Length(n) if n > max) {
+    let max = config.max_request_body_bytes;
+    if matches!(head.framing, Framing::Length(n) if max > 0 && n > max) {
         client.abandon_body();
         return Err(too_large());
     }
-    match client.read_body(worker, head, max).await {
-        Ok(body) => {
-            head.framing = Framing::Length(body.len() as u64);
-            Ok(Some(body))
+    let mut holding = Holding::new(config.mem_request_body_bytes, max);
+    let Outgoing {
+        watch, out, body, ..
+    } = client.outgoing(head);
+    let relay = holding_relay(
+        worker,
+        watch,
+        (Waiting::RequestBody, worker.timeouts.get().body),
+    );
+    out.clear();
+    let read = body.relay(&mut holding, out, false, &relay).await;
+    match read {
+        Ok(_) => {
+            head.framing = Framing::Length(holding.len);
+            Ok(Some(holding.finish()))
         }
-        Err(BodyError::TooLarge) => Err(too_large()),
+        Err(_) if holding.over => Err(too_large()),
+        Err(BodyError::Sink) => Err(LocalError::new(
+            500,
+            ErrorKind::PolicyRefused,
+            "Internal Server Error",
+        )),
         Err(failed) => Err(failed.client_answer().unwrap_or_else(|| {
             LocalError::new(
                 400,
@@ -63,8 +205,9 @@ fn too_large() -> LocalError {
     LocalError::new(413, ErrorKind::PolicyRefused, "Request Entity Too Large")
 }
 
-/// `reply` with its body read whole when `max_response_body_bytes` is set: sent with its
-/// length; over the limit, a 500 instead (as oxy's buffer answers a body it could not hold).
+/// `reply` with its body read whole (in memory, or a temporary file past
+/// `mem_response_body_bytes`) and sent with its length; over `max_response_body_bytes`, a
+/// 500 instead (as oxy's buffer answers a body it could not hold).
 pub(crate) async fn read_response<'r>(
     config: &Buffering,
     worker: &Worker,
@@ -72,12 +215,15 @@ pub(crate) async fn read_response<'r>(
     req: &RequestHead,
     reply: Reply<'r>,
 ) -> Reply<'r> {
-    let max = config.max_response_body_bytes;
     // No body to hold (oxy's `expectBody`).
     let status = reply.status();
-    if max == 0 || req.is_head() || status < 200 || status == 204 || status == 304 {
+    if req.is_head() || status < 200 || status == 204 || status == 304 {
         return reply;
     }
+    let max = match config.max_response_body_bytes {
+        0 => u64::MAX,
+        max => max,
+    };
     let Reply {
         head,
         body,
@@ -86,6 +232,7 @@ pub(crate) async fn read_response<'r>(
     } = reply;
     let mut response = match head {
         ReplyHead::Response(response) => response,
+        // weir's own answers and local ones are in memory (or a file) already.
         head => {
             let length = match (&head, &body) {
                 (_, ReplyBody::File(file)) => file.len,
@@ -95,7 +242,7 @@ pub(crate) async fn read_response<'r>(
                 _ => 0,
             };
             if length > max {
-                return over_limit(upstream);
+                return failed(internal_error(), upstream);
             }
             return Reply {
                 head,
@@ -105,27 +252,50 @@ pub(crate) async fn read_response<'r>(
             };
         }
     };
-    let body = match body {
-        ReplyBody::Stream(stream) if !matches!(response.framing, Framing::Length(_)) => {
-            match read_h2_whole(worker, watch, &upstream, stream, max).await {
-                Ok(bytes) => bytes,
-                Err(error) => return failed(error, upstream),
+    if matches!(response.framing, Framing::Length(n) if n > max) {
+        // Declared over the limit: not read (the connection goes with the reply).
+        return failed(internal_error(), upstream);
+    }
+    let mut holding = Holding::new(config.mem_response_body_bytes, max);
+    let read = match body {
+        ReplyBody::Upstream(mut up) => {
+            let read = (Waiting::ResponseBody, read_timeout(&upstream));
+            let relay = holding_relay(worker, watch, read);
+            let mut out = Vec::new();
+            let mut sink = Sink::plain(Some(&mut holding));
+            let framing = response.framing;
+            let relayed = relay_body(
+                &mut up.io,
+                &mut up.buf,
+                framing,
+                &mut sink,
+                &mut out,
+                false,
+                &relay,
+            )
+            .await;
+            // A body of known end leaves the connection ready for another request.
+            let clean = matches!(framing, Framing::Length(_) | Framing::Chunked);
+            if let (Ok(_), true, true, Some(used)) =
+                (&relayed, clean, response.keep_alive, &upstream)
+            {
+                used.check_in(&worker.pool, up);
             }
+            relayed.map(|_| ())
         }
-        body @ (ReplyBody::Upstream(_) | ReplyBody::Stream(_)) => {
-            let reader = Reader {
+        ReplyBody::Stream(mut stream) => {
+            hold_h2(
                 worker,
                 watch,
-                read_timeout: read_timeout(&upstream),
-                max,
-            };
-            match reader.reply_body(&response, body, &upstream).await {
-                Ok(bytes) => bytes,
-                Err(Some(_)) => return over_limit(upstream),
-                Err(None) => return failed(upstream_broke(), upstream),
-            }
+                read_timeout(&upstream),
+                &mut stream,
+                &mut holding,
+            )
+            .await
         }
-        ReplyBody::Bytes(bytes) if bytes.len() as u64 > max => return over_limit(upstream),
+        ReplyBody::Bytes(bytes) if bytes.len() as u64 > max => {
+            return failed(internal_error(), upstream)
+        }
         other => {
             return Reply {
                 head: ReplyHead::Response(response),
@@ -135,52 +305,58 @@ pub(crate) async fn read_response<'r>(
             }
         }
     };
-    if response.framing != Framing::None {
-        response.framing = Framing::Length(body.len() as u64);
+    match read {
+        Ok(()) => {}
+        Err(_) if holding.over => return failed(internal_error(), upstream),
+        Err(BodyError::Sink) => return failed(internal_error(), upstream),
+        Err(_) => return failed(upstream_broke(), upstream),
     }
+    let held = holding.finish();
+    response.framing = Framing::Length(held.len());
+    let body = match held {
+        Held::Memory(bytes) => ReplyBody::Bytes(bytes),
+        Held::File(file, len) => ReplyBody::File(FileBody {
+            file: FileHandle::Worker(file),
+            offset: 0,
+            len,
+            mapped: None,
+        }),
+    };
     Reply {
         head: ReplyHead::Response(response),
-        body: ReplyBody::Bytes(body),
+        body,
         upstream,
         body_filter,
     }
 }
 
-fn read_timeout(upstream: &Option<crate::servers::balancer::UpstreamUse<'_>>) -> Duration {
-    upstream
-        .as_ref()
-        .map_or(Duration::from_secs(60), |u| u.service.read_timeout)
-}
-
-/// An HTTP/2 answer of undeclared length, read whole up to `max`.
-async fn read_h2_whole(
+/// An HTTP/2 answer's DATA frames into `holding`, each waited for under `read_timeout`.
+async fn hold_h2(
     worker: &Worker,
     watch: &ConnWatch,
-    upstream: &Option<crate::servers::balancer::UpstreamUse<'_>>,
-    mut stream: crate::servers::h2_pool::H2Body,
-    max: u64,
-) -> Result<Bytes, LocalError> {
-    let mut body = bytes::BytesMut::new();
+    read_timeout: Duration,
+    stream: &mut crate::servers::h2_pool::H2Body,
+    holding: &mut Holding,
+) -> Result<(), BodyError> {
     loop {
         let data = stream.recv.data();
-        let waited = watch.within(
-            &worker.clock,
-            crate::io::watch::Waiting::ResponseBody,
-            read_timeout(upstream),
-            data,
-        );
+        let waited = watch.within(&worker.clock, Waiting::ResponseBody, read_timeout, data);
         match waited.await {
             Ok(Some(Ok(chunk))) => {
                 let _ = stream.recv.flow_control().release_capacity(chunk.len());
-                if (body.len() + chunk.len()) as u64 > max {
-                    return Err(internal_error());
-                }
-                body.extend_from_slice(&chunk);
+                holding.push(&chunk).map_err(|_| BodyError::Sink)?;
             }
-            Ok(None) => return Ok(body.freeze()),
-            _ => return Err(upstream_broke()),
+            Ok(None) => return Ok(()),
+            Ok(Some(Err(_))) => return Err(BodyError::Source),
+            Err(_) => return Err(BodyError::SourceStalled),
         }
     }
+}
+
+fn read_timeout(upstream: &Option<UpstreamUse<'_>>) -> Duration {
+    upstream
+        .as_ref()
+        .map_or(Duration::from_secs(60), |u| u.service.read_timeout)
 }
 
 fn internal_error() -> LocalError {
@@ -195,14 +371,7 @@ fn upstream_broke() -> LocalError {
     )
 }
 
-fn over_limit(upstream: Option<crate::servers::balancer::UpstreamUse<'_>>) -> Reply<'_> {
-    failed(internal_error(), upstream)
-}
-
-fn failed(
-    error: LocalError,
-    upstream: Option<crate::servers::balancer::UpstreamUse<'_>>,
-) -> Reply<'_> {
+fn failed(error: LocalError, upstream: Option<UpstreamUse<'_>>) -> Reply<'_> {
     Reply {
         upstream,
         ..Reply::error(error)
@@ -258,11 +427,11 @@ fn holds(expression: &RetryExpression, attempt: u32, status: u16, method: &str) 
 /// and may send it again.
 pub(crate) struct Buffered<'c, C> {
     client: &'c mut C,
-    body: Option<Bytes>,
+    body: Option<Held>,
 }
 
 impl<'c, C: ClientSide> Buffered<'c, C> {
-    pub(crate) fn new(client: &'c mut C, body: Option<Bytes>) -> Self {
+    pub(crate) fn new(client: &'c mut C, body: Option<Held>) -> Self {
         Buffered { client, body }
     }
 
@@ -294,13 +463,15 @@ impl<C: ClientSide> ClientSide for Buffered<'_, C> {
 
     fn outgoing(&mut self, req: &RequestHead) -> Outgoing<'_, Self::BodyIo> {
         let mut outgoing = self.client.outgoing(req);
-        if let Some(body) = &self.body {
-            outgoing.body = if body.is_empty() {
-                BodySource::None
-            } else {
-                BodySource::Bytes(body.clone())
-            };
-        }
+        outgoing.body = match &self.body {
+            None => return outgoing,
+            Some(held) if held.len() == 0 => BodySource::None,
+            Some(Held::Memory(bytes)) => BodySource::Bytes(bytes.clone()),
+            Some(Held::File(file, len)) => BodySource::Spilled(Spilled {
+                file: file.clone(),
+                len: *len,
+            }),
+        };
         outgoing
     }
 
@@ -322,8 +493,15 @@ impl<C: ClientSide> ClientSide for Buffered<'_, C> {
         max: u64,
     ) -> Result<Bytes, BodyError> {
         match &self.body {
-            Some(body) if body.len() as u64 > max => Err(BodyError::TooLarge),
-            Some(body) => Ok(body.clone()),
+            Some(held) if held.len() > max => Err(BodyError::TooLarge),
+            Some(Held::Memory(bytes)) => Ok(bytes.clone()),
+            Some(Held::File(file, len)) => {
+                use std::os::unix::fs::FileExt;
+                let mut whole = vec![0; *len as usize];
+                file.read_exact_at(&mut whole, 0)
+                    .map_err(|_| BodyError::Source)?;
+                Ok(whole.into())
+            }
             None => self.client.read_body(worker, req, max).await,
         }
     }
@@ -341,6 +519,26 @@ mod tests {
             mem_response_body_bytes: 0,
             retry_expression: Some(expression),
         }
+    }
+
+    #[test]
+    fn bodies_past_the_memory_size_go_to_a_file() {
+        let mut small = Holding::new(8, 0);
+        small.push(b"0123").unwrap();
+        small.push(b"4567").unwrap();
+        assert!(matches!(small.finish(), Held::Memory(bytes) if &bytes[..] == b"01234567"));
+        let mut large = Holding::new(8, 20);
+        large.push(b"01234").unwrap();
+        large.push(b"56789").unwrap();
+        large.push(b"abcde").unwrap();
+        assert!(large.push(b"fghij!").is_err() && large.over);
+        let Held::File(file, len) = large.finish() else {
+            panic!("held in memory past its size");
+        };
+        use std::os::unix::fs::FileExt;
+        let mut back = vec![0; len as usize];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(back, b"0123456789abcde");
     }
 
     #[test]

@@ -296,6 +296,7 @@ pub(crate) async fn read_response<'r>(
         ReplyBody::Bytes(bytes) if bytes.len() as u64 > max => {
             return failed(internal_error(), upstream)
         }
+        ReplyBody::File(file) if file.len > max => return failed(internal_error(), upstream),
         other => {
             return Reply {
                 head: ReplyHead::Response(response),

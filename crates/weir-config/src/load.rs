@@ -5,6 +5,7 @@ mod cache;
 mod elasticsearch;
 mod entrypoints;
 mod health;
+mod jwt;
 mod middlewares;
 mod retry_expression;
 mod routers;

@@ -39,10 +39,9 @@ fn htdigest(file: &std::path::Path, realm: &str, user: &str, password: &str) {
     assert!(child.wait().unwrap().success(), "htdigest failed");
 }
 
-/// A config whose routes `/open` (no middleware) and everything else (behind `auth`) go to
-/// `upstream`; `auth` is the `digest_auth` body.
+/// The test bed with `auth`, the `digest_auth` body given, on every path but `/open`.
 fn auth_config(upstream: &Upstream, auth: &str) -> String {
-    auth_route_config(upstream, &format!("digest_auth: {auth}"))
+    guarded_config(upstream, "auth", "digest_auth", auth)
 }
 
 /// A config with Traefik's test user alone, and `more` settings (`, key: value`).

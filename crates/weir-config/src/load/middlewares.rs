@@ -1,12 +1,14 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth, digest_auth or buffering; and the chains resolved into flat lists
-//! (every name defined, no loop).
+//! chain, basic_auth, digest_auth, rate_limit, in_flight_req, circuit_breaker, buffering or jwt
+//! (read in `load/jwt.rs`); and the chains resolved into flat lists (every name defined, no
+//! loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
 use crate::yaml::{Node, Pos, Value};
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// Why `path` cannot be a request path as sent: a malformed `%` escape, or a byte a request
 /// line cannot carry.
@@ -53,6 +55,10 @@ impl Loader<'_> {
             "basic_auth",
             "digest_auth",
             "buffering",
+            "rate_limit",
+            "in_flight_req",
+            "jwt",
+            "circuit_breaker",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -78,6 +84,10 @@ impl Loader<'_> {
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             "digest_auth" => MiddlewareKind::DigestAuth(self.digest_auth(body)?),
             "buffering" => MiddlewareKind::Buffering(self.buffering(body)?),
+            "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
+            "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
+            "jwt" => self.jwt(body)?,
+            "circuit_breaker" => MiddlewareKind::CircuitBreaker(self.circuit_breaker(body)?),
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
@@ -539,7 +549,7 @@ impl Loader<'_> {
             None => Some(IpStrategy::RemoteAddr { ipv6_subnet: None }),
         };
         let reject_status_code = match f.get("reject_status_code") {
-            Some(n) => self.reject_status(n),
+            Some(n) => self.final_status(n, "reject_status_code", "403 or 404"),
             None => Some(403),
         };
         Some(IpAllowList {
@@ -550,16 +560,16 @@ impl Loader<'_> {
     }
 
     /// A status Traefik accepts (one Go names), and a final one: 1xx cannot end a request.
-    fn reject_status(&mut self, node: &Node) -> Option<u16> {
-        let text = self.string(node, "`reject_status_code`")?;
+    fn final_status(&mut self, node: &Node, key: &str, like: &str) -> Option<u16> {
+        let text = self.string(node, &format!("`{key}`"))?;
         match text.parse::<u16>() {
             Ok(status) if status >= 200 && status_text(status).is_some() => Some(status),
             _ => {
                 self.error(
                     node.pos,
                     format!(
-                        "`reject_status_code` must be a final HTTP status with a standard \
-                         reason, like 403 or 404, found `{text}`"
+                        "`{key}` must be a final HTTP status with a standard reason, like \
+                         {like}, found `{text}`"
                     ),
                 );
                 None
@@ -596,11 +606,75 @@ impl Loader<'_> {
         })
     }
 
+    /// `rate_limit: { average, period, burst, source_criterion }`: Traefik's defaults (no
+    /// limit, 1 s, a burst of 1); a `period` or `burst` of 0 means the default, as there.
+    fn rate_limit(&mut self, node: &Node) -> Option<RateLimit> {
+        const KEYS: &[&str] = &["average", "period", "burst", "source_criterion"];
+        let f = self.fields(node, "`rate_limit`", KEYS)?;
+        // average × 1e9 must fit Traefik's int64 nanosecond arithmetic.
+        let average = match f.get("average") {
+            Some(n) => self.uint(n, "`average`", 0, u64::from(u32::MAX)),
+            None => Some(0),
+        };
+        let mut period = Duration::ZERO;
+        let period_ok = self.duration_field(&f, "period", &mut period);
+        let burst = match f.get("burst") {
+            Some(n) => self.uint(n, "`burst`", 0, u64::from(u32::MAX)),
+            None => Some(1),
+        };
+        let source_criterion = self.source_criterion_field(&f, SourceCriterion::default());
+        period_ok?;
+        if period.is_zero() {
+            period = Duration::from_secs(1);
+        }
+        Some(RateLimit {
+            average: average?,
+            period,
+            burst: burst?.max(1),
+            source_criterion: source_criterion?,
+        })
+    }
+
+    /// `in_flight_req: { amount, source_criterion }`: `amount` is required (Traefik's default
+    /// of 0 refuses every request); the source is the host by default, as in Traefik.
+    fn in_flight_req(&mut self, node: &Node) -> Option<InFlightReq> {
+        let f = self.fields(node, "`in_flight_req`", &["amount", "source_criterion"])?;
+        let amount = match f.get("amount") {
+            Some(n) => self.uint(n, "`amount`", 1, i64::MAX as u64),
+            None => {
+                self.error(
+                    f.pos,
+                    "`in_flight_req` needs `amount`, the requests allowed at once",
+                );
+                None
+            }
+        };
+        let source_criterion = self.source_criterion_field(&f, SourceCriterion::RequestHost);
+        Some(InFlightReq {
+            amount: amount?,
+            source_criterion: source_criterion?,
+        })
+    }
+
+    /// The `source_criterion` of a per-source policy, or `default` without one.
+    fn source_criterion_field(
+        &mut self,
+        f: &Fields<'_>,
+        default: SourceCriterion,
+    ) -> Option<SourceCriterion> {
+        match f.get("source_criterion") {
+            Some(n) => self.source_criterion(n, default),
+            None => Some(default),
+        }
+    }
+
     /// `source_criterion: { ip_strategy, request_header_name, request_host }`, at most one
-    /// of them (an empty name and `false` count as absent, as in Traefik).
-    // The per-source policies (`rate_limit`, `in_flight_req`) are its users to come.
-    #[allow(dead_code)]
-    pub(super) fn source_criterion(&mut self, node: &Node) -> Option<SourceCriterion> {
+    /// of them (an empty name and `false` count as absent, as in Traefik: then `default`).
+    pub(super) fn source_criterion(
+        &mut self,
+        node: &Node,
+        default: SourceCriterion,
+    ) -> Option<SourceCriterion> {
         const KEYS: &[&str] = &["ip_strategy", "request_header_name", "request_host"];
         let f = self.fields(node, "`source_criterion`", KEYS)?;
         let mut chosen = Vec::new();
@@ -623,9 +697,7 @@ impl Loader<'_> {
             }
         }
         match chosen.as_slice() {
-            [] => Some(SourceCriterion::Ip(IpStrategy::RemoteAddr {
-                ipv6_subnet: None,
-            })),
+            [] => Some(default),
             [(_, criterion)] => criterion.clone(),
             [(first, _), (second, _), ..] => {
                 self.error(
@@ -840,6 +912,71 @@ impl Loader<'_> {
         })
     }
     // buffering: end
+
+    /// `circuit_breaker: { expression, check_period, fallback_duration, recovery_duration,
+    /// response_code }`: the expression parsed now, its errors pointing into it.
+    fn circuit_breaker(&mut self, node: &Node) -> Option<CircuitBreaker> {
+        const KEYS: &[&str] = &[
+            "expression",
+            "check_period",
+            "fallback_duration",
+            "recovery_duration",
+            "response_code",
+        ];
+        let f = self.fields(node, "`circuit_breaker`", KEYS)?;
+        let expression = match f.get("expression") {
+            Some(n) => self.string(n, "`expression`").and_then(|text| {
+                match crate::breaker_expression::parse(&text) {
+                    Ok(condition) => Some((condition, text)),
+                    Err(e) => {
+                        let pos = super::values::offset_pos(n, &text, e.offset);
+                        self.error(pos, format!("invalid `expression`: {}", e.message));
+                        None
+                    }
+                }
+            }),
+            None => {
+                self.error(
+                    f.pos,
+                    "`circuit_breaker` needs an `expression`, e.g. expression: \
+                     \"NetworkErrorRatio() > 0.5\"",
+                );
+                None
+            }
+        };
+        let mut durations = [
+            ("check_period", Duration::from_millis(100)),
+            ("fallback_duration", Duration::from_secs(10)),
+            ("recovery_duration", Duration::from_secs(10)),
+        ];
+        let mut durations_read = true;
+        for (key, slot) in &mut durations {
+            let Some(n) = f.get(key) else { continue };
+            match self.duration(n, &format!("`{key}`")) {
+                // Traefik reads 0 as "the default": weir asks for what is meant.
+                Some(d) if d.is_zero() => {
+                    self.error(n.pos, format!("`{key}` must be longer than 0"));
+                    durations_read = false;
+                }
+                Some(d) => *slot = d,
+                None => durations_read = false,
+            }
+        }
+        let response_code = match f.get("response_code") {
+            Some(n) => self.final_status(n, "response_code", "503 or 429"),
+            None => Some(503),
+        };
+        let (expression, expression_text) = expression?;
+        let [(_, check_period), (_, fallback_duration), (_, recovery_duration)] = durations;
+        durations_read.then_some(CircuitBreaker {
+            expression,
+            expression_text,
+            check_period,
+            fallback_duration,
+            recovery_duration,
+            response_code: response_code?,
+        })
+    }
 
     fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
         let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
@@ -1209,7 +1346,7 @@ mod tests {
             env: &|_| None,
             base: Default::default(),
         };
-        let criterion = loader.source_criterion(&root);
+        let criterion = loader.source_criterion(&root, SourceCriterion::default());
         match criterion {
             Some(criterion) if loader.errors.is_empty() => Ok(criterion),
             _ => Err(loader
@@ -1499,6 +1636,219 @@ mod basic_auth_tests {
                 "t.yaml:5:82: `remove_header` must be `true` or `false`, found `maybe`",
                 "t.yaml:5:89: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
             ]
+        );
+    }
+
+    fn loaded_rate_limit(body: &str) -> RateLimit {
+        let yaml = format!("{BASE}middlewares:\n  limit:\n    rate_limit: {body}\n");
+        match load_str(&yaml, "t.yaml").unwrap().middlewares[0]
+            .kind
+            .clone()
+        {
+            MiddlewareKind::RateLimit(limit) => limit,
+            other => panic!("not rate_limit: {other:?}"),
+        }
+    }
+
+    /// Traefik's defaults (`TestNewRateLimiter`: "no ratelimit on Average == 0", the default
+    /// source is the remote address): no limit, 1 s, a burst of 1; 0 means the default for
+    /// `period` and `burst`; "SourceCriterion in config is respected".
+    #[test]
+    fn rate_limit_settings_and_defaults() {
+        let remote = SourceCriterion::default();
+        let limit = loaded_rate_limit("{}");
+        assert_eq!(
+            limit,
+            RateLimit {
+                average: 0,
+                period: Duration::from_secs(1),
+                burst: 1,
+                source_criterion: remote.clone(),
+            }
+        );
+        let limit = loaded_rate_limit("{ average: 5, period: 0, burst: 0 }");
+        assert_eq!((limit.period, limit.burst), (Duration::from_secs(1), 1));
+        let limit = loaded_rate_limit(
+            "{ average: 2, period: 10s, burst: 10, source_criterion: { request_header_name: Foo } }",
+        );
+        assert_eq!(
+            limit,
+            RateLimit {
+                average: 2,
+                period: Duration::from_secs(10),
+                burst: 10,
+                source_criterion: SourceCriterion::RequestHeader("foo".into()),
+            }
+        );
+    }
+
+    /// Every error at once, at its `file:line:column`; Traefik's "SourceCriteria are mutually
+    /// exclusive" and its negative period.
+    #[test]
+    fn rate_limit_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  limit:\n    rate_limit: {body}\n");
+        assert_eq!(
+            errors(&mw("{ average: -1, period: -1s, burst: many }")),
+            vec![
+                "t.yaml:5:28: `average` must be a whole number from 0 to 4294967295, found `-1`",
+                "t.yaml:5:40: `period` must be a duration like `250ms`, `30s`, `5m` or `1h`, found `-1s`",
+                "t.yaml:5:52: `burst` must be a whole number from 0 to 4294967295, found `many`",
+            ]
+        );
+        assert_eq!(
+            errors(&mw(
+                "{ average: 1, source_criterion: { ip_strategy: {}, request_header_name: Foo } }"
+            )),
+            vec![
+                "t.yaml:5:49: `source_criterion` takes one of `ip_strategy` and `request_header_name`, not both"
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ averag: 1 }")),
+            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit`; expected one of: average, period, burst, source_criterion"]
+        );
+    }
+
+    /// `in_flight_req`: `amount`, and the host as the default source (Traefik's `New` in
+    /// inflightreq/inflight_req.go), also for a `source_criterion` that sets nothing.
+    #[test]
+    fn in_flight_req_settings_and_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  busy:\n    in_flight_req: {body}\n");
+        let loaded = |body: &str| match load_str(&mw(body), "t.yaml").unwrap().middlewares[0]
+            .kind
+            .clone()
+        {
+            MiddlewareKind::InFlightReq(limit) => limit,
+            other => panic!("not in_flight_req: {other:?}"),
+        };
+        let host = InFlightReq {
+            amount: 10,
+            source_criterion: SourceCriterion::RequestHost,
+        };
+        assert_eq!(loaded("{ amount: 10 }"), host);
+        assert_eq!(
+            loaded("{ amount: 10, source_criterion: { request_header_name: \"\" } }"),
+            host
+        );
+        assert_eq!(
+            loaded("{ amount: 1, source_criterion: { ip_strategy: {} } }").source_criterion,
+            SourceCriterion::default()
+        );
+        assert_eq!(
+            errors(&mw("{}")),
+            vec!["t.yaml:5:20: `in_flight_req` needs `amount`, the requests allowed at once"]
+        );
+        assert_eq!(
+            errors(&mw("{ amount: 0, source_criterion: { request_host: maybe } }")),
+            vec![
+                "t.yaml:5:30: `amount` must be a whole number from 1 to 9223372036854775807, found `0`",
+                "t.yaml:5:67: `request_host` must be `true` or `false`, found `maybe`",
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod circuit_breaker_tests {
+    use super::*;
+    use crate::breaker_expression::{BreakerCondition, BreakerMetric, Comparison, Threshold};
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    fn breaker(body: &str) -> String {
+        format!("{BASE}middlewares:\n  cb:\n    circuit_breaker: {body}\n")
+    }
+
+    fn loaded(body: &str) -> CircuitBreaker {
+        let cfg = load_str(&breaker(body), "t.yaml").unwrap();
+        match &cfg.middlewares[0].kind {
+            MiddlewareKind::CircuitBreaker(b) => b.clone(),
+            other => panic!("not circuit_breaker: {other:?}"),
+        }
+    }
+
+    /// The durations and the status, in the order of the keys.
+    fn timings(b: &CircuitBreaker) -> (Duration, Duration, Duration, u16) {
+        (
+            b.check_period,
+            b.fallback_duration,
+            b.recovery_duration,
+            b.response_code,
+        )
+    }
+
+    /// Traefik's defaults (`dynamic.CircuitBreaker.SetDefaults`, oxy's `default*` constants).
+    #[test]
+    fn defaults_and_settings() {
+        let b = loaded("{ expression: \"NetworkErrorRatio() > 0.5\" }");
+        assert_eq!(
+            b.expression,
+            BreakerCondition::Compare {
+                metric: BreakerMetric::NetworkErrorRatio,
+                op: Comparison::Greater,
+                value: Threshold::Ratio(0.5),
+            }
+        );
+        assert_eq!(b.expression_text, "NetworkErrorRatio() > 0.5");
+        let seconds = Duration::from_secs;
+        assert_eq!(
+            timings(&b),
+            (Duration::from_millis(100), seconds(10), seconds(10), 503)
+        );
+        let b = loaded(
+            "{ expression: 'LatencyAtQuantileMS(50.0) > 100', check_period: 1s, \
+             fallback_duration: 30s, recovery_duration: 1m, response_code: 429 }",
+        );
+        assert_eq!(timings(&b), (seconds(1), seconds(30), seconds(60), 429));
+    }
+
+    #[test]
+    fn errors_name_their_position_and_point_into_the_expression() {
+        assert_eq!(
+            errors(&breaker("{}")),
+            vec!["t.yaml:5:22: `circuit_breaker` needs an `expression`, e.g. expression: \"NetworkErrorRatio() > 0.5\""]
+        );
+        // Plain, double- and single-quoted: the column is the offending character's.
+        assert_eq!(
+            errors(&breaker("{ expression: NetworkErrorRatio() > 1 }")),
+            vec!["t.yaml:5:58: invalid `expression`: the metric is a ratio, compared with a decimal number like `0.5`; found the number `1`"]
+        );
+        assert_eq!(
+            errors(&breaker(
+                "{ expression: \"NetworkErrorRatio() > 0.5 && Latency() > 3\" }"
+            )),
+            vec![format!(
+                "t.yaml:5:66: invalid `expression`: unknown metric `Latency`; expected {}",
+                "NetworkErrorRatio(), ResponseCodeRatio(from, to, dividedFrom, dividedTo), \
+                 LatencyAtQuantileMS(quantile) or RequestThreshold()"
+            )]
+        );
+        assert_eq!(
+            errors(&breaker("{ expression: 'LatencyAtQuantileMS(50) > 100' }")),
+            vec!["t.yaml:5:57: invalid `expression`: `LatencyAtQuantileMS` takes a decimal quantile like `50.0` (with its `.0`), found the number `50`"]
+        );
+        assert_eq!(
+            errors(&breaker("\n      expression: NetworkErrorRatio() + 0.5 > 1.0\n")),
+            vec!["t.yaml:6:39: invalid `expression`: `+` is not supported: a metric is compared with a constant by `>`, `>=`, `<`, `<=`, `==` or `!=`, and comparisons are joined by `&&` and `||`"]
+        );
+        assert_eq!(
+            errors(&breaker(
+                "{ expression: 'NetworkErrorRatio() > 0.5', check_period: 0s, fallback_duration: soon, recovery_duration: 5 }"
+            )),
+            vec![
+                "t.yaml:5:79: `check_period` must be longer than 0",
+                "t.yaml:5:102: `fallback_duration` must be a duration like `250ms`, `30s`, `5m` or `1h`, found `soon`",
+            ]
+        );
+        assert_eq!(
+            errors(&breaker(
+                "{ expression: 'NetworkErrorRatio() > 0.5', response_code: 99 }"
+            )),
+            vec!["t.yaml:5:80: `response_code` must be a final HTTP status with a standard reason, like 503 or 429, found `99`"]
+        );
+        assert_eq!(
+            errors(&breaker("{ expression: 'RequestThreshold() > 1', fallback: 1s }")),
+            vec!["t.yaml:5:62: unknown key `fallback` in `circuit_breaker`; expected one of: expression, check_period, fallback_duration, recovery_duration, response_code"]
         );
     }
 }

@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{buffering, Flow};
+use crate::middlewares::{buffering, Flow, Held};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
@@ -75,10 +75,18 @@ pub(crate) async fn exchange<C: ClientConn>(
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
     let mut wrapped_by = usize::MAX;
+    // What filters keep until the answer is sent (`in_flight_req`'s place): null on other routes.
+    let mut held = Held::default();
+    // When the route's circuit breakers start timing the exchange; only on routes with one.
+    let outcome_since = route
+        .filter(|r| r.watches_outcomes)
+        .map(|_| started.unwrap_or_else(Instant::now));
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
-        Some(route) => run_route(worker, route, client, &mut head, &mut wrapped_by).await,
+        Some(route) => {
+            run_route(worker, route, client, &mut head, &mut wrapped_by, &mut held).await
+        }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
@@ -96,6 +104,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
+    // The request is over for the filters once its answer is sent, as in Traefik, where a
+    // middleware's handler returns after the body is written.
+    drop(held);
     let outcome = finish(
         worker,
         runtime,
@@ -105,6 +116,9 @@ pub(crate) async fn exchange<C: ClientConn>(
         started,
         sent,
     );
+    if let (Some(route), Some(since)) = (route, outcome_since) {
+        tell_outcome(route, wrapped_by, outcome.status, since.elapsed());
+    }
     if let Some(ep) = ep {
         ep.cells[worker.id].responded(outcome.status);
     }
@@ -126,13 +140,15 @@ async fn run_route<'r, C: ClientSide>(
     client: &mut C,
     head: &mut RequestHead,
     wrapped_by: &mut usize,
+    held: &mut Held,
 ) -> Reply<'r> {
     if let Some(at) = route.buffering_at {
         // Boxed: its state is large, and routes without it need not carry it.
-        return Box::pin(run_buffered(worker, route, at, client, head, wrapped_by)).await;
+        let buffered = run_buffered(worker, route, at, client, head, wrapped_by, held);
+        return Box::pin(buffered).await;
     }
     let all = 0..route.filters.len();
-    if let Some(answer) = run_filters(route, all, client, head, wrapped_by).await {
+    if let Some(answer) = run_filters(route, all, client, head, wrapped_by, held).await {
         return answer;
     }
     run_action(worker, route, client, head).await
@@ -146,10 +162,12 @@ async fn run_filters<'r, C: ClientSide>(
     client: &mut C,
     head: &mut RequestHead,
     wrapped_by: &mut usize,
+    held: &mut Held,
 ) -> Option<Reply<'r>> {
     for index in range {
         match route.filters[index].on_request(head, client).await {
             Flow::Continue => {}
+            Flow::Hold(kept) => held.push(kept),
             Flow::Respond(response) => {
                 *wrapped_by = index;
                 return Some(Reply::local(Cow::Owned(response)));
@@ -204,8 +222,9 @@ async fn run_buffered<'r, C: ClientSide>(
     client: &mut C,
     head: &mut RequestHead,
     wrapped_by: &mut usize,
+    held: &mut Held,
 ) -> Reply<'r> {
-    if let Some(answer) = run_filters(route, 0..at, client, head, wrapped_by).await {
+    if let Some(answer) = run_filters(route, 0..at, client, head, wrapped_by, held).await {
         return answer;
     }
     let Some(config) = route.filters[at].buffering() else {
@@ -220,7 +239,7 @@ async fn run_buffered<'r, C: ClientSide>(
     };
     let mut client = buffering::Buffered::new(client, body);
     let after = at + 1..route.filters.len();
-    if let Some(answer) = run_filters(route, after, &mut client, head, wrapped_by).await {
+    if let Some(answer) = run_filters(route, after, &mut client, head, wrapped_by, held).await {
         return answer;
     }
     let mut attempt = 1;
@@ -240,6 +259,14 @@ async fn run_buffered<'r, C: ClientSide>(
             return reply;
         }
         attempt += 1;
+    }
+}
+
+/// The filters that let the exchange through (all, or those before the one that answered)
+/// and watch outcomes learn its status and how long it took.
+fn tell_outcome(route: &Route, wrapped_by: usize, status: u16, took: std::time::Duration) {
+    for filter in route.filters.iter().take(wrapped_by) {
+        filter.on_outcome(status, took);
     }
 }
 

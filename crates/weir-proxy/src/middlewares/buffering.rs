@@ -30,16 +30,16 @@ use weir_config::{Buffering, Comparison, RetryExpression, RetryValue};
 const MAX_RETRIES: u32 = 10;
 
 /// A body held whole: in memory, or in a temporary file (gone once closed).
-pub(crate) enum Held {
+pub(crate) enum HeldBody {
     Memory(Bytes),
     File(Rc<std::fs::File>, u64),
 }
 
-impl Held {
+impl HeldBody {
     fn len(&self) -> u64 {
         match self {
-            Held::Memory(bytes) => bytes.len() as u64,
-            Held::File(_, len) => *len,
+            HeldBody::Memory(bytes) => bytes.len() as u64,
+            HeldBody::File(_, len) => *len,
         }
     }
 }
@@ -89,10 +89,10 @@ impl Holding {
         Ok(())
     }
 
-    fn finish(self) -> Held {
+    fn finish(self) -> HeldBody {
         match self.file {
-            Some(file) => Held::File(Rc::new(file), self.len),
-            None => Held::Memory(Bytes::from(self.memory)),
+            Some(file) => HeldBody::File(Rc::new(file), self.len),
+            None => HeldBody::Memory(Bytes::from(self.memory)),
         }
     }
 }
@@ -159,7 +159,7 @@ pub(crate) async fn read_request<C: ClientSide>(
     worker: &Worker,
     client: &mut C,
     head: &mut RequestHead,
-) -> Result<Option<Held>, LocalError> {
+) -> Result<Option<HeldBody>, LocalError> {
     if head.framing == Framing::None {
         return Ok(None);
     }
@@ -315,8 +315,8 @@ pub(crate) async fn read_response<'r>(
     let held = holding.finish();
     response.framing = Framing::Length(held.len());
     let body = match held {
-        Held::Memory(bytes) => ReplyBody::Bytes(bytes),
-        Held::File(file, len) => ReplyBody::File(FileBody {
+        HeldBody::Memory(bytes) => ReplyBody::Bytes(bytes),
+        HeldBody::File(file, len) => ReplyBody::File(FileBody {
             file: FileHandle::Worker(file),
             offset: 0,
             len,
@@ -428,11 +428,11 @@ fn holds(expression: &RetryExpression, attempt: u32, status: u16, method: &str) 
 /// and may send it again.
 pub(crate) struct Buffered<'c, C> {
     client: &'c mut C,
-    body: Option<Held>,
+    body: Option<HeldBody>,
 }
 
 impl<'c, C: ClientSide> Buffered<'c, C> {
-    pub(crate) fn new(client: &'c mut C, body: Option<Held>) -> Self {
+    pub(crate) fn new(client: &'c mut C, body: Option<HeldBody>) -> Self {
         Buffered { client, body }
     }
 
@@ -467,8 +467,8 @@ impl<C: ClientSide> ClientSide for Buffered<'_, C> {
         outgoing.body = match &self.body {
             None => return outgoing,
             Some(held) if held.len() == 0 => BodySource::None,
-            Some(Held::Memory(bytes)) => BodySource::Bytes(bytes.clone()),
-            Some(Held::File(file, len)) => BodySource::Spilled(Spilled {
+            Some(HeldBody::Memory(bytes)) => BodySource::Bytes(bytes.clone()),
+            Some(HeldBody::File(file, len)) => BodySource::Spilled(Spilled {
                 file: file.clone(),
                 len: *len,
             }),
@@ -495,8 +495,8 @@ impl<C: ClientSide> ClientSide for Buffered<'_, C> {
     ) -> Result<Bytes, BodyError> {
         match &self.body {
             Some(held) if held.len() > max => Err(BodyError::TooLarge),
-            Some(Held::Memory(bytes)) => Ok(bytes.clone()),
-            Some(Held::File(file, len)) => {
+            Some(HeldBody::Memory(bytes)) => Ok(bytes.clone()),
+            Some(HeldBody::File(file, len)) => {
                 use std::os::unix::fs::FileExt;
                 let mut whole = vec![0; *len as usize];
                 file.read_exact_at(&mut whole, 0)
@@ -527,13 +527,13 @@ mod tests {
         let mut small = Holding::new(8, 0);
         small.push(b"0123").unwrap();
         small.push(b"4567").unwrap();
-        assert!(matches!(small.finish(), Held::Memory(bytes) if &bytes[..] == b"01234567"));
+        assert!(matches!(small.finish(), HeldBody::Memory(bytes) if &bytes[..] == b"01234567"));
         let mut large = Holding::new(8, 20);
         large.push(b"01234").unwrap();
         large.push(b"56789").unwrap();
         large.push(b"abcde").unwrap();
         assert!(large.push(b"fghij!").is_err() && large.over);
-        let Held::File(file, len) = large.finish() else {
+        let HeldBody::File(file, len) = large.finish() else {
             panic!("held in memory past its size");
         };
         use std::os::unix::fs::FileExt;

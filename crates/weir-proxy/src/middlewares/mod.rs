@@ -1,21 +1,27 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
-//! refuses it with one of weir's errors (`Flow::Refuse`).
+//! refuses it with one of weir's errors (`Flow::Refuse`), or lets it on holding a place until
+//! the answer is sent (`Flow::Hold`).
 //! Response-head phase: edits the reply's head, local and proxied answers
 //! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
 //! transforms the body as the driver sends it (compression); without one, replies take the
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
-//! pairs, `digest_auth`'s nonces) builds it in [`Filter::new`], as a variant of `Kept`.
+//! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts, `digest_auth`'s nonces) builds it
+//! in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
 mod authenticated;
 mod basic_auth;
 pub(crate) mod buffering;
+mod circuit_breaker;
 mod digest_auth;
 mod headers;
+mod in_flight_req;
 mod ip_allow_list;
+mod jwt;
+mod rate_limit;
 mod redirect_regex;
 mod redirect_scheme;
 mod replace_path;
@@ -32,7 +38,11 @@ use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
+use std::sync::Arc;
+use std::time::Duration;
 use weir_config::MiddlewareKind;
+
+pub use circuit_breaker::Breaker;
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here,
 /// with what it keeps between requests.
@@ -45,11 +55,40 @@ enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
     DigestAuth(Box<digest_auth::DigestAuth>),
+    RateLimit(Box<rate_limit::RateLimit>),
+    InFlightReq(Box<in_flight_req::InFlightReq>),
+    Jwt(Box<jwt::JwtAuth>),
+    /// A router's own breaker (see [`Filter::with_breaker`]).
+    CircuitBreaker(Arc<Breaker>),
+}
+
+/// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
+/// request until then). One pointer, null on routes without such a filter, so that the
+/// exchange of every other route pays only for setting and testing it.
+#[derive(Default)]
+pub struct Held(Option<Box<HeldPlace>>);
+
+/// One place held, and those held by earlier filters of the route.
+struct HeldPlace {
+    _place: in_flight_req::InFlight,
+    _earlier: Held,
+}
+
+impl Held {
+    pub(crate) fn push(&mut self, place: in_flight_req::InFlight) {
+        let earlier = Held(self.0.take());
+        self.0 = Some(Box::new(HeldPlace {
+            _place: place,
+            _earlier: earlier,
+        }));
+    }
 }
 
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
+    /// Continue, keeping this until the answer is sent.
+    Hold(in_flight_req::InFlight),
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
     /// Refuse with this error, rendered in the route's flavour as weir's other errors are
@@ -77,9 +116,45 @@ impl Filter {
             MiddlewareKind::DigestAuth(config) => {
                 Kept::DigestAuth(Box::new(digest_auth::DigestAuth::new(config)))
             }
+            // An `average` of 0 limits nothing: no buckets, no work per request.
+            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(config)
+                .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
+            MiddlewareKind::InFlightReq(config) => {
+                Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
+            }
+            MiddlewareKind::Jwt(config) => Kept::Jwt(Box::new(jwt::JwtAuth::new(config))),
             _ => Kept::Nothing,
         };
         Filter(kind, kept)
+    }
+
+    /// A circuit breaker's settings; `None` for the other middlewares.
+    pub fn breaker_settings(&self) -> Option<&weir_config::CircuitBreaker> {
+        match &self.0 {
+            MiddlewareKind::CircuitBreaker(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// A router's own circuit breaker, with `breaker` as its state: Traefik builds one per
+    /// router, so routers naming the same middleware do not share its statistics. A breaker
+    /// made by [`Filter::new`] alone lets everything through.
+    pub fn with_breaker(&self, breaker: Arc<Breaker>) -> Filter {
+        Filter(self.0.clone(), Kept::CircuitBreaker(breaker))
+    }
+
+    /// Whether the filter must see how each exchange it let through ended (a circuit
+    /// breaker's statistics): the route then calls [`Filter::on_outcome`].
+    pub fn watches_outcomes(&self) -> bool {
+        matches!(self.1, Kept::CircuitBreaker(_))
+    }
+
+    /// How an exchange this filter let through ended: the status sent, and how long it took
+    /// from its head read to its last byte sent.
+    pub fn on_outcome(&self, status: u16, took: Duration) {
+        if let Kept::CircuitBreaker(breaker) = &self.1 {
+            breaker.on_outcome(status, took);
+        }
     }
 
     /// A `strip_prefix` or `strip_prefix_regex` filter (it records what it strips in
@@ -175,10 +250,39 @@ impl Filter {
                     }
                 }
             }
+            MiddlewareKind::RateLimit(_) => {
+                if let Kept::RateLimit(limit) = &self.1 {
+                    if let Err(refusal) = limit.on_request(req, client.ip()).await {
+                        return Flow::Refuse(refusal);
+                    }
+                }
+            }
+            MiddlewareKind::InFlightReq(_) => {
+                if let Kept::InFlightReq(limit) = &self.1 {
+                    return match limit.on_request(req, client.ip()) {
+                        Ok(counted) => Flow::Hold(counted),
+                        Err(refusal) => Flow::Refuse(refusal),
+                    };
+                }
+            }
+            MiddlewareKind::Jwt(_) => {
+                if let Kept::Jwt(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req) {
+                        return Flow::Refuse(refusal);
+                    }
+                }
+            }
             MiddlewareKind::DigestAuth(_) => {
                 if let Kept::DigestAuth(auth) = &self.1 {
                     if let Err(refusal) = auth.on_request(req) {
                         return Flow::Refuse(refusal);
+                    }
+                }
+            }
+            MiddlewareKind::CircuitBreaker(_) => {
+                if let Kept::CircuitBreaker(breaker) = &self.1 {
+                    if let Some(fallback) = breaker.on_request() {
+                        return Flow::Refuse(fallback);
                     }
                 }
             }

@@ -10,7 +10,7 @@ use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
 use crate::listen::tls::{server_tls, ServerTls};
-use crate::middlewares::Filter;
+use crate::middlewares::{Breaker, Filter};
 use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::servers::balancer::Service;
@@ -80,9 +80,11 @@ pub struct Route {
     pub filters: Vec<Arc<Filter>>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
-    /// Where the route's first `buffering` filter stands among its filters: the exchange
+    /// Where the route's `buffering` filter stands among its filters (one at most): the exchange
     /// reads the bodies there (`exchange::run_buffered`).
     pub buffering_at: Option<usize>,
+    /// True when some filter must see how each exchange ended (a circuit breaker).
+    pub watches_outcomes: bool,
     pub action: RouteAction,
     /// How weir's own errors on this route are shaped.
     pub error_form: ErrorForm,
@@ -203,10 +205,18 @@ impl Runtime {
                 elasticsearch.push(compiled);
             }
         }
+        // Keyed by the whole configuration: a middleware whose keys all stayed the same keeps
+        // its state, one with any change starts afresh.
         let filters: HashMap<&str, Arc<Filter>> = config
             .middlewares
             .iter()
-            .map(|m| (m.name.as_str(), Arc::new(Filter::new(m.kind.clone()))))
+            .map(|m| {
+                let identity = format!("{} {:?}", m.name, m.kind);
+                let filter = carried
+                    .filters
+                    .get(identity, || Arc::new(Filter::new(m.kind.clone())));
+                (m.name.as_str(), filter)
+            })
             .collect();
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();
@@ -225,7 +235,22 @@ impl Runtime {
             let mws: Vec<Arc<Filter>> = r
                 .middlewares
                 .iter()
-                .filter_map(|name| filters.get(name.as_str()).cloned())
+                .enumerate()
+                .filter_map(|(at, name)| {
+                    let shared = filters.get(name.as_str())?;
+                    let Some(settings) = shared.breaker_settings() else {
+                        return Some(shared.clone());
+                    };
+                    // The router's own breaker, as Traefik builds one per router. Keyed as the
+                    // shared middlewares are, with the router and the place in its list: it
+                    // keeps its state over a reload that leaves all of them the same.
+                    let key = format!("{} {at} {name} {settings:?}", r.name);
+                    let breaker = carried.breakers.get(key, || {
+                        let label = format!("router `{}`: circuit breaker `{name}`", r.name);
+                        Arc::new(Breaker::new(settings, label))
+                    });
+                    Some(Arc::new(shared.with_breaker(breaker)))
+                })
                 .collect();
             let mut error_form = ErrorForm::Plain;
             let action = match &r.action {
@@ -269,6 +294,7 @@ impl Runtime {
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
                 buffering_at: mws.iter().position(|m| m.buffering().is_some()),
+                watches_outcomes: mws.iter().any(|m| m.watches_outcomes()),
                 filters: mws,
                 action,
                 error_form,

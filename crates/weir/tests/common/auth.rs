@@ -1,22 +1,7 @@
-//! What the authentication middlewares' tests share: a config with a route behind one, and
-//! `weir check` on bad ones.
+//! What the authentication middlewares' tests share: their users-file cases, and `weir check`
+//! on bad settings.
 
 use super::*;
-
-/// A config whose routes `/open` (no middleware) and everything else (behind `auth`) go to
-/// `upstream`; `middleware` is `auth`'s body, its kind and settings (`basic_auth: {...}`).
-pub fn auth_route_config(upstream: &Upstream, middleware: &str) -> String {
-    format!(
-        "server: {{ workers: 2 }}\n\
-         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
-         routers:\n\
-         \x20 open: {{ rule: \"PathPrefix(`/open`)\", service: app }}\n\
-         \x20 closed: {{ rule: \"PathPrefix(`/`)\", priority: 1, middlewares: [auth], service: app }}\n\
-         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
-         middlewares:\n  auth:\n    {middleware}\n",
-        upstream.url()
-    )
-}
 
 /// `weir check` on `config` written to `path`: whether it passed, and what it said.
 pub fn check_config(path: &std::path::Path, config: &str) -> (bool, String) {

@@ -561,3 +561,35 @@ fn weir_check_refuses_bad_users() {
     let (ok, text) = check_config(&path, &auth_config(&up, "{ users_file: users }"));
     assert!(ok, "{text}");
 }
+
+/// A reload keeps the nonces of an unchanged `digest_auth` (another router changed): a
+/// client goes on counting on its nonce. A changed one starts afresh, with a new key and a new
+/// `opaque`, as go-http-auth's authenticator is made again in Traefik: the client's digest is
+/// then answered with a new challenge.
+#[test]
+fn a_reload_keeps_the_nonces_of_an_unchanged_middleware() {
+    let up = Upstream::start("app");
+    let config = test_user_config(&up, "");
+    let weir = Weir::start(&config);
+    let me = ("test", "test");
+    let ch = fresh_challenge(&weir);
+    let at = |nc: u32| authorization(me, &ch, "GET", "/x", nc);
+    assert_eq!(send(&weir, "GET", "/x", Some(&at(1)), "").status, 200);
+    let other_router_changed = config.replace("PathPrefix(`/open`)", "PathPrefix(`/opened`)");
+    std::fs::write(weir.config_path(), &other_router_changed).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 1);
+    assert_eq!(send(&weir, "GET", "/x", Some(&at(2)), "").status, 200);
+    let users_changed = other_router_changed.replace(
+        &format!("[\"{TRAEFIK_TEST}\"]"),
+        &format!("[\"{TRAEFIK_TEST}\", \"other:traefik:a2688e031edb4be6a3797f3882655c05\"]"),
+    );
+    assert_ne!(users_changed, other_router_changed);
+    std::fs::write(weir.config_path(), users_changed).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 2);
+    let renewed = challenge_of(&send(&weir, "GET", "/x", Some(&at(3)), ""));
+    assert_ne!(renewed.opaque, ch.opaque, "a new middleware, a new opaque");
+    let next = authorization(me, &renewed, "GET", "/x", 1);
+    assert_eq!(send(&weir, "GET", "/x", Some(&next), "").status, 200);
+}

@@ -212,9 +212,10 @@ async fn run_action<'r, C: ClientSide>(
 }
 
 /// A route with `buffering` (the filter at `at`): the filters before it, then the request
-/// body read whole, the filters after it and the action with the body in memory, the answer's
-/// body read whole, and the action again while `retry_expression` asks for it (as oxy's
-/// buffer wraps the handlers after it in Traefik's chain).
+/// body held whole (in memory, or a temporary file past its size), the filters after it and
+/// the action with the held body, the answer's body held whole, and the action again while
+/// `retry_expression` asks for it (as oxy's buffer wraps the handlers after it in Traefik's
+/// chain).
 async fn run_buffered<'r, C: ClientSide>(
     worker: &Rc<Worker>,
     route: &'r Route,
@@ -253,9 +254,8 @@ async fn run_buffered<'r, C: ClientSide>(
             // wrap it, as in Traefik, where the buffer writes its own answer outside them.
             *wrapped_by = at;
         }
-        let again = client.replayable(head)
-            && buffering::retries(config, attempt, reply.status(), head.method());
-        if !again {
+        // The body is held whole, so the request can always be sent again.
+        if !buffering::retries(config, attempt, reply.status(), head.method()) {
             return reply;
         }
         attempt += 1;

@@ -424,8 +424,8 @@ fn holds(expression: &RetryExpression, attempt: u32, status: u16, method: &str) 
     }
 }
 
-/// A client whose request body was read into memory: the upstream side sends it from there,
-/// and may send it again.
+/// A client whose request body is held (in memory or a file): the upstream side sends it from
+/// there, and may send it again.
 pub(crate) struct Buffered<'c, C> {
     client: &'c mut C,
     body: Option<HeldBody>,
@@ -434,12 +434,6 @@ pub(crate) struct Buffered<'c, C> {
 impl<'c, C: ClientSide> Buffered<'c, C> {
     pub(crate) fn new(client: &'c mut C, body: Option<HeldBody>) -> Self {
         Buffered { client, body }
-    }
-
-    /// Whether `req` can be sent again: it has no body, or its body is in memory (one
-    /// streamed from the client is gone once sent).
-    pub(crate) fn replayable(&self, req: &RequestHead) -> bool {
-        self.body.is_some() || req.framing == Framing::None
     }
 }
 

@@ -1,7 +1,7 @@
 //! End-to-end `digest_auth`: users files written by Debian's `htdigest`, real `curl --digest`
 //! over HTTP/1.1 and HTTP/2, the challenge and its nonces (replayed, out of order, forged,
-//! shared by the workers), the user's name sent upstream, `Authorization` removed, and
-//! `weir check` on bad users. Cases ported from Traefik's
+//! shared by the workers, kept over a reload), the user's name sent upstream, `Authorization`
+//! removed, the gRPC form of the refusal, and `weir check` on bad users. Cases ported from Traefik's
 //! `pkg/middlewares/auth/digest_auth_test.go` (with its client, `digest_auth_request_test.go`)
 //! and go-http-auth's `digest_test.go` say which test they come from.
 
@@ -592,4 +592,22 @@ fn a_reload_keeps_the_nonces_of_an_unchanged_middleware() {
     assert_ne!(renewed.opaque, ch.opaque, "a new middleware, a new opaque");
     let next = authorization(me, &renewed, "GET", "/x", 1);
     assert_eq!(send(&weir, "GET", "/x", Some(&next), "").status, 200);
+}
+
+/// A gRPC call refused by `digest_auth` gets the refusal in gRPC form (HTTP 200,
+/// `grpc-status: 16` UNAUTHENTICATED) with the challenge beside it.
+#[test]
+fn a_grpc_call_is_refused_in_grpc_form() {
+    let up = Upstream::start("app");
+    let weir = Weir::start(&test_user_config(&up, ""));
+    let url = format!("http://{}/weir.Echo/Unary", weir.addr());
+    let head = curl_grpc_head(&["--http2-prior-knowledge"], &url);
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert_eq!(header_value(&head, "grpc-status"), Some("16"), "{head}");
+    let challenge = header_value(&head, "www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.starts_with("digest realm=\"traefik\", nonce=\""),
+        "{head}"
+    );
+    assert_eq!(up.request_count(), 0);
 }

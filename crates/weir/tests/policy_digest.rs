@@ -1,9 +1,10 @@
 //! End-to-end `digest_auth`: users files written by Debian's `htdigest`, real `curl --digest`
 //! over HTTP/1.1 and HTTP/2, the challenge and its nonces (replayed, out of order, forged,
 //! shared by the workers, kept over a reload), the user's name sent upstream, `Authorization`
-//! removed, the gRPC form of the refusal, and `weir check` on bad users. Cases ported from Traefik's
-//! `pkg/middlewares/auth/digest_auth_test.go` (with its client, `digest_auth_request_test.go`)
-//! and go-http-auth's `digest_test.go` say which test they come from.
+//! removed, the gRPC form of the refusal, and `weir check` on bad users. Cases ported from
+//! Traefik's `pkg/middlewares/auth/digest_auth_test.go` (with its client,
+//! `digest_auth_request_test.go`) and go-http-auth's `digest_test.go` say which test they come
+//! from.
 
 mod common;
 use common::*;

@@ -7,6 +7,7 @@ mod entrypoints;
 mod health;
 mod jwt;
 mod middlewares;
+mod retry_expression;
 mod routers;
 mod server;
 mod services;

@@ -632,6 +632,10 @@ pub enum MiddlewareKind {
     IpAllowList(IpAllowList),
     /// Lets through only requests with a known user's password (HTTP Basic authentication).
     BasicAuth(BasicAuth),
+    /// Lets through only requests with a known user's digest (HTTP Digest authentication).
+    DigestAuth(DigestAuth),
+    /// Reads request and response bodies whole before passing them on, within limits.
+    Buffering(Buffering),
     /// Limits each source's request rate with a token bucket.
     RateLimit(RateLimit),
     /// Limits each source's requests in progress at once.
@@ -830,6 +834,73 @@ pub struct BasicAuth {
 }
 
 pub const DEFAULT_BASIC_AUTH_REALM: &str = "weir";
+
+/// The `digest_auth` middleware's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestAuth {
+    /// Each user's HA1 (MD5 of `name:realm:password`, 32 lowercase hex digits), by name and
+    /// realm as `htdigest` writes them: `users_file`'s lines, then `users` (a name and realm
+    /// in both keep the `users` hash).
+    pub users: std::collections::BTreeMap<(String, String), String>,
+    /// Named in the challenge; only the users of this realm are let through.
+    pub realm: String,
+    /// The request header that carries the authenticated user's name upstream.
+    pub header_field: Option<String>,
+    /// Whether `Authorization` is removed before the request goes upstream.
+    pub remove_header: bool,
+}
+
+/// Traefik's: a users file written for Traefik names this realm.
+pub const DEFAULT_DIGEST_AUTH_REALM: &str = "traefik";
+
+/// The `buffering` middleware's settings (Traefik's `buffering`, vulcand/oxy's buffer). A
+/// limit of 0 is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buffering {
+    pub max_request_body_bytes: u64,
+    pub mem_request_body_bytes: u64,
+    pub max_response_body_bytes: u64,
+    pub mem_response_body_bytes: u64,
+    /// When to send the request again, judged on each try's answer.
+    pub retry_expression: Option<RetryExpression>,
+}
+
+/// oxy's default for the `mem_*` sizes.
+pub const DEFAULT_BUFFERING_MEM_BYTES: u64 = 1 << 20;
+
+/// A `retry_expression`, parsed (vulcand/predicate's grammar, with oxy buffer's functions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryExpression {
+    And(Box<RetryExpression>, Box<RetryExpression>),
+    Or(Box<RetryExpression>, Box<RetryExpression>),
+    /// `IsNetworkError()`: the try was answered 502 or 504.
+    IsNetworkError,
+    /// A comparison of `Attempts()`, `ResponseCode()` or `RequestMethod()` with a value.
+    Compare(RetryValue, Comparison, RetryValue),
+}
+
+/// A value a retry expression compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryValue {
+    /// `Attempts()`: how many tries were made, this one included.
+    Attempts,
+    /// `ResponseCode()`: the status of this try's answer.
+    ResponseCode,
+    /// `RequestMethod()`.
+    RequestMethod,
+    Number(i64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Eq,
+    Ne,
+    Lt,
+    Gt,
+    Le,
+    Ge,
+}
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -110,10 +110,6 @@ fn users_written_by_htpasswd_are_let_through() {
     assert_eq!(get(weir.addr(), "t", "/open").status, 200);
 }
 
-/// One of TestBasicAuthUsersFromFile's cases: its name, the users file, `users`, the names
-/// and passwords let through, the realm.
-type Case<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
-
 /// TestBasicAuthUsersFromFile, each case: users found in the file, merged with `users`,
 /// `users` winning over the file for the same name, the realm in the challenge, comments
 /// skipped; `foo:foo` refused each time, without the upstream's body.
@@ -122,7 +118,7 @@ fn users_file_cases_from_traefik() {
     let file_two =
         "test:$apr1$H6uskkkW$IgXLP6ewTrSuBkTrqE8wj/\ntest2:$apr1$d9hr9HBB$4HxwgUir3HP4EsggP/QNo0\n";
     let overridden = "\"test2:$apr1$mK.GtItK$ncnLYvNLek0weXdxo68690\"";
-    let cases: [Case; 5] = [
+    let cases: [UsersFileCase; 5] = [
         (
             "Finds the users in the file",
             file_two,
@@ -161,21 +157,7 @@ fn users_file_cases_from_traefik() {
     ];
     let up = Upstream::start("traefik");
     for (desc, file, given, expected, realm) in cases {
-        let dir = temp_dir("auth-file");
-        let users = dir.join("auth-users");
-        std::fs::write(&users, file).unwrap();
-        let realm_key = if realm.is_empty() {
-            String::new()
-        } else {
-            format!(", realm: \"{realm}\"")
-        };
-        let weir = Weir::start(&auth_config(
-            &up,
-            &format!(
-                "{{ users_file: \"{}\", users: {given}{realm_key} }}",
-                users.display()
-            ),
-        ));
+        let weir = Weir::start(&auth_config(&up, &users_file_settings(file, given, realm)));
         for &(user, password) in expected {
             let resp = get_as(&weir, Some((user, password)), "");
             assert_eq!(resp.status, 200, "{desc}: cannot authenticate {user}");
@@ -316,14 +298,6 @@ fn weir_check_refuses_bad_users() {
     std::fs::write(dir.join("users"), format!("{TRAEFIK_TEST}\nbroken\n")).unwrap();
     let up = Upstream::start("app");
     let path = dir.join("weir.yaml");
-    // `weir check` on `auth`: whether it passed, and its output.
-    let check = |auth: &str| {
-        std::fs::write(&path, auth_config(&up, auth)).unwrap();
-        let out = weir_check(&path);
-        let text = String::from_utf8_lossy(&out.stderr).into_owned()
-            + &String::from_utf8_lossy(&out.stdout);
-        (out.status.success(), text)
-    };
     let users = dir.join("users");
     let cases = [
         (
@@ -349,15 +323,8 @@ fn weir_check_refuses_bad_users() {
             vec!["11:31: cannot read users file".to_string()],
         ),
     ];
-    for (auth, expected) in cases {
-        let (ok, text) = check(auth);
-        assert!(!ok, "{auth}");
-        for place in expected {
-            let line = format!("{}:{place}", path.display());
-            assert!(text.contains(&line), "{auth}: no `{line}` in {text}");
-        }
-    }
+    assert_check_refuses_at(&path, |auth| auth_config(&up, auth), &cases);
     std::fs::write(&users, format!("{TRAEFIK_TEST}\n")).unwrap();
-    let (ok, text) = check("{ users_file: users }");
+    let (ok, text) = check_config(&path, &auth_config(&up, "{ users_file: users }"));
     assert!(ok, "{text}");
 }

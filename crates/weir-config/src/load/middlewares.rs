@@ -1,8 +1,8 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth, rate_limit, in_flight_req, circuit_breaker, jwt (read in
-//! `load/jwt.rs`) or grpc_web; and the chains resolved into flat lists (every name defined,
-//! no loop).
+//! chain, basic_auth, digest_auth, rate_limit, in_flight_req, circuit_breaker, buffering, jwt
+//! (read in `load/jwt.rs`) or grpc_web; and the chains resolved into flat lists (every name
+//! defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -53,6 +53,8 @@ impl Loader<'_> {
             "redirect_regex",
             "chain",
             "basic_auth",
+            "digest_auth",
+            "buffering",
             "rate_limit",
             "in_flight_req",
             "jwt",
@@ -81,6 +83,8 @@ impl Loader<'_> {
             "redirect_regex" => self.redirect_regex(body)?,
             "chain" => self.chain(body)?,
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
+            "digest_auth" => MiddlewareKind::DigestAuth(self.digest_auth(body)?),
+            "buffering" => MiddlewareKind::Buffering(self.buffering(body)?),
             "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
             "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
             "jwt" => self.jwt(body)?,
@@ -750,54 +754,16 @@ impl Loader<'_> {
     /// `basic_auth: { users, users_file, realm, header_field, remove_header }`: the file's
     /// users first, then `users`, so a name in both keeps its `users` hash (as Traefik merges).
     fn basic_auth(&mut self, node: &Node) -> Option<BasicAuth> {
-        const KEYS: &[&str] = &[
-            "users",
-            "users_file",
-            "realm",
-            "header_field",
-            "remove_header",
-        ];
-        let f = self.fields(node, "`basic_auth`", KEYS)?;
+        let f = self.fields(node, "`basic_auth`", AUTH_KEYS)?;
         let mut users = std::collections::BTreeMap::new();
         let errors_before = self.errors.len();
-        if let Some(file) = f.get("users_file") {
-            self.users_file(file, &mut users);
-        }
-        if let Some(list) = f.get("users") {
-            for (line, pos) in self.string_list(list, "`users`") {
-                match basic_user(&line) {
-                    Ok((name, hash)) => {
-                        users.insert(name.to_string(), hash.to_string());
-                    }
-                    Err(problem) => self.error(pos, problem),
-                }
-            }
-        }
-        let realm = match f.get("realm") {
-            Some(n) => {
-                let realm = self.string(n, "`realm`")?;
-                // It is sent inside a quoted string, which these would end or break.
-                if realm.contains(['"', '\\']) || !is_header_value(&realm) {
-                    self.error(n.pos, "`realm` must be printable text without `\"` or `\\`");
-                }
-                realm
-            }
-            None => DEFAULT_BASIC_AUTH_REALM.to_string(),
-        };
-        let header_field = match f.get("header_field") {
-            Some(n) => {
-                let name = self.string(n, "`header_field`")?;
-                if !is_header_name(&name) {
-                    self.error(n.pos, format!("`{name}` is not a valid header name"));
-                }
-                Some(name)
-            }
-            None => None,
-        };
-        let remove_header = match f.get("remove_header") {
-            Some(n) => self.boolean(n, "`remove_header`").unwrap_or(false),
-            None => false,
-        };
+        self.auth_users(&f, |line| {
+            let (name, hash) = basic_user(line)?;
+            users.insert(name.to_string(), hash.to_string());
+            Ok(())
+        });
+        let (realm, header_field, remove_header) =
+            self.auth_options(&f, DEFAULT_BASIC_AUTH_REALM)?;
         // Only when no line was refused: that error already says what is wrong.
         if users.is_empty() && self.errors.len() == errors_before {
             self.error(
@@ -812,6 +778,160 @@ impl Loader<'_> {
             remove_header,
         })
     }
+
+    /// The users of an authentication middleware: `users_file`'s lines, then `users`'s, each
+    /// handed to `take`, whose refusal is an error at the line (a file's line number in it).
+    fn auth_users(&mut self, f: &Fields<'_>, mut take: impl FnMut(&str) -> Result<(), String>) {
+        if let Some(file) = f.get("users_file") {
+            self.users_file(file, &mut take);
+        }
+        if let Some(list) = f.get("users") {
+            for (line, pos) in self.string_list(list, "`users`") {
+                if let Err(problem) = take(&line) {
+                    self.error(pos, problem);
+                }
+            }
+        }
+    }
+
+    /// An authentication middleware's `realm` (`default` when absent), `header_field` and
+    /// `remove_header`.
+    fn auth_options(
+        &mut self,
+        f: &Fields<'_>,
+        default: &str,
+    ) -> Option<(String, Option<String>, bool)> {
+        let realm = match f.get("realm") {
+            Some(n) => {
+                let realm = self.string(n, "`realm`")?;
+                // It is sent inside a quoted string, which these would end or break.
+                if realm.contains(['"', '\\']) || !is_header_value(&realm) {
+                    self.error(n.pos, "`realm` must be printable text without `\"` or `\\`");
+                }
+                realm
+            }
+            None => default.to_string(),
+        };
+        let header_field = match f.get("header_field") {
+            Some(n) => {
+                let name = self.string(n, "`header_field`")?;
+                if !is_header_name(&name) {
+                    self.error(n.pos, format!("`{name}` is not a valid header name"));
+                }
+                Some(name)
+            }
+            None => None,
+        };
+        let remove_header = self.flag_key(f, "remove_header");
+        Some((realm, header_field, remove_header))
+    }
+
+    /// A users file as `htpasswd` or `htdigest` writes it, read now (relative to the config
+    /// file's folder): each line handed to `take`; blank lines and lines starting with `#` are
+    /// skipped.
+    fn users_file(&mut self, node: &Node, take: &mut impl FnMut(&str) -> Result<(), String>) {
+        let Some(path) = self.string(node, "`users_file`") else {
+            return;
+        };
+        let path = self.base.join(path);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) => {
+                let path = path.display();
+                self.error(node.pos, format!("cannot read users file `{path}`: {e}"));
+                return;
+            }
+        };
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Err(problem) = take(line) {
+                let (path, number) = (path.display(), number + 1);
+                self.error(
+                    node.pos,
+                    format!("users file `{path}` line {number}: {problem}"),
+                );
+            }
+        }
+    }
+
+    // digest_auth: begin
+    /// `digest_auth: { users, users_file, realm, header_field, remove_header }`: users as
+    /// `htdigest` writes them, merged as `basic_auth`'s; at least one must be of `realm`.
+    fn digest_auth(&mut self, node: &Node) -> Option<DigestAuth> {
+        let f = self.fields(node, "`digest_auth`", AUTH_KEYS)?;
+        let mut users = std::collections::BTreeMap::new();
+        let errors_before = self.errors.len();
+        self.auth_users(&f, |line| {
+            let (name, realm, hash) = digest_user(line)?;
+            users.insert((name.to_string(), realm.to_string()), hash);
+            Ok(())
+        });
+        let (realm, header_field, remove_header) =
+            self.auth_options(&f, DEFAULT_DIGEST_AUTH_REALM)?;
+        // Only when no line was refused: that error already says what is wrong.
+        if self.errors.len() == errors_before && !users.keys().any(|(_, r)| *r == realm) {
+            self.error(
+                f.pos,
+                format!(
+                    "`digest_auth` needs at least one user of realm `{realm}`, in `users` or `users_file`"
+                ),
+            );
+        }
+        Some(DigestAuth {
+            users,
+            realm,
+            header_field,
+            remove_header,
+        })
+    }
+    // digest_auth: end
+
+    // buffering: begin
+    /// `buffering: { max_request_body_bytes, mem_request_body_bytes, max_response_body_bytes,
+    /// mem_response_body_bytes, retry_expression }`: sizes (0: no limit), the expression
+    /// parsed now.
+    fn buffering(&mut self, node: &Node) -> Option<Buffering> {
+        const KEYS: &[&str] = &[
+            "max_request_body_bytes",
+            "mem_request_body_bytes",
+            "max_response_body_bytes",
+            "mem_response_body_bytes",
+            "retry_expression",
+        ];
+        let f = self.fields(node, "`buffering`", KEYS)?;
+        let mut size = |key: &str, default: u64| match f.get(key) {
+            Some(n) => self.size(n, &format!("`{key}`")).unwrap_or(default),
+            None => default,
+        };
+        let max_request_body_bytes = size("max_request_body_bytes", 0);
+        let mem_request_body_bytes = size("mem_request_body_bytes", DEFAULT_BUFFERING_MEM_BYTES);
+        let max_response_body_bytes = size("max_response_body_bytes", 0);
+        let mem_response_body_bytes = size("mem_response_body_bytes", DEFAULT_BUFFERING_MEM_BYTES);
+        let retry_expression = match f.get("retry_expression") {
+            Some(n) => {
+                let text = self.string(n, "`retry_expression`")?;
+                match super::retry_expression::parse(&text) {
+                    Ok(expression) => Some(expression),
+                    Err(problem) => {
+                        self.error(n.pos, format!("invalid `retry_expression`: {problem}"));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        Some(Buffering {
+            max_request_body_bytes,
+            mem_request_body_bytes,
+            max_response_body_bytes,
+            mem_response_body_bytes,
+            retry_expression,
+        })
+    }
+    // buffering: end
 
     /// `circuit_breaker: { expression, check_period, fallback_duration, recovery_duration,
     /// response_code }`: the expression parsed now, its errors pointing into it.
@@ -878,41 +998,6 @@ impl Loader<'_> {
         })
     }
 
-    /// A users file as `htpasswd` writes it, read now (relative to the config file's folder):
-    /// one `name:hash` a line; blank lines and lines starting with `#` are skipped.
-    fn users_file(&mut self, node: &Node, users: &mut std::collections::BTreeMap<String, String>) {
-        let Some(path) = self.string(node, "`users_file`") else {
-            return;
-        };
-        let path = self.base.join(path);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) => {
-                let path = path.display();
-                self.error(node.pos, format!("cannot read users file `{path}`: {e}"));
-                return;
-            }
-        };
-        for (number, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            match basic_user(line) {
-                Ok((name, hash)) => {
-                    users.insert(name.to_string(), hash.to_string());
-                }
-                Err(problem) => {
-                    let (path, number) = (path.display(), number + 1);
-                    self.error(
-                        node.pos,
-                        format!("users file `{path}` line {number}: {problem}"),
-                    );
-                }
-            }
-        }
-    }
-
     fn header_ops(&mut self, node: &Node, what: &str) -> HeaderOps {
         let Some(f) = self.fields(node, what, &["set", "add", "remove"]) else {
             return HeaderOps::default();
@@ -955,6 +1040,39 @@ fn parse_range(text: &str) -> Option<crate::rule::Cidr> {
         _ => net,
     })
 }
+
+/// The keys of `basic_auth` and `digest_auth`.
+const AUTH_KEYS: &[&str] = &[
+    "users",
+    "users_file",
+    "realm",
+    "header_field",
+    "remove_header",
+];
+
+// digest_auth: begin
+/// A `name:realm:hash` line split in three (Traefik refuses any other count of `:`), with the
+/// hash as 32 hex digits (lowercased: clients compute the digest over lowercase hex).
+fn digest_user(line: &str) -> Result<(&str, &str, String), String> {
+    let mut parts = line.split(':');
+    let (Some(name), Some(realm), Some(hash), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("a user must be `name:realm:hash`, as htdigest writes it".into());
+    };
+    // The name may go upstream in `header_field`.
+    if !is_header_value(name) {
+        return Err("a user's name must be printable text".into());
+    }
+    if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "user `{name}`'s hash must be 32 hex digits, the MD5 of `name:realm:password` \
+             that htdigest writes"
+        ));
+    }
+    Ok((name, realm, hash.to_ascii_lowercase()))
+}
+// digest_auth: end
 
 /// A `name:hash` line split in two (Traefik refuses a line with another `:` in it), with a
 /// hash weir can verify.
@@ -1427,7 +1545,7 @@ mod basic_auth_tests {
 
     /// A folder of its own for a test, with `users` in its file `users`: the path of a config
     /// file beside it.
-    fn beside_users(test: &str, users: &str) -> std::path::PathBuf {
+    pub(super) fn beside_users(test: &str, users: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("weir-config-{}-{test}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("users"), users).unwrap();
@@ -1796,3 +1914,220 @@ mod grpc_web_tests {
         );
     }
 }
+
+// digest_auth: begin
+#[cfg(test)]
+mod digest_auth_tests {
+    use super::basic_auth_tests::beside_users;
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    /// Traefik's digest_auth_test.go: `test`, realm `traefik`, password `test`.
+    const TEST: &str = "test:traefik:a2688e031edb4be6a3797f3882655c05";
+
+    fn auth(body: &str, file: &str) -> Result<DigestAuth, Vec<String>> {
+        let text = format!("{BASE}middlewares:\n  auth:\n    digest_auth: {body}\n");
+        match load_str(&text, file) {
+            Ok(cfg) => match &cfg.middlewares[0].kind {
+                MiddlewareKind::DigestAuth(a) => Ok(a.clone()),
+                other => panic!("not digest_auth: {other:?}"),
+            },
+            Err(e) => Err(e.iter().map(|e| e.to_string()).collect()),
+        }
+    }
+
+    fn user(name: &str, realm: &str) -> (String, String) {
+        (name.to_string(), realm.to_string())
+    }
+
+    /// TestDigestAuthUsersFromFile's merge: the file's users, then `users`, which wins for the
+    /// same name and realm; a name in two realms is two users; hex is kept lowercase.
+    #[test]
+    fn users_and_users_file_merge_by_name_and_realm() {
+        let file = beside_users(
+            "digest-merge",
+            "# htdigest\n\n  test:traefik:a2688e031edb4be6a3797f3882655c05  \ntest2:traefik:518845800f9e2bfb1f1f740ec24f074e\ntest:traefiker:A3D334DFF2645B914918DE78BEC50BF4\n",
+        );
+        let a = auth(
+            "{ users_file: users, users: [\"test2:traefik:8de60a1c52da68ccf41f0c0ffb7c51a0\"] }",
+            file.to_str().unwrap(),
+        )
+        .unwrap();
+        let users: Vec<_> = a.users.into_iter().collect();
+        assert_eq!(
+            users,
+            vec![
+                (
+                    user("test", "traefik"),
+                    "a2688e031edb4be6a3797f3882655c05".to_string()
+                ),
+                (
+                    user("test", "traefiker"),
+                    "a3d334dff2645b914918de78bec50bf4".to_string()
+                ),
+                (
+                    user("test2", "traefik"),
+                    "8de60a1c52da68ccf41f0c0ffb7c51a0".to_string()
+                ),
+            ]
+        );
+        assert_eq!(a.realm, DEFAULT_DIGEST_AUTH_REALM);
+        assert_eq!((a.header_field, a.remove_header), (None, false));
+        let a = auth(
+            &format!(
+                "{{ users: [\"{TEST}\", \"u:r:a2688e031edb4be6a3797f3882655c05\"], realm: r, header_field: X-User, remove_header: true }}"
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(a.realm, "r");
+        assert_eq!(a.header_field.as_deref(), Some("X-User"));
+        assert!(a.remove_header);
+    }
+
+    #[test]
+    fn users_file_errors_name_the_key_and_the_line() {
+        let path = beside_users(
+            "digest-errors",
+            &format!("{TEST}\n\ntest\na:b\na:b:c:d\nshort:traefik:a2688e\nhex:traefik:g2688e031edb4be6a3797f3882655c05\n"),
+        );
+        let file = path.to_str().unwrap();
+        let dir = path.parent().unwrap();
+        let users = dir.join("users");
+        let users = users.display();
+        let shape = "a user must be `name:realm:hash`, as htdigest writes it";
+        let hash = |name: &str| {
+            format!("user `{name}`'s hash must be 32 hex digits, the MD5 of `name:realm:password` that htdigest writes")
+        };
+        assert_eq!(
+            auth("{ users_file: users }", file).unwrap_err(),
+            vec![
+                format!("{file}:5:32: users file `{users}` line 3: {shape}"),
+                format!("{file}:5:32: users file `{users}` line 4: {shape}"),
+                format!("{file}:5:32: users file `{users}` line 5: {shape}"),
+                format!(
+                    "{file}:5:32: users file `{users}` line 6: {}",
+                    hash("short")
+                ),
+                format!("{file}:5:32: users file `{users}` line 7: {}", hash("hex")),
+            ]
+        );
+        let missing = dir.join("missing");
+        let errs = auth("{ users_file: missing }", file).unwrap_err();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with(&format!(
+                "{file}:5:32: cannot read users file `{}`: ",
+                missing.display()
+            )),
+            "{errs:?}"
+        );
+    }
+
+    /// TestDigestAuthError (`test`, no realm or hash), no user of the realm, and bad keys.
+    #[test]
+    fn digest_auth_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  auth:\n    digest_auth: {body}\n");
+        assert_eq!(
+            errors(&mw("{ users: [test] }")),
+            vec!["t.yaml:5:28: a user must be `name:realm:hash`, as htdigest writes it"]
+        );
+        assert_eq!(
+            errors(&mw("{ users: [] }")),
+            vec!["t.yaml:5:18: `digest_auth` needs at least one user of realm `traefik`, in `users` or `users_file`"]
+        );
+        assert_eq!(
+            errors(&mw(&format!("{{ users: [\"{TEST}\"], realm: other }}"))),
+            vec!["t.yaml:5:18: `digest_auth` needs at least one user of realm `other`, in `users` or `users_file`"]
+        );
+        assert_eq!(
+            errors(&mw(&format!(
+                "{{ users: [\"{TEST}\"], realm: 'a \"b\"', header_field: \"X User\" }}"
+            ))),
+            vec![
+                "t.yaml:5:85: `realm` must be printable text without `\"` or `\\`",
+                "t.yaml:5:108: `X User` is not a valid header name"
+            ]
+        );
+        assert_eq!(
+            errors(&mw(&format!("{{ users: [\"{TEST}\"], remove_header: maybe, opaque: x }}"))),
+            vec![
+                "t.yaml:5:93: `remove_header` must be `true` or `false`, found `maybe`",
+                "t.yaml:5:100: unknown key `opaque` in `digest_auth`; expected one of: users, users_file, realm, header_field, remove_header"
+            ]
+        );
+    }
+}
+// digest_auth: end
+
+// buffering: begin
+#[cfg(test)]
+mod buffering_tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    fn buffering(body: &str) -> Buffering {
+        let text = format!("{BASE}middlewares:\n  b:\n    buffering: {body}\n");
+        match &load_str(&text, "t.yaml").unwrap().middlewares[0].kind {
+            MiddlewareKind::Buffering(b) => b.clone(),
+            other => panic!("not buffering: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sizes_default_to_oxy_s() {
+        let b = buffering("{}");
+        assert_eq!(
+            (b.max_request_body_bytes, b.mem_request_body_bytes),
+            (0, 1 << 20)
+        );
+        assert_eq!(
+            (b.max_response_body_bytes, b.mem_response_body_bytes),
+            (0, 1 << 20)
+        );
+        assert_eq!(b.retry_expression, None);
+        let b = buffering(
+            "{ max_request_body_bytes: 2000000, mem_request_body_bytes: 64KiB, max_response_body_bytes: 1MiB, retry_expression: \"IsNetworkError() && Attempts() < 2\" }",
+        );
+        assert_eq!(
+            (b.max_request_body_bytes, b.mem_request_body_bytes),
+            (2_000_000, 64 << 10)
+        );
+        assert_eq!(b.max_response_body_bytes, 1 << 20);
+        assert!(matches!(b.retry_expression, Some(RetryExpression::And(..))));
+    }
+
+    #[test]
+    fn buffering_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  b:\n    buffering: {body}\n");
+        assert_eq!(
+            errors(&mw("{ max_request_body_bytes: -1, retry_expression: \"Attempts()\" }")),
+            vec![
+                "t.yaml:5:42: `max_request_body_bytes` must be a size like `1024`, `64KiB` or `256MiB`, found `-1`",
+                "t.yaml:5:64: invalid `retry_expression`: a function's value must be compared: `Attempts() <= 2`",
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ disable_request_buffer: true }")),
+            vec!["t.yaml:5:18: unknown key `disable_request_buffer` in `buffering`; expected one of: max_request_body_bytes, mem_request_body_bytes, max_response_body_bytes, mem_response_body_bytes, retry_expression"]
+        );
+    }
+
+    /// A router applies one `buffering`: two, directly or through a chain, are refused.
+    #[test]
+    fn one_buffering_per_router() {
+        let text = format!(
+            "{BASE}routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [a, both], respond: {{ body: x }} }}\n\
+             middlewares:\n  a: {{ buffering: {{}} }}\n  b: {{ buffering: {{}} }}\n  both: {{ chain: {{ middlewares: [b] }} }}\n"
+        );
+        assert_eq!(
+            errors(&text),
+            vec!["t.yaml:4:46: router `r` has more than one `buffering` middleware (`a`, `b`): name one"]
+        );
+        let one = text.replace("[a, both]", "[both]");
+        assert!(load_str(&one, "t.yaml").is_ok());
+    }
+}
+// buffering: end

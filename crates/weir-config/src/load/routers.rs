@@ -178,6 +178,28 @@ impl Loader<'_> {
                     None => mws.push(mw),
                 }
             }
+            // buffering: begin
+            // The exchange applies one `buffering` per route: two would be one ignored.
+            let buffering: Vec<&str> = mws
+                .iter()
+                .filter(|name| {
+                    middlewares
+                        .iter()
+                        .any(|m| m.name == **name && matches!(m.kind, MiddlewareKind::Buffering(_)))
+                })
+                .map(String::as_str)
+                .collect();
+            if buffering.len() > 1 {
+                let names = buffering.join("`, `");
+                self.error(
+                    list.pos,
+                    format!(
+                        "{what} has more than one `buffering` middleware (`{names}`): name one"
+                    ),
+                );
+                ok = false;
+            }
+            // buffering: end
         }
         let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect", "static"]
             .iter()

@@ -348,6 +348,14 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
         }
     }
 
+    /// The connection cannot carry another request after a body left on it: it closes
+    /// gently once answered (the lingering close).
+    fn abandon_body(&mut self) {
+        if self.body == RequestBody::Unread {
+            self.body = RequestBody::Broken;
+        }
+    }
+
     async fn read_body(
         &mut self,
         worker: &Worker,

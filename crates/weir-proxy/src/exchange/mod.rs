@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{grpc_web, Flow, Held};
+use crate::middlewares::{buffering, grpc_web, Flow, Held};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
@@ -142,20 +142,52 @@ async fn run_route<'r, C: ClientSide>(
     wrapped_by: &mut usize,
     held: &mut Held,
 ) -> Reply<'r> {
-    for (index, filter) in route.filters.iter().enumerate() {
-        match filter.on_request(head, client).await {
+    if let Some(at) = route.buffering_at {
+        // Boxed: its state is large, and routes without it need not carry it.
+        let buffered = run_buffered(worker, route, at, client, head, wrapped_by, held);
+        return Box::pin(buffered).await;
+    }
+    let all = 0..route.filters.len();
+    if let Some(answer) = run_filters(route, all, client, head, wrapped_by, held).await {
+        return answer;
+    }
+    run_action(worker, route, client, head).await
+}
+
+/// The request phase of the filters in `range`: the answer of one that answers or refuses.
+#[inline]
+async fn run_filters<'r, C: ClientSide>(
+    route: &'r Route,
+    range: std::ops::Range<usize>,
+    client: &mut C,
+    head: &mut RequestHead,
+    wrapped_by: &mut usize,
+    held: &mut Held,
+) -> Option<Reply<'r>> {
+    for index in range {
+        match route.filters[index].on_request(head, client).await {
             Flow::Continue => {}
             Flow::Hold(kept) => held.push(kept),
             Flow::Respond(response) => {
                 *wrapped_by = index;
-                return Reply::local(Cow::Owned(response));
+                return Some(Reply::local(Cow::Owned(response)));
             }
             Flow::Refuse(error) => {
                 *wrapped_by = index;
-                return Reply::error(error);
+                return Some(Reply::error(error));
             }
         }
     }
+    None
+}
+
+/// The route's action: the reply it answers with.
+async fn run_action<'r, C: ClientSide>(
+    worker: &Rc<Worker>,
+    route: &'r Route,
+    client: &mut C,
+    head: &mut RequestHead,
+) -> Reply<'r> {
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::RespondError(error) => Reply::prebuilt_error(error),
@@ -180,6 +212,57 @@ async fn run_route<'r, C: ClientSide>(
         RouteAction::Static(site) => {
             static_files::serve(site, &worker.open_files, worker.clock.now(), head)
         }
+    }
+}
+
+/// A route with `buffering` (the filter at `at`): the filters before it, then the request
+/// body held whole (in memory, or a temporary file past its size), the filters after it and
+/// the action with the held body, the answer's body held whole, and the action again while
+/// `retry_expression` asks for it (as oxy's buffer wraps the handlers after it in Traefik's
+/// chain).
+async fn run_buffered<'r, C: ClientSide>(
+    worker: &Rc<Worker>,
+    route: &'r Route,
+    at: usize,
+    client: &mut C,
+    head: &mut RequestHead,
+    wrapped_by: &mut usize,
+    held: &mut Held,
+) -> Reply<'r> {
+    if let Some(answer) = run_filters(route, 0..at, client, head, wrapped_by, held).await {
+        return answer;
+    }
+    let Some(config) = route.filters[at].buffering() else {
+        return run_action(worker, route, client, head).await;
+    };
+    let body = match buffering::read_request(config, worker, client, head).await {
+        Ok(body) => body,
+        Err(refusal) => {
+            *wrapped_by = at;
+            return Reply::error(refusal);
+        }
+    };
+    let mut client = buffering::Buffered::new(client, body);
+    let after = at + 1..route.filters.len();
+    if let Some(answer) = run_filters(route, after, &mut client, head, wrapped_by, held).await {
+        return answer;
+    }
+    let mut attempt = 1;
+    loop {
+        let reply = run_action(worker, route, &mut client, head).await;
+        let watch = client.watch();
+        let was_error = matches!(reply.head, ReplyHead::Error(_));
+        let reply = buffering::read_response(config, worker, watch, head, reply).await;
+        if !was_error && matches!(reply.head, ReplyHead::Error(_)) {
+            // The answer was replaced (over the limit): the filters after this one never
+            // wrap it, as in Traefik, where the buffer writes its own answer outside them.
+            *wrapped_by = at;
+        }
+        // The body is held whole, so the request can always be sent again.
+        if !buffering::retries(config, attempt, reply.status(), head.method()) {
+            return reply;
+        }
+        attempt += 1;
     }
 }
 

@@ -1,8 +1,9 @@
 //! `basic_auth`: lets a request through only with a configured user's name and password (HTTP
 //! Basic, RFC 7617), checked against the hash `htpasswd` wrote; else a 401 with the challenge.
 
+use super::authenticated::{refusal, PassUser};
 use crate::http::codec::RequestHead;
-use crate::http::error::{ErrorKind, LocalError};
+use crate::http::error::LocalError;
 use base64::Engine;
 use ring::hmac;
 use std::collections::HashMap;
@@ -20,8 +21,7 @@ pub struct BasicAuth {
     users: HashMap<String, Secret>,
     /// Verified when the name is unknown, so an unknown name costs what a known one does.
     decoy: Secret,
-    header_field: Option<String>,
-    remove_header: bool,
+    pass: PassUser,
     refusal: LocalError,
     /// Pairs verified lately, by a keyed digest of name and password (never the password):
     /// a bcrypt check costs milliseconds, and a client sends its credentials on every request.
@@ -110,19 +110,13 @@ impl BasicAuth {
             .map(|(name, hash)| (name.clone(), Secret::parse(hash)))
             .collect();
         let decoy = users.values().next().cloned().unwrap_or(Secret::Unknown);
-        let mut refusal = LocalError::new(401, ErrorKind::Unauthorized, "401 Unauthorized");
-        refusal.headers.push((
-            "www-authenticate".into(),
-            format!("Basic realm=\"{}\"", config.realm),
-        ));
         let rng = ring::rand::SystemRandom::new();
         let pair_key = hmac::Key::generate(hmac::HMAC_SHA256, &rng).ok();
         BasicAuth {
             users,
             decoy,
-            header_field: config.header_field.clone(),
-            remove_header: config.remove_header,
-            refusal,
+            pass: PassUser::new(&config.header_field, config.remove_header),
+            refusal: refusal(format!("Basic realm=\"{}\"", config.realm)),
             verified: quick_cache::sync::Cache::new(REMEMBERED_PAIRS),
             pair_key,
         }
@@ -138,12 +132,7 @@ impl BasicAuth {
         if !self.check(&user, &password).await {
             return Err(self.refusal.clone());
         }
-        if let Some(field) = &self.header_field {
-            req.head.set(field, user.as_bytes());
-        }
-        if self.remove_header {
-            req.head.remove("authorization");
-        }
+        self.pass.apply(req, &user);
         Ok(())
     }
 

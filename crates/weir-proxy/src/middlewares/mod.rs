@@ -8,11 +8,15 @@
 //! the trailers into the body); without one, replies take the fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
-//! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts) builds it in [`Filter::new`], as a variant of `Kept`.
+//! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts, `digest_auth`'s nonces) builds it
+//! in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
+mod authenticated;
 mod basic_auth;
+pub(crate) mod buffering;
 mod circuit_breaker;
+mod digest_auth;
 pub(crate) mod grpc_web;
 mod headers;
 mod in_flight_req;
@@ -51,6 +55,7 @@ pub struct Filter(pub MiddlewareKind, Kept);
 enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
+    DigestAuth(Box<digest_auth::DigestAuth>),
     RateLimit(Box<rate_limit::RateLimit>),
     InFlightReq(Box<in_flight_req::InFlightReq>),
     Jwt(Box<jwt::JwtAuth>),
@@ -109,6 +114,9 @@ impl Filter {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
             }
+            MiddlewareKind::DigestAuth(config) => {
+                Kept::DigestAuth(Box::new(digest_auth::DigestAuth::new(config)))
+            }
             // An `average` of 0 limits nothing: no buckets, no work per request.
             MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(config)
                 .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
@@ -157,6 +165,14 @@ impl Filter {
             self.0,
             MiddlewareKind::StripPrefix(_) | MiddlewareKind::StripPrefixRegex(_)
         )
+    }
+
+    /// A `buffering` filter's settings: the exchange runs it (`exchange::run_buffered`).
+    pub fn buffering(&self) -> Option<&weir_config::Buffering> {
+        match &self.0 {
+            MiddlewareKind::Buffering(config) => Some(config),
+            _ => None,
+        }
     }
 
     pub fn has_response_phase(&self) -> bool {
@@ -258,6 +274,13 @@ impl Filter {
                     }
                 }
             }
+            MiddlewareKind::DigestAuth(_) => {
+                if let Kept::DigestAuth(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req) {
+                        return Flow::Refuse(refusal);
+                    }
+                }
+            }
             MiddlewareKind::CircuitBreaker(_) => {
                 if let Kept::CircuitBreaker(breaker) = &self.1 {
                     if let Some(fallback) = breaker.on_request() {
@@ -266,8 +289,11 @@ impl Filter {
                 }
             }
             MiddlewareKind::GrpcWeb(config) => return grpc_web::on_request(config, req),
-            // The loader flattens chains into the routers' lists: none reaches a route.
-            MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
+            // The loader flattens chains into the routers' lists: none reaches a route. The
+            // exchange runs `buffering` itself, where it stands among the filters.
+            MiddlewareKind::Compress(_)
+            | MiddlewareKind::Chain(_)
+            | MiddlewareKind::Buffering(_) => {}
         }
         Flow::Continue
     }

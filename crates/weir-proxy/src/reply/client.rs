@@ -42,6 +42,11 @@ pub(crate) trait ClientSide {
         req.framing == Framing::None && req.is_idempotent()
     }
 
+    /// Gives the request body up unread (a refusal by its declared length, `buffering`'s):
+    /// the connection then answers without reading it and closes. A side whose body goes with
+    /// the request's stream (HTTP/2) or is in memory has nothing to do.
+    fn abandon_body(&mut self) {}
+
     /// Reads the whole request body into memory (an action that must see all of it before
     /// anything goes upstream: an Elasticsearch `_bulk`), at most `max` bytes, else
     /// [`BodyError::TooLarge`].

@@ -37,6 +37,16 @@ pub(crate) enum BodySource<'c, S> {
     H1(H1Body<'c, S>),
     /// An HTTP/2 client's stream: DATA frames, then maybe trailers.
     H2(RecvStream),
+    /// Held in a temporary file (`buffering` past its memory size): sent from there, and
+    /// again on a retry.
+    Spilled(Spilled),
+}
+
+/// A request body held in a file, from its start.
+#[derive(Clone)]
+pub(crate) struct Spilled {
+    pub(crate) file: std::rc::Rc<std::fs::File>,
+    pub(crate) len: u64,
 }
 
 /// Where an HTTP/1 request's body stands, for its connection.
@@ -140,8 +150,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin> BodySource<'_, S> {
                     .await
             }
             BodySource::H2(frames) => relay_frames(frames, sink, out, chunked_out, relay).await,
+            BodySource::Spilled(spilled) => {
+                relay_spilled(&spilled, sink, out, chunked_out, relay).await
+            }
         }
     }
+}
+
+/// A body held in a file, read a piece at a time (from the page cache, where it was just
+/// written) and framed as the head declares.
+async fn relay_spilled<W: AsyncWrite + Unpin>(
+    spilled: &Spilled,
+    sink: &mut W,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    relay: &Relay<'_>,
+) -> Result<u64, BodyError> {
+    use std::os::unix::fs::FileExt;
+    let mut sink = Sink::plain(Some(sink));
+    let mut piece = vec![0u8; FLUSH_AT];
+    let mut sent = 0u64;
+    while sent < spilled.len {
+        let want = piece.len().min((spilled.len - sent) as usize);
+        let read = spilled
+            .file
+            .read_at(&mut piece[..want], sent)
+            .map_err(|_| BodyError::Source)?;
+        if read == 0 {
+            return Err(BodyError::Source);
+        }
+        push_data(out, &piece[..read], chunked_out);
+        sent += read as u64;
+        relay.flush(&mut sink, out).await?;
+    }
+    if chunked_out {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    relay.flush(&mut sink, out).await?;
+    Ok(sent)
 }
 
 /// A body in memory: with the head in one write when it is small, all under one write limit.

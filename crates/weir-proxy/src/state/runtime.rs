@@ -80,6 +80,9 @@ pub struct Route {
     pub filters: Vec<Arc<Filter>>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
+    /// Where the route's `buffering` filter stands among its filters (one at most): the exchange
+    /// reads the bodies there (`exchange::run_buffered`).
+    pub buffering_at: Option<usize>,
     /// True when some filter must see how each exchange ended (a circuit breaker).
     pub watches_outcomes: bool,
     /// True when a `grpc_web` filter may hand the action a text-form call, whose base64 body
@@ -293,6 +296,7 @@ impl Runtime {
                 rule_text: r.rule_text.clone(),
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
+                buffering_at: mws.iter().position(|m| m.buffering().is_some()),
                 watches_outcomes: mws.iter().any(|m| m.watches_outcomes()),
                 decodes_grpc_web_text: mws
                     .iter()

@@ -204,9 +204,10 @@ async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
             };
             return Ok(Some(BodyPump::spawn(pump_body(frames, first, stream))));
         }
-        h1 @ BodySource::H1(_) => {
+        relayed @ (BodySource::H1(_) | BodySource::Spilled(_)) => {
             out.clear();
-            h1.relay(&mut DataOut(&mut stream), out, false, relay)
+            relayed
+                .relay(&mut DataOut(&mut stream), out, false, relay)
                 .await?;
             ended(&mut stream, Bytes::new())?;
         }

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod auth;
 mod certs;
 mod client;
 mod grpc;
@@ -24,6 +25,7 @@ mod tools;
 mod upstream;
 mod weir;
 
+pub use auth::*;
 pub use certs::*;
 pub use client::*;
 pub use grpc::*;

@@ -200,12 +200,13 @@ fn wrk_for_10_s(weir: &Weir) -> (u64, u64, f64) {
 
 /// Issue 35's measure of the instance-wide limit: a real load generator (wrk) for 10 s
 /// against 200 requests/s on 2 and on 4 workers, both at once; the admitted count stays
-/// within 5% of the rate over the run (plus the burst of 1), where one bucket per worker
-/// would admit 2 and 4 times the rate.
+/// within 5% of the rate over the run plus the burst, where one bucket per worker would admit
+/// 2 and 4 times the rate. A burst of 20 (0.1 s of tokens) keeps the tokens that come while
+/// a loaded machine leaves weir unscheduled for a moment, which a burst of 1 would lose.
 #[test]
 fn wrk_for_10_s_is_admitted_at_the_rate_on_2_and_4_workers() {
     let up = Upstream::start("app");
-    let limited = rate_config(&up, "{ average: 200 }");
+    let limited = rate_config(&up, "{ average: 200, burst: 20 }");
     let weirs: Vec<Weir> = [2, 4]
         .iter()
         .map(|w| Weir::start(&limited.replace("workers: 2", &format!("workers: {w}"))))
@@ -219,7 +220,7 @@ fn wrk_for_10_s_is_admitted_at_the_rate_on_2_and_4_workers() {
     });
     for ((requests, refused, seconds), workers) in runs.into_iter().zip([2, 4]) {
         let admitted = (requests - refused) as f64;
-        let expected = 200.0 * seconds + 1.0;
+        let expected = 200.0 * seconds + 20.0;
         assert!(
             refused > requests / 2,
             "{workers} workers: the load was under the rate"

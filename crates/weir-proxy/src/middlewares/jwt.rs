@@ -8,6 +8,7 @@ use base64::Engine;
 use ring::{hmac, signature};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use weir_config::{EcCurve, JwkKey, JwsAlgorithm, TokenSource};
 
@@ -17,6 +18,14 @@ const TOKEN_BASE64: base64::engine::GeneralPurpose =
 
 /// Why a token is refused, said in `error_description` (never holding `"` or `\`).
 type Refusal = Cow<'static, str>;
+
+/// How many tokens whose signature verified are remembered, with their claims: a client sends
+/// the same token with every request until it expires, and an ES256 or RSA signature costs
+/// tens of microseconds to verify, the rest of the checks well under one.
+const REMEMBERED_TOKENS: usize = 4096;
+
+/// A token's claims, decoded once its signature verified.
+type Claims = Arc<Map<String, Value>>;
 
 /// A `jwt` middleware, built once per configuration and shared by the workers.
 pub struct JwtAuth {
@@ -33,6 +42,10 @@ pub struct JwtAuth {
     /// The answer to a request without a token: a challenge without an error (RFC 6750
     /// section 3.1: "SHOULD NOT include an error code").
     no_token: LocalError,
+    /// Tokens whose signature verified, by their SHA-256 (collision-resistant: a token made
+    /// to match a remembered one's key is out of reach), with their claims. Their claims are
+    /// checked again on every request, as the time moves on.
+    verified: quick_cache::sync::Cache<[u8; 32], Claims>,
 }
 
 impl std::fmt::Debug for JwtAuth {
@@ -198,6 +211,7 @@ impl JwtAuth {
             claims_to_headers: config.claims_to_headers.clone(),
             forward_token: config.forward_token,
             no_token,
+            verified: quick_cache::sync::Cache::new(REMEMBERED_TOKENS),
         }
     }
 
@@ -246,16 +260,28 @@ impl JwtAuth {
 
     /// The token's claims when it is signed by a configured key with an accepted algorithm
     /// and its claims pass, at time `now` (seconds since the epoch).
-    fn verify(&self, token: &str, now: f64) -> Result<Map<String, Value>, Refusal> {
-        let jws = decode(token)?;
-        self.check_signature(&jws)?;
-        let payload = TOKEN_BASE64
-            .decode(jws.payload)
-            .ok()
-            .and_then(|json| serde_json::from_slice::<Map<String, Value>>(&json).ok())
-            .ok_or("the token's claims are not a base64url JSON object")?;
-        self.check_claims(&payload, now)?;
-        Ok(payload)
+    fn verify(&self, token: &str, now: f64) -> Result<Claims, Refusal> {
+        let mut digest = [0; 32];
+        digest.copy_from_slice(
+            ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref(),
+        );
+        let claims = match self.verified.get(&digest) {
+            Some(claims) => claims,
+            None => {
+                let jws = decode(token)?;
+                self.check_signature(&jws)?;
+                let claims: Claims = TOKEN_BASE64
+                    .decode(jws.payload)
+                    .ok()
+                    .and_then(|json| serde_json::from_slice::<Map<String, Value>>(&json).ok())
+                    .ok_or("the token's claims are not a base64url JSON object")?
+                    .into();
+                self.verified.insert(digest, claims.clone());
+                claims
+            }
+        };
+        self.check_claims(&claims, now)?;
+        Ok(claims)
     }
 
     fn check_signature(&self, jws: &Jws<'_>) -> Result<(), Refusal> {
@@ -567,7 +593,9 @@ mod tests {
     );
 
     fn verify(auth: &JwtAuth, token: &str, now: f64) -> Result<Map<String, Value>, String> {
-        auth.verify(token, now).map_err(|e| e.into_owned())
+        auth.verify(token, now)
+            .map(|claims| (*claims).clone())
+            .map_err(|e| e.into_owned())
     }
 
     /// RFC 7515 appendices A.1 (HS256), A.2 (RS256) and A.3 (ES256): each example verifies
@@ -778,6 +806,27 @@ mod tests {
             .unwrap_err(),
             "the token's kid is not a string"
         );
+    }
+
+    /// A token whose signature verified is remembered, its claims checked again each time (it
+    /// expires while remembered); one whose signature fails is not remembered.
+    #[test]
+    fn verified_tokens_are_remembered_and_still_expire() {
+        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]));
+        let token = hs256(SECRET, r#"{"alg":"HS256"}"#, r#"{"exp":1700000000}"#);
+        assert!(verify(&auth, &token, 1_699_999_999.0).is_ok());
+        assert_eq!(auth.verified.len(), 1);
+        assert_eq!(
+            verify(&auth, &token, 1_700_000_030.0).unwrap_err(),
+            "the token has expired"
+        );
+        let forged = hs256(
+            b"another secret of at least 32 bytes",
+            r#"{"alg":"HS256"}"#,
+            "{}",
+        );
+        assert!(verify(&auth, &forged, 0.0).is_err());
+        assert_eq!(auth.verified.len(), 1);
     }
 
     #[test]

@@ -632,6 +632,8 @@ pub enum MiddlewareKind {
     IpAllowList(IpAllowList),
     /// Lets through only requests with a known user's password (HTTP Basic authentication).
     BasicAuth(BasicAuth),
+    /// Answers some statuses with a page from another service (boxed: it is large and rare).
+    Errors(Box<ErrorPages>),
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
@@ -765,6 +767,23 @@ pub struct BasicAuth {
 }
 
 pub const DEFAULT_BASIC_AUTH_REALM: &str = "weir";
+
+/// The `errors` middleware's settings (Traefik's `errors`): an answer whose status is in
+/// `status` is replaced by the page `service` answers for `query`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorPages {
+    /// The statuses caught, as inclusive ranges (`"404"` is 404 to 404).
+    pub status: Vec<(u16, u16)>,
+    /// The service the page is asked of.
+    pub service: String,
+    /// Where `service` is written (a name that is not defined is told there).
+    pub service_pos: Pos,
+    /// The page's path and query, starting with `/`, where `{status}`, `{originalStatus}` and
+    /// `{url}` are replaced.
+    pub query: String,
+    /// The status the client gets in place of one in a range (the first range holding it).
+    pub status_rewrites: Vec<((u16, u16), u16)>,
+}
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain or basic_auth; and the chains resolved into flat lists (every name defined, no loop).
+//! chain, basic_auth or errors; and the chains resolved into flat lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -50,6 +50,7 @@ impl Loader<'_> {
             "redirect_regex",
             "chain",
             "basic_auth",
+            "errors",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -73,6 +74,7 @@ impl Loader<'_> {
             "redirect_regex" => self.redirect_regex(body)?,
             "chain" => self.chain(body)?,
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
+            "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })

@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::Flow;
+use crate::middlewares::{answer_error_pages, Flow};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
@@ -83,6 +83,19 @@ pub(crate) async fn exchange<C: ClientConn>(
     render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
+        if route.has_error_pages {
+            // Boxed: only routes with `errors` carry its state.
+            let filters = &route.filters;
+            let answering = answer_error_pages(
+                filters,
+                worker,
+                &*client,
+                &head,
+                &mut reply,
+                &mut wrapped_by,
+            );
+            Box::pin(answering).await;
+        }
         let mut body_filter = None;
         let scheme = client.scheme();
         reply.edit_head(|response| {
@@ -128,7 +141,7 @@ async fn run_route<'r, C: ClientSide>(
     wrapped_by: &mut usize,
 ) -> Reply<'r> {
     for (index, filter) in route.filters.iter().enumerate() {
-        match filter.on_request(head, client).await {
+        match filter.on_request(worker, head, client).await {
             Flow::Continue => {}
             Flow::Respond(response) => {
                 *wrapped_by = index;

@@ -1,8 +1,9 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
 //! refuses it with one of weir's errors (`Flow::Refuse`).
-//! Response-head phase: edits the reply's head, local and proxied answers
-//! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
+//! Response-head phase: first, on routes with `errors`, a caught answer is replaced by a page
+//! (async: [`answer_error_pages`]); then each filter edits the reply's head, local and proxied
+//! answers alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
 //! transforms the body as the driver sends it (compression); without one, replies take the
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
@@ -11,6 +12,7 @@
 
 mod add_prefix;
 mod basic_auth;
+mod errors;
 mod headers;
 mod ip_allow_list;
 mod redirect_regex;
@@ -21,6 +23,7 @@ mod secure_headers;
 mod source;
 mod strip_prefix;
 mod strip_prefix_regex;
+mod subrequest;
 
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;
@@ -29,6 +32,13 @@ use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::servers::balancer::Service;
+use crate::upstream::detached::Requester;
+use crate::worker::Worker;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
 use weir_config::MiddlewareKind;
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here,
@@ -41,6 +51,13 @@ pub struct Filter(pub MiddlewareKind, Kept);
 enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
+    ErrorPages(errors::ErrorPages),
+}
+
+/// What building a filter may need of the rest of the configuration: the compiled services
+/// by name (`errors`' page service).
+pub struct Upstreams<'a> {
+    pub services: &'a HashMap<&'a str, Arc<Service>>,
 }
 
 /// What the request phase lets happen next.
@@ -65,14 +82,25 @@ fn redirect_status(permanent: bool, get_like: bool) -> u16 {
 }
 
 impl Filter {
-    pub fn new(kind: MiddlewareKind) -> Filter {
+    pub fn new(kind: MiddlewareKind, upstreams: &mut Upstreams<'_>) -> Result<Filter, String> {
         let kept = match &kind {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
             }
+            MiddlewareKind::Errors(config) => {
+                let service = upstreams.services.get(config.service.as_str()).cloned();
+                let service = service
+                    .ok_or_else(|| format!("errors: unknown service `{}`", config.service))?;
+                Kept::ErrorPages(errors::ErrorPages { service })
+            }
             _ => Kept::Nothing,
         };
-        Filter(kind, kept)
+        Ok(Filter(kind, kept))
+    }
+
+    /// An `errors` filter (the exchange runs [`answer_error_pages`] on routes with one).
+    pub fn answers_error_pages(&self) -> bool {
+        matches!(self.1, Kept::ErrorPages(_))
     }
 
     /// A `strip_prefix` or `strip_prefix_regex` filter (it records what it strips in
@@ -92,13 +120,18 @@ impl Filter {
                 secure,
                 ..
             } => !response.is_empty() || cors.is_some() || secure.is_some(),
-            MiddlewareKind::Compress(_) => true,
+            MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
             _ => false,
         }
     }
 
     /// Request phase, for a request from `client`.
-    pub(crate) async fn on_request(&self, req: &mut RequestHead, client: &impl ClientSide) -> Flow {
+    pub(crate) async fn on_request(
+        &self,
+        _worker: &Worker,
+        req: &mut RequestHead,
+        client: &impl ClientSide,
+    ) -> Flow {
         match &self.0 {
             MiddlewareKind::StripPrefix(prefixes) => strip_prefix::on_request(prefixes, req),
             MiddlewareKind::AddPrefix(prefix) => add_prefix::on_request(prefix, req),
@@ -161,6 +194,8 @@ impl Filter {
                 }
             }
             // The loader flattens chains into the routers' lists: none reaches a route.
+            // Their work is on the answer.
+            MiddlewareKind::Errors(_) => {}
             MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
         }
         Flow::Continue
@@ -196,5 +231,35 @@ impl Filter {
             }
             _ => None,
         }
+    }
+}
+
+/// The `errors` filters among the first `wrapped_by` of `filters`, innermost first, over the
+/// reply to `req`: one that catches the reply's status replaces it with its page, and only the
+/// filters before it see the page (`wrapped_by` becomes its index), as in Traefik, where a
+/// middleware's answer is wrapped by the ones before it. The original answer's body is dropped;
+/// its upstream stays on the reply, for the log.
+pub(crate) async fn answer_error_pages<'r>(
+    filters: &[Arc<Filter>],
+    worker: &Worker,
+    client: &impl ClientSide,
+    req: &RequestHead,
+    reply: &mut Reply<'r>,
+    wrapped_by: &mut usize,
+) {
+    for index in (0..filters.len().min(*wrapped_by)).rev() {
+        let Filter(MiddlewareKind::Errors(config), Kept::ErrorPages(pages)) = &*filters[index]
+        else {
+            continue;
+        };
+        let status = reply.status();
+        if !errors::catches(config, status) {
+            continue;
+        }
+        let from = Requester::of(client);
+        let page = pages.page(config, worker, req, from, client.scheme(), status);
+        reply.head = ReplyHead::Local(Cow::Owned(page.await));
+        reply.body = ReplyBody::Local;
+        *wrapped_by = index;
     }
 }

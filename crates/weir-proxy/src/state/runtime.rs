@@ -10,7 +10,7 @@ use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
 use crate::listen::tls::{server_tls, ServerTls};
-use crate::middlewares::Filter;
+use crate::middlewares::{Filter, Upstreams};
 use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::servers::balancer::Service;
@@ -80,6 +80,8 @@ pub struct Route {
     pub filters: Vec<Arc<Filter>>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
+    /// True when some filter is `errors` (its answers are in the response phase too).
+    pub has_error_pages: bool,
     pub action: RouteAction,
     /// How weir's own errors on this route are shaped.
     pub error_form: ErrorForm,
@@ -200,11 +202,15 @@ impl Runtime {
                 elasticsearch.push(compiled);
             }
         }
-        let filters: HashMap<&str, Arc<Filter>> = config
-            .middlewares
-            .iter()
-            .map(|m| (m.name.as_str(), Arc::new(Filter::new(m.kind.clone()))))
-            .collect();
+        let mut upstreams = Upstreams {
+            services: &services,
+        };
+        let mut filters: HashMap<&str, Arc<Filter>> = HashMap::new();
+        for m in &config.middlewares {
+            let filter = Filter::new(m.kind.clone(), &mut upstreams)
+                .map_err(|e| format!("middleware `{}`: {e}", m.name))?;
+            filters.insert(m.name.as_str(), Arc::new(filter));
+        }
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();
         for c in &config.caches {
@@ -265,6 +271,7 @@ impl Runtime {
                 rule_text: r.rule_text.clone(),
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
+                has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 filters: mws,
                 action,
                 error_form,

@@ -365,3 +365,29 @@ impl RawUpstream {
         self.log().iter().filter(|l| l.starts_with(prefix)).count()
     }
 }
+
+impl RawUpstream {
+    /// An upstream that answers each request on a kept-alive connection with what `answer`
+    /// writes for its head (request bodies are not read: send none).
+    pub fn answering(answer: impl Fn(&str) -> String + Send + Sync + 'static) -> RawUpstream {
+        RawUpstream::start(move |conn| {
+            while let Some(head) = conn.read_head() {
+                conn.write(answer(&head).as_bytes());
+            }
+        })
+    }
+}
+
+/// An HTTP/1.1 answer with `headers` and `body`, framed by its length (none for 1xx, 204, 304).
+pub fn http_answer(status: u16, headers: &[(&str, &str)], body: &str) -> String {
+    let mut out = format!("HTTP/1.1 {status} Whatever\r\n");
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !matches!(status, 100..=199 | 204 | 304) {
+        out.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+    } else {
+        out.push_str("\r\n");
+    }
+    out
+}

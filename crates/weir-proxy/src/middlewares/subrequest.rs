@@ -1,0 +1,120 @@
+//! A request a middleware sends of its own (`errors`' page, `forward_auth`'s check) to a
+//! service, through the upstream side as any proxied request goes (its balancer, pools,
+//! timeouts and TLS), on behalf of the client whose request caused it, with its answer read
+//! whole into memory.
+
+use crate::actions::whole_body::Reader;
+use crate::http::codec::{self, RequestHead, ResponseHead};
+use crate::http::error::{ErrorKind, LocalError};
+use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyHead};
+use crate::servers::balancer::Service;
+use crate::upstream;
+use crate::upstream::detached::{Detached, Requester};
+use crate::worker::Worker;
+use bytes::{Bytes, BytesMut};
+
+/// An answer read whole.
+pub(crate) struct Answer {
+    pub(crate) head: ResponseHead,
+    pub(crate) body: Bytes,
+}
+
+/// The request head `method target` with Host `host`, then `fields` (framing fields are the
+/// body's: a `Content-Length` of `body_len` when it has one); `None` when it does not parse.
+pub(crate) fn request_head<'a>(
+    method: &str,
+    target: &str,
+    host: &str,
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    body_len: usize,
+) -> Option<RequestHead> {
+    let mut raw = Vec::with_capacity(512);
+    raw.extend_from_slice(method.as_bytes());
+    raw.push(b' ');
+    raw.extend_from_slice(target.as_bytes());
+    raw.extend_from_slice(b" HTTP/1.1\r\n");
+    codec::header(&mut raw, b"host", host.as_bytes());
+    for (name, value) in fields {
+        let framing = [
+            &b"host"[..],
+            b"content-length",
+            b"transfer-encoding",
+            b"expect",
+        ]
+        .iter()
+        .any(|f| name.eq_ignore_ascii_case(f));
+        if !framing {
+            codec::header(&mut raw, name, value);
+        }
+    }
+    if body_len > 0 {
+        codec::header(&mut raw, b"content-length", body_len.to_string().as_bytes());
+    }
+    raw.extend_from_slice(b"\r\n");
+    codec::parse_request(&mut BytesMut::from(&raw[..])).ok()?
+}
+
+/// Sends `head` with `body` to `service` for `from`, and reads the answer, at most `max` bytes
+/// of body. `Err`: weir's own error (the service could not be reached or did not answer in
+/// time, its answer broke off or was larger than `max`), as a proxied request would get it.
+pub(crate) async fn send(
+    worker: &Worker,
+    service: &Service,
+    from: Requester,
+    head: &RequestHead,
+    body: Bytes,
+    max: u64,
+) -> Result<Answer, LocalError> {
+    let mut sender = Detached::new(worker, from, body);
+    let reply = upstream::forward(worker, service, &mut sender, head, None).await;
+    let Reply {
+        head: reply_head,
+        body,
+        upstream,
+        ..
+    } = reply;
+    let response = match reply_head {
+        ReplyHead::Response(response) => response,
+        ReplyHead::Error(error) => return Err(error.error().clone()),
+        ReplyHead::Local(answer) => return Err(weirs_answer(answer.status)),
+        ReplyHead::Shared(answer) => return Err(weirs_answer(answer.status)),
+    };
+    let reader = Reader {
+        worker,
+        watch: sender.watch(),
+        read_timeout: service.read_timeout,
+        max,
+    };
+    match reader.reply_body(&response, body, &upstream).await {
+        Ok(body) => Ok(Answer {
+            head: response,
+            body,
+        }),
+        Err(_) => {
+            let message = "upstream response ended early or was too large";
+            Err(LocalError::new(502, ErrorKind::UpstreamFailed, message))
+        }
+    }
+}
+
+/// A local answer in place of a response (the upstream side makes none today) as an error.
+fn weirs_answer(status: u16) -> LocalError {
+    LocalError::new(status, ErrorKind::UpstreamFailed, "no upstream response")
+}
+
+/// An answer's fields as a local answer carries them on: hop-by-hop fields, framing and
+/// `Date` (the driver writes its own) dropped.
+pub(crate) fn answer_fields(head: &ResponseHead) -> Vec<(String, String)> {
+    head.head
+        .iter()
+        .filter(|(name, _)| {
+            let own = [&b"content-length"[..], b"date"];
+            !codec::is_hop_by_hop(name) && !own.iter().any(|o| name.eq_ignore_ascii_case(o))
+        })
+        .map(|(name, value)| {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            (text(name), text(value))
+        })
+        .collect()
+}

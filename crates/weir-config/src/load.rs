@@ -5,6 +5,7 @@ mod cache;
 mod elasticsearch;
 mod entrypoints;
 mod error_pages;
+mod forward_auth;
 mod health;
 mod middlewares;
 mod routers;

@@ -634,6 +634,8 @@ pub enum MiddlewareKind {
     BasicAuth(BasicAuth),
     /// Answers some statuses with a page from another service (boxed: it is large and rare).
     Errors(Box<ErrorPages>),
+    /// Lets a request through when an authentication server answers 2xx to a copy of it.
+    ForwardAuth(Box<ForwardAuth>),
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
@@ -783,6 +785,32 @@ pub struct ErrorPages {
     pub query: String,
     /// The status the client gets in place of one in a range (the first range holding it).
     pub status_rewrites: Vec<((u16, u16), u16)>,
+}
+
+/// The `forward_auth` middleware's settings (Traefik's `forwardAuth`).
+#[derive(Debug, Clone)]
+pub struct ForwardAuth {
+    /// `address` as written.
+    pub address: String,
+    /// The authentication server as a service of one server (the address's scheme, host and
+    /// port, with `tls`), the Host it gets its own, its timeouts the defaults with a `request`
+    /// of 30 s (Traefik's client timeout).
+    pub service: Service,
+    /// The address's path and query, asked of the server (`/` when it has none).
+    pub target: String,
+    /// Whether the client's `X-Forwarded-*` fields are passed on (else they are replaced).
+    pub trust_forward_header: bool,
+    /// The answer's fields copied into the request when it is let through.
+    pub auth_response_headers: Vec<String>,
+    /// The same, for every field whose name matches (names in Go's canonical form).
+    pub auth_response_headers_regex: Option<regex::Regex>,
+    /// When not empty, only these request fields are sent to the server.
+    pub auth_request_headers: Vec<String>,
+    /// The names of the server's cookies that are set on the answer to the client.
+    pub add_auth_cookies_to_response: Vec<String>,
+    /// Whether a refusal's `Location` is passed as the server sent it (else made absolute
+    /// against the address).
+    pub preserve_location_header: bool,
 }
 
 /// A content coding weir can compress with.

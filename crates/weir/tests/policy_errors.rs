@@ -12,7 +12,7 @@ use common::*;
 /// The app: the status in `X-Code` (200 without one), its body the status's text and a line
 /// break as Traefik's test backend writes it, with a field of its own.
 fn app() -> RawUpstream {
-    RawUpstream::answering(|head| {
+    RawUpstream::answering(|head, _| {
         let code: u16 = header_value(head, "x-code").map_or(200, |c| c.parse().unwrap());
         let text = match code {
             200 => "OK",
@@ -29,7 +29,7 @@ fn app() -> RawUpstream {
 
 /// The page service: `200` with a page holding the request head it got.
 fn pages() -> RawUpstream {
-    RawUpstream::answering(|head| {
+    RawUpstream::answering(|head, _| {
         let fields = [("x-page", "yes"), ("content-type", "text/html")];
         http_answer(200, &fields, &format!("My error page.\n{head}"))
     })

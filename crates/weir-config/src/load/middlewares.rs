@@ -1,6 +1,6 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth or errors; and the chains resolved into flat lists (every name defined, no loop).
+//! chain, basic_auth, errors or forward_auth; and the chains resolved into flat lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -51,6 +51,7 @@ impl Loader<'_> {
             "chain",
             "basic_auth",
             "errors",
+            "forward_auth",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -75,6 +76,9 @@ impl Loader<'_> {
             "chain" => self.chain(body)?,
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
+            "forward_auth" => {
+                MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))
+            }
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })

@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{answer_error_pages, Flow};
+use crate::middlewares::{answer_error_pages, AuthCookies, Flow};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
@@ -75,10 +75,15 @@ pub(crate) async fn exchange<C: ClientConn>(
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
     let mut wrapped_by = usize::MAX;
+    // An edit a request filter asks for on the answer, with that filter's index.
+    let mut answer_edit = None;
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
-        Some(route) => run_route(worker, route, client, &mut head, &mut wrapped_by).await,
+        Some(route) => {
+            let filtered = (&mut wrapped_by, &mut answer_edit);
+            run_route(worker, route, client, &mut head, filtered).await
+        }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
@@ -95,6 +100,10 @@ pub(crate) async fn exchange<C: ClientConn>(
                 &mut wrapped_by,
             );
             Box::pin(answering).await;
+        }
+        // Only a filter that wraps the answer edits it (not one an `errors` page replaced).
+        if let Some((_, edit)) = answer_edit.filter(|(index, _)| *index < wrapped_by) {
+            reply.edit_head(|response| AuthCookies::apply(&edit, response));
         }
         let mut body_filter = None;
         let scheme = client.scheme();
@@ -138,11 +147,12 @@ async fn run_route<'r, C: ClientSide>(
     route: &'r Route,
     client: &mut C,
     head: &mut RequestHead,
-    wrapped_by: &mut usize,
+    (wrapped_by, answer_edit): (&mut usize, &mut Option<(usize, Box<AuthCookies>)>),
 ) -> Reply<'r> {
     for (index, filter) in route.filters.iter().enumerate() {
         match filter.on_request(worker, head, client).await {
             Flow::Continue => {}
+            Flow::ContinueThen(edit) => *answer_edit = Some((index, edit)),
             Flow::Respond(response) => {
                 *wrapped_by = index;
                 return Reply::local(Cow::Owned(response));

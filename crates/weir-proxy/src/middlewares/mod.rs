@@ -13,6 +13,7 @@
 mod add_prefix;
 mod basic_auth;
 mod errors;
+mod forward_auth;
 mod headers;
 mod ip_allow_list;
 mod redirect_regex;
@@ -52,17 +53,25 @@ enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
     ErrorPages(errors::ErrorPages),
+    ForwardAuth(forward_auth::ForwardAuth),
 }
 
 /// What building a filter may need of the rest of the configuration: the compiled services
-/// by name (`errors`' page service).
+/// by name (`errors`' page service), and how to compile a service a middleware defines itself
+/// (`forward_auth`'s server).
 pub struct Upstreams<'a> {
     pub services: &'a HashMap<&'a str, Arc<Service>>,
+    pub compile: &'a mut dyn FnMut(&weir_config::Service) -> Result<Service, String>,
 }
+
+pub use forward_auth::AuthCookies;
 
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
+    /// Continue, and edit the answer when it comes back (`forward_auth`'s cookies): applied
+    /// on the way back by [`AuthCookies::apply`] (boxed: it is rare).
+    ContinueThen(Box<AuthCookies>),
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
     /// Refuse with this error, rendered in the route's flavour as weir's other errors are
@@ -93,6 +102,10 @@ impl Filter {
                     .ok_or_else(|| format!("errors: unknown service `{}`", config.service))?;
                 Kept::ErrorPages(errors::ErrorPages { service })
             }
+            MiddlewareKind::ForwardAuth(config) => {
+                let service = Arc::new((upstreams.compile)(&config.service)?);
+                Kept::ForwardAuth(forward_auth::ForwardAuth { service })
+            }
             _ => Kept::Nothing,
         };
         Ok(Filter(kind, kept))
@@ -121,6 +134,8 @@ impl Filter {
                 ..
             } => !response.is_empty() || cors.is_some() || secure.is_some(),
             MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
+            // Its cookies are set on the answer.
+            MiddlewareKind::ForwardAuth(config) => !config.add_auth_cookies_to_response.is_empty(),
             _ => false,
         }
     }
@@ -128,7 +143,7 @@ impl Filter {
     /// Request phase, for a request from `client`.
     pub(crate) async fn on_request(
         &self,
-        _worker: &Worker,
+        worker: &Worker,
         req: &mut RequestHead,
         client: &impl ClientSide,
     ) -> Flow {
@@ -194,7 +209,13 @@ impl Filter {
                 }
             }
             // The loader flattens chains into the routers' lists: none reaches a route.
-            // Their work is on the answer.
+            MiddlewareKind::ForwardAuth(config) => {
+                if let Kept::ForwardAuth(auth) = &self.1 {
+                    // Boxed: its state is large, and other filters need not carry it.
+                    return Box::pin(auth.on_request(config, worker, req, client)).await;
+                }
+            }
+            // Its work is on the answer.
             MiddlewareKind::Errors(_) => {}
             MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
         }

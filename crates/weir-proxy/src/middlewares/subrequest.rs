@@ -103,15 +103,25 @@ fn weirs_answer(status: u16) -> LocalError {
     LocalError::new(status, ErrorKind::UpstreamFailed, "no upstream response")
 }
 
-/// An answer's fields as a local answer carries them on: hop-by-hop fields, framing and
-/// `Date` (the driver writes its own) dropped.
+/// An answer's fields as a local answer carries them on: the connection's own fields (as
+/// Traefik drops them: `Proxy-Authenticate` passes), framing and `Date` (the driver writes its
+/// own) dropped.
 pub(crate) fn answer_fields(head: &ResponseHead) -> Vec<(String, String)> {
+    const DROPPED: [&[u8]; 10] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"date",
+    ];
     head.head
         .iter()
-        .filter(|(name, _)| {
-            let own = [&b"content-length"[..], b"date"];
-            !codec::is_hop_by_hop(name) && !own.iter().any(|o| name.eq_ignore_ascii_case(o))
-        })
+        .filter(|(name, _)| !DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)))
         .map(|(name, value)| {
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
             (text(name), text(value))

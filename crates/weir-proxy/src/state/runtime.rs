@@ -202,8 +202,12 @@ impl Runtime {
                 elasticsearch.push(compiled);
             }
         }
+        let mut compile = |svc: &weir_config::Service| {
+            Service::new(svc, workers, &mut carried.servers, &mut carried.services)
+        };
         let mut upstreams = Upstreams {
             services: &services,
+            compile: &mut compile,
         };
         let mut filters: HashMap<&str, Arc<Filter>> = HashMap::new();
         for m in &config.middlewares {

@@ -368,11 +368,17 @@ impl RawUpstream {
 
 impl RawUpstream {
     /// An upstream that answers each request on a kept-alive connection with what `answer`
-    /// writes for its head (request bodies are not read: send none).
-    pub fn answering(answer: impl Fn(&str) -> String + Send + Sync + 'static) -> RawUpstream {
+    /// writes for its head and body (a body is read by its `Content-Length`; send no chunked
+    /// one).
+    pub fn answering(
+        answer: impl Fn(&str, &[u8]) -> String + Send + Sync + 'static,
+    ) -> RawUpstream {
         RawUpstream::start(move |conn| {
             while let Some(head) = conn.read_head() {
-                conn.write(answer(&head).as_bytes());
+                let length =
+                    header_value(&head, "content-length").map_or(0, |n| n.parse().unwrap());
+                let body = conn.read_body(length);
+                conn.write(answer(&head, &body).as_bytes());
             }
         })
     }

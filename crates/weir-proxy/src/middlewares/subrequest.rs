@@ -128,3 +128,24 @@ pub(crate) fn answer_fields(head: &ResponseHead) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client without a Host (HTTP/1.0) still gets its request sent on, with an empty one.
+    #[test]
+    fn a_head_is_built_with_the_host_given_and_without_the_framing_fields() {
+        let fields = [
+            (&b"Host"[..], &b"other"[..]),
+            (b"content-length", b"3"),
+            (b"accept", b"text/html"),
+        ];
+        let head = request_head("GET", "/a?b", "foo.bar", fields.into_iter(), 0).unwrap();
+        assert_eq!((head.method(), head.target(), head.host()), ("GET", "/a?b", "foo.bar"));
+        let names: Vec<&[u8]> = head.head.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"host"[..], b"accept"]);
+        let head = request_head("GET", "/", "", std::iter::empty(), 4).unwrap();
+        assert_eq!((head.host(), head.head.get("content-length")), ("", Some(&b"4"[..])));
+    }
+}

@@ -3,7 +3,7 @@
 //! answers to `GET query`: the page's body and fields, with the caught status (or the one
 //! `status_rewrites` gives it). The original answer's body and fields are dropped.
 
-use super::subrequest;
+use crate::actions::subrequest;
 use crate::http::ascii::percent_encode;
 use crate::http::codec::{reason, RequestHead};
 use crate::http::local::LocalResponse;
@@ -52,13 +52,14 @@ impl ErrorPages {
             .map_or(status, |(_, to)| *to);
         let target = page_target(&config.query, req, scheme, answered, status);
         // The client's own fields go with the page request, and its Host, as Traefik sends them.
-        let head = subrequest::request_head("GET", &target, req.host(), req.head.iter(), 0);
+        let head = subrequest::request_head("GET", &target, req.host(), req.head.iter(), None);
         let Some(head) = head else {
             // The query made a target no request line can carry.
             let plain = vec![("content-type".into(), "text/plain; charset=utf-8".into())];
             return LocalResponse::new(answered, plain, reason(answered).to_string());
         };
-        let sent = subrequest::send(worker, &self.service, from, &head, Bytes::new(), MAX_PAGE);
+        let page_request = (&head, Bytes::new());
+        let sent = subrequest::send(worker, &self.service, from, page_request, None, MAX_PAGE);
         match sent.await {
             Ok(page) => {
                 LocalResponse::new(answered, subrequest::answer_fields(&page.head), page.body)

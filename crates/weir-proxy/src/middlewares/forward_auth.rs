@@ -4,8 +4,8 @@
 //! fields of the answer copied onto it, any other answer goes back to the client as the server
 //! sent it (its `Location` made absolute unless `preserve_location_header`).
 
-use super::subrequest;
 use super::Flow;
+use crate::actions::subrequest;
 use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{lists_token, Head, RequestHead, ResponseHead};
 use crate::http::error::{ErrorKind, LocalError};
@@ -52,7 +52,8 @@ impl ForwardAuth {
             return server_failed();
         };
         let from = Requester::of(client);
-        let sent = subrequest::send(worker, &self.service, from, &head, Bytes::new(), MAX_ANSWER);
+        let asked = (&head, Bytes::new());
+        let sent = subrequest::send(worker, &self.service, from, asked, None, MAX_ANSWER);
         let Ok(answer) = sent.await else {
             return server_failed();
         };
@@ -163,7 +164,7 @@ fn auth_request(config: &Config, req: &RequestHead, scheme: Scheme) -> Option<Re
         .iter()
         .copied()
         .chain(added.iter().map(|(n, v)| (*n, v.as_slice())));
-    subrequest::request_head("GET", &config.target, host, all, 0)
+    subrequest::request_head("GET", &config.target, host, all, None)
 }
 
 /// The port the client asked for: the Host's, else 443 for an https (or wss) request (as a

@@ -24,7 +24,6 @@ mod secure_headers;
 mod source;
 mod strip_prefix;
 mod strip_prefix_regex;
-mod subrequest;
 
 use crate::http::codec::{RequestHead, ResponseHead};
 use crate::http::compress;

@@ -1,11 +1,12 @@
-//! A request a middleware sends of its own (`errors`' page, `forward_auth`'s check) to a
-//! service, through the upstream side as any proxied request goes (its balancer, pools,
-//! timeouts and TLS), on behalf of the client whose request caused it, with its answer read
-//! whole into memory.
+//! A request weir sends of its own to a service (a middleware's: `errors`' page,
+//! `forward_auth`'s check; a share of an Elasticsearch `_bulk`), through the upstream side as
+//! any proxied request goes (its balancer, retries, pools, timeouts and TLS), on behalf of the
+//! client whose request caused it, with its answer read whole into memory.
 
 use crate::actions::whole_body::Reader;
 use crate::http::codec::{self, RequestHead, ResponseHead};
 use crate::http::error::{ErrorKind, LocalError};
+use crate::http::local::LocalResponse;
 use crate::reply::client::ClientSide;
 use crate::reply::{Reply, ReplyHead};
 use crate::servers::balancer::Service;
@@ -20,14 +21,15 @@ pub(crate) struct Answer {
     pub(crate) body: Bytes,
 }
 
-/// The request head `method target` with Host `host`, then `fields` (framing fields are the
-/// body's: a `Content-Length` of `body_len` when it has one); `None` when it does not parse.
+/// The HTTP/1.1 request head `method target` with Host `host`, then `fields` less their
+/// framing ones: the body's is a `Content-Length` of `length`, if given. `None` when it does
+/// not parse.
 pub(crate) fn request_head<'a>(
     method: &str,
     target: &str,
     host: &str,
     fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-    body_len: usize,
+    length: Option<usize>,
 ) -> Option<RequestHead> {
     let mut raw = Vec::with_capacity(512);
     raw.extend_from_slice(method.as_bytes());
@@ -48,26 +50,27 @@ pub(crate) fn request_head<'a>(
             codec::header(&mut raw, name, value);
         }
     }
-    if body_len > 0 {
-        codec::header(&mut raw, b"content-length", body_len.to_string().as_bytes());
+    if let Some(length) = length {
+        codec::header(&mut raw, b"content-length", length.to_string().as_bytes());
     }
     raw.extend_from_slice(b"\r\n");
     codec::parse_request(&mut BytesMut::from(&raw[..])).ok()?
 }
 
-/// Sends `head` with `body` to `service` for `from`, and reads the answer, at most `max` bytes
-/// of body. `Err`: weir's own error (the service could not be reached or did not answer in
-/// time, its answer broke off or was larger than `max`), as a proxied request would get it.
+/// Sends `head` with `body` to `service` for `from` (to its server `prefer` first, if usable),
+/// and reads the answer, at most `max` bytes of body. `Err`: weir's own error (the service
+/// could not be reached or did not answer in time, its answer broke off or was larger than
+/// `max`), as a proxied request would get it.
 pub(crate) async fn send(
     worker: &Worker,
     service: &Service,
     from: Requester,
-    head: &RequestHead,
-    body: Bytes,
+    (head, body): (&RequestHead, Bytes),
+    prefer: Option<usize>,
     max: u64,
 ) -> Result<Answer, LocalError> {
     let mut sender = Detached::new(worker, from, body);
-    let reply = upstream::forward(worker, service, &mut sender, head, None).await;
+    let reply = upstream::forward(worker, service, &mut sender, head, prefer).await;
     let Reply {
         head: reply_head,
         body,
@@ -77,8 +80,8 @@ pub(crate) async fn send(
     let response = match reply_head {
         ReplyHead::Response(response) => response,
         ReplyHead::Error(error) => return Err(error.error().clone()),
-        ReplyHead::Local(answer) => return Err(weirs_answer(answer.status)),
-        ReplyHead::Shared(answer) => return Err(weirs_answer(answer.status)),
+        ReplyHead::Local(answer) => return Err(weirs_answer(&answer)),
+        ReplyHead::Shared(answer) => return Err(weirs_answer(&answer)),
     };
     let reader = Reader {
         worker,
@@ -98,9 +101,11 @@ pub(crate) async fn send(
     }
 }
 
-/// A local answer in place of a response (the upstream side makes none today) as an error.
-fn weirs_answer(status: u16) -> LocalError {
-    LocalError::new(status, ErrorKind::UpstreamFailed, "no upstream response")
+/// A local answer in place of a response (the upstream side makes none today) as an error,
+/// its text the message.
+fn weirs_answer(answer: &LocalResponse) -> LocalError {
+    let text = String::from_utf8_lossy(&answer.body).trim_end().to_string();
+    LocalError::new(answer.status, ErrorKind::UpstreamFailed, text)
 }
 
 /// An answer's fields as a local answer carries them on: the connection's own fields (as
@@ -141,11 +146,17 @@ mod tests {
             (b"content-length", b"3"),
             (b"accept", b"text/html"),
         ];
-        let head = request_head("GET", "/a?b", "foo.bar", fields.into_iter(), 0).unwrap();
-        assert_eq!((head.method(), head.target(), head.host()), ("GET", "/a?b", "foo.bar"));
+        let head = request_head("GET", "/a?b", "foo.bar", fields.into_iter(), None).unwrap();
+        assert_eq!(
+            (head.method(), head.target(), head.host()),
+            ("GET", "/a?b", "foo.bar")
+        );
         let names: Vec<&[u8]> = head.head.iter().map(|(n, _)| n).collect();
         assert_eq!(names, [&b"host"[..], b"accept"]);
-        let head = request_head("GET", "/", "", std::iter::empty(), 4).unwrap();
-        assert_eq!((head.host(), head.head.get("content-length")), ("", Some(&b"4"[..])));
+        let head = request_head("GET", "/", "", std::iter::empty(), Some(4)).unwrap();
+        assert_eq!(
+            (head.host(), head.head.get("content-length")),
+            ("", Some(&b"4"[..]))
+        );
     }
 }

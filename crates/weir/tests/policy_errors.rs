@@ -44,8 +44,10 @@ fn weir_with(app: &str, pages: &str, routes: &[(&str, &str)], middlewares: &str)
             "  r{i}: {{ rule: \"Host(`{host}`)\", middlewares: [{mws}], service: app }}\n"
         ));
     }
+    // One worker: its pools are the ones every request uses.
     Weir::start(&format!(
-        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
          routers:\n{routers}\
          services:\n  app: {{ servers: [{{ url: \"{app}\" }}], timeouts: {{ response_header: 300ms }} }}\n  \
          pages: {{ servers: [{{ url: \"{pages}\" }}] }}\n\
@@ -101,6 +103,12 @@ fn only_statuses_in_a_range_are_replaced_by_the_page_with_their_status() {
     assert_eq!(r.header("content-type"), Some("text/html"));
     assert_eq!(r.header("x-app"), None, "the app's fields are dropped");
     assert_eq!(pages.count("GET /test "), 1);
+    // The replaced answer's body is read to its end, as Traefik reads it: the app's connection
+    // and the page service's are kept for the next requests.
+    let again = ask(&weir, "GET", "t", 501, "");
+    assert_eq!(again.status, 501);
+    assert!(again.text().starts_with("My error page.\n"));
+    assert_eq!((app.count("connection"), pages.count("connection")), (1, 1));
 }
 
 /// TestHandler "query replacement" (`/{status}`, range 503-503), "single code and query

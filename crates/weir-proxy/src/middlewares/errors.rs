@@ -4,10 +4,13 @@
 //! `status_rewrites` gives it). The original answer's body and fields are dropped.
 
 use crate::actions::subrequest;
+use crate::actions::whole_body::Reader;
 use crate::http::ascii::percent_encode;
 use crate::http::codec::{reason, RequestHead};
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
+use crate::io::watch::ConnWatch;
+use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::balancer::Service;
 use crate::upstream::detached::Requester;
 use crate::worker::Worker;
@@ -17,6 +20,10 @@ use weir_config::ErrorPages as Config;
 
 /// The largest page read; a larger one is a failure of the page service.
 const MAX_PAGE: u64 = 1 << 20;
+
+/// The most of a replaced answer's body read (and dropped) so its connection can be reused, as
+/// Traefik reads it to its end; a larger one's connection is closed.
+const MAX_DROPPED: u64 = 64 << 10;
 
 /// An `errors` middleware with the service its pages come from.
 #[derive(Debug)]
@@ -99,6 +106,23 @@ fn page_target(
 fn query_escape(text: &str) -> String {
     let kept = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b' ');
     percent_encode(text, kept).replace(' ', "+")
+}
+
+/// Reads the body of `reply` (an upstream's answer being replaced) to its end, at most
+/// [`MAX_DROPPED`] bytes, so its connection goes back to the pool; the body is dropped.
+pub(super) async fn drop_body(worker: &Worker, watch: &ConnWatch, reply: &mut Reply<'_>) {
+    let body = std::mem::replace(&mut reply.body, ReplyBody::Local);
+    let (ReplyHead::Response(response), Some(used)) = (&reply.head, &reply.upstream) else {
+        return;
+    };
+    let reader = Reader {
+        worker,
+        watch,
+        read_timeout: used.service.read_timeout,
+        max: MAX_DROPPED,
+    };
+    // Whatever it ends with, the body is dropped: only the connection's fate depends on it.
+    let _ = reader.reply_body(response, body, &reply.upstream).await;
 }
 
 #[cfg(test)]

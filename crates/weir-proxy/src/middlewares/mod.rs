@@ -32,7 +32,7 @@ use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
-use crate::reply::{Reply, ReplyBody, ReplyHead};
+use crate::reply::{Reply, ReplyHead};
 use crate::servers::balancer::Service;
 use crate::upstream::detached::Requester;
 use crate::worker::Worker;
@@ -257,8 +257,8 @@ impl Filter {
 /// The `errors` filters among the first `wrapped_by` of `filters`, innermost first, over the
 /// reply to `req`: one that catches the reply's status replaces it with its page, and only the
 /// filters before it see the page (`wrapped_by` becomes its index), as in Traefik, where a
-/// middleware's answer is wrapped by the ones before it. The original answer's body is dropped;
-/// its upstream stays on the reply, for the log.
+/// middleware's answer is wrapped by the ones before it. The original answer's body is read and
+/// dropped; its upstream stays on the reply, for the log.
 pub(crate) async fn answer_error_pages<'r>(
     filters: &[Arc<Filter>],
     worker: &Worker,
@@ -276,10 +276,10 @@ pub(crate) async fn answer_error_pages<'r>(
         if !errors::catches(config, status) {
             continue;
         }
+        errors::drop_body(worker, client.watch(), reply).await;
         let from = Requester::of(client);
         let page = pages.page(config, worker, req, from, client.scheme(), status);
         reply.head = ReplyHead::Local(Cow::Owned(page.await));
-        reply.body = ReplyBody::Local;
         *wrapped_by = index;
     }
 }

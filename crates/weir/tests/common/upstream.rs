@@ -369,11 +369,12 @@ impl RawUpstream {
 impl RawUpstream {
     /// An upstream that answers each request on a kept-alive connection with what `answer`
     /// writes for its head and body (a body is read by its `Content-Length`; send no chunked
-    /// one).
+    /// one). Each connection is noted as `connection N` when accepted.
     pub fn answering(
         answer: impl Fn(&str, &[u8]) -> String + Send + Sync + 'static,
     ) -> RawUpstream {
         RawUpstream::start(move |conn| {
+            conn.note(&format!("connection {}", conn.number));
             while let Some(head) = conn.read_head() {
                 let length =
                     header_value(&head, "content-length").map_or(0, |n| n.parse().unwrap());

@@ -808,6 +808,11 @@ pub struct ForwardAuth {
     pub auth_request_headers: Vec<String>,
     /// The names of the server's cookies that are set on the answer to the client.
     pub add_auth_cookies_to_response: Vec<String>,
+    /// Whether the server gets the request's body too (read into memory first).
+    pub forward_body: bool,
+    /// With `forward_body`, the largest body read (a larger one is refused with 401); `None`:
+    /// no limit, as Traefik's default.
+    pub max_body_size: Option<u64>,
     /// Whether a refusal's `Location` is passed as the server sent it (else made absolute
     /// against the address).
     pub preserve_location_header: bool,

@@ -1,9 +1,9 @@
 //! End-to-end `forward_auth` middleware against the binary, with two in-process upstreams: a
 //! forward-auth server scripted per test, and the app, which answers with the request head it
 //! got (so a test reads what was let through). Cases are ported from Traefik's
-//! pkg/middlewares/auth/forward_test.go (named on each test). Not ported: the body tests
-//! (`TestForwardAuthForwardBody*`, `TestForwardAuthDoesNotForwardCONNECTBody`: weir does not
-//! forward the body yet), `TestForwardAuthClientClosedRequest` (499 is never sent),
+//! pkg/middlewares/auth/forward_test.go (named on each test). Not ported:
+//! `TestForwardAuthDoesNotForwardCONNECTBody` (weir does not proxy `CONNECT`),
+//! `TestForwardAuthClientClosedRequest` (499 is never sent),
 //! `TestForwardAuthTracing`, and the keys weir does not have (`TestForwardAuthMaxResponseBodySize`,
 //! `TestForwardAuthAuthSigninURL`, `TestForwardAuthPreserveRequestMethod`,
 //! `TestForwardAuth_oldWriteHeader`: weir's `trust_forward_header` is `false` or `true`, never
@@ -386,16 +386,146 @@ fn only_the_named_request_fields_and_the_forwarding_ones_go_to_the_server() {
     assert_eq!(seen(&f, "x-forwarded-uri"), Some("/path?q=2"));
 }
 
-/// `weir check` refuses what weir does not do: `forward_body: true`.
+/// A server that lets every request through, saying in `X-Auth-Body` what body it got.
+fn body_echoing_auth() -> RawUpstream {
+    body_echoing_auth_as("X-Auth-Body")
+}
+
+/// The same, saying it in the field `field`.
+fn body_echoing_auth_as(field: &'static str) -> RawUpstream {
+    RawUpstream::answering(move |_, body| {
+        let got = format!("[{}]", String::from_utf8_lossy(body));
+        http_answer(200, &[(field, &got)], "")
+    })
+}
+
+const WITH_BODY: &str = "auth_response_headers: [X-Auth-Body], forward_body: true";
+
+const FIFTEEN_BYTES: &str = "GET /path HTTP/1.1\r\nHost: foo.bar\r\nContent-Length: 15\r\n\
+                             Connection: close\r\n\r\nforwardBodyTest";
+
+/// TestForwardAuthForwardBody and TestForwardAuthForwardBodyEmptyBody: with `forward_body`,
+/// the server gets the body (none when there is none), and so does the app.
 #[test]
-fn forwarding_the_body_is_refused_where_it_is_asked() {
+fn with_forward_body_the_server_and_the_app_both_get_the_body() {
+    let (auth, app) = (body_echoing_auth(), app());
+    let weir = weir_with(
+        &app,
+        &format!(
+            "{{ address: \"{}\", {WITH_BODY}, max_body_size: 15 }}",
+            auth.url()
+        ),
+    );
+    let r = request(weir.addr(), FIFTEEN_BYTES);
+    assert_eq!(r.status, 200);
+    let seen = r.text();
+    assert_eq!(
+        header_value(&seen, "x-auth-body"),
+        Some("[forwardBodyTest]")
+    );
+    assert_eq!(header_value(&seen, "content-length"), Some("15"));
+    assert!(seen.ends_with("\r\n\r\nforwardBodyTest"), "{seen}");
+    let r = ask(&weir, "");
+    assert_eq!(r.status, 200);
+    assert_eq!(header_value(&r.text(), "x-auth-body"), Some("[]"));
+    assert_eq!((auth.count("GET"), app.count("GET")), (2, 2));
+}
+
+/// TestForwardAuthForwardBodySizeLimit: a body over `max_body_size` is refused with 401, and
+/// neither the server nor the app is asked.
+#[test]
+fn a_body_over_max_body_size_is_refused_with_401() {
+    let (auth, app) = (body_echoing_auth(), app());
+    let weir = weir_with(
+        &app,
+        &format!(
+            "{{ address: \"{}\", {WITH_BODY}, max_body_size: 14 }}",
+            auth.url()
+        ),
+    );
+    let r = request(weir.addr(), FIFTEEN_BYTES);
+    assert_eq!(r.status, 401);
+    assert_eq!((auth.count("GET"), app.count("GET")), (0, 0));
+}
+
+/// A chunked body, and one over HTTP/2, are read whole and sent with their length to both.
+#[test]
+fn a_chunked_or_http2_body_goes_with_its_length() {
+    let (auth, app) = (body_echoing_auth(), app());
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [auth], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n  auth: {{ forward_auth: {{ address: \"{}\", {WITH_BODY} }} }}\n",
+        app.url(),
+        auth.url()
+    ));
+    let r = request(
+        weir.addr(),
+        "POST /path HTTP/1.1\r\nHost: foo.bar\r\nTransfer-Encoding: chunked\r\n\
+         Connection: close\r\n\r\n7\r\nforward\r\n8\r\nBodyTest\r\n0\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let seen = r.text();
+    assert_eq!(
+        header_value(&seen, "x-auth-body"),
+        Some("[forwardBodyTest]")
+    );
+    assert_eq!(header_value(&seen, "content-length"), Some("15"));
+    assert_eq!(header_value(&seen, "transfer-encoding"), None);
+    assert!(seen.ends_with("\r\n\r\nforwardBodyTest"), "{seen}");
+    let url = format!("http://{}/h2", weir.addr());
+    let out = curl_ok(&[
+        "-s",
+        "--http2-prior-knowledge",
+        "--data-binary",
+        "overHTTP2",
+        &url,
+    ]);
+    let seen = String::from_utf8(out).unwrap();
+    assert_eq!(header_value(&seen, "x-auth-body"), Some("[overHTTP2]"));
+    assert!(seen.ends_with("\r\n\r\noverHTTP2"), "{seen}");
+}
+
+/// `max_body_size` without `forward_body` is refused where it is written.
+#[test]
+fn a_body_limit_without_forward_body_is_refused_where_it_is_written() {
     let out = weir_check_refuses(
         "forward-auth-body",
         "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\n\
-         middlewares:\n  a: { forward_auth: { address: \"http://127.0.0.1:9\", forward_body: true } }\n",
+         middlewares:\n  a: { forward_auth: { address: \"http://127.0.0.1:9\", max_body_size: 1KiB } }\n",
     );
     assert!(
-        out.contains(":4:69: `forward_body: true` is not supported yet"),
+        out.contains(":4:70: `max_body_size` applies with `forward_body: true`"),
         "{out}"
     );
+}
+
+/// Two `forward_body` middlewares on one route: the first reads the body and its server gets
+/// it; the second's server is asked without it; the app gets it whole.
+#[test]
+fn a_second_forward_body_middleware_asks_without_the_body() {
+    let (first, second) = (body_echoing_auth(), body_echoing_auth_as("X-Second-Body"));
+    let app = app();
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [one, two], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n  \
+           one: {{ forward_auth: {{ address: \"{}\", forward_body: true, auth_response_headers: [X-Auth-Body] }} }}\n  \
+           two: {{ forward_auth: {{ address: \"{}\", forward_body: true, auth_response_headers: [X-Second-Body] }} }}\n",
+        app.url(),
+        first.url(),
+        second.url()
+    ));
+    let r = request(weir.addr(), FIFTEEN_BYTES);
+    assert_eq!(r.status, 200);
+    let seen = r.text();
+    assert_eq!(
+        header_value(&seen, "x-auth-body"),
+        Some("[forwardBodyTest]")
+    );
+    assert_eq!(header_value(&seen, "x-second-body"), Some("[]"));
+    assert_eq!(header_value(&seen, "content-length"), Some("15"));
+    assert!(seen.ends_with("\r\n\r\nforwardBodyTest"), "{seen}");
 }

@@ -1,6 +1,6 @@
 //! `middlewares.NAME.forward_auth`: the authentication server's `address` (made a service of
-//! one server, with `tls`), which request fields go to it, which of its answer's fields and
-//! cookies come back, and how a refusal's `Location` is passed.
+//! one server, with `tls`), which request fields (and whether the body) go to it, which of its
+//! answer's fields and cookies come back, and how a refusal's `Location` is passed.
 
 use super::{is_header_name, Fields, Loader};
 use crate::model::*;
@@ -80,7 +80,18 @@ impl Loader<'_> {
             }
             None => None,
         };
-        self.unsupported_body_forwarding(&f);
+        let forward_body = self.flag_key(&f, "forward_body");
+        let max_body_size = match f.get("max_body_size") {
+            Some(node) if !forward_body => {
+                self.error(
+                    node.pos,
+                    "`max_body_size` applies with `forward_body: true`",
+                );
+                None
+            }
+            Some(node) => self.size(node, "`max_body_size`"),
+            None => None,
+        };
         Some(ForwardAuth {
             address,
             service: Service {
@@ -109,6 +120,8 @@ impl Loader<'_> {
             auth_response_headers_regex,
             auth_request_headers,
             add_auth_cookies_to_response: self.names_key(&f, "add_auth_cookies_to_response"),
+            forward_body,
+            max_body_size,
             preserve_location_header: self.flag_key(&f, "preserve_location_header"),
         })
     }
@@ -124,21 +137,6 @@ impl Loader<'_> {
             }
         }
         names
-    }
-
-    /// `forward_body: true` and `max_body_size` (which only applies with it) are refused: the
-    /// authentication request never carries the body yet.
-    fn unsupported_body_forwarding(&mut self, f: &Fields<'_>) {
-        if let Some(node) = f.get("forward_body") {
-            if self.boolean(node, "`forward_body`") == Some(true) {
-                let message = "`forward_body: true` is not supported yet: the authentication request is sent without the body";
-                self.error(node.pos, message);
-            }
-        }
-        if let Some(node) = f.get("max_body_size") {
-            let message = "`max_body_size` applies to `forward_body`, which is not supported yet";
-            self.error(node.pos, message);
-        }
     }
 }
 
@@ -178,10 +176,11 @@ mod tests {
             assert_eq!(a.service.timeouts.request, Some(AUTH_REQUEST_TIMEOUT));
         }
         let a = auth(
-            "{ address: \"https://auth/\", tls: { insecure_skip_verify: true }, trust_forward_header: true, auth_response_headers: [X-Auth-User], auth_response_headers_regex: \"^Foo-\", auth_request_headers: [Cookie], add_auth_cookies_to_response: [session], preserve_location_header: true, forward_body: false }",
+            "{ address: \"https://auth/\", tls: { insecure_skip_verify: true }, trust_forward_header: true, auth_response_headers: [X-Auth-User], auth_response_headers_regex: \"^Foo-\", auth_request_headers: [Cookie], add_auth_cookies_to_response: [session], preserve_location_header: true, forward_body: true, max_body_size: 1KiB }",
         );
         assert!(a.service.tls.insecure_skip_verify && a.service.servers[0].tls);
-        assert!(a.trust_forward_header && a.preserve_location_header);
+        assert!(a.trust_forward_header && a.preserve_location_header && a.forward_body);
+        assert_eq!(a.max_body_size, Some(1024));
         assert_eq!(a.auth_response_headers, ["X-Auth-User"]);
         assert!(a.auth_response_headers_regex.unwrap().is_match("Foo-Bar"));
         assert_eq!(
@@ -190,6 +189,7 @@ mod tests {
         );
         let a = auth("{ address: \"http://auth\" }");
         assert!(!a.trust_forward_header && a.auth_response_headers_regex.is_none());
+        assert!(!a.forward_body && a.max_body_size.is_none());
     }
 
     #[test]
@@ -218,12 +218,15 @@ mod tests {
         );
         assert_eq!(
             errors(&config(
-                "{ address: \"http://auth\", forward_body: true, max_body_size: 1KiB }"
+                "{ address: \"http://auth\", forward_body: false, max_body_size: 1KiB }"
             )),
-            vec![
-                "t.yaml:5:59: `forward_body: true` is not supported yet: the authentication request is sent without the body",
-                "t.yaml:5:80: `max_body_size` applies to `forward_body`, which is not supported yet",
-            ]
+            vec!["t.yaml:5:81: `max_body_size` applies with `forward_body: true`"]
+        );
+        assert_eq!(
+            errors(&config(
+                "{ address: \"http://auth\", forward_body: true, max_body_size: lots }"
+            )),
+            vec!["t.yaml:5:80: `max_body_size` must be a size like `1024`, `64KiB` or `256MiB`, found `lots`"]
         );
     }
 }

@@ -10,9 +10,10 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{answer_error_pages, AuthCookies, Flow};
+use crate::middlewares::{answer_error_pages, AuthCookies, Flow, LetThrough};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
+use crate::reply::read_body::ReadBody;
 use crate::reply::{ErrorHead, Reply, ReplyHead};
 use crate::servers::balancer::UpstreamUse;
 use crate::state::runtime::{ErrorForm, Route, RouteAction, Runtime};
@@ -149,10 +150,19 @@ async fn run_route<'r, C: ClientSide>(
     head: &mut RequestHead,
     (wrapped_by, answer_edit): (&mut usize, &mut Option<(usize, Box<AuthCookies>)>),
 ) -> Reply<'r> {
+    // What holds the request's body when a filter read it (`forward_auth`'s `forward_body`).
+    let mut with_body: Option<Box<LetThrough>> = None;
     for (index, filter) in route.filters.iter().enumerate() {
         match filter.on_request(worker, head, client).await {
             Flow::Continue => {}
-            Flow::ContinueThen(edit) => *answer_edit = Some((index, edit)),
+            Flow::ContinueWith(mut through) => {
+                if let Some(cookies) = through.cookies.take() {
+                    *answer_edit = Some((index, cookies));
+                }
+                if through.body.is_some() {
+                    with_body = Some(through);
+                }
+            }
             Flow::Respond(response) => {
                 *wrapped_by = index;
                 return Reply::local(Cow::Owned(response));
@@ -163,6 +173,21 @@ async fn run_route<'r, C: ClientSide>(
             }
         }
     }
+    if let Some(body) = with_body.and_then(|through| through.body) {
+        // Boxed: only requests whose body a filter read go this way.
+        let mut client = ReadBody::new(client, body);
+        return Box::pin(run_action(worker, route, &mut client, head)).await;
+    }
+    run_action(worker, route, client, head).await
+}
+
+/// The route's action, once its request filters let the request through.
+async fn run_action<'r, C: ClientSide>(
+    worker: &Rc<Worker>,
+    route: &'r Route,
+    client: &mut C,
+    head: &mut RequestHead,
+) -> Reply<'r> {
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::RespondError(error) => Reply::prebuilt_error(error),

@@ -1,17 +1,18 @@
 //! `forward_auth` (Traefik's `forwardAuth`, pkg/middlewares/auth/forward.go): a copy of the
-//! request's head goes to the authentication server as a `GET` of its address, with the
-//! `X-Forwarded-*` fields Traefik sets; a 2xx answer lets the request through with the named
+//! request's head (and with `forward_body`, its body) goes to the authentication server as a
+//! `GET` of its address, with the `X-Forwarded-*` fields Traefik sets; a 2xx answer lets the request through with the named
 //! fields of the answer copied onto it, any other answer goes back to the client as the server
 //! sent it (its `Location` made absolute unless `preserve_location_header`).
 
-use super::Flow;
+use super::{Flow, LetThrough};
 use crate::actions::subrequest;
 use crate::http::ascii::eq_ignore_case;
-use crate::http::codec::{lists_token, Head, RequestHead, ResponseHead};
+use crate::http::codec::{lists_token, Framing, Head, RequestHead, ResponseHead};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::client::ClientSide;
+use crate::reply::relay::BodyError;
 use crate::servers::balancer::Service;
 use crate::upstream::detached::Requester;
 use crate::worker::Worker;
@@ -46,13 +47,21 @@ impl ForwardAuth {
         config: &Config,
         worker: &Worker,
         req: &mut RequestHead,
-        client: &impl ClientSide,
+        client: &mut impl ClientSide,
     ) -> Flow {
-        let Some(head) = auth_request(config, req, client.scheme()) else {
+        let body = match config.forward_body {
+            true => match read_body(config, worker, req, client).await {
+                Ok(body) => body,
+                Err(refused) => return refused,
+            },
+            false => None,
+        };
+        let length = body.as_ref().map(Bytes::len);
+        let Some(head) = auth_request(config, req, client.scheme(), length) else {
             return server_failed();
         };
         let from = Requester::of(client);
-        let asked = (&head, Bytes::new());
+        let asked = (&head, body.clone().unwrap_or_default());
         let sent = subrequest::send(worker, &self.service, from, asked, None, MAX_ANSWER);
         let Ok(answer) = sent.await else {
             return server_failed();
@@ -76,11 +85,51 @@ impl ForwardAuth {
             .get_all("set-cookie")
             .map(Bytes::copy_from_slice)
             .collect();
-        if cookies.is_empty() || config.add_auth_cookies_to_response.is_empty() {
+        let cookies = match cookies.is_empty() || config.add_auth_cookies_to_response.is_empty() {
+            true => None,
+            false => {
+                let names = config.add_auth_cookies_to_response.clone();
+                Some(Box::new(AuthCookies { names, cookies }))
+            }
+        };
+        if cookies.is_none() && body.is_none() {
             return Flow::Continue;
         }
-        let names = config.add_auth_cookies_to_response.clone();
-        Flow::ContinueThen(Box::new(AuthCookies { names, cookies }))
+        Flow::ContinueWith(Box::new(LetThrough { cookies, body }))
+    }
+}
+
+/// With `forward_body`: the request's body, read whole (`None` without one, and for a
+/// `CONNECT` of unknown length, whose bytes are the tunnel's), its framing now its length. A
+/// body over `max_body_size` is refused with 401, a failure to read it is a 500, as Traefik
+/// answers.
+async fn read_body(
+    config: &Config,
+    worker: &Worker,
+    req: &mut RequestHead,
+    client: &mut impl ClientSide,
+) -> Result<Option<Bytes>, Flow> {
+    let tunnel = req.method() == "CONNECT" && !matches!(req.framing, Framing::Length(_));
+    if req.framing == Framing::None || tunnel {
+        return Ok(None);
+    }
+    let max = config.max_body_size.unwrap_or(u64::MAX);
+    match client.read_body(worker, req, max).await {
+        // Read by an earlier `forward_body` filter, which gave the body its length (the
+        // action sends what that one read).
+        Ok(body) if body.is_empty() && matches!(req.framing, Framing::Length(1..)) => Ok(None),
+        Ok(body) => {
+            req.framing = match body.len() {
+                0 => Framing::None,
+                n => Framing::Length(n as u64),
+            };
+            Ok(Some(body))
+        }
+        Err(BodyError::TooLarge) => {
+            let refusal = LocalError::new(401, ErrorKind::PolicyRefused, "Unauthorized");
+            Err(Flow::Refuse(refusal))
+        }
+        Err(_) => Err(server_failed()),
     }
 }
 
@@ -120,7 +169,12 @@ fn is_forwarding_field(name: &[u8]) -> bool {
 /// `X-Forwarded-Method`, `-Port` and `-Uri` where absent. `X-Forwarded-For`, `-Proto` and
 /// `-Host` are written by the upstream side as for any request; the Host given here (the
 /// client's, or its trusted `X-Forwarded-Host`) is what `X-Forwarded-Host` says.
-fn auth_request(config: &Config, req: &RequestHead, scheme: Scheme) -> Option<RequestHead> {
+fn auth_request(
+    config: &Config,
+    req: &RequestHead,
+    scheme: Scheme,
+    body_length: Option<usize>,
+) -> Option<RequestHead> {
     let trusted = config.trust_forward_header;
     let connection = req.head.get("connection");
     let named = &config.auth_request_headers;
@@ -164,7 +218,7 @@ fn auth_request(config: &Config, req: &RequestHead, scheme: Scheme) -> Option<Re
         .iter()
         .copied()
         .chain(added.iter().map(|(n, v)| (*n, v.as_slice())));
-    subrequest::request_head("GET", &config.target, host, all, None)
+    subrequest::request_head("GET", &config.target, host, all, body_length)
 }
 
 /// The port the client asked for: the Host's, else 443 for an https (or wss) request (as a

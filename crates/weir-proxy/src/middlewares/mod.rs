@@ -65,12 +65,19 @@ pub struct Upstreams<'a> {
 
 pub use forward_auth::AuthCookies;
 
+/// What a filter that lets a request through hands on (`forward_auth`): cookies to set on the
+/// answer, and the request's body when it read it (the action then sends these bytes).
+pub struct LetThrough {
+    pub cookies: Option<Box<AuthCookies>>,
+    pub body: Option<bytes::Bytes>,
+}
+
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
-    /// Continue, and edit the answer when it comes back (`forward_auth`'s cookies): applied
-    /// on the way back by [`AuthCookies::apply`] (boxed: it is rare).
-    ContinueThen(Box<AuthCookies>),
+    /// Continue with what the filter hands on (`forward_auth`'s cookies for the answer, the
+    /// body it read) (boxed: it is rare).
+    ContinueWith(Box<LetThrough>),
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
     /// Refuse with this error, rendered in the route's flavour as weir's other errors are
@@ -144,7 +151,7 @@ impl Filter {
         &self,
         worker: &Worker,
         req: &mut RequestHead,
-        client: &impl ClientSide,
+        client: &mut impl ClientSide,
     ) -> Flow {
         match &self.0 {
             MiddlewareKind::StripPrefix(prefixes) => strip_prefix::on_request(prefixes, req),

@@ -6,6 +6,7 @@
 
 pub mod body_filter;
 pub mod client;
+pub mod read_body;
 pub mod relay;
 pub mod request_body;
 

@@ -12,7 +12,7 @@ COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms"
            ("reloads", "reloads", "{:.0f}")]
 
 # The peers weir is set against, in this order, where a table has them.
-RATIO_PEERS = ("nginx", "nginx-no-cork", "haproxy", "weir-1route", "weir-nometrics", "weir-route-none",
+RATIO_PEERS = ("nginx", "nginx-no-cork", "haproxy", "weir-plain", "weir-1route", "weir-nometrics", "weir-route-none",
                "weir-unbatched", "weir-spool", "direct")
 
 # A line under a table for each figure some targets have: (key, caption, format of one target's).
@@ -20,7 +20,9 @@ SUMMARIES = [("mb_per_s", "Throughput: ", "{} {:.0f} MB/s"),
              ("docs_per_s", "Documents/s: ", "{} {:.0f}"),
              ("cluster_cpu_us_per_req", "Cluster CPU per request (the nodes' JVMs, µs): ", "{} {:.0f}"),
              ("mean_ms", "Mean latency (dnsperf and h2load report no percentiles): ", "{} {:.3f} ms"),
-             ("cpu_s_per_gib", "CPU seconds per GiB relayed: ", "{} {:.3f}")]
+             ("cpu_s_per_gib", "CPU seconds per GiB relayed: ", "{} {:.3f}"),
+             ("admitted_per_s", "Admitted (2xx) per second: ", "{} {:.1f}"),
+             ("admitted_off_pct", "Admitted rate off the configured one: ", "{} {:+.2f}%")]
 
 def measured(res):
     """A table's (target, figures), without its `_` entries (the rate, the sizes)."""
@@ -105,7 +107,7 @@ def write_report(scenario, results, ctx, outdir):
         md.append(ratios(res))
         md.append("")
         for key, caption, fmt in SUMMARIES:
-            values = [(n, m[key]) for n, m in measured(res) if m.get(key)]
+            values = [(n, m[key]) for n, m in measured(res) if m.get(key) is not None]
             if values:
                 md.append(caption + ", ".join(fmt.format(n, v) for n, v in values))
                 md.append("")

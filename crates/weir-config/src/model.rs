@@ -632,10 +632,35 @@ pub enum MiddlewareKind {
     IpAllowList(IpAllowList),
     /// Lets through only requests with a known user's password (HTTP Basic authentication).
     BasicAuth(BasicAuth),
+    /// Limits each source's request rate with a token bucket.
+    RateLimit(RateLimit),
+    /// Limits each source's requests in progress at once.
+    InFlightReq(InFlightReq),
     /// Answers some statuses with a page from another service (boxed: it is large and rare).
     Errors(Box<ErrorPages>),
     /// Lets a request through when an authentication server answers 2xx to a copy of it.
     ForwardAuth(Box<ForwardAuth>),
+}
+
+/// The `in_flight_req` middleware's settings (Traefik's `inFlightReq`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlightReq {
+    /// Requests one source may have in progress at once (at least 1).
+    pub amount: u64,
+    /// The host by default, as in Traefik.
+    pub source_criterion: SourceCriterion,
+}
+
+/// The `rate_limit` middleware's settings (Traefik's `rateLimit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Requests allowed per `period` on average; 0 turns the limit off.
+    pub average: u64,
+    /// The span `average` is counted over (1 s by default, and for 0).
+    pub period: Duration,
+    /// The bucket's size: how many requests may come at once (at least 1).
+    pub burst: u64,
+    pub source_criterion: SourceCriterion,
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).
@@ -669,6 +694,13 @@ pub enum SourceCriterion {
     RequestHeader(String),
     /// The request's host, as sent (with its port, if any).
     RequestHost,
+}
+
+/// No criterion: the connection's address, as Traefik's default.
+impl Default for SourceCriterion {
+    fn default() -> Self {
+        SourceCriterion::Ip(IpStrategy::RemoteAddr { ipv6_subnet: None })
+    }
 }
 
 /// Addresses and networks, matched as Traefik's `ip.Checker` does: an IPv4 client matches

@@ -26,19 +26,9 @@ fn htpasswd(file: &std::path::Path, flags: &[&str], user: &str, password: &str) 
     assert!(out.status.success(), "htpasswd: {out:?}");
 }
 
-/// A config whose routes `/open` (no middleware) and everything else (behind `auth`) go to
-/// `upstream`; `auth` is the `basic_auth` body.
+/// The test bed with `auth`, the `basic_auth` body given, on every path but `/open`.
 fn auth_config(upstream: &Upstream, auth: &str) -> String {
-    format!(
-        "server: {{ workers: 2 }}\n\
-         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
-         routers:\n\
-         \x20 open: {{ rule: \"PathPrefix(`/open`)\", service: app }}\n\
-         \x20 closed: {{ rule: \"PathPrefix(`/`)\", priority: 1, middlewares: [auth], service: app }}\n\
-         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
-         middlewares:\n  auth:\n    basic_auth: {auth}\n",
-        upstream.url()
-    )
+    guarded_config(upstream, "auth", "basic_auth", auth)
 }
 
 fn authorization(user: &str, password: &str) -> String {
@@ -283,14 +273,6 @@ fn a_verified_password_is_remembered_and_a_wrong_one_never() {
     assert_eq!(send("right").0, 200);
 }
 
-/// The response head curl prints for a request over h2c (prior knowledge) with `args`.
-fn h2_head(args: &[&str], url: &str) -> String {
-    let mut all = vec!["-D", "-", "-o", "/dev/null", "--http2-prior-knowledge"];
-    all.extend_from_slice(args);
-    all.push(url);
-    String::from_utf8_lossy(&curl_ok(&all)).into_owned()
-}
-
 /// A gRPC request refused by `basic_auth` gets the refusal in gRPC form (HTTP 200,
 /// `grpc-status: 16` UNAUTHENTICATED) with the challenge beside it.
 #[test]
@@ -303,17 +285,7 @@ fn a_grpc_request_is_refused_in_grpc_form() {
     let url = format!("http://{}/weir.Echo/Unary", weir.addr());
     // No message: a body weir has not read when it answers early makes curl 7.88 fail the
     // stream (any early answer on HTTP/2 does it, not this middleware's alone).
-    let head = h2_head(
-        &[
-            "-X",
-            "POST",
-            "-H",
-            "content-type: application/grpc",
-            "-H",
-            "te: trailers",
-        ],
-        &url,
-    );
+    let head = h2_head(GRPC_CALL, &url);
     assert!(head.starts_with("HTTP/2 200"), "{head}");
     assert_eq!(
         header_value(&head, "content-type"),

@@ -290,3 +290,24 @@ fn an_undefined_page_service_is_refused_where_it_is_named() {
         "{out}"
     );
 }
+
+/// A reload that changes only the page service's servers is followed: the unchanged `errors`
+/// middleware asks the new ones (it holds services, so it is built afresh).
+#[test]
+fn a_reload_that_moves_the_page_service_is_followed() {
+    let (app, old_pages) = (app(), pages());
+    let new_pages = RawUpstream::answering(|_, _| http_answer(200, &[], "The new page.\n"));
+    let mw = "  e: { errors: { status: [\"503\"], service: pages } }\n";
+    let weir = weir_with(&app.url(), &old_pages.url(), &[("t", "e")], mw);
+    assert!(ask(&weir, "GET", "t", 503, "")
+        .text()
+        .starts_with("My error page."));
+    let moved = std::fs::read_to_string(weir.config_path())
+        .unwrap()
+        .replace(&old_pages.url(), &new_pages.url());
+    std::fs::write(weir.config_path(), moved).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 1);
+    let r = ask(&weir, "GET", "t", 503, "");
+    assert_eq!((r.status, r.text().as_str()), (503, "The new page.\n"));
+}

@@ -1,11 +1,13 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth, errors or forward_auth; and the chains resolved into flat lists (every name defined, no loop).
+//! chain, basic_auth, rate_limit, in_flight_req, errors or forward_auth; and the chains resolved
+//! into flat lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
 use crate::yaml::{Node, Pos, Value};
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// Why `path` cannot be a request path as sent: a malformed `%` escape, or a byte a request
 /// line cannot carry.
@@ -50,6 +52,8 @@ impl Loader<'_> {
             "redirect_regex",
             "chain",
             "basic_auth",
+            "rate_limit",
+            "in_flight_req",
             "errors",
             "forward_auth",
         ];
@@ -75,6 +79,8 @@ impl Loader<'_> {
             "redirect_regex" => self.redirect_regex(body)?,
             "chain" => self.chain(body)?,
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
+            "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
+            "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
             "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
             "forward_auth" => {
                 MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))
@@ -597,11 +603,75 @@ impl Loader<'_> {
         })
     }
 
+    /// `rate_limit: { average, period, burst, source_criterion }`: Traefik's defaults (no
+    /// limit, 1 s, a burst of 1); a `period` or `burst` of 0 means the default, as there.
+    fn rate_limit(&mut self, node: &Node) -> Option<RateLimit> {
+        const KEYS: &[&str] = &["average", "period", "burst", "source_criterion"];
+        let f = self.fields(node, "`rate_limit`", KEYS)?;
+        // average × 1e9 must fit Traefik's int64 nanosecond arithmetic.
+        let average = match f.get("average") {
+            Some(n) => self.uint(n, "`average`", 0, u64::from(u32::MAX)),
+            None => Some(0),
+        };
+        let mut period = Duration::ZERO;
+        let period_ok = self.duration_field(&f, "period", &mut period);
+        let burst = match f.get("burst") {
+            Some(n) => self.uint(n, "`burst`", 0, u64::from(u32::MAX)),
+            None => Some(1),
+        };
+        let source_criterion = self.source_criterion_field(&f, SourceCriterion::default());
+        period_ok?;
+        if period.is_zero() {
+            period = Duration::from_secs(1);
+        }
+        Some(RateLimit {
+            average: average?,
+            period,
+            burst: burst?.max(1),
+            source_criterion: source_criterion?,
+        })
+    }
+
+    /// `in_flight_req: { amount, source_criterion }`: `amount` is required (Traefik's default
+    /// of 0 refuses every request); the source is the host by default, as in Traefik.
+    fn in_flight_req(&mut self, node: &Node) -> Option<InFlightReq> {
+        let f = self.fields(node, "`in_flight_req`", &["amount", "source_criterion"])?;
+        let amount = match f.get("amount") {
+            Some(n) => self.uint(n, "`amount`", 1, i64::MAX as u64),
+            None => {
+                self.error(
+                    f.pos,
+                    "`in_flight_req` needs `amount`, the requests allowed at once",
+                );
+                None
+            }
+        };
+        let source_criterion = self.source_criterion_field(&f, SourceCriterion::RequestHost);
+        Some(InFlightReq {
+            amount: amount?,
+            source_criterion: source_criterion?,
+        })
+    }
+
+    /// The `source_criterion` of a per-source policy, or `default` without one.
+    fn source_criterion_field(
+        &mut self,
+        f: &Fields<'_>,
+        default: SourceCriterion,
+    ) -> Option<SourceCriterion> {
+        match f.get("source_criterion") {
+            Some(n) => self.source_criterion(n, default),
+            None => Some(default),
+        }
+    }
+
     /// `source_criterion: { ip_strategy, request_header_name, request_host }`, at most one
-    /// of them (an empty name and `false` count as absent, as in Traefik).
-    // The per-source policies (`rate_limit`, `in_flight_req`) are its users to come.
-    #[allow(dead_code)]
-    pub(super) fn source_criterion(&mut self, node: &Node) -> Option<SourceCriterion> {
+    /// of them (an empty name and `false` count as absent, as in Traefik: then `default`).
+    pub(super) fn source_criterion(
+        &mut self,
+        node: &Node,
+        default: SourceCriterion,
+    ) -> Option<SourceCriterion> {
         const KEYS: &[&str] = &["ip_strategy", "request_header_name", "request_host"];
         let f = self.fields(node, "`source_criterion`", KEYS)?;
         let mut chosen = Vec::new();
@@ -624,9 +694,7 @@ impl Loader<'_> {
             }
         }
         match chosen.as_slice() {
-            [] => Some(SourceCriterion::Ip(IpStrategy::RemoteAddr {
-                ipv6_subnet: None,
-            })),
+            [] => Some(default),
             [(_, criterion)] => criterion.clone(),
             [(first, _), (second, _), ..] => {
                 self.error(
@@ -1096,7 +1164,7 @@ mod tests {
             env: &|_| None,
             base: Default::default(),
         };
-        let criterion = loader.source_criterion(&root);
+        let criterion = loader.source_criterion(&root, SourceCriterion::default());
         match criterion {
             Some(criterion) if loader.errors.is_empty() => Ok(criterion),
             _ => Err(loader
@@ -1385,6 +1453,114 @@ mod basic_auth_tests {
             vec![
                 "t.yaml:5:82: `remove_header` must be `true` or `false`, found `maybe`",
                 "t.yaml:5:89: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
+            ]
+        );
+    }
+
+    fn loaded_rate_limit(body: &str) -> RateLimit {
+        let yaml = format!("{BASE}middlewares:\n  limit:\n    rate_limit: {body}\n");
+        match load_str(&yaml, "t.yaml").unwrap().middlewares[0]
+            .kind
+            .clone()
+        {
+            MiddlewareKind::RateLimit(limit) => limit,
+            other => panic!("not rate_limit: {other:?}"),
+        }
+    }
+
+    /// Traefik's defaults (`TestNewRateLimiter`: "no ratelimit on Average == 0", the default
+    /// source is the remote address): no limit, 1 s, a burst of 1; 0 means the default for
+    /// `period` and `burst`; "SourceCriterion in config is respected".
+    #[test]
+    fn rate_limit_settings_and_defaults() {
+        let remote = SourceCriterion::default();
+        let limit = loaded_rate_limit("{}");
+        assert_eq!(
+            limit,
+            RateLimit {
+                average: 0,
+                period: Duration::from_secs(1),
+                burst: 1,
+                source_criterion: remote.clone(),
+            }
+        );
+        let limit = loaded_rate_limit("{ average: 5, period: 0, burst: 0 }");
+        assert_eq!((limit.period, limit.burst), (Duration::from_secs(1), 1));
+        let limit = loaded_rate_limit(
+            "{ average: 2, period: 10s, burst: 10, source_criterion: { request_header_name: Foo } }",
+        );
+        assert_eq!(
+            limit,
+            RateLimit {
+                average: 2,
+                period: Duration::from_secs(10),
+                burst: 10,
+                source_criterion: SourceCriterion::RequestHeader("foo".into()),
+            }
+        );
+    }
+
+    /// Every error at once, at its `file:line:column`; Traefik's "SourceCriteria are mutually
+    /// exclusive" and its negative period.
+    #[test]
+    fn rate_limit_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  limit:\n    rate_limit: {body}\n");
+        assert_eq!(
+            errors(&mw("{ average: -1, period: -1s, burst: many }")),
+            vec![
+                "t.yaml:5:28: `average` must be a whole number from 0 to 4294967295, found `-1`",
+                "t.yaml:5:40: `period` must be a duration like `250ms`, `30s`, `5m` or `1h`, found `-1s`",
+                "t.yaml:5:52: `burst` must be a whole number from 0 to 4294967295, found `many`",
+            ]
+        );
+        assert_eq!(
+            errors(&mw(
+                "{ average: 1, source_criterion: { ip_strategy: {}, request_header_name: Foo } }"
+            )),
+            vec![
+                "t.yaml:5:49: `source_criterion` takes one of `ip_strategy` and `request_header_name`, not both"
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ averag: 1 }")),
+            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit`; expected one of: average, period, burst, source_criterion"]
+        );
+    }
+
+    /// `in_flight_req`: `amount`, and the host as the default source (Traefik's `New` in
+    /// inflightreq/inflight_req.go), also for a `source_criterion` that sets nothing.
+    #[test]
+    fn in_flight_req_settings_and_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  busy:\n    in_flight_req: {body}\n");
+        let loaded = |body: &str| match load_str(&mw(body), "t.yaml").unwrap().middlewares[0]
+            .kind
+            .clone()
+        {
+            MiddlewareKind::InFlightReq(limit) => limit,
+            other => panic!("not in_flight_req: {other:?}"),
+        };
+        let host = InFlightReq {
+            amount: 10,
+            source_criterion: SourceCriterion::RequestHost,
+        };
+        assert_eq!(loaded("{ amount: 10 }"), host);
+        assert_eq!(
+            loaded("{ amount: 10, source_criterion: { request_header_name: \"\" } }"),
+            host
+        );
+        assert_eq!(
+            loaded("{ amount: 1, source_criterion: { ip_strategy: {} } }").source_criterion,
+            SourceCriterion::default()
+        );
+        assert_eq!(
+            errors(&mw("{}")),
+            vec!["t.yaml:5:20: `in_flight_req` needs `amount`, the requests allowed at once"]
+        );
+        assert_eq!(
+            errors(&mw("{ amount: 0, source_criterion: { request_host: maybe } }")),
+            vec![
+                "t.yaml:5:30: `amount` must be a whole number from 1 to 9223372036854775807, found `0`",
+                "t.yaml:5:67: `request_host` must be `true` or `false`, found `maybe`",
             ]
         );
     }

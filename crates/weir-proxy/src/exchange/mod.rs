@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{answer_error_pages, AuthCookies, Flow, LetThrough};
+use crate::middlewares::{answer_error_pages, AuthCookies, Flow, Held, LetThrough};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::read_body::ReadBody;
@@ -76,13 +76,15 @@ pub(crate) async fn exchange<C: ClientConn>(
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
     let mut wrapped_by = usize::MAX;
+    // What filters keep until the answer is sent (`in_flight_req`'s place): null on other routes.
+    let mut held = Held::default();
     // An edit a request filter asks for on the answer, with that filter's index.
     let mut answer_edit = None;
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
         Some(route) => {
-            let filtered = (&mut wrapped_by, &mut answer_edit);
+            let filtered = (&mut wrapped_by, &mut held, &mut answer_edit);
             run_route(worker, route, client, &mut head, filtered).await
         }
     };
@@ -119,6 +121,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
+    // The request is over for the filters once its answer is sent, as in Traefik, where a
+    // middleware's handler returns after the body is written.
+    drop(held);
     let outcome = finish(
         worker,
         runtime,
@@ -148,13 +153,18 @@ async fn run_route<'r, C: ClientSide>(
     route: &'r Route,
     client: &mut C,
     head: &mut RequestHead,
-    (wrapped_by, answer_edit): (&mut usize, &mut Option<(usize, Box<AuthCookies>)>),
+    (wrapped_by, held, answer_edit): (
+        &mut usize,
+        &mut Held,
+        &mut Option<(usize, Box<AuthCookies>)>,
+    ),
 ) -> Reply<'r> {
     // What holds the request's body when a filter read it (`forward_auth`'s `forward_body`).
     let mut with_body: Option<Box<LetThrough>> = None;
     for (index, filter) in route.filters.iter().enumerate() {
         match filter.on_request(worker, head, client).await {
             Flow::Continue => {}
+            Flow::Hold(kept) => held.push(kept),
             Flow::ContinueWith(mut through) => {
                 if let Some(cookies) = through.cookies.take() {
                     *answer_edit = Some((index, cookies));

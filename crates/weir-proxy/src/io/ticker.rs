@@ -25,11 +25,20 @@ pub struct Ticker {
 
 impl Ticker {
     pub fn new(period: Duration) -> io::Result<Ticker> {
+        Ticker::armed(Expiration::Interval(TimeSpec::from_duration(period)))
+    }
+
+    /// Ticks once, `after` from now: a precise wait for the few tasks that need one (a
+    /// request waiting for its rate limit's token).
+    pub fn once(after: Duration) -> io::Result<Ticker> {
+        // A zero expiration would disarm the timer: wait a nanosecond at least.
+        let after = after.max(Duration::from_nanos(1));
+        Ticker::armed(Expiration::OneShot(TimeSpec::from_duration(after)))
+    }
+
+    fn armed(expiration: Expiration) -> io::Result<Ticker> {
         let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK)?;
-        timer.set(
-            Expiration::Interval(TimeSpec::from_duration(period)),
-            TimerSetTimeFlags::empty(),
-        )?;
+        timer.set(expiration, TimerSetTimeFlags::empty())?;
         // Deprecated because a wrapped type could close its descriptor while registered; `Fd`
         // owns its descriptor and only this AsyncFd holds it, so that cannot happen (the
         // replacement, `register`, is unsafe).

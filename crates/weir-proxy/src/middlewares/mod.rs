@@ -1,6 +1,7 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
-//! refuses it with one of weir's errors (`Flow::Refuse`).
+//! refuses it with one of weir's errors (`Flow::Refuse`), or lets it on holding a place until
+//! the answer is sent (`Flow::Hold`) or with what it hands on (`Flow::ContinueWith`).
 //! Response-head phase: first, on routes with `errors`, a caught answer is replaced by a page
 //! (async: [`answer_error_pages`]); then each filter edits the reply's head, local and proxied
 //! answers alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
@@ -8,14 +9,16 @@
 //! fused relay. One file per middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
-//! pairs) builds it in [`Filter::new`], as a variant of `Kept`.
+//! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts) builds it in [`Filter::new`], as a variant of `Kept`.
 
 mod add_prefix;
 mod basic_auth;
 mod errors;
 mod forward_auth;
 mod headers;
+mod in_flight_req;
 mod ip_allow_list;
+mod rate_limit;
 mod redirect_regex;
 mod redirect_scheme;
 mod replace_path;
@@ -51,8 +54,32 @@ pub struct Filter(pub MiddlewareKind, Kept);
 enum Kept {
     Nothing,
     BasicAuth(Box<basic_auth::BasicAuth>),
+    RateLimit(Box<rate_limit::RateLimit>),
+    InFlightReq(Box<in_flight_req::InFlightReq>),
     ErrorPages(errors::ErrorPages),
     ForwardAuth(forward_auth::ForwardAuth),
+}
+
+/// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
+/// request until then). One pointer, null on routes without such a filter, so that the
+/// exchange of every other route pays only for setting and testing it.
+#[derive(Default)]
+pub struct Held(Option<Box<HeldPlace>>);
+
+/// One place held, and those held by earlier filters of the route.
+struct HeldPlace {
+    _place: in_flight_req::InFlight,
+    _earlier: Held,
+}
+
+impl Held {
+    pub(crate) fn push(&mut self, place: in_flight_req::InFlight) {
+        let earlier = Held(self.0.take());
+        self.0 = Some(Box::new(HeldPlace {
+            _place: place,
+            _earlier: earlier,
+        }));
+    }
 }
 
 /// What building a filter may need of the rest of the configuration: the compiled services
@@ -75,6 +102,8 @@ pub struct LetThrough {
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
+    /// Continue, keeping this until the answer is sent.
+    Hold(in_flight_req::InFlight),
     /// Continue with what the filter hands on (`forward_auth`'s cookies for the answer, the
     /// body it read) (boxed: it is rare).
     ContinueWith(Box<LetThrough>),
@@ -102,6 +131,12 @@ impl Filter {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
             }
+            // An `average` of 0 limits nothing: no buckets, no work per request.
+            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(config)
+                .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
+            MiddlewareKind::InFlightReq(config) => {
+                Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
+            }
             MiddlewareKind::Errors(config) => {
                 let service = upstreams.services.get(config.service.as_str()).cloned();
                 let service = service
@@ -115,6 +150,16 @@ impl Filter {
             _ => Kept::Nothing,
         };
         Ok(Filter(kind, kept))
+    }
+
+    /// Whether a filter of `kind` holds services (`errors`' page service, `forward_auth`'s
+    /// server): it is built afresh by every compile, since they may have changed, and keeps no
+    /// state of its own to carry (the servers' pools and counters are carried as services').
+    pub fn holds_services(kind: &MiddlewareKind) -> bool {
+        matches!(
+            kind,
+            MiddlewareKind::Errors(_) | MiddlewareKind::ForwardAuth(_)
+        )
     }
 
     /// An `errors` filter (the exchange runs [`answer_error_pages`] on routes with one).
@@ -214,7 +259,21 @@ impl Filter {
                     }
                 }
             }
-            // The loader flattens chains into the routers' lists: none reaches a route.
+            MiddlewareKind::RateLimit(_) => {
+                if let Kept::RateLimit(limit) = &self.1 {
+                    if let Err(refusal) = limit.on_request(req, client.ip()).await {
+                        return Flow::Refuse(refusal);
+                    }
+                }
+            }
+            MiddlewareKind::InFlightReq(_) => {
+                if let Kept::InFlightReq(limit) = &self.1 {
+                    return match limit.on_request(req, client.ip()) {
+                        Ok(counted) => Flow::Hold(counted),
+                        Err(refusal) => Flow::Refuse(refusal),
+                    };
+                }
+            }
             MiddlewareKind::ForwardAuth(config) => {
                 if let Kept::ForwardAuth(auth) = &self.1 {
                     // Boxed: its state is large, and other filters need not carry it.
@@ -223,6 +282,7 @@ impl Filter {
             }
             // Its work is on the answer.
             MiddlewareKind::Errors(_) => {}
+            // The loader flattens chains into the routers' lists: none reaches a route.
             MiddlewareKind::Compress(_) | MiddlewareKind::Chain(_) => {}
         }
         Flow::Continue

@@ -3,7 +3,10 @@
 //! (Traefik's source extractor, pkg/middlewares/extractor.go).
 
 use crate::http::codec::RequestHead;
+use std::hash::BuildHasher;
+use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use weir_config::{IpRanges, IpStrategy, SourceCriterion};
 
 /// What a strategy or source criterion picked, as Traefik's return it: an address, or text
@@ -54,9 +57,60 @@ pub(crate) fn pick<'a>(strategy: &IpStrategy, req: &'a RequestHead, peer: IpAddr
     }
 }
 
+impl<'a> Picked<'a> {
+    /// The source as a map key: text as it is; an address as text (Traefik keys on strings),
+    /// spelled in `buffer` (an address fits 45 bytes).
+    pub(crate) fn as_key(self, buffer: &'a mut [u8; 45]) -> &'a [u8] {
+        match self {
+            Picked::Text(text) => text,
+            Picked::Addr(ip) => {
+                let mut cursor = std::io::Cursor::new(&mut buffer[..]);
+                let _ = write!(cursor, "{ip}");
+                let end = cursor.position() as usize;
+                &buffer[..end]
+            }
+        }
+    }
+}
+
+/// How many locks a per-source policy's state is split over, so workers seldom wait for each
+/// other.
+pub(crate) const SHARDS: usize = 16;
+
+/// A per-source policy's state (`S`: a map by source), in shards shared by the workers.
+pub(crate) struct Shards<S> {
+    hasher: foldhash::fast::FixedState,
+    shards: Box<[Mutex<S>]>,
+}
+
+impl<S: Default> Shards<S> {
+    pub(crate) fn new() -> Shards<S> {
+        Shards {
+            hasher: foldhash::fast::FixedState::default(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+}
+
+impl<S> Shards<S> {
+    /// The shard `source` belongs to, locked (no lock is held across an await).
+    pub(crate) fn lock(&self, source: &[u8]) -> MutexGuard<'_, S> {
+        let index = self.hasher.hash_one(source) as usize % SHARDS;
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every shard, one at a time (tests count what is kept).
+    #[cfg(test)]
+    pub(crate) fn each(&self) -> impl Iterator<Item = MutexGuard<'_, S>> {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// The source a per-source policy counts `req` under (Traefik's source extractor).
-// Its users to come are `rate_limit` and `in_flight_req`.
-#[allow(dead_code)]
 pub(crate) fn source_key<'a>(
     criterion: &SourceCriterion,
     req: &'a RequestHead,

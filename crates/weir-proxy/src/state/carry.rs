@@ -15,6 +15,9 @@ pub struct Carried {
     pub clusters: Kept<crate::actions::elasticsearch::routing::ClusterView>,
     pub spools: Kept<crate::actions::elasticsearch::spool::Spool>,
     pub search_caches: Kept<crate::actions::elasticsearch::search_cache::SearchCache>,
+    /// Middlewares by name and configuration: an unchanged one keeps its state (rate-limit
+    /// buckets, requests in flight, verified passwords).
+    pub filters: Kept<crate::middlewares::Filter>,
 }
 
 impl Carried {
@@ -28,6 +31,7 @@ impl Carried {
             clusters: Kept::carrying(previous.map(|p| &p.clusters)),
             spools: Kept::carrying(previous.map(|p| &p.spools)),
             search_caches: Kept::carrying(previous.map(|p| &p.search_caches)),
+            filters: Kept::carrying(previous.map(|p| &p.filters)),
         }
     }
 
@@ -41,6 +45,7 @@ impl Carried {
             clusters: self.clusters.finish(),
             spools: self.spools.finish(),
             search_caches: self.search_caches.finish(),
+            filters: self.filters.finish(),
         }
     }
 }

@@ -209,11 +209,25 @@ impl Runtime {
             services: &services,
             compile: &mut compile,
         };
+        // Keyed by the whole configuration: a middleware whose keys all stayed the same keeps
+        // its state, one with any change starts afresh. One that holds services is built
+        // afresh: the services it names may have changed.
         let mut filters: HashMap<&str, Arc<Filter>> = HashMap::new();
         for m in &config.middlewares {
-            let filter = Filter::new(m.kind.clone(), &mut upstreams)
-                .map_err(|e| format!("middleware `{}`: {e}", m.name))?;
-            filters.insert(m.name.as_str(), Arc::new(filter));
+            let mut build = || {
+                let filter = Filter::new(m.kind.clone(), &mut upstreams);
+                filter
+                    .map(Arc::new)
+                    .map_err(|e| format!("middleware `{}`: {e}", m.name))
+            };
+            let filter = match Filter::holds_services(&m.kind) {
+                true => build()?,
+                false => {
+                    let identity = format!("{} {:?}", m.name, m.kind);
+                    carried.filters.try_get(identity, build)?
+                }
+            };
+            filters.insert(m.name.as_str(), filter);
         }
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();

@@ -73,3 +73,22 @@ pub fn curl_grpc_head(args: &[&str], url: &str) -> String {
     ]);
     String::from_utf8_lossy(&curl_ok(&curl_args)).to_lowercase()
 }
+
+/// The response head curl prints for a request over h2c (prior knowledge) with `args`.
+pub fn h2_head(args: &[&str], url: &str) -> String {
+    let mut all = vec!["-D", "-", "-o", "/dev/null", "--http2-prior-knowledge"];
+    all.extend_from_slice(args);
+    all.push(url);
+    String::from_utf8_lossy(&curl_ok(&all)).into_owned()
+}
+
+/// curl's arguments for a gRPC call without a message, for `h2_head`: a body weir has not read
+/// when it answers early makes curl 7.88 fail the stream.
+pub const GRPC_CALL: &[&str] = &[
+    "-X",
+    "POST",
+    "-H",
+    "content-type: application/grpc",
+    "-H",
+    "te: trailers",
+];

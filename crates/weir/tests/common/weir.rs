@@ -171,3 +171,18 @@ pub fn proxy_config_with(upstream: &str, server_extra: &str, service_extra: &str
          services:\n  app:\n    servers: [{{ url: \"{upstream}\" }}]\n{service_extra}"
     )
 }
+
+/// A config on 2 workers (h2c on) whose routes `/open` (no middleware) and every other path
+/// (behind middleware `name`, of `kind` with `body`) go to `upstream`: a policy's test bed.
+pub fn guarded_config(upstream: &Upstream, name: &str, kind: &str, body: &str) -> String {
+    format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
+         routers:\n\
+         \x20 open: {{ rule: \"PathPrefix(`/open`)\", service: app }}\n\
+         \x20 closed: {{ rule: \"PathPrefix(`/`)\", priority: 1, middlewares: [{name}], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n  {name}:\n    {kind}: {body}\n",
+        upstream.url()
+    )
+}

@@ -529,3 +529,29 @@ fn a_second_forward_body_middleware_asks_without_the_body() {
     assert_eq!(header_value(&seen, "content-length"), Some("15"));
     assert!(seen.ends_with("\r\n\r\nforwardBodyTest"), "{seen}");
 }
+
+/// `tls`: an `https://` server (Debian's nginx) verified against `ca`, as a service's servers
+/// are; one whose certificate is not trusted cannot be asked (500).
+#[test]
+fn an_https_server_is_verified_with_tls() {
+    let dir = temp_dir("forward-auth-tls");
+    let cert = make_cert(&dir, "auth", &["127.0.0.1"], false);
+    let decide = "if ($http_authorization = \"Bearer ok\") { return 204; }\n    \
+                  return 401 \"denied\\n\";";
+    let nginx = Nginx::start_tls_location(&cert.cert, &cert.key, decide);
+    let app = app();
+    let address = format!("https://{}/verify", nginx.addr);
+    let ca = cert.cert.display();
+    let weir = weir_with(
+        &app,
+        &format!("{{ address: \"{address}\", tls: {{ ca: \"{ca}\" }} }}"),
+    );
+    let r = ask(&weir, "Authorization: Bearer ok\r\n");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("GET /path?q=1 HTTP/1.1\r\n"));
+    let r = ask(&weir, "Authorization: Bearer no\r\n");
+    assert_eq!((r.status, r.text().as_str()), (401, "denied\n"));
+    let untrusted = weir_with(&app, &format!("{{ address: \"{address}\" }}"));
+    assert_eq!(ask(&untrusted, "Authorization: Bearer ok\r\n").status, 500);
+    assert_eq!(app.count("GET"), 1);
+}

@@ -233,6 +233,11 @@ fn a_failing_page_service_leaves_the_status_with_weir_s_error() {
     assert_eq!(r.status, 503);
     assert_eq!(r.text(), "upstream connection failed\n");
     assert_eq!(r.header("x-app"), None);
+    let line = weir.wait_for_line("weir: errors: ", 1);
+    assert!(
+        line.ends_with("page service `pages`: upstream connection failed"),
+        "{line}"
+    );
 }
 
 /// A HEAD request gets the page's head alone (the page is asked with a GET, as Traefik asks).

@@ -72,6 +72,8 @@ impl ErrorPages {
                 LocalResponse::new(answered, subrequest::answer_fields(&page.head), page.body)
             }
             Err(failed) => {
+                let (service, why) = (&config.service, &failed.message);
+                crate::log_line!("weir: errors: page service `{service}`: {why}");
                 let plain = failed.plain();
                 LocalResponse::new(answered, plain.headers, plain.body)
             }

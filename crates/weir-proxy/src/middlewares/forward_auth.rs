@@ -63,8 +63,14 @@ impl ForwardAuth {
         let from = Requester::of(client);
         let asked = (&head, body.clone().unwrap_or_default());
         let sent = subrequest::send(worker, &self.service, from, asked, None, MAX_ANSWER);
-        let Ok(answer) = sent.await else {
-            return server_failed();
+        let answer = match sent.await {
+            Ok(answer) => answer,
+            Err(failed) => {
+                // As Traefik logs it: the client only sees a 500.
+                let (address, why) = (&config.address, &failed.message);
+                crate::log_line!("weir: forward_auth: {address}: {why}");
+                return server_failed();
+            }
         };
         let status = answer.head.status;
         if !(200..300).contains(&status) {

@@ -1,8 +1,9 @@
 //! `forward_auth` (Traefik's `forwardAuth`, pkg/middlewares/auth/forward.go): a copy of the
 //! request's head (and with `forward_body`, its body) goes to the authentication server as a
-//! `GET` of its address, with the `X-Forwarded-*` fields Traefik sets; a 2xx answer lets the request through with the named
-//! fields of the answer copied onto it, any other answer goes back to the client as the server
-//! sent it (its `Location` made absolute unless `preserve_location_header`).
+//! `GET` of its address, with the `X-Forwarded-*` fields Traefik sets; a 2xx answer lets the
+//! request through with the named fields of the answer copied onto it, any other answer goes
+//! back to the client as the server sent it (its `Location` made absolute unless
+//! `preserve_location_header`).
 
 use super::{Flow, LetThrough};
 use crate::actions::subrequest;

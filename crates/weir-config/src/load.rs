@@ -7,6 +7,7 @@ mod entrypoints;
 mod error_pages;
 mod forward_auth;
 mod health;
+mod jwt;
 mod middlewares;
 mod routers;
 mod server;

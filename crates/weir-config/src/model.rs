@@ -636,6 +636,9 @@ pub enum MiddlewareKind {
     RateLimit(RateLimit),
     /// Limits each source's requests in progress at once.
     InFlightReq(InFlightReq),
+    /// Lets through only requests with a valid JSON Web Token signed by a configured key
+    /// (boxed: its keys and claim rules are large beside the other kinds).
+    Jwt(Box<Jwt>),
     /// Answers some statuses with a page from another service (boxed: it is large and rare).
     Errors(Box<ErrorPages>),
     /// Lets a request through when an authentication server answers 2xx to a copy of it.
@@ -977,3 +980,161 @@ pub const DEFAULT_UDP_MAX_SESSIONS: usize = 10_000;
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The `jwt` middleware's settings: the keys tokens must be signed with and the claims they
+/// must carry (RFC 7519), and where a request carries its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Jwt {
+    /// The verification keys: `keys`, then `jwks_file`'s (keys meant for encryption left out).
+    pub keys: Vec<Jwk>,
+    /// The signature algorithms accepted; every one weir verifies when the config names none.
+    pub algorithms: Vec<JwsAlgorithm>,
+    /// Accepted `iss` values; empty: any issuer.
+    pub issuers: Vec<String>,
+    /// Accepted `aud` values, one of which the token must name; empty: any audience.
+    pub audiences: Vec<String>,
+    /// Claims every token must carry.
+    pub required_claims: Vec<String>,
+    /// Clock skew allowed when checking `exp`, `nbf` and `iat`.
+    pub leeway: Duration,
+    /// Where the token is looked for, in order; the first found is the token.
+    pub token_source: Vec<TokenSource>,
+    /// Claims copied into request headers (claim, header), in order.
+    pub claims_to_headers: Vec<(String, String)>,
+    /// Whether the token goes upstream where it came from.
+    pub forward_token: bool,
+}
+
+pub const DEFAULT_JWT_LEEWAY: Duration = Duration::from_secs(30);
+
+/// Where a request carries its JSON Web Token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// A request header, lowercase: `authorization` holds `Bearer TOKEN` (RFC 6750 section
+    /// 2.1); any other header holds the token alone.
+    Header(String),
+    /// A cookie of this name.
+    Cookie(String),
+    /// A query parameter of this name.
+    Query(String),
+}
+
+/// A public key (or HMAC secret) from a JSON Web Key (RFC 7517), decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Jwk {
+    /// Matched against a token's `kid`; a key without one is tried for any token.
+    pub kid: Option<String>,
+    /// The one algorithm the key is for, when its JWK says so.
+    pub alg: Option<JwsAlgorithm>,
+    pub key: JwkKey,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum JwkKey {
+    /// Modulus and public exponent, big-endian, without leading zero bytes.
+    Rsa { n: Vec<u8>, e: Vec<u8> },
+    /// An uncompressed point (`0x04`, x, y) on the curve.
+    Ec { curve: EcCurve, point: Vec<u8> },
+    /// An Ed25519 public key (`OKP`, RFC 8037).
+    Ed25519(Vec<u8>),
+    /// An HMAC secret (`oct`).
+    Oct(Vec<u8>),
+}
+
+/// Shows a fingerprint of the key material, not the material: the secret stays out, and a
+/// reload still tells a rotated key from the old one (a middleware's state is carried by its
+/// configuration's debug text).
+impl std::fmt::Debug for JwkKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut hasher);
+        let print = hasher.finish();
+        match self {
+            JwkKey::Rsa { n, .. } => write!(f, "Rsa({} bits, {print:016x})", n.len() * 8),
+            JwkKey::Ec { curve, .. } => write!(f, "Ec({curve:?}, {print:016x})"),
+            JwkKey::Ed25519(_) => write!(f, "Ed25519({print:016x})"),
+            JwkKey::Oct(k) => write!(f, "Oct({} bytes, {print:016x})", k.len()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EcCurve {
+    P256,
+    P384,
+}
+
+/// A JWS signature algorithm weir verifies (RFC 7518 section 3, RFC 8037 section 3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwsAlgorithm {
+    HS256,
+    HS384,
+    HS512,
+    RS256,
+    RS384,
+    RS512,
+    PS256,
+    PS384,
+    PS512,
+    ES256,
+    ES384,
+    EdDSA,
+}
+
+impl JwsAlgorithm {
+    pub const ALL: [JwsAlgorithm; 12] = [
+        JwsAlgorithm::HS256,
+        JwsAlgorithm::HS384,
+        JwsAlgorithm::HS512,
+        JwsAlgorithm::RS256,
+        JwsAlgorithm::RS384,
+        JwsAlgorithm::RS512,
+        JwsAlgorithm::PS256,
+        JwsAlgorithm::PS384,
+        JwsAlgorithm::PS512,
+        JwsAlgorithm::ES256,
+        JwsAlgorithm::ES384,
+        JwsAlgorithm::EdDSA,
+    ];
+
+    /// The algorithm's `alg` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            JwsAlgorithm::HS256 => "HS256",
+            JwsAlgorithm::HS384 => "HS384",
+            JwsAlgorithm::HS512 => "HS512",
+            JwsAlgorithm::RS256 => "RS256",
+            JwsAlgorithm::RS384 => "RS384",
+            JwsAlgorithm::RS512 => "RS512",
+            JwsAlgorithm::PS256 => "PS256",
+            JwsAlgorithm::PS384 => "PS384",
+            JwsAlgorithm::PS512 => "PS512",
+            JwsAlgorithm::ES256 => "ES256",
+            JwsAlgorithm::ES384 => "ES384",
+            JwsAlgorithm::EdDSA => "EdDSA",
+        }
+    }
+
+    /// The algorithm an `alg` value names (case-sensitive, as RFC 7515 section 4.1.1 says).
+    pub fn from_name(name: &str) -> Option<JwsAlgorithm> {
+        JwsAlgorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// Whether `key` is of the type this algorithm verifies with: an RSA key never serves as
+    /// an HMAC secret, nor a P-256 key for ES384 (the algorithm-confusion guard). An HMAC
+    /// secret must be at least as long as the hash (RFC 7518 section 3.2).
+    pub fn fits(self, key: &JwkKey) -> bool {
+        use JwsAlgorithm::*;
+        match (self, key) {
+            (HS256, JwkKey::Oct(k)) => k.len() >= 32,
+            (HS384, JwkKey::Oct(k)) => k.len() >= 48,
+            (HS512, JwkKey::Oct(k)) => k.len() >= 64,
+            (RS256 | RS384 | RS512 | PS256 | PS384 | PS512, JwkKey::Rsa { .. }) => true,
+            (ES256, JwkKey::Ec { curve, .. }) => *curve == EcCurve::P256,
+            (ES384, JwkKey::Ec { curve, .. }) => *curve == EcCurve::P384,
+            (EdDSA, JwkKey::Ed25519(_)) => true,
+            _ => false,
+        }
+    }
+}

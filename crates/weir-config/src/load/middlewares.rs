@@ -1,7 +1,7 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth, rate_limit, in_flight_req, errors or forward_auth; and the chains resolved
-//! into flat lists (every name defined, no loop).
+//! chain, basic_auth, rate_limit, in_flight_req, jwt (read in `load/jwt.rs`), errors or
+//! forward_auth; and the chains resolved into flat lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -54,6 +54,7 @@ impl Loader<'_> {
             "basic_auth",
             "rate_limit",
             "in_flight_req",
+            "jwt",
             "errors",
             "forward_auth",
         ];
@@ -81,6 +82,7 @@ impl Loader<'_> {
             "basic_auth" => MiddlewareKind::BasicAuth(self.basic_auth(body)?),
             "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
             "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
+            "jwt" => self.jwt(body)?,
             "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
             "forward_auth" => {
                 MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))

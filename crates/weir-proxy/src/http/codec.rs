@@ -231,6 +231,15 @@ pub enum Framing {
     UntilClose,
 }
 
+/// A request target in origin form: the path, and `?` and the query when there is one.
+fn origin_form(path: &str, query: &str) -> String {
+    if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{query}")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RequestHead {
     pub head: Head,
@@ -300,13 +309,19 @@ impl RequestHead {
 
     /// Replaces the path, keeping the query string.
     pub fn set_path(&mut self, path: &str) {
-        let query = self.query();
-        let target = if query.is_empty() {
-            path.to_string()
-        } else {
-            format!("{path}?{query}")
-        };
-        self.target = self.head.push_text(&target);
+        let target = origin_form(path, self.query());
+        self.set_origin_target(&target);
+    }
+
+    /// Replaces the query string (without its `?`; empty: none), keeping the path.
+    pub fn set_query(&mut self, query: &str) {
+        let target = origin_form(self.path(), query);
+        self.set_origin_target(&target);
+    }
+
+    /// Makes `target` (origin form) the request's target.
+    fn set_origin_target(&mut self, target: &str) {
+        self.target = self.head.push_text(target);
         self.authority = None;
         self.split_target();
     }

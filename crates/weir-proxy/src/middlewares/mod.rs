@@ -18,6 +18,7 @@ mod forward_auth;
 mod headers;
 mod in_flight_req;
 mod ip_allow_list;
+mod jwt;
 mod rate_limit;
 mod redirect_regex;
 mod redirect_scheme;
@@ -56,6 +57,7 @@ enum Kept {
     BasicAuth(Box<basic_auth::BasicAuth>),
     RateLimit(Box<rate_limit::RateLimit>),
     InFlightReq(Box<in_flight_req::InFlightReq>),
+    Jwt(Box<jwt::JwtAuth>),
     ErrorPages(errors::ErrorPages),
     ForwardAuth(forward_auth::ForwardAuth),
 }
@@ -137,6 +139,7 @@ impl Filter {
             MiddlewareKind::InFlightReq(config) => {
                 Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
             }
+            MiddlewareKind::Jwt(config) => Kept::Jwt(Box::new(jwt::JwtAuth::new(config))),
             MiddlewareKind::Errors(config) => {
                 let service = upstreams.services.get(config.service.as_str()).cloned();
                 let service = service
@@ -272,6 +275,13 @@ impl Filter {
                         Ok(counted) => Flow::Hold(counted),
                         Err(refusal) => Flow::Refuse(refusal),
                     };
+                }
+            }
+            MiddlewareKind::Jwt(_) => {
+                if let Kept::Jwt(auth) = &self.1 {
+                    if let Err(refusal) = auth.on_request(req) {
+                        return Flow::Refuse(refusal);
+                    }
                 }
             }
             MiddlewareKind::ForwardAuth(config) => {

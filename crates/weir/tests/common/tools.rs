@@ -3,7 +3,7 @@
 use super::*;
 
 /// Runs a Python script with Debian's interpreter (the one whose packages scripts/test
-/// installs: brotli, zstandard) and returns what it printed; a failing script fails the test.
+/// installs: brotli, zstandard, jwt) and returns what it printed; a failing script fails the test.
 pub fn python(script: &str, args: &[&str]) -> Vec<u8> {
     let interpreter = if std::path::Path::new("/usr/bin/python3").exists() {
         "/usr/bin/python3"

@@ -4,7 +4,10 @@
 //! asked (its request head). Cases are ported from Traefik's
 //! pkg/middlewares/customerrors/custom_errors_test.go `TestHandler` (named on each test);
 //! weir's own errors (502, 503, 504), `status_rewrites`, HEAD requests, a failing page service
-//! and the order against other middlewares are weir's.
+//! and the order against other middlewares are weir's. Not ported: "forward only allowlisted
+//! headers", "forward no headers" and the "nginx headers" cases (weir has neither
+//! `errorRequestHeaders` nor `nginxHeaders`), and `Test1xxResponses` (weir sends no interim
+//! answers on; `errors::tests` checks that none is caught).
 
 mod common;
 use common::*;

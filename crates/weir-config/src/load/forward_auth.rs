@@ -2,7 +2,7 @@
 //! one server, with `tls`), which request fields (and whether the body) go to it, which of its
 //! answer's fields and cookies come back, and how a refusal's `Location` is passed.
 
-use super::{is_header_name, Fields, Loader};
+use super::{Fields, Loader};
 use crate::model::*;
 use crate::yaml::Node;
 use std::time::Duration;
@@ -128,15 +128,9 @@ impl Loader<'_> {
 
     /// An optional list of header names: each must be one.
     fn header_names_key(&mut self, f: &Fields<'_>, key: &str) -> Vec<String> {
-        let mut names = Vec::new();
-        for (name, pos) in self.list_key(f, key) {
-            if is_header_name(&name) {
-                names.push(name);
-            } else {
-                self.error(pos, format!("`{name}` is not a valid header name"));
-            }
-        }
-        names
+        let what = format!("`{key}`");
+        let names = f.get(key).map(|node| self.header_names(node, &what));
+        names.unwrap_or_default()
     }
 }
 

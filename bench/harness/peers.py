@@ -19,6 +19,10 @@ def config(name, filename, text):
 def start_nginx_conf(name, port, cpus, main, load_stream=False, events=NGINX_EVENTS):
     """nginx (one worker, in the foreground) with `main` (an `http` or `stream` block) as its
     config's main part."""
+    return Proc(name, nginx_command(name, main, load_stream, events), port, cpus)
+
+def nginx_command(name, main, load_stream=False, events=NGINX_EVENTS):
+    """The command running nginx as start_nginx_conf does, its config written."""
     d = work_dir(name)
     module = f"load_module {NGINX_STREAM_MODULE};\n" if load_stream else ""
     _, path = config(name, "nginx.conf", f"""{module}daemon off;
@@ -30,11 +34,15 @@ error_log {d}/error.log crit;
 events {{ {events} }}
 {main}
 """)
-    return Proc(name, [which("nginx"), "-c", path, "-p", d], port, cpus)
+    return [which("nginx"), "-c", path, "-p", d]
 
 def start_nginx(name, port, body_http, cpus):
+    return start_nginx_conf(name, port, cpus, nginx_http(name, body_http))
+
+def nginx_http(name, body_http):
+    """start_nginx's `http` block around `body_http`."""
     d = os.path.join(WORK, name)
-    return start_nginx_conf(name, port, cpus, f"""http {{
+    return f"""http {{
   access_log off;
   client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};
   uwsgi_temp_path {d}; scgi_temp_path {d};
@@ -44,7 +52,7 @@ def start_nginx(name, port, body_http, cpus):
   server_names_hash_bucket_size 128;
   default_type text/plain;
 {body_http}
-}}""")
+}}"""
 
 def start_nginx_stream(name, server, cpus, port=None, events=NGINX_EVENTS):
     """nginx's stream module with one `server { SERVER }`; `port` None for UDP."""

@@ -10,14 +10,19 @@
   `limit_req` (one worker); admitted = 2xx answers. The table's non-2xx are the refusals.
 - rate-limit-refusing-c50: every request refused (a limit of one per hour) against the plain
   proxied route: the CPU a refusal costs beside a proxied request.
+- jwt-es256-c50: every request with one ES256 token, verified by weir's `jwt` on the proxied
+  route, against the plain route and against nginx `auth_request` to a local verifier (a
+  second weir whose `jwt` route answers 204, started under nginx so that its CPU counts in
+  nginx's figures).
 """
-import os, subprocess
+import base64, json, os, shlex, subprocess, time
 
 from harness.common import work_dir, write
 from harness.load import wrk_measure, wrk_script
-from harness.peers import (NGINX_PROXY_LOC, WEIR_CATCH_ALL, http_targets, nginx_upstream_block, start_nginx,
-                           start_upstream, start_weir, start_weir_proxy, weir_service, weir_yaml)
-from harness.procs import Procs, free_port
+from harness.peers import (NGINX_PROXY_LOC, WEIR_CATCH_ALL, config, http_targets, nginx_command, nginx_http,
+                           nginx_upstream_block, start_nginx, start_upstream, start_weir, start_weir_proxy,
+                           weir_service, weir_yaml)
+from harness.procs import Proc, Procs, free_port, wait_port
 from harness.runner import interleave
 
 NAME, ORDER, PEERS = "policy", 75, ("nginx",)
@@ -59,6 +64,52 @@ def start_nginx_guarded(ctx, name, port, up_port, conns, users_file, guards):
   limit_req_status 429;
   server {{ listen 127.0.0.1:{port} backlog=4096; location / {{ {guards} {NGINX_PROXY_LOC} }} }}"""
     return start_nginx(name, port, http, ctx.proxy_cpus)
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def es256_key_and_token():
+    """A P-256 JWK (public) and an ES256 token it verifies, valid for a day, made with
+    Python's cryptography (Debian's python3-cryptography)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+    key = ec.generate_private_key(ec.SECP256R1())
+    numbers = key.public_key().public_numbers()
+    jwk = {"kty": "EC", "crv": "P-256", "kid": "bench", "alg": "ES256",
+           "x": b64url(numbers.x.to_bytes(32, "big")), "y": b64url(numbers.y.to_bytes(32, "big"))}
+    header = b64url(json.dumps({"alg": "ES256", "typ": "JWT", "kid": "bench"}).encode())
+    claims = b64url(json.dumps({"sub": "bench", "exp": int(time.time()) + 86400}).encode())
+    signed = f"{header}.{claims}".encode()
+    r, s_ = decode_dss_signature(key.sign(signed, ec.ECDSA(hashes.SHA256())))
+    signature = b64url(r.to_bytes(32, "big") + s_.to_bytes(32, "big"))
+    return jwk, f"{header}.{claims}.{signature}"
+
+
+def jwt_middleware(jwk):
+    members = ", ".join(f'{k}: "{v}"' for k, v in jwk.items())
+    return f"middlewares:\n  token: {{ jwt: {{ keys: [{{ {members} }}] }} }}\n"
+
+
+def start_nginx_auth_request(ctx, name, port, up_port, conns, verifier_yaml):
+    """nginx proxying to the upstream after an `auth_request` to a weir verifier, which runs
+    as nginx's child (the same process tree, the same core) on its own port."""
+    verifier_port = free_port()
+    _, verifier = config(name, "verifier.yaml", verifier_yaml(verifier_port))
+    http = nginx_upstream_block(up_port, conns) + f"""
+  upstream verifier {{ server 127.0.0.1:{verifier_port}; keepalive 64; keepalive_requests 1000000; }}
+  server {{ listen 127.0.0.1:{port} backlog=4096;
+    location / {{ auth_request /_verify; {NGINX_PROXY_LOC} }}
+    location = /_verify {{ internal; proxy_pass http://verifier; proxy_http_version 1.1;
+      proxy_set_header Connection ""; proxy_pass_request_body off; proxy_set_header Content-Length ""; }}
+  }}"""
+    nginx = nginx_command(name, nginx_http(name, http))
+    script = f"{shlex.quote(ctx.weir)} run -c {shlex.quote(verifier)} & exec {' '.join(map(shlex.quote, nginx))}"
+    proc = Proc(name, ["sh", "-c", script], port, ctx.proxy_cpus)
+    wait_port(verifier_port, proc.proc, f"{name}'s verifier")
+    return proc
 
 
 def expecting_refusals(measure, plain=()):
@@ -135,4 +186,24 @@ def run(ctx):
         measure = expecting_refusals(wrk_measure(ctx, conns, wrk_script("plain")), plain=("weir-plain",))
         targets = http_targets("/", ("weir", refusing), ("weir-plain", plain))
         out[f"rate-limit-refusing-c{conns}"] = interleave("rate-limit-refusing", targets, measure, ctx.rounds)
+
+    jwk, token = es256_key_and_token()
+    token_script = wrk_script("jwt", f'wrk.headers["Authorization"] = "Bearer {token}"\n')
+    with Procs() as procs:
+        up_port = free_port()
+        procs.add(start_upstream(ctx, up_port))
+        port, plain_port, nginx_port = free_port(), free_port(), free_port()
+        routers = WEIR_CATCH_ALL + "    middlewares: [token]\n"
+        weir = procs.add(start_weir(ctx.weir, "weir-jwt", port,
+                                    weir_yaml(port, routers, weir_service(up_port, conns) + jwt_middleware(jwk)),
+                                    ctx.proxy_cpus))
+        plain = procs.add(start_weir_proxy(ctx, "weir-plain", plain_port, up_port, conns))
+        verifier_routers = ("  verify:\n    rule: \"PathPrefix(`/`)\"\n    middlewares: [token]\n"
+                            "    respond: { status: 204 }\n")
+        nginx = procs.add(start_nginx_auth_request(
+            ctx, "nginx-auth-request", nginx_port, up_port, conns,
+            lambda vport: weir_yaml(vport, verifier_routers, jwt_middleware(jwk))))
+        targets = http_targets("/", ("nginx", nginx), ("weir", weir), ("weir-plain", plain))
+        out[f"jwt-es256-c{conns}"] = interleave("jwt-es256", targets, wrk_measure(ctx, conns, token_script),
+                                                ctx.rounds)
     return out

@@ -1,6 +1,7 @@
 //! weir's configuration: YAML with positions, the validated model, and the rule language.
 #![forbid(unsafe_code)]
 
+pub mod breaker_expression;
 pub mod load;
 pub mod model;
 pub mod rule;

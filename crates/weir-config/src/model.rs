@@ -639,6 +639,8 @@ pub enum MiddlewareKind {
     /// Lets through only requests with a valid JSON Web Token signed by a configured key
     /// (boxed: its keys and claim rules are large beside the other kinds).
     Jwt(Box<Jwt>),
+    /// Answers `response_code` instead of calling what follows while its expression holds.
+    CircuitBreaker(CircuitBreaker),
     /// Answers some statuses with a page from another service (boxed: it is large and rare).
     Errors(Box<ErrorPages>),
     /// Lets a request through when an authentication server answers 2xx to a copy of it.
@@ -664,6 +666,23 @@ pub struct RateLimit {
     /// The bucket's size: how many requests may come at once (at least 1).
     pub burst: u64,
     pub source_criterion: SourceCriterion,
+}
+
+/// The `circuit_breaker` middleware's settings (Traefik's `circuitBreaker`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CircuitBreaker {
+    /// When it holds (checked at most once per `check_period`), the breaker trips.
+    pub expression: crate::breaker_expression::BreakerCondition,
+    /// The expression as written, for the log.
+    pub expression_text: String,
+    /// 100ms by default.
+    pub check_period: Duration,
+    /// How long a tripped breaker answers every request itself (10s by default).
+    pub fallback_duration: Duration,
+    /// How long a recovering breaker takes to let all traffic through again (10s by default).
+    pub recovery_duration: Duration,
+    /// The status of the breaker's own answers (503 by default); their body is its text.
+    pub response_code: u16,
 }
 
 /// The `ip_allow_list` middleware's settings (Traefik's `ipAllowList`).

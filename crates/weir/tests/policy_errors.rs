@@ -319,3 +319,46 @@ fn a_reload_that_moves_the_page_service_is_followed() {
     let r = ask(&weir, "GET", "t", 503, "");
     assert_eq!((r.status, r.text().as_str()), (503, "The new page.\n"));
 }
+
+/// With a circuit breaker after `errors` on the router, the breaker counts the answer `errors`
+/// replaced (as in Traefik, where it wraps the service inside `errors`): the app's 500s open it
+/// although the client gets them rewritten to 418, and the app is then spared while the client
+/// still gets the page (the breaker's 503 is caught too).
+#[test]
+fn a_circuit_breaker_after_errors_counts_the_answer_it_replaced() {
+    let pages = pages();
+    let up = FlakyUpstream::start();
+    up.set(Behaviour::Status(500));
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [e, cb], service: app }}\n\
+         services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n  \
+         pages: {{ servers: [{{ url: \"{}\" }}] }}\n\
+         middlewares:\n  \
+           e: {{ errors: {{ status: [\"500-599\"], service: pages, status_rewrites: {{ \"500-599\": 418 }} }} }}\n  \
+           cb: {{ circuit_breaker: {{ expression: \"ResponseCodeRatio(500, 600, 0, 600) > 0.5\", fallback_duration: 30s }} }}\n",
+        up.url(),
+        pages.url()
+    ));
+    let mut unchanged = 0;
+    for _ in 0..300 {
+        let before = up.answered();
+        let r = get(weir.addr(), "t", "/x");
+        assert_eq!(r.status, 418);
+        assert!(r.text().starts_with("My error page.\n"), "{}", r.text());
+        unchanged = if up.answered() == before {
+            unchanged + 1
+        } else {
+            0
+        };
+        if unchanged == 5 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!(
+        "the breaker never opened: {} answers from the app",
+        up.answered()
+    );
+}

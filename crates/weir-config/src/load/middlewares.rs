@@ -1,7 +1,8 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
-//! chain, basic_auth, rate_limit, in_flight_req, jwt (read in `load/jwt.rs`), errors or
-//! forward_auth; and the chains resolved into flat lists (every name defined, no loop).
+//! chain, basic_auth, rate_limit, in_flight_req, circuit_breaker, jwt (read in
+//! `load/jwt.rs`), errors or forward_auth; and the chains resolved into flat lists (every name
+//! defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -55,6 +56,7 @@ impl Loader<'_> {
             "rate_limit",
             "in_flight_req",
             "jwt",
+            "circuit_breaker",
             "errors",
             "forward_auth",
         ];
@@ -83,6 +85,7 @@ impl Loader<'_> {
             "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
             "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
             "jwt" => self.jwt(body)?,
+            "circuit_breaker" => MiddlewareKind::CircuitBreaker(self.circuit_breaker(body)?),
             "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
             "forward_auth" => {
                 MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))
@@ -548,7 +551,7 @@ impl Loader<'_> {
             None => Some(IpStrategy::RemoteAddr { ipv6_subnet: None }),
         };
         let reject_status_code = match f.get("reject_status_code") {
-            Some(n) => self.reject_status(n),
+            Some(n) => self.final_status(n, "reject_status_code", "403 or 404"),
             None => Some(403),
         };
         Some(IpAllowList {
@@ -559,16 +562,16 @@ impl Loader<'_> {
     }
 
     /// A status Traefik accepts (one Go names), and a final one: 1xx cannot end a request.
-    fn reject_status(&mut self, node: &Node) -> Option<u16> {
-        let text = self.string(node, "`reject_status_code`")?;
+    fn final_status(&mut self, node: &Node, key: &str, like: &str) -> Option<u16> {
+        let text = self.string(node, &format!("`{key}`"))?;
         match text.parse::<u16>() {
             Ok(status) if status >= 200 && status_text(status).is_some() => Some(status),
             _ => {
                 self.error(
                     node.pos,
                     format!(
-                        "`reject_status_code` must be a final HTTP status with a standard \
-                         reason, like 403 or 404, found `{text}`"
+                        "`{key}` must be a final HTTP status with a standard reason, like \
+                         {like}, found `{text}`"
                     ),
                 );
                 None
@@ -793,6 +796,71 @@ impl Loader<'_> {
             realm,
             header_field,
             remove_header,
+        })
+    }
+
+    /// `circuit_breaker: { expression, check_period, fallback_duration, recovery_duration,
+    /// response_code }`: the expression parsed now, its errors pointing into it.
+    fn circuit_breaker(&mut self, node: &Node) -> Option<CircuitBreaker> {
+        const KEYS: &[&str] = &[
+            "expression",
+            "check_period",
+            "fallback_duration",
+            "recovery_duration",
+            "response_code",
+        ];
+        let f = self.fields(node, "`circuit_breaker`", KEYS)?;
+        let expression = match f.get("expression") {
+            Some(n) => self.string(n, "`expression`").and_then(|text| {
+                match crate::breaker_expression::parse(&text) {
+                    Ok(condition) => Some((condition, text)),
+                    Err(e) => {
+                        let pos = super::values::offset_pos(n, &text, e.offset);
+                        self.error(pos, format!("invalid `expression`: {}", e.message));
+                        None
+                    }
+                }
+            }),
+            None => {
+                self.error(
+                    f.pos,
+                    "`circuit_breaker` needs an `expression`, e.g. expression: \
+                     \"NetworkErrorRatio() > 0.5\"",
+                );
+                None
+            }
+        };
+        let mut durations = [
+            ("check_period", Duration::from_millis(100)),
+            ("fallback_duration", Duration::from_secs(10)),
+            ("recovery_duration", Duration::from_secs(10)),
+        ];
+        let mut durations_read = true;
+        for (key, slot) in &mut durations {
+            let Some(n) = f.get(key) else { continue };
+            match self.duration(n, &format!("`{key}`")) {
+                // Traefik reads 0 as "the default": weir asks for what is meant.
+                Some(d) if d.is_zero() => {
+                    self.error(n.pos, format!("`{key}` must be longer than 0"));
+                    durations_read = false;
+                }
+                Some(d) => *slot = d,
+                None => durations_read = false,
+            }
+        }
+        let response_code = match f.get("response_code") {
+            Some(n) => self.final_status(n, "response_code", "503 or 429"),
+            None => Some(503),
+        };
+        let (expression, expression_text) = expression?;
+        let [(_, check_period), (_, fallback_duration), (_, recovery_duration)] = durations;
+        durations_read.then_some(CircuitBreaker {
+            expression,
+            expression_text,
+            check_period,
+            fallback_duration,
+            recovery_duration,
+            response_code: response_code?,
         })
     }
 
@@ -1564,6 +1632,111 @@ mod basic_auth_tests {
                 "t.yaml:5:30: `amount` must be a whole number from 1 to 9223372036854775807, found `0`",
                 "t.yaml:5:67: `request_host` must be `true` or `false`, found `maybe`",
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod circuit_breaker_tests {
+    use super::*;
+    use crate::breaker_expression::{BreakerCondition, BreakerMetric, Comparison, Threshold};
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    fn breaker(body: &str) -> String {
+        format!("{BASE}middlewares:\n  cb:\n    circuit_breaker: {body}\n")
+    }
+
+    fn loaded(body: &str) -> CircuitBreaker {
+        let cfg = load_str(&breaker(body), "t.yaml").unwrap();
+        match &cfg.middlewares[0].kind {
+            MiddlewareKind::CircuitBreaker(b) => b.clone(),
+            other => panic!("not circuit_breaker: {other:?}"),
+        }
+    }
+
+    /// The durations and the status, in the order of the keys.
+    fn timings(b: &CircuitBreaker) -> (Duration, Duration, Duration, u16) {
+        (
+            b.check_period,
+            b.fallback_duration,
+            b.recovery_duration,
+            b.response_code,
+        )
+    }
+
+    /// Traefik's defaults (`dynamic.CircuitBreaker.SetDefaults`, oxy's `default*` constants).
+    #[test]
+    fn defaults_and_settings() {
+        let b = loaded("{ expression: \"NetworkErrorRatio() > 0.5\" }");
+        assert_eq!(
+            b.expression,
+            BreakerCondition::Compare {
+                metric: BreakerMetric::NetworkErrorRatio,
+                op: Comparison::Greater,
+                value: Threshold::Ratio(0.5),
+            }
+        );
+        assert_eq!(b.expression_text, "NetworkErrorRatio() > 0.5");
+        let seconds = Duration::from_secs;
+        assert_eq!(
+            timings(&b),
+            (Duration::from_millis(100), seconds(10), seconds(10), 503)
+        );
+        let b = loaded(
+            "{ expression: 'LatencyAtQuantileMS(50.0) > 100', check_period: 1s, \
+             fallback_duration: 30s, recovery_duration: 1m, response_code: 429 }",
+        );
+        assert_eq!(timings(&b), (seconds(1), seconds(30), seconds(60), 429));
+    }
+
+    #[test]
+    fn errors_name_their_position_and_point_into_the_expression() {
+        assert_eq!(
+            errors(&breaker("{}")),
+            vec!["t.yaml:5:22: `circuit_breaker` needs an `expression`, e.g. expression: \"NetworkErrorRatio() > 0.5\""]
+        );
+        // Plain, double- and single-quoted: the column is the offending character's.
+        assert_eq!(
+            errors(&breaker("{ expression: NetworkErrorRatio() > 1 }")),
+            vec!["t.yaml:5:58: invalid `expression`: the metric is a ratio, compared with a decimal number like `0.5`; found the number `1`"]
+        );
+        assert_eq!(
+            errors(&breaker(
+                "{ expression: \"NetworkErrorRatio() > 0.5 && Latency() > 3\" }"
+            )),
+            vec![format!(
+                "t.yaml:5:66: invalid `expression`: unknown metric `Latency`; expected {}",
+                "NetworkErrorRatio(), ResponseCodeRatio(from, to, dividedFrom, dividedTo), \
+                 LatencyAtQuantileMS(quantile) or RequestThreshold()"
+            )]
+        );
+        assert_eq!(
+            errors(&breaker("{ expression: 'LatencyAtQuantileMS(50) > 100' }")),
+            vec!["t.yaml:5:57: invalid `expression`: `LatencyAtQuantileMS` takes a decimal quantile like `50.0` (with its `.0`), found the number `50`"]
+        );
+        assert_eq!(
+            errors(&breaker("\n      expression: NetworkErrorRatio() + 0.5 > 1.0\n")),
+            vec!["t.yaml:6:39: invalid `expression`: `+` is not supported: a metric is compared with a constant by `>`, `>=`, `<`, `<=`, `==` or `!=`, and comparisons are joined by `&&` and `||`"]
+        );
+        assert_eq!(
+            errors(&breaker(
+                "{ expression: 'NetworkErrorRatio() > 0.5', check_period: 0s, fallback_duration: soon, recovery_duration: 5 }"
+            )),
+            vec![
+                "t.yaml:5:79: `check_period` must be longer than 0",
+                "t.yaml:5:102: `fallback_duration` must be a duration like `250ms`, `30s`, `5m` or `1h`, found `soon`",
+            ]
+        );
+        assert_eq!(
+            errors(&breaker(
+                "{ expression: 'NetworkErrorRatio() > 0.5', response_code: 99 }"
+            )),
+            vec!["t.yaml:5:80: `response_code` must be a final HTTP status with a standard reason, like 503 or 429, found `99`"]
+        );
+        assert_eq!(
+            errors(&breaker("{ expression: 'RequestThreshold() > 1', fallback: 1s }")),
+            vec!["t.yaml:5:62: unknown key `fallback` in `circuit_breaker`; expected one of: expression, check_period, fallback_duration, recovery_duration, response_code"]
         );
     }
 }

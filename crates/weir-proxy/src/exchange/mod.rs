@@ -78,8 +78,15 @@ pub(crate) async fn exchange<C: ClientConn>(
     let mut wrapped_by = usize::MAX;
     // What filters keep until the answer is sent (`in_flight_req`'s place): null on other routes.
     let mut held = Held::default();
+    // When the route's circuit breakers start timing the exchange; only on routes with one.
+    let outcome_since = route
+        .filter(|r| r.watches_outcomes)
+        .map(|_| started.unwrap_or_else(Instant::now));
     // An edit a request filter asks for on the answer, with that filter's index.
     let mut answer_edit = None;
+    // When an `errors` page replaced the answer: the filters that let the request through
+    // (before the replacement narrowed `wrapped_by`) and the status they saw.
+    let mut replaced = None;
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
@@ -92,6 +99,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         if route.has_error_pages {
+            let (let_through, original) = (wrapped_by, reply.status());
             // Boxed: only routes with `errors` carry its state.
             let filters = &route.filters;
             let answering = answer_error_pages(
@@ -103,6 +111,7 @@ pub(crate) async fn exchange<C: ClientConn>(
                 &mut wrapped_by,
             );
             Box::pin(answering).await;
+            replaced = (wrapped_by != let_through).then_some((let_through, original));
         }
         // Only a filter that wraps the answer edits it (not one an `errors` page replaced).
         if let Some((_, edit)) = answer_edit.filter(|(index, _)| *index < wrapped_by) {
@@ -133,6 +142,10 @@ pub(crate) async fn exchange<C: ClientConn>(
         started,
         sent,
     );
+    if let (Some(route), Some(since)) = (route, outcome_since) {
+        let seen = (wrapped_by, outcome.status);
+        tell_outcome(route, seen, replaced, since.elapsed());
+    }
     if let Some(ep) = ep {
         ep.cells[worker.id].responded(outcome.status);
     }
@@ -218,6 +231,27 @@ async fn run_action<'r, C: ClientSide>(
         RouteAction::Static(site) => {
             static_files::serve(site, &worker.open_files, worker.clock.now(), head)
         }
+    }
+}
+
+/// The filters that let the exchange through (all, or those before the one that answered)
+/// and watch outcomes learn its status and how long it took: `seen` is the filters that saw
+/// the answer sent and its status; when an `errors` page replaced an answer, the filters after
+/// it (those `replaced` says let the request through) saw the answer it replaced (for
+/// `errors` in `errors`, the innermost one's).
+fn tell_outcome(
+    route: &Route,
+    (wrapped_by, status): (usize, u16),
+    replaced: Option<(usize, u16)>,
+    took: std::time::Duration,
+) {
+    for (index, filter) in route.filters.iter().enumerate() {
+        let seen = match replaced {
+            _ if index < wrapped_by => status,
+            Some((let_through, original)) if index < let_through => original,
+            _ => break,
+        };
+        filter.on_outcome(seen, took);
     }
 }
 

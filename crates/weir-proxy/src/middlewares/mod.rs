@@ -13,6 +13,7 @@
 
 mod add_prefix;
 mod basic_auth;
+mod circuit_breaker;
 mod errors;
 mod forward_auth;
 mod headers;
@@ -43,7 +44,10 @@ use crate::worker::Worker;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use weir_config::MiddlewareKind;
+
+pub use circuit_breaker::Breaker;
 
 /// A configured middleware; its shape is the config's `MiddlewareKind`, its behaviour is here,
 /// with what it keeps between requests.
@@ -58,6 +62,8 @@ enum Kept {
     RateLimit(Box<rate_limit::RateLimit>),
     InFlightReq(Box<in_flight_req::InFlightReq>),
     Jwt(Box<jwt::JwtAuth>),
+    /// A router's own breaker (see [`Filter::with_breaker`]).
+    CircuitBreaker(Arc<Breaker>),
     ErrorPages(errors::ErrorPages),
     ForwardAuth(forward_auth::ForwardAuth),
 }
@@ -168,6 +174,35 @@ impl Filter {
     /// An `errors` filter (the exchange runs [`answer_error_pages`] on routes with one).
     pub fn answers_error_pages(&self) -> bool {
         matches!(self.1, Kept::ErrorPages(_))
+    }
+
+    /// A circuit breaker's settings; `None` for the other middlewares.
+    pub fn breaker_settings(&self) -> Option<&weir_config::CircuitBreaker> {
+        match &self.0 {
+            MiddlewareKind::CircuitBreaker(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    /// A router's own circuit breaker, with `breaker` as its state: Traefik builds one per
+    /// router, so routers naming the same middleware do not share its statistics. A breaker
+    /// made by [`Filter::new`] alone lets everything through.
+    pub fn with_breaker(&self, breaker: Arc<Breaker>) -> Filter {
+        Filter(self.0.clone(), Kept::CircuitBreaker(breaker))
+    }
+
+    /// Whether the filter must see how each exchange it let through ended (a circuit
+    /// breaker's statistics): the route then calls [`Filter::on_outcome`].
+    pub fn watches_outcomes(&self) -> bool {
+        matches!(self.1, Kept::CircuitBreaker(_))
+    }
+
+    /// How an exchange this filter let through ended: the status sent, and how long it took
+    /// from its head read to its last byte sent.
+    pub fn on_outcome(&self, status: u16, took: Duration) {
+        if let Kept::CircuitBreaker(breaker) = &self.1 {
+            breaker.on_outcome(status, took);
+        }
     }
 
     /// A `strip_prefix` or `strip_prefix_regex` filter (it records what it strips in
@@ -281,6 +316,13 @@ impl Filter {
                 if let Kept::Jwt(auth) = &self.1 {
                     if let Err(refusal) = auth.on_request(req) {
                         return Flow::Refuse(refusal);
+                    }
+                }
+            }
+            MiddlewareKind::CircuitBreaker(_) => {
+                if let Kept::CircuitBreaker(breaker) = &self.1 {
+                    if let Some(fallback) = breaker.on_request() {
+                        return Flow::Refuse(fallback);
                     }
                 }
             }

@@ -18,6 +18,9 @@ pub struct Carried {
     /// Middlewares by name and configuration: an unchanged one keeps its state (rate-limit
     /// buckets, requests in flight, verified passwords).
     pub filters: Kept<crate::middlewares::Filter>,
+    /// Circuit breakers, one per router that names one, by router, place, name and
+    /// configuration.
+    pub breakers: Kept<crate::middlewares::Breaker>,
 }
 
 impl Carried {
@@ -32,6 +35,7 @@ impl Carried {
             spools: Kept::carrying(previous.map(|p| &p.spools)),
             search_caches: Kept::carrying(previous.map(|p| &p.search_caches)),
             filters: Kept::carrying(previous.map(|p| &p.filters)),
+            breakers: Kept::carrying(previous.map(|p| &p.breakers)),
         }
     }
 
@@ -46,6 +50,7 @@ impl Carried {
             spools: self.spools.finish(),
             search_caches: self.search_caches.finish(),
             filters: self.filters.finish(),
+            breakers: self.breakers.finish(),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
 use crate::listen::tls::{server_tls, ServerTls};
-use crate::middlewares::{Filter, Upstreams};
+use crate::middlewares::{Breaker, Filter, Upstreams};
 use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::servers::balancer::Service;
@@ -80,6 +80,8 @@ pub struct Route {
     pub filters: Vec<Arc<Filter>>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
+    /// True when some filter must see how each exchange ended (a circuit breaker).
+    pub watches_outcomes: bool,
     /// True when some filter is `errors` (its answers are in the response phase too).
     pub has_error_pages: bool,
     pub action: RouteAction,
@@ -246,7 +248,22 @@ impl Runtime {
             let mws: Vec<Arc<Filter>> = r
                 .middlewares
                 .iter()
-                .filter_map(|name| filters.get(name.as_str()).cloned())
+                .enumerate()
+                .filter_map(|(at, name)| {
+                    let shared = filters.get(name.as_str())?;
+                    let Some(settings) = shared.breaker_settings() else {
+                        return Some(shared.clone());
+                    };
+                    // The router's own breaker, as Traefik builds one per router. Keyed as the
+                    // shared middlewares are, with the router and the place in its list: it
+                    // keeps its state over a reload that leaves all of them the same.
+                    let key = format!("{} {at} {name} {settings:?}", r.name);
+                    let breaker = carried.breakers.get(key, || {
+                        let label = format!("router `{}`: circuit breaker `{name}`", r.name);
+                        Arc::new(Breaker::new(settings, label))
+                    });
+                    Some(Arc::new(shared.with_breaker(breaker)))
+                })
                 .collect();
             let mut error_form = ErrorForm::Plain;
             let action = match &r.action {
@@ -289,6 +306,7 @@ impl Runtime {
                 rule_text: r.rule_text.clone(),
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
+                watches_outcomes: mws.iter().any(|m| m.watches_outcomes()),
                 has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 filters: mws,
                 action,

@@ -366,6 +366,127 @@ impl RawUpstream {
     }
 }
 
+/// What a [`FlakyUpstream`] does with the requests that come next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// 200 `ok`.
+    Healthy,
+    /// This status, body `ok`.
+    Status(u16),
+    /// The listening socket is closed: connections are refused.
+    Refusing,
+    /// 200 `ok`, this late.
+    Slow(Duration),
+}
+
+/// An upstream that starts failing and recovers as a test switches it: answers 200, or a
+/// chosen status, or late; or closes its listening socket, so connections are refused, and
+/// listens again on the same port. Every answer closes its connection, so no pooled
+/// connection outlives a switch.
+pub struct FlakyUpstream {
+    pub addr: SocketAddr,
+    behaviour: Arc<Mutex<Behaviour>>,
+    listening: Arc<std::sync::atomic::AtomicBool>,
+    answered: Arc<AtomicUsize>,
+}
+
+impl FlakyUpstream {
+    pub fn start() -> FlakyUpstream {
+        let first = TcpListener::bind("127.0.0.1:0").unwrap();
+        first.set_nonblocking(true).unwrap();
+        let addr = first.local_addr().unwrap();
+        let behaviour = Arc::new(Mutex::new(Behaviour::Healthy));
+        let listening = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let (b, l, a) = (behaviour.clone(), listening.clone(), answered.clone());
+        std::thread::spawn(move || {
+            let mut listener = Some(first);
+            loop {
+                if *b.lock().unwrap() == Behaviour::Refusing {
+                    listener = None;
+                    l.store(false, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                if listener.is_none() {
+                    match TcpListener::bind(addr) {
+                        Ok(again) => {
+                            again.set_nonblocking(true).unwrap();
+                            listener = Some(again);
+                            l.store(true, Ordering::SeqCst);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                    continue;
+                }
+                let Some(Ok((stream, _))) = listener.as_ref().map(|l| l.accept()) else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                stream.set_nonblocking(false).unwrap();
+                let (b, a) = (b.clone(), a.clone());
+                std::thread::spawn(move || {
+                    let mut conn = RawConn {
+                        stream,
+                        number: 0,
+                        buf: Vec::new(),
+                        log: Arc::new(Mutex::new(Vec::new())),
+                    };
+                    if conn.read_head().is_none() {
+                        return;
+                    }
+                    let status = match *b.lock().unwrap() {
+                        Behaviour::Refusing => return,
+                        Behaviour::Healthy => 200,
+                        Behaviour::Status(status) => status,
+                        Behaviour::Slow(late) => {
+                            std::thread::sleep(late);
+                            200
+                        }
+                    };
+                    // Counted before it is sent, so a client that has the answer sees the count.
+                    a.fetch_add(1, Ordering::SeqCst);
+                    conn.write(
+                        format!(
+                            "HTTP/1.1 {status} X\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
+                        )
+                        .as_bytes(),
+                    );
+                });
+            }
+        });
+        FlakyUpstream {
+            addr,
+            behaviour,
+            listening,
+            answered,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Switches to `behaviour`; returns once the socket is closed or listening again.
+    pub fn set(&self, behaviour: Behaviour) {
+        *self.behaviour.lock().unwrap() = behaviour;
+        let listening = behaviour != Behaviour::Refusing;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.listening.load(Ordering::SeqCst) != listening {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "upstream did not switch"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// How many requests it has answered.
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+}
+
 impl RawUpstream {
     /// An upstream that answers each request on a kept-alive connection with what `answer`
     /// writes for its head and body (a body is read by its `Content-Length`; send no chunked

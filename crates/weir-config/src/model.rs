@@ -641,10 +641,21 @@ pub enum MiddlewareKind {
     Jwt(Box<Jwt>),
     /// Answers `response_code` instead of calling what follows while its expression holds.
     CircuitBreaker(CircuitBreaker),
+    /// Turns browsers' gRPC-Web requests into gRPC for the route's service, and its answers
+    /// back (Traefik's `grpcWeb`).
+    GrpcWeb(GrpcWeb),
     /// Answers some statuses with a page from another service (boxed: it is large and rare).
     Errors(Box<ErrorPages>),
     /// Lets a request through when an authentication server answers 2xx to a copy of it.
     ForwardAuth(Box<ForwardAuth>),
+}
+
+/// The `grpc_web` middleware's settings (Traefik's `grpcWeb`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcWeb {
+    /// Origins whose preflights and calls get CORS permission: `*` for any, else exact
+    /// `Origin` values. Empty (the default) allows none.
+    pub allow_origins: Vec<String>,
 }
 
 /// The `in_flight_req` middleware's settings (Traefik's `inFlightReq`).

@@ -8,62 +8,8 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc_peer.py");
-
-fn python3() -> &'static str {
-    if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    }
-}
-
-/// The `grpcio` test server (`grpc_peer.py serve`); killed on drop.
-struct GrpcServer {
-    child: Child,
-    port: u16,
-}
-
-impl GrpcServer {
-    fn start() -> GrpcServer {
-        let mut child = Command::new(python3())
-            .args([PEER, "serve"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 with grpcio (scripts/test installs python3-grpcio)");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("port ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("grpc server did not start: {line:?}"));
-        GrpcServer { child, port }
-    }
-}
-
-impl Drop for GrpcServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs the client's `cases` through `addr`; their outcomes by case.
-fn calls(addr: std::net::SocketAddr, cases: &str) -> serde_json::Value {
-    let out = stdout_of(
-        Command::new(python3()).args([PEER, "call", &addr.to_string(), cases]),
-        "grpc client",
-    );
-    serde_json::from_slice(&out).unwrap()
-}
 
 /// weir with an `h2c` entrypoint, `/weir.Test` routed to the gRPC server over `h2c`,
 /// `/weir.Dead` to a closed port, `/weir.Slow` to `slow` (an HTTP/1 server).

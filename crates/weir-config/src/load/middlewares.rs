@@ -1,8 +1,8 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
 //! chain, basic_auth, rate_limit, in_flight_req, circuit_breaker, jwt (read in
-//! `load/jwt.rs`), errors or forward_auth; and the chains resolved into flat lists (every name
-//! defined, no loop).
+//! `load/jwt.rs`), grpc_web, errors or forward_auth; and the chains resolved into flat lists
+//! (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -57,6 +57,7 @@ impl Loader<'_> {
             "in_flight_req",
             "jwt",
             "circuit_breaker",
+            "grpc_web",
             "errors",
             "forward_auth",
         ];
@@ -86,6 +87,7 @@ impl Loader<'_> {
             "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
             "jwt" => self.jwt(body)?,
             "circuit_breaker" => MiddlewareKind::CircuitBreaker(self.circuit_breaker(body)?),
+            "grpc_web" => MiddlewareKind::GrpcWeb(self.grpc_web(body)?),
             "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
             "forward_auth" => {
                 MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))
@@ -655,6 +657,24 @@ impl Loader<'_> {
         Some(InFlightReq {
             amount: amount?,
             source_criterion: source_criterion?,
+        })
+    }
+
+    /// `grpc_web: { allow_origins }`: each `*` or an origin as browsers send it.
+    fn grpc_web(&mut self, node: &Node) -> Option<GrpcWeb> {
+        let f = self.fields(node, "`grpc_web`", &["allow_origins"])?;
+        let origins = self.list_key(&f, "allow_origins");
+        for (origin, pos) in &origins {
+            if origin.is_empty() || origin.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                let found = format!("{origin:?}");
+                self.error(
+                    *pos,
+                    format!("an origin must be `*` or an `Origin` value such as `https://app.example.com`, found {found}"),
+                );
+            }
+        }
+        Some(GrpcWeb {
+            allow_origins: origins.into_iter().map(|(origin, _)| origin).collect(),
         })
     }
 
@@ -1737,6 +1757,48 @@ mod circuit_breaker_tests {
         assert_eq!(
             errors(&breaker("{ expression: 'RequestThreshold() > 1', fallback: 1s }")),
             vec!["t.yaml:5:62: unknown key `fallback` in `circuit_breaker`; expected one of: expression, check_period, fallback_duration, recovery_duration, response_code"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod grpc_web_tests {
+    use super::*;
+    use crate::load::load_str;
+    use crate::load::tests::{errors, BASE};
+
+    fn mw(body: &str) -> String {
+        format!("{BASE}middlewares:\n  web:\n    grpc_web: {body}\n")
+    }
+
+    #[test]
+    fn grpc_web_settings_and_errors() {
+        let loaded = |body: &str| match load_str(&mw(body), "t.yaml").unwrap().middlewares[0]
+            .kind
+            .clone()
+        {
+            MiddlewareKind::GrpcWeb(config) => config,
+            other => panic!("not grpc_web: {other:?}"),
+        };
+        assert_eq!(loaded("{}").allow_origins, Vec::<String>::new());
+        assert_eq!(
+            loaded("{ allow_origins: [\"*\", \"https://app.example.com\"] }").allow_origins,
+            ["*", "https://app.example.com"]
+        );
+        assert_eq!(
+            errors(&mw("{ allow_origin: [\"*\"] }")),
+            vec!["t.yaml:5:17: unknown key `allow_origin` in `grpc_web`; expected one of: allow_origins"]
+        );
+        assert_eq!(
+            errors(&mw("{ allow_origins: [\"\", \"https://a b\"] }")),
+            vec![
+                "t.yaml:5:33: an origin must be `*` or an `Origin` value such as `https://app.example.com`, found \"\"",
+                "t.yaml:5:37: an origin must be `*` or an `Origin` value such as `https://app.example.com`, found \"https://a b\"",
+            ]
+        );
+        assert_eq!(
+            errors(&mw("{ allow_origins: { a: b } }")),
+            vec!["t.yaml:5:32: `allow_origins` must be a list of strings, found a mapping"]
         );
     }
 }

@@ -12,7 +12,8 @@
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
 use crate::exchange::exchange;
-use crate::exchange::plan::{crosses, BodyLength, LocalPlan, ResponsePlan};
+use crate::exchange::plan::{BodyLength, LocalPlan, ResponsePlan};
+use crate::http::codec::trailer_fields;
 use crate::http::codec::{self, RequestHead};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::file_body::FileBody;
@@ -650,26 +651,6 @@ fn response_parts(
         append(headers, b"date", date.as_bytes());
     }
     response
-}
-
-/// An HTTP/1 chunked body's trailer section as HTTP/2 trailers; fields that may not be
-/// trailers (framing, hop-by-hop) are dropped.
-fn trailer_fields(raw: &[u8]) -> http::HeaderMap {
-    let mut fields = http::HeaderMap::new();
-    let mut section = raw.to_vec();
-    section.extend_from_slice(b"\r\n");
-    let mut parsed = [httparse::EMPTY_HEADER; 32];
-    if let Ok(httparse::Status::Complete((_, lines))) =
-        httparse::parse_headers(&section, &mut parsed)
-    {
-        for line in lines {
-            let name = line.name.as_bytes();
-            if crosses(name) {
-                append(&mut fields, name, line.value);
-            }
-        }
-    }
-    fields
 }
 
 /// Adds a field, skipping one HTTP/2 cannot carry (an invalid name or value).

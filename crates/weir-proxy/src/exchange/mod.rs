@@ -10,7 +10,7 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{answer_error_pages, AuthCookies, Flow, Held, LetThrough};
+use crate::middlewares::{answer_error_pages, grpc_web, AuthCookies, Flow, Held, LetThrough};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::read_body::ReadBody;
@@ -214,6 +214,10 @@ async fn run_action<'r, C: ClientSide>(
     match &route.action {
         RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
         RouteAction::RespondError(error) => Reply::prebuilt_error(error),
+        // Boxed: only gRPC-Web's text form reads its body first.
+        RouteAction::Proxy(service) if route.decodes_grpc_web_text && grpc_web::is_text(head) => {
+            Box::pin(grpc_web::forward_text(worker, service, client, head)).await
+        }
         RouteAction::Proxy(service) => upstream::forward(worker, service, client, head, None).await,
         RouteAction::Elasticsearch(es) => {
             let service = &es.service;
@@ -273,7 +277,8 @@ fn rendered<'r>(
     head: &RequestHead,
     route: Option<&Route>,
 ) -> Cow<'r, LocalResponse> {
-    if crate::http::grpc::is_grpc(head) {
+    // A gRPC-Web call turned into gRPC gets the gRPC form over HTTP/1 too (see `grpc_web`).
+    if crate::http::grpc::is_grpc(head) || grpc_web::converted(head) {
         Cow::Owned(grpc::error_answer(error.error()))
     } else if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
         Cow::Owned(elasticsearch::error_answer(error.error()))

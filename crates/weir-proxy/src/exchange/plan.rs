@@ -122,10 +122,13 @@ impl ResponsePlan {
     }
 
     /// The answer ends with its head whatever its length says: an HTTP/2 upstream's answer
-    /// that did (gRPC's trailers-only form), or a `101`, whose tunnel only HTTP/1 carries.
+    /// that did (gRPC's trailers-only form), or a `101`, whose tunnel only HTTP/1 carries. A
+    /// filter that writes the trailers into the body (gRPC-Web) still has a body to send.
     pub(crate) fn ends_with_head(&self) -> bool {
         match &self.body {
-            ReplyBody::Stream(stream) => stream.ended(),
+            ReplyBody::Stream(stream) => {
+                stream.ended() && !self.filter.as_ref().is_some_and(BodyFilter::takes_trailers)
+            }
             ReplyBody::Upgrade(_) => true,
             _ => false,
         }

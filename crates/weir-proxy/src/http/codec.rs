@@ -885,6 +885,32 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
     HOP.iter().any(|h| eq_ignore_case(h, name))
 }
 
+/// An HTTP/1 chunked body's trailer section as HTTP/2-style trailers; fields that may not be
+/// trailers (framing, hop-by-hop) are dropped, and so is one HTTP/2 cannot carry.
+pub fn trailer_fields(raw: &[u8]) -> http::HeaderMap {
+    let mut fields = http::HeaderMap::new();
+    let mut section = raw.to_vec();
+    section.extend_from_slice(b"\r\n");
+    let mut parsed = [httparse::EMPTY_HEADER; 32];
+    if let Ok(httparse::Status::Complete((_, lines))) =
+        httparse::parse_headers(&section, &mut parsed)
+    {
+        for line in lines {
+            let name = line.name.as_bytes();
+            if is_hop_by_hop(name) || eq_ignore_case(name, b"content-length") {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(name),
+                http::HeaderValue::from_bytes(line.value),
+            ) {
+                fields.append(name, value);
+            }
+        }
+    }
+    fields
+}
+
 /// Whether a Connection header value lists `name` as a token.
 pub fn lists_token(list: &[u8], name: &[u8]) -> bool {
     list.split(|&b| b == b',')

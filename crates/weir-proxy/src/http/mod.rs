@@ -10,6 +10,7 @@ pub mod conditional;
 pub mod error;
 pub mod file_body;
 pub mod grpc;
+pub mod grpc_web;
 pub mod local;
 pub mod router;
 

@@ -5,8 +5,9 @@
 //! Response-head phase: first, on routes with `errors`, a caught answer is replaced by a page
 //! (async: [`answer_error_pages`]); then each filter edits the reply's head, local and proxied
 //! answers alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
-//! transforms the body as the driver sends it (compression); without one, replies take the
-//! fused relay. One file per middleware; a new one is a variant of the config's
+//! transforms the body as the driver sends it (compression; `grpc_web`'s, which also takes
+//! the trailers into the body); without one, replies take the fused relay. One file per
+//! middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
 //! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts) builds it in [`Filter::new`], as a variant of `Kept`.
@@ -16,6 +17,7 @@ mod basic_auth;
 mod circuit_breaker;
 mod errors;
 mod forward_auth;
+pub(crate) mod grpc_web;
 mod headers;
 mod in_flight_req;
 mod ip_allow_list;
@@ -223,6 +225,7 @@ impl Filter {
                 ..
             } => !response.is_empty() || cors.is_some() || secure.is_some(),
             MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
+            MiddlewareKind::GrpcWeb(_) => true,
             // Its cookies are set on the answer.
             MiddlewareKind::ForwardAuth(config) => !config.add_auth_cookies_to_response.is_empty(),
             _ => false,
@@ -326,6 +329,7 @@ impl Filter {
                     }
                 }
             }
+            MiddlewareKind::GrpcWeb(config) => return grpc_web::on_request(config, req),
             MiddlewareKind::ForwardAuth(config) => {
                 if let Kept::ForwardAuth(auth) = &self.1 {
                     // Boxed: its state is large, and other filters need not carry it.
@@ -366,8 +370,9 @@ impl Filter {
                 None
             }
             MiddlewareKind::Compress(config) => {
-                compress::install(config, req, resp).map(|c| BodyFilter::Compress(Box::new(c)))
+                compress::install(config, req, resp).map(BodyFilter::compress)
             }
+            MiddlewareKind::GrpcWeb(config) => grpc_web::on_response_head(config, req, resp),
             _ => None,
         }
     }

@@ -1,36 +1,79 @@
 //! Response-body filters: what a response-head filter installs for one response, and the
 //! driver runs the body through (`reply/relay.rs`, `Sink`). A closed enum, so the relay pays no
-//! dynamic dispatch; compression is the one kind today.
+//! dynamic dispatch: compression, and gRPC-Web's answer (which takes the trailers into the
+//! body).
 
 use crate::http::compress::Compressor;
+use crate::http::grpc_web::GrpcWebBody;
 use std::io;
 
 /// A response-body filter, installed by a response-head filter for one response. Each call
-/// returns the bytes it produced for the client.
-pub enum BodyFilter {
-    /// Boxed: a reply carries an `Option<BodyFilter>`, which stays one word this way.
-    Compress(Box<Compressor>),
+/// returns the bytes it produced for the client. Boxed whole: a reply carries an
+/// `Option<BodyFilter>`, which stays one word this way, whatever the kinds.
+pub struct BodyFilter(Box<Kind>);
+
+enum Kind {
+    Compress(Compressor),
+    /// The `grpc_web` middleware's: the service's trailers become the body's last frame.
+    GrpcWeb(GrpcWebBody),
 }
 
 impl BodyFilter {
+    pub fn compress(compressor: Compressor) -> BodyFilter {
+        BodyFilter(Box::new(Kind::Compress(compressor)))
+    }
+
+    pub fn grpc_web(body: GrpcWebBody) -> BodyFilter {
+        BodyFilter(Box::new(Kind::GrpcWeb(body)))
+    }
+
     /// The next piece of the body.
     pub fn write(&mut self, data: &[u8]) -> io::Result<&[u8]> {
-        match self {
-            BodyFilter::Compress(c) => c.write(data),
+        match &mut *self.0 {
+            Kind::Compress(c) => c.write(data),
+            Kind::GrpcWeb(g) => g.write(data),
         }
     }
 
     /// The source has nothing more for now: emit what is held back.
     pub fn flush(&mut self) -> io::Result<&[u8]> {
-        match self {
-            BodyFilter::Compress(c) => c.flush(),
+        match &mut *self.0 {
+            Kind::Compress(c) => c.flush(),
+            Kind::GrpcWeb(g) => g.flush(),
         }
     }
 
     /// The body has ended.
     pub fn finish(&mut self) -> io::Result<&[u8]> {
-        match self {
-            BodyFilter::Compress(c) => c.finish(),
+        match &mut *self.0 {
+            Kind::Compress(c) => c.finish(),
+            Kind::GrpcWeb(g) => g.finish(),
         }
+    }
+
+    /// Whether the filter writes the body's trailers itself (into the body): the driver
+    /// then hands them over before the end and sends none.
+    pub fn takes_trailers(&self) -> bool {
+        matches!(*self.0, Kind::GrpcWeb(_))
+    }
+
+    /// The body's trailers, for a filter that [takes them](BodyFilter::takes_trailers).
+    pub fn take_trailers(&mut self, trailers: Option<http::HeaderMap>) {
+        if let Kind::GrpcWeb(g) = &mut *self.0 {
+            g.take_trailers(trailers);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_s_filter_stays_one_word() {
+        assert_eq!(
+            std::mem::size_of::<Option<BodyFilter>>(),
+            std::mem::size_of::<usize>()
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! through the response's body filter, re-framed on the way, with each wait under its own
 //! limit (the connection's watch fires it).
 
-use crate::http::codec::{header, push_hex, ChunkEvent, ChunkedDecoder, Framing};
+use crate::http::codec::{header, push_hex, trailer_fields, ChunkEvent, ChunkedDecoder, Framing};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Clock, ConnWatch, Expired, Waiting};
@@ -255,6 +255,29 @@ impl<'a, W> Sink<'a, W> {
         self.filtered(out, chunked, BodyFilter::flush)
     }
 
+    /// The body's trailers: kept by a filter that writes them into the body (gRPC-Web),
+    /// else returned to be sent as trailers.
+    fn hand_trailers(&mut self, trailers: Option<http::HeaderMap>) -> Option<http::HeaderMap> {
+        match &mut self.filter {
+            Some(filter) if filter.takes_trailers() => {
+                filter.take_trailers(trailers);
+                None
+            }
+            _ => trailers,
+        }
+    }
+
+    /// The same for an HTTP/1 chunked body's trailer section: whether a filter took it.
+    fn hand_trailer_section(&mut self, raw: &[u8]) -> bool {
+        match &mut self.filter {
+            Some(filter) if filter.takes_trailers() => {
+                filter.take_trailers(Some(trailer_fields(raw)));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The body has ended: a filter emits its last bytes.
     pub(crate) fn end(&mut self, out: &mut Vec<u8>, chunked: bool) -> Result<(), BodyError> {
         self.filtered(out, chunked, BodyFilter::finish)
@@ -333,9 +356,14 @@ pub(crate) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                         }
                     }
                     ChunkEvent::End(start, end) => {
+                        let taken = sink.hand_trailer_section(&buf[start..end]);
                         sink.end(out, chunked_out)?;
                         // Trailers pass on when the output is chunked too (HTTP/1.0 has none).
-                        if chunked_out {
+                        if taken {
+                            if chunked_out {
+                                out.extend_from_slice(b"0\r\n\r\n");
+                            }
+                        } else if chunked_out {
                             out.extend_from_slice(b"0\r\n");
                             out.extend_from_slice(&buf[start..end]);
                             out.extend_from_slice(b"\r\n");
@@ -386,7 +414,8 @@ pub(crate) async fn relay_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 /// has arrived goes out together and a pause flushes it, so streamed messages (gRPC,
 /// server-sent events) are not held back; each frame's window is given back once it has been
 /// written, so a slow client slows the upstream. With `chunked_out` the trailers end the
-/// chunked body; otherwise they are returned, for an HTTP/2 client's HEADERS frame.
+/// chunked body; otherwise they are returned, for an HTTP/2 client's HEADERS frame; a body
+/// filter that takes them (gRPC-Web) gets them before the body's end instead.
 pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
     recv: &mut RecvStream,
     sink: &mut Sink<'_, W>,
@@ -428,13 +457,14 @@ pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
             }
         }
     }
-    sink.end(out, chunked_out)?;
     let trailers = std::future::poll_fn(|cx| recv.poll_trailers(cx));
     let trailers = match relay.watch.within(relay.clock, what, limit, trailers).await {
         Ok(Ok(trailers)) => trailers,
         Ok(Err(_)) => return Err(BodyError::Source),
         Err(Expired) => return Err(BodyError::SourceStalled),
     };
+    let trailers = sink.hand_trailers(trailers);
+    sink.end(out, chunked_out)?;
     let trailers = if chunked_out {
         out.extend_from_slice(b"0\r\n");
         for (name, value) in trailers.iter().flatten() {

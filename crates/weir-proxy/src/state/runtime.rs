@@ -82,6 +82,9 @@ pub struct Route {
     pub has_response_phase: bool,
     /// True when some filter must see how each exchange ended (a circuit breaker).
     pub watches_outcomes: bool,
+    /// True when a `grpc_web` filter may hand the action a text-form call, whose base64 body
+    /// it decodes before the request goes upstream.
+    pub decodes_grpc_web_text: bool,
     /// True when some filter is `errors` (its answers are in the response phase too).
     pub has_error_pages: bool,
     pub action: RouteAction,
@@ -307,6 +310,9 @@ impl Runtime {
                 priority: r.priority,
                 has_response_phase: mws.iter().any(|m| m.has_response_phase()),
                 watches_outcomes: mws.iter().any(|m| m.watches_outcomes()),
+                decodes_grpc_web_text: mws
+                    .iter()
+                    .any(|m| matches!(m.0, weir_config::MiddlewareKind::GrpcWeb(_))),
                 has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 filters: mws,
                 action,

@@ -309,7 +309,7 @@ fn plan_for(
     let filter = compress
         .then(|| compress::install(&Compress::default(), &req, &mut head))
         .flatten()
-        .map(|c| BodyFilter::Compress(Box::new(c)));
+        .map(BodyFilter::compress);
     let planned = ResponsePlan::new(&req, head, body, filter, sends_files);
     planned.unwrap_or_else(|_| panic!("the body could not be made ready"))
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 mod certs;
 mod client;
+mod grpc;
 mod load;
 mod nginx;
 mod tools;
@@ -25,6 +26,7 @@ mod weir;
 
 pub use certs::*;
 pub use client::*;
+pub use grpc::*;
 pub use load::*;
 pub use nginx::*;
 pub use tools::*;

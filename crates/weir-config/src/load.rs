@@ -4,6 +4,8 @@
 mod cache;
 mod elasticsearch;
 mod entrypoints;
+mod error_pages;
+mod forward_auth;
 mod health;
 mod jwt;
 mod middlewares;
@@ -163,6 +165,7 @@ impl Loader<'_> {
             .filter_map(|(name, node)| self.middleware(name, node))
             .collect();
         let chains = self.resolve_chains(&middlewares);
+        self.check_error_page_services(&middlewares, &services);
         let caches: Vec<Cache> = self
             .named(top.get("caches"), "caches")
             .into_iter()

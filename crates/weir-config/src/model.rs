@@ -648,6 +648,10 @@ pub enum MiddlewareKind {
     /// Turns browsers' gRPC-Web requests into gRPC for the route's service, and its answers
     /// back (Traefik's `grpcWeb`).
     GrpcWeb(GrpcWeb),
+    /// Answers some statuses with a page from another service (boxed: it is large and rare).
+    Errors(Box<ErrorPages>),
+    /// Lets a request through when an authentication server answers 2xx to a copy of it.
+    ForwardAuth(Box<ForwardAuth>),
 }
 
 /// The `grpc_web` middleware's settings (Traefik's `grpcWeb`).
@@ -900,6 +904,54 @@ pub enum Comparison {
     Gt,
     Le,
     Ge,
+}
+
+/// The `errors` middleware's settings (Traefik's `errors`): an answer whose status is in
+/// `status` is replaced by the page `service` answers for `query`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorPages {
+    /// The statuses caught, as inclusive ranges (`"404"` is 404 to 404).
+    pub status: Vec<(u16, u16)>,
+    /// The service the page is asked of.
+    pub service: String,
+    /// Where `service` is written (a name that is not defined is told there).
+    pub service_pos: Pos,
+    /// The page's path and query, starting with `/`, where `{status}`, `{originalStatus}` and
+    /// `{url}` are replaced.
+    pub query: String,
+    /// The status the client gets in place of one in a range (the first range holding it).
+    pub status_rewrites: Vec<((u16, u16), u16)>,
+}
+
+/// The `forward_auth` middleware's settings (Traefik's `forwardAuth`).
+#[derive(Debug, Clone)]
+pub struct ForwardAuth {
+    /// `address` as written.
+    pub address: String,
+    /// The authentication server as a service of one server (the address's scheme, host and
+    /// port, with `tls`), the Host it gets its own, its timeouts the defaults with a `request`
+    /// of 30 s (Traefik's client timeout).
+    pub service: Service,
+    /// The address's path and query, asked of the server (`/` when it has none).
+    pub target: String,
+    /// Whether the client's `X-Forwarded-*` fields are passed on (else they are replaced).
+    pub trust_forward_header: bool,
+    /// The answer's fields copied into the request when it is let through.
+    pub auth_response_headers: Vec<String>,
+    /// The same, for every field whose name matches (names in Go's canonical form).
+    pub auth_response_headers_regex: Option<regex::Regex>,
+    /// When not empty, only these request fields are sent to the server.
+    pub auth_request_headers: Vec<String>,
+    /// The names of the server's cookies that are set on the answer to the client.
+    pub add_auth_cookies_to_response: Vec<String>,
+    /// Whether the server gets the request's body too (read into memory first).
+    pub forward_body: bool,
+    /// With `forward_body`, the largest body read (a larger one is refused with 401); `None`:
+    /// no limit, as Traefik's default.
+    pub max_body_size: Option<u64>,
+    /// Whether a refusal's `Location` is passed as the server sent it (else made absolute
+    /// against the address).
+    pub preserve_location_header: bool,
 }
 
 /// A content coding weir can compress with.

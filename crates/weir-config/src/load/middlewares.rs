@@ -1,8 +1,8 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
 //! chain, basic_auth, digest_auth, rate_limit, in_flight_req, circuit_breaker, buffering, jwt
-//! (read in `load/jwt.rs`) or grpc_web; and the chains resolved into flat lists (every name
-//! defined, no loop).
+//! (read in `load/jwt.rs`), grpc_web, errors or forward_auth; and the chains resolved into flat
+//! lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
 use crate::model::*;
@@ -60,6 +60,8 @@ impl Loader<'_> {
             "jwt",
             "circuit_breaker",
             "grpc_web",
+            "errors",
+            "forward_auth",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -90,6 +92,10 @@ impl Loader<'_> {
             "jwt" => self.jwt(body)?,
             "circuit_breaker" => MiddlewareKind::CircuitBreaker(self.circuit_breaker(body)?),
             "grpc_web" => MiddlewareKind::GrpcWeb(self.grpc_web(body)?),
+            "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),
+            "forward_auth" => {
+                MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))
+            }
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })

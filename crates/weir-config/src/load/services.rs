@@ -197,7 +197,7 @@ impl Loader<'_> {
     }
 
     /// `keepalive:`, the idle connections kept to each server.
-    fn keepalive(&mut self, node: Option<&Node>) -> Keepalive {
+    pub(super) fn keepalive(&mut self, node: Option<&Node>) -> Keepalive {
         let mut keepalive = Keepalive {
             max_idle_per_server: DEFAULT_MAX_IDLE_PER_SERVER,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -218,7 +218,7 @@ impl Loader<'_> {
 
     /// `timeouts:` towards the servers; `request` (0 is none) and `websocket_idle` have no
     /// default.
-    fn upstream_timeouts(&mut self, node: Option<&Node>) -> Timeouts {
+    pub(super) fn upstream_timeouts(&mut self, node: Option<&Node>) -> Timeouts {
         let mut timeouts = Timeouts {
             request: None,
             connect: DEFAULT_CONNECT_TIMEOUT,
@@ -257,7 +257,11 @@ impl Loader<'_> {
     }
 
     /// `tls:` towards `https://` servers (its position is the service's when it is not given).
-    fn upstream_tls(&mut self, f: &Fields<'_>, servers: &[UpstreamServer]) -> UpstreamTls {
+    pub(super) fn upstream_tls(
+        &mut self,
+        f: &Fields<'_>,
+        servers: &[UpstreamServer],
+    ) -> UpstreamTls {
         let mut tls = UpstreamTls {
             pos: f.pos,
             ..UpstreamTls::default()

@@ -10,7 +10,8 @@ use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError, PrebuiltError};
 use crate::http::local::LocalResponse;
-use crate::middlewares::{buffering, grpc_web, Flow, Held};
+use crate::middlewares::buffering::{self, Buffered, HeldBody};
+use crate::middlewares::{answer_error_pages, grpc_web, AuthCookies, Flow, Held, LetThrough};
 use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
@@ -81,16 +82,41 @@ pub(crate) async fn exchange<C: ClientConn>(
     let outcome_since = route
         .filter(|r| r.watches_outcomes)
         .map(|_| started.unwrap_or_else(Instant::now));
+    // An edit a request filter asks for on the answer, with that filter's index.
+    let mut answer_edit = None;
+    // When an `errors` page replaced the answer: the filters that let the request through
+    // (before the replacement narrowed `wrapped_by`) and the status they saw.
+    let mut replaced = None;
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
         Some(route) => {
-            run_route(worker, route, client, &mut head, &mut wrapped_by, &mut held).await
+            let filtered = (&mut wrapped_by, &mut held, &mut answer_edit);
+            run_route(worker, route, client, &mut head, filtered).await
         }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
+        if route.has_error_pages {
+            let (let_through, original) = (wrapped_by, reply.status());
+            // Boxed: only routes with `errors` carry its state.
+            let filters = &route.filters;
+            let answering = answer_error_pages(
+                filters,
+                worker,
+                &*client,
+                &head,
+                &mut reply,
+                &mut wrapped_by,
+            );
+            Box::pin(answering).await;
+            replaced = (wrapped_by != let_through).then_some((let_through, original));
+        }
+        // Only a filter that wraps the answer edits it (not one an `errors` page replaced).
+        if let Some((_, edit)) = answer_edit.filter(|(index, _)| *index < wrapped_by) {
+            reply.edit_head(|response| AuthCookies::apply(&edit, response));
+        }
         let mut body_filter = None;
         let scheme = client.scheme();
         reply.edit_head(|response| {
@@ -117,7 +143,8 @@ pub(crate) async fn exchange<C: ClientConn>(
         sent,
     );
     if let (Some(route), Some(since)) = (route, outcome_since) {
-        tell_outcome(route, wrapped_by, outcome.status, since.elapsed());
+        let seen = (wrapped_by, outcome.status);
+        tell_outcome(route, seen, replaced, since.elapsed());
     }
     if let Some(ep) = ep {
         ep.cells[worker.id].responded(outcome.status);
@@ -134,40 +161,67 @@ pub(crate) async fn exchange<C: ClientConn>(
     outcome
 }
 
+/// What the request filters leave for the rest of the exchange: the index of the one that
+/// answered (`usize::MAX`: none did), the places they hold, and an edit one asks for on the
+/// answer (with that filter's index).
+type Filtered<'f> = (
+    &'f mut usize,
+    &'f mut Held,
+    &'f mut Option<(usize, Box<AuthCookies>)>,
+);
+
 async fn run_route<'r, C: ClientSide>(
     worker: &Rc<Worker>,
     route: &'r Route,
     client: &mut C,
     head: &mut RequestHead,
-    wrapped_by: &mut usize,
-    held: &mut Held,
+    filtered: Filtered<'_>,
 ) -> Reply<'r> {
     if let Some(at) = route.buffering_at {
         // Boxed: its state is large, and routes without it need not carry it.
-        let buffered = run_buffered(worker, route, at, client, head, wrapped_by, held);
+        let buffered = run_buffered(worker, route, at, client, head, filtered);
         return Box::pin(buffered).await;
     }
+    // What holds the request's body when a filter read it (`forward_auth`'s `forward_body`).
+    let mut with_body = None;
     let all = 0..route.filters.len();
-    if let Some(answer) = run_filters(route, all, client, head, wrapped_by, held).await {
+    let answered = run_filters(worker, route, all, client, head, filtered, &mut with_body).await;
+    if let Some(answer) = answered {
         return answer;
+    }
+    if let Some(body) = with_body {
+        // Boxed: only requests whose body a filter read go this way.
+        let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
+        return Box::pin(run_action(worker, route, &mut client, head)).await;
     }
     run_action(worker, route, client, head).await
 }
 
 /// The request phase of the filters in `range`: the answer of one that answers or refuses.
+/// A body one of them read goes into `with_body`.
 #[inline]
 async fn run_filters<'r, C: ClientSide>(
+    worker: &Rc<Worker>,
     route: &'r Route,
     range: std::ops::Range<usize>,
     client: &mut C,
     head: &mut RequestHead,
-    wrapped_by: &mut usize,
-    held: &mut Held,
+    (wrapped_by, held, answer_edit): Filtered<'_>,
+    with_body: &mut Option<bytes::Bytes>,
 ) -> Option<Reply<'r>> {
     for index in range {
-        match route.filters[index].on_request(head, client).await {
+        match route.filters[index].on_request(worker, head, client).await {
             Flow::Continue => {}
             Flow::Hold(kept) => held.push(kept),
+            Flow::ContinueWith(through) => {
+                let LetThrough { cookies, body } = *through;
+                if let Some(cookies) = cookies {
+                    *answer_edit = Some((index, cookies));
+                }
+                if body.is_some() {
+                    *with_body = body;
+                }
+            }
             Flow::Respond(response) => {
                 *wrapped_by = index;
                 return Some(Reply::local(Cow::Owned(response)));
@@ -181,7 +235,7 @@ async fn run_filters<'r, C: ClientSide>(
     None
 }
 
-/// The route's action: the reply it answers with.
+/// The route's action, once its request filters let the request through.
 async fn run_action<'r, C: ClientSide>(
     worker: &Rc<Worker>,
     route: &'r Route,
@@ -226,25 +280,54 @@ async fn run_buffered<'r, C: ClientSide>(
     at: usize,
     client: &mut C,
     head: &mut RequestHead,
-    wrapped_by: &mut usize,
-    held: &mut Held,
+    (wrapped_by, held, answer_edit): Filtered<'_>,
 ) -> Reply<'r> {
-    if let Some(answer) = run_filters(route, 0..at, client, head, wrapped_by, held).await {
+    let mut read_before = None;
+    let before = 0..at;
+    let filtered = (&mut *wrapped_by, &mut *held, &mut *answer_edit);
+    let answered = run_filters(
+        worker,
+        route,
+        before,
+        client,
+        head,
+        filtered,
+        &mut read_before,
+    );
+    if let Some(answer) = answered.await {
         return answer;
     }
     let Some(config) = route.filters[at].buffering() else {
         return run_action(worker, route, client, head).await;
     };
-    let body = match buffering::read_request(config, worker, client, head).await {
+    // A body a filter before this one read (`forward_auth`'s) is held as it is, within the
+    // limit; else it is read from the client now.
+    let body = match read_before {
+        Some(bytes) => buffering::hold_read(config, bytes).map(Some),
+        None => buffering::read_request(config, worker, client, head).await,
+    };
+    let body = match body {
         Ok(body) => body,
         Err(refusal) => {
             *wrapped_by = at;
             return Reply::error(refusal);
         }
     };
-    let mut client = buffering::Buffered::new(client, body);
+    let mut client = Buffered::new(client, body);
     let after = at + 1..route.filters.len();
-    if let Some(answer) = run_filters(route, after, &mut client, head, wrapped_by, held).await {
+    // A filter after this one reads the held body: it stays held.
+    let mut read_after = None;
+    let filtered = (&mut *wrapped_by, &mut *held, &mut *answer_edit);
+    let answered = run_filters(
+        worker,
+        route,
+        after,
+        &mut client,
+        head,
+        filtered,
+        &mut read_after,
+    );
+    if let Some(answer) = answered.await {
         return answer;
     }
     let mut attempt = 1;
@@ -267,10 +350,23 @@ async fn run_buffered<'r, C: ClientSide>(
 }
 
 /// The filters that let the exchange through (all, or those before the one that answered)
-/// and watch outcomes learn its status and how long it took.
-fn tell_outcome(route: &Route, wrapped_by: usize, status: u16, took: std::time::Duration) {
-    for filter in route.filters.iter().take(wrapped_by) {
-        filter.on_outcome(status, took);
+/// and watch outcomes learn its status and how long it took: `seen` is the filters that saw
+/// the answer sent and its status; when an `errors` page replaced an answer, the filters after
+/// it (those `replaced` says let the request through) saw the answer it replaced (for
+/// `errors` in `errors`, the innermost one's).
+fn tell_outcome(
+    route: &Route,
+    (wrapped_by, status): (usize, u16),
+    replaced: Option<(usize, u16)>,
+    took: std::time::Duration,
+) {
+    for (index, filter) in route.filters.iter().enumerate() {
+        let seen = match replaced {
+            _ if index < wrapped_by => status,
+            Some((let_through, original)) if index < let_through => original,
+            _ => break,
+        };
+        filter.on_outcome(seen, took);
     }
 }
 

@@ -424,6 +424,16 @@ fn holds(expression: &RetryExpression, attempt: u32, status: u16, method: &str) 
     }
 }
 
+/// A request body an earlier filter read whole (`forward_auth`'s), held as it is: 413 over
+/// the limit.
+pub(crate) fn hold_read(config: &Buffering, body: Bytes) -> Result<HeldBody, LocalError> {
+    let max = config.max_request_body_bytes;
+    if max > 0 && body.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(HeldBody::Memory(body))
+}
+
 /// A client whose request body is held (in memory or a file): the upstream side sends it from
 /// there, and may send it again.
 pub(crate) struct Buffered<'c, C> {

@@ -1,11 +1,13 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
 //! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
 //! refuses it with one of weir's errors (`Flow::Refuse`), or lets it on holding a place until
-//! the answer is sent (`Flow::Hold`).
-//! Response-head phase: edits the reply's head, local and proxied answers
-//! alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
+//! the answer is sent (`Flow::Hold`) or with what it hands on (`Flow::ContinueWith`).
+//! Response-head phase: first, on routes with `errors`, a caught answer is replaced by a page
+//! (async: [`answer_error_pages`]); then each filter edits the reply's head, local and proxied
+//! answers alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
 //! transforms the body as the driver sends it (compression; `grpc_web`'s, which also takes
-//! the trailers into the body); without one, replies take the fused relay. One file per middleware; a new one is a variant of the config's
+//! the trailers into the body); without one, replies take the fused relay. One file per
+//! middleware; a new one is a variant of the config's
 //! `MiddlewareKind`, its file here, and its arm in [`Filter::on_request`] or
 //! [`Filter::on_response_head`]; one that keeps state between requests (`basic_auth`'s verified
 //! pairs, `rate_limit`'s buckets, `in_flight_req`'s counts, `digest_auth`'s nonces) builds it
@@ -17,6 +19,8 @@ mod basic_auth;
 pub(crate) mod buffering;
 mod circuit_breaker;
 mod digest_auth;
+mod errors;
+mod forward_auth;
 pub(crate) mod grpc_web;
 mod headers;
 mod in_flight_req;
@@ -39,6 +43,12 @@ use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::ClientSide;
+use crate::reply::{Reply, ReplyHead};
+use crate::servers::balancer::Service;
+use crate::upstream::detached::Requester;
+use crate::worker::Worker;
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_config::MiddlewareKind;
@@ -61,6 +71,8 @@ enum Kept {
     Jwt(Box<jwt::JwtAuth>),
     /// A router's own breaker (see [`Filter::with_breaker`]).
     CircuitBreaker(Arc<Breaker>),
+    ErrorPages(errors::ErrorPages),
+    ForwardAuth(forward_auth::ForwardAuth),
 }
 
 /// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
@@ -85,11 +97,31 @@ impl Held {
     }
 }
 
+/// What building a filter may need of the rest of the configuration: the compiled services
+/// by name (`errors`' page service), and how to compile a service a middleware defines itself
+/// (`forward_auth`'s server).
+pub struct Upstreams<'a> {
+    pub services: &'a HashMap<&'a str, Arc<Service>>,
+    pub compile: &'a mut dyn FnMut(&weir_config::Service) -> Result<Service, String>,
+}
+
+pub use forward_auth::AuthCookies;
+
+/// What a filter that lets a request through hands on (`forward_auth`): cookies to set on the
+/// answer, and the request's body when it read it (the action then sends these bytes).
+pub struct LetThrough {
+    pub cookies: Option<Box<AuthCookies>>,
+    pub body: Option<bytes::Bytes>,
+}
+
 /// What the request phase lets happen next.
 pub enum Flow {
     Continue,
     /// Continue, keeping this until the answer is sent.
     Hold(in_flight_req::InFlight),
+    /// Continue with what the filter hands on (`forward_auth`'s cookies for the answer, the
+    /// body it read) (boxed: it is rare).
+    ContinueWith(Box<LetThrough>),
     /// Answer with this instead of running the action (a redirect).
     Respond(LocalResponse),
     /// Refuse with this error, rendered in the route's flavour as weir's other errors are
@@ -109,7 +141,7 @@ fn redirect_status(permanent: bool, get_like: bool) -> u16 {
 }
 
 impl Filter {
-    pub fn new(kind: MiddlewareKind) -> Filter {
+    pub fn new(kind: MiddlewareKind, upstreams: &mut Upstreams<'_>) -> Result<Filter, String> {
         let kept = match &kind {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
@@ -124,9 +156,34 @@ impl Filter {
                 Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
             }
             MiddlewareKind::Jwt(config) => Kept::Jwt(Box::new(jwt::JwtAuth::new(config))),
+            MiddlewareKind::Errors(config) => {
+                let service = upstreams.services.get(config.service.as_str()).cloned();
+                let service = service
+                    .ok_or_else(|| format!("errors: unknown service `{}`", config.service))?;
+                Kept::ErrorPages(errors::ErrorPages { service })
+            }
+            MiddlewareKind::ForwardAuth(config) => {
+                let service = Arc::new((upstreams.compile)(&config.service)?);
+                Kept::ForwardAuth(forward_auth::ForwardAuth { service })
+            }
             _ => Kept::Nothing,
         };
-        Filter(kind, kept)
+        Ok(Filter(kind, kept))
+    }
+
+    /// Whether a filter of `kind` holds services (`errors`' page service, `forward_auth`'s
+    /// server): it is built afresh by every compile, since they may have changed, and keeps no
+    /// state of its own to carry (the servers' pools and counters are carried as services').
+    pub fn holds_services(kind: &MiddlewareKind) -> bool {
+        matches!(
+            kind,
+            MiddlewareKind::Errors(_) | MiddlewareKind::ForwardAuth(_)
+        )
+    }
+
+    /// An `errors` filter (the exchange runs [`answer_error_pages`] on routes with one).
+    pub fn answers_error_pages(&self) -> bool {
+        matches!(self.1, Kept::ErrorPages(_))
     }
 
     /// A circuit breaker's settings; `None` for the other middlewares.
@@ -183,14 +240,21 @@ impl Filter {
                 secure,
                 ..
             } => !response.is_empty() || cors.is_some() || secure.is_some(),
-            MiddlewareKind::Compress(_) => true,
+            MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
             MiddlewareKind::GrpcWeb(_) => true,
+            // Its cookies are set on the answer.
+            MiddlewareKind::ForwardAuth(config) => !config.add_auth_cookies_to_response.is_empty(),
             _ => false,
         }
     }
 
     /// Request phase, for a request from `client`.
-    pub(crate) async fn on_request(&self, req: &mut RequestHead, client: &impl ClientSide) -> Flow {
+    pub(crate) async fn on_request(
+        &self,
+        worker: &Worker,
+        req: &mut RequestHead,
+        client: &mut impl ClientSide,
+    ) -> Flow {
         match &self.0 {
             MiddlewareKind::StripPrefix(prefixes) => strip_prefix::on_request(prefixes, req),
             MiddlewareKind::AddPrefix(prefix) => add_prefix::on_request(prefix, req),
@@ -289,6 +353,14 @@ impl Filter {
                 }
             }
             MiddlewareKind::GrpcWeb(config) => return grpc_web::on_request(config, req),
+            MiddlewareKind::ForwardAuth(config) => {
+                if let Kept::ForwardAuth(auth) = &self.1 {
+                    // Boxed: its state is large, and other filters need not carry it.
+                    return Box::pin(auth.on_request(config, worker, req, client)).await;
+                }
+            }
+            // Its work is on the answer.
+            MiddlewareKind::Errors(_) => {}
             // The loader flattens chains into the routers' lists: none reaches a route. The
             // exchange runs `buffering` itself, where it stands among the filters.
             MiddlewareKind::Compress(_)
@@ -329,5 +401,35 @@ impl Filter {
             MiddlewareKind::GrpcWeb(config) => grpc_web::on_response_head(config, req, resp),
             _ => None,
         }
+    }
+}
+
+/// The `errors` filters among the first `wrapped_by` of `filters`, innermost first, over the
+/// reply to `req`: one that catches the reply's status replaces it with its page, and only the
+/// filters before it see the page (`wrapped_by` becomes its index), as in Traefik, where a
+/// middleware's answer is wrapped by the ones before it. The original answer's body is read and
+/// dropped; its upstream stays on the reply, for the log.
+pub(crate) async fn answer_error_pages<'r>(
+    filters: &[Arc<Filter>],
+    worker: &Worker,
+    client: &impl ClientSide,
+    req: &RequestHead,
+    reply: &mut Reply<'r>,
+    wrapped_by: &mut usize,
+) {
+    for index in (0..filters.len().min(*wrapped_by)).rev() {
+        let Filter(MiddlewareKind::Errors(config), Kept::ErrorPages(pages)) = &*filters[index]
+        else {
+            continue;
+        };
+        let status = reply.status();
+        if !errors::catches(config, status) {
+            continue;
+        }
+        errors::drop_body(worker, client.watch(), reply).await;
+        let from = Requester::of(client);
+        let page = pages.page(config, worker, req, from, client.scheme(), status);
+        reply.head = ReplyHead::Local(Cow::Owned(page.await));
+        *wrapped_by = index;
     }
 }

@@ -10,7 +10,7 @@ use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
 use crate::listen::tls::{server_tls, ServerTls};
-use crate::middlewares::{Breaker, Filter};
+use crate::middlewares::{Breaker, Filter, Upstreams};
 use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::servers::balancer::Service;
@@ -88,6 +88,8 @@ pub struct Route {
     /// True when a `grpc_web` filter may hand the action a text-form call, whose base64 body
     /// it decodes before the request goes upstream.
     pub decodes_grpc_web_text: bool,
+    /// True when some filter is `errors` (its answers are in the response phase too).
+    pub has_error_pages: bool,
     pub action: RouteAction,
     /// How weir's own errors on this route are shaped.
     pub error_form: ErrorForm,
@@ -208,19 +210,33 @@ impl Runtime {
                 elasticsearch.push(compiled);
             }
         }
+        let mut compile = |svc: &weir_config::Service| {
+            Service::new(svc, workers, &mut carried.servers, &mut carried.services)
+        };
+        let mut upstreams = Upstreams {
+            services: &services,
+            compile: &mut compile,
+        };
         // Keyed by the whole configuration: a middleware whose keys all stayed the same keeps
-        // its state, one with any change starts afresh.
-        let filters: HashMap<&str, Arc<Filter>> = config
-            .middlewares
-            .iter()
-            .map(|m| {
-                let identity = format!("{} {:?}", m.name, m.kind);
-                let filter = carried
-                    .filters
-                    .get(identity, || Arc::new(Filter::new(m.kind.clone())));
-                (m.name.as_str(), filter)
-            })
-            .collect();
+        // its state, one with any change starts afresh. One that holds services is built
+        // afresh: the services it names may have changed.
+        let mut filters: HashMap<&str, Arc<Filter>> = HashMap::new();
+        for m in &config.middlewares {
+            let mut build = || {
+                let filter = Filter::new(m.kind.clone(), &mut upstreams);
+                filter
+                    .map(Arc::new)
+                    .map_err(|e| format!("middleware `{}`: {e}", m.name))
+            };
+            let filter = match Filter::holds_services(&m.kind) {
+                true => build()?,
+                false => {
+                    let identity = format!("{} {:?}", m.name, m.kind);
+                    carried.filters.try_get(identity, build)?
+                }
+            };
+            filters.insert(m.name.as_str(), filter);
+        }
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();
         for c in &config.caches {
@@ -301,6 +317,7 @@ impl Runtime {
                 decodes_grpc_web_text: mws
                     .iter()
                     .any(|m| matches!(m.0, weir_config::MiddlewareKind::GrpcWeb(_))),
+                has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 filters: mws,
                 action,
                 error_form,

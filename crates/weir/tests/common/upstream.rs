@@ -486,3 +486,36 @@ impl FlakyUpstream {
         self.answered.load(Ordering::SeqCst)
     }
 }
+
+impl RawUpstream {
+    /// An upstream that answers each request on a kept-alive connection with what `answer`
+    /// writes for its head and body (a body is read by its `Content-Length`; send no chunked
+    /// one). Each connection is noted as `connection N` when accepted.
+    pub fn answering(
+        answer: impl Fn(&str, &[u8]) -> String + Send + Sync + 'static,
+    ) -> RawUpstream {
+        RawUpstream::start(move |conn| {
+            conn.note(&format!("connection {}", conn.number));
+            while let Some(head) = conn.read_head() {
+                let length =
+                    header_value(&head, "content-length").map_or(0, |n| n.parse().unwrap());
+                let body = conn.read_body(length);
+                conn.write(answer(&head, &body).as_bytes());
+            }
+        })
+    }
+}
+
+/// An HTTP/1.1 answer with `headers` and `body`, framed by its length (none for 1xx, 204, 304).
+pub fn http_answer(status: u16, headers: &[(&str, &str)], body: &str) -> String {
+    let mut out = format!("HTTP/1.1 {status} Whatever\r\n");
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !matches!(status, 100..=199 | 204 | 304) {
+        out.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+    } else {
+        out.push_str("\r\n");
+    }
+    out
+}

@@ -20,7 +20,7 @@ pub mod routing;
 pub mod search_cache;
 pub mod spool;
 
-use crate::http::codec::{self, RequestHead};
+use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::local::LocalResponse;
 use crate::io::kept::Kept;
@@ -28,7 +28,6 @@ use crate::reply::client::ClientSide;
 use crate::reply::Reply;
 use crate::servers::balancer::Service;
 use crate::worker::Worker;
-use bytes::BytesMut;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -173,30 +172,13 @@ pub(crate) fn body_failure(
 /// framing and encodings replaced, so the node's answer comes back plain (to be merged, or
 /// kept for any client).
 pub(crate) fn plain_request_head(head: &RequestHead, len: usize) -> Option<RequestHead> {
-    let mut raw = Vec::with_capacity(512);
-    raw.extend_from_slice(head.method().as_bytes());
-    raw.push(b' ');
-    raw.extend_from_slice(head.target().as_bytes());
-    raw.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in head.head.iter() {
-        let dropped = [
-            "content-length",
-            "transfer-encoding",
-            "content-encoding",
-            "accept-encoding",
-            "expect",
-        ]
-        .iter()
-        .any(|d| name.eq_ignore_ascii_case(d.as_bytes()));
-        if !dropped {
-            codec::header(&mut raw, name, value);
-        }
-    }
-    codec::header(&mut raw, b"content-length", len.to_string().as_bytes());
-    raw.extend_from_slice(b"\r\n");
-    let mut head = codec::parse_request(&mut BytesMut::from(&raw[..])).ok()??;
-    head.http2 = false;
-    Some(head)
+    let coding = |name: &[u8]| {
+        let codings = [&b"content-encoding"[..], b"accept-encoding"];
+        codings.iter().any(|c| name.eq_ignore_ascii_case(c))
+    };
+    let fields = head.head.iter().filter(|(name, _)| !coding(name));
+    let (method, target) = (head.method(), head.target());
+    crate::actions::subrequest::request_head(method, target, head.host(), fields, Some(len))
 }
 
 /// An error answer in Elasticsearch's form.

@@ -1,18 +1,15 @@
 //! One part of a `_bulk` sent to a node and its answer read whole (`send_part`), for the
 //! split (`bulk.rs`) and the batches (`batch.rs`): through the service's usual tries as a
-//! `Detached` client side with the part in memory; weir's own failures become an
-//! Elasticsearch-shaped answer, so every part has one.
+//! request weir sends of its own (`actions/subrequest.rs`) with the part in memory; weir's own
+//! failures become an Elasticsearch-shaped answer, so every part has one.
 
 use super::items::BulkItems;
 use super::{error_type, es_error, plain_request_head};
-use crate::actions::whole_body::Reader;
+use crate::actions::subrequest;
 use crate::http::codec::RequestHead;
 use crate::http::error::LocalError;
-use crate::reply::client::ClientSide;
-use crate::reply::{Reply, ReplyHead};
 use crate::servers::balancer::Service;
-use crate::upstream;
-use crate::upstream::detached::{Detached, Requester};
+use crate::upstream::detached::Requester;
 use crate::worker::Worker;
 use bytes::Bytes;
 
@@ -47,42 +44,28 @@ pub(super) async fn send_part(
             in_doubt: false,
         };
     };
-    let mut sender = Detached::new(worker, from, Bytes::from(part));
-    let reply = upstream::forward(worker, service, &mut sender, &sub_head, server).await;
-    let Reply {
-        head: reply_head,
-        body,
-        upstream,
-        ..
-    } = reply;
-    let response = match reply_head {
-        ReplyHead::Response(response) => response,
-        ReplyHead::Local(answer) => return weirs_failure(answer.status, &answer.body),
-        ReplyHead::Shared(answer) => return weirs_failure(answer.status, &answer.body),
-        ReplyHead::Error(error) => return weirs_error(error.error()),
-    };
-    let reader = Reader {
+    let sent = subrequest::send(
         worker,
-        watch: sender.watch(),
-        read_timeout: service.read_timeout,
-        max: MAX_ANSWER,
-    };
-    let read = reader.reply_body(&response, body, &upstream).await.ok();
-    match read {
-        Some(body) => Answer {
-            status: response.status,
-            product: response
+        service,
+        from,
+        (&sub_head, Bytes::from(part)),
+        server,
+        MAX_ANSWER,
+    );
+    match sent.await {
+        Ok(answer) => Answer {
+            status: answer.head.status,
+            product: answer
+                .head
                 .head
                 .get("x-elastic-product")
                 .map(Bytes::copy_from_slice),
-            body,
+            body: answer.body,
             items: None,
-            in_doubt: status_in_doubt(response.status),
+            in_doubt: status_in_doubt(answer.head.status),
         },
-        None => Answer {
-            in_doubt: true,
-            ..weirs_answer(502, b"the node's answer ended early or was too large")
-        },
+        // A body that broke off is in doubt too: it is none of the failures before sending.
+        Err(error) => weirs_error(&error),
     }
 }
 

@@ -76,22 +76,18 @@ pub(crate) async fn exchange<C: ClientConn>(
     // those before it for a filter's own answer (as in Traefik, where a middleware that answers
     // is wrapped by the ones before it only).
     let mut wrapped_by = usize::MAX;
-    // What filters keep until the answer is sent (`in_flight_req`'s place): null on other routes.
-    let mut held = Held::default();
-    // When the route's circuit breakers start timing the exchange; only on routes with one.
-    let outcome_since = route
-        .filter(|r| r.watches_outcomes)
-        .map(|_| started.unwrap_or_else(Instant::now));
-    // An edit a request filter asks for on the answer, with that filter's index.
-    let mut answer_edit = None;
-    // When an `errors` page replaced the answer: the filters that let the request through
-    // (before the replacement narrowed `wrapped_by`) and the status they saw.
-    let mut replaced = None;
+    // What the filters keep through the exchange: made by the first that keeps anything.
+    let mut kept: Option<Box<FilterState>> = None;
+    if route.is_some_and(|r| r.watches_outcomes) {
+        // The route's circuit breakers time the exchange from here.
+        let since = started.unwrap_or_else(Instant::now);
+        kept.get_or_insert_with(Default::default).outcome_since = Some(since);
+    }
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => Reply::prebuilt_error(&NO_ROUTE),
         Some(route) => {
-            let filtered = (&mut wrapped_by, &mut held, &mut answer_edit);
+            let filtered = (&mut wrapped_by, &mut kept);
             run_route(worker, route, client, &mut head, filtered).await
         }
     };
@@ -111,10 +107,14 @@ pub(crate) async fn exchange<C: ClientConn>(
                 &mut wrapped_by,
             );
             Box::pin(answering).await;
-            replaced = (wrapped_by != let_through).then_some((let_through, original));
+            if wrapped_by != let_through {
+                let state = kept.get_or_insert_with(Default::default);
+                state.replaced = Some((let_through, original));
+            }
         }
         // Only a filter that wraps the answer edits it (not one an `errors` page replaced).
-        if let Some((_, edit)) = answer_edit.filter(|(index, _)| *index < wrapped_by) {
+        let edit = kept.as_mut().and_then(|k| k.answer_edit.take());
+        if let Some((_, edit)) = edit.filter(|(index, _)| *index < wrapped_by) {
             reply.edit_head(|response| AuthCookies::apply(&edit, response));
         }
         let mut body_filter = None;
@@ -132,7 +132,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     let sent = client.send_reply(worker, &head, reply).await;
     // The request is over for the filters once its answer is sent, as in Traefik, where a
     // middleware's handler returns after the body is written.
-    drop(held);
+    if let Some(kept) = &mut kept {
+        kept.held = Held::default();
+    }
     let outcome = finish(
         worker,
         runtime,
@@ -142,9 +144,11 @@ pub(crate) async fn exchange<C: ClientConn>(
         started,
         sent,
     );
-    if let (Some(route), Some(since)) = (route, outcome_since) {
-        let seen = (wrapped_by, outcome.status);
-        tell_outcome(route, seen, replaced, since.elapsed());
+    if let (Some(route), Some(kept)) = (route, kept) {
+        if let Some(since) = kept.outcome_since {
+            let seen = (wrapped_by, outcome.status);
+            tell_outcome(route, seen, kept.replaced, since.elapsed());
+        }
     }
     if let Some(ep) = ep {
         ep.cells[worker.id].responded(outcome.status);
@@ -161,14 +165,104 @@ pub(crate) async fn exchange<C: ClientConn>(
     outcome
 }
 
+/// What a route's filters keep through one exchange. Boxed and made by the first filter that
+/// keeps anything, so that the exchange of a route whose filters keep nothing carries one null
+/// pointer.
+#[derive(Default)]
+struct FilterState {
+    /// The places the filters hold until the answer is sent (`in_flight_req`'s).
+    held: Held,
+    /// An edit a request filter asks for on the answer, with that filter's index.
+    answer_edit: Option<(usize, Box<AuthCookies>)>,
+    /// When an `errors` page replaced the answer: the filters that let the request through
+    /// (before the replacement narrowed `wrapped_by`) and the status they saw.
+    replaced: Option<(usize, u16)>,
+    /// When the route's circuit breakers started timing the exchange.
+    outcome_since: Option<Instant>,
+}
+
 /// What the request filters leave for the rest of the exchange: the index of the one that
-/// answered (`usize::MAX`: none did), the places they hold, and an edit one asks for on the
-/// answer (with that filter's index).
-type Filtered<'f> = (
-    &'f mut usize,
-    &'f mut Held,
-    &'f mut Option<(usize, Box<AuthCookies>)>,
-);
+/// answered (`usize::MAX`: none did) and what they keep.
+type Filtered<'f> = (&'f mut usize, &'f mut Option<Box<FilterState>>);
+
+/// The request phase of `$route`'s filters in `$range`, as an `Option<Reply>`: the answer of
+/// one that answers or refuses; a body one of them read goes into `$with_body`. A macro, so
+/// that it runs in the caller's own state machine: as an async function it cost every request
+/// a future of its own and a copy of the reply.
+macro_rules! run_filters {
+    ($worker:expr, $route:expr, $range:expr, $client:expr, $head:expr, $filtered:expr, $with_body:expr) => {
+        'filters: {
+            let (wrapped_by, kept): Filtered<'_> = $filtered;
+            for index in $range {
+                match $route.filters[index]
+                    .on_request($worker, $head, $client)
+                    .await
+                {
+                    Flow::Continue => {}
+                    Flow::Hold(place) => {
+                        kept.get_or_insert_with(Default::default).held.push(place);
+                    }
+                    Flow::ContinueWith(through) => {
+                        let LetThrough { cookies, body } = *through;
+                        if let Some(cookies) = cookies {
+                            let state = kept.get_or_insert_with(Default::default);
+                            state.answer_edit = Some((index, cookies));
+                        }
+                        if body.is_some() {
+                            *$with_body = body;
+                        }
+                    }
+                    Flow::Respond(response) => {
+                        *wrapped_by = index;
+                        break 'filters Some(Reply::local(Cow::Owned(response)));
+                    }
+                    Flow::Refuse(error) => {
+                        *wrapped_by = index;
+                        break 'filters Some(Reply::error(error));
+                    }
+                }
+            }
+            None
+        }
+    };
+}
+
+/// The route's action, once its request filters let the request through: the reply. A macro
+/// for the reason `run_filters!` is one; [`run_action`] is it as a function, for the paths
+/// where a filter holds the request's body.
+macro_rules! run_action {
+    ($worker:expr, $route:expr, $client:expr, $head:expr) => {
+        match &$route.action {
+            RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
+            RouteAction::RespondError(error) => Reply::prebuilt_error(error),
+            // Boxed: only gRPC-Web's text form reads its body first.
+            RouteAction::Proxy(service)
+                if $route.decodes_grpc_web_text && grpc_web::is_text($head) =>
+            {
+                Box::pin(grpc_web::forward_text($worker, service, $client, $head)).await
+            }
+            RouteAction::Proxy(service) => {
+                upstream::forward($worker, service, $client, $head, None).await
+            }
+            RouteAction::Elasticsearch(es) => {
+                let service = &es.service;
+                if elasticsearch::has_own_action(es, $head) {
+                    // Boxed: its state is large, and other requests need not carry it.
+                    Box::pin(elasticsearch::serve($worker, service, es, $client, $head)).await
+                } else {
+                    upstream::forward($worker, service, $client, $head, None).await
+                }
+            }
+            // Boxed: a cache's state is large, and routes without one need not carry it.
+            RouteAction::Cached(service, cache) => {
+                Box::pin(cache::serve($worker, cache, service, $client, $head)).await
+            }
+            RouteAction::Static(site) => {
+                static_files::serve(site, &$worker.open_files, $worker.clock.now(), $head)
+            }
+        }
+    };
+}
 
 async fn run_route<'r, C: ClientSide>(
     worker: &Rc<Worker>,
@@ -182,91 +276,31 @@ async fn run_route<'r, C: ClientSide>(
         let buffered = run_buffered(worker, route, at, client, head, filtered);
         return Box::pin(buffered).await;
     }
-    // What holds the request's body when a filter read it (`forward_auth`'s `forward_body`).
-    let mut with_body = None;
-    let all = 0..route.filters.len();
-    let answered = run_filters(worker, route, all, client, head, filtered, &mut with_body).await;
-    if let Some(answer) = answered {
-        return answer;
-    }
-    if let Some(body) = with_body {
-        // Boxed: only requests whose body a filter read go this way.
-        let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
-        return Box::pin(run_action(worker, route, &mut client, head)).await;
-    }
-    run_action(worker, route, client, head).await
-}
-
-/// The request phase of the filters in `range`: the answer of one that answers or refuses.
-/// A body one of them read goes into `with_body`.
-#[inline]
-async fn run_filters<'r, C: ClientSide>(
-    worker: &Rc<Worker>,
-    route: &'r Route,
-    range: std::ops::Range<usize>,
-    client: &mut C,
-    head: &mut RequestHead,
-    (wrapped_by, held, answer_edit): Filtered<'_>,
-    with_body: &mut Option<bytes::Bytes>,
-) -> Option<Reply<'r>> {
-    for index in range {
-        match route.filters[index].on_request(worker, head, client).await {
-            Flow::Continue => {}
-            Flow::Hold(kept) => held.push(kept),
-            Flow::ContinueWith(through) => {
-                let LetThrough { cookies, body } = *through;
-                if let Some(cookies) = cookies {
-                    *answer_edit = Some((index, cookies));
-                }
-                if body.is_some() {
-                    *with_body = body;
-                }
-            }
-            Flow::Respond(response) => {
-                *wrapped_by = index;
-                return Some(Reply::local(Cow::Owned(response)));
-            }
-            Flow::Refuse(error) => {
-                *wrapped_by = index;
-                return Some(Reply::error(error));
-            }
+    if !route.filters.is_empty() {
+        // What holds the request's body when a filter read it (`forward_auth`'s `forward_body`).
+        let mut with_body = None;
+        let all = 0..route.filters.len();
+        let answered = run_filters!(worker, route, all, client, head, filtered, &mut with_body);
+        if let Some(answer) = answered {
+            return answer;
+        }
+        if let Some(body) = with_body {
+            // Boxed: only requests whose body a filter read go this way.
+            let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
+            return Box::pin(run_action(worker, route, &mut client, head)).await;
         }
     }
-    None
+    run_action!(worker, route, client, head)
 }
 
-/// The route's action, once its request filters let the request through.
+/// [`run_action!`] as a function, for the paths where a filter holds the request's body.
 async fn run_action<'r, C: ClientSide>(
     worker: &Rc<Worker>,
     route: &'r Route,
     client: &mut C,
     head: &mut RequestHead,
 ) -> Reply<'r> {
-    match &route.action {
-        RouteAction::Respond(r) | RouteAction::Redirect(r) => Reply::local(Cow::Borrowed(r)),
-        RouteAction::RespondError(error) => Reply::prebuilt_error(error),
-        // Boxed: only gRPC-Web's text form reads its body first.
-        RouteAction::Proxy(service) if route.decodes_grpc_web_text && grpc_web::is_text(head) => {
-            Box::pin(grpc_web::forward_text(worker, service, client, head)).await
-        }
-        RouteAction::Proxy(service) => upstream::forward(worker, service, client, head, None).await,
-        RouteAction::Elasticsearch(es) => {
-            let service = &es.service;
-            if elasticsearch::has_own_action(es, head) {
-                // Boxed: its state is large, and other requests need not carry it.
-                Box::pin(elasticsearch::serve(worker, service, es, client, head)).await
-            } else {
-                upstream::forward(worker, service, client, head, None).await
-            }
-        }
-        // Boxed: a cache's state is large, and routes without one need not carry it.
-        RouteAction::Cached(service, cache) => {
-            Box::pin(cache::serve(worker, cache, service, client, head)).await
-        }
-        RouteAction::Static(site) => {
-            static_files::serve(site, &worker.open_files, worker.clock.now(), head)
-        }
-    }
+    run_action!(worker, route, client, head)
 }
 
 /// A route with `buffering` (the filter at `at`): the filters before it, then the request
@@ -280,21 +314,21 @@ async fn run_buffered<'r, C: ClientSide>(
     at: usize,
     client: &mut C,
     head: &mut RequestHead,
-    (wrapped_by, held, answer_edit): Filtered<'_>,
+    (wrapped_by, kept): Filtered<'_>,
 ) -> Reply<'r> {
     let mut read_before = None;
     let before = 0..at;
-    let filtered = (&mut *wrapped_by, &mut *held, &mut *answer_edit);
-    let answered = run_filters(
+    let filtered = (&mut *wrapped_by, &mut *kept);
+    let answered = run_filters!(
         worker,
         route,
         before,
         client,
         head,
         filtered,
-        &mut read_before,
+        &mut read_before
     );
-    if let Some(answer) = answered.await {
+    if let Some(answer) = answered {
         return answer;
     }
     let Some(config) = route.filters[at].buffering() else {
@@ -317,17 +351,18 @@ async fn run_buffered<'r, C: ClientSide>(
     let after = at + 1..route.filters.len();
     // A filter after this one reads the held body: it stays held.
     let mut read_after = None;
-    let filtered = (&mut *wrapped_by, &mut *held, &mut *answer_edit);
-    let answered = run_filters(
+    let filtered = (&mut *wrapped_by, &mut *kept);
+    let buffered = &mut client;
+    let answered = run_filters!(
         worker,
         route,
         after,
-        &mut client,
+        buffered,
         head,
         filtered,
-        &mut read_after,
+        &mut read_after
     );
-    if let Some(answer) = answered.await {
+    if let Some(answer) = answered {
         return answer;
     }
     let mut attempt = 1;

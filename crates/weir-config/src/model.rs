@@ -892,15 +892,8 @@ pub enum RetryValue {
     Text(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Comparison {
-    Eq,
-    Ne,
-    Lt,
-    Gt,
-    Le,
-    Ge,
-}
+/// How a retry expression compares (the grammar's, shared with `circuit_breaker`).
+pub use crate::predicate::Comparison;
 
 /// A content coding weir can compress with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,10 +3,12 @@
 //! constant (`NetworkErrorRatio() > 0.5`), comparisons joined by `&&` and `||`, parentheses.
 //! As there, the constant goes right of the metric and has the metric's type: a ratio takes a
 //! decimal number (`0.5`), a latency or a count a whole one (`100`); `LatencyAtQuantileMS`
-//! takes a decimal quantile (`50.0`) and `ResponseCodeRatio` four whole statuses. Errors carry
-//! the byte offset in the expression.
+//! takes a decimal quantile (`50.0`) and `ResponseCodeRatio` four whole statuses. The grammar
+//! is read by `crate::predicate`; this module checks the metrics and their types, and its errors
+//! carry the byte offset in the expression.
 
-use std::fmt;
+use crate::predicate::{refuse, Language, Operator, Tree};
+pub use crate::predicate::{Comparison, ExpressionError};
 
 /// A parsed expression: when it holds, the breaker trips.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,438 +89,60 @@ pub enum Threshold {
     Whole(i64),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Comparison {
-    Greater,
-    GreaterOrEqual,
-    Less,
-    LessOrEqual,
-    Equal,
-    NotEqual,
-}
-
-impl Comparison {
-    fn admits(self, ordering: std::cmp::Ordering) -> bool {
-        use std::cmp::Ordering::*;
-        match self {
-            Comparison::Greater => ordering == Greater,
-            Comparison::GreaterOrEqual => ordering != Less,
-            Comparison::Less => ordering == Less,
-            Comparison::LessOrEqual => ordering != Greater,
-            Comparison::Equal => ordering == Equal,
-            Comparison::NotEqual => ordering != Equal,
-        }
-    }
-}
-
-/// Why an expression is refused, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpressionError {
-    /// Byte offset into the expression.
-    pub offset: usize,
-    pub message: String,
-}
-
-impl fmt::Display for ExpressionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at offset {}: {}", self.offset, self.message)
-    }
-}
-
 const METRICS: &str = "NetworkErrorRatio(), ResponseCodeRatio(from, to, dividedFrom, \
                        dividedTo), LatencyAtQuantileMS(quantile) or RequestThreshold()";
 
-fn refuse<T>(offset: usize, message: impl Into<String>) -> Result<T, ExpressionError> {
-    Err(ExpressionError {
-        offset,
-        message: message.into(),
-    })
-}
+const LANGUAGE: Language = Language {
+    noun: "metric",
+    example: "NetworkErrorRatio() > 0.5",
+    functions: METRICS,
+    constants: "a number",
+    strings: false,
+};
 
 /// Parses `text` into the condition the breaker checks.
 pub fn parse(text: &str) -> Result<BreakerCondition, ExpressionError> {
     if text.trim().is_empty() {
         return refuse(0, format!("is empty; expected a comparison of {METRICS}"));
     }
-    let tokens = tokenize(text)?;
-    let mut parser = Parser {
-        tokens: &tokens,
-        next: 0,
-        end: text.len(),
-    };
-    let tree = parser.expression(1)?;
-    if let Some(token) = parser.peek() {
-        return refuse(token.at, format!("unexpected {}", token.kind));
-    }
-    condition(&tree)
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum TokenKind<'t> {
-    Name(&'t str),
-    Whole(i64),
-    Decimal(f64),
-    Open,
-    Close,
-    Comma,
-    /// `&&`, `||` and the comparisons.
-    Operator(&'static str),
-    /// A Go operator the language does not have (`+`, `!`, `&`, `=`...).
-    Unsupported(&'t str),
-}
-
-impl fmt::Display for TokenKind<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TokenKind::Name(name) => write!(f, "`{name}`"),
-            TokenKind::Whole(n) => write!(f, "`{n}`"),
-            TokenKind::Decimal(n) => write!(f, "`{n:?}`"),
-            TokenKind::Open => f.write_str("`(`"),
-            TokenKind::Close => f.write_str("`)`"),
-            TokenKind::Comma => f.write_str("`,`"),
-            TokenKind::Operator(op) | TokenKind::Unsupported(op) => write!(f, "`{op}`"),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Token<'t> {
-    kind: TokenKind<'t>,
-    at: usize,
-}
-
-fn tokenize(text: &str) -> Result<Vec<Token<'_>>, ExpressionError> {
-    const OPERATORS: [&str; 8] = ["&&", "||", ">=", "<=", "==", "!=", ">", "<"];
-    let bytes = text.as_bytes();
-    let mut tokens = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let rest = &text[at..];
-        let b = bytes[at];
-        let (kind, len) = if b.is_ascii_whitespace() {
-            at += 1;
-            continue;
-        } else if b.is_ascii_alphabetic() || b == b'_' {
-            let len = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            (TokenKind::Name(&rest[..len]), len)
-        } else if b.is_ascii_digit()
-            || (b == b'.' && bytes.get(at + 1).is_some_and(u8::is_ascii_digit))
-        {
-            number(rest, at)?
-        } else if let Some(op) = OPERATORS.iter().find(|op| rest.starts_with(**op)) {
-            (TokenKind::Operator(op), op.len())
-        } else {
-            match b {
-                b'(' => (TokenKind::Open, 1),
-                b')' => (TokenKind::Close, 1),
-                b',' => (TokenKind::Comma, 1),
-                b'+' | b'-' | b'*' | b'/' | b'%' | b'!' | b'&' | b'|' | b'^' | b'=' => {
-                    (TokenKind::Unsupported(&rest[..1]), 1)
-                }
-                _ => {
-                    let c = rest.chars().next().unwrap_or('?');
-                    return refuse(at, format!("unexpected `{c}`"));
-                }
-            }
-        };
-        tokens.push(Token { kind, at });
-        at += len;
-    }
-    Ok(tokens)
-}
-
-/// A number as Go's scanner reads it and vulcand/predicate converts it: digits alone are a
-/// whole number (`int`), with a point or an exponent a decimal one (`float64`). Go's other
-/// spellings (`0x1F`, `1_000`) are refused, as predicate's `strconv.Atoi` refuses them.
-fn number(rest: &str, at: usize) -> Result<(TokenKind<'_>, usize), ExpressionError> {
-    let bytes = rest.as_bytes();
-    let digits = |from: usize| {
-        from + bytes[from..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count()
-    };
-    let mut len = digits(0);
-    let mut decimal = false;
-    if bytes.get(len) == Some(&b'.') {
-        decimal = true;
-        len = digits(len + 1);
-    }
-    if matches!(bytes.get(len), Some(b'e' | b'E')) {
-        let sign = usize::from(matches!(bytes.get(len + 1), Some(b'+' | b'-')));
-        let end = digits(len + 1 + sign);
-        if end > len + 1 + sign {
-            decimal = true;
-            len = end;
-        }
-    }
-    let word_end = len
-        + bytes[len..]
-            .iter()
-            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'.')
-            .count();
-    let written = &rest[..word_end];
-    let kind = if word_end > len {
-        None
-    } else if decimal {
-        written.parse().ok().map(TokenKind::Decimal)
-    } else {
-        written.parse().ok().map(TokenKind::Whole)
-    };
-    match kind {
-        Some(kind) => Ok((kind, len)),
-        None => refuse(
-            at,
-            format!("`{written}` is not a number like `100` or `0.5`"),
-        ),
-    }
-}
-
-/// The expression as written, before types are checked.
-#[derive(Debug)]
-enum Tree<'t> {
-    Call {
-        name: &'t str,
-        args: Vec<Tree<'t>>,
-        at: usize,
-    },
-    Whole(i64, usize),
-    Decimal(f64, usize),
-    Binary {
-        op: &'static str,
-        left: Box<Tree<'t>>,
-        right: Box<Tree<'t>>,
-        at: usize,
-    },
-    Parens(Box<Tree<'t>>, usize),
-}
-
-impl Tree<'_> {
-    fn at(&self) -> usize {
-        match self {
-            Tree::Call { at, .. }
-            | Tree::Whole(_, at)
-            | Tree::Decimal(_, at)
-            | Tree::Parens(_, at) => *at,
-            Tree::Binary { left, .. } => left.at(),
-        }
-    }
-
-    /// What the tree is, for an error.
-    fn describe(&self) -> String {
-        match self {
-            Tree::Call { name, .. } => format!("the metric `{name}()` alone"),
-            Tree::Whole(n, _) => format!("the number `{n}`"),
-            Tree::Decimal(n, _) => format!("the number `{n:?}`"),
-            Tree::Binary { op, .. } => format!("a `{op}` expression"),
-            Tree::Parens(inner, _) => inner.describe(),
-        }
-    }
-}
-
-/// Go's precedence: `||` below `&&` below the comparisons.
-fn precedence(op: &str) -> u8 {
-    match op {
-        "||" => 1,
-        "&&" => 2,
-        _ => 3,
-    }
-}
-
-struct Parser<'p, 't> {
-    tokens: &'p [Token<'t>],
-    next: usize,
-    end: usize,
-}
-
-impl<'t> Parser<'_, 't> {
-    fn peek(&self) -> Option<&Token<'t>> {
-        self.tokens.get(self.next)
-    }
-
-    fn take(&mut self) -> Option<&Token<'t>> {
-        let token = self.tokens.get(self.next);
-        self.next += 1;
-        token
-    }
-
-    /// Operators of `min` precedence and above, left-associative.
-    fn expression(&mut self, min: u8) -> Result<Tree<'t>, ExpressionError> {
-        let mut left = self.operand()?;
-        while let Some(token) = self.peek() {
-            let op = match &token.kind {
-                TokenKind::Operator(op) => *op,
-                TokenKind::Unsupported(op) => return refuse(token.at, unsupported(op)),
-                _ => break,
-            };
-            if precedence(op) < min {
-                break;
-            }
-            let at = token.at;
-            self.next += 1;
-            let right = self.expression(precedence(op) + 1)?;
-            left = Tree::Binary {
-                op,
-                left: Box::new(left),
-                right: Box::new(right),
-                at,
-            };
-        }
-        Ok(left)
-    }
-
-    fn operand(&mut self) -> Result<Tree<'t>, ExpressionError> {
-        let end = self.end;
-        let Some(token) = self.take() else {
-            return refuse(
-                end,
-                format!("ends too soon; expected {METRICS}, or a number"),
-            );
-        };
-        let at = token.at;
-        match &token.kind {
-            TokenKind::Whole(n) => Ok(Tree::Whole(*n, at)),
-            TokenKind::Decimal(n) => Ok(Tree::Decimal(*n, at)),
-            TokenKind::Open => {
-                let inner = self.expression(1)?;
-                self.expect_close(at)?;
-                Ok(Tree::Parens(Box::new(inner), at))
-            }
-            TokenKind::Name(name) => {
-                let name = *name;
-                if self.peek().map(|t| &t.kind) != Some(&TokenKind::Open) {
-                    return refuse(
-                        at,
-                        format!(
-                            "`{name}` is not defined; expected {METRICS}, called with parentheses"
-                        ),
-                    );
-                }
-                self.next += 1;
-                let mut args = Vec::new();
-                if self.peek().map(|t| &t.kind) == Some(&TokenKind::Close) {
-                    self.next += 1;
-                } else {
-                    loop {
-                        args.push(self.expression(1)?);
-                        let end = self.end;
-                        match self.take() {
-                            Some(Token {
-                                kind: TokenKind::Comma,
-                                ..
-                            }) => {}
-                            Some(Token {
-                                kind: TokenKind::Close,
-                                ..
-                            }) => break,
-                            Some(other) => {
-                                return refuse(
-                                    other.at,
-                                    format!("expected `,` or `)`, found {}", other.kind),
-                                )
-                            }
-                            None => return refuse(end, format!("`{name}(` is not closed")),
-                        }
-                    }
-                }
-                Ok(Tree::Call { name, args, at })
-            }
-            TokenKind::Unsupported(op) => refuse(at, unsupported(op)),
-            other => refuse(
-                at,
-                format!("expected {METRICS}, a number or `(`, found {other}"),
-            ),
-        }
-    }
-
-    fn expect_close(&mut self, open: usize) -> Result<(), ExpressionError> {
-        match self.take() {
-            Some(Token {
-                kind: TokenKind::Close,
-                ..
-            }) => Ok(()),
-            Some(other) => refuse(other.at, format!("expected `)`, found {}", other.kind)),
-            None => refuse(open, "this `(` is not closed"),
-        }
-    }
-}
-
-fn unsupported(op: &str) -> String {
-    format!(
-        "`{op}` is not supported: a metric is compared with a constant by `>`, `>=`, `<`, \
-         `<=`, `==` or `!=`, and comparisons are joined by `&&` and `||`"
-    )
+    condition(&crate::predicate::parse(text, &LANGUAGE)?)
 }
 
 /// The parsed tree as a condition, its types checked as oxy's operators check them.
 fn condition(tree: &Tree<'_>) -> Result<BreakerCondition, ExpressionError> {
-    match tree {
-        Tree::Parens(inner, _) => condition(inner),
+    match tree.bare() {
         Tree::Binary {
             op,
             left,
             right,
             at,
         } => match *op {
-            "&&" => Ok(BreakerCondition::And(
+            Operator::And => Ok(BreakerCondition::And(
                 Box::new(condition(left)?),
                 Box::new(condition(right)?),
             )),
-            "||" => Ok(BreakerCondition::Or(
+            Operator::Or => Ok(BreakerCondition::Or(
                 Box::new(condition(left)?),
                 Box::new(condition(right)?),
             )),
-            _ => {
-                let metric = metric(left, op, *at)?;
+            Operator::Compare(comparison) => {
+                let metric = metric(left, *op, *at)?;
                 let value = constant(right, &metric)?;
-                let op = match *op {
-                    ">" => Comparison::Greater,
-                    ">=" => Comparison::GreaterOrEqual,
-                    "<" => Comparison::Less,
-                    "<=" => Comparison::LessOrEqual,
-                    "==" => Comparison::Equal,
-                    _ => Comparison::NotEqual,
-                };
-                Ok(BreakerCondition::Compare { metric, op, value })
+                Ok(BreakerCondition::Compare {
+                    metric,
+                    op: comparison,
+                    value,
+                })
             }
         },
-        other => refuse(
-            other.at(),
-            format!(
-                "expected a comparison like `NetworkErrorRatio() > 0.5`, found {}",
-                other.describe()
-            ),
-        ),
+        other => LANGUAGE.not_a_comparison(other),
     }
 }
 
 /// The left side of a comparison: a metric, with its arguments' types checked.
-fn metric(tree: &Tree<'_>, op: &str, op_at: usize) -> Result<BreakerMetric, ExpressionError> {
-    let (name, args, at) = match tree {
-        Tree::Parens(inner, _) => return metric(inner, op, op_at),
-        Tree::Call { name, args, at } => (*name, args, *at),
-        Tree::Whole(..) | Tree::Decimal(..) => {
-            return refuse(
-                tree.at(),
-                format!(
-                    "expected a metric left of `{op}`, found {}: the metric goes first, as in \
-                     `NetworkErrorRatio() > 0.5`",
-                    tree.describe()
-                ),
-            )
-        }
-        Tree::Binary { .. } => {
-            return refuse(
-                op_at,
-                format!(
-                    "`{op}` compares {} with a constant; expected a metric on its left",
-                    tree.describe()
-                ),
-            )
-        }
-    };
+fn metric(tree: &Tree<'_>, op: Operator, op_at: usize) -> Result<BreakerMetric, ExpressionError> {
+    let describe = |tree: &Tree<'_>| tree.describe(LANGUAGE.noun);
+    let (name, args, at) = LANGUAGE.callee(tree, op, op_at)?;
     let count = |wanted: usize, signature: &str| {
         if args.len() == wanted {
             Ok(())
@@ -551,7 +175,7 @@ fn metric(tree: &Tree<'_>, op: &str, op_at: usize) -> Result<BreakerMetric, Expr
                     format!(
                         "`LatencyAtQuantileMS` takes a decimal quantile like `50.0` (with its \
                          `.0`), found {}",
-                        other.describe()
+                        describe(other)
                     ),
                 ),
             }
@@ -567,7 +191,7 @@ fn metric(tree: &Tree<'_>, op: &str, op_at: usize) -> Result<BreakerMetric, Expr
                             other.at(),
                             format!(
                                 "`ResponseCodeRatio` takes whole statuses like `500`, found {}",
-                                other.describe()
+                                describe(other)
                             ),
                         )
                     }
@@ -587,8 +211,7 @@ fn metric(tree: &Tree<'_>, op: &str, op_at: usize) -> Result<BreakerMetric, Expr
 
 /// The right side of a comparison: a constant of the metric's type.
 fn constant(tree: &Tree<'_>, metric: &BreakerMetric) -> Result<Threshold, ExpressionError> {
-    match (tree, metric.is_ratio()) {
-        (Tree::Parens(inner, _), _) => constant(inner, metric),
+    match (tree.bare(), metric.is_ratio()) {
         (Tree::Decimal(n, _), true) => Ok(Threshold::Ratio(*n)),
         (Tree::Whole(n, _), false) => Ok(Threshold::Whole(*n)),
         (other, ratio) => {
@@ -599,7 +222,10 @@ fn constant(tree: &Tree<'_>, metric: &BreakerMetric) -> Result<Threshold, Expres
             };
             refuse(
                 other.at(),
-                format!("the metric is {wanted}; found {}", other.describe()),
+                format!(
+                    "the metric is {wanted}; found {}",
+                    other.describe(LANGUAGE.noun)
+                ),
             )
         }
     }

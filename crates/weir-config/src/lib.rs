@@ -4,6 +4,7 @@
 pub mod breaker_expression;
 pub mod load;
 pub mod model;
+pub mod predicate;
 pub mod rule;
 pub mod yaml;
 

@@ -896,15 +896,8 @@ pub enum RetryValue {
     Text(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Comparison {
-    Eq,
-    Ne,
-    Lt,
-    Gt,
-    Le,
-    Ge,
-}
+/// How a retry expression compares (the grammar's, shared with `circuit_breaker`).
+pub use crate::predicate::Comparison;
 
 /// The `errors` middleware's settings (Traefik's `errors`): an answer whose status is in
 /// `status` is replaced by the page `service` answers for `query`.

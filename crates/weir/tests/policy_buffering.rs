@@ -251,7 +251,7 @@ fn weir_check_refuses_bad_settings() {
         "{err}"
     );
     assert!(
-        err.contains("weir.yaml:11:67: invalid `retry_expression`"),
+        err.contains("weir.yaml:11:80: invalid `retry_expression`: ends too soon"),
         "{err}"
     );
 }

@@ -916,19 +916,10 @@ impl Loader<'_> {
         let mem_request_body_bytes = size("mem_request_body_bytes", DEFAULT_BUFFERING_MEM_BYTES);
         let max_response_body_bytes = size("max_response_body_bytes", 0);
         let mem_response_body_bytes = size("mem_response_body_bytes", DEFAULT_BUFFERING_MEM_BYTES);
-        let retry_expression = match f.get("retry_expression") {
-            Some(n) => {
-                let text = self.string(n, "`retry_expression`")?;
-                match super::retry_expression::parse(&text) {
-                    Ok(expression) => Some(expression),
-                    Err(problem) => {
-                        self.error(n.pos, format!("invalid `retry_expression`: {problem}"));
-                        None
-                    }
-                }
-            }
-            None => None,
-        };
+        let retry_expression = f.get("retry_expression").and_then(|n| {
+            self.predicate(n, "retry_expression", super::retry_expression::parse)
+                .map(|(expression, _)| expression)
+        });
         Some(Buffering {
             max_request_body_bytes,
             mem_request_body_bytes,
@@ -951,16 +942,7 @@ impl Loader<'_> {
         ];
         let f = self.fields(node, "`circuit_breaker`", KEYS)?;
         let expression = match f.get("expression") {
-            Some(n) => self.string(n, "`expression`").and_then(|text| {
-                match crate::breaker_expression::parse(&text) {
-                    Ok(condition) => Some((condition, text)),
-                    Err(e) => {
-                        let pos = super::values::offset_pos(n, &text, e.offset);
-                        self.error(pos, format!("invalid `expression`: {}", e.message));
-                        None
-                    }
-                }
-            }),
+            Some(n) => self.predicate(n, "expression", crate::breaker_expression::parse),
             None => {
                 self.error(
                     f.pos,
@@ -2112,7 +2094,7 @@ mod buffering_tests {
             errors(&mw("{ max_request_body_bytes: -1, retry_expression: \"Attempts()\" }")),
             vec![
                 "t.yaml:5:42: `max_request_body_bytes` must be a size like `1024`, `64KiB` or `256MiB`, found `-1`",
-                "t.yaml:5:64: invalid `retry_expression`: a function's value must be compared: `Attempts() <= 2`",
+                "t.yaml:5:65: invalid `retry_expression`: a function's value must be compared: `Attempts() <= 2`",
             ]
         );
         assert_eq!(

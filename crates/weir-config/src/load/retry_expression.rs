@@ -1,180 +1,129 @@
-//! `buffering.retry_expression`: vulcand/predicate's grammar (Go expressions: `&&`, `||`,
-//! parentheses, comparisons of a function's value with a constant on its right) over oxy
-//! buffer's functions `IsNetworkError()`, `Attempts()`, `ResponseCode()`, `RequestMethod()`.
+//! `buffering.retry_expression`: vulcand/predicate's grammar (read by `crate::predicate`) over
+//! oxy buffer's functions `IsNetworkError()`, `Attempts()`, `ResponseCode()`, `RequestMethod()`,
+//! each compared with a constant of its type on its right; errors carry the byte offset in the
+//! expression.
 
 use crate::model::{Comparison, RetryExpression, RetryValue};
+use crate::predicate::{refuse, ExpressionError, Language, Operator, Tree};
 
-/// The parsed expression, or what is wrong with it.
-pub(super) fn parse(text: &str) -> Result<RetryExpression, String> {
-    let tokens = tokenize(text)?;
-    let mut parser = Parser { tokens, at: 0 };
-    let expression = parser.or()?;
-    match parser.tokens.get(parser.at) {
-        None => Ok(expression),
-        Some(token) => Err(format!("unexpected `{}`", token.text())),
+const FUNCTIONS: &str = "IsNetworkError(), Attempts(), ResponseCode() or RequestMethod()";
+
+const LANGUAGE: Language = Language {
+    noun: "function",
+    example: "Attempts() <= 2",
+    functions: FUNCTIONS,
+    constants: "a constant",
+    strings: true,
+};
+
+/// The parsed expression, or what is wrong with it and where.
+pub(super) fn parse(text: &str) -> Result<RetryExpression, ExpressionError> {
+    expression(&crate::predicate::parse(text, &LANGUAGE)?)
+}
+
+/// What a call names.
+enum Function {
+    IsNetworkError,
+    Value(RetryValue),
+}
+
+fn expression(tree: &Tree<'_>) -> Result<RetryExpression, ExpressionError> {
+    match tree.bare() {
+        Tree::Binary {
+            op: Operator::And,
+            left,
+            right,
+            ..
+        } => Ok(RetryExpression::And(
+            Box::new(expression(left)?),
+            Box::new(expression(right)?),
+        )),
+        Tree::Binary {
+            op: Operator::Or,
+            left,
+            right,
+            ..
+        } => Ok(RetryExpression::Or(
+            Box::new(expression(left)?),
+            Box::new(expression(right)?),
+        )),
+        Tree::Binary {
+            op: Operator::Compare(comparison),
+            left,
+            right,
+            at,
+        } => compare(left, *comparison, right, *at),
+        Tree::Call { name, args, at } => match function(name, args, *at)? {
+            Function::IsNetworkError => Ok(RetryExpression::IsNetworkError),
+            Function::Value(_) => refuse(
+                *at,
+                "a function's value must be compared: `Attempts() <= 2`",
+            ),
+        },
+        other => LANGUAGE.not_a_comparison(other),
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Token {
-    /// A function's name, with its `()`.
-    Call(String),
-    Number(i64),
-    Text(String),
-    Op(&'static str),
+/// The function `name` names; none takes arguments.
+fn function(name: &str, args: &[Tree<'_>], at: usize) -> Result<Function, ExpressionError> {
+    let function = match name {
+        "IsNetworkError" => Function::IsNetworkError,
+        "Attempts" => Function::Value(RetryValue::Attempts),
+        "ResponseCode" => Function::Value(RetryValue::ResponseCode),
+        "RequestMethod" => Function::Value(RetryValue::RequestMethod),
+        _ => {
+            return refuse(
+                at,
+                format!("unknown function `{name}()`; expected {FUNCTIONS}"),
+            )
+        }
+    };
+    if !args.is_empty() {
+        return refuse(at, format!("`{name}()` takes no arguments"));
+    }
+    Ok(function)
 }
 
-impl Token {
-    fn text(&self) -> String {
-        match self {
-            Token::Call(name) => format!("{name}()"),
-            Token::Number(n) => n.to_string(),
-            Token::Text(text) => format!("{text:?}"),
-            Token::Op(op) => op.to_string(),
+/// A function's value compared with a constant of its type.
+fn compare(
+    left: &Tree<'_>,
+    comparison: Comparison,
+    right: &Tree<'_>,
+    op_at: usize,
+) -> Result<RetryExpression, ExpressionError> {
+    let (name, args, at) = LANGUAGE.callee(left, Operator::Compare(comparison), op_at)?;
+    let value = match function(name, args, at)? {
+        Function::IsNetworkError => {
+            return refuse(op_at, "`IsNetworkError()` is not compared: it holds or not")
         }
-    }
-}
-
-fn tokenize(text: &str) -> Result<Vec<Token>, String> {
-    const OPS: [&str; 10] = ["&&", "||", "==", "!=", "<=", ">=", "<", ">", "(", ")"];
-    let mut tokens = Vec::new();
-    let mut rest = text.trim_start();
-    while let Some(c) = rest.chars().next() {
-        if let Some(op) = OPS.iter().find(|op| rest.starts_with(**op)) {
-            tokens.push(Token::Op(op));
-            rest = &rest[op.len()..];
-        } else if c.is_ascii_digit() {
-            let end = rest
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(rest.len());
-            let number = rest[..end]
-                .parse()
-                .map_err(|_| format!("`{}` is too large a number", &rest[..end]))?;
-            tokens.push(Token::Number(number));
-            rest = &rest[end..];
-        } else if c == '"' || c == '`' {
-            // Go's string literals; escapes are not needed for method names.
-            let end = rest[1..]
-                .find(c)
-                .ok_or_else(|| format!("a string starting with {c} is not closed"))?;
-            let inner = &rest[1..1 + end];
-            if c == '"' && inner.contains('\\') {
-                return Err("escapes in strings are not supported".into());
-            }
-            tokens.push(Token::Text(inner.to_string()));
-            rest = &rest[end + 2..];
-        } else if c.is_ascii_alphabetic() {
-            let end = rest
-                .find(|c: char| !c.is_ascii_alphanumeric())
-                .unwrap_or(rest.len());
-            let name = &rest[..end];
-            let after = rest[end..].trim_start();
-            let Some(after) = after.strip_prefix('(').map(str::trim_start) else {
-                return Err(format!("`{name}` must be called: `{name}()`"));
-            };
-            let Some(after) = after.strip_prefix(')') else {
-                return Err(format!("`{name}()` takes no arguments"));
-            };
-            tokens.push(Token::Call(name.to_string()));
-            rest = after;
-        } else {
-            return Err(format!("unexpected `{c}`"));
+        Function::Value(value) => value,
+    };
+    let right = right.bare();
+    let constant = match (&value, right) {
+        (RetryValue::RequestMethod, Tree::Text(text, _)) => RetryValue::Text(text.to_string()),
+        (RetryValue::RequestMethod, other) => {
+            return refuse(
+                other.at(),
+                "`RequestMethod()` is compared with a string: `\"GET\"`",
+            )
         }
-        rest = rest.trim_start();
-    }
-    Ok(tokens)
-}
-
-struct Parser {
-    tokens: Vec<Token>,
-    at: usize,
-}
-
-impl Parser {
-    fn next(&mut self) -> Option<Token> {
-        let token = self.tokens.get(self.at).cloned();
-        self.at += 1;
-        token
-    }
-
-    fn eat(&mut self, op: &'static str) -> bool {
-        if self.tokens.get(self.at) == Some(&Token::Op(op)) {
-            self.at += 1;
-            return true;
+        (_, Tree::Whole(n, _)) => RetryValue::Number(*n),
+        (_, other) => {
+            return refuse(
+                other.at(),
+                format!("`{name}()` is compared with a whole number like `2`"),
+            )
         }
-        false
+    };
+    if value == RetryValue::RequestMethod
+        && !matches!(comparison, Comparison::Equal | Comparison::NotEqual)
+    {
+        return refuse(
+            op_at,
+            "`RequestMethod()` is only compared with `==` or `!=`",
+        );
     }
-
-    fn or(&mut self) -> Result<RetryExpression, String> {
-        let mut left = self.and()?;
-        while self.eat("||") {
-            left = RetryExpression::Or(Box::new(left), Box::new(self.and()?));
-        }
-        Ok(left)
-    }
-
-    fn and(&mut self) -> Result<RetryExpression, String> {
-        let mut left = self.comparison()?;
-        while self.eat("&&") {
-            left = RetryExpression::And(Box::new(left), Box::new(self.comparison()?));
-        }
-        Ok(left)
-    }
-
-    /// A parenthesized expression, `IsNetworkError()`, or a function compared with a constant.
-    fn comparison(&mut self) -> Result<RetryExpression, String> {
-        let value = match self.next() {
-            Some(Token::Op("(")) => {
-                let inner = self.or()?;
-                if !self.eat(")") {
-                    return Err("a `(` is not closed".into());
-                }
-                return Ok(inner);
-            }
-            Some(Token::Call(name)) => match name.as_str() {
-                "IsNetworkError" => return Ok(RetryExpression::IsNetworkError),
-                "Attempts" => RetryValue::Attempts,
-                "ResponseCode" => RetryValue::ResponseCode,
-                "RequestMethod" => RetryValue::RequestMethod,
-                _ => {
-                    return Err(format!(
-                        "unknown function `{name}()`; expected IsNetworkError(), Attempts(), \
-                         ResponseCode() or RequestMethod()"
-                    ))
-                }
-            },
-            Some(token) => {
-                return Err(format!(
-                    "expected a function such as `Attempts()`, found `{}`",
-                    token.text()
-                ))
-            }
-            None => return Err("the expression ends early".into()),
-        };
-        let comparison = match self.next() {
-            Some(Token::Op("==")) => Comparison::Eq,
-            Some(Token::Op("!=")) => Comparison::Ne,
-            Some(Token::Op("<")) => Comparison::Lt,
-            Some(Token::Op(">")) => Comparison::Gt,
-            Some(Token::Op("<=")) => Comparison::Le,
-            Some(Token::Op(">=")) => Comparison::Ge,
-            _ => return Err("a function's value must be compared: `Attempts() <= 2`".into()),
-        };
-        let constant = match (&value, self.next()) {
-            (RetryValue::RequestMethod, Some(Token::Text(text))) => RetryValue::Text(text),
-            (RetryValue::RequestMethod, _) => {
-                return Err("`RequestMethod()` is compared with a string: `\"GET\"`".into())
-            }
-            (_, Some(Token::Number(n))) => RetryValue::Number(n),
-            _ => return Err("`Attempts()` and `ResponseCode()` are compared with a number".into()),
-        };
-        if value == RetryValue::RequestMethod
-            && !matches!(comparison, Comparison::Eq | Comparison::Ne)
-        {
-            return Err("`RequestMethod()` is only compared with `==` or `!=`".into());
-        }
-        Ok(RetryExpression::Compare(value, comparison, constant))
-    }
+    Ok(RetryExpression::Compare(value, comparison, constant))
 }
 
 #[cfg(test)]
@@ -191,7 +140,7 @@ mod tests {
                 Box::new(IsNetworkError),
                 Box::new(Compare(
                     RetryValue::Attempts,
-                    Comparison::Le,
+                    Comparison::LessOrEqual,
                     RetryValue::Number(2)
                 ))
             ))
@@ -202,14 +151,14 @@ mod tests {
                 Box::new(Or(
                     Box::new(Compare(
                         RetryValue::ResponseCode,
-                        Comparison::Eq,
+                        Comparison::Equal,
                         RetryValue::Number(503)
                     )),
                     Box::new(IsNetworkError)
                 )),
                 Box::new(Compare(
                     RetryValue::RequestMethod,
-                    Comparison::Eq,
+                    Comparison::Equal,
                     RetryValue::Text("GET".into())
                 ))
             ))
@@ -241,5 +190,39 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Each refusal at the offset of its cause, as `weir check` points at it.
+    #[test]
+    fn refusals_point_into_the_expression() {
+        let cases: &[(&str, usize, &str)] = &[
+            ("", 0, "ends too soon; expected IsNetworkError(), Attempts(), ResponseCode() or RequestMethod(), or a constant"),
+            ("Attempts()", 0, "a function's value must be compared: `Attempts() <= 2`"),
+            ("IsNetworkError() && Attempts() <", 32, "ends too soon; expected IsNetworkError(), Attempts(), ResponseCode() or RequestMethod(), or a constant"),
+            ("Attempts() <= \"2\"", 14, "`Attempts()` is compared with a whole number like `2`"),
+            ("ResponseCode() != 5.0e2", 18, "`ResponseCode()` is compared with a whole number like `2`"),
+            ("RequestMethod() == 1", 19, "`RequestMethod()` is compared with a string: `\"GET\"`"),
+            ("RequestMethod() < `GET`", 16, "`RequestMethod()` is only compared with `==` or `!=`"),
+            ("2 >= Attempts()", 0, "expected a function left of `>=`, found the number `2`: the function goes first, as in `Attempts() <= 2`"),
+            ("IsNetworkError() == 1", 17, "`IsNetworkError()` is not compared: it holds or not"),
+            ("IsNetworkError(1)", 0, "`IsNetworkError()` takes no arguments"),
+            ("IsNetworkError() || Foo() == 1", 20, "unknown function `Foo()`; expected IsNetworkError(), Attempts(), ResponseCode() or RequestMethod()"),
+            ("!IsNetworkError()", 0, "`!` is not supported: a function is compared with a constant by `>`, `>=`, `<`, `<=`, `==` or `!=`, and comparisons are joined by `&&` and `||`"),
+            ("(IsNetworkError()", 0, "this `(` is not closed"),
+            ("IsNetworkError() IsNetworkError()", 17, "unexpected `IsNetworkError`"),
+            ("RequestMethod() == \"GET", 19, "a string starting with \" is not closed"),
+            ("RequestMethod() == \"G\\ET\"", 21, "escapes in strings are not supported"),
+            ("\"GET\"", 0, "expected a comparison like `Attempts() <= 2`, found the string \"GET\""),
+        ];
+        for (text, offset, message) in cases {
+            let e = parse(text).expect_err(text);
+            assert_eq!(
+                (e.offset, e.message.as_str()),
+                (*offset, *message),
+                "{text}"
+            );
+        }
+        // Parentheses around either side, as predicate reads them.
+        assert_eq!(parse("(Attempts()) < (2)"), parse("Attempts() < 2"),);
     }
 }

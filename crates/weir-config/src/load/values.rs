@@ -3,6 +3,7 @@
 //! lists and header maps, each reporting what it expected at the node's position.
 
 use super::{Fields, Loader};
+use crate::predicate::ExpressionError;
 use crate::yaml::{Node, Pos, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -101,6 +102,25 @@ impl Loader<'_> {
                     node.pos,
                     format!("{what} must be a string, found {}", node.kind_name()),
                 );
+                None
+            }
+        }
+    }
+
+    /// A vulcand/predicate expression (`crate::predicate`), parsed by `parse` into its
+    /// language's condition and returned with its text; an error points into the expression.
+    pub(super) fn predicate<T>(
+        &mut self,
+        node: &Node,
+        key: &str,
+        parse: fn(&str) -> Result<T, ExpressionError>,
+    ) -> Option<(T, String)> {
+        let text = self.string(node, &format!("`{key}`"))?;
+        match parse(&text) {
+            Ok(condition) => Some((condition, text)),
+            Err(e) => {
+                let pos = offset_pos(node, &text, e.offset);
+                self.error(pos, format!("invalid `{key}`: {}", e.message));
                 None
             }
         }

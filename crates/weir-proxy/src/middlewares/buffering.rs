@@ -23,7 +23,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use weir_config::{Buffering, Comparison, RetryExpression, RetryValue};
+use weir_config::{Buffering, RetryExpression, RetryValue};
 
 /// oxy's bound on the retries an expression may ask for (`DefaultMaxRetryAttempts`: a try
 /// numbered above it is never retried).
@@ -399,27 +399,14 @@ fn holds(expression: &RetryExpression, attempt: u32, status: u16, method: &str) 
         // oxy counts a 502 or a 504 as a network error.
         RetryExpression::IsNetworkError => matches!(status, 502 | 504),
         RetryExpression::Compare(value, comparison, constant) => {
-            let (left, right) = match (value, constant) {
-                (RetryValue::RequestMethod, RetryValue::Text(text)) => {
-                    let equal = method == text;
-                    return match comparison {
-                        Comparison::Ne => !equal,
-                        _ => equal,
-                    };
-                }
-                (RetryValue::Attempts, RetryValue::Number(n)) => (i64::from(attempt), *n),
-                (RetryValue::ResponseCode, RetryValue::Number(n)) => (i64::from(status), *n),
+            let ordering = match (value, constant) {
+                (RetryValue::RequestMethod, RetryValue::Text(text)) => method.cmp(text.as_str()),
+                (RetryValue::Attempts, RetryValue::Number(n)) => i64::from(attempt).cmp(n),
+                (RetryValue::ResponseCode, RetryValue::Number(n)) => i64::from(status).cmp(n),
                 // The loader builds no other pair.
                 _ => return false,
             };
-            match comparison {
-                Comparison::Eq => left == right,
-                Comparison::Ne => left != right,
-                Comparison::Lt => left < right,
-                Comparison::Gt => left > right,
-                Comparison::Le => left <= right,
-                Comparison::Ge => left >= right,
-            }
+            comparison.admits(ordering)
         }
     }
 }
@@ -515,6 +502,7 @@ impl<C: ClientSide> ClientSide for Buffered<'_, C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_config::Comparison;
 
     fn config(expression: RetryExpression) -> Buffering {
         Buffering {
@@ -554,7 +542,7 @@ mod tests {
             Box::new(IsNetworkError),
             Box::new(Compare(
                 RetryValue::Attempts,
-                Comparison::Le,
+                Comparison::LessOrEqual,
                 RetryValue::Number(2),
             )),
         ));
@@ -565,14 +553,14 @@ mod tests {
         assert!(!retries(&network, 1, 200, "GET"));
         let method = config(Compare(
             RetryValue::RequestMethod,
-            Comparison::Ne,
+            Comparison::NotEqual,
             RetryValue::Text("POST".into()),
         ));
         assert!(retries(&method, 1, 200, "GET") && !retries(&method, 1, 200, "POST"));
         // Ten retries at most, whatever the expression says.
         let always = config(Compare(
             RetryValue::ResponseCode,
-            Comparison::Ge,
+            Comparison::GreaterOrEqual,
             RetryValue::Number(0),
         ));
         assert!(retries(&always, 10, 200, "GET") && !retries(&always, 11, 200, "GET"));

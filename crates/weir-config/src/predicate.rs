@@ -212,11 +212,21 @@ impl Tree<'_> {
 /// in errors.
 pub fn parse<'t>(text: &'t str, language: &Language) -> Result<Tree<'t>, ExpressionError> {
     let tokens = tokenize(text, language)?;
+    // The tree is built, read and dropped recursively: its depth is bounded, so that no
+    // expression overflows the stack (a rule's parser bounds its own the same way).
+    let operators = tokens
+        .iter()
+        .filter(|t| matches!(t.kind, TokenKind::Operator(_)))
+        .count();
+    if operators > MAX_OPERATORS {
+        return refuse(0, format!("more than {MAX_OPERATORS} operators"));
+    }
     let mut parser = Parser {
         tokens: &tokens,
         next: 0,
         end: text.len(),
         language,
+        depth: 0,
     };
     let tree = parser.expression(1)?;
     if let Some(token) = parser.peek() {
@@ -366,11 +376,18 @@ fn string(rest: &str, at: usize) -> Result<(TokenKind<'_>, usize), ExpressionErr
     Ok((TokenKind::Text(inner), end + 2))
 }
 
+/// The most operators (`&&`, `||`, comparisons) an expression may have, and the deepest its
+/// parentheses may nest.
+const MAX_OPERATORS: usize = 300;
+const MAX_NESTING: usize = 100;
+
 struct Parser<'p, 't> {
     tokens: &'p [Token<'t>],
     next: usize,
     end: usize,
     language: &'p Language,
+    /// How many `(` enclose the token read next.
+    depth: usize,
 }
 
 impl<'t> Parser<'_, 't> {
@@ -431,7 +448,13 @@ impl<'t> Parser<'_, 't> {
             TokenKind::Decimal(n) => Ok(Tree::Decimal(*n, at)),
             TokenKind::Text(text) => Ok(Tree::Text(text, at)),
             TokenKind::Open => {
-                let inner = self.expression(1)?;
+                if self.depth == MAX_NESTING {
+                    return refuse(at, format!("nested more than {MAX_NESTING} deep in `(`"));
+                }
+                self.depth += 1;
+                let inner = self.expression(1);
+                self.depth -= 1;
+                let inner = inner?;
                 self.expect_close(at)?;
                 Ok(Tree::Parens(Box::new(inner), at))
             }
@@ -519,6 +542,27 @@ mod tests {
         constants: "a number",
         strings: false,
     };
+
+    /// A deep or long expression is refused before it is built (found with a 100,000-deep
+    /// `(`, which overflowed the stack), and one within the bounds parses.
+    #[test]
+    fn deep_or_long_expressions_are_refused() {
+        let deep = format!("{}F(){}", "(".repeat(100_000), ")".repeat(100_000));
+        let refused = parse(&deep, &BARE).unwrap_err();
+        assert_eq!(
+            (refused.offset, refused.message.as_str()),
+            (100, "nested more than 100 deep in `(`")
+        );
+        let within = format!("{}F(){} > 1", "(".repeat(100), ")".repeat(100));
+        assert!(parse(&within, &BARE).is_ok());
+        let long = vec!["F() > 1"; 200].join(" && ");
+        assert_eq!(
+            parse(&long, &BARE).unwrap_err().message,
+            "more than 300 operators"
+        );
+        let short = vec!["F() > 1"; 150].join(" && ");
+        assert!(parse(&short, &BARE).is_ok());
+    }
 
     /// Go's precedence and left associativity, each node at its offset.
     #[test]

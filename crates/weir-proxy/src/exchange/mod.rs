@@ -194,11 +194,13 @@ macro_rules! run_filters {
         'filters: {
             let (wrapped_by, kept): Filtered<'_> = $filtered;
             for index in $range {
-                match $route.filters[index]
-                    .on_request($worker, $head, $client)
-                    .await
-                {
-                    Flow::Continue => {}
+                let decided = match $route.filters[index].on_request($worker, $head, $client) {
+                    Flow::Wait(waiting) => waiting.await,
+                    decided => decided,
+                };
+                match decided {
+                    // A waited decision never waits again.
+                    Flow::Continue | Flow::Wait(_) => {}
                     Flow::Hold(place) => {
                         kept.get_or_insert_with(Default::default).held.push(place);
                     }

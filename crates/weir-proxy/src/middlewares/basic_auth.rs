@@ -2,6 +2,7 @@
 //! Basic, RFC 7617), checked against the hash `htpasswd` wrote; else a 401 with the challenge.
 
 use super::authenticated::{refusal, PassUser};
+use super::Flow;
 use crate::http::codec::RequestHead;
 use crate::http::error::LocalError;
 use base64::Engine;
@@ -123,40 +124,50 @@ impl BasicAuth {
     }
 
     /// Lets the request through (with its user named upstream, its `Authorization` removed,
-    /// as configured) or says why not.
-    pub(super) async fn on_request(&self, req: &mut RequestHead) -> Result<(), LocalError> {
+    /// as configured) or refuses it: at once when the pair was verified lately or its hash is
+    /// a fast one, else once a blocking thread has verified a bcrypt hash.
+    pub(super) fn on_request<'a>(&'a self, req: &'a mut RequestHead) -> Flow<'a> {
         let Some((user, password)) = req.head.get("authorization").and_then(basic_credentials)
         else {
-            return Err(self.refusal.clone());
+            return Flow::Refuse(self.refusal.clone());
         };
-        if !self.check(&user, &password).await {
-            return Err(self.refusal.clone());
+        let known = self.users.get(&user);
+        let pair = self.pair_digest(&user, &password);
+        if known.is_some() && pair.is_some_and(|pair| self.remembers(&pair)) {
+            self.pass.apply(req, &user);
+            return Flow::Continue;
         }
-        self.pass.apply(req, &user);
-        Ok(())
+        let secret = known.unwrap_or(&self.decoy);
+        if !secret.is_slow() {
+            let matched = secret.verify(&password);
+            return self.decided(matched && known.is_some(), pair, req, &user);
+        }
+        let secret = secret.clone();
+        Flow::Wait(Box::pin(async move {
+            let matched = tokio::task::spawn_blocking(move || secret.verify(&password))
+                .await
+                .unwrap_or(false);
+            // The decoy's answer means nothing: an unknown name never passes.
+            self.decided(matched && known.is_some(), pair, req, &user)
+        }))
     }
 
-    async fn check(&self, user: &str, password: &[u8]) -> bool {
-        let known = self.users.get(user);
-        let pair = self.pair_digest(user, password);
-        if known.is_some() && pair.is_some_and(|pair| self.remembers(&pair)) {
-            return true;
+    /// The request let through when `good` (the pair remembered), else refused.
+    fn decided(
+        &self,
+        good: bool,
+        pair: Option<[u8; 32]>,
+        req: &mut RequestHead,
+        user: &str,
+    ) -> Flow<'static> {
+        if !good {
+            return Flow::Refuse(self.refusal.clone());
         }
-        let secret = known.unwrap_or(&self.decoy).clone();
-        let matched = if secret.is_slow() {
-            let password = password.to_vec();
-            tokio::task::spawn_blocking(move || secret.verify(&password))
-                .await
-                .unwrap_or(false)
-        } else {
-            secret.verify(password)
-        };
-        // The decoy's answer means nothing: an unknown name never passes.
-        let good = matched && known.is_some();
-        if let (true, Some(pair)) = (good, pair) {
+        if let Some(pair) = pair {
             self.verified.insert(pair, Instant::now() + REMEMBERED_FOR);
         }
-        good
+        self.pass.apply(req, user);
+        Flow::Continue
     }
 
     fn pair_digest(&self, user: &str, password: &[u8]) -> Option<[u8; 32]> {

@@ -49,7 +49,7 @@ impl ForwardAuth {
         worker: &Worker,
         req: &mut RequestHead,
         client: &mut impl ClientSide,
-    ) -> Flow {
+    ) -> Flow<'static> {
         let body = match config.forward_body {
             true => match read_body(config, worker, req, client).await {
                 Ok(body) => body,
@@ -115,7 +115,7 @@ async fn read_body(
     worker: &Worker,
     req: &mut RequestHead,
     client: &mut impl ClientSide,
-) -> Result<Option<Bytes>, Flow> {
+) -> Result<Option<Bytes>, Flow<'static>> {
     let tunnel = req.method() == "CONNECT" && !matches!(req.framing, Framing::Length(_));
     if req.framing == Framing::None || tunnel {
         return Ok(None);
@@ -141,7 +141,7 @@ async fn read_body(
 }
 
 /// Traefik answers `500` when the server cannot be asked or its answer cannot be read.
-fn server_failed() -> Flow {
+fn server_failed() -> Flow<'static> {
     let message = "Internal Server Error";
     Flow::Refuse(LocalError::new(500, ErrorKind::PolicyRefused, message))
 }

@@ -39,7 +39,7 @@ const PREFLIGHT_MAX_AGE: &str = "600";
 
 /// Request phase: a gRPC-Web preflight is answered; a gRPC-Web call becomes gRPC (the text
 /// form's body is decoded by the action, [`forward_text`]).
-pub(crate) fn on_request(config: &GrpcWeb, req: &mut RequestHead) -> Flow {
+pub(crate) fn on_request(config: &GrpcWeb, req: &mut RequestHead) -> Flow<'static> {
     match req.method() {
         "OPTIONS" => {
             let names_grpc_web = req

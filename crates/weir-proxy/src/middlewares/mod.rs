@@ -1,7 +1,8 @@
 //! Filters (configured as `middlewares`): what a route applies around its action, in three
-//! phases. Request phase (async): edits the request head, answers it (`Flow::Respond`) or
-//! refuses it with one of weir's errors (`Flow::Refuse`), or lets it on holding a place until
-//! the answer is sent (`Flow::Hold`) or with what it hands on (`Flow::ContinueWith`).
+//! phases. Request phase (a plain call): edits the request head, answers it (`Flow::Respond`)
+//! or refuses it with one of weir's errors (`Flow::Refuse`), or lets it on holding a place
+//! until the answer is sent (`Flow::Hold`) or with what it hands on (`Flow::ContinueWith`); a
+//! filter that must wait to decide returns its decision as a boxed future (`Flow::Wait`).
 //! Response-head phase: first, on routes with `errors`, a caught answer is replaced by a page
 //! (async: [`answer_error_pages`]); then each filter edits the reply's head, local and proxied
 //! answers alike, and may install a [`BodyFilter`]. Response-body phase: the installed body filter
@@ -115,7 +116,7 @@ pub struct LetThrough {
 }
 
 /// What the request phase lets happen next.
-pub enum Flow {
+pub enum Flow<'a> {
     Continue,
     /// Continue, keeping this until the answer is sent.
     Hold(in_flight_req::InFlight),
@@ -127,6 +128,10 @@ pub enum Flow {
     /// Refuse with this error, rendered in the route's flavour as weir's other errors are
     /// (a policy's refusal: plain text, gRPC, Elasticsearch JSON).
     Refuse(LocalError),
+    /// Decided once this finishes (a rate limit's short wait, a bcrypt hash verified on a
+    /// blocking thread, an auth server's answer). Boxed, and only when a filter has to wait:
+    /// the request phase is otherwise a plain call, with no future for every filter.
+    Wait(std::pin::Pin<Box<dyn std::future::Future<Output = Flow<'static>> + 'a>>),
 }
 
 /// A redirect's status: 301/308 when `permanent`, else 302/307; the first of each when the
@@ -249,12 +254,12 @@ impl Filter {
     }
 
     /// Request phase, for a request from `client`.
-    pub(crate) async fn on_request(
-        &self,
-        worker: &Worker,
-        req: &mut RequestHead,
-        client: &mut impl ClientSide,
-    ) -> Flow {
+    pub(crate) fn on_request<'a, C: ClientSide>(
+        &'a self,
+        worker: &'a Worker,
+        req: &'a mut RequestHead,
+        client: &'a mut C,
+    ) -> Flow<'a> {
         match &self.0 {
             MiddlewareKind::StripPrefix(prefixes) => strip_prefix::on_request(prefixes, req),
             MiddlewareKind::AddPrefix(prefix) => add_prefix::on_request(prefix, req),
@@ -311,16 +316,12 @@ impl Filter {
             }
             MiddlewareKind::BasicAuth(_) => {
                 if let Kept::BasicAuth(auth) = &self.1 {
-                    if let Err(refusal) = auth.on_request(req).await {
-                        return Flow::Refuse(refusal);
-                    }
+                    return auth.on_request(req);
                 }
             }
             MiddlewareKind::RateLimit(_) => {
                 if let Kept::RateLimit(limit) = &self.1 {
-                    if let Err(refusal) = limit.on_request(req, client.ip()).await {
-                        return Flow::Refuse(refusal);
-                    }
+                    return limit.on_request(req, client.ip());
                 }
             }
             MiddlewareKind::InFlightReq(_) => {
@@ -355,8 +356,7 @@ impl Filter {
             MiddlewareKind::GrpcWeb(config) => return grpc_web::on_request(config, req),
             MiddlewareKind::ForwardAuth(config) => {
                 if let Kept::ForwardAuth(auth) = &self.1 {
-                    // Boxed: its state is large, and other filters need not carry it.
-                    return Box::pin(auth.on_request(config, worker, req, client)).await;
+                    return Flow::Wait(Box::pin(auth.on_request(config, worker, req, client)));
                 }
             }
             // Its work is on the answer.

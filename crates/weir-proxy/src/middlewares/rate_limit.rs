@@ -4,6 +4,7 @@
 //! workers, so the limit holds for the whole instance.
 
 use super::source::{self, Shards, SHARDS};
+use super::Flow;
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError};
 use crate::io::ticker::Ticker;
@@ -45,25 +46,22 @@ impl RateLimit {
     }
 
     /// Takes a token for `req`'s source (waiting for it when the wait is short), or refuses.
-    pub(super) async fn on_request(
-        &self,
-        req: &RequestHead,
-        peer: IpAddr,
-    ) -> Result<(), LocalError> {
+    pub(super) fn on_request(&self, req: &RequestHead, peer: IpAddr) -> Flow<'static> {
         let mut spelled = [0u8; 45];
         let key = source::source_key(&self.criterion, req, peer).as_key(&mut spelled);
         match self.buckets.take(key, Instant::now()) {
-            Taken::Now => Ok(()),
-            Taken::After(wait) => {
-                // Workers run without tokio's timer: a one-shot timerfd, for the requests that
-                // wait. Without one (no descriptor left) the request goes now: its token is
-                // spent, so the rate still holds.
-                if let Ok(timer) = Ticker::once(wait) {
+            Taken::Now => Flow::Continue,
+            // Workers run without tokio's timer: a one-shot timerfd, for the requests that
+            // wait. Without one (no descriptor left) the request goes now: its token is spent,
+            // so the rate still holds.
+            Taken::After(wait) => match Ticker::once(wait) {
+                Ok(timer) => Flow::Wait(Box::pin(async move {
                     let _ = timer.tick().await;
-                }
-                Ok(())
-            }
-            Taken::Refused(wait) => Err(refusal(wait)),
+                    Flow::Continue
+                })),
+                Err(_) => Flow::Continue,
+            },
+            Taken::Refused(wait) => Flow::Refuse(refusal(wait)),
         }
     }
 }

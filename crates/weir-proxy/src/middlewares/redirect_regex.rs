@@ -14,7 +14,7 @@ pub(super) fn on_request(
     permanent: bool,
     req: &RequestHead,
     came_over: Scheme,
-) -> Flow {
+) -> Flow<'static> {
     let url = request_url(req, came_over);
     if !regex.is_match(&url) {
         return Flow::Continue;

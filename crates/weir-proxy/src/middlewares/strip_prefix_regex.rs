@@ -8,7 +8,7 @@ use crate::http::error::{ErrorKind, LocalError};
 use crate::http::router::path_unescape;
 use regex::bytes::Regex;
 
-pub(super) fn on_request(expressions: &[Regex], req: &mut RequestHead) -> Flow {
+pub(super) fn on_request(expressions: &[Regex], req: &mut RequestHead) -> Flow<'static> {
     let raw = req.path();
     // A malformed escape names no decoded path to match.
     let Some(decoded) = path_unescape(raw) else {
@@ -48,7 +48,7 @@ pub(super) fn on_request(expressions: &[Regex], req: &mut RequestHead) -> Flow {
     Flow::Continue
 }
 
-fn refuse(why: &'static str) -> Flow {
+fn refuse(why: &'static str) -> Flow<'static> {
     Flow::Refuse(LocalError::new(400, ErrorKind::MiddlewareRefused, why))
 }
 

@@ -8,5 +8,5 @@ pub mod predicate;
 pub mod rule;
 pub mod yaml;
 
-pub use load::{load_file, load_str, located, ConfigError};
+pub use load::{load_file, load_str, located, parse_jwk_set, ConfigError};
 pub use model::*;

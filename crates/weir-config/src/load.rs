@@ -19,6 +19,7 @@ mod values;
 
 use crate::model::*;
 use crate::yaml::{self, Node, Pos, Value};
+pub use jwt::parse_jwk_set;
 use routers::Known;
 pub use server::DEFAULT_ADMIN_ADDRESS;
 use std::fmt;

@@ -1077,10 +1077,12 @@ pub const DEFAULT_RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The `jwt` middleware's settings: the keys tokens must be signed with and the claims they
 /// must carry (RFC 7519), and where a request carries its token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Jwt {
     /// The verification keys: `keys`, then `jwks_file`'s (keys meant for encryption left out).
     pub keys: Vec<Jwk>,
+    /// `jwks_url`: a JWK Set fetched while serving, its keys counted beside `keys`.
+    pub jwks_url: Option<JwksUrl>,
     /// The signature algorithms accepted; every one weir verifies when the config names none.
     pub algorithms: Vec<JwsAlgorithm>,
     /// Accepted `iss` values; empty: any issuer.
@@ -1100,6 +1102,26 @@ pub struct Jwt {
 }
 
 pub const DEFAULT_JWT_LEEWAY: Duration = Duration::from_secs(30);
+
+/// The `jwt` middleware's `jwks_url`: where its JWK Set is fetched, through the upstream side.
+#[derive(Debug, Clone)]
+pub struct JwksUrl {
+    /// `jwks_url` as written.
+    pub url: String,
+    /// The JWKS server as a service of one server (the URL's scheme, host and port, with
+    /// `tls`).
+    pub service: Service,
+    /// The URL's path and query, asked of the server.
+    pub target: String,
+}
+
+/// The longest a request waits on a JWKS fetch; past it, the request is judged on the keys
+/// already held.
+pub const JWKS_FETCH_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a fetched JWK Set is used when its answer has no `Cache-Control: max-age`.
+pub const DEFAULT_JWKS_MAX_AGE: Duration = Duration::from_secs(300);
+/// The least time between two fetches started by tokens of unknown `kid` or after a failure.
+pub const JWKS_REFETCH_SPACING: Duration = Duration::from_secs(5);
 
 /// Where a request carries its JSON Web Token.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ mod common;
 use base64::Engine;
 use common::*;
 use serde_json::{json, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Makes the keys (once per folder: RSA 2048, P-256, P-384, Ed25519 and a 64-byte HMAC
 /// secret), writes their public JWKs to `jwks.json` (kids `rsa`, `ec256`, `ec384`, `ed`,
@@ -504,4 +504,185 @@ fn a_rotated_jwks_file_is_read_on_reload() {
         &get_with(&weir, "/x", &bearer(&old_token)),
         "the token's signature does not verify",
     );
+}
+
+/// The EC key of the set PyJWT wrote in `folder`, with kid `kid`.
+fn ec_jwk(folder: &std::path::Path, kid: &str) -> Value {
+    let set: Value =
+        serde_json::from_str(&std::fs::read_to_string(folder.join("jwks.json")).unwrap()).unwrap();
+    let mut key = set["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kid"] == "ec256")
+        .unwrap()
+        .clone();
+    key["kid"] = json!(kid);
+    key
+}
+
+/// An ES256 token of the EC key PyJWT made in `folder`, naming `kid`.
+fn es256_token(folder: &std::path::Path, kid: &str) -> String {
+    let spec =
+        json!([{"key": "ec256", "alg": "ES256", "headers": {"kid": kid}, "claims": {"sub": "x"}}]);
+    pyjwt(folder, &spec).remove(0)
+}
+
+/// What a [`JwksServer`] answers: its body and `Cache-Control` (none when empty).
+type Served = std::sync::Arc<std::sync::Mutex<(String, String)>>;
+
+/// A JWKS server over HTTP/1.1 answering every request with what `served` holds at the time;
+/// its log counts the requests.
+fn jwks_server(served: &Served) -> RawUpstream {
+    let served = served.clone();
+    RawUpstream::start(move |conn| {
+        while conn.read_head().is_some() {
+            let (body, cache_control) = served.lock().unwrap().clone();
+            let mut headers = vec![("content-type", "application/json")];
+            if !cache_control.is_empty() {
+                headers.push(("cache-control", cache_control.as_str()));
+            }
+            conn.write(http_answer(200, &headers, &body).as_bytes());
+        }
+    })
+}
+
+fn serving(keys: &[Value], cache_control: &str) -> (String, String) {
+    (
+        json!({ "keys": keys }).to_string(),
+        cache_control.to_string(),
+    )
+}
+
+/// A `jwks_url` set is fetched by the first request, used while fresh, and fetched again for
+/// a token of unknown kid (a rotated key then passes), never more often than once per 5 s
+/// however many such tokens come.
+#[test]
+fn a_jwks_url_is_fetched_and_fetched_again_for_a_new_kid() {
+    let (first, next) = (temp_dir("jwt-url-first"), temp_dir("jwt-url-next"));
+    let old_token = es256_token(&first, "k1");
+    let new_token = es256_token(&next, "k2");
+    let unknown = es256_token(&next, "nobody");
+    let served: Served = Default::default();
+    *served.lock().unwrap() = serving(&[ec_jwk(&first, "k1")], "max-age=300");
+    let jwks = jwks_server(&served);
+    let up = Upstream::start("app");
+    let weir = Weir::start(&jwt_config(
+        &up,
+        &format!("{{ jwks_url: \"{}/keys?v=1\" }}", jwks.url()),
+    ));
+    let fetched_at = std::time::Instant::now();
+    assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
+    assert_eq!(jwks.log(), ["GET /keys?v=1 HTTP/1.1"]);
+    assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
+    // The key rotates: within 5 s of the last fetch the new kid is not fetched for.
+    *served.lock().unwrap() = serving(&[ec_jwk(&next, "k2")], "max-age=300");
+    assert_invalid(
+        &get_with(&weir, "/x", &bearer(&new_token)),
+        "no key has the token's kid and algorithm",
+    );
+    assert_eq!(jwks.count("GET"), 1);
+    std::thread::sleep(Duration::from_millis(5200).saturating_sub(fetched_at.elapsed()));
+    assert_eq!(get_with(&weir, "/x", &bearer(&new_token)).status, 200);
+    assert_eq!(jwks.count("GET"), 2);
+    let refetched_at = std::time::Instant::now();
+    // The old key left the set: its token is verified again, and refused.
+    assert_invalid(
+        &get_with(&weir, "/x", &bearer(&old_token)),
+        "no key has the token's kid and algorithm",
+    );
+    for _ in 0..5 {
+        assert_invalid(
+            &get_with(&weir, "/x", &bearer(&unknown)),
+            "no key has the token's kid and algorithm",
+        );
+    }
+    // (A loaded machine may have taken 5 s over these: then one more fetch is right.)
+    let spaced = refetched_at.elapsed() >= Duration::from_secs(5);
+    assert_eq!(jwks.count("GET"), if spaced { 3 } else { 2 });
+    std::thread::sleep(Duration::from_millis(5200).saturating_sub(refetched_at.elapsed()));
+    for _ in 0..5 {
+        assert_eq!(get_with(&weir, "/x", &bearer(&unknown)).status, 401);
+    }
+    assert!(jwks.count("GET") <= 4, "{:?}", jwks.log());
+    assert!(jwks.count("GET") >= 3, "{:?}", jwks.log());
+}
+
+/// A JWKS server that refuses connections or does not answer: the request is judged on the
+/// keys held within about the 1 s timeout (401 with none, a `keys` key still counts), and the
+/// failure is one error-log line, not one per request.
+#[test]
+fn a_jwks_server_down_or_silent_costs_a_request_one_second_at_most() {
+    let dir = temp_dir("jwt-url-down");
+    let token = es256_token(&dir, "k1");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let silent = RawUpstream::start(|conn| {
+        if conn.read_head().is_some() {
+            std::thread::sleep(Duration::from_secs(10));
+        }
+    });
+    let up = Upstream::start("app");
+    let inline = ec_jwk(&dir, "k1");
+    for (url, keys, status) in [
+        (closed_url.clone(), String::new(), 401),
+        (silent.url(), String::new(), 401),
+        (silent.url(), format!(", keys: [{inline}]"), 200),
+    ] {
+        let weir = Weir::start(&jwt_config(
+            &up,
+            &format!("{{ jwks_url: \"{url}/jwks.json\"{keys} }}"),
+        ));
+        for _ in 0..3 {
+            let started = std::time::Instant::now();
+            let resp = get_with(&weir, "/x", &bearer(&token));
+            assert_eq!(resp.status, status, "{url}{keys}: {}", resp.text());
+            assert!(started.elapsed() < Duration::from_secs(3), "{url}{keys}");
+        }
+        let line = weir.wait_for_line("weir: jwt: jwks_url", 1);
+        assert!(line.contains(&url), "{line}");
+        std::thread::sleep(Duration::from_millis(200));
+        let lines = weir.stderr();
+        let logged = lines
+            .iter()
+            .filter(|l| l.contains("weir: jwt: jwks_url"))
+            .count();
+        assert_eq!(logged, 1, "{lines:#?}");
+    }
+}
+
+/// A set is fetched again once its `Cache-Control: max-age` has passed (kept 5 minutes
+/// without one); an answer that is not a JWK Set keeps the keys held.
+#[test]
+fn a_jwks_url_set_is_fetched_again_after_its_max_age() {
+    let dir = temp_dir("jwt-url-max-age");
+    let token = es256_token(&dir, "k1");
+    let up = Upstream::start("app");
+    let (short, plain): (Served, Served) = Default::default();
+    *short.lock().unwrap() = serving(&[ec_jwk(&dir, "k1")], "public, max-age=1");
+    *plain.lock().unwrap() = serving(&[ec_jwk(&dir, "k1")], "");
+    let (short_server, plain_server) = (jwks_server(&short), jwks_server(&plain));
+    let start = |server: &RawUpstream| {
+        let url = server.url();
+        Weir::start(&jwt_config(&up, &format!("{{ jwks_url: \"{url}/\" }}")))
+    };
+    let (short_weir, plain_weir) = (start(&short_server), start(&plain_server));
+    let fetched_at = std::time::Instant::now();
+    for weir in [&short_weir, &plain_weir] {
+        assert_eq!(get_with(weir, "/x", &bearer(&token)).status, 200);
+    }
+    short.lock().unwrap().0 = "{\"keys\": [".into();
+    // Past the max-age, but within 5 s of the last fetch: none.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(get_with(&short_weir, "/x", &bearer(&token)).status, 200);
+    assert_eq!(short_server.count("GET"), 1);
+    std::thread::sleep(Duration::from_millis(5300).saturating_sub(fetched_at.elapsed()));
+    for weir in [&short_weir, &plain_weir] {
+        assert_eq!(get_with(weir, "/x", &bearer(&token)).status, 200);
+    }
+    assert_eq!(short_server.count("GET"), 2);
+    assert_eq!(plain_server.count("GET"), 1);
+    let line = short_weir.wait_for_line("weir: jwt: jwks_url", 1);
+    assert!(line.contains("is not JSON"), "{line}");
 }

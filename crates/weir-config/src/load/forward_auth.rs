@@ -49,22 +49,16 @@ impl Loader<'_> {
             self.error(f.pos, "`forward_auth` needs `address`");
             return None;
         };
-        let address = self.string(address_node, "`address`")?;
-        let server = split_address(&address).and_then(|(server, target)| {
-            let valid_target = !target.bytes().any(|b| b <= b' ' || b == 0x7f);
-            Some((UpstreamServer::from_url(server, 1)?, target)).filter(|_| valid_target)
-        });
-        let Some((server, target)) = server else {
-            let expected =
-                "an http:// or https:// URL with a host, e.g. \"http://127.0.0.1:9000/auth\"";
-            self.error(
-                address_node.pos,
-                format!("`address` must be {expected}, found `{address}`"),
-            );
-            return None;
+        let example = "http://127.0.0.1:9000/auth";
+        let (address, service, target) =
+            self.url_service(&f, ("address", address_node), example, name, "forward_auth")?;
+        let service = Service {
+            timeouts: Timeouts {
+                request: Some(AUTH_REQUEST_TIMEOUT),
+                ..service.timeouts
+            },
+            ..service
         };
-        let servers = vec![server];
-        let tls = self.upstream_tls(&f, &servers);
         let auth_response_headers = self.header_names_key(&f, "auth_response_headers");
         let auth_request_headers = self.header_names_key(&f, "auth_request_headers");
         let auth_response_headers_regex = match f.get("auth_response_headers_regex") {
@@ -94,26 +88,7 @@ impl Loader<'_> {
         };
         Some(ForwardAuth {
             address,
-            service: Service {
-                name: format!("{name} (forward_auth)"),
-                protocol: UpstreamProtocol::Http1,
-                http2: Http2Settings::default(),
-                servers,
-                load_balancer: Balancer::RoundRobin,
-                hash_key: HashKey::ClientIp,
-                keepalive: self.keepalive(None),
-                timeouts: Timeouts {
-                    request: Some(AUTH_REQUEST_TIMEOUT),
-                    ..self.upstream_timeouts(None)
-                },
-                // The server gets its own name as Host, as Traefik's client sends it.
-                pass_host_header: false,
-                tls,
-                health_check: None,
-                passive_health: None,
-                retry: None,
-                elasticsearch: None,
-            },
+            service,
             target,
             trust_forward_header: self.flag_key(&f, "trust_forward_header"),
             auth_response_headers,
@@ -124,6 +99,52 @@ impl Loader<'_> {
             max_body_size,
             preserve_location_header: self.flag_key(&f, "preserve_location_header"),
         })
+    }
+
+    /// A middleware's own server given as a URL in `key` at `node` (`example`: one to show when
+    /// it is not one), with the `tls` of `f`: the URL as written, a service of that one server
+    /// named for middleware `name` of `kind` (the server gets its own name as Host, as
+    /// Traefik's clients send it), and the URL's path and query.
+    pub(super) fn url_service(
+        &mut self,
+        f: &Fields<'_>,
+        (key, node): (&str, &Node),
+        example: &str,
+        name: &str,
+        kind: &str,
+    ) -> Option<(String, Service, String)> {
+        let address = self.string(node, &format!("`{key}`"))?;
+        let server = split_address(&address).and_then(|(server, target)| {
+            let valid_target = !target.bytes().any(|b| b <= b' ' || b == 0x7f);
+            Some((UpstreamServer::from_url(server, 1)?, target)).filter(|_| valid_target)
+        });
+        let Some((server, target)) = server else {
+            let expected = format!("an http:// or https:// URL with a host, e.g. \"{example}\"");
+            self.error(
+                node.pos,
+                format!("`{key}` must be {expected}, found `{address}`"),
+            );
+            return None;
+        };
+        let servers = vec![server];
+        let tls = self.upstream_tls(f, &servers);
+        let service = Service {
+            name: format!("{name} ({kind})"),
+            protocol: UpstreamProtocol::Http1,
+            http2: Http2Settings::default(),
+            servers,
+            load_balancer: Balancer::RoundRobin,
+            hash_key: HashKey::ClientIp,
+            keepalive: self.keepalive(None),
+            timeouts: self.upstream_timeouts(None),
+            pass_host_header: false,
+            tls,
+            health_check: None,
+            passive_health: None,
+            retry: None,
+            elasticsearch: None,
+        };
+        Some((address, service, target))
     }
 
     /// An optional list of header names: each must be one.

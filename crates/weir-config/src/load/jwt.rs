@@ -24,11 +24,12 @@ fn algorithm_names() -> String {
 }
 
 impl Loader<'_> {
-    /// `jwt: { jwks_file, keys, algorithms, issuers, audiences, required_claims, leeway,
-    /// token_source, claims_to_headers, forward_token }`.
-    pub(super) fn jwt(&mut self, node: &Node) -> Option<MiddlewareKind> {
+    /// `jwt: { jwks_url, tls, jwks_file, keys, algorithms, issuers, audiences,
+    /// required_claims, leeway, token_source, claims_to_headers, forward_token }`.
+    pub(super) fn jwt(&mut self, name: &str, node: &Node) -> Option<MiddlewareKind> {
         const KEYS: &[&str] = &[
             "jwks_url",
+            "tls",
             "jwks_file",
             "keys",
             "algorithms",
@@ -42,12 +43,24 @@ impl Loader<'_> {
         ];
         let f = self.fields(node, "`jwt`", KEYS)?;
         let errors_before = self.errors.len();
-        if let Some(url) = f.get("jwks_url") {
-            self.error(
-                url.pos,
-                "`jwks_url` is not supported yet; give the keys in `jwks_file` or `keys`",
-            );
-        }
+        let jwks_url = match f.get("jwks_url") {
+            Some(node) => {
+                let example = "https://idp.example/.well-known/jwks.json";
+                let (url, service, target) =
+                    self.url_service(&f, ("jwks_url", node), example, name, "jwt")?;
+                Some(JwksUrl {
+                    url,
+                    service,
+                    target,
+                })
+            }
+            None => {
+                if let Some(tls) = f.get("tls") {
+                    self.error(tls.pos, "`tls` applies to an https:// `jwks_url`");
+                }
+                None
+            }
+        };
         let mut keys = Vec::new();
         if let Some(list) = f.get("keys") {
             self.inline_jwks(list, &mut keys);
@@ -90,12 +103,12 @@ impl Loader<'_> {
                     .iter()
                     .any(|a| a.fits(&k.key) && k.alg.is_none_or(|only| only == *a))
             });
-            if keys.is_empty() {
+            if keys.is_empty() && jwks_url.is_none() {
                 self.error(
                     f.pos,
-                    "`jwt` needs at least one key, in `keys` or `jwks_file`",
+                    "`jwt` needs at least one key, in `keys`, `jwks_file` or `jwks_url`",
                 );
-            } else if !usable {
+            } else if !usable && jwks_url.is_none() {
                 self.error(
                     f.pos,
                     "no key of `jwt` fits an algorithm it accepts (`algorithms`)",
@@ -104,6 +117,7 @@ impl Loader<'_> {
         }
         Some(MiddlewareKind::Jwt(Box::new(Jwt {
             keys,
+            jwks_url,
             algorithms,
             issuers,
             audiences,
@@ -229,38 +243,19 @@ impl Loader<'_> {
                 return;
             }
         };
-        let set: serde_json::Value = match serde_json::from_str(&text) {
-            Ok(set) => set,
-            Err(e) => {
-                self.error(node.pos, format!("jwks file `{shown}` is not JSON: {e}"));
+        let listed = match parse_jwk_set(&text) {
+            Ok(listed) => listed,
+            Err(why) => {
+                self.error(node.pos, format!("jwks file `{shown}` {why}"));
                 return;
             }
         };
-        let listed = match (set.get("keys"), set.get("kty")) {
-            (Some(serde_json::Value::Array(list)), _) => list.iter().collect(),
-            (None, Some(_)) => vec![&set],
-            _ => {
-                self.error(
-                    node.pos,
-                    format!(
-                        "jwks file `{shown}` must hold a JWK Set (`{{\"keys\": [...]}}`) or a JWK"
-                    ),
-                );
-                return;
-            }
-        };
-        for (number, jwk) in listed.into_iter().enumerate() {
-            let member = |name: &str| jwk.get(name)?.as_str().map(str::to_string);
-            let number = number + 1;
-            if !jwk.is_object() {
-                let message = format!("jwks file `{shown}` key {number}: a JWK must be an object");
-                self.error(node.pos, message);
-                continue;
-            }
-            match parse_jwk(&member) {
+        for (number, parsed) in listed.into_iter().enumerate() {
+            match parsed {
                 Ok(Some(jwk)) => keys.push(jwk),
                 Ok(None) => {}
-                Err((_, message)) => {
+                Err(message) => {
+                    let number = number + 1;
                     let message = format!("jwks file `{shown}` key {number}: {message}");
                     self.error(node.pos, message);
                 }
@@ -342,6 +337,27 @@ impl Loader<'_> {
         }
         copies
     }
+}
+
+/// The keys of a JWK Set (RFC 7517 section 5) or of a single JWK, in JSON: each key in order
+/// (`Ok(None)`: not meant for signatures) or what is wrong with it. `Err`: what is wrong with
+/// the text as a whole, said of it ("is not JSON: ...").
+pub fn parse_jwk_set(text: &str) -> Result<Vec<Result<Option<Jwk>, String>>, String> {
+    let set: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("is not JSON: {e}"))?;
+    let listed = match (set.get("keys"), set.get("kty")) {
+        (Some(serde_json::Value::Array(list)), _) => list.iter().collect(),
+        (None, Some(_)) => vec![&set],
+        _ => return Err("must hold a JWK Set (`{\"keys\": [...]}`) or a JWK".into()),
+    };
+    let parsed = listed.into_iter().map(|jwk| {
+        if !jwk.is_object() {
+            return Err("a JWK must be an object".to_string());
+        }
+        let member = |name: &str| jwk.get(name)?.as_str().map(str::to_string);
+        parse_jwk(&member).map_err(|(_, message)| message)
+    });
+    Ok(parsed.collect())
 }
 
 /// The key a JWK describes, read by `member` (a member's text, when it is a string); `Ok(None)`
@@ -659,7 +675,7 @@ mod tests {
             (
                 with("use: enc"),
                 "{",
-                "`jwt` needs at least one key, in `keys` or `jwks_file`".to_string(),
+                "`jwt` needs at least one key, in `keys`, `jwks_file` or `jwks_url`".to_string(),
             ),
         ];
         let cases = cases
@@ -774,6 +790,33 @@ mod tests {
     }
 
     #[test]
+    fn jwks_url_is_a_service_of_one_server() {
+        let j = jwt(
+            &mw("{ jwks_url: \"https://idp.test:8443/keys?v=2\", tls: { server_name: idp } }"),
+            "t.yaml",
+        );
+        let url = j.jwks_url.unwrap();
+        assert_eq!(url.url, "https://idp.test:8443/keys?v=2");
+        assert_eq!(url.target, "/keys?v=2");
+        assert_eq!(url.service.name, "auth (jwt)");
+        assert_eq!(url.service.servers[0].url, "https://idp.test:8443");
+        assert_eq!(url.service.tls.server_name.as_deref(), Some("idp"));
+        assert!(!url.service.pass_host_header && j.keys.is_empty());
+        // Beside `keys`, which always count.
+        let j = jwt(
+            &mw(&format!("{{ keys: [{OCT}], jwks_url: \"http://idp\" }}")),
+            "t.yaml",
+        );
+        assert_eq!(
+            (j.keys.len(), j.jwks_url.unwrap().target.as_str()),
+            (1, "/")
+        );
+        assert!(jwt(&mw(&format!("{{ keys: [{OCT}] }}")), "t.yaml")
+            .jwks_url
+            .is_none());
+    }
+
+    #[test]
     fn other_errors() {
         assert_eq!(
             errors(&mw("{}")),
@@ -781,17 +824,37 @@ mod tests {
                 "{}",
                 "{",
                 0,
-                "`jwt` needs at least one key, in `keys` or `jwks_file`"
+                "`jwt` needs at least one key, in `keys`, `jwks_file` or `jwks_url`"
             )]
         );
-        let body = format!("{{ keys: [{OCT}], jwks_url: \"https://idp/jwks\" }}");
+        let body = "{ jwks_url: \"ftp://idp/jwks\" }";
+        assert_eq!(
+            errors(&mw(body)),
+            vec![at(
+                body,
+                "\"ftp",
+                0,
+                "`jwks_url` must be an http:// or https:// URL with a host, e.g. \"https://idp.example/.well-known/jwks.json\", found `ftp://idp/jwks`"
+            )]
+        );
+        let body = format!("{{ keys: [{OCT}], tls: {{ insecure_skip_verify: true }} }}");
         assert_eq!(
             errors(&mw(&body)),
             vec![at(
                 &body,
-                "\"https",
+                "{ insecure",
                 0,
-                "`jwks_url` is not supported yet; give the keys in `jwks_file` or `keys`"
+                "`tls` applies to an https:// `jwks_url`"
+            )]
+        );
+        let body = "{ jwks_url: \"http://idp/jwks\", tls: { insecure_skip_verify: true } }";
+        assert_eq!(
+            errors(&mw(body)),
+            vec![at(
+                body,
+                "{ insecure",
+                0,
+                "`tls` applies to https:// servers; this service has none"
             )]
         );
         let body = format!(
@@ -848,7 +911,7 @@ mod tests {
             &body,
             "audience",
             0,
-            "unknown key `audience` in `jwt`; expected one of: jwks_url, jwks_file, keys,"
+            "unknown key `audience` in `jwt`; expected one of: jwks_url, tls, jwks_file, keys,"
         )));
     }
 }

@@ -89,7 +89,7 @@ impl Loader<'_> {
             "buffering" => MiddlewareKind::Buffering(self.buffering(body)?),
             "rate_limit" => MiddlewareKind::RateLimit(self.rate_limit(body)?),
             "in_flight_req" => MiddlewareKind::InFlightReq(self.in_flight_req(body)?),
-            "jwt" => self.jwt(body)?,
+            "jwt" => self.jwt(&name, body)?,
             "circuit_breaker" => MiddlewareKind::CircuitBreaker(self.circuit_breaker(body)?),
             "grpc_web" => MiddlewareKind::GrpcWeb(self.grpc_web(body)?),
             "errors" => MiddlewareKind::Errors(Box::new(self.error_pages(body)?)),

@@ -1,9 +1,17 @@
 //! `jwt`: lets a request through only with a JSON Web Token (RFC 7519) in JWS compact form
 //! (RFC 7515) signed by a configured key and carrying acceptable claims; else a 401 with a
-//! `Bearer` challenge (RFC 6750 section 3). The JOSE parsing is here; `ring` verifies.
+//! `Bearer` challenge (RFC 6750 section 3). The JOSE parsing is here; `ring` verifies. With
+//! `jwks_url`, the keys of a JWK Set fetched while serving count too (`remote`).
 
+mod remote;
+
+use super::Flow;
 use crate::http::codec::RequestHead;
 use crate::http::error::{ErrorKind, LocalError};
+use crate::reply::client::ClientSide;
+use crate::servers::balancer::Service;
+use crate::upstream::detached::Requester;
+use crate::worker::Worker;
 use base64::Engine;
 use ring::{hmac, signature};
 use serde_json::{Map, Value};
@@ -30,6 +38,8 @@ type Claims = Arc<Map<String, Value>>;
 /// A `jwt` middleware, built once per configuration and shared by the workers.
 pub struct JwtAuth {
     keys: Vec<VerifyingKey>,
+    /// With `jwks_url`: the fetched keys, tried after `keys`.
+    remote: Option<remote::RemoteKeys<Vec<VerifyingKey>>>,
     /// `accepted[i]`: whether `JwsAlgorithm::ALL[i]` is accepted.
     accepted: [bool; JwsAlgorithm::ALL.len()],
     issuers: Vec<String>,
@@ -52,6 +62,7 @@ impl std::fmt::Debug for JwtAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JwtAuth")
             .field("keys", &self.keys.len())
+            .field("jwks_url", &self.remote.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -74,6 +85,10 @@ enum Material {
 }
 
 impl VerifyingKey {
+    fn all(jwks: &[weir_config::Jwk]) -> Vec<VerifyingKey> {
+        jwks.iter().map(VerifyingKey::new).collect()
+    }
+
     fn new(jwk: &weir_config::Jwk) -> VerifyingKey {
         let material = match &jwk.key {
             JwkKey::Rsa { n, e } => Material::Rsa(signature::RsaPublicKeyComponents {
@@ -191,7 +206,8 @@ fn decode(token: &str) -> Result<Jws<'_>, Refusal> {
 }
 
 impl JwtAuth {
-    pub fn new(config: &weir_config::Jwt) -> JwtAuth {
+    /// The middleware for `config`; `jwks_server`: its `jwks_url`'s server, compiled.
+    pub fn new(config: &weir_config::Jwt, jwks_server: Option<Arc<Service>>) -> JwtAuth {
         let mut accepted = [config.algorithms.is_empty(); JwsAlgorithm::ALL.len()];
         for (i, alg) in JwsAlgorithm::ALL.iter().enumerate() {
             accepted[i] |= config.algorithms.contains(alg);
@@ -201,7 +217,12 @@ impl JwtAuth {
             .headers
             .push(("www-authenticate".into(), "Bearer".into()));
         JwtAuth {
-            keys: config.keys.iter().map(VerifyingKey::new).collect(),
+            keys: VerifyingKey::all(&config.keys),
+            remote: config
+                .jwks_url
+                .as_ref()
+                .zip(jwks_server)
+                .map(|(url, server)| remote::RemoteKeys::new(url, server, VerifyingKey::all)),
             accepted,
             issuers: config.issuers.clone(),
             audiences: config.audiences.clone(),
@@ -216,15 +237,64 @@ impl JwtAuth {
     }
 
     /// Lets the request through (its claims copied into headers, its token removed, as
-    /// configured) or says why not.
-    pub(super) fn on_request(&self, req: &mut RequestHead) -> Result<(), LocalError> {
+    /// configured) or refuses it; with `jwks_url`, first fetches the JWK Set when it is due
+    /// (the request then waits on it, at most `JWKS_FETCH_TIMEOUT`).
+    pub(super) fn on_request<'a>(
+        &'a self,
+        worker: &'a Worker,
+        req: &'a mut RequestHead,
+        client: &impl ClientSide,
+    ) -> Flow<'a> {
         let Some((token, source)) = self.find_token(req) else {
-            return Err(self.no_token.clone());
+            return Flow::Refuse(self.no_token.clone());
         };
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let claims = self.verify(&token, now).map_err(|why| refusal(&why))?;
+        let Some(remote) = &self.remote else {
+            return self.let_through(req, source, self.verify(&token, now, &[]));
+        };
+        let verified = self.verify(&token, now, &remote.keys());
+        let due =
+            remote.stale() || (verified.is_err() && self.names_unknown_kid(&token, &remote.keys()));
+        if !due || !remote.may_refresh() {
+            return self.let_through(req, source, verified);
+        }
+        let from = Requester::of(client);
+        Flow::Wait(Box::pin(async move {
+            if remote.refresh(worker, from).await {
+                // A token verified by a key the new set no longer holds is verified again.
+                self.verified.clear();
+            }
+            let verified = self.verify(&token, now, &remote.keys());
+            self.let_through(req, source, verified)
+        }))
+    }
+
+    /// Whether the token names a `kid` no key has.
+    fn names_unknown_kid(&self, token: &str, fetched: &[VerifyingKey]) -> bool {
+        let Ok(jws) = decode(token) else {
+            return false;
+        };
+        let Some(Value::String(kid)) = jws.header.get("kid") else {
+            return false;
+        };
+        let mut keys = self.keys.iter().chain(fetched);
+        !keys.any(|k| k.kid.as_deref() == Some(kid.as_str()))
+    }
+
+    /// The request let through with `claims` (its token removed and claims copied, as
+    /// configured), or refused.
+    fn let_through(
+        &self,
+        req: &mut RequestHead,
+        source: &TokenSource,
+        claims: Result<Claims, Refusal>,
+    ) -> Flow<'static> {
+        let claims = match claims {
+            Ok(claims) => claims,
+            Err(why) => return Flow::Refuse(refusal(&why)),
+        };
         if !self.forward_token {
             remove_token(req, source);
         }
@@ -235,7 +305,7 @@ impl JwtAuth {
                 req.head.append(header, value.as_bytes());
             }
         }
-        Ok(())
+        Flow::Continue
     }
 
     /// The token and where it was found: the first source that has one.
@@ -259,8 +329,8 @@ impl JwtAuth {
     }
 
     /// The token's claims when it is signed by a configured key with an accepted algorithm
-    /// and its claims pass, at time `now` (seconds since the epoch).
-    fn verify(&self, token: &str, now: f64) -> Result<Claims, Refusal> {
+    /// (or by one of `fetched`) and its claims pass, at time `now` (seconds since the epoch).
+    fn verify(&self, token: &str, now: f64, fetched: &[VerifyingKey]) -> Result<Claims, Refusal> {
         let mut digest = [0; 32];
         digest.copy_from_slice(
             ring::digest::digest(&ring::digest::SHA256, token.as_bytes()).as_ref(),
@@ -269,7 +339,7 @@ impl JwtAuth {
             Some(claims) => claims,
             None => {
                 let jws = decode(token)?;
-                self.check_signature(&jws)?;
+                self.check_signature(&jws, fetched)?;
                 let claims: Claims = TOKEN_BASE64
                     .decode(jws.payload)
                     .ok()
@@ -284,7 +354,7 @@ impl JwtAuth {
         Ok(claims)
     }
 
-    fn check_signature(&self, jws: &Jws<'_>) -> Result<(), Refusal> {
+    fn check_signature(&self, jws: &Jws<'_>, fetched: &[VerifyingKey]) -> Result<(), Refusal> {
         let alg = match jws.header.get("alg") {
             Some(Value::String(name)) if name == "none" => {
                 return Err("the token is unsigned (alg none)".into())
@@ -309,6 +379,7 @@ impl JwtAuth {
         let mut candidates = self
             .keys
             .iter()
+            .chain(fetched)
             .filter(|k| kid.is_none() || k.kid.is_none() || k.kid.as_deref() == kid)
             .filter(|k| k.serves(alg))
             .peekable();
@@ -504,6 +575,7 @@ mod tests {
     fn config(keys: Vec<Jwk>) -> weir_config::Jwt {
         weir_config::Jwt {
             keys,
+            jwks_url: None,
             algorithms: Vec::new(),
             issuers: Vec::new(),
             audiences: Vec::new(),
@@ -593,7 +665,7 @@ mod tests {
     );
 
     fn verify(auth: &JwtAuth, token: &str, now: f64) -> Result<Map<String, Value>, String> {
-        auth.verify(token, now)
+        auth.verify(token, now, &[])
             .map(|claims| (*claims).clone())
             .map_err(|e| e.into_owned())
     }
@@ -607,7 +679,7 @@ mod tests {
             (RFC7515_A2, rfc7515_rsa()),
             (RFC7515_A3, rfc7515_ec()),
         ] {
-            let auth = JwtAuth::new(&config(vec![key(None, jwk)]));
+            let auth = JwtAuth::new(&config(vec![key(None, jwk)]), None);
             let claims = verify(&auth, token, RFC7515_EXP - 100.0).unwrap();
             assert_eq!(claims["iss"], "joe");
             assert_eq!(claims["http://example.com/is_root"], true);
@@ -618,7 +690,7 @@ mod tests {
             );
         }
         // Each example fails under the others' keys: none fits or none verifies.
-        let auth = JwtAuth::new(&config(vec![key(None, rfc7515_ec())]));
+        let auth = JwtAuth::new(&config(vec![key(None, rfc7515_ec())]), None);
         assert_eq!(
             verify(&auth, RFC7515_A1, 0.0).unwrap_err(),
             "no key fits the token's algorithm"
@@ -655,9 +727,9 @@ mod tests {
             "eyJhbGciOiJFZERTQSJ9.RXhhbXBsZSBvZiBFZDI1NTE5IHNpZ25pbmc.",
             "hgyY0il_MGCjP0JzlnLWG1PPOt7-09PGcvMg3AIbQR6dWbhijcNR4ki4iylGjg5BhVsPt9g7sVvpAr_MuM0KAg"
         );
-        let auth = JwtAuth::new(&config(vec![hs, ed]));
+        let auth = JwtAuth::new(&config(vec![hs, ed]), None);
         for token in [rfc7520, rfc8037] {
-            assert!(auth.check_signature(&decode(token).unwrap()).is_ok());
+            assert!(auth.check_signature(&decode(token).unwrap(), &[]).is_ok());
             assert_eq!(
                 verify(&auth, token, 0.0).unwrap_err(),
                 "the token's claims are not a base64url JSON object"
@@ -682,7 +754,7 @@ mod tests {
     #[test]
     fn alg_none_and_unknown_or_unaccepted_algorithms_are_refused() {
         let mut cfg = config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]);
-        let auth = JwtAuth::new(&cfg);
+        let auth = JwtAuth::new(&cfg, None);
         // RFC 7515 appendix A.5's unsecured JWS, and one with a signature part all the same.
         let unsecured = format!("eyJhbGciOiJub25lIn0.{RFC7515_PAYLOAD}.");
         assert_eq!(
@@ -710,13 +782,13 @@ mod tests {
         assert!(verify(&auth, &hs256(SECRET, r#"{"alg":"HS256"}"#, "{}"), 0.0).is_ok());
         // `algorithms` narrows what is accepted, whatever the keys would fit.
         cfg.algorithms = vec![JwsAlgorithm::HS512];
-        let auth = JwtAuth::new(&cfg);
+        let auth = JwtAuth::new(&cfg, None);
         assert_eq!(
             verify(&auth, &hs256(SECRET, r#"{"alg":"HS256"}"#, "{}"), 0.0).unwrap_err(),
             "the token's algorithm is not accepted"
         );
         // A critical extension weir does not know is refused (RFC 7515 section 4.1.11).
-        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]));
+        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]), None);
         let crit = hs256(SECRET, r#"{"alg":"HS256","crit":["exp"],"exp":1}"#, "{}");
         assert_eq!(
             verify(&auth, &crit, 0.0).unwrap_err(),
@@ -732,7 +804,7 @@ mod tests {
         let JwkKey::Rsa { n, .. } = &rsa else {
             unreachable!()
         };
-        let auth = JwtAuth::new(&config(vec![key(Some("rsa"), rsa.clone())]));
+        let auth = JwtAuth::new(&config(vec![key(Some("rsa"), rsa.clone())]), None);
         let pem_like = format!("-----BEGIN PUBLIC KEY-----\n{}\n", enc(n));
         for secret in [n.as_slice(), pem_like.as_bytes()] {
             for header in [r#"{"alg":"HS256"}"#, r#"{"alg":"HS256","kid":"rsa"}"#] {
@@ -741,7 +813,7 @@ mod tests {
             }
         }
         // Nor a P-256 key for ES384, nor an RSA key for ES256, nor a JWK's `alg` overridden.
-        let p256 = JwtAuth::new(&config(vec![key(None, rfc7515_ec())]));
+        let p256 = JwtAuth::new(&config(vec![key(None, rfc7515_ec())]), None);
         let es384 = RFC7515_A3.replacen("eyJhbGciOiJFUzI1NiJ9", &enc(br#"{"alg":"ES384"}"#), 1);
         assert_eq!(
             verify(&p256, &es384, 0.0).unwrap_err(),
@@ -749,7 +821,7 @@ mod tests {
         );
         let mut only_ps = key(None, rsa);
         only_ps.alg = Some(JwsAlgorithm::PS256);
-        let auth = JwtAuth::new(&config(vec![only_ps]));
+        let auth = JwtAuth::new(&config(vec![only_ps]), None);
         assert_eq!(
             verify(&auth, RFC7515_A2, 0.0).unwrap_err(),
             "no key fits the token's algorithm"
@@ -759,10 +831,13 @@ mod tests {
     #[test]
     fn kid_selects_the_key() {
         let other = b"another secret, also 32 bytes!!!".to_vec();
-        let auth = JwtAuth::new(&config(vec![
-            key(Some("a"), JwkKey::Oct(SECRET.to_vec())),
-            key(Some("b"), JwkKey::Oct(other.clone())),
-        ]));
+        let auth = JwtAuth::new(
+            &config(vec![
+                key(Some("a"), JwkKey::Oct(SECRET.to_vec())),
+                key(Some("b"), JwkKey::Oct(other.clone())),
+            ]),
+            None,
+        );
         let claims = r#"{"sub":"x"}"#;
         assert!(verify(
             &auth,
@@ -812,7 +887,7 @@ mod tests {
     /// expires while remembered); one whose signature fails is not remembered.
     #[test]
     fn verified_tokens_are_remembered_and_still_expire() {
-        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]));
+        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]), None);
         let token = hs256(SECRET, r#"{"alg":"HS256"}"#, r#"{"exp":1700000000}"#);
         assert!(verify(&auth, &token, 1_699_999_999.0).is_ok());
         assert_eq!(auth.verified.len(), 1);
@@ -831,7 +906,7 @@ mod tests {
 
     #[test]
     fn times_are_checked_with_the_leeway() {
-        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]));
+        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]), None);
         let check = |claims: &str, now: f64| {
             verify(&auth, &hs256(SECRET, r#"{"alg":"HS256"}"#, claims), now)
         };
@@ -861,7 +936,7 @@ mod tests {
         let mut cfg = config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]);
         cfg.required_claims = vec!["exp".into(), "sub".into()];
         cfg.leeway = std::time::Duration::ZERO;
-        let strict = JwtAuth::new(&cfg);
+        let strict = JwtAuth::new(&cfg, None);
         let token = hs256(SECRET, r#"{"alg":"HS256"}"#, r#"{"sub":"x"}"#);
         assert_eq!(
             verify(&strict, &token, now).unwrap_err(),
@@ -884,7 +959,7 @@ mod tests {
         let mut cfg = config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]);
         cfg.issuers = vec!["https://idp.example".into()];
         cfg.audiences = vec!["api".into(), "admin".into()];
-        let auth = JwtAuth::new(&cfg);
+        let auth = JwtAuth::new(&cfg, None);
         let check = |claims: &str| verify(&auth, &hs256(SECRET, r#"{"alg":"HS256"}"#, claims), 0.0);
         assert!(check(r#"{"iss":"https://idp.example","aud":"api"}"#).is_ok());
         assert!(check(r#"{"iss":"https://idp.example","aud":["web","admin"]}"#).is_ok());
@@ -907,7 +982,7 @@ mod tests {
 
     #[test]
     fn malformed_tokens_are_refused() {
-        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]));
+        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Oct(SECRET.to_vec()))]), None);
         let good = hs256(SECRET, r#"{"alg":"HS256"}"#, "{}");
         let padded = format!("{good}=");
         let five = format!("{good}.x.y");
@@ -949,7 +1024,7 @@ mod tests {
             let pkcs8 = EcdsaKeyPair::generate_pkcs8(signing, &rng).unwrap();
             let pair = EcdsaKeyPair::from_pkcs8(signing, pkcs8.as_ref(), &rng).unwrap();
             let point = pair.public_key().as_ref().to_vec();
-            let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Ec { curve, point })]));
+            let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Ec { curve, point })]), None);
             let input = format!(
                 "{}.{claims}",
                 enc(format!(r#"{{"alg":"{alg}"}}"#).as_bytes())
@@ -961,7 +1036,7 @@ mod tests {
         let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
         let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
         let x = pair.public_key().as_ref().to_vec();
-        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Ed25519(x))]));
+        let auth = JwtAuth::new(&config(vec![key(None, JwkKey::Ed25519(x))]), None);
         let input = format!("{}.{claims}", enc(br#"{"alg":"EdDSA"}"#));
         let token = format!("{input}.{}", enc(pair.sign(input.as_bytes()).as_ref()));
         assert_eq!(verify(&auth, &token, 0.0).unwrap()["sub"], "ring");

@@ -160,7 +160,13 @@ impl Filter {
             MiddlewareKind::InFlightReq(config) => {
                 Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))
             }
-            MiddlewareKind::Jwt(config) => Kept::Jwt(Box::new(jwt::JwtAuth::new(config))),
+            MiddlewareKind::Jwt(config) => {
+                let jwks_server = match &config.jwks_url {
+                    Some(url) => Some(Arc::new((upstreams.compile)(&url.service)?)),
+                    None => None,
+                };
+                Kept::Jwt(Box::new(jwt::JwtAuth::new(config, jwks_server)))
+            }
             MiddlewareKind::Errors(config) => {
                 let service = upstreams.services.get(config.service.as_str()).cloned();
                 let service = service
@@ -177,13 +183,15 @@ impl Filter {
     }
 
     /// Whether a filter of `kind` holds services (`errors`' page service, `forward_auth`'s
-    /// server): it is built afresh by every compile, since they may have changed, and keeps no
+    /// server, `jwt`'s JWKS server): it is built afresh by every compile, since they may have changed, and keeps no
     /// state of its own to carry (the servers' pools and counters are carried as services').
     pub fn holds_services(kind: &MiddlewareKind) -> bool {
-        matches!(
-            kind,
-            MiddlewareKind::Errors(_) | MiddlewareKind::ForwardAuth(_)
-        )
+        match kind {
+            MiddlewareKind::Errors(_) | MiddlewareKind::ForwardAuth(_) => true,
+            // Its JWKS server; the set it fetched is fetched again.
+            MiddlewareKind::Jwt(config) => config.jwks_url.is_some(),
+            _ => false,
+        }
     }
 
     /// An `errors` filter (the exchange runs [`answer_error_pages`] on routes with one).
@@ -334,9 +342,7 @@ impl Filter {
             }
             MiddlewareKind::Jwt(_) => {
                 if let Kept::Jwt(auth) = &self.1 {
-                    if let Err(refusal) = auth.on_request(req) {
-                        return Flow::Refuse(refusal);
-                    }
+                    return auth.on_request(worker, req, client);
                 }
             }
             MiddlewareKind::DigestAuth(_) => {

@@ -4,7 +4,8 @@
 //! `kid`, `aud` or `iss`, and times past the leeway refused before the upstream sees anything;
 //! claims copied into headers the upstream echoes (a client's own copy removed), the token
 //! taken out of its header, cookie or query parameter; HTTP/1.1 and HTTP/2 clients; a JWKS
-//! file rotated and reloaded; and `weir check` on bad keys. Traefik keeps JWT in its paid
+//! file rotated and reloaded; a JWKS served over HTTP (`jwks_url`), rotated, shared, down and
+//! short-lived; and `weir check` on bad keys. Traefik keeps JWT in its paid
 //! edition, so there is no Traefik test to port: RFC 7515, 7519, 6750 and 8037 are the
 //! reference.
 
@@ -606,6 +607,34 @@ fn a_jwks_url_is_fetched_and_fetched_again_for_a_new_kid() {
     }
     assert!(jwks.count("GET") <= 4, "{:?}", jwks.log());
     assert!(jwks.count("GET") >= 3, "{:?}", jwks.log());
+}
+
+/// Requests arriving together on both workers while no set is held share one fetch: the JWKS
+/// server, slow to answer, sees one request, and all of them pass once it has.
+#[test]
+fn concurrent_requests_share_one_jwks_fetch() {
+    let dir = temp_dir("jwt-url-together");
+    let token = es256_token(&dir, "k1");
+    let body = json!({ "keys": [ec_jwk(&dir, "k1")] }).to_string();
+    let jwks = RawUpstream::start(move |conn| {
+        while conn.read_head().is_some() {
+            std::thread::sleep(Duration::from_millis(300));
+            conn.write(http_answer(200, &[], &body).as_bytes());
+        }
+    });
+    let up = Upstream::start("app");
+    let weir = Weir::start(&jwt_config(
+        &up,
+        &format!("{{ jwks_url: \"{}/jwks\" }}", jwks.url()),
+    ));
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let asking: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| get_with(&weir, "/x", &bearer(&token)).status))
+            .collect();
+        asking.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, [200; 8]);
+    assert_eq!(jwks.count("GET"), 1, "{:?}", jwks.log());
 }
 
 /// A JWKS server that refuses connections or does not answer: the request is judged on the

@@ -827,36 +827,26 @@ mod tests {
                 "`jwt` needs at least one key, in `keys`, `jwks_file` or `jwks_url`"
             )]
         );
-        let body = "{ jwks_url: \"ftp://idp/jwks\" }";
-        assert_eq!(
-            errors(&mw(body)),
-            vec![at(
-                body,
+        let url_errors = [
+            (
+                "{ jwks_url: \"ftp://idp/jwks\" }".to_string(),
                 "\"ftp",
-                0,
-                "`jwks_url` must be an http:// or https:// URL with a host, e.g. \"https://idp.example/.well-known/jwks.json\", found `ftp://idp/jwks`"
-            )]
-        );
-        let body = format!("{{ keys: [{OCT}], tls: {{ insecure_skip_verify: true }} }}");
-        assert_eq!(
-            errors(&mw(&body)),
-            vec![at(
-                &body,
+                "`jwks_url` must be an http:// or https:// URL with a host, e.g. \"https://idp.example/.well-known/jwks.json\", found `ftp://idp/jwks`",
+            ),
+            (
+                format!("{{ keys: [{OCT}], tls: {{ insecure_skip_verify: true }} }}"),
                 "{ insecure",
-                0,
-                "`tls` applies to an https:// `jwks_url`"
-            )]
-        );
-        let body = "{ jwks_url: \"http://idp/jwks\", tls: { insecure_skip_verify: true } }";
-        assert_eq!(
-            errors(&mw(body)),
-            vec![at(
-                body,
+                "`tls` applies to an https:// `jwks_url`",
+            ),
+            (
+                "{ jwks_url: \"http://idp/jwks\", tls: { insecure_skip_verify: true } }".to_string(),
                 "{ insecure",
-                0,
-                "`tls` applies to https:// servers; this service has none"
-            )]
-        );
+                "`tls` applies to https:// servers; this service has none",
+            ),
+        ];
+        for (body, needle, message) in url_errors {
+            assert_eq!(errors(&mw(&body)), vec![at(&body, needle, 0, message)]);
+        }
         let body = format!(
             "{{ keys: [{OCT}], token_source: {{}}, leeway: soon, forward_token: maybe, required_claims: [\"a\\\"b\"] }}"
         );

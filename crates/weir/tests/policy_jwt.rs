@@ -637,6 +637,34 @@ fn concurrent_requests_share_one_jwks_fetch() {
     assert_eq!(jwks.count("GET"), 1, "{:?}", jwks.log());
 }
 
+/// A reload that points `jwks_url` elsewhere builds the middleware afresh: the new server's set
+/// is fetched by the next request, and the old server's keys are gone.
+#[test]
+fn a_reload_to_another_jwks_url_starts_afresh() {
+    let (first, next) = (temp_dir("jwt-url-reload-a"), temp_dir("jwt-url-reload-b"));
+    let (old_token, new_token) = (es256_token(&first, "k1"), es256_token(&next, "k2"));
+    let (a, b): (Served, Served) = Default::default();
+    *a.lock().unwrap() = serving(&[ec_jwk(&first, "k1")], "");
+    *b.lock().unwrap() = serving(&[ec_jwk(&next, "k2")], "");
+    let (server_a, server_b) = (jwks_server(&a), jwks_server(&b));
+    let up = Upstream::start("app");
+    let config = |server: &RawUpstream| {
+        jwt_config(&up, &format!("{{ jwks_url: \"{}/jwks\" }}", server.url()))
+    };
+    let weir = Weir::start(&config(&server_a));
+    assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
+    weir.wait_for_line("worker(s) running", 1);
+    std::fs::write(weir.config_path(), config(&server_b)).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 1);
+    assert_eq!(get_with(&weir, "/x", &bearer(&new_token)).status, 200);
+    assert_invalid(
+        &get_with(&weir, "/x", &bearer(&old_token)),
+        "no key has the token's kid and algorithm",
+    );
+    assert_eq!((server_a.count("GET"), server_b.count("GET")), (1, 1));
+}
+
 /// A JWKS server that refuses connections or does not answer: the request is judged on the
 /// keys held within about the 1 s timeout (401 with none, a `keys` key still counts), and the
 /// failure is one error-log line, not one per request.

@@ -665,6 +665,30 @@ fn a_reload_to_another_jwks_url_starts_afresh() {
     assert_eq!((server_a.count("GET"), server_b.count("GET")), (1, 1));
 }
 
+/// An `https://` JWKS server (Debian's nginx) verified against `tls.ca`; one whose certificate
+/// is not trusted cannot be asked: no key, 401.
+#[test]
+fn an_https_jwks_url_is_verified_with_tls() {
+    let dir = temp_dir("jwt-url-tls");
+    let token = es256_token(&dir, "k1");
+    let cert = make_cert(&dir, "idp", &["127.0.0.1"], false);
+    let set = json!({ "keys": [ec_jwk(&dir, "k1")] });
+    let location = format!("default_type application/json;\n    return 200 '{set}';");
+    let nginx = Nginx::start_tls_location(&cert.cert, &cert.key, &location);
+    let up = Upstream::start("app");
+    let url = format!("https://{}/jwks.json", nginx.addr);
+    let ca = cert.cert.display();
+    let trusting = Weir::start(&jwt_config(
+        &up,
+        &format!("{{ jwks_url: \"{url}\", tls: {{ ca: \"{ca}\" }} }}"),
+    ));
+    assert_eq!(get_with(&trusting, "/x", &bearer(&token)).status, 200);
+    let untrusting = Weir::start(&jwt_config(&up, &format!("{{ jwks_url: \"{url}\" }}")));
+    assert_eq!(get_with(&untrusting, "/x", &bearer(&token)).status, 401);
+    let line = untrusting.wait_for_line("weir: jwt: jwks_url", 1);
+    assert!(line.contains(&url), "{line}");
+}
+
 /// A JWKS server that refuses connections or does not answer: the request is judged on the
 /// keys held within about the 1 s timeout (401 with none, a `keys` key still counts), and the
 /// failure is one error-log line, not one per request.

@@ -28,8 +28,8 @@ pub struct BasicAuth {
     verified: quick_cache::sync::Cache<[u8; 16], Instant>,
     /// The digest's key, random per middleware: a remembered digest says nothing outside it.
     /// None when the system gave no random key: then nothing is remembered. SipHash-2-4 with
-    /// 128 bits out, a keyed pseudo-random function as HMAC is, at a tenth of HMAC-SHA256's
-    /// cost on a name and password (a forged pair would need the key, or 2^128 tries).
+    /// 128 bits out: a keyed pseudo-random function as HMAC is, cheaper than HMAC-SHA256's
+    /// two SHA-256 blocks on a name and password (a forged pair would need the key).
     pair_key: Option<[u64; 2]>,
 }
 

@@ -13,6 +13,7 @@ mod retry_expression;
 mod routers;
 mod server;
 mod services;
+mod stores;
 mod tcp;
 mod upstream;
 mod values;

@@ -681,6 +681,27 @@ pub struct RateLimit {
     /// The bucket's size: how many requests may come at once (at least 1).
     pub burst: u64,
     pub source_criterion: SourceCriterion,
+    /// Shared through Redis by every instance naming the same store and middleware; `None`:
+    /// this instance's own buckets.
+    pub redis: Option<RedisStore>,
+}
+
+/// A Redis server the fleet shares (`rate_limit.redis`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStore {
+    /// `host:port`, tried in order until one answers.
+    pub endpoints: Vec<String>,
+    /// For Redis 6 ACLs (`AUTH username password`); empty: `AUTH password` or none.
+    pub username: String,
+    pub password: String,
+    /// Selected after connecting (0 by default).
+    pub db: u32,
+    /// The longest a request waits on Redis (100ms by default).
+    pub timeout: Duration,
+    /// Put before each key (`weir:` by default).
+    pub key_prefix: String,
+    /// When Redis cannot answer in time: admit (true, the default) or answer 503.
+    pub fail_open: bool,
 }
 
 /// The `circuit_breaker` middleware's settings (Traefik's `circuitBreaker`).

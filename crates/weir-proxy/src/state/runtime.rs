@@ -48,6 +48,8 @@ pub struct Runtime {
     pub routes: Vec<Arc<Route>>,
     /// Whether exchanges are counted and timed (`server.metrics`).
     pub metrics: bool,
+    /// The `rate_limit`s shared through Redis, by middleware name (for their metrics).
+    pub shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)>,
     /// What the next compile carries over.
     carried: Carried,
 }
@@ -223,7 +225,7 @@ impl Runtime {
         let mut filters: HashMap<&str, Arc<Filter>> = HashMap::new();
         for m in &config.middlewares {
             let mut build = || {
-                let filter = Filter::new(m.kind.clone(), &mut upstreams);
+                let filter = Filter::new(&m.name, m.kind.clone(), &mut upstreams);
                 filter
                     .map(Arc::new)
                     .map_err(|e| format!("middleware `{}`: {e}", m.name))
@@ -237,6 +239,11 @@ impl Runtime {
             };
             filters.insert(m.name.as_str(), filter);
         }
+        let mut shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)> = filters
+            .iter()
+            .filter_map(|(name, f)| Some((name.to_string(), f.shared_store()?.clone())))
+            .collect();
+        shared_limits.sort_by(|a, b| a.0.cmp(&b.0));
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();
         for c in &config.caches {
@@ -385,6 +392,7 @@ impl Runtime {
             },
             routes,
             metrics: config.server.metrics,
+            shared_limits,
             carried: carried.finish(),
             services: config
                 .services

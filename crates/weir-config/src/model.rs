@@ -20,6 +20,29 @@ pub struct Config {
     pub udp: UdpConfig,
     /// Shared response caches (`caches:`), named by routers.
     pub caches: Vec<Cache>,
+    /// Where more of the configuration comes from (`providers:`).
+    pub providers: Providers,
+}
+
+/// Stores the dynamic sections also come from (`providers:`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Providers {
+    pub etcd: Option<EtcdProvider>,
+}
+
+/// `providers.etcd`: a YAML document of dynamic sections at `key`, merged with the file's
+/// own and watched for changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdProvider {
+    /// `host:port` (or `http://host:port`) of etcd members, tried in order.
+    pub endpoints: Vec<String>,
+    /// The key holding the document (`/weir/dynamic` by default).
+    pub key: String,
+    /// For etcd's authentication (both or neither).
+    pub username: String,
+    pub password: String,
+    /// Where the last good document is kept, to serve from when etcd is away at start.
+    pub cache_file: Option<std::path::PathBuf>,
 }
 
 /// A shared response cache (`caches.NAME`).

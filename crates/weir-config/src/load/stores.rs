@@ -1,7 +1,7 @@
 //! The shared stores a fleet of instances agrees through: `redis: { endpoints, username,
 //! password, db, timeout, key_prefix, fail_open }`.
 
-use super::Loader;
+use super::{Fields, Loader};
 use crate::model::RedisStore;
 use crate::yaml::Node;
 use std::time::Duration;
@@ -20,24 +20,14 @@ impl Loader<'_> {
         ];
         let f = self.fields(node, "`redis`", KEYS)?;
         let mut ok = true;
-        let endpoints = self.list_key(&f, "endpoints");
-        if endpoints.is_empty() {
-            self.error(
-                f.pos,
-                "`redis` needs `endpoints`, a list of `host:port` such as `127.0.0.1:6379`",
-            );
-            ok = false;
-        }
-        for (endpoint, pos) in &endpoints {
-            if !is_host_port(endpoint) {
-                let found = format!("{endpoint:?}");
-                self.error(
-                    *pos,
-                    format!("a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found {found}"),
-                );
-                ok = false;
-            }
-        }
+        let endpoints = self.endpoints(
+            &f,
+            "`redis`",
+            "a Redis endpoint must be `host:port`",
+            "6379",
+            is_host_port,
+        );
+        ok &= !endpoints.is_empty();
         let db = match f.get("db") {
             Some(n) => self.uint(n, "`db`", 0, u64::from(u32::MAX)),
             None => Some(0),
@@ -59,7 +49,7 @@ impl Loader<'_> {
             None => Some(true),
         };
         let store = RedisStore {
-            endpoints: endpoints.into_iter().map(|(e, _)| e).collect(),
+            endpoints,
             username: self.text_key(&f, "username"),
             password: self.text_key(&f, "password"),
             db: u32::try_from(db?).ok()?,
@@ -72,9 +62,47 @@ impl Loader<'_> {
     }
 }
 
+impl Loader<'_> {
+    /// A store's `endpoints`: at least one, each `valid` (else `wrong`, which says what one
+    /// must be); empty after an error. `port` is the store's usual one, for the examples.
+    pub(super) fn endpoints(
+        &mut self,
+        f: &Fields<'_>,
+        store: &str,
+        wrong: &str,
+        port: &str,
+        valid: fn(&str) -> bool,
+    ) -> Vec<String> {
+        let endpoints = self.list_key(f, "endpoints");
+        if endpoints.is_empty() {
+            self.error(
+                f.pos,
+                format!(
+                    "{store} needs `endpoints`, a list of `host:port` such as `127.0.0.1:{port}`"
+                ),
+            );
+        }
+        let mut all_valid = true;
+        for (endpoint, pos) in &endpoints {
+            if !valid(endpoint) {
+                let found = format!("{endpoint:?}");
+                self.error(
+                    *pos,
+                    format!("{wrong} such as `127.0.0.1:{port}`, found {found}"),
+                );
+                all_valid = false;
+            }
+        }
+        match all_valid {
+            true => endpoints.into_iter().map(|(e, _)| e).collect(),
+            false => Vec::new(),
+        }
+    }
+}
+
 /// `host:port` with a non-empty host (a name, an IPv4 address or a bracketed IPv6 one) and a
 /// port from 1 to 65535.
-fn is_host_port(text: &str) -> bool {
+pub(super) fn is_host_port(text: &str) -> bool {
     let Some((host, port)) = text.rsplit_once(':') else {
         return false;
     };

@@ -3,10 +3,11 @@
 //! `SIGUSR1` reopens the access log (after logrotate moved it), `SIGUSR2` upgrades the binary
 //! (`process/upgrade.rs`: the loop ends, as for a stop, once the new process is ready); it also takes
 //! reloads asked for through the admin API and, under `--watch`, notices when the config file
-//! changes.
+//! changes; with `providers.etcd`, it applies each new document the provider's thread hands it.
 
 use crate::actions::elasticsearch::{discovery, replay};
 use crate::admin::ReloadRequest;
+use crate::process::provider;
 use crate::process::reload::Reloader;
 use crate::process::upgrade::{self, Predecessor};
 use std::time::{Duration, SystemTime};
@@ -25,6 +26,7 @@ const DISCOVERY_TICK: Duration = Duration::from_millis(250);
 pub fn run(
     mut reloader: Reloader,
     mut reload_requests: UnboundedReceiver<ReloadRequest>,
+    etcd_revision: i64,
     watch: bool,
     ready: &str,
     predecessor: &mut Option<Predecessor>,
@@ -61,6 +63,14 @@ pub fn run(
         let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut discovery_tick = tokio::time::interval(DISCOVERY_TICK);
         discovery_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The etcd provider's documents, from its own thread.
+        let (etcd_tx, mut etcd_rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(etcd) = reloader.etcd.clone() {
+            let applied = reloader.document.as_ref().map(|d| d.text.clone());
+            provider::watch(etcd, etcd_revision, applied, etcd_tx);
+        } else {
+            drop(etcd_tx);
+        }
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -94,6 +104,7 @@ pub fn run(
                     replays.start_due(&runtime.config, &runtime.elasticsearch);
                 }
                 Some(found) = found_rx.recv() => reloader.apply_discovered(found),
+                Some(update) = etcd_rx.recv() => reloader.apply_document(update),
                 _ = watch_tick.tick(), if watch => {
                     let stamp = file_stamp(&reloader.config_path);
                     if stamp != watched {

@@ -60,6 +60,9 @@ pub struct Cache {
     pub lock_timeout: Duration,
     /// Client networks that may send `PURGE` (none: `PURGE` is refused).
     pub purge_allow: Vec<crate::rule::Cidr>,
+    /// Where an accepted `PURGE` is published for the fleet's other instances, which apply it
+    /// too (`purge.fanout.redis`).
+    pub purge_fanout: Option<RedisStore>,
     /// The second tier on disk, which outlives restarts.
     pub disk: Option<CacheDisk>,
 }

@@ -1,9 +1,12 @@
-//! `rate_limit` shared through a real Redis by several weir instances (issue 37): the
+//! What a fleet of weir instances shares through a real Redis (issue 37). `rate_limit`: the
 //! admitted rate across 2 and 3 instances, however the traffic is split between them; Redis
 //! stopped, frozen or never there (`fail_open` admitting at once, or answering 503, and no
 //! request waiting longer than `timeout`); enforcement back within seconds of Redis's return,
 //! with one log line each way; and `average: 0`, which limits nothing, Redis or not (one of
-//! Traefik's Redis limiter's bugs refused everything there).
+//! Traefik's Redis limiter's bugs refused everything there). `purge.fanout`: a `PURGE` by URL,
+//! prefix or tag at one instance applied by the others within a second; a follower back from
+//! a disconnection drops its memory tier when purges were published meanwhile, and keeps it
+//! when none were.
 
 mod common;
 use common::*;
@@ -208,4 +211,121 @@ fn bad_redis_settings_are_refused_where_they_are() {
         out.contains(":5:52: a Redis endpoint must be `host:port`"),
         "{out}"
     );
+}
+
+/// Three instances caching one nginx origin, with `purge.fanout` through `redis`.
+fn purging_fleet(redis: &Redis) -> (Nginx, Vec<Weir>) {
+    let origin = Nginx::with_location(
+        "add_header cache-control \"max-age=3600\"; add_header cache-tag \"$uri-tag, all\"; return 200 \"$uri\";",
+    );
+    let yaml = format!(
+        "server: {{ workers: 2 }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n  all: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n\
+         caches:\n  main: {{ purge: {{ allow: [127.0.0.1], fanout: {{ redis: {{ endpoints: [\"{}\"] }} }} }} }}\n",
+        origin.addr,
+        redis.endpoint()
+    );
+    let weirs = (0..3).map(|_| Weir::start(&yaml)).collect();
+    (origin, weirs)
+}
+
+/// Whether `weir` answers `path` from its cache (asking once first, so that it is stored).
+fn cached(weir: &Weir, path: &str) -> bool {
+    let status = get(weir.addr(), "t", path)
+        .header("cache-status")
+        .unwrap_or_default()
+        .to_string();
+    status.starts_with("weir; hit")
+}
+
+fn purge_at(weir: &Weir, path: &str, extra: &str) -> String {
+    let resp = request(
+        weir.addr(),
+        &format!("PURGE {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n"),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    resp.text()
+}
+
+/// Waits (up to 1 s) until `path` is no longer a hit at every one of `weirs`.
+fn purged_everywhere(weirs: &[&Weir], path: &str) {
+    let started = Instant::now();
+    for weir in weirs {
+        loop {
+            let status = get(weir.addr(), "t", path)
+                .header("cache-status")
+                .unwrap_or_default()
+                .to_string();
+            if !status.starts_with("weir; hit") {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{path} still cached: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn a_purge_at_one_instance_reaches_the_others() {
+    let redis = Redis::start();
+    let (_origin, weirs) = purging_fleet(&redis);
+    let paths = ["/a", "/img/1", "/img/2", "/tagged"];
+    for weir in &weirs {
+        for path in paths {
+            get(weir.addr(), "t", path);
+            assert!(cached(weir, path), "{path} stored");
+        }
+    }
+    // By URL, at the first instance.
+    let answer = purge_at(&weirs[0], "/a", "");
+    assert_eq!(answer, "{\"purged\":1,\"fanout\":\"published\"}\n");
+    purged_everywhere(&weirs.iter().collect::<Vec<_>>(), "/a");
+    // By prefix, at the second; by tag, at the third.
+    purge_at(&weirs[1], "/img/*", "");
+    purged_everywhere(&[&weirs[0], &weirs[2]], "/img/1");
+    purged_everywhere(&[&weirs[0], &weirs[2]], "/img/2");
+    assert!(cached(&weirs[0], "/tagged"));
+    purge_at(&weirs[2], "/", "Cache-Tag: /tagged-tag\r\n");
+    purged_everywhere(&[&weirs[0], &weirs[1]], "/tagged");
+}
+
+/// A follower that lost its connection while nothing was published keeps its copies; one that
+/// was away while a purge went out (Redis restarted, empty) drops its memory tier.
+#[test]
+fn a_follower_back_from_a_gap_drops_its_memory_only_if_it_missed_purges() {
+    let mut redis = Redis::start();
+    let (_origin, weirs) = purging_fleet(&redis);
+    for weir in &weirs {
+        get(weir.addr(), "t", "/kept");
+        assert!(cached(weir, "/kept"));
+    }
+    purge_at(&weirs[0], "/other", "");
+    // Every subscriber's connection cut; nothing published meanwhile.
+    assert!(
+        redis_cli(redis.port, &["CLIENT", "KILL", "TYPE", "pubsub"])
+            .parse::<u32>()
+            .unwrap()
+            >= 3
+    );
+    for weir in &weirs {
+        weir.wait_for_line("purge fanout: redis reachable again", 1);
+    }
+    for weir in &weirs {
+        assert!(cached(weir, "/kept"), "nothing missed, nothing dropped");
+    }
+    // Redis gone: a purge cannot be published; back empty, its count differs from what the
+    // followers saw: each drops its memory tier.
+    redis.stop();
+    let answer = purge_at(&weirs[0], "/kept", "");
+    assert!(answer.contains("\"fanout\":\"failed\""), "{answer}");
+    redis.restart();
+    for weir in &weirs[1..] {
+        weir.wait_for_line("memory tier dropped", 1);
+        assert!(!cached(weir, "/kept"));
+    }
 }

@@ -48,6 +48,8 @@ pub struct Runtime {
     pub routes: Vec<Arc<Route>>,
     /// Whether exchanges are counted and timed (`server.metrics`).
     pub metrics: bool,
+    /// The response caches, by name order (for the control thread's purge followers).
+    pub caches: Vec<Arc<crate::actions::cache::store::ResponseCache>>,
     /// The `rate_limit`s shared through Redis, by middleware name (for their metrics).
     pub shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)>,
     /// What the next compile carries over.
@@ -393,6 +395,11 @@ impl Runtime {
             routes,
             metrics: config.server.metrics,
             shared_limits,
+            caches: {
+                let mut all: Vec<_> = caches.values().cloned().collect();
+                all.sort_by(|a, b| a.name.cmp(&b.name));
+                all
+            },
             carried: carried.finish(),
             services: config
                 .services

@@ -1,7 +1,8 @@
 //! A Redis client for what a fleet shares: one pipelined connection per worker and store,
 //! commands answered in order, a request never waiting longer than the store's `timeout`,
 //! and, while Redis is away, every command failing at once (reconnecting with backoff behind,
-//! and one log line when Redis goes and one when it comes back, for the whole process).
+//! and one log line when Redis goes and one when it comes back, for the whole process); and,
+//! for the control side, a subscription to a channel and one-off commands.
 
 use crate::io::ticker::Ticker;
 use std::cell::RefCell;
@@ -276,6 +277,82 @@ async fn exchange(
         }
     }
     Ok(answers)
+}
+
+/// A connection subscribed to one channel, for a follower on the control side (which has no
+/// worker's connection).
+pub struct Subscription {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Subscription {
+    /// Connects (trying the endpoints in order), subscribes to `channel`, and waits until
+    /// Redis confirms: what is published from then on arrives.
+    pub async fn open(config: &RedisStore, channel: &[u8]) -> Result<Subscription, String> {
+        let mut stream = connect(config).await?;
+        let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+        let command = encode(&[b"SUBSCRIBE", channel]);
+        let confirmed = tokio::select! {
+            answers = exchange(&mut stream, &command, 1) => answers?,
+            _ = timer.tick() => return Err("no answer to SUBSCRIBE".into()),
+        };
+        match confirmed.first() {
+            Some(Value::Array(items))
+                if items.first() == Some(&Value::Text(b"subscribe".to_vec())) =>
+            {
+                Ok(Subscription {
+                    stream,
+                    buf: Vec::with_capacity(4096),
+                })
+            }
+            other => Err(format!("SUBSCRIBE answered {other:?}")),
+        }
+    }
+
+    /// The next message published on the channel; an error when the connection breaks.
+    pub async fn next(&mut self) -> Result<Vec<u8>, String> {
+        loop {
+            match parse(&self.buf) {
+                Parsed::Value(value, used) => {
+                    self.buf.drain(..used);
+                    if let Value::Array(mut items) = value {
+                        if items.len() == 3 && items[0] == Value::Text(b"message".to_vec()) {
+                            if let Some(Value::Text(payload)) = items.pop() {
+                                return Ok(payload);
+                            }
+                        }
+                    }
+                }
+                Parsed::Incomplete => {
+                    let read = self.stream.read_buf(&mut self.buf).await;
+                    match read.map_err(|e| e.to_string())? {
+                        0 => return Err("closed by redis".into()),
+                        _ => continue,
+                    }
+                }
+                Parsed::Invalid => return Err("not RESP".into()),
+            }
+        }
+    }
+}
+
+/// One command on a connection of its own, answered within the connect timeout.
+pub async fn call_once(config: &RedisStore, args: &[&[u8]]) -> Result<Value, String> {
+    let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+    let command = encode(args);
+    let answers = tokio::select! {
+        answers = async {
+            let mut stream = connect(config).await?;
+            exchange(&mut stream, &command, 1).await
+        } => answers?,
+        _ = timer.tick() => return Err("no answer in time".into()),
+    };
+    match answers.into_iter().next() {
+        Some(Value::Error(e)) => Err(e),
+        Some(value) => Ok(value),
+        None => Err("no answer".into()),
+    }
 }
 
 enum Ended {

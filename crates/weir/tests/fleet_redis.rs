@@ -162,6 +162,43 @@ fn redis_away_admits_without_waiting_and_enforcement_returns_with_it() {
     assert_eq!(status_of(&weir, "/open"), 200);
 }
 
+/// Redis killed and restarted under a steady load through two instances sharing a limit
+/// that does not bind: no request fails (`fail_open`), and none stalls past the timeout.
+#[test]
+fn redis_killed_and_restarted_under_load_fails_no_request() {
+    let mut redis = Redis::start();
+    let up = Upstream::start("app");
+    let body = format!(
+        "{{ average: 100000, burst: 100000, redis: {{ endpoints: [\"{}\"], timeout: 100ms }} }}",
+        redis.endpoint()
+    );
+    let (a, b) = (limited(&up, &body), limited(&up, &body));
+    let loads = [
+        SteadyLoad::start(a.addr(), "/x"),
+        SteadyLoad::start(b.addr(), "/x"),
+    ];
+    std::thread::sleep(Duration::from_millis(300));
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(700));
+    redis.restart();
+    std::thread::sleep(Duration::from_millis(700));
+    for load in loads {
+        let report = load.finish();
+        report.assert_no_failure();
+        assert!(report.ok > 50, "the load ran: {}", report.ok);
+    }
+    // Enforcing again within seconds: the buckets are in the restarted Redis.
+    let back = Instant::now();
+    while redis_cli(redis.port, &["KEYS", "*"]) != "weir:rate:shared:127.0.0.1" {
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "no bucket in the restarted Redis"
+        );
+        assert_eq!(status_of(&a, "/x"), 200);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `fail_open: false`: a Redis that is not there answers 503, at once; `average: 0` limits
 /// nothing and never asks Redis.
 #[test]

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -65,38 +65,41 @@ impl Redis {
     }
 
     /// Sends `args` as one command on this worker's connection and waits for its answer, at
-    /// most the store's `timeout`.
+    /// most the store's `timeout`. On a connection in service, the connection's task enforces
+    /// the timeout (one ticker per connection, not a timer per command); while connecting, the
+    /// command has a timer of its own; with no connection, it fails at once.
     pub async fn call(self: &Arc<Self>, args: &[&[u8]]) -> Result<Value, StoreError> {
-        let answer = self.send(args)?;
-        let Ok(timer) = Ticker::once(self.config.timeout) else {
+        let link = WORKER_LINKS.with(|links| links.borrow_mut().link(self));
+        let state = link.state.get();
+        if state == LinkState::Down {
             return Err(StoreError::Unreachable);
+        }
+        let (tx, answer) = oneshot::channel();
+        let command = Command {
+            bytes: encode(args),
+            deadline: Instant::now() + self.config.timeout.saturating_sub(tick(&self.config)),
+            answer: tx,
         };
-        let outcome = tokio::select! {
-            biased;
-            answer = answer => answer.unwrap_or(Err(StoreError::Unreachable)),
-            _ = timer.tick() => Err(StoreError::Timeout),
+        if link.queue.send(command).is_err() {
+            return Err(StoreError::Unreachable);
+        }
+        let outcome = match state {
+            LinkState::Connecting => {
+                let Ok(timer) = Ticker::once(self.config.timeout) else {
+                    return Err(StoreError::Unreachable);
+                };
+                tokio::select! {
+                    biased;
+                    answer = answer => answer.unwrap_or(Err(StoreError::Unreachable)),
+                    _ = timer.tick() => Err(StoreError::Timeout),
+                }
+            }
+            _ => answer.await.unwrap_or(Err(StoreError::Unreachable)),
         };
         match outcome {
             Ok(Value::Error(text)) => Err(StoreError::Refused(text)),
             other => other,
         }
-    }
-
-    /// Queues a command on this worker's connection (opened on first use).
-    fn send(self: &Arc<Self>, args: &[&[u8]]) -> Result<oneshot::Receiver<Answer>, StoreError> {
-        let link = WORKER_LINKS.with(|links| links.borrow_mut().link(self));
-        if !link.up.get() {
-            return Err(StoreError::Unreachable);
-        }
-        let (tx, rx) = oneshot::channel();
-        let command = Command {
-            bytes: encode(args),
-            answer: tx,
-        };
-        link.queue
-            .send(command)
-            .map_err(|_| StoreError::Unreachable)?;
-        Ok(rx)
     }
 
     /// Logs the first failure after success, and the first success after failure, once for
@@ -116,16 +119,34 @@ type Answer = Result<Value, StoreError>;
 
 struct Command {
     bytes: Vec<u8>,
+    /// When the connection's task answers it `Timeout` if Redis has not.
+    deadline: Instant,
     answer: oneshot::Sender<Answer>,
+}
+
+/// How a worker's connection to a store stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkState {
+    /// Connecting: commands wait, each on a timer of its own.
+    Connecting,
+    /// In service: the connection's task answers late commands `Timeout`.
+    Up,
+    /// After a failed try, until the next one: commands fail at once rather than wait for a
+    /// connection that may never come.
+    Down,
+}
+
+/// How often a connection's task looks for commands past their deadline: a quarter of the
+/// timeout (at least 1 ms), taken off each deadline so that none waits longer than the timeout.
+fn tick(config: &RedisStore) -> Duration {
+    (config.timeout / 4).max(Duration::from_millis(1))
 }
 
 /// A worker's way to one store's connection task.
 struct Link {
     store: Weak<Redis>,
     queue: mpsc::UnboundedSender<Command>,
-    /// Connected or connecting: commands are queued only then; after a failed try, until the
-    /// next one, they fail at once rather than wait for a connection that may never come.
-    up: Rc<std::cell::Cell<bool>>,
+    state: Rc<std::cell::Cell<LinkState>>,
 }
 
 #[derive(Default)]
@@ -145,12 +166,12 @@ impl Links {
         }
         self.0.retain(|l| l.store.strong_count() > 0);
         let (queue, commands) = mpsc::unbounded_channel();
-        let up = Rc::new(std::cell::Cell::new(true));
-        tokio::task::spawn_local(run_connection(target.clone(), commands, up.clone()));
+        let state = Rc::new(std::cell::Cell::new(LinkState::Connecting));
+        tokio::task::spawn_local(run_connection(target.clone(), commands, state.clone()));
         let link = Rc::new(Link {
             store: target,
             queue,
-            up,
+            state,
         });
         self.0.push(link.clone());
         link
@@ -163,25 +184,25 @@ impl Links {
 async fn run_connection(
     store: Weak<Redis>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    up: Rc<std::cell::Cell<bool>>,
+    state: Rc<std::cell::Cell<LinkState>>,
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         let Some(config) = store.upgrade().map(|s| s.config.clone()) else {
             return;
         };
-        up.set(true);
+        state.set(LinkState::Connecting);
         let connected = connect(&config).await;
-        up.set(false);
+        state.set(LinkState::Down);
         match connected {
             Ok(stream) => {
                 if let Some(s) = store.upgrade() {
                     s.note_reachable(true, "");
                 }
                 backoff = FIRST_BACKOFF;
-                up.set(true);
-                let why = serve(stream, &mut commands).await;
-                up.set(false);
+                state.set(LinkState::Up);
+                let why = serve(stream, &mut commands, tick(&config)).await;
+                state.set(LinkState::Down);
                 match (why, store.upgrade()) {
                     (Ended::Closed, _) | (_, None) => return,
                     (Ended::Broken(why), Some(s)) => s.note_reachable(false, &why),
@@ -362,25 +383,45 @@ enum Ended {
 }
 
 /// Serves one connection: commands out (several per write when they queue up), replies back
-/// in order.
-async fn serve(stream: TcpStream, commands: &mut mpsc::UnboundedReceiver<Command>) -> Ended {
+/// in order; every `tick`, the commands past their deadline are answered `Timeout` (their
+/// replies, when they come, are read and dropped).
+async fn serve(
+    stream: TcpStream,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    tick: Duration,
+) -> Ended {
     let (mut reader, mut writer) = stream.into_split();
-    let mut pending: VecDeque<oneshot::Sender<Answer>> = VecDeque::new();
+    let mut pending: VecDeque<(Instant, Option<oneshot::Sender<Answer>>)> = VecDeque::new();
     let mut buf = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
+    let ticker = match Ticker::new(tick) {
+        Ok(ticker) => ticker,
+        Err(e) => return Ended::Broken(format!("no timer: {e}")),
+    };
     let ended = loop {
         tokio::select! {
             command = commands.recv() => {
                 let Some(command) = command else { break Ended::Closed };
                 out.clear();
                 out.extend_from_slice(&command.bytes);
-                pending.push_back(command.answer);
+                pending.push_back((command.deadline, Some(command.answer)));
                 while let Ok(more) = commands.try_recv() {
                     out.extend_from_slice(&more.bytes);
-                    pending.push_back(more.answer);
+                    pending.push_back((more.deadline, Some(more.answer)));
                 }
                 if let Err(e) = writer.write_all(&out).await {
                     break Ended::Broken(e.to_string());
+                }
+            }
+            _ = ticker.tick(), if !pending.is_empty() => {
+                let now = Instant::now();
+                for (deadline, answer) in pending.iter_mut() {
+                    if *deadline > now {
+                        break;
+                    }
+                    if let Some(answer) = answer.take() {
+                        let _ = answer.send(Err(StoreError::Timeout));
+                    }
                 }
             }
             read = reader.read_buf(&mut buf) => {
@@ -395,10 +436,11 @@ async fn serve(stream: TcpStream, commands: &mut mpsc::UnboundedReceiver<Command
                         Parsed::Value(value, n) => {
                             used += n;
                             match pending.pop_front() {
-                                // A command whose request gave up waiting is dropped here.
-                                Some(answer) => {
+                                Some((_, Some(answer))) => {
                                     let _ = answer.send(Ok(value));
                                 }
+                                // Answered `Timeout` already: the reply goes nowhere.
+                                Some((_, None)) => {}
                                 None => break,
                             }
                         }
@@ -416,8 +458,10 @@ async fn serve(stream: TcpStream, commands: &mut mpsc::UnboundedReceiver<Command
             }
         }
     };
-    for answer in pending {
-        let _ = answer.send(Err(StoreError::Unreachable));
+    for (_, answer) in pending {
+        if let Some(answer) = answer {
+            let _ = answer.send(Err(StoreError::Unreachable));
+        }
     }
     ended
 }

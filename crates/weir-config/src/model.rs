@@ -728,6 +728,8 @@ pub struct RedisStore {
     pub key_prefix: String,
     /// When Redis cannot answer in time: admit (true, the default) or answer 503.
     pub fail_open: bool,
+    /// With Sentinel: the endpoints are sentinels, asked for this master's address.
+    pub sentinel_master: Option<String>,
 }
 
 /// The `circuit_breaker` middleware's settings (Traefik's `circuitBreaker`).

@@ -74,7 +74,7 @@ fn three_instances_share_one_limit_however_the_traffic_is_split() {
     // One bucket for the one source, under the prefix, the word and the middleware's name;
     // left idle, it expires in Redis (burst/rate + 1 s), so the next window starts full.
     let keys = || redis_cli(redis.port, &["KEYS", "*"]);
-    assert_eq!(keys(), "weir:rate:shared:127.0.0.1");
+    assert_eq!(keys(), "weir:rate:{shared}:127.0.0.1");
     std::thread::sleep(Duration::from_millis(1600));
     assert_eq!(keys(), "", "the idle bucket expired");
     let (second, refused, elapsed) = hammer(&all, &[2, 2, 2], Duration::from_secs(3));
@@ -189,7 +189,7 @@ fn redis_killed_and_restarted_under_load_fails_no_request() {
     }
     // Enforcing again within seconds: the buckets are in the restarted Redis.
     let back = Instant::now();
-    while redis_cli(redis.port, &["KEYS", "*"]) != "weir:rate:shared:127.0.0.1" {
+    while redis_cli(redis.port, &["KEYS", "*"]) != "weir:rate:{shared}:127.0.0.1" {
         assert!(
             back.elapsed() < Duration::from_secs(5),
             "no bucket in the restarted Redis"
@@ -365,4 +365,156 @@ fn a_follower_back_from_a_gap_drops_its_memory_only_if_it_missed_purges() {
         weir.wait_for_line("memory tier dropped", 1);
         assert!(!cached(weir, "/kept"));
     }
+}
+
+/// A Redis Cluster of three masters, weir pointed at a node that does not hold the limit's
+/// slot: its `MOVED` is followed, the command sent again, and the limit holds (the bucket on
+/// the node that owns the slot of the hash tag `{shared}`). A 1 s timeout: the redirected
+/// command waits for a new connection, which a loaded machine may take a while to make.
+#[test]
+fn a_limit_in_a_redis_cluster_follows_moved() {
+    let nodes: Vec<Redis> = (0..3)
+        .map(|_| {
+            Redis::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+        })
+        .collect();
+    let addresses: Vec<String> = nodes.iter().map(|n| n.endpoint()).collect();
+    let mut create = std::process::Command::new("redis-cli");
+    create.args(["--cluster", "create"]).args(&addresses).args([
+        "--cluster-replicas",
+        "0",
+        "--cluster-yes",
+    ]);
+    stdout_of(&mut create, "redis-cli --cluster create");
+    let started = Instant::now();
+    while !redis_cli(nodes[0].port, &["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the cluster did not form"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The node that owns the slot of `shared`, and one that does not.
+    let slot: u32 = redis_cli(nodes[0].port, &["CLUSTER", "KEYSLOT", "shared"])
+        .parse()
+        .unwrap();
+    let owner = |node: &Redis| {
+        redis_cli(node.port, &["CLUSTER", "NODES"])
+            .lines()
+            .any(|line| {
+                line.contains("myself")
+                    && line.split(' ').skip(8).any(|range| {
+                        let (from, to) = range.split_once('-').unwrap_or((range, range));
+                        (from.parse().unwrap_or(u32::MAX)..=to.parse().unwrap_or(0)).contains(&slot)
+                    })
+            })
+    };
+    let elsewhere = nodes
+        .iter()
+        .find(|n| !owner(n))
+        .expect("a node without the slot");
+    let holder = nodes.iter().find(|n| owner(n)).expect("the slot's node");
+
+    let up = Upstream::start("app");
+    let weir = limited(
+        &up,
+        &format!(
+            "{{ average: 1, period: 1h, redis: {{ endpoints: [\"{}\"], fail_open: false, timeout: 1s }} }}",
+            elsewhere.endpoint()
+        ),
+    );
+    assert_eq!(status_of(&weir, "/x"), 200);
+    for _ in 0..5 {
+        assert_eq!(
+            status_of(&weir, "/x"),
+            429,
+            "the limit holds through the redirect"
+        );
+    }
+    assert_eq!(
+        redis_cli(holder.port, &["EXISTS", "weir:rate:{shared}:127.0.0.1"]),
+        "1"
+    );
+}
+
+/// Sentinel: weir asks the sentinel for the master, and after a failover (the old master
+/// answering `READONLY`) asks again; the limit holds throughout (`fail_open: false`, so a
+/// request Redis could not decide would be a 503).
+#[test]
+fn a_limit_through_sentinel_survives_a_failover() {
+    let master = Redis::start();
+    let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let conf = temp_dir("sentinel").join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "sentinel monitor main 127.0.0.1 {} 1\nsentinel down-after-milliseconds main 1000\nsentinel failover-timeout main 5000\n",
+            master.port
+        ),
+    )
+    .unwrap();
+    let conf_path = conf.display().to_string();
+    let sentinel = Redis::start_with(&[&conf_path, "--sentinel"]);
+    let master_of = || {
+        redis_cli(
+            sentinel.port,
+            &["SENTINEL", "get-master-addr-by-name", "main"],
+        )
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
+    };
+    assert_eq!(master_of(), master.port.to_string());
+    // The replica has caught up before the failover.
+    let started = Instant::now();
+    while !redis_cli(replica.port, &["INFO", "replication"]).contains("master_link_status:up") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the replica did not sync"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let up = Upstream::start("app");
+    let weir = limited(
+        &up,
+        &format!(
+            "{{ average: 1, period: 1h, redis: {{ endpoints: [\"{}\"], sentinel: {{ master_name: main }}, fail_open: false, timeout: 1s }} }}",
+            sentinel.endpoint()
+        ),
+    );
+    assert_eq!(status_of(&weir, "/x"), 200);
+    assert_eq!(status_of(&weir, "/x"), 429);
+
+    assert_eq!(
+        redis_cli(sentinel.port, &["SENTINEL", "FAILOVER", "main"]),
+        "OK"
+    );
+    let started = Instant::now();
+    while master_of() != replica.port.to_string() {
+        assert!(started.elapsed() < Duration::from_secs(15), "no failover");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The old master is demoted once it is told; from then on it answers writes READONLY.
+    while !redis_cli(master.port, &["INFO", "replication"]).contains("role:slave") {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the old master was not demoted"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for _ in 0..10 {
+        assert_eq!(
+            status_of(&weir, "/x"),
+            429,
+            "the limit holds after the failover"
+        );
+    }
+    assert_eq!(up.request_count(), 1);
 }

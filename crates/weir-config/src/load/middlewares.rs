@@ -1712,6 +1712,7 @@ mod basic_auth_tests {
                 timeout: Duration::from_millis(100),
                 key_prefix: "weir:".into(),
                 fail_open: true,
+                sentinel_master: None,
             })
         );
         let limit = loaded_rate_limit(
@@ -1734,6 +1735,12 @@ mod basic_auth_tests {
     fn rate_limit_redis_errors() {
         let mw = |body: &str| format!("{BASE}middlewares:\n  limit:\n    rate_limit: {body}\n");
         assert_eq!(
+            errors(&mw(
+                "{ average: 1, redis: { endpoints: [a:1], sentinel: {} } }"
+            )),
+            vec!["t.yaml:5:68: `sentinel` needs `master_name`, the name the sentinels monitor"]
+        );
+        assert_eq!(
             errors(&mw("{ average: 1, redis: {} }")),
             vec!["t.yaml:5:38: `redis` needs `endpoints`, a list of `host:port` such as `127.0.0.1:6379`"]
         );
@@ -1745,7 +1752,7 @@ mod basic_auth_tests {
                 "t.yaml:5:72: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"h:0\"",
                 "t.yaml:5:89: `timeout` must be more than 0",
                 "t.yaml:5:104: `fail_open` must be `true` or `false`, found `maybe`",
-                "t.yaml:5:111: unknown key `tls` in `redis`; expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open",
+                "t.yaml:5:111: unknown key `tls` in `redis`; expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open, sentinel",
             ]
         );
     }

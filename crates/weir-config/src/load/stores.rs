@@ -1,5 +1,5 @@
 //! The shared stores a fleet of instances agrees through: `redis: { endpoints, username,
-//! password, db, timeout, key_prefix, fail_open }`.
+//! password, db, timeout, key_prefix, fail_open, sentinel: { master_name } }`.
 
 use super::{Fields, Loader};
 use crate::model::RedisStore;
@@ -17,6 +17,7 @@ impl Loader<'_> {
             "timeout",
             "key_prefix",
             "fail_open",
+            "sentinel",
         ];
         let f = self.fields(node, "`redis`", KEYS)?;
         let mut ok = true;
@@ -48,6 +49,21 @@ impl Loader<'_> {
             Some(n) => self.boolean(n, "`fail_open`"),
             None => Some(true),
         };
+        let sentinel_master = match f.get("sentinel") {
+            Some(node) => {
+                let s = self.fields(node, "`sentinel`", &["master_name"]);
+                let name = s.as_ref().map(|s| self.text_key(s, "master_name"));
+                if name.as_deref() == Some("") {
+                    self.error(
+                        node.pos,
+                        "`sentinel` needs `master_name`, the name the sentinels monitor",
+                    );
+                    ok = false;
+                }
+                name
+            }
+            None => None,
+        };
         let store = RedisStore {
             endpoints,
             username: self.text_key(&f, "username"),
@@ -56,6 +72,7 @@ impl Loader<'_> {
             timeout,
             key_prefix: key_prefix?,
             fail_open: fail_open?,
+            sentinel_master,
         };
         timeout_ok?;
         ok.then_some(store)

@@ -137,7 +137,7 @@ return {code, wait}
 "#;
 
 /// The buckets of a `rate_limit` with `redis`: one Redis hash per source, under
-/// `{key_prefix}rate:{middleware}:{source}`, so that every instance naming the same store and
+/// `{key_prefix}rate:{{middleware}}:{source}`, so that every instance naming the same store and
 /// middleware shares them.
 struct SharedBuckets {
     redis: std::sync::Arc<Redis>,
@@ -169,7 +169,8 @@ impl SharedBuckets {
             redis: Redis::new(config.clone()),
             rate,
             burst,
-            key_base: format!("{}rate:{name}:", config.key_prefix).into_bytes(),
+            // The name in braces is a Cluster hash tag: one middleware's buckets on one node.
+            key_base: format!("{}rate:{{{name}}}:", config.key_prefix).into_bytes(),
             sha,
             args,
         }

@@ -32,6 +32,8 @@ pub struct Redis {
     /// Decisions its user could not get from it (Redis away, slow, or answering an error),
     /// counted by the user.
     pub failures: AtomicU64,
+    /// A node a Cluster's `MOVED` or `ASK` named: the next connection tries it first.
+    redirect: std::sync::Mutex<Option<String>>,
 }
 
 /// Why a command got no answer.
@@ -61,6 +63,7 @@ impl Redis {
             config,
             down: AtomicBool::new(false),
             failures: AtomicU64::new(0),
+            redirect: std::sync::Mutex::new(None),
         })
     }
 
@@ -69,6 +72,14 @@ impl Redis {
     /// the timeout (one ticker per connection, not a timer per command); while connecting, the
     /// command has a timer of its own; with no connection, it fails at once.
     pub async fn call(self: &Arc<Self>, args: &[&[u8]]) -> Result<Value, StoreError> {
+        match self.call_here(args).await {
+            // The connection follows the redirect (`serve`); the command goes again, once.
+            Err(StoreError::Refused(e)) if redirected(&e).is_some() => self.call_here(args).await,
+            other => other,
+        }
+    }
+
+    async fn call_here(self: &Arc<Self>, args: &[&[u8]]) -> Result<Value, StoreError> {
         let link = WORKER_LINKS.with(|links| links.borrow_mut().link(self));
         let state = link.state.get();
         if state == LinkState::Down {
@@ -99,6 +110,16 @@ impl Redis {
         match outcome {
             Ok(Value::Error(text)) => Err(StoreError::Refused(text)),
             other => other,
+        }
+    }
+
+    fn take_redirect(&self) -> Option<String> {
+        self.redirect.lock().ok()?.take()
+    }
+
+    fn set_redirect(&self, to: Option<String>) {
+        if let Ok(mut redirect) = self.redirect.lock() {
+            *redirect = to;
         }
     }
 
@@ -192,7 +213,8 @@ async fn run_connection(
             return;
         };
         state.set(LinkState::Connecting);
-        let connected = connect(&config).await;
+        let redirect = store.upgrade().and_then(|s| s.take_redirect());
+        let connected = connect(&config, redirect).await;
         state.set(LinkState::Down);
         match connected {
             Ok(stream) => {
@@ -205,7 +227,16 @@ async fn run_connection(
                 state.set(LinkState::Down);
                 match (why, store.upgrade()) {
                     (Ended::Closed, _) | (_, None) => return,
-                    (Ended::Broken(why), Some(s)) => s.note_reachable(false, &why),
+                    // A connection that worked is tried again at once (a demoted master
+                    // closes its clients, a restarted Redis is back): only a failed try backs
+                    // off.
+                    (Ended::Broken, Some(_)) => continue,
+                    // Straight to the node named (or, for a demoted master, to the one the
+                    // sentinels name now), no backoff.
+                    (Ended::Redirected(to), Some(s)) => {
+                        s.set_redirect(to);
+                        continue;
+                    }
                 }
             }
             Err(why) => match store.upgrade() {
@@ -232,16 +263,73 @@ async fn run_connection(
     }
 }
 
-/// A connection to the first endpoint that answers, authenticated and on its database.
-async fn connect(config: &RedisStore) -> Result<TcpStream, String> {
+/// A connection to the first endpoint that answers (after `redirect`, a node a Cluster
+/// named), authenticated and on its database. With `sentinel_master`, the endpoints are
+/// sentinels, and the connection is to the master the first one that answers names.
+async fn connect(config: &RedisStore, redirect: Option<String>) -> Result<TcpStream, String> {
     let mut why = String::from("no endpoint");
-    for endpoint in &config.endpoints {
-        match connect_one(config, endpoint).await {
+    if let Some(endpoint) = redirect {
+        match connect_one(config, &endpoint).await {
             Ok(stream) => return Ok(stream),
             Err(e) => why = format!("{endpoint}: {e}"),
         }
     }
+    for endpoint in &config.endpoints {
+        let server = match &config.sentinel_master {
+            Some(master) => match master_from_sentinel(endpoint, master).await {
+                Ok(server) => server,
+                Err(e) => {
+                    why = format!("sentinel {endpoint}: {e}");
+                    continue;
+                }
+            },
+            None => endpoint.clone(),
+        };
+        match connect_one(config, &server).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => why = format!("{server}: {e}"),
+        }
+    }
     Err(why)
+}
+
+/// The address a sentinel gives for `master`.
+async fn master_from_sentinel(sentinel: &str, master: &str) -> Result<String, String> {
+    let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
+    let command = encode(&[b"SENTINEL", b"get-master-addr-by-name", master.as_bytes()]);
+    let answers = tokio::select! {
+        answers = async {
+            let mut stream = TcpStream::connect(sentinel).await.map_err(|e| e.to_string())?;
+            exchange(&mut stream, &command, 1).await
+        } => answers?,
+        _ = timer.tick() => return Err("no answer in time".into()),
+    };
+    match answers.first() {
+        Some(Value::Array(items)) => match items.as_slice() {
+            [Value::Text(host), Value::Text(port)] => Ok(format!(
+                "{}:{}",
+                String::from_utf8_lossy(host),
+                String::from_utf8_lossy(port)
+            )),
+            _ => Err(format!("an answer not host and port: {items:?}")),
+        },
+        Some(Value::Nil) => Err(format!("it does not know master `{master}`")),
+        other => Err(format!("it answered {other:?}")),
+    }
+}
+
+/// Where a reply sends the command: a Cluster's `MOVED slot host:port` or `ASK slot
+/// host:port` (`Some(Some(node))`), or a demoted master's `READONLY` (`Some(None)`: ask the
+/// sentinels again).
+fn redirected(error: &str) -> Option<Option<String>> {
+    if error.starts_with("READONLY") {
+        return Some(None);
+    }
+    let mut words = error.split(' ');
+    match (words.next(), words.next(), words.next()) {
+        (Some("MOVED" | "ASK"), Some(_slot), Some(node)) => Some(Some(node.to_string())),
+        _ => None,
+    }
 }
 
 async fn connect_one(config: &RedisStore, endpoint: &str) -> Result<TcpStream, String> {
@@ -311,7 +399,7 @@ impl Subscription {
     /// Connects (trying the endpoints in order), subscribes to `channel`, and waits until
     /// Redis confirms: what is published from then on arrives.
     pub async fn open(config: &RedisStore, channel: &[u8]) -> Result<Subscription, String> {
-        let mut stream = connect(config).await?;
+        let mut stream = connect(config, None).await?;
         let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
         let command = encode(&[b"SUBSCRIBE", channel]);
         let confirmed = tokio::select! {
@@ -358,28 +446,45 @@ impl Subscription {
     }
 }
 
-/// One command on a connection of its own, answered within the connect timeout.
+/// One command on a connection of its own, answered within the connect timeout; a Cluster's
+/// redirect is followed once.
 pub async fn call_once(config: &RedisStore, args: &[&[u8]]) -> Result<Value, String> {
+    match call_once_at(config, args, None).await {
+        Ok(Value::Error(e)) => match redirected(&e) {
+            Some(to) => match call_once_at(config, args, to).await? {
+                Value::Error(e) => Err(e),
+                value => Ok(value),
+            },
+            None => Err(e),
+        },
+        other => other,
+    }
+}
+
+async fn call_once_at(
+    config: &RedisStore,
+    args: &[&[u8]],
+    redirect: Option<String>,
+) -> Result<Value, String> {
     let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
     let command = encode(args);
     let answers = tokio::select! {
         answers = async {
-            let mut stream = connect(config).await?;
+            let mut stream = connect(config, redirect).await?;
             exchange(&mut stream, &command, 1).await
         } => answers?,
         _ = timer.tick() => return Err("no answer in time".into()),
     };
-    match answers.into_iter().next() {
-        Some(Value::Error(e)) => Err(e),
-        Some(value) => Ok(value),
-        None => Err("no answer".into()),
-    }
+    answers.into_iter().next().ok_or_else(|| "no answer".into())
 }
 
 enum Ended {
     /// The worker's side went away: no more commands will come.
     Closed,
-    Broken(String),
+    /// The connection failed (closed, reset, or not speaking RESP).
+    Broken,
+    /// A reply redirected a command: reconnect there (see [`redirected`]).
+    Redirected(Option<String>),
 }
 
 /// Serves one connection: commands out (several per write when they queue up), replies back
@@ -396,7 +501,7 @@ async fn serve(
     let mut out = Vec::with_capacity(4096);
     let ticker = match Ticker::new(tick) {
         Ok(ticker) => ticker,
-        Err(e) => return Ended::Broken(format!("no timer: {e}")),
+        Err(_) => return Ended::Broken,
     };
     let ended = loop {
         tokio::select! {
@@ -409,8 +514,8 @@ async fn serve(
                     out.extend_from_slice(&more.bytes);
                     pending.push_back((more.deadline, Some(more.answer)));
                 }
-                if let Err(e) = writer.write_all(&out).await {
-                    break Ended::Broken(e.to_string());
+                if writer.write_all(&out).await.is_err() {
+                    break Ended::Broken;
                 }
             }
             _ = ticker.tick(), if !pending.is_empty() => {
@@ -425,16 +530,18 @@ async fn serve(
                 }
             }
             read = reader.read_buf(&mut buf) => {
-                match read {
-                    Ok(0) => break Ended::Broken("closed by redis".into()),
-                    Err(e) => break Ended::Broken(e.to_string()),
-                    Ok(_) => {}
+                if !matches!(read, Ok(n) if n > 0) {
+                    break Ended::Broken;
                 }
                 let mut used = 0;
+                let mut redirect = None;
                 loop {
                     match parse(&buf[used..]) {
                         Parsed::Value(value, n) => {
                             used += n;
+                            if let Value::Error(e) = &value {
+                                redirect = redirect.or(redirected(e));
+                            }
                             match pending.pop_front() {
                                 Some((_, Some(answer))) => {
                                     let _ = answer.send(Ok(value));
@@ -452,9 +559,12 @@ async fn serve(
                     }
                 }
                 if used == usize::MAX {
-                    break Ended::Broken("not RESP".into());
+                    break Ended::Broken;
                 }
                 buf.drain(..used);
+                if let Some(to) = redirect {
+                    break Ended::Redirected(to);
+                }
             }
         }
     };

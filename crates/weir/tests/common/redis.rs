@@ -9,15 +9,31 @@ use std::time::Duration;
 pub struct Redis {
     child: Option<Child>,
     pub port: u16,
+    /// More `redis-server` arguments (a cluster node's, a replica's, a sentinel's).
+    extra: Vec<String>,
+    /// Its working folder (a cluster node's `nodes.conf`, a sentinel's config).
+    pub dir: std::path::PathBuf,
 }
 
 impl Redis {
     pub fn start() -> Redis {
-        Redis::start_on(free_port())
+        Redis::start_with(&[])
     }
 
-    pub fn start_on(port: u16) -> Redis {
-        let mut redis = Redis { child: None, port };
+    /// A server on a free port with more `redis-server` arguments; a `{dir}` in them is its
+    /// working folder.
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let dir = super::temp_dir("redis");
+        let extra = extra
+            .iter()
+            .map(|a| a.replace("{dir}", &dir.display().to_string()))
+            .collect();
+        let mut redis = Redis {
+            child: None,
+            port: free_port(),
+            extra,
+            dir,
+        };
         redis.restart();
         redis
     }
@@ -31,8 +47,10 @@ impl Redis {
     pub fn restart(&mut self) {
         self.stop();
         let mut child = Command::new("redis-server")
+            .args(&self.extra)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -308,7 +308,7 @@ pub struct EntrypointTls {
 
 /// A PEM certificate chain and its private key, as written in the config (paths resolved
 /// against the config file's folder).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificateFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
@@ -533,7 +533,7 @@ pub struct Retry {
     pub budget: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UpstreamTls {
     /// PEM CA certificates to trust instead of the system roots.
     pub ca: Option<PathBuf>,
@@ -730,6 +730,8 @@ pub struct RedisStore {
     pub fail_open: bool,
     /// With Sentinel: the endpoints are sentinels, asked for this master's address.
     pub sentinel_master: Option<String>,
+    /// TLS to Redis (and to the sentinels); `None`: plain TCP.
+    pub tls: Option<UpstreamTls>,
 }
 
 /// The `circuit_breaker` middleware's settings (Traefik's `circuitBreaker`).

@@ -248,6 +248,14 @@ fn bad_redis_settings_are_refused_where_they_are() {
         out.contains(":5:52: a Redis endpoint must be `host:port`"),
         "{out}"
     );
+    let out = weir_check_refuses(
+        "redis-bad-ca",
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nmiddlewares:\n  shared:\n    rate_limit: { average: 5, redis: { endpoints: [\"a:1\"], tls: { ca: /nowhere/ca.pem } } }\n",
+    );
+    assert!(
+        out.contains("weir.yaml:5:65: middleware `shared`: cannot read CA file /nowhere/ca.pem"),
+        "{out}"
+    );
 }
 
 /// Three instances caching one nginx origin, with `purge.fanout` through `redis`.
@@ -517,4 +525,49 @@ fn a_limit_through_sentinel_survives_a_failover() {
         );
     }
     assert_eq!(up.request_count(), 1);
+}
+
+/// TLS to Redis (`redis-server --tls-port`, clients not asked for a certificate): the limit
+/// holds through it, with the server's certificate checked against `tls.ca`; a wrong CA is
+/// a failed handshake, so no decision (`fail_open: false`: 503).
+#[test]
+fn a_limit_through_tls_to_redis() {
+    let dir = temp_dir("redis-tls");
+    let server = make_cert(&dir, "redis", &["localhost"], false);
+    let other = make_cert(&dir, "other", &["localhost"], false);
+    let (cert, key) = (
+        server.cert.display().to_string(),
+        server.key.display().to_string(),
+    );
+    let redis = Redis::start_with(&[
+        "--tls-port",
+        "{port}",
+        "--port",
+        "0",
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &cert,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let up = Upstream::start("app");
+    let with_ca = |ca: &std::path::Path| {
+        limited(
+            &up,
+            &format!(
+                "{{ average: 1, period: 1h, redis: {{ endpoints: [\"{}\"], fail_open: false, timeout: 1s, tls: {{ ca: \"{}\", server_name: localhost }} }} }}",
+                redis.endpoint(),
+                ca.display()
+            ),
+        )
+    };
+    let trusted = with_ca(&server.cert);
+    assert_eq!(status_of(&trusted, "/x"), 200);
+    assert_eq!(status_of(&trusted, "/x"), 429);
+    let untrusted = with_ca(&other.cert);
+    assert_eq!(status_of(&untrusted, "/x"), 503);
+    untrusted.wait_for_line("TLS", 1);
 }

@@ -1713,6 +1713,7 @@ mod basic_auth_tests {
                 key_prefix: "weir:".into(),
                 fail_open: true,
                 sentinel_master: None,
+                tls: None,
             })
         );
         let limit = loaded_rate_limit(
@@ -1745,14 +1746,14 @@ mod basic_auth_tests {
             vec!["t.yaml:5:38: `redis` needs `endpoints`, a list of `host:port` such as `127.0.0.1:6379`"]
         );
         assert_eq!(
-            errors(&mw("{ average: 1, redis: { endpoints: [localhost, \":6379\", \"h:0\"], timeout: 0s, fail_open: maybe, tls: true } }")),
+            errors(&mw("{ average: 1, redis: { endpoints: [localhost, \":6379\", \"h:0\"], timeout: 0s, fail_open: maybe, tlz: true } }")),
             vec![
                 "t.yaml:5:52: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"localhost\"",
                 "t.yaml:5:63: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \":6379\"",
                 "t.yaml:5:72: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"h:0\"",
                 "t.yaml:5:89: `timeout` must be more than 0",
                 "t.yaml:5:104: `fail_open` must be `true` or `false`, found `maybe`",
-                "t.yaml:5:111: unknown key `tls` in `redis`; expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open, sentinel",
+                "t.yaml:5:111: unknown key `tlz` in `redis`; expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open, sentinel, tls",
             ]
         );
     }

@@ -262,12 +262,28 @@ impl Loader<'_> {
         f: &Fields<'_>,
         servers: &[UpstreamServer],
     ) -> UpstreamTls {
-        let mut tls = UpstreamTls {
+        let tls = UpstreamTls {
             pos: f.pos,
             ..UpstreamTls::default()
         };
         let Some(t) = f.get("tls") else { return tls };
-        tls.pos = t.pos;
+        let tls = self.client_tls(t);
+        if !servers.iter().any(|s| s.tls) {
+            self.error(
+                t.pos,
+                "`tls` applies to https:// servers; this service has none",
+            );
+        }
+        tls
+    }
+
+    /// A client side's `tls: { ca, server_name, insecure_skip_verify, certificate }` (a
+    /// service's towards its servers, a store's).
+    pub(super) fn client_tls(&mut self, t: &Node) -> UpstreamTls {
+        let mut tls = UpstreamTls {
+            pos: t.pos,
+            ..UpstreamTls::default()
+        };
         let keys = ["ca", "server_name", "insecure_skip_verify", "certificate"];
         if let Some(tf) = self.fields(t, "`tls`", &keys) {
             if let Some(ca) = tf.get("ca").and_then(|n| self.string(n, "`ca`")) {
@@ -283,12 +299,6 @@ impl Loader<'_> {
             tls.certificate = tf
                 .get("certificate")
                 .and_then(|c| self.certificate_files(c, "`certificate`"));
-        }
-        if !servers.iter().any(|s| s.tls) {
-            self.error(
-                t.pos,
-                "`tls` applies to https:// servers; this service has none",
-            );
         }
         tls
     }

@@ -1,5 +1,5 @@
 //! The shared stores a fleet of instances agrees through: `redis: { endpoints, username,
-//! password, db, timeout, key_prefix, fail_open, sentinel: { master_name } }`.
+//! password, db, timeout, key_prefix, fail_open, sentinel: { master_name }, tls }`.
 
 use super::{Fields, Loader};
 use crate::model::RedisStore;
@@ -18,6 +18,7 @@ impl Loader<'_> {
             "key_prefix",
             "fail_open",
             "sentinel",
+            "tls",
         ];
         let f = self.fields(node, "`redis`", KEYS)?;
         let mut ok = true;
@@ -73,6 +74,7 @@ impl Loader<'_> {
             key_prefix: key_prefix?,
             fail_open: fail_open?,
             sentinel_master,
+            tls: f.get("tls").map(|t| self.client_tls(t)),
         };
         timeout_ok?;
         ok.then_some(store)

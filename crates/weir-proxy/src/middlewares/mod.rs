@@ -167,7 +167,7 @@ impl Filter {
                 Kept::DigestAuth(Box::new(digest_auth::DigestAuth::new(config)))
             }
             // An `average` of 0 limits nothing: no buckets, no work per request.
-            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(name, config)
+            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(name, config)?
                 .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
             MiddlewareKind::InFlightReq(config) => {
                 Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))

@@ -46,21 +46,21 @@ impl std::fmt::Debug for RateLimit {
 impl RateLimit {
     /// `None` for an `average` of 0, which limits nothing (in Redis too: one of Traefik's
     /// Redis limiter's bugs refused everything there).
-    pub fn new(name: &str, config: &weir_config::RateLimit) -> Option<RateLimit> {
+    pub fn new(name: &str, config: &weir_config::RateLimit) -> Result<Option<RateLimit>, String> {
         if config.average == 0 {
-            return None;
+            return Ok(None);
         }
         // Traefik's arithmetic: average × 1 s in integer nanoseconds, over the period's.
         let rate = (config.average * 1_000_000_000) as f64 / config.period.as_nanos() as f64;
         let burst = config.burst as f64;
         let store = match &config.redis {
-            Some(redis) => Store::Redis(Box::new(SharedBuckets::new(name, redis, rate, burst))),
+            Some(redis) => Store::Redis(Box::new(SharedBuckets::new(name, redis, rate, burst)?)),
             None => Store::Local(Buckets::new(rate, burst)),
         };
-        Some(RateLimit {
+        Ok(Some(RateLimit {
             criterion: config.source_criterion.clone(),
             store,
-        })
+        }))
     }
 
     pub(super) fn shared_store(&self) -> Option<&std::sync::Arc<Redis>> {
@@ -151,7 +151,12 @@ struct SharedBuckets {
 }
 
 impl SharedBuckets {
-    fn new(name: &str, config: &weir_config::RedisStore, rate: f64, burst: f64) -> Self {
+    fn new(
+        name: &str,
+        config: &weir_config::RedisStore,
+        rate: f64,
+        burst: f64,
+    ) -> Result<Self, String> {
         let digest = ring::digest::digest(
             &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
             BUCKET_SCRIPT.as_bytes(),
@@ -165,15 +170,15 @@ impl SharedBuckets {
             idle_ms.to_string(),
             max_delay(rate).as_micros().to_string(),
         ];
-        SharedBuckets {
-            redis: Redis::new(config.clone()),
+        Ok(SharedBuckets {
+            redis: Redis::new(config.clone())?,
             rate,
             burst,
             // The name in braces is a Cluster hash tag: one middleware's buckets on one node.
             key_base: format!("{}rate:{{{name}}}:", config.key_prefix).into_bytes(),
             sha,
             args,
-        }
+        })
     }
 
     /// The bucket's key for `source`.
@@ -463,7 +468,11 @@ mod tests {
             source_criterion: SourceCriterion::default(),
             redis: None,
         };
-        match RateLimit::new("limit", &config).expect("limits").store {
+        match RateLimit::new("limit", &config)
+            .unwrap()
+            .expect("limits")
+            .store
+        {
             Store::Local(buckets) => buckets,
             Store::Redis(_) => unreachable!(),
         }
@@ -490,7 +499,7 @@ mod tests {
             source_criterion: SourceCriterion::default(),
             redis: None,
         };
-        assert!(RateLimit::new("limit", &off).is_none());
+        assert!(RateLimit::new("limit", &off).unwrap().is_none());
     }
 
     /// A wait to the microsecond: the bucket's float arithmetic is off by a nanosecond or so.

@@ -1,72 +1,14 @@
 //! Per-worker keep-alive pools of upstream connections, indexed by server id, and the upstream
-//! connection itself: plain TCP or TLS, one enum so one pool holds both. Single-threaded (each
+//! connection itself (its stream, plain TCP or TLS, is `io/upstream_io.rs`). Single-threaded (each
 //! worker owns its pool), so no locks: a checkout is a `Vec::pop`.
 
 use crate::io::buffers::READ_CHUNK;
 use bytes::BytesMut;
 use std::cell::RefCell;
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// The byte stream to an upstream server.
-pub enum UpstreamIo {
-    Plain(TcpStream),
-    /// Boxed: a TLS session is large, and most upstreams are plain.
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl UpstreamIo {
-    fn tcp(&self) -> &TcpStream {
-        match self {
-            UpstreamIo::Plain(io) => io,
-            UpstreamIo::Tls(io) => io.get_ref().0,
-        }
-    }
-}
-
-impl AsyncRead for UpstreamIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpstreamIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_flush(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            UpstreamIo::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+pub use crate::io::upstream_io::UpstreamIo;
 
 /// An upstream connection and its read buffer.
 pub struct UpstreamConn {

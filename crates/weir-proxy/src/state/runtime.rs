@@ -230,7 +230,7 @@ impl Runtime {
                 let filter = Filter::new(&m.name, m.kind.clone(), &mut upstreams);
                 filter
                     .map(Arc::new)
-                    .map_err(|e| format!("middleware `{}`: {e}", m.name))
+                    .map_err(|e| within(&format!("middleware `{}`", m.name), &e))
             };
             let filter = match Filter::holds_services(&m.kind) {
                 true => build()?,
@@ -256,7 +256,9 @@ impl Runtime {
                     Store::new(c.memory, c.disk.as_ref()).map(Arc::new)
                 })
                 .map_err(|e| format!("cache `{}`: {e}", c.name))?;
-            caches.insert(c.name.as_str(), Arc::new(ResponseCache::new(c, store)));
+            let cache = ResponseCache::new(c, store)
+                .map_err(|e| within(&format!("cache `{}`", c.name), &e))?;
+            caches.insert(c.name.as_str(), Arc::new(cache));
         }
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {
@@ -420,5 +422,17 @@ impl Runtime {
     /// The slot of the entrypoint called `name`.
     pub fn slot(&self, name: &str) -> Option<usize> {
         self.slots.iter().position(|n| n == name)
+    }
+}
+/// `error` about `what`: a placed one (`LINE:COLUMN: message`) keeps its place in front, so
+/// that it is reported as `FILE:LINE:COLUMN: what: message`.
+fn within(what: &str, error: &str) -> String {
+    let placed = error.split_once(": ").filter(|(at, _)| {
+        at.split_once(':')
+            .is_some_and(|(l, c)| l.parse::<usize>().is_ok() && c.parse::<usize>().is_ok())
+    });
+    match placed {
+        Some((at, message)) => format!("{at}: {what}: {message}"),
+        None => format!("{what}: {error}"),
     }
 }

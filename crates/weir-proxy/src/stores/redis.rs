@@ -5,6 +5,7 @@
 //! for the control side, a subscription to a channel and one-off commands.
 
 use crate::io::ticker::Ticker;
+use crate::io::upstream_io::UpstreamIo;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use weir_config::RedisStore;
+use weir_config::{RedisStore, UpstreamProtocol};
 
 /// The longest wait for a connection (the store's `timeout` bounds the commands, not this:
 /// commands fail at once while there is no connection).
@@ -23,10 +24,54 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// How to reach a store: its settings, and the TLS client settings they make.
+#[derive(Debug)]
+pub struct Dialer {
+    pub config: RedisStore,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Dialer {
+    /// Errors (an unreadable CA file, say) read `LINE:COLUMN: message`.
+    pub fn new(config: RedisStore) -> Result<Dialer, String> {
+        let tls = match &config.tls {
+            Some(tls) => {
+                let http = crate::listen::tls::client_config(tls, UpstreamProtocol::Http1)?;
+                let mut plain = (*http).clone();
+                plain.alpn_protocols.clear();
+                Some(Arc::new(plain))
+            }
+            None => None,
+        };
+        Ok(Dialer { config, tls })
+    }
+
+    /// A connection to `endpoint` (`host:port`), through TLS when the store has it.
+    async fn open(&self, endpoint: &str) -> Result<UpstreamIo, String> {
+        let stream = TcpStream::connect(endpoint)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = stream.set_nodelay(true);
+        let (Some(tls), Some(settings)) = (&self.tls, &self.config.tls) else {
+            return Ok(UpstreamIo::Plain(stream));
+        };
+        let host = endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = crate::listen::tls::server_name(settings, host)?;
+        let connector = tokio_rustls::TlsConnector::from(tls.clone());
+        let session = connector
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        Ok(UpstreamIo::Tls(Box::new(session)))
+    }
+}
+
 /// One configured store, shared by the workers; each worker opens its own connection.
 #[derive(Debug)]
 pub struct Redis {
     pub config: RedisStore,
+    dialer: Dialer,
     /// Whether the last connection attempt of any worker failed (for the log's two lines).
     down: AtomicBool,
     /// Decisions its user could not get from it (Redis away, slow, or answering an error),
@@ -58,13 +103,14 @@ pub enum Value {
 }
 
 impl Redis {
-    pub fn new(config: RedisStore) -> Arc<Redis> {
-        Arc::new(Redis {
+    pub fn new(config: RedisStore) -> Result<Arc<Redis>, String> {
+        Ok(Arc::new(Redis {
+            dialer: Dialer::new(config.clone())?,
             config,
             down: AtomicBool::new(false),
             failures: AtomicU64::new(0),
             redirect: std::sync::Mutex::new(None),
-        })
+        }))
     }
 
     /// Sends `args` as one command on this worker's connection and waits for its answer, at
@@ -209,12 +255,14 @@ async fn run_connection(
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let Some(config) = store.upgrade().map(|s| s.config.clone()) else {
+        let Some(redis) = store.upgrade() else {
             return;
         };
         state.set(LinkState::Connecting);
-        let redirect = store.upgrade().and_then(|s| s.take_redirect());
-        let connected = connect(&config, redirect).await;
+        let redirect = redis.take_redirect();
+        let connected = connect(&redis.dialer, redirect).await;
+        let tick = tick(&redis.config);
+        drop(redis);
         state.set(LinkState::Down);
         match connected {
             Ok(stream) => {
@@ -223,7 +271,7 @@ async fn run_connection(
                 }
                 backoff = FIRST_BACKOFF;
                 state.set(LinkState::Up);
-                let why = serve(stream, &mut commands, tick(&config)).await;
+                let why = serve(stream, &mut commands, tick).await;
                 state.set(LinkState::Down);
                 match (why, store.upgrade()) {
                     (Ended::Closed, _) | (_, None) => return,
@@ -266,17 +314,18 @@ async fn run_connection(
 /// A connection to the first endpoint that answers (after `redirect`, a node a Cluster
 /// named), authenticated and on its database. With `sentinel_master`, the endpoints are
 /// sentinels, and the connection is to the master the first one that answers names.
-async fn connect(config: &RedisStore, redirect: Option<String>) -> Result<TcpStream, String> {
+async fn connect(dialer: &Dialer, redirect: Option<String>) -> Result<UpstreamIo, String> {
+    let config = &dialer.config;
     let mut why = String::from("no endpoint");
     if let Some(endpoint) = redirect {
-        match connect_one(config, &endpoint).await {
+        match connect_one(dialer, &endpoint).await {
             Ok(stream) => return Ok(stream),
             Err(e) => why = format!("{endpoint}: {e}"),
         }
     }
     for endpoint in &config.endpoints {
         let server = match &config.sentinel_master {
-            Some(master) => match master_from_sentinel(endpoint, master).await {
+            Some(master) => match master_from_sentinel(dialer, endpoint, master).await {
                 Ok(server) => server,
                 Err(e) => {
                     why = format!("sentinel {endpoint}: {e}");
@@ -285,7 +334,7 @@ async fn connect(config: &RedisStore, redirect: Option<String>) -> Result<TcpStr
             },
             None => endpoint.clone(),
         };
-        match connect_one(config, &server).await {
+        match connect_one(dialer, &server).await {
             Ok(stream) => return Ok(stream),
             Err(e) => why = format!("{server}: {e}"),
         }
@@ -294,12 +343,16 @@ async fn connect(config: &RedisStore, redirect: Option<String>) -> Result<TcpStr
 }
 
 /// The address a sentinel gives for `master`.
-async fn master_from_sentinel(sentinel: &str, master: &str) -> Result<String, String> {
+async fn master_from_sentinel(
+    dialer: &Dialer,
+    sentinel: &str,
+    master: &str,
+) -> Result<String, String> {
     let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
     let command = encode(&[b"SENTINEL", b"get-master-addr-by-name", master.as_bytes()]);
     let answers = tokio::select! {
         answers = async {
-            let mut stream = TcpStream::connect(sentinel).await.map_err(|e| e.to_string())?;
+            let mut stream = dialer.open(sentinel).await?;
             exchange(&mut stream, &command, 1).await
         } => answers?,
         _ = timer.tick() => return Err("no answer in time".into()),
@@ -332,13 +385,13 @@ fn redirected(error: &str) -> Option<Option<String>> {
     }
 }
 
-async fn connect_one(config: &RedisStore, endpoint: &str) -> Result<TcpStream, String> {
+async fn connect_one(dialer: &Dialer, endpoint: &str) -> Result<UpstreamIo, String> {
+    let config = &dialer.config;
     let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
     let mut stream = tokio::select! {
-        stream = TcpStream::connect(endpoint) => stream.map_err(|e| e.to_string())?,
+        stream = dialer.open(endpoint) => stream?,
         _ = timer.tick() => return Err("connect timed out".into()),
     };
-    let _ = stream.set_nodelay(true);
     let mut hello = Vec::new();
     if !config.password.is_empty() {
         let mut args: Vec<&[u8]> = vec![b"AUTH"];
@@ -364,7 +417,7 @@ async fn connect_one(config: &RedisStore, endpoint: &str) -> Result<TcpStream, S
 
 /// Writes `bytes` and reads `count` replies.
 async fn exchange(
-    stream: &mut TcpStream,
+    stream: &mut UpstreamIo,
     bytes: &[u8],
     count: usize,
 ) -> Result<Vec<Value>, String> {
@@ -391,15 +444,15 @@ async fn exchange(
 /// A connection subscribed to one channel, for a follower on the control side (which has no
 /// worker's connection).
 pub struct Subscription {
-    stream: TcpStream,
+    stream: UpstreamIo,
     buf: Vec<u8>,
 }
 
 impl Subscription {
     /// Connects (trying the endpoints in order), subscribes to `channel`, and waits until
     /// Redis confirms: what is published from then on arrives.
-    pub async fn open(config: &RedisStore, channel: &[u8]) -> Result<Subscription, String> {
-        let mut stream = connect(config, None).await?;
+    pub async fn open(dialer: &Dialer, channel: &[u8]) -> Result<Subscription, String> {
+        let mut stream = connect(dialer, None).await?;
         let timer = Ticker::once(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
         let command = encode(&[b"SUBSCRIBE", channel]);
         let confirmed = tokio::select! {
@@ -448,10 +501,10 @@ impl Subscription {
 
 /// One command on a connection of its own, answered within the connect timeout; a Cluster's
 /// redirect is followed once.
-pub async fn call_once(config: &RedisStore, args: &[&[u8]]) -> Result<Value, String> {
-    match call_once_at(config, args, None).await {
+pub async fn call_once(dialer: &Dialer, args: &[&[u8]]) -> Result<Value, String> {
+    match call_once_at(dialer, args, None).await {
         Ok(Value::Error(e)) => match redirected(&e) {
-            Some(to) => match call_once_at(config, args, to).await? {
+            Some(to) => match call_once_at(dialer, args, to).await? {
                 Value::Error(e) => Err(e),
                 value => Ok(value),
             },
@@ -462,7 +515,7 @@ pub async fn call_once(config: &RedisStore, args: &[&[u8]]) -> Result<Value, Str
 }
 
 async fn call_once_at(
-    config: &RedisStore,
+    dialer: &Dialer,
     args: &[&[u8]],
     redirect: Option<String>,
 ) -> Result<Value, String> {
@@ -470,7 +523,7 @@ async fn call_once_at(
     let command = encode(args);
     let answers = tokio::select! {
         answers = async {
-            let mut stream = connect(config, redirect).await?;
+            let mut stream = connect(dialer, redirect).await?;
             exchange(&mut stream, &command, 1).await
         } => answers?,
         _ = timer.tick() => return Err("no answer in time".into()),
@@ -491,11 +544,11 @@ enum Ended {
 /// in order; every `tick`, the commands past their deadline are answered `Timeout` (their
 /// replies, when they come, are read and dropped).
 async fn serve(
-    stream: TcpStream,
+    stream: UpstreamIo,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     tick: Duration,
 ) -> Ended {
-    let (mut reader, mut writer) = stream.into_split();
+    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut pending: VecDeque<(Instant, Option<oneshot::Sender<Answer>>)> = VecDeque::new();
     let mut buf = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);

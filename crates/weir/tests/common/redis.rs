@@ -21,7 +21,7 @@ impl Redis {
     }
 
     /// A server on a free port with more `redis-server` arguments; a `{dir}` in them is its
-    /// working folder.
+    /// working folder, a `{port}` its port.
     pub fn start_with(extra: &[&str]) -> Redis {
         let dir = super::temp_dir("redis");
         let extra = extra
@@ -46,10 +46,23 @@ impl Redis {
     /// Starts the server (again, empty) on its port.
     pub fn restart(&mut self) {
         self.stop();
+        // A config file (a sentinel's) goes first; the other arguments after the defaults, so
+        // that they can override them (`--port 0` beside `--tls-port {port}`).
+        let port = self.port.to_string();
+        let extra: Vec<String> = self
+            .extra
+            .iter()
+            .map(|a| a.replace("{port}", &port))
+            .collect();
+        let (file, rest) = match extra.split_first() {
+            Some((first, rest)) if first.ends_with(".conf") => (vec![first.clone()], rest),
+            _ => (Vec::new(), &extra[..]),
+        };
         let mut child = Command::new("redis-server")
-            .args(&self.extra)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(&file)
+            .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(rest)
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -7,7 +7,7 @@
 use super::purge::{self, PurgeOrder};
 use super::store::ResponseCache;
 use crate::io::ticker::Ticker;
-use crate::stores::redis::{self, Redis, Subscription, Value};
+use crate::stores::redis::{self, Dialer, Redis, Subscription, Value};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use weir_config::RedisStore;
@@ -37,13 +37,13 @@ pub struct Fanout {
 }
 
 impl Fanout {
-    pub fn new(cache: &str, config: &RedisStore) -> Fanout {
+    pub fn new(cache: &str, config: &RedisStore) -> Result<Fanout, String> {
         let channel = format!("{}purge:{cache}", config.key_prefix);
-        Fanout {
-            redis: Redis::new(config.clone()),
+        Ok(Fanout {
+            redis: Redis::new(config.clone())?,
             counter: format!("{channel}:seq").into_bytes(),
             channel: channel.into_bytes(),
-        }
+        })
     }
 
     /// Publishes `order`; whether Redis took it (within the store's `timeout`).
@@ -116,15 +116,22 @@ pub async fn follow(
 ) {
     let channel = format!("{}purge:{cache}", config.key_prefix);
     let counter = format!("{channel}:seq");
+    let dialer = match Dialer::new(config) {
+        Ok(dialer) => dialer,
+        Err(e) => {
+            crate::log_line!("weir: cache `{cache}`: purge fanout: {e}");
+            return;
+        }
+    };
     let mut seen: Option<u64> = None;
     let mut away = false;
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let why = match Subscription::open(&config, channel.as_bytes()).await {
+        let why = match Subscription::open(&dialer, channel.as_bytes()).await {
             Err(e) => e,
             Ok(mut subscription) => {
                 // Subscribed first, then the count: nothing published from now on is missed.
-                let current = match redis::call_once(&config, &[b"GET", counter.as_bytes()]).await {
+                let current = match redis::call_once(&dialer, &[b"GET", counter.as_bytes()]).await {
                     Ok(Value::Text(n)) => std::str::from_utf8(&n).ok().and_then(|n| n.parse().ok()),
                     Ok(_) => Some(0),
                     Err(_) => None,

@@ -395,8 +395,9 @@ impl std::fmt::Debug for ResponseCache {
 }
 
 impl ResponseCache {
-    pub fn new(cfg: &weir_config::Cache, store: Arc<Store>) -> ResponseCache {
-        ResponseCache {
+    /// Errors (a fanout's unusable TLS files) read `LINE:COLUMN: message`.
+    pub fn new(cfg: &weir_config::Cache, store: Arc<Store>) -> Result<ResponseCache, String> {
+        Ok(ResponseCache {
             name: cfg.name.clone(),
             store,
             max_object_size: cfg.max_object_size,
@@ -406,9 +407,10 @@ impl ResponseCache {
             fanout: cfg
                 .purge_fanout
                 .as_ref()
-                .map(|redis| super::fanout::Fanout::new(&cfg.name, redis)),
+                .map(|redis| super::fanout::Fanout::new(&cfg.name, redis))
+                .transpose()?,
             fanout_store: cfg.purge_fanout.clone(),
-        }
+        })
     }
 
     /// The Redis store the fleet's purges go through, if any (for the control thread's

@@ -50,8 +50,8 @@ fn install() {
 /// The unit's value for `key` (its last line setting it).
 fn unit_value(unit: &str, key: &str) -> String {
     unit.lines()
-        .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
         .unwrap_or_else(|| panic!("no {key}= in {UNIT}"))
         .to_string()
 }

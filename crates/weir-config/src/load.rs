@@ -13,6 +13,7 @@ mod retry_expression;
 mod routers;
 mod server;
 mod services;
+mod suggest;
 mod tcp;
 mod upstream;
 mod values;
@@ -123,6 +124,15 @@ impl<'n> Fields<'n> {
 
 impl Loader<'_> {
     fn config(&mut self, root: &Node) -> Config {
+        // Once per file, at its first Traefik key, beside the unknown-key errors.
+        if let Value::Map(entries) = &root.value {
+            let traefik = entries
+                .iter()
+                .find_map(|(key, _)| Some((key.pos, suggest::traefik_hint(key.as_str()?)?)));
+            if let Some((pos, hint)) = traefik {
+                self.error(pos, hint);
+            }
+        }
         let top = self
             .fields(
                 root,
@@ -222,7 +232,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"
@@ -233,6 +243,43 @@ mod tests {
             ),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn a_misspelt_key_or_name_gets_a_suggestion() {
+        let errs = errors(&format!("{BASE}servr: {{}}\n"));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches"]
+        );
+        let errs = errors(&format!(
+            "{BASE}routers:\n  r: {{ rule: \"PathPrefix(`/`)\", service: backnd }}\nservices:\n  backend: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}] }}\n"
+        ));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:4:42: router `r` names service `backnd`, which is not defined (did you mean `backend`?); defined: backend"]
+        );
+    }
+
+    #[test]
+    fn a_traefik_file_gets_a_hint() {
+        let errs = errors(
+            "entryPoints:\n  web: { address: \":80\" }\nhttp:\n  routers:\n    r: { rule: \"Host(`a`)\", service: s }\n",
+        );
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(
+            errs[0].starts_with("t.yaml:1:1: this looks like a Traefik configuration;"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:1:1: unknown key `entryPoints` in the top level (did you mean `entrypoints`?);"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[3].starts_with("t.yaml:3:1: unknown key `http`"),
+            "{errs:?}"
+        );
+        assert!(errs[2].contains("missing `entrypoints`"), "{errs:?}");
     }
 
     #[test]

@@ -901,7 +901,7 @@ mod tests {
             &body,
             "audience",
             0,
-            "unknown key `audience` in `jwt`; expected one of: jwks_url, tls, jwks_file, keys,"
+            "unknown key `audience` in `jwt` (did you mean `audiences`?); expected one of: jwks_url, tls, jwks_file, keys,"
         )));
     }
 }

@@ -1325,7 +1325,7 @@ mod tests {
             )),
             vec![
                 "t.yaml:4:28: `strip_prefix_regex` needs `regex`",
-                "t.yaml:4:30: unknown key `regexp` in `strip_prefix_regex`; expected one of: regex"
+                "t.yaml:4:30: unknown key `regexp` in `strip_prefix_regex` (did you mean `regex`?); expected one of: regex"
             ]
         );
     }
@@ -1642,7 +1642,7 @@ mod basic_auth_tests {
             errors(&mw("{ users: [\"u:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\"], remove_header: maybe, realms: x }")),
             vec![
                 "t.yaml:5:82: `remove_header` must be `true` or `false`, found `maybe`",
-                "t.yaml:5:89: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
+                "t.yaml:5:89: unknown key `realms` in `basic_auth` (did you mean `realm`?); expected one of: users, users_file, realm, header_field, remove_header"
             ]
         );
     }
@@ -1713,7 +1713,7 @@ mod basic_auth_tests {
         );
         assert_eq!(
             errors(&mw("{ averag: 1 }")),
-            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit`; expected one of: average, period, burst, source_criterion"]
+            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit` (did you mean `average`?); expected one of: average, period, burst, source_criterion"]
         );
     }
 
@@ -1887,7 +1887,7 @@ mod grpc_web_tests {
         );
         assert_eq!(
             errors(&mw("{ allow_origin: [\"*\"] }")),
-            vec!["t.yaml:5:17: unknown key `allow_origin` in `grpc_web`; expected one of: allow_origins"]
+            vec!["t.yaml:5:17: unknown key `allow_origin` in `grpc_web` (did you mean `allow_origins`?); expected one of: allow_origins"]
         );
         assert_eq!(
             errors(&mw("{ allow_origins: [\"\", \"https://a b\"] }")),

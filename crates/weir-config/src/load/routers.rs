@@ -43,7 +43,8 @@ impl Loader<'_> {
         self.error(
             pos,
             format!(
-                "{what} names {kind} `{name}`, which is not defined; defined: {}",
+                "{what} names {kind} `{name}`, which is not defined{}; defined: {}",
+                super::suggest::did_you_mean(name, known.iter().copied()),
                 list_or_none(&known)
             ),
         );

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod breaker_expression;
+pub mod dump;
 pub mod load;
 pub mod model;
 pub mod predicate;

@@ -68,6 +68,15 @@ pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
 
 /// Validates config text; `file` is only used to label errors.
 pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    load_str_with_env(text, file, &|name| std::env::var(name).ok())
+}
+
+/// `load_str` with `${NAME}` read from `env` rather than the process's environment.
+pub fn load_str_with_env(
+    text: &str,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigError>> {
     let root = yaml::parse(text).map_err(|e| {
         vec![ConfigError {
             file: file.to_string(),
@@ -77,7 +86,7 @@ pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
     })?;
     let mut loader = Loader {
         errors: Vec::new(),
-        env: &|name| std::env::var(name).ok(),
+        env,
         base: std::path::Path::new(file)
             .parent()
             .map(|p| p.to_path_buf())

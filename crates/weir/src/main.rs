@@ -99,6 +99,11 @@ enum Command {
         #[command(subcommand)]
         command: RouteCommand,
     },
+    /// Config file tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Print the version, the git commit it was built from and the target.
     Version,
     /// Shell completions from this command's definition, on stdout.
@@ -111,6 +116,17 @@ enum Command {
         /// Write every page instead (weir.1 and one per subcommand, weir-run.1…) into this folder.
         #[arg(long)]
         out_dir: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the config as weir reads it, as `nginx -T` does: `${NAME}` expanded and the
+    /// defaults written out, as YAML that `weir check` passes.
+    Dump {
+        /// Config file.
+        #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
+        config: String,
     },
 }
 
@@ -163,6 +179,9 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Config {
+            command: ConfigCommand::Dump { config },
+        } => config_dump::print(&config),
         Command::Version => {
             version::print();
             ExitCode::SUCCESS
@@ -274,6 +293,7 @@ fn read_config(path: &str) -> Result<weir_config::Config, String> {
 }
 
 mod cli_docs;
+mod config_dump;
 mod explain;
 mod reload;
 mod version;

@@ -202,3 +202,92 @@ fn man_pages_render_without_warnings() {
         std::fs::read_to_string(dir.join("weir.1")).unwrap()
     );
 }
+
+/// What `weir check` says after the file's name: `ok (N entrypoints, N routers, …)`.
+fn check_summary(path: &std::path::Path) -> String {
+    let out = weir_check(path);
+    let text = stdout(&out);
+    text.split_once(": ").map(|(_, s)| s.to_string()).unwrap()
+}
+
+#[test]
+fn config_dump_of_every_example_passes_check_with_the_same_parts() {
+    // In a copy of examples/, so relative paths (static roots, htpasswd files) resolve as they
+    // do for the originals.
+    let dir = temp_dir("dump");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(&examples)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let dir = dir.join("examples");
+    let mut dumped = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let dump = stdout(&weir(&["config", "dump", "-c", path.to_str().unwrap()]));
+        let dump_path = path.with_extension("dump.yaml");
+        std::fs::write(&dump_path, &dump).unwrap();
+        assert_eq!(
+            check_summary(&dump_path),
+            check_summary(&path),
+            "{}:\n{dump}",
+            path.display()
+        );
+        // Dumping the dump changes nothing but its first line, which names the file.
+        let again = stdout(&weir(&["config", "dump", "-c", dump_path.to_str().unwrap()]));
+        assert_eq!(
+            again.split_once('\n').unwrap().1,
+            dump.split_once('\n').unwrap().1
+        );
+        dumped += 1;
+    }
+    assert!(dumped >= 5);
+}
+
+#[test]
+fn config_dump_expands_variables_and_writes_defaults() {
+    let dir = temp_dir("dump-env");
+    let path = dir.join("weir.yaml");
+    std::fs::write(
+        &path,
+        "entrypoints:\n  web: { address: \"127.0.0.1:${DUMP_TEST_PORT:-81}\" }\n\
+         routers:\n  hi: { rule: \"PathPrefix(`/`)\", respond: { body: \"${DUMP_TEST_BODY}\" } }\n",
+    )
+    .unwrap();
+    let out = Command::new(weir_bin())
+        .args(["config", "dump"])
+        .env("WEIR_CONFIG", &path)
+        .env("DUMP_TEST_PORT", "8089")
+        .env("DUMP_TEST_BODY", "hello ${not a variable}")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    for line in [
+        "    address: \"127.0.0.1:8089\"\n",
+        "      body: \"hello $${not a variable}\"\n",
+        "  graceful_timeout: 30s\n",
+        "  workers: auto\n",
+        "    h2c: false\n",
+        "    priority: 15\n",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    // An unset variable is the same error as for `weir check`.
+    let unset = Command::new(weir_bin())
+        .args(["config", "dump", "-c", path.to_str().unwrap()])
+        .env_remove("DUMP_TEST_BODY")
+        .output()
+        .unwrap();
+    assert!(!unset.status.success());
+    assert!(
+        String::from_utf8_lossy(&unset.stderr).contains("DUMP_TEST_BODY"),
+        "{}",
+        String::from_utf8_lossy(&unset.stderr)
+    );
+}

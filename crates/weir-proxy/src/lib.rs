@@ -35,6 +35,7 @@ pub use admin::build::BuildInfo;
 pub use http::codec;
 pub use http::router::Router;
 pub use io::ticker;
+pub use listen::tls::certificate_errors;
 pub use observe::errorlog;
 pub use process::server::{run, RunOptions};
 pub use process::upgrade;

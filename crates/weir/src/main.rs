@@ -223,10 +223,7 @@ fn main() -> ExitCode {
                     );
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    eprintln!("{}", located(&config, &e));
-                    ExitCode::FAILURE
-                }
+                Err(e) => check_errors::report(&config, &cfg, &e),
             },
             None => ExitCode::FAILURE,
         },
@@ -292,6 +289,7 @@ fn read_config(path: &str) -> Result<weir_config::Config, String> {
     })
 }
 
+mod check_errors;
 mod cli_docs;
 mod config_dump;
 mod explain;

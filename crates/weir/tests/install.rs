@@ -240,7 +240,12 @@ fn config_dump_of_every_example_passes_check_with_the_same_parts() {
             path.display()
         );
         // Dumping the dump changes nothing but its first line, which names the file.
-        let again = stdout(&weir(&["config", "dump", "-c", dump_path.to_str().unwrap()]));
+        let again = stdout(&weir(&[
+            "config",
+            "dump",
+            "-c",
+            dump_path.to_str().unwrap(),
+        ]));
         assert_eq!(
             again.split_once('\n').unwrap().1,
             dump.split_once('\n').unwrap().1

@@ -347,6 +347,46 @@ fn check_refuses_unusable_certificate_files() {
             "{err}"
         );
     }
+    // Every unusable certificate is listed, one a line, then the count.
+    let path = dir.join("many.yaml");
+    let pair = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "{{ cert: \"{}\", key: \"{}\" }}",
+            cert.display(),
+            key.display()
+        )
+    };
+    std::fs::write(
+        &path,
+        format!(
+            "entrypoints:\n  a:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {}\n        - {}\n  b:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {}\n        - {}\nrouters:\n{OK_ROUTE}",
+            pair(&expired.cert, &expired.key),
+            pair(&good.cert, &good.key),
+            pair(&good.cert, &other.key),
+            pair(&good.cert, &dir.join("missing.key")),
+        ),
+    )
+    .unwrap();
+    let out = weir_check(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let p = path.display();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("{p}:6:11: ")) && lines[0].contains("expired on"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{p}:12:11: ")) && lines[1].contains("does not match"),
+        "{err}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("{p}:13:11: "))
+            && lines[2].contains("cannot read private key file"),
+        "{err}"
+    );
+    assert_eq!(lines[3], format!("{p}: 3 error(s)"));
     // Relative paths resolve against the config file's folder.
     std::fs::copy(&good.cert, dir.join("rel.pem")).unwrap();
     std::fs::copy(&good.key, dir.join("rel.key")).unwrap();

@@ -64,6 +64,19 @@ pub fn server_tls(tls: &EntrypointTls) -> Result<ServerTls, String> {
     })
 }
 
+/// The error of every entrypoint certificate that cannot be served, each as
+/// `LINE:COLUMN: message`: what `weir check` lists, where compiling stops at the first.
+pub fn certificate_errors(config: &weir_config::Config) -> Vec<String> {
+    let provider = provider();
+    config
+        .entrypoints
+        .iter()
+        .filter_map(|ep| ep.tls.as_ref())
+        .flat_map(|tls| tls.certificates.iter().chain(&tls.default_certificate))
+        .filter_map(|files| load_certificate(files, &provider).err())
+        .collect()
+}
+
 struct LoadedCertificate {
     key: Arc<CertifiedKey>,
     /// The DNS names the leaf certificate is for, lowercased (`*.example.com` for wildcards).

@@ -44,7 +44,8 @@ fn install() {
     let deb = run(Command::new(workspace_root().join("scripts/package-deb"))
         .args(["--binary", weir_bin(), "--out"])
         .arg(&out));
-    run(Command::new("dpkg").args(["-i", deb.trim()]));
+    // A test machine's /etc/weir/weir.yaml is the package's: no question about a changed one.
+    run(Command::new("dpkg").args(["-i", "--force-confnew", deb.trim()]));
 }
 
 /// The unit's value for `key` (its last line setting it).
@@ -103,6 +104,10 @@ fn the_deb_installs_and_weir_runs_as_its_unit_says() {
     assert_eq!(run(Command::new("/usr/bin/weir").arg("version")), version);
     let conffiles = run(Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "weir"]));
     assert!(conffiles.contains(CONFIG), "{conffiles}");
+    assert_eq!(
+        std::fs::read_to_string(CONFIG).unwrap(),
+        std::fs::read_to_string(workspace_root().join("examples/etc-weir.yaml")).unwrap()
+    );
     for page in ["weir", "weir-run", "weir-check"] {
         let path = run(Command::new("man").args(["-w", page]));
         assert!(path.trim().starts_with("/usr/share/man/man1/"), "{path}");

@@ -13,7 +13,7 @@ mod retry_expression;
 mod routers;
 mod server;
 mod services;
-mod suggest;
+pub(crate) mod suggest;
 mod tcp;
 mod upstream;
 mod values;

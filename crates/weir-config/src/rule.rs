@@ -501,7 +501,8 @@ impl<M> RuleParser<M> {
             return Err(RuleError {
                 offset: at,
                 message: format!(
-                    "unknown matcher `{written}`, expected one of {}",
+                    "unknown matcher `{written}`{}, expected one of {}",
+                    crate::load::suggest::did_you_mean(written, self.names.iter().copied()),
                     self.names.join(", ")
                 ),
             });
@@ -762,7 +763,13 @@ mod tests {
     #[test]
     fn errors_carry_offsets() {
         assert_eq!(err("Hots(`a`)").offset, 0);
-        assert!(err("Hots(`a`)").message.contains("unknown matcher `Hots`"));
+        assert!(err("Hots(`a`)")
+            .message
+            .starts_with("unknown matcher `Hots` (did you mean `Host`?), expected one of Host,"));
+        // Nothing close: no guess.
+        assert!(err("Xyzzy(`a`)")
+            .message
+            .starts_with("unknown matcher `Xyzzy`, expected one of"));
         assert_eq!(err("Host(`a`) && ").offset, 13);
         assert_eq!(err("Host(`a`) & Path(`/`)").offset, 10);
         assert_eq!(err("Path(`x`)").offset, 5);

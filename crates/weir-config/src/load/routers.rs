@@ -436,7 +436,9 @@ mod tests {
         ));
         assert_eq!(errs.len(), 1);
         assert!(
-            errs[0].starts_with("t.yaml:5:25: invalid rule: unknown matcher `Paht`"),
+            errs[0].starts_with(
+                "t.yaml:5:25: invalid rule: unknown matcher `Paht` (did you mean `Path`?)"
+            ),
             "{errs:?}"
         );
     }

@@ -3,7 +3,7 @@
 
 /// ` (did you mean `CANDIDATE`?)` for the candidate closest to `written`, when one is close
 /// enough to be a slip (a third of its letters, at least one, ignoring case), else nothing.
-pub(super) fn did_you_mean<'c>(
+pub(crate) fn did_you_mean<'c>(
     written: &str,
     candidates: impl IntoIterator<Item = &'c str>,
 ) -> String {

@@ -387,6 +387,27 @@ fn check_refuses_unusable_certificate_files() {
         "{err}"
     );
     assert_eq!(lines[3], format!("{p}: 3 error(s)"));
+    // Services' CA files and client certificates too, each service's.
+    let path = dir.join("services.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nrouters:\n{OK_ROUTE}services:\n  a:\n    servers: [{{ url: \"https://127.0.0.1:1\" }}]\n    tls: {{ ca: \"{}\" }}\n  b:\n    servers: [{{ url: \"https://127.0.0.1:1\" }}]\n    tls: {{ certificate: {} }}\n",
+            dir.join("missing-ca.pem").display(),
+            pair(&expired.cert, &expired.key),
+        ),
+    )
+    .unwrap();
+    let out = weir_check(&path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot read CA file") && err.contains("expired on"),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(&format!("{}: 2 error(s)\n", path.display())),
+        "{err}"
+    );
     // Relative paths resolve against the config file's folder.
     std::fs::copy(&good.cert, dir.join("rel.pem")).unwrap();
     std::fs::copy(&good.key, dir.join("rel.key")).unwrap();

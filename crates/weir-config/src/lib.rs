@@ -6,6 +6,7 @@ pub mod dump;
 pub mod load;
 pub mod model;
 pub mod predicate;
+mod regex_error;
 pub mod rule;
 pub mod yaml;
 

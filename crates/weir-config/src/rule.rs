@@ -576,7 +576,10 @@ impl<M> RuleParser<M> {
 fn regex_arg((text, pos): &(String, usize)) -> Result<Regex, RuleError> {
     Regex::new(&from_go_syntax(text)).map_err(|e| RuleError {
         offset: *pos,
-        message: format!("invalid regular expression `{text}`: {e}"),
+        message: format!(
+            "invalid regular expression `{text}`: {}",
+            crate::regex_error::one_line(&e)
+        ),
     })
 }
 

@@ -143,7 +143,13 @@ impl Loader<'_> {
         match regex::Regex::new(&source) {
             Ok(regex) => Some((regex, replacement)),
             Err(e) => {
-                self.error(r.pos, format!("invalid regular expression: {e}"));
+                self.error(
+                    r.pos,
+                    format!(
+                        "invalid regular expression: {}",
+                        crate::regex_error::one_line(&e)
+                    ),
+                );
                 None
             }
         }
@@ -185,7 +191,13 @@ impl Loader<'_> {
             // Traefik trims the spaces around each expression.
             match regex::bytes::Regex::new(source.trim()) {
                 Ok(regex) => expressions.push(regex),
-                Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
+                Err(e) => self.error(
+                    pos,
+                    format!(
+                        "invalid regular expression: {}",
+                        crate::regex_error::one_line(&e)
+                    ),
+                ),
             }
         }
         Some(MiddlewareKind::StripPrefixRegex(expressions))
@@ -342,7 +354,13 @@ impl Loader<'_> {
         for (source, pos) in regexes {
             match regex::Regex::new(&source) {
                 Ok(regex) => allow_origin_list_regex.push(regex),
-                Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
+                Err(e) => self.error(
+                    pos,
+                    format!(
+                        "invalid regular expression: {}",
+                        crate::regex_error::one_line(&e)
+                    ),
+                ),
             }
         }
         let allow_credentials = self.flag_key(&hf, "access_control_allow_credentials");
@@ -1312,8 +1330,10 @@ mod tests {
         };
         assert_eq!(expressions[0].as_str(), "/a/api/");
         assert_eq!(
-            errors(&middlewares("  s: { strip_prefix_regex: { regex: [/ok, \"/b/(\"] } }\n")),
-            vec!["t.yaml:4:43: invalid regular expression: regex parse error:\n    /b/(\n       ^\nerror: unclosed group"]
+            errors(&middlewares(
+                "  s: { strip_prefix_regex: { regex: [/ok, \"/b/(\"] } }\n"
+            )),
+            vec!["t.yaml:4:43: invalid regular expression: unclosed group (at character 4)"]
         );
         assert_eq!(
             errors(&middlewares("  s: { strip_prefix_regex: { regex: [] } }\n")),
@@ -1424,8 +1444,10 @@ mod tests {
             ("^http://(.*)", "https://$1", false)
         );
         assert_eq!(
-            errors(&middlewares("  r: { redirect_regex: { regex: \"^(.*\", replacement: $1 } }\n")),
-            vec!["t.yaml:4:33: invalid regular expression: regex parse error:\n    ^(.*\n     ^\nerror: unclosed group"]
+            errors(&middlewares(
+                "  r: { redirect_regex: { regex: \"^(.*\", replacement: $1 } }\n"
+            )),
+            vec!["t.yaml:4:33: invalid regular expression: unclosed group (at character 2)"]
         );
         assert_eq!(
             errors(&middlewares("  r: { redirect_regex: { regex: a } }\n")),

@@ -270,6 +270,14 @@ fn the_deb_installs_and_weir_runs_as_its_unit_says() {
         std::fs::read_link(format!("/proc/{new_pid}/exe")).unwrap(),
         Path::new("/usr/bin/weir")
     );
+    // The binary started again keeps the unit's one capability (ambient capabilities survive
+    // an exec without file capabilities) and its user.
+    let new_status = std::fs::read_to_string(format!("/proc/{new_pid}/status")).unwrap();
+    assert!(
+        new_status.contains("CapAmb:\t0000000000000400")
+            && new_status.contains(&format!("Uid:\t{}", uid.trim())),
+        "{new_status}"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while weir.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the old process did not exit");

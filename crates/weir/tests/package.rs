@@ -42,7 +42,7 @@ fn run(command: &mut Command) -> String {
 fn install() {
     let out = temp_dir("deb");
     let deb = run(Command::new(workspace_root().join("scripts/package-deb"))
-        .args(["--binary", weir_bin(), "--out"])
+        .args(["--fast", "--binary", weir_bin(), "--out"])
         .arg(&out));
     // A test machine's /etc/weir/weir.yaml is the package's: no question about a changed one.
     run(Command::new("dpkg").args(["-i", "--force-confnew", deb.trim()]));

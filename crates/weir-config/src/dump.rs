@@ -1,11 +1,13 @@
 //! `weir config dump`: a loaded config written back as YAML, as weir understood it (nginx's
 //! `-T`): every `${NAME}` expanded, and the defaults of `server`, entrypoints, routers'
-//! priorities and services' connection settings written out. What it prints loads to the same
+//! priorities and `static` settings, and services' connection, check and retry settings written
+//! out (middlewares and caches stay as written). What it prints loads to the same
 //! config (a literal `${` is written `$${`); comments and anchors are not kept.
 
 use crate::load::expand_env;
 use crate::model::{
-    Balancer, Config, LogFormat, LogTarget, Service, TlsVersion, Transport, UpstreamProtocol,
+    Action, Balancer, Config, HealthCheck, LogFormat, LogTarget, RetryOn, Service, StaticFiles,
+    TlsVersion, Transport, UpstreamProtocol,
 };
 use crate::yaml::{self, Node, Pos, Value};
 use std::time::Duration;
@@ -91,6 +93,20 @@ fn fill(node: &mut Node, key: &str, default: impl Into<String>) {
     if let Value::Map(entries) = &mut node.value {
         if !entries.iter().any(|(k, _)| k.as_str() == Some(key)) {
             entries.push((scalar(key), scalar(default)));
+        }
+    }
+}
+
+/// Sets `key` to the list `default` in the mapping `node` unless it is written there.
+fn fill_list(node: &mut Node, key: &str, default: Vec<String>) {
+    if let Value::Map(entries) = &mut node.value {
+        if !entries.iter().any(|(k, _)| k.as_str() == Some(key)) {
+            let items = default.into_iter().map(scalar).collect();
+            let list = Node {
+                pos: Pos::default(),
+                value: Value::Seq(items),
+            };
+            entries.push((scalar(key), list));
         }
     }
 }
@@ -199,16 +215,7 @@ fn fill_defaults(root: &mut Node, config: &Config) {
                     };
                     fill(node, "min_version", version);
                     fill(node, "handshake_timeout", duration(tls.handshake_timeout));
-                    if let Value::Map(entries) = &mut node.value {
-                        if !entries.iter().any(|(k, _)| k.as_str() == Some("alpn")) {
-                            let alpn = tls.alpn.iter().map(scalar).collect();
-                            let list = Node {
-                                pos: Pos::default(),
-                                value: Value::Seq(alpn),
-                            };
-                            entries.push((scalar("alpn"), list));
-                        }
-                    }
+                    fill_list(node, "alpn", tls.alpn.clone());
                 }
             }
         }
@@ -218,6 +225,9 @@ fn fill_defaults(root: &mut Node, config: &Config) {
             for router in &config.routers {
                 if let Some(node) = child(routers, &router.name) {
                     fill(node, "priority", router.priority.to_string());
+                    if let Action::Static(files) = &router.action {
+                        fill_static(node, files);
+                    }
                 }
             }
         }
@@ -231,6 +241,44 @@ fn fill_defaults(root: &mut Node, config: &Config) {
             }
         }
     }
+}
+
+fn fill_static(router: &mut Node, files: &StaticFiles) {
+    if let Some(node) = child(router, "static") {
+        fill_list(node, "index", files.index.clone());
+        fill(node, "precompressed", files.precompressed.to_string());
+        fill(node, "autoindex", files.autoindex.to_string());
+        fill(node, "follow_symlinks", files.follow_symlinks.to_string());
+        fill(node, "dotfiles", files.dotfiles.to_string());
+    }
+}
+
+fn fill_health_check(service: &mut Node, check: &HealthCheck) {
+    let Some(node) = child(service, "health_check") else {
+        return;
+    };
+    fill(node, "path", check.path.clone());
+    fill(node, "interval", duration(check.interval));
+    fill(node, "timeout", duration(check.timeout));
+    fill(
+        node,
+        "healthy_threshold",
+        check.healthy_threshold.to_string(),
+    );
+    fill(
+        node,
+        "unhealthy_threshold",
+        check.unhealthy_threshold.to_string(),
+    );
+    let statuses: Vec<String> = check
+        .expect_status
+        .iter()
+        .map(|&(low, high)| match low == high {
+            true => low.to_string(),
+            false => format!("{low}-{high}"),
+        })
+        .collect();
+    fill(node, "expect_status", statuses.join(", "));
 }
 
 fn fill_service(node: &mut Node, service: &Service) {
@@ -261,6 +309,27 @@ fn fill_service(node: &mut Node, service: &Service) {
             k.max_idle_per_server.to_string(),
         );
         fill(keepalive, "idle_timeout", duration(k.idle_timeout));
+    }
+    if let Some(check) = &service.health_check {
+        fill_health_check(node, check);
+    }
+    if let Some(passive) = &service.passive_health {
+        if let Some(node) = child(node, "passive_health") {
+            fill(node, "max_failures", passive.max_failures.to_string());
+            fill(node, "window", duration(passive.window));
+            fill(node, "eject", duration(passive.eject));
+        }
+    }
+    if let Some(retry) = &service.retry {
+        if let Some(node) = child(node, "retry") {
+            fill(node, "attempts", retry.attempts.to_string());
+            let on = retry.on.iter().map(|on| match on {
+                RetryOn::ConnectFailure => "connect_failure".to_string(),
+                RetryOn::Reset => "reset".to_string(),
+                RetryOn::Status(code) => code.to_string(),
+            });
+            fill_list(node, "on", on.collect());
+        }
     }
     if let Some(timeouts) = child(node, "timeouts") {
         let t = &service.timeouts;
@@ -371,10 +440,13 @@ routers:
     rule: \"Host(`a.example`) && PathPrefix(`/x`)\"
     respond: { body: \"costs $${PRICE}: yes\", headers: { x-empty: \"\" } }
   api: { rule: \"PathPrefix(`/`)\", service: app, middlewares: [strip] }
+  files: { rule: \"PathPrefix(`/f`)\", static: { root: . } }
 services:
   app:
     servers: [{ url: \"http://127.0.0.1:9000\" }, { url: \"http://127.0.0.1:9001\", weight: 3 }]
     timeouts: { connect: 250ms }
+    health_check: { path: /healthz }
+    retry: { attempts: 2 }
 middlewares:
   strip: { strip_prefix: [/api] }
 ";
@@ -401,10 +473,17 @@ middlewares:
             "      response_header: 60s\n",
             "    body: \"costs $${PRICE}: yes\"\n",
             "      x-empty: \"\"\n",
+            "      index:\n        - index.html\n      precompressed: true\n",
+            "      interval: 5s\n",
+            "      expect_status: 200-399\n",
+            "      on:\n        - connect_failure\n",
         ] {
             assert!(text.contains(line), "no {line:?} in:\n{text}");
         }
         assert!(!text.contains("comment"), "{text}");
+        // Only what the config has gets its defaults: one static router, no passive checks.
+        assert_eq!(text.matches("static:").count(), 1, "{text}");
+        assert!(!text.contains("passive_health"), "{text}");
         // The UDP entrypoint gets no HTTP settings.
         let dns = text.split("  dns:\n").nth(1).unwrap();
         assert!(
@@ -419,7 +498,7 @@ middlewares:
         let again = load_str(&text, "dump.yaml").unwrap_or_else(|e| panic!("{e:?}\n{text}"));
         let first = load_str_with_env(CONFIG, "t.yaml", &env).unwrap();
         assert_eq!(again.entrypoints[0].address, first.entrypoints[0].address);
-        assert_eq!(again.routers.len(), 2);
+        assert_eq!(again.routers.len(), 3);
         let body = |c: &Config| match &c.routers[0].action {
             crate::model::Action::Respond(r) => r.body.clone(),
             other => panic!("{other:?}"),

@@ -65,17 +65,11 @@ fn check_reports_every_error_with_positions() {
 /// (doc.traefik.io/traefik/routing/entrypoints/ and /routing/routers/, YAML examples).
 #[test]
 fn check_says_a_traefik_file_is_one_and_counts_the_errors_one_a_line() {
-    let path = temp_dir("check-traefik").join("traefik.yml");
-    std::fs::write(
-        &path,
+    let err = weir_check_refuses(
+        "check-traefik",
         "entryPoints:\n  web:\n    address: \":80\"\n\nhttp:\n  routers:\n    my-router:\n      rule: \"Path(`/foo`)\"\n      service: service-foo\n",
-    )
-    .unwrap();
-    let out = weir_check(&path);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let p = path.display();
-    let lines: Vec<&str> = err.lines().collect();
+    );
+    let (lines, p) = check_error_lines(&err);
     assert!(
         lines[0].starts_with(&format!(
             "{p}:1:1: this looks like a Traefik configuration;"

@@ -25,17 +25,10 @@ fn workspace_root() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// What `command` printed; it must succeed.
 fn run(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let what = format!("{command:?}");
+    String::from_utf8_lossy(&stdout_of(command, &what)).into_owned()
 }
 
 /// Builds the .deb from this build's binary and installs it.

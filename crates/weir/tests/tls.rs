@@ -348,7 +348,6 @@ fn check_refuses_unusable_certificate_files() {
         );
     }
     // Every unusable certificate is listed, one a line, then the count.
-    let path = dir.join("many.yaml");
     let pair = |cert: &std::path::Path, key: &std::path::Path| {
         format!(
             "{{ cert: \"{}\", key: \"{}\" }}",
@@ -356,22 +355,17 @@ fn check_refuses_unusable_certificate_files() {
             key.display()
         )
     };
-    std::fs::write(
-        &path,
-        format!(
+    let err = weir_check_refuses(
+        "tls-check-many",
+        &format!(
             "entrypoints:\n  a:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {}\n        - {}\n  b:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {}\n        - {}\nrouters:\n{OK_ROUTE}",
             pair(&expired.cert, &expired.key),
             pair(&good.cert, &good.key),
             pair(&good.cert, &other.key),
             pair(&good.cert, &dir.join("missing.key")),
         ),
-    )
-    .unwrap();
-    let out = weir_check(&path);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let p = path.display();
-    let lines: Vec<&str> = err.lines().collect();
+    );
+    let (lines, p) = check_error_lines(&err);
     assert_eq!(lines.len(), 4, "{err}");
     assert!(
         lines[0].starts_with(&format!("{p}:6:11: ")) && lines[0].contains("expired on"),
@@ -388,24 +382,20 @@ fn check_refuses_unusable_certificate_files() {
     );
     assert_eq!(lines[3], format!("{p}: 3 error(s)"));
     // Services' CA files and client certificates too, each service's.
-    let path = dir.join("services.yaml");
-    std::fs::write(
-        &path,
-        format!(
+    let err = weir_check_refuses(
+        "tls-check-services",
+        &format!(
             "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nrouters:\n{OK_ROUTE}services:\n  a:\n    servers: [{{ url: \"https://127.0.0.1:1\" }}]\n    tls: {{ ca: \"{}\" }}\n  b:\n    servers: [{{ url: \"https://127.0.0.1:1\" }}]\n    tls: {{ certificate: {} }}\n",
             dir.join("missing-ca.pem").display(),
             pair(&expired.cert, &expired.key),
         ),
-    )
-    .unwrap();
-    let out = weir_check(&path);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("cannot read CA file") && err.contains("expired on"),
-        "{err}"
     );
+    let (lines, p) = check_error_lines(&err);
     assert!(
-        err.ends_with(&format!("{}: 2 error(s)\n", path.display())),
+        lines.len() == 3
+            && lines[0].contains("cannot read CA file")
+            && lines[1].contains("expired on")
+            && lines[2] == format!("{p}: 2 error(s)"),
         "{err}"
     );
     // Relative paths resolve against the config file's folder.

@@ -10,5 +10,7 @@ mod regex_error;
 pub mod rule;
 pub mod yaml;
 
-pub use load::{load_file, load_str, located, parse_jwk_set, ConfigError};
+pub use load::{
+    load_file, load_file_with, load_str, located, parse_jwk_set, ConfigError, Document, Sources,
+};
 pub use model::*;

@@ -2,6 +2,7 @@
 //! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
 
 mod cache;
+mod document;
 mod elasticsearch;
 mod entrypoints;
 mod error_pages;
@@ -9,10 +10,12 @@ mod forward_auth;
 mod health;
 mod jwt;
 mod middlewares;
+mod providers;
 mod retry_expression;
 mod routers;
 mod server;
 mod services;
+mod stores;
 pub(crate) mod suggest;
 mod tcp;
 mod upstream;
@@ -20,6 +23,7 @@ mod values;
 
 use crate::model::*;
 use crate::yaml::{self, Node, Pos, Value};
+pub use document::{load_file_with, load_str_with, Document, Sources};
 pub use jwt::parse_jwk_set;
 use routers::Known;
 pub use server::DEFAULT_ADMIN_ADDRESS;
@@ -84,6 +88,30 @@ pub fn load_str_with_env(
             message: format!("invalid YAML: {}", e.message),
         }]
     })?;
+    load_root_with_env(&root, file, env).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|(pos, message)| ConfigError {
+                file: file.to_string(),
+                pos,
+                message,
+            })
+            .collect()
+    })
+}
+
+/// Validates a parsed config; relative paths in it are taken from `file`'s folder. Every
+/// error, in the order of their positions.
+fn load_root(root: &Node, file: &str) -> Result<Config, Vec<(Pos, String)>> {
+    load_root_with_env(root, file, &|name| std::env::var(name).ok())
+}
+
+/// `load_root` with `${NAME}` read from `env`.
+fn load_root_with_env(
+    root: &Node,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<(Pos, String)>> {
     let mut loader = Loader {
         errors: Vec::new(),
         env,
@@ -92,20 +120,12 @@ pub fn load_str_with_env(
             .map(|p| p.to_path_buf())
             .unwrap_or_default(),
     };
-    let config = loader.config(&root);
+    let config = loader.config(root);
     if loader.errors.is_empty() {
         Ok(config)
     } else {
         loader.errors.sort_by_key(|(pos, _)| (pos.line, pos.column));
-        Err(loader
-            .errors
-            .into_iter()
-            .map(|(pos, message)| ConfigError {
-                file: file.to_string(),
-                pos,
-                message,
-            })
-            .collect())
+        Err(loader.errors)
     }
 }
 
@@ -155,6 +175,7 @@ impl Loader<'_> {
                     "tcp",
                     "udp",
                     "caches",
+                    "providers",
                 ],
             )
             .unwrap_or(Fields {
@@ -209,6 +230,7 @@ impl Loader<'_> {
         for r in &routers {
             self.check_tcp_entrypoints(&r.name, r.pos, &r.entrypoints, &entrypoints, "router");
         }
+        let providers = self.providers(top.get("providers"));
         Config {
             server,
             entrypoints,
@@ -218,6 +240,7 @@ impl Loader<'_> {
             tcp,
             udp,
             caches,
+            providers,
         }
     }
 }
@@ -241,7 +264,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"
@@ -259,7 +282,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
         );
         let errs = errors(&format!(
             "{BASE}routers:\n  r: {{ rule: \"PathPrefix(`/`)\", service: backnd }}\nservices:\n  backend: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}] }}\n"

@@ -20,6 +20,29 @@ pub struct Config {
     pub udp: UdpConfig,
     /// Shared response caches (`caches:`), named by routers.
     pub caches: Vec<Cache>,
+    /// Where more of the configuration comes from (`providers:`).
+    pub providers: Providers,
+}
+
+/// Stores the dynamic sections also come from (`providers:`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Providers {
+    pub etcd: Option<EtcdProvider>,
+}
+
+/// `providers.etcd`: a YAML document of dynamic sections at `key`, merged with the file's
+/// own and watched for changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdProvider {
+    /// `host:port` (or `http://host:port`) of etcd members, tried in order.
+    pub endpoints: Vec<String>,
+    /// The key holding the document (`/weir/dynamic` by default).
+    pub key: String,
+    /// For etcd's authentication (both or neither).
+    pub username: String,
+    pub password: String,
+    /// Where the last good document is kept, to serve from when etcd is away at start.
+    pub cache_file: Option<std::path::PathBuf>,
 }
 
 /// A shared response cache (`caches.NAME`).
@@ -37,6 +60,9 @@ pub struct Cache {
     pub lock_timeout: Duration,
     /// Client networks that may send `PURGE` (none: `PURGE` is refused).
     pub purge_allow: Vec<crate::rule::Cidr>,
+    /// Where an accepted `PURGE` is published for the fleet's other instances, which apply it
+    /// too (`purge.fanout.redis`).
+    pub purge_fanout: Option<RedisStore>,
     /// The second tier on disk, which outlives restarts.
     pub disk: Option<CacheDisk>,
 }
@@ -681,6 +707,27 @@ pub struct RateLimit {
     /// The bucket's size: how many requests may come at once (at least 1).
     pub burst: u64,
     pub source_criterion: SourceCriterion,
+    /// Shared through Redis by every instance naming the same store and middleware; `None`:
+    /// this instance's own buckets.
+    pub redis: Option<RedisStore>,
+}
+
+/// A Redis server the fleet shares (`rate_limit.redis`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStore {
+    /// `host:port`, tried in order until one answers.
+    pub endpoints: Vec<String>,
+    /// For Redis 6 ACLs (`AUTH username password`); empty: `AUTH password` or none.
+    pub username: String,
+    pub password: String,
+    /// Selected after connecting (0 by default).
+    pub db: u32,
+    /// The longest a request waits on Redis (100ms by default).
+    pub timeout: Duration,
+    /// Put before each key (`weir:` by default).
+    pub key_prefix: String,
+    /// When Redis cannot answer in time: admit (true, the default) or answer 503.
+    pub fail_open: bool,
 }
 
 /// The `circuit_breaker` middleware's settings (Traefik's `circuitBreaker`).

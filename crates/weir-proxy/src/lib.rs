@@ -6,7 +6,8 @@
 //! snapshot), `middlewares`, `actions` (static, cache, Elasticsearch), `upstream` (the proxy
 //! action's tries), `reply` (what an action answers, what the lifecycle asks of a client),
 //! `worker` (what a worker thread lends every phase), `servers` (balancers, health, pools),
-//! `listen` (sockets, detection, TLS settings), `observe` (counters and logs), `io` and `http`.
+//! `stores` (the shared stores a fleet agrees through: Redis), `listen` (sockets, detection,
+//! TLS settings), `observe` (counters and logs), `io` and `http`.
 // One measured exception, allowed where it lives: `codec::Head::text`.
 #![deny(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub(crate) mod process;
 pub(crate) mod reply;
 pub(crate) mod servers;
 pub(crate) mod state;
+pub(crate) mod stores;
 pub(crate) mod upstream;
 pub(crate) mod worker;
 

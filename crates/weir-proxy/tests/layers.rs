@@ -20,6 +20,7 @@ const LAYERS: &[&str] = &[
     "reply",
     "worker",
     "servers",
+    "stores",
     "listen",
     "observe",
     "io",

@@ -50,34 +50,12 @@ fn average_and_burst_hold_across_workers() {
         &up,
         "{ average: 10, period: 500ms, burst: 10 }",
     ));
-    let window = Duration::from_millis(1500);
-    let started = Instant::now();
-    let senders: Vec<_> = (0..8)
-        .map(|_| {
-            let addr = weir.addr();
-            std::thread::spawn(move || {
-                let mut conn = Conn::open(addr);
-                let (mut admitted, mut refused) = (0, 0);
-                while started.elapsed() < window {
-                    conn.send(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n");
-                    match conn.read(false).expect("an answer").status {
-                        200 => admitted += 1,
-                        429 => refused += 1,
-                        other => panic!("status {other}"),
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                (admitted, refused)
-            })
-        })
-        .collect();
-    let (mut admitted, mut refused) = (0, 0);
-    for sender in senders {
-        let (a, r) = sender.join().expect("sender");
-        admitted += a;
-        refused += r;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
+    let (admitted, refused, elapsed) = admitted_and_refused(
+        &[weir.addr()],
+        &[8],
+        Duration::from_millis(1500),
+        Duration::from_millis(10),
+    );
     // The last admitted request may have waited up to max_delay (25 ms) for its token.
     let most = 10.0 + 20.0 * (elapsed + 0.025);
     let least = (10.0 + 20.0 * 1.5) * 0.6;

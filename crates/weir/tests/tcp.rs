@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A TCP server on a thread: runs `handle` for each connection.
@@ -40,53 +40,6 @@ fn tcp_config(entrypoints: &str, tcp: &str, http_routes: &str) -> String {
     format!("server: {{ workers: 1 }}\nentrypoints:\n{entrypoints}tcp:\n{tcp}{http_routes}")
 }
 
-struct Redis(Child, u16);
-
-impl Redis {
-    fn start() -> Redis {
-        let port = free_port();
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/test installs redis-server)");
-        for _ in 0..200 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Redis(child, port);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redis-server did not start");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let mut cli = Command::new("redis-cli");
-    cli.args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args);
-    let out = stdout_of(&mut cli, "redis-cli");
-    String::from_utf8_lossy(&out).trim().to_string()
-}
-
 #[test]
 fn redis_goes_through_a_catch_all_tcp_router() {
     let redis = Redis::start();
@@ -94,7 +47,7 @@ fn redis_goes_through_a_catch_all_tcp_router() {
         "  redis: { address: \"127.0.0.1:0\" }\n",
         &format!(
             "  routers:\n    redis: {{ entrypoints: [redis], rule: \"HostSNI(`*`)\", service: redis }}\n  services:\n    redis: {{ servers: [{{ address: \"127.0.0.1:{}\" }}] }}\n",
-            redis.1
+            redis.port
         ),
         "",
     ));
@@ -102,7 +55,7 @@ fn redis_goes_through_a_catch_all_tcp_router() {
     assert_eq!(redis_cli(port, &["SET", "weir:key", "through weir"]), "OK");
     assert_eq!(redis_cli(port, &["GET", "weir:key"]), "through weir");
     // Straight at Redis: the value was stored there.
-    assert_eq!(redis_cli(redis.1, &["GET", "weir:key"]), "through weir");
+    assert_eq!(redis_cli(redis.port, &["GET", "weir:key"]), "through weir");
     let out = Command::new("redis-benchmark")
         .args([
             "-h",

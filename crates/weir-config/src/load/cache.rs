@@ -26,6 +26,7 @@ impl Loader<'_> {
             key: CacheKeyPart::DEFAULT.to_vec(),
             lock_timeout: DEFAULT_CACHE_LOCK_TIMEOUT,
             purge_allow: Vec::new(),
+            purge_fanout: None,
             disk: None,
         };
         if let Some(node) = f.get("disk") {
@@ -54,8 +55,19 @@ impl Loader<'_> {
         }
         let purge = f
             .get("purge")
-            .and_then(|p| self.fields(p, "`purge`", &["allow"]));
+            .and_then(|p| self.fields(p, "`purge`", &["allow", "fanout"]));
         if let Some(p) = purge {
+            if let Some(fanout) = p.get("fanout") {
+                let store = self.fields(fanout, "`purge.fanout`", &["redis"]);
+                match store.as_ref().and_then(|f| f.get("redis")) {
+                    Some(redis) => cache.purge_fanout = self.redis_store(redis),
+                    None if store.is_some() => self.error(
+                        fanout.pos,
+                        "`purge.fanout` needs `redis`, the store the fleet's purges go through",
+                    ),
+                    None => {}
+                }
+            }
             if let Some(list) = p.get("allow") {
                 for (text, pos) in self.string_list(list, "`purge.allow`") {
                     match crate::rule::Cidr::parse(&text) {
@@ -156,6 +168,27 @@ mod tests {
         assert_eq!(cfg.caches[0].lock_timeout, DEFAULT_CACHE_LOCK_TIMEOUT);
         assert!(cfg.caches[0].purge_allow.is_empty());
         assert_eq!(cfg.routers[0].cache.as_deref(), Some("main"));
+    }
+
+    /// `purge.fanout.redis`: the store a fleet's purges go through, with the store's defaults.
+    #[test]
+    fn purge_fanout_settings_and_errors() {
+        let cfg = load_str(
+            &format!("{BASE}caches:\n  main: {{ purge: {{ allow: [127.0.0.1], fanout: {{ redis: {{ endpoints: [\"127.0.0.1:6379\"] }} }} }} }}\n"),
+            "t.yaml",
+        )
+        .unwrap();
+        let redis = cfg.caches[0].purge_fanout.as_ref().expect("a fanout");
+        assert_eq!(redis.endpoints, ["127.0.0.1:6379"]);
+        assert_eq!(redis.key_prefix, "weir:");
+        assert_eq!(
+            errors(&format!("{BASE}caches:\n  main: {{ purge: {{ fanout: {{}} }} }}\n")),
+            ["t.yaml:4:28: `purge.fanout` needs `redis`, the store the fleet's purges go through"]
+        );
+        assert_eq!(
+            errors(&format!("{BASE}caches:\n  main: {{ purge: {{ fanout: {{ redis: {{ endpoints: [x] }} }} }} }}\n")),
+            ["t.yaml:4:51: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"x\""]
+        );
     }
 
     #[test]

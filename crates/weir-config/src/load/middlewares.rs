@@ -632,10 +632,10 @@ impl Loader<'_> {
         })
     }
 
-    /// `rate_limit: { average, period, burst, source_criterion }`: Traefik's defaults (no
+    /// `rate_limit: { average, period, burst, source_criterion, redis }`: Traefik's defaults (no
     /// limit, 1 s, a burst of 1); a `period` or `burst` of 0 means the default, as there.
     fn rate_limit(&mut self, node: &Node) -> Option<RateLimit> {
-        const KEYS: &[&str] = &["average", "period", "burst", "source_criterion"];
+        const KEYS: &[&str] = &["average", "period", "burst", "source_criterion", "redis"];
         let f = self.fields(node, "`rate_limit`", KEYS)?;
         // average × 1e9 must fit Traefik's int64 nanosecond arithmetic.
         let average = match f.get("average") {
@@ -649,6 +649,10 @@ impl Loader<'_> {
             None => Some(1),
         };
         let source_criterion = self.source_criterion_field(&f, SourceCriterion::default());
+        let redis = match f.get("redis") {
+            Some(node) => Some(self.redis_store(node)?),
+            None => None,
+        };
         period_ok?;
         if period.is_zero() {
             period = Duration::from_secs(1);
@@ -658,6 +662,7 @@ impl Loader<'_> {
             period,
             burst: burst?.max(1),
             source_criterion: source_criterion?,
+            redis,
         })
     }
 
@@ -1694,6 +1699,7 @@ mod basic_auth_tests {
                 period: Duration::from_secs(1),
                 burst: 1,
                 source_criterion: remote.clone(),
+                redis: None,
             }
         );
         let limit = loaded_rate_limit("{ average: 5, period: 0, burst: 0 }");
@@ -1708,7 +1714,61 @@ mod basic_auth_tests {
                 period: Duration::from_secs(10),
                 burst: 10,
                 source_criterion: SourceCriterion::RequestHeader("foo".into()),
+                redis: None,
             }
+        );
+    }
+
+    /// `rate_limit.redis`: the endpoints, and the defaults of the rest (a 100ms wait at most,
+    /// `weir:` before the keys, admitting when Redis cannot answer).
+    #[test]
+    fn rate_limit_redis_settings_and_defaults() {
+        let limit = loaded_rate_limit("{ average: 5, redis: { endpoints: [\"127.0.0.1:6379\"] } }");
+        assert_eq!(
+            limit.redis,
+            Some(RedisStore {
+                endpoints: vec!["127.0.0.1:6379".into()],
+                username: String::new(),
+                password: String::new(),
+                db: 0,
+                timeout: Duration::from_millis(100),
+                key_prefix: "weir:".into(),
+                fail_open: true,
+            })
+        );
+        let limit = loaded_rate_limit(
+            "{ average: 5, redis: { endpoints: [redis-a:6380, \"[::1]:6379\"], username: u, password: p, db: 3, timeout: 20ms, key_prefix: \"site:\", fail_open: false } }",
+        );
+        let redis = limit.redis.unwrap();
+        assert_eq!(redis.endpoints, ["redis-a:6380", "[::1]:6379"]);
+        assert_eq!(
+            (redis.username.as_str(), redis.password.as_str()),
+            ("u", "p")
+        );
+        assert_eq!((redis.db, redis.timeout), (3, Duration::from_millis(20)));
+        assert_eq!(
+            (redis.key_prefix.as_str(), redis.fail_open),
+            ("site:", false)
+        );
+    }
+
+    #[test]
+    fn rate_limit_redis_errors() {
+        let mw = |body: &str| format!("{BASE}middlewares:\n  limit:\n    rate_limit: {body}\n");
+        assert_eq!(
+            errors(&mw("{ average: 1, redis: {} }")),
+            vec!["t.yaml:5:38: `redis` needs `endpoints`, a list of `host:port` such as `127.0.0.1:6379`"]
+        );
+        assert_eq!(
+            errors(&mw("{ average: 1, redis: { endpoints: [localhost, \":6379\", \"h:0\"], timeout: 0s, fail_open: maybe, tls: true } }")),
+            vec![
+                "t.yaml:5:52: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"localhost\"",
+                "t.yaml:5:63: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \":6379\"",
+                "t.yaml:5:72: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"h:0\"",
+                "t.yaml:5:89: `timeout` must be more than 0",
+                "t.yaml:5:104: `fail_open` must be `true` or `false`, found `maybe`",
+                "t.yaml:5:111: unknown key `tls` in `redis`; expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open",
+            ]
         );
     }
 
@@ -1735,7 +1795,7 @@ mod basic_auth_tests {
         );
         assert_eq!(
             errors(&mw("{ averag: 1 }")),
-            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit` (did you mean `average`?); expected one of: average, period, burst, source_criterion"]
+            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit` (did you mean `average`?); expected one of: average, period, burst, source_criterion, redis"]
         );
     }
 

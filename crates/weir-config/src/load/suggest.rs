@@ -42,9 +42,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
-/// Top-level keys of Traefik's static (`entryPoints`, `providers`…) and dynamic (`http`)
-/// configuration that weir does not have.
-const TRAEFIK_KEYS: &[&str] = &["entryPoints", "http", "providers", "certificatesResolvers"];
+/// Top-level keys of Traefik's static (`entryPoints`, `certificatesResolvers`) and dynamic
+/// (`http`) configuration that weir does not have (its `providers` is weir's too).
+const TRAEFIK_KEYS: &[&str] = &["entryPoints", "http", "certificatesResolvers"];
 
 /// The hint for a top-level key that says the file was written for Traefik, if it is one.
 pub(super) fn traefik_hint(key: &str) -> Option<&'static str> {

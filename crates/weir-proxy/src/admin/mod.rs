@@ -35,6 +35,19 @@ pub struct ReloadStatus {
     pub succeeded: u64,
     pub failed: u64,
     pub last: Option<ReloadReport>,
+    /// With `providers.etcd`: what its document in service is.
+    pub etcd: Option<EtcdStatus>,
+}
+
+/// The etcd provider's state, for `/api/status`.
+#[derive(Debug, Clone)]
+pub struct EtcdStatus {
+    /// The revision of the document in service (0: none read from etcd yet).
+    pub revision: i64,
+    /// Whether a document is merged in (else the file serves alone).
+    pub serving: bool,
+    /// Why the last document was refused, if it was (each error a line).
+    pub last_error: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -421,11 +434,19 @@ fn status_json(state: &AdminState, runtime: &Runtime) -> String {
             "errors": last.errors,
         })
     });
+    let etcd = reloads.etcd.map(|etcd| {
+        serde_json::json!({
+            "revision": etcd.revision,
+            "serving_document": etcd.serving,
+            "last_error": etcd.last_error,
+        })
+    });
     let body = serde_json::json!({
         "version": runtime.version,
         "build": state.build.json(),
         "reloads": { "succeeded": reloads.succeeded, "failed": reloads.failed },
         "last_reload": last,
+        "etcd": etcd,
     });
     format!("{body}\n")
 }

@@ -207,6 +207,20 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
         "",
         crate::observe::errorlog::lost(),
     );
+    if !runtime.shared_limits.is_empty() {
+        out.family(
+            "weir_rate_limit_store_failures_total",
+            "counter",
+            "Rate-limit decisions Redis did not answer in time (admitted under `fail_open`, else 503).",
+        );
+        for (name, redis) in &runtime.shared_limits {
+            out.sample(
+                "weir_rate_limit_store_failures_total",
+                &format!("middleware=\"{}\"", escape(name)),
+                redis.failures.load(Ordering::Relaxed),
+            );
+        }
+    }
     out.family("weir_build_info", "gauge", "The running binary's version.");
     out.sample(
         "weir_build_info",

@@ -412,16 +412,33 @@ fn tell_outcome(
 /// to an Elasticsearch service, else plain text (a prebuilt error's answer as it was built).
 #[inline]
 fn render_error(reply: &mut Reply<'_>, head: &RequestHead, route: Option<&Route>) {
-    if let ReplyHead::Error(error) = &reply.head {
-        reply.head = ReplyHead::Local(rendered(error, head, route));
+    if matches!(reply.head, ReplyHead::Error(_)) {
+        render_error_head(reply, head, route);
     }
 }
 
-/// `render_error`'s work, out of line: most replies are not errors.
+/// `render_error`'s work, out of line (most replies are not errors): takes the error out of
+/// the reply's head, so its header lines move rather than being copied, and puts its rendering
+/// in.
 #[cold]
 #[inline(never)]
+fn render_error_head(reply: &mut Reply<'_>, head: &RequestHead, route: Option<&Route>) {
+    let ReplyHead::Error(error) = &mut reply.head else {
+        return;
+    };
+    let error = match error {
+        ErrorHead::Made(made) => {
+            let taken = LocalError::new(made.status, made.kind, Cow::Borrowed(""));
+            ErrorHead::Made(std::mem::replace(made, taken))
+        }
+        ErrorHead::Prebuilt(prebuilt) => ErrorHead::Prebuilt(prebuilt),
+    };
+    reply.head = ReplyHead::Local(rendered(error, head, route));
+}
+
+/// An error in the flavour the request and route need.
 fn rendered<'r>(
-    error: &ErrorHead<'r>,
+    error: ErrorHead<'r>,
     head: &RequestHead,
     route: Option<&Route>,
 ) -> Cow<'r, LocalResponse> {
@@ -431,7 +448,7 @@ fn rendered<'r>(
     } else if route.is_some_and(|r| r.error_form == ErrorForm::Elasticsearch) {
         Cow::Owned(elasticsearch::error_answer(error.error()))
     } else {
-        error.plain()
+        error.into_plain()
     }
 }
 

@@ -98,7 +98,18 @@ impl LocalError {
     /// header lines; a 416 is its `Content-Range` alone; a policy's refusal is its message
     /// (none for a status that has no body).
     pub fn plain(&self) -> LocalResponse {
-        let mut headers = Vec::with_capacity(self.headers.len() + 2);
+        self.plain_with(self.headers.clone())
+    }
+
+    /// [`plain`](Self::plain) for an error made for one request: its header lines move into
+    /// the answer instead of being copied.
+    pub fn into_plain(mut self) -> LocalResponse {
+        let own = std::mem::take(&mut self.headers);
+        self.plain_with(own)
+    }
+
+    fn plain_with(&self, own: Vec<(String, String)>) -> LocalResponse {
+        let mut headers = Vec::with_capacity(own.len() + 2);
         let body = match self.kind {
             ErrorKind::RangeNotSatisfiable { length } => {
                 headers.push(("content-range".into(), format!("bytes */{length}")));
@@ -120,7 +131,7 @@ impl LocalError {
                 format!("{}\n", self.message).into()
             }
         };
-        headers.extend(self.headers.iter().cloned());
+        headers.extend(own);
         LocalResponse::new(self.status, headers, body)
     }
 }

@@ -72,7 +72,9 @@ impl LocalResponse {
 
 /// Status line, headers and a Content-Length of `len`, without the final CRLF.
 fn prebuild(status: u16, headers: &[(String, String)], len: u64) -> Vec<u8> {
-    let mut prebuilt = Vec::with_capacity(128);
+    // Sized for the lines it will hold: a refusal's few extra lines cost no regrowth.
+    let lines: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    let mut prebuilt = Vec::with_capacity(64 + lines + 40);
     status_line(&mut prebuilt, status, reason(status));
     for (name, value) in headers {
         if !name.eq_ignore_ascii_case("content-length") {

@@ -146,7 +146,19 @@ fn redirect_status(permanent: bool, get_like: bool) -> u16 {
 }
 
 impl Filter {
-    pub fn new(kind: MiddlewareKind, upstreams: &mut Upstreams<'_>) -> Result<Filter, String> {
+    /// The Redis store a `rate_limit` shares its buckets through, if it does.
+    pub fn shared_store(&self) -> Option<&Arc<crate::stores::redis::Redis>> {
+        match &self.1 {
+            Kept::RateLimit(limit) => limit.shared_store(),
+            _ => None,
+        }
+    }
+
+    pub fn new(
+        name: &str,
+        kind: MiddlewareKind,
+        upstreams: &mut Upstreams<'_>,
+    ) -> Result<Filter, String> {
         let kept = match &kind {
             MiddlewareKind::BasicAuth(config) => {
                 Kept::BasicAuth(Box::new(basic_auth::BasicAuth::new(config)))
@@ -155,7 +167,7 @@ impl Filter {
                 Kept::DigestAuth(Box::new(digest_auth::DigestAuth::new(config)))
             }
             // An `average` of 0 limits nothing: no buckets, no work per request.
-            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(config)
+            MiddlewareKind::RateLimit(config) => rate_limit::RateLimit::new(name, config)
                 .map_or(Kept::Nothing, |limit| Kept::RateLimit(Box::new(limit))),
             MiddlewareKind::InFlightReq(config) => {
                 Kept::InFlightReq(Box::new(in_flight_req::InFlightReq::new(config)))

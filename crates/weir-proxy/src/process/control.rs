@@ -3,15 +3,22 @@
 //! `SIGUSR1` reopens the access log (after logrotate moved it), `SIGUSR2` upgrades the binary
 //! (`process/upgrade.rs`: the loop ends, as for a stop, once the new process is ready); it also takes
 //! reloads asked for through the admin API and, under `--watch`, notices when the config file
-//! changes.
+//! changes; with `providers.etcd`, it applies each new document the provider's thread hands it.
 
+use crate::actions::cache::fanout;
 use crate::actions::elasticsearch::{discovery, replay};
 use crate::admin::ReloadRequest;
+use crate::process::provider;
 use crate::process::reload::Reloader;
 use crate::process::upgrade::{self, Predecessor};
+use crate::state::runtime::Runtime;
+use arc_swap::ArcSwap;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
+use weir_config::RedisStore;
 
 /// How often `--watch` looks at the config file.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -25,6 +32,7 @@ const DISCOVERY_TICK: Duration = Duration::from_millis(250);
 pub fn run(
     mut reloader: Reloader,
     mut reload_requests: UnboundedReceiver<ReloadRequest>,
+    etcd_revision: i64,
     watch: bool,
     ready: &str,
     predecessor: &mut Option<Predecessor>,
@@ -63,6 +71,17 @@ pub fn run(
         let (found_tx, mut found_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut discovery_tick = tokio::time::interval(DISCOVERY_TICK);
         discovery_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The etcd provider's documents, from its own thread.
+        let (etcd_tx, mut etcd_rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Some(etcd) = reloader.etcd.clone() {
+            let applied = reloader.document.as_ref().map(|d| d.text.clone());
+            provider::watch(etcd, etcd_revision, applied, etcd_tx);
+        } else {
+            drop(etcd_tx);
+        }
+        // Caches with `purge.fanout`: a follower task each, applying the fleet's purges.
+        let mut followers = PurgeFollowers::default();
+        followers.sync(&reloader.shared);
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -91,11 +110,13 @@ pub fn run(
                     }
                 }
                 _ = discovery_tick.tick() => {
+                    followers.sync(&reloader.shared);
                     let runtime = reloader.shared.load();
                     discovery.start_due(&runtime.config, &runtime.elasticsearch, &reloader.seeds, &found_tx);
                     replays.start_due(&runtime.config, &runtime.elasticsearch);
                 }
                 Some(found) = found_rx.recv() => reloader.apply_discovered(found),
+                Some(update) = etcd_rx.recv() => reloader.apply_document(update),
                 _ = watch_tick.tick(), if watch => {
                     let stamp = file_stamp(&reloader.config_path);
                     if stamp != watched {
@@ -107,6 +128,43 @@ pub fn run(
         }
         Ok(())
     })
+}
+
+/// The purge followers (`actions/cache/fanout.rs`) of the caches in service, by cache name,
+/// with the store each follows.
+#[derive(Default)]
+struct PurgeFollowers(HashMap<String, (RedisStore, tokio::task::JoinHandle<()>)>);
+
+impl PurgeFollowers {
+    /// Starts a follower for each cache with a fanout that has none (or one on another
+    /// store), and stops those of caches that no longer have one.
+    fn sync(&mut self, shared: &Arc<ArcSwap<Runtime>>) {
+        let runtime = shared.load();
+        let wanted: HashMap<&str, &RedisStore> = runtime
+            .caches
+            .iter()
+            .filter_map(|c| Some((c.name.as_str(), c.fanout_store()?)))
+            .collect();
+        self.0.retain(|name, (store, task)| {
+            let keep = wanted.get(name.as_str()) == Some(&&*store);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (name, store) in wanted {
+            if self.0.contains_key(name) {
+                continue;
+            }
+            let (cache, shared) = (name.to_string(), shared.clone());
+            let find = move || {
+                let runtime = shared.load();
+                runtime.caches.iter().find(|c| c.name == cache).cloned()
+            };
+            let task = tokio::spawn(fanout::follow(name.to_string(), store.clone(), find));
+            self.0.insert(name.to_string(), (store.clone(), task));
+        }
+    }
 }
 
 /// Starts a binary upgrade on a thread of its own (it waits for the new process).

@@ -3,6 +3,7 @@
 
 pub mod control;
 pub mod notify;
+pub mod provider;
 pub mod reload;
 pub mod server;
 pub mod upgrade;

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::mpsc::UnboundedSender;
-use weir_config::{located, Config, UpstreamServer};
+use weir_config::{Config, UpstreamServer};
 
 /// What the control thread holds to reload.
 pub struct Reloader {
@@ -34,6 +34,10 @@ pub struct Reloader {
     pub discovered: HashMap<String, Vec<String>>,
     /// Each Elasticsearch service's configured hosts, asked when no node found last answers.
     pub seeds: HashMap<String, Vec<UpstreamServer>>,
+    /// `providers.etcd` as the process started with it (a change takes a restart).
+    pub etcd: Option<weir_config::EtcdProvider>,
+    /// The provider's last good document, merged into the file by every reload.
+    pub document: Option<weir_config::Document>,
 }
 
 /// An entrypoint bound for a reload that has not been swapped in yet.
@@ -123,16 +127,54 @@ impl Reloader {
         result
     }
 
+    /// Applies a new document from the etcd provider as a reload; a refused one leaves the
+    /// last good document (and the configuration) in service.
+    pub fn apply_document(&mut self, update: crate::process::provider::EtcdUpdate) {
+        let previous = self.document.replace(update.document);
+        let result = self.reload("etcd");
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        let etcd = status.etcd.get_or_insert(admin::EtcdStatus {
+            revision: 0,
+            serving: false,
+            last_error: None,
+        });
+        match result {
+            Ok(version) => {
+                etcd.revision = update.revision;
+                etcd.serving = true;
+                etcd.last_error = None;
+                drop(status);
+                if let (Some(provider), Some(document)) = (&self.etcd, &self.document) {
+                    crate::process::provider::save(provider, &document.text);
+                }
+                crate::log_line!(
+                    "weir: etcd: revision {} in service (version {version})",
+                    update.revision
+                );
+            }
+            Err(errors) => {
+                etcd.last_error = Some(errors);
+                drop(status);
+                self.document = previous;
+            }
+        }
+    }
+
     fn try_reload(&mut self) -> Result<u64, Vec<String>> {
         let path = self.config_path.clone();
-        let mut config = weir_config::load_file(&path)
+        let (mut config, sources) = weir_config::load_file_with(&path, self.document.as_ref())
             .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
         let seeds = seeds_of(&config);
         discovery::apply(&mut config, &self.discovered);
         let old = self.shared.load_full();
         let workers = self.workers.len();
-        let runtime =
-            Runtime::compile(&config, workers, Some(&old)).map_err(|e| vec![located(&path, &e)])?;
+        let runtime = Runtime::compile(&config, workers, Some(&old))
+            .map_err(|e| vec![sources.located(&e)])?;
+        if config.providers.etcd != self.etcd {
+            crate::log_line!(
+                "weir: reload: `providers.etcd` changed; it takes effect at the next restart"
+            );
+        }
         if config.server.workers != old.config.server.workers {
             crate::log_line!(
                 "weir: reload: `server.workers` changed; it takes effect at the next restart (still {workers})"

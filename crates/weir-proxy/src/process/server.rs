@@ -85,6 +85,12 @@ fn serve(
 ) -> Result<(), String> {
     crate::log_line!("weir: version {}", options.build);
     raise_open_file_limit();
+    let (config, document, etcd_revision) = match config.providers.etcd.clone() {
+        Some(etcd) => {
+            crate::process::provider::starting_config(&options.config_path, config, &etcd)
+        }
+        None => (config, None, 0),
+    };
     let workers = config.server.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -148,7 +154,17 @@ fn serve(
         admin,
         discovered: Default::default(),
         seeds: Default::default(),
+        etcd: config.providers.etcd.clone(),
+        document,
     };
+    if reloader.etcd.is_some() {
+        let mut status = reloader.status.lock().unwrap_or_else(|e| e.into_inner());
+        status.etcd = Some(admin::EtcdStatus {
+            revision: etcd_revision,
+            serving: reloader.document.is_some(),
+            last_error: None,
+        });
+    }
     crate::process::reload::write_pid_file(config.server.pid_file.as_deref())?;
     let ready = format!(
         "weir: {workers} worker(s) running; graceful timeout {:?}",
@@ -157,6 +173,7 @@ fn serve(
     control::run(
         reloader,
         reload_requests,
+        etcd_revision,
         options.watch,
         &ready,
         predecessor,

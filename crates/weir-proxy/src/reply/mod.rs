@@ -66,6 +66,14 @@ impl<'r> ErrorHead<'r> {
             ErrorHead::Prebuilt(prebuilt) => Cow::Borrowed(&prebuilt.plain),
         }
     }
+
+    /// The same, moving a made error's header lines into its answer.
+    pub fn into_plain(self) -> Cow<'r, LocalResponse> {
+        match self {
+            ErrorHead::Made(error) => Cow::Owned(error.into_plain()),
+            ErrorHead::Prebuilt(prebuilt) => Cow::Borrowed(&prebuilt.plain),
+        }
+    }
 }
 
 pub enum ReplyBody {

@@ -48,6 +48,10 @@ pub struct Runtime {
     pub routes: Vec<Arc<Route>>,
     /// Whether exchanges are counted and timed (`server.metrics`).
     pub metrics: bool,
+    /// The response caches, by name order (for the control thread's purge followers).
+    pub caches: Vec<Arc<crate::actions::cache::store::ResponseCache>>,
+    /// The `rate_limit`s shared through Redis, by middleware name (for their metrics).
+    pub shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)>,
     /// What the next compile carries over.
     carried: Carried,
 }
@@ -223,7 +227,7 @@ impl Runtime {
         let mut filters: HashMap<&str, Arc<Filter>> = HashMap::new();
         for m in &config.middlewares {
             let mut build = || {
-                let filter = Filter::new(m.kind.clone(), &mut upstreams);
+                let filter = Filter::new(&m.name, m.kind.clone(), &mut upstreams);
                 filter
                     .map(Arc::new)
                     .map_err(|e| format!("middleware `{}`: {e}", m.name))
@@ -237,6 +241,11 @@ impl Runtime {
             };
             filters.insert(m.name.as_str(), filter);
         }
+        let mut shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)> = filters
+            .iter()
+            .filter_map(|(name, f)| Some((name.to_string(), f.shared_store()?.clone())))
+            .collect();
+        shared_limits.sort_by(|a, b| a.0.cmp(&b.0));
         // A cache keeps what it stored over a reload while its size and key stay the same.
         let mut caches = HashMap::new();
         for c in &config.caches {
@@ -385,6 +394,12 @@ impl Runtime {
             },
             routes,
             metrics: config.server.metrics,
+            shared_limits,
+            caches: {
+                let mut all: Vec<_> = caches.values().cloned().collect();
+                all.sort_by(|a, b| a.name.cmp(&b.name));
+                all
+            },
             carried: carried.finish(),
             services: config
                 .services

@@ -108,3 +108,42 @@ impl LoadReport {
         );
     }
 }
+
+/// Sends `GET /x` from `threads[i]` keep-alive connections to `addrs[i]`, each as fast as the
+/// answers come (pausing `pause` between), until `window` has passed since the start; returns
+/// the 200s, the 429s (a rate limit's refusals; any other status fails the test) and the
+/// seconds it took.
+pub fn admitted_and_refused(
+    addrs: &[SocketAddr],
+    threads: &[usize],
+    window: Duration,
+    pause: Duration,
+) -> (usize, usize, f64) {
+    let started = std::time::Instant::now();
+    let mut senders = Vec::new();
+    for (&addr, &count) in addrs.iter().zip(threads) {
+        for _ in 0..count {
+            senders.push(std::thread::spawn(move || {
+                let mut conn = Conn::open(addr);
+                let (mut admitted, mut refused) = (0, 0);
+                while started.elapsed() < window {
+                    conn.send(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n");
+                    match conn.read(false).expect("an answer").status {
+                        200 => admitted += 1,
+                        429 => refused += 1,
+                        other => panic!("status {other}"),
+                    }
+                    std::thread::sleep(pause);
+                }
+                (admitted, refused)
+            }));
+        }
+    }
+    let (mut admitted, mut refused) = (0, 0);
+    for sender in senders {
+        let (a, r) = sender.join().expect("sender");
+        admitted += a;
+        refused += r;
+    }
+    (admitted, refused, started.elapsed().as_secs_f64())
+}

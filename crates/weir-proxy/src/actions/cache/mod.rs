@@ -36,6 +36,7 @@ use weir_cache::{Directives, Fields, NotStorable, Outcome, Usable};
 mod answer;
 mod body;
 mod disk;
+pub mod fanout;
 mod fill;
 mod object;
 mod purge;

@@ -1,7 +1,8 @@
 //! `PURGE` through a cached route, from an address in `purge.allow`: the URL's stored
 //! answers (every `Vary` variant), or every URL under a prefix when the path ends in `*`, or
 //! every answer whose `Cache-Tag` names one of the request's `Cache-Tag` values; from memory
-//! and from the disk tier. The answer is JSON with how many keys went.
+//! and from the disk tier. The answer is JSON with how many keys went. With `purge.fanout`,
+//! the order is then published for the fleet's other instances (`fanout.rs`).
 
 use super::store::{host_and_path, ResponseCache};
 use crate::http::codec::RequestHead;
@@ -38,6 +39,18 @@ impl Picker {
     }
 }
 
+/// What one `PURGE` removes, as the request said it (and as the fleet's other instances get it
+/// when the cache has `purge.fanout`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PurgeOrder {
+    pub scheme: String,
+    pub host: String,
+    pub path: String,
+    pub query: String,
+    /// The request's `Cache-Tag` values; none: the path (a prefix when it ends in `*`).
+    pub tags: Vec<Box<[u8]>>,
+}
+
 pub(super) async fn purge<'r>(
     cache: &ResponseCache,
     client: IpAddr,
@@ -48,28 +61,52 @@ pub(super) async fn purge<'r>(
         let message = "PURGE is not allowed from this address";
         return Reply::error(LocalError::new(403, ErrorKind::PurgeRefused, message));
     }
+    let order = PurgeOrder {
+        scheme: scheme.to_string(),
+        host: req.host().to_ascii_lowercase(),
+        path: req.path().to_string(),
+        query: req.query().to_string(),
+        tags: req
+            .head
+            .get_all("cache-tag")
+            .flat_map(|line| line.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .filter(|tag| !tag.is_empty())
+            .map(Box::from)
+            .collect(),
+    };
+    let count = apply(cache, &order).await;
+    // Told to the fleet once applied here; the answer says whether the fleet was told.
+    let fanout = match &cache.fanout {
+        Some(fanout) => match fanout.publish(&order).await {
+            true => ",\"fanout\":\"published\"",
+            false => ",\"fanout\":\"failed\"",
+        },
+        None => "",
+    };
+    let answer = LocalResponse::new(
+        200,
+        vec![("content-type".into(), "application/json".into())],
+        format!("{{\"purged\":{count}{fanout}}}\n"),
+    );
+    Reply::local(Cow::Owned(answer))
+}
+
+/// Removes what `order` names from memory and disk; how many keys went.
+pub(super) async fn apply(cache: &ResponseCache, order: &PurgeOrder) -> usize {
     let store = &cache.store;
-    let host = req.host().to_ascii_lowercase();
-    let tags: Vec<Box<[u8]>> = req
-        .head
-        .get_all("cache-tag")
-        .flat_map(|line| line.split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|tag| !tag.is_empty())
-        .map(Box::from)
-        .collect();
     let removed = Mutex::new(HashSet::<Box<[u8]>>::new());
     let note = |key: &[u8]| {
         if let Ok(mut removed) = removed.lock() {
             removed.insert(key.into());
         }
     };
-    match req.path().strip_suffix('*') {
-        prefix if prefix.is_some() || !tags.is_empty() => {
+    match order.path.strip_suffix('*') {
+        prefix if prefix.is_some() || !order.tags.is_empty() => {
             let picker = Picker {
-                tags,
+                tags: order.tags.clone(),
                 prefix: prefix.unwrap_or_default().to_string(),
-                host,
+                host: order.host.clone(),
                 key_parts: cache.key_parts().to_vec(),
             };
             store.objects.retain(|key, entry| {
@@ -91,7 +128,7 @@ pub(super) async fn purge<'r>(
             }
         }
         _ => {
-            let key = cache.key_for(scheme, &host, req.path(), req.query());
+            let key = cache.key_for(&order.scheme, &order.host, &order.path, &order.query);
             let in_memory = store
                 .objects
                 .peek(&key)
@@ -102,11 +139,5 @@ pub(super) async fn purge<'r>(
             store.remove(&key);
         }
     }
-    let count = removed.lock().map_or(0, |r| r.len());
-    let answer = LocalResponse::new(
-        200,
-        vec![("content-type".into(), "application/json".into())],
-        format!("{{\"purged\":{count}}}\n"),
-    );
-    Reply::local(Cow::Owned(answer))
+    removed.lock().map_or(0, |r| r.len())
 }

@@ -381,6 +381,9 @@ pub struct ResponseCache {
     pub(super) lock_timeout: Duration,
     pub(super) purge_allow: Vec<Cidr>,
     key: Vec<CacheKeyPart>,
+    /// Where accepted purges are published for the fleet (`purge.fanout`).
+    pub(super) fanout: Option<super::fanout::Fanout>,
+    fanout_store: Option<weir_config::RedisStore>,
 }
 
 impl std::fmt::Debug for ResponseCache {
@@ -400,7 +403,18 @@ impl ResponseCache {
             lock_timeout: cfg.lock_timeout,
             purge_allow: cfg.purge_allow.clone(),
             key: cfg.key.clone(),
+            fanout: cfg
+                .purge_fanout
+                .as_ref()
+                .map(|redis| super::fanout::Fanout::new(&cfg.name, redis)),
+            fanout_store: cfg.purge_fanout.clone(),
         }
+    }
+
+    /// The Redis store the fleet's purges go through, if any (for the control thread's
+    /// follower).
+    pub fn fanout_store(&self) -> Option<&weir_config::RedisStore> {
+        self.fanout_store.as_ref()
     }
 
     /// The store's reload identity: a store is kept while these stay the same.

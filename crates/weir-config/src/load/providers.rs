@@ -1,0 +1,104 @@
+//! `providers:` where more of the configuration comes from: `etcd: { endpoints, key,
+//! username, password, cache_file }`.
+
+use super::Loader;
+use crate::model::{EtcdProvider, Providers};
+use crate::yaml::Node;
+
+impl Loader<'_> {
+    pub(super) fn providers(&mut self, node: Option<&Node>) -> Providers {
+        let Some(node) = node else {
+            return Providers::default();
+        };
+        let Some(f) = self.fields(node, "`providers`", &["etcd"]) else {
+            return Providers::default();
+        };
+        Providers {
+            etcd: f.get("etcd").and_then(|n| self.etcd_provider(n)),
+        }
+    }
+
+    fn etcd_provider(&mut self, node: &Node) -> Option<EtcdProvider> {
+        const KEYS: &[&str] = &["endpoints", "key", "username", "password", "cache_file"];
+        let f = self.fields(node, "`etcd`", KEYS)?;
+        let mut ok = true;
+        let endpoints = self.endpoints(
+            &f,
+            "`etcd`",
+            "an etcd endpoint must be `host:port` or `http://host:port`",
+            "2379",
+            |endpoint| {
+                let bare = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+                super::stores::is_host_port(bare.trim_end_matches('/'))
+            },
+        );
+        ok &= !endpoints.is_empty();
+        let key = match f.get("key") {
+            Some(n) => self.string(n, "`key`"),
+            None => Some("/weir/dynamic".to_string()),
+        };
+        if key.as_deref() == Some("") {
+            if let Some(n) = f.get("key") {
+                self.error(n.pos, "`key` must not be empty");
+                ok = false;
+            }
+        }
+        let username = self.text_key(&f, "username");
+        let password = self.text_key(&f, "password");
+        if username.is_empty() != password.is_empty() {
+            self.error(f.pos, "`etcd` takes `username` and `password` together");
+            ok = false;
+        }
+        let cache_file = f
+            .get("cache_file")
+            .and_then(|n| self.string(n, "`cache_file`"))
+            .map(|path| self.base.join(path));
+        let provider = EtcdProvider {
+            endpoints,
+            key: key?,
+            username,
+            password,
+            cache_file,
+        };
+        ok.then_some(provider)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{errors, BASE};
+    use crate::load_str;
+    use std::path::PathBuf;
+
+    #[test]
+    fn etcd_settings_and_defaults() {
+        let yaml = format!("{BASE}providers:\n  etcd: {{ endpoints: [\"127.0.0.1:2379\", \"http://e2:2379\"], cache_file: etcd.yaml }}\n");
+        let etcd = load_str(&yaml, "/etc/weir/w.yaml")
+            .unwrap()
+            .providers
+            .etcd
+            .unwrap();
+        assert_eq!(etcd.endpoints, ["127.0.0.1:2379", "http://e2:2379"]);
+        assert_eq!(etcd.key, "/weir/dynamic");
+        assert_eq!(etcd.cache_file, Some(PathBuf::from("/etc/weir/etcd.yaml")));
+        assert!(load_str(BASE, "w.yaml").unwrap().providers.etcd.is_none());
+    }
+
+    #[test]
+    fn etcd_errors() {
+        let bad = |body: &str| errors(&format!("{BASE}providers:\n  etcd: {body}\n"));
+        assert_eq!(
+            bad("{ key: /k }"),
+            ["t.yaml:4:9: `etcd` needs `endpoints`, a list of `host:port` such as `127.0.0.1:2379`"]
+        );
+        assert_eq!(
+            bad("{ endpoints: [\"https://e:1\"], key: \"\", username: u, tls: {} }"),
+            [
+                "t.yaml:4:9: `etcd` takes `username` and `password` together",
+                "t.yaml:4:23: an etcd endpoint must be `host:port` or `http://host:port` such as `127.0.0.1:2379`, found \"https://e:1\"",
+                "t.yaml:4:44: `key` must not be empty",
+                "t.yaml:4:61: unknown key `tls` in `etcd`; expected one of: endpoints, key, username, password, cache_file",
+            ]
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! An etcd v3 client over etcd's JSON gateway (HTTP/1.1: `/v3/kv/range`, `/v3/watch`,
+//! `/v3/auth/authenticate`), blocking, for the provider's own thread: read a key with the
+//! store's revision, then follow its changes from the next revision.
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde_json::Value as Json;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+use weir_config::EtcdProvider;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// For a read of the key (not for a watch, which may be quiet for as long as nothing changes).
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A watch event or an answer larger than this is refused (a config document is far smaller).
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// The key as read: its value (none when the key is absent) and the store's revision then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRead {
+    pub revision: i64,
+    pub value: Option<String>,
+}
+
+/// A change to the watched key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Put { revision: i64, value: String },
+    Deleted { revision: i64 },
+}
+
+pub struct Etcd {
+    config: EtcdProvider,
+}
+
+impl Etcd {
+    pub fn new(config: EtcdProvider) -> Etcd {
+        Etcd { config }
+    }
+
+    /// The key's value and revision from the first endpoint that answers.
+    pub fn read(&self) -> Result<KeyRead, String> {
+        let body = serde_json::json!({ "key": BASE64.encode(&self.config.key) }).to_string();
+        let answer = self.ask("/v3/kv/range", &body)?;
+        let revision = number(&answer["header"]["revision"]);
+        let value = match answer["kvs"].get(0) {
+            Some(kv) => Some(text_of(&kv["value"])?),
+            None => None,
+        };
+        Ok(KeyRead { revision, value })
+    }
+
+    /// Follows the key's changes from `revision` on, calling `each` for every one, until the
+    /// stream ends (an error, or etcd compacted past `revision`: read again then).
+    pub fn watch(&self, revision: i64, mut each: impl FnMut(Change)) -> Result<(), String> {
+        let body = serde_json::json!({
+            "create_request": {
+                "key": BASE64.encode(&self.config.key),
+                "start_revision": revision.to_string(),
+            }
+        })
+        .to_string();
+        let (mut stream, endpoint) = self.connect_any()?;
+        let token = self.token(&endpoint)?;
+        send(&mut stream, &endpoint, "/v3/watch", &body, token.as_deref())?;
+        let _ = stream.set_read_timeout(None);
+        let mut reader = ChunkedReader::new(stream)?;
+        loop {
+            let message = reader.next_message()?;
+            let result = &message["result"];
+            if let Some(e) = message.get("error") {
+                return Err(format!("watch: {e}"));
+            }
+            if result["canceled"].as_bool() == Some(true)
+                || result.get("compact_revision").is_some()
+            {
+                return Err("watch canceled by etcd (compacted?)".into());
+            }
+            for event in result["events"].as_array().into_iter().flatten() {
+                let kv = &event["kv"];
+                let revision = number(&kv["mod_revision"]);
+                match event["type"].as_str() {
+                    Some("DELETE") => each(Change::Deleted { revision }),
+                    _ => each(Change::Put {
+                        revision,
+                        value: text_of(&kv["value"])?,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// One request answered whole, from the first endpoint that answers.
+    fn ask(&self, path: &str, body: &str) -> Result<Json, String> {
+        let (mut stream, endpoint) = self.connect_any()?;
+        let token = self.token(&endpoint)?;
+        send(&mut stream, &endpoint, path, body, token.as_deref())?;
+        ChunkedReader::new(stream)?.whole()
+    }
+
+    /// A token for the configured user, when there is one.
+    fn token(&self, endpoint: &str) -> Result<Option<String>, String> {
+        if self.config.username.is_empty() {
+            return Ok(None);
+        }
+        let body = serde_json::json!({
+            "name": self.config.username,
+            "password": self.config.password,
+        })
+        .to_string();
+        let mut stream = connect(endpoint)?;
+        send(&mut stream, endpoint, "/v3/auth/authenticate", &body, None)?;
+        let answer = ChunkedReader::new(stream)?.whole()?;
+        match answer["token"].as_str() {
+            Some(token) => Ok(Some(token.to_string())),
+            None => Err(format!("{endpoint}: authentication refused: {answer}")),
+        }
+    }
+
+    fn connect_any(&self) -> Result<(TcpStream, String), String> {
+        let mut why = String::from("no endpoint");
+        for endpoint in &self.config.endpoints {
+            let bare = endpoint
+                .strip_prefix("http://")
+                .unwrap_or(endpoint)
+                .trim_end_matches('/');
+            match connect(bare) {
+                Ok(stream) => return Ok((stream, bare.to_string())),
+                Err(e) => why = e,
+            }
+        }
+        Err(why)
+    }
+}
+
+fn connect(endpoint: &str) -> Result<TcpStream, String> {
+    let fail = |e: std::io::Error| format!("{endpoint}: {e}");
+    let addr = endpoint
+        .to_socket_addrs()
+        .map_err(fail)?
+        .next()
+        .ok_or_else(|| format!("{endpoint}: no address"))?;
+    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
+    stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(fail)?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+fn send(
+    stream: &mut TcpStream,
+    endpoint: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> Result<(), String> {
+    let auth = token
+        .map(|t| format!("authorization: {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {endpoint}\r\ncontent-type: application/json\r\n{auth}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("{endpoint}: {e}"))
+}
+
+/// int64 fields come as JSON strings from the gateway (and are left out when 0).
+fn number(value: &Json) -> i64 {
+    match value {
+        Json::String(text) => text.parse().unwrap_or(0),
+        Json::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// A base64 `bytes` field as UTF-8 text (absent: empty).
+fn text_of(value: &Json) -> Result<String, String> {
+    let encoded = value.as_str().unwrap_or_default();
+    let bytes = BASE64
+        .decode(encoded)
+        .map_err(|e| format!("a value not in base64: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| "the document is not UTF-8".to_string())
+}
+
+/// An HTTP/1.1 response read as it comes: its head checked, then its body, chunked or not,
+/// as JSON messages, one per line (as the gateway streams them).
+struct ChunkedReader {
+    stream: TcpStream,
+    /// Read from the socket, not yet decoded.
+    raw: Vec<u8>,
+    /// The body decoded so far, not yet handed out.
+    body: Vec<u8>,
+    chunked: bool,
+    /// In a chunked body: data bytes left of the current chunk, then its CRLF's.
+    chunk_left: usize,
+    crlf_left: usize,
+    ended: bool,
+}
+
+impl ChunkedReader {
+    fn new(mut stream: TcpStream) -> Result<ChunkedReader, String> {
+        let mut raw = Vec::with_capacity(4096);
+        let head_end = loop {
+            if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at;
+            }
+            if raw.len() > 64 * 1024 || fill(&mut stream, &mut raw)? == 0 {
+                return Err("no response head".into());
+            }
+        };
+        let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+        let status = head.split(' ').nth(1).unwrap_or_default().to_string();
+        let chunked = head.contains("transfer-encoding: chunked");
+        let rest = raw.split_off(head_end + 4);
+        let mut reader = ChunkedReader {
+            stream,
+            raw: rest,
+            body: Vec::new(),
+            chunked,
+            chunk_left: 0,
+            crlf_left: 0,
+            ended: false,
+        };
+        if status != "200" {
+            let body = reader.whole_text().unwrap_or_default();
+            return Err(format!("etcd answered {status}: {}", body.trim()));
+        }
+        Ok(reader)
+    }
+
+    /// The whole body as one JSON value.
+    fn whole(mut self) -> Result<Json, String> {
+        let text = self.whole_text()?;
+        serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))
+    }
+
+    fn whole_text(&mut self) -> Result<String, String> {
+        while !self.ended {
+            self.decode_more()?;
+        }
+        Ok(String::from_utf8_lossy(&self.body).into_owned())
+    }
+
+    /// The next line of the body as JSON.
+    fn next_message(&mut self) -> Result<Json, String> {
+        loop {
+            if let Some(at) = self.body.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.body.drain(..=at).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return serde_json::from_slice(&line).map_err(|e| format!("not JSON: {e}"));
+            }
+            if self.ended {
+                return Err("the watch stream ended".into());
+            }
+            if self.body.len() > MAX_MESSAGE {
+                return Err("a watch message over 16 MiB".into());
+            }
+            self.decode_more()?;
+        }
+    }
+
+    /// Moves more of the body into `body`, reading from the socket when needed.
+    fn decode_more(&mut self) -> Result<(), String> {
+        if !self.chunked {
+            if !self.raw.is_empty() {
+                self.body.append(&mut self.raw);
+                return Ok(());
+            }
+            if fill(&mut self.stream, &mut self.raw)? == 0 {
+                self.ended = true;
+            }
+            return Ok(());
+        }
+        loop {
+            if self.chunk_left > 0 {
+                if self.raw.is_empty() {
+                    break;
+                }
+                let take = self.chunk_left.min(self.raw.len());
+                self.body.extend(self.raw.drain(..take));
+                self.chunk_left -= take;
+                self.crlf_left = usize::from(self.chunk_left == 0) * 2;
+                return Ok(());
+            }
+            if self.crlf_left > 0 {
+                let take = self.crlf_left.min(self.raw.len());
+                self.raw.drain(..take);
+                self.crlf_left -= take;
+                if self.crlf_left > 0 {
+                    break;
+                }
+            }
+            let Some(line_end) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                break;
+            };
+            let size_text = String::from_utf8_lossy(&self.raw[..line_end]).to_string();
+            let size_hex = size_text.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size_hex, 16)
+                .map_err(|_| format!("a bad chunk size {size_text:?}"))?;
+            self.raw.drain(..line_end + 2);
+            if size == 0 {
+                self.ended = true;
+                return Ok(());
+            }
+            if size > MAX_MESSAGE {
+                return Err("a chunk over 16 MiB".into());
+            }
+            self.chunk_left = size;
+        }
+        if fill(&mut self.stream, &mut self.raw)? == 0 {
+            self.ended = true;
+        }
+        Ok(())
+    }
+}
+
+fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, String> {
+    let mut chunk = [0u8; 16384];
+    let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}

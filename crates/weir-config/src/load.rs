@@ -294,6 +294,26 @@ mod tests {
     }
 
     #[test]
+    fn a_misspelt_value_from_a_list_gets_a_suggestion() {
+        let errs = errors(&format!(
+            "{BASE}services:\n  s: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}], load_balancer: round_robbin }}\n"
+        ));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:4:65: unknown load balancer `round_robbin` (did you mean `round_robin`?); expected one of: round_robin, least_conn, random, p2c, consistent_hash"]
+        );
+        let errs = errors(&format!(
+            "{BASE}middlewares:\n  j: {{ jwt: {{ keys: [{{ kty: oct, k: c2VjcmV0 }}], algorithms: [RS265] }} }}\n"
+        ));
+        assert!(
+            errs[1].starts_with(
+                "t.yaml:4:63: unknown algorithm `RS265` (did you mean `RS256`?); expected one of: HS256,"
+            ),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn a_traefik_file_gets_a_hint() {
         let errs = errors(
             "entryPoints:\n  web: { address: \":80\" }\nhttp:\n  routers:\n    r: { rule: \"Host(`a`)\", service: s }\n",

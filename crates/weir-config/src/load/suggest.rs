@@ -2,20 +2,25 @@
 //! hint for a file written for Traefik.
 
 /// ` (did you mean `CANDIDATE`?)` for the candidate closest to `written`, when one is close
-/// enough to be a slip (a third of its letters, at least one, ignoring case), else nothing.
+/// enough to be a slip (a third of its letters, at least one, ignoring case) and no other is as
+/// close (`XS256` could be any of four algorithms), else nothing.
 pub(crate) fn did_you_mean<'c>(
     written: &str,
     candidates: impl IntoIterator<Item = &'c str>,
 ) -> String {
     let written_lower = written.to_lowercase();
     let limit = (written.chars().count() / 3).max(1);
-    candidates
+    let mut close: Vec<(usize, &str)> = candidates
         .into_iter()
         .map(|c| (edit_distance(&written_lower, &c.to_lowercase()), c))
         .filter(|(distance, c)| *distance <= limit && *c != written)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
-        .unwrap_or_default()
+        .collect();
+    close.sort_by_key(|(distance, _)| *distance);
+    match close.as_slice() {
+        [(best, c), (next, _), ..] if next > best => format!(" (did you mean `{c}`?)"),
+        [(_, c)] => format!(" (did you mean `{c}`?)"),
+        _ => String::new(),
+    }
 }
 
 /// Levenshtein distance in characters (insertions, deletions, substitutions), with an adjacent
@@ -79,6 +84,17 @@ mod tests {
         );
         assert_eq!(did_you_mean("rotuers", keys), " (did you mean `routers`?)");
         assert_eq!(did_you_mean("zzz", keys), "");
+        // A tie is no guess.
+        let algorithms = ["HS256", "RS256", "PS256", "ES256"];
+        assert_eq!(did_you_mean("XS256", algorithms), "");
+        assert_eq!(
+            did_you_mean("RS257", algorithms),
+            " (did you mean `RS256`?)"
+        );
+        assert_eq!(
+            did_you_mean("RS265", algorithms),
+            " (did you mean `RS256`?)"
+        );
         assert_eq!(did_you_mean("lb", ["load_balancer", "servers"]), "");
     }
 }

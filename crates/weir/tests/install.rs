@@ -119,6 +119,7 @@ fn bash_completes_subcommands_and_options() {
         "check",
         "reload",
         "route",
+        "config",
         "version",
         "completions",
         "man",
@@ -185,6 +186,7 @@ fn man_pages_render_without_warnings() {
     for sub in [
         "weir-run(1)",
         "weir-check(1)",
+        "weir-config(1)",
         "weir-version(1)",
         "weir-man(1)",
     ] {

@@ -1,10 +1,11 @@
 //! The admin listener (`server.admin`), served by the control thread, never by a worker:
 //! `GET /metrics` answers the Prometheus text of [`Metrics`]; `GET /api/services` the HTTP
 //! services' servers with their health and requests in flight (JSON); `GET /api/status` the
-//! config version, the build (version, commit, target) and the last reload's result; `POST /api/reload` reloads the file and answers
-//! how it went. With `token` set, everything but `/metrics` needs
-//! `Authorization: Bearer TOKEN`. One request per connection. A reload may move the listener to
-//! another address ([`AdminListener`]); a binary upgrade hands its socket to the new process.
+//! config version, the build (version, commit, target) and the last reload's result;
+//! `POST /api/reload` reloads the file and answers how it went. With `token` set, everything
+//! but `/metrics` needs `Authorization: Bearer TOKEN`. One request per connection. A reload may
+//! move the listener to another address ([`AdminListener`]); a binary upgrade hands its socket
+//! to the new process.
 
 pub mod build;
 pub mod prometheus;

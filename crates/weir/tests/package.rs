@@ -31,14 +31,25 @@ fn run(command: &mut Command) -> String {
     String::from_utf8_lossy(&stdout_of(command, &what)).into_owned()
 }
 
-/// Builds the .deb from this build's binary and installs it.
-fn install() {
+/// Builds the .deb from this build's binary and installs it afresh; the .deb's path.
+fn install() -> String {
     let out = temp_dir("deb");
     let deb = run(Command::new(workspace_root().join("scripts/package-deb"))
         .args(["--fast", "--binary", weir_bin(), "--out"])
         .arg(&out));
-    // A test machine's /etc/weir/weir.yaml is the package's: no question about a changed one.
-    run(Command::new("dpkg").args(["-i", "--force-confnew", deb.trim()]));
+    let deb = deb.trim().to_string();
+    // A fresh install, conffile included: a weir installed before (by this test's last run)
+    // is purged first.
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "weir"])
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("installed"));
+    if installed {
+        run(Command::new("dpkg").args(["--purge", "weir"]));
+        assert!(!Path::new(CONFIG).exists(), "a purge leaves {CONFIG}");
+    }
+    run(Command::new("dpkg").args(["-i", &deb]));
+    deb
 }
 
 /// The unit's value for `key` (its last line setting it).
@@ -90,17 +101,15 @@ fn process_exists(pid: u32) -> bool {
 
 #[test]
 fn the_deb_installs_and_weir_runs_as_its_unit_says() {
-    install();
+    let deb = install();
 
     // Files where Debian looks for them, from this build.
     let version = run(Command::new(weir_bin()).arg("version"));
     assert_eq!(run(Command::new("/usr/bin/weir").arg("version")), version);
     let conffiles = run(Command::new("dpkg-query").args(["-W", "-f=${Conffiles}", "weir"]));
     assert!(conffiles.contains(CONFIG), "{conffiles}");
-    assert_eq!(
-        std::fs::read_to_string(CONFIG).unwrap(),
-        std::fs::read_to_string(workspace_root().join("examples/etc-weir.yaml")).unwrap()
-    );
+    let example = std::fs::read_to_string(workspace_root().join("examples/etc-weir.yaml")).unwrap();
+    assert_eq!(std::fs::read_to_string(CONFIG).unwrap(), example);
     for page in ["weir", "weir-run", "weir-check"] {
         let path = run(Command::new("man").args(["-w", page]));
         assert!(path.trim().starts_with("/usr/share/man/man1/"), "{path}");
@@ -283,6 +292,21 @@ fn the_deb_installs_and_weir_runs_as_its_unit_says() {
         assert!(Instant::now() < deadline, "the new process did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
+
+    // Removed, its maintainer scripts run cleanly: the binary goes, the edited conffile and
+    // the user stay; installed again, the edit is kept. The machine is left with weir installed.
+    let edited = format!("{}# edited\n", std::fs::read_to_string(CONFIG).unwrap());
+    std::fs::write(CONFIG, &edited).unwrap();
+    run(Command::new("dpkg").args(["-r", "weir"]));
+    assert!(!Path::new("/usr/bin/weir").exists());
+    assert!(!Path::new(UNIT).exists());
+    assert_eq!(std::fs::read_to_string(CONFIG).unwrap(), edited);
+    run(Command::new("getent").args(["passwd", "weir"]));
+    run(Command::new("dpkg").args(["-i", "--force-confold", &deb]));
+    assert_eq!(std::fs::read_to_string(CONFIG).unwrap(), edited);
+    assert!(Path::new("/usr/bin/weir").is_file());
+    // The example as installed, for whoever looks at this machine next.
+    std::fs::write(CONFIG, &example).unwrap();
 }
 
 /// Ends a process this test started (directly or by an upgrade) if the test fails while it

@@ -6,6 +6,8 @@
 //! the installed example config, reloads on `SIGHUP` (the unit's `ExecReload=`), and on a
 //! `SIGUSR2` upgrade the new process sends its own `MAINPID=` with `READY=1` before the old
 //! one exits. The machine has no systemd as PID 1, so the protocol's other end is the test.
+//! Then the package is removed (its scripts run cleanly; an edited conffile stays) and
+//! installed again, so the machine is left with weir installed.
 //! Needs root (dpkg), Debian's dpkg, systemd (for `systemd-analyze`), util-linux and man-db.
 
 mod common;

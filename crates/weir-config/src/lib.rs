@@ -2,9 +2,11 @@
 #![forbid(unsafe_code)]
 
 pub mod breaker_expression;
+pub mod dump;
 pub mod load;
 pub mod model;
 pub mod predicate;
+mod regex_error;
 pub mod rule;
 pub mod yaml;
 

@@ -16,6 +16,7 @@ mod routers;
 mod server;
 mod services;
 mod stores;
+pub(crate) mod suggest;
 mod tcp;
 mod upstream;
 mod values;
@@ -71,6 +72,15 @@ pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
 
 /// Validates config text; `file` is only used to label errors.
 pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    load_str_with_env(text, file, &|name| std::env::var(name).ok())
+}
+
+/// `load_str` with `${NAME}` read from `env` rather than the process's environment.
+pub fn load_str_with_env(
+    text: &str,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<ConfigError>> {
     let root = yaml::parse(text).map_err(|e| {
         vec![ConfigError {
             file: file.to_string(),
@@ -78,7 +88,7 @@ pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             message: format!("invalid YAML: {}", e.message),
         }]
     })?;
-    load_root(&root, file).map_err(|errors| {
+    load_root_with_env(&root, file, env).map_err(|errors| {
         errors
             .into_iter()
             .map(|(pos, message)| ConfigError {
@@ -93,9 +103,18 @@ pub fn load_str(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
 /// Validates a parsed config; relative paths in it are taken from `file`'s folder. Every
 /// error, in the order of their positions.
 fn load_root(root: &Node, file: &str) -> Result<Config, Vec<(Pos, String)>> {
+    load_root_with_env(root, file, &|name| std::env::var(name).ok())
+}
+
+/// `load_root` with `${NAME}` read from `env`.
+fn load_root_with_env(
+    root: &Node,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<(Pos, String)>> {
     let mut loader = Loader {
         errors: Vec::new(),
-        env: &|name| std::env::var(name).ok(),
+        env,
         base: std::path::Path::new(file)
             .parent()
             .map(|p| p.to_path_buf())
@@ -134,6 +153,15 @@ impl<'n> Fields<'n> {
 
 impl Loader<'_> {
     fn config(&mut self, root: &Node) -> Config {
+        // Once per file, at its first Traefik key, beside the unknown-key errors.
+        if let Value::Map(entries) = &root.value {
+            let traefik = entries
+                .iter()
+                .find_map(|(key, _)| Some((key.pos, suggest::traefik_hint(key.as_str()?)?)));
+            if let Some((pos, hint)) = traefik {
+                self.error(pos, hint);
+            }
+        }
         let top = self
             .fields(
                 root,
@@ -236,7 +264,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level; expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"
@@ -247,6 +275,63 @@ mod tests {
             ),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn a_misspelt_key_or_name_gets_a_suggestion() {
+        let errs = errors(&format!("{BASE}servr: {{}}\n"));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
+        );
+        let errs = errors(&format!(
+            "{BASE}routers:\n  r: {{ rule: \"PathPrefix(`/`)\", service: backnd }}\nservices:\n  backend: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}] }}\n"
+        ));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:4:42: router `r` names service `backnd`, which is not defined (did you mean `backend`?); defined: backend"]
+        );
+    }
+
+    #[test]
+    fn a_misspelt_value_from_a_list_gets_a_suggestion() {
+        let errs = errors(&format!(
+            "{BASE}services:\n  s: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}], load_balancer: round_robbin }}\n"
+        ));
+        assert_eq!(
+            errs,
+            vec!["t.yaml:4:65: unknown load balancer `round_robbin` (did you mean `round_robin`?); expected one of: round_robin, least_conn, random, p2c, consistent_hash"]
+        );
+        let errs = errors(&format!(
+            "{BASE}middlewares:\n  j: {{ jwt: {{ keys: [{{ kty: oct, k: c2VjcmV0 }}], algorithms: [RS265] }} }}\n"
+        ));
+        assert!(
+            errs[1].starts_with(
+                "t.yaml:4:63: unknown algorithm `RS265` (did you mean `RS256`?); expected one of: HS256,"
+            ),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn a_traefik_file_gets_a_hint() {
+        let errs = errors(
+            "entryPoints:\n  web: { address: \":80\" }\nhttp:\n  routers:\n    r: { rule: \"Host(`a`)\", service: s }\n",
+        );
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(
+            errs[0].starts_with("t.yaml:1:1: this looks like a Traefik configuration;"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:1:1: unknown key `entryPoints` in the top level (did you mean `entrypoints`?);"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[3].starts_with("t.yaml:3:1: unknown key `http`"),
+            "{errs:?}"
+        );
+        assert!(errs[2].contains("missing `entrypoints`"), "{errs:?}");
     }
 
     #[test]

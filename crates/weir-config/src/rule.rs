@@ -501,7 +501,8 @@ impl<M> RuleParser<M> {
             return Err(RuleError {
                 offset: at,
                 message: format!(
-                    "unknown matcher `{written}`, expected one of {}",
+                    "unknown matcher `{written}`{}, expected one of {}",
+                    crate::load::suggest::did_you_mean(written, self.names.iter().copied()),
                     self.names.join(", ")
                 ),
             });
@@ -575,7 +576,10 @@ impl<M> RuleParser<M> {
 fn regex_arg((text, pos): &(String, usize)) -> Result<Regex, RuleError> {
     Regex::new(&from_go_syntax(text)).map_err(|e| RuleError {
         offset: *pos,
-        message: format!("invalid regular expression `{text}`: {e}"),
+        message: format!(
+            "invalid regular expression `{text}`: {}",
+            crate::regex_error::one_line(&e)
+        ),
     })
 }
 
@@ -762,7 +766,13 @@ mod tests {
     #[test]
     fn errors_carry_offsets() {
         assert_eq!(err("Hots(`a`)").offset, 0);
-        assert!(err("Hots(`a`)").message.contains("unknown matcher `Hots`"));
+        assert!(err("Hots(`a`)")
+            .message
+            .starts_with("unknown matcher `Hots` (did you mean `Host`?), expected one of Host,"));
+        // Nothing close: no guess.
+        assert!(err("Xyzzy(`a`)")
+            .message
+            .starts_with("unknown matcher `Xyzzy`, expected one of"));
         assert_eq!(err("Host(`a`) && ").offset, 13);
         assert_eq!(err("Host(`a`) & Path(`/`)").offset, 10);
         assert_eq!(err("Path(`x`)").offset, 5);

@@ -33,9 +33,11 @@ pub(crate) mod worker;
 pub(crate) mod testkit;
 
 // What the `weir` binary and `weir-bench` use, at the paths they know.
+pub use admin::build::BuildInfo;
 pub use http::codec;
 pub use http::router::Router;
 pub use io::ticker;
+pub use listen::tls::certificate_errors;
 pub use observe::errorlog;
 pub use process::server::{run, RunOptions};
 pub use process::upgrade;

@@ -1,4 +1,5 @@
-//! The `weir` command: `run` the gateway, `check` a config, `route explain` a request.
+//! The `weir` command: `run` the gateway, `check` a config, `route explain` a request;
+//! `version`, `config dump`, `completions` and `man` for operators and packagers.
 // One measured exception, allowed where it lives: the global allocator.
 #![deny(unsafe_code)]
 
@@ -61,7 +62,7 @@ fn release_freed_pages() {
 #[derive(Parser)]
 #[command(
     name = "weir",
-    version,
+    version = version::LONG,
     about = "An API gateway and reverse proxy driven by one YAML file"
 )]
 struct Cli {
@@ -74,7 +75,7 @@ enum Command {
     /// Start the gateway.
     Run {
         /// Config file.
-        #[arg(short, long, default_value = "./weir.yaml")]
+        #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
         config: String,
         /// Reload when the config file changes.
         #[arg(long)]
@@ -83,12 +84,14 @@ enum Command {
     /// Ask the running gateway to reload its config file: through its admin API when the
     /// file configures one (and print the result), else by SIGHUP to the pid in `server.pid_file`.
     Reload {
-        #[arg(short, long, default_value = "./weir.yaml")]
+        /// Config file.
+        #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
         config: String,
     },
     /// Validate a config file without starting anything.
     Check {
-        #[arg(short, long, default_value = "./weir.yaml")]
+        /// Config file.
+        #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
         config: String,
     },
     /// Routing tools.
@@ -96,13 +99,43 @@ enum Command {
         #[command(subcommand)]
         command: RouteCommand,
     },
+    /// Config file tools.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Print the version, the git commit it was built from and the target.
+    Version,
+    /// Shell completions from this command's definition, on stdout.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// The man page weir(1), generated from this command's definition, on stdout.
+    Man {
+        /// Write every page instead (weir.1 and one per subcommand, weir-run.1…) into this folder.
+        #[arg(long)]
+        out_dir: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the config as weir reads it, as `nginx -T` does: `${NAME}` expanded and the
+    /// defaults written out, as YAML that `weir check` passes.
+    Dump {
+        /// Config file.
+        #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
+        config: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum RouteCommand {
     /// Show which router a request would match, its rule and its action, without sending it.
     Explain {
-        #[arg(short, long, default_value = "./weir.yaml")]
+        /// Config file.
+        #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
         config: String,
         /// Request method, e.g. GET.
         method: String,
@@ -136,6 +169,7 @@ fn main() -> ExitCode {
                 config_path: config.clone(),
                 watch,
                 release_memory: release_freed_pages,
+                build: version::BUILD,
             };
             match weir_proxy::run(cfg, options) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -145,6 +179,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Config {
+            command: ConfigCommand::Dump { config },
+        } => config_dump::print(&config),
+        Command::Version => {
+            version::print();
+            ExitCode::SUCCESS
+        }
+        Command::Completions { shell } => cli_docs::completions(shell),
+        Command::Man { out_dir } => cli_docs::man(out_dir.as_deref()),
         Command::Reload { config } => {
             let Some(cfg) = load(&config) else {
                 return ExitCode::FAILURE;
@@ -180,10 +223,7 @@ fn main() -> ExitCode {
                     );
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    eprintln!("{}", located(&config, &e));
-                    ExitCode::FAILURE
-                }
+                Err(e) => check_errors::report(&config, &cfg, &e),
             },
             None => ExitCode::FAILURE,
         },
@@ -249,5 +289,9 @@ fn read_config(path: &str) -> Result<weir_config::Config, String> {
     })
 }
 
+mod check_errors;
+mod cli_docs;
+mod config_dump;
 mod explain;
 mod reload;
+mod version;

@@ -136,6 +136,10 @@ fn the_dashboard_renders_in_headless_chromium() {
         )
     };
     has("<b id=\"version\">1</b>");
+    has(&format!(
+        "<b id=\"weir-version\">{} (",
+        env!("CARGO_PKG_VERSION")
+    ));
     has("data-router=\"api\"");
     has("data-router=\"hello\"");
     has("PathPrefix(`/api`)");

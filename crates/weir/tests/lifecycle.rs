@@ -57,7 +57,42 @@ fn check_reports_every_error_with_positions() {
         )),
         "{err}"
     );
-    assert!(err.contains(&format!("{p}:10:5: unknown key `middlewarez` in router `other`; expected one of: entrypoints, rule, priority, middlewares, service, respond, redirect")), "{err}");
+    assert!(err.contains(&format!("{p}:10:5: unknown key `middlewarez` in router `other` (did you mean `middlewares`?); expected one of: entrypoints, rule, priority, middlewares, service, respond, redirect")), "{err}");
+}
+
+/// A file written for Traefik: its static configuration's `entryPoints` and its dynamic
+/// configuration's `http.routers`, as Traefik's documentation writes them
+/// (doc.traefik.io/traefik/routing/entrypoints/ and /routing/routers/, YAML examples).
+#[test]
+fn check_says_a_traefik_file_is_one_and_counts_the_errors_one_a_line() {
+    let err = weir_check_refuses(
+        "check-traefik",
+        "entryPoints:\n  web:\n    address: \":80\"\n\nhttp:\n  routers:\n    my-router:\n      rule: \"Path(`/foo`)\"\n      service: service-foo\n",
+    );
+    let (lines, p) = check_error_lines(&err);
+    assert!(
+        lines[0].starts_with(&format!(
+            "{p}:1:1: this looks like a Traefik configuration;"
+        )),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "{p}:1:1: unknown key `entryPoints` in the top level (did you mean `entrypoints`?)"
+        )),
+        "{err}"
+    );
+    // One line per error, each with its position, then their count.
+    let errors = &lines[..lines.len() - 1];
+    assert!(
+        errors.iter().all(|l| l.starts_with(&format!("{p}:"))),
+        "{err}"
+    );
+    assert_eq!(
+        lines[lines.len() - 1],
+        format!("{p}: {} error(s)", errors.len()),
+        "{err}"
+    );
 }
 
 #[test]

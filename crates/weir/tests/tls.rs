@@ -347,6 +347,57 @@ fn check_refuses_unusable_certificate_files() {
             "{err}"
         );
     }
+    // Every unusable certificate is listed, one a line, then the count.
+    let pair = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "{{ cert: \"{}\", key: \"{}\" }}",
+            cert.display(),
+            key.display()
+        )
+    };
+    let err = weir_check_refuses(
+        "tls-check-many",
+        &format!(
+            "entrypoints:\n  a:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {}\n        - {}\n  b:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates:\n        - {}\n        - {}\nrouters:\n{OK_ROUTE}",
+            pair(&expired.cert, &expired.key),
+            pair(&good.cert, &good.key),
+            pair(&good.cert, &other.key),
+            pair(&good.cert, &dir.join("missing.key")),
+        ),
+    );
+    let (lines, p) = check_error_lines(&err);
+    assert_eq!(lines.len(), 4, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("{p}:6:11: ")) && lines[0].contains("expired on"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{p}:12:11: ")) && lines[1].contains("does not match"),
+        "{err}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("{p}:13:11: "))
+            && lines[2].contains("cannot read private key file"),
+        "{err}"
+    );
+    assert_eq!(lines[3], format!("{p}: 3 error(s)"));
+    // Services' CA files and client certificates too, each service's.
+    let err = weir_check_refuses(
+        "tls-check-services",
+        &format!(
+            "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nrouters:\n{OK_ROUTE}services:\n  a:\n    servers: [{{ url: \"https://127.0.0.1:1\" }}]\n    tls: {{ ca: \"{}\" }}\n  b:\n    servers: [{{ url: \"https://127.0.0.1:1\" }}]\n    tls: {{ certificate: {} }}\n",
+            dir.join("missing-ca.pem").display(),
+            pair(&expired.cert, &expired.key),
+        ),
+    );
+    let (lines, p) = check_error_lines(&err);
+    assert!(
+        lines.len() == 3
+            && lines[0].contains("cannot read CA file")
+            && lines[1].contains("expired on")
+            && lines[2] == format!("{p}: 2 error(s)"),
+        "{err}"
+    );
     // Relative paths resolve against the config file's folder.
     std::fs::copy(&good.cert, dir.join("rel.pem")).unwrap();
     std::fs::copy(&good.key, dir.join("rel.key")).unwrap();

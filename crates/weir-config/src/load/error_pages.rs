@@ -176,7 +176,7 @@ mod tests {
         assert_eq!(
             errors(&config("{ status: [\"404\"], service: pagez, colour: red }")),
             vec![
-                "t.yaml:8:41: middleware `oops` names service `pagez`, which is not defined; defined: pages",
+                "t.yaml:8:41: middleware `oops` names service `pagez`, which is not defined (did you mean `pages`?); defined: pages",
                 "t.yaml:8:48: unknown key `colour` in `errors`; expected one of: status, service, query, status_rewrites",
             ]
         );

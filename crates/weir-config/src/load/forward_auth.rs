@@ -67,7 +67,13 @@ impl Loader<'_> {
                 match regex::Regex::new(&source) {
                     Ok(regex) => Some(regex),
                     Err(e) => {
-                        self.error(node.pos, format!("invalid regular expression: {e}"));
+                        self.error(
+                            node.pos,
+                            format!(
+                                "invalid regular expression: {}",
+                                crate::regex_error::one_line(&e)
+                            ),
+                        );
                         None
                     }
                 }
@@ -227,7 +233,7 @@ mod tests {
             )),
             vec![
                 "t.yaml:5:69: `a b` is not a valid header name",
-                "t.yaml:5:106: invalid regular expression: regex parse error:\n    (\n    ^\nerror: unclosed group",
+                "t.yaml:5:106: invalid regular expression: unclosed group (at character 1)",
                 "t.yaml:5:116: `tls` applies to https:// servers; this service has none",
             ]
         );

@@ -153,7 +153,8 @@ impl Loader<'_> {
                     self.error(
                         pos,
                         format!(
-                            "unknown algorithm `{name}`; expected one of: {}",
+                            "unknown algorithm `{name}`{}; expected one of: {}",
+                            super::suggest::did_you_mean(&name, algorithm_names().split(", ")),
                             algorithm_names()
                         ),
                     );
@@ -573,7 +574,7 @@ mod tests {
             errors(&mw(&body)),
             vec![
                 at(&body, "none,", 0, "`none` is never accepted: weir lets through signed tokens only"),
-                at(&body, "RS257", 0, "unknown algorithm `RS257`; expected one of: HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA"),
+                at(&body, "RS257", 0, "unknown algorithm `RS257` (did you mean `RS256`?); expected one of: HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA"),
                 at(&body, "HS256] }", 0, "`HS256` is listed twice"),
             ]
         );
@@ -901,7 +902,7 @@ mod tests {
             &body,
             "audience",
             0,
-            "unknown key `audience` in `jwt`; expected one of: jwks_url, tls, jwks_file, keys,"
+            "unknown key `audience` in `jwt` (did you mean `audiences`?); expected one of: jwks_url, tls, jwks_file, keys,"
         )));
     }
 }

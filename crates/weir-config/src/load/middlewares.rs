@@ -143,7 +143,13 @@ impl Loader<'_> {
         match regex::Regex::new(&source) {
             Ok(regex) => Some((regex, replacement)),
             Err(e) => {
-                self.error(r.pos, format!("invalid regular expression: {e}"));
+                self.error(
+                    r.pos,
+                    format!(
+                        "invalid regular expression: {}",
+                        crate::regex_error::one_line(&e)
+                    ),
+                );
                 None
             }
         }
@@ -185,7 +191,13 @@ impl Loader<'_> {
             // Traefik trims the spaces around each expression.
             match regex::bytes::Regex::new(source.trim()) {
                 Ok(regex) => expressions.push(regex),
-                Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
+                Err(e) => self.error(
+                    pos,
+                    format!(
+                        "invalid regular expression: {}",
+                        crate::regex_error::one_line(&e)
+                    ),
+                ),
             }
         }
         Some(MiddlewareKind::StripPrefixRegex(expressions))
@@ -342,7 +354,13 @@ impl Loader<'_> {
         for (source, pos) in regexes {
             match regex::Regex::new(&source) {
                 Ok(regex) => allow_origin_list_regex.push(regex),
-                Err(e) => self.error(pos, format!("invalid regular expression: {e}")),
+                Err(e) => self.error(
+                    pos,
+                    format!(
+                        "invalid regular expression: {}",
+                        crate::regex_error::one_line(&e)
+                    ),
+                ),
             }
         }
         let allow_credentials = self.flag_key(&hf, "access_control_allow_credentials");
@@ -1317,8 +1335,10 @@ mod tests {
         };
         assert_eq!(expressions[0].as_str(), "/a/api/");
         assert_eq!(
-            errors(&middlewares("  s: { strip_prefix_regex: { regex: [/ok, \"/b/(\"] } }\n")),
-            vec!["t.yaml:4:43: invalid regular expression: regex parse error:\n    /b/(\n       ^\nerror: unclosed group"]
+            errors(&middlewares(
+                "  s: { strip_prefix_regex: { regex: [/ok, \"/b/(\"] } }\n"
+            )),
+            vec!["t.yaml:4:43: invalid regular expression: unclosed group (at character 4)"]
         );
         assert_eq!(
             errors(&middlewares("  s: { strip_prefix_regex: { regex: [] } }\n")),
@@ -1330,7 +1350,7 @@ mod tests {
             )),
             vec![
                 "t.yaml:4:28: `strip_prefix_regex` needs `regex`",
-                "t.yaml:4:30: unknown key `regexp` in `strip_prefix_regex`; expected one of: regex"
+                "t.yaml:4:30: unknown key `regexp` in `strip_prefix_regex` (did you mean `regex`?); expected one of: regex"
             ]
         );
     }
@@ -1429,8 +1449,10 @@ mod tests {
             ("^http://(.*)", "https://$1", false)
         );
         assert_eq!(
-            errors(&middlewares("  r: { redirect_regex: { regex: \"^(.*\", replacement: $1 } }\n")),
-            vec!["t.yaml:4:33: invalid regular expression: regex parse error:\n    ^(.*\n     ^\nerror: unclosed group"]
+            errors(&middlewares(
+                "  r: { redirect_regex: { regex: \"^(.*\", replacement: $1 } }\n"
+            )),
+            vec!["t.yaml:4:33: invalid regular expression: unclosed group (at character 2)"]
         );
         assert_eq!(
             errors(&middlewares("  r: { redirect_regex: { regex: a } }\n")),
@@ -1647,7 +1669,7 @@ mod basic_auth_tests {
             errors(&mw("{ users: [\"u:{SHA}qUqP5cyxm6YcTAhz05Hph5gvu9M=\"], remove_header: maybe, realms: x }")),
             vec![
                 "t.yaml:5:82: `remove_header` must be `true` or `false`, found `maybe`",
-                "t.yaml:5:89: unknown key `realms` in `basic_auth`; expected one of: users, users_file, realm, header_field, remove_header"
+                "t.yaml:5:89: unknown key `realms` in `basic_auth` (did you mean `realm`?); expected one of: users, users_file, realm, header_field, remove_header"
             ]
         );
     }
@@ -1781,7 +1803,7 @@ mod basic_auth_tests {
         );
         assert_eq!(
             errors(&mw("{ averag: 1 }")),
-            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit`; expected one of: average, period, burst, source_criterion, redis"]
+            vec!["t.yaml:5:19: unknown key `averag` in `rate_limit` (did you mean `average`?); expected one of: average, period, burst, source_criterion, redis"]
         );
     }
 
@@ -1955,7 +1977,7 @@ mod grpc_web_tests {
         );
         assert_eq!(
             errors(&mw("{ allow_origin: [\"*\"] }")),
-            vec!["t.yaml:5:17: unknown key `allow_origin` in `grpc_web`; expected one of: allow_origins"]
+            vec!["t.yaml:5:17: unknown key `allow_origin` in `grpc_web` (did you mean `allow_origins`?); expected one of: allow_origins"]
         );
         assert_eq!(
             errors(&mw("{ allow_origins: [\"\", \"https://a b\"] }")),

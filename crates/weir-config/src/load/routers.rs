@@ -43,7 +43,8 @@ impl Loader<'_> {
         self.error(
             pos,
             format!(
-                "{what} names {kind} `{name}`, which is not defined; defined: {}",
+                "{what} names {kind} `{name}`, which is not defined{}; defined: {}",
+                super::suggest::did_you_mean(name, known.iter().copied()),
                 list_or_none(&known)
             ),
         );
@@ -435,7 +436,9 @@ mod tests {
         ));
         assert_eq!(errs.len(), 1);
         assert!(
-            errs[0].starts_with("t.yaml:5:25: invalid rule: unknown matcher `Paht`"),
+            errs[0].starts_with(
+                "t.yaml:5:25: invalid rule: unknown matcher `Paht` (did you mean `Path`?)"
+            ),
             "{errs:?}"
         );
     }

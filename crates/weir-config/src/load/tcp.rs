@@ -268,10 +268,10 @@ mod tests {
             \x20 routers:\n    u: { entrypoints: [dnsx], service: nsx }\n";
         let errs = errors(yaml);
         let expected = [
-            "tcp router `t` names entrypoint `dbx`, which is not defined; defined: db, dns",
-            "tcp router `t` names tcp service `pgx`, which is not defined; defined: pg",
-            "udp router `u` names entrypoint `dnsx`, which is not defined; defined: db, dns",
-            "udp router `u` names udp service `nsx`, which is not defined; defined: ns",
+            "tcp router `t` names entrypoint `dbx`, which is not defined (did you mean `db`?); defined: db, dns",
+            "tcp router `t` names tcp service `pgx`, which is not defined (did you mean `pg`?); defined: pg",
+            "udp router `u` names entrypoint `dnsx`, which is not defined (did you mean `dns`?); defined: db, dns",
+            "udp router `u` names udp service `nsx`, which is not defined (did you mean `ns`?); defined: ns",
         ];
         assert_eq!(errs.len(), expected.len(), "{errs:?}");
         for (err, want) in errs.iter().zip(expected) {

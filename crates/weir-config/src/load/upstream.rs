@@ -70,7 +70,8 @@ impl Loader<'_> {
                 self.error(
                     lb.pos,
                     format!(
-                        "unknown load balancer `{s}`; expected one of: {}",
+                        "unknown load balancer `{s}`{}; expected one of: {}",
+                        super::suggest::did_you_mean(&s, Balancer::NAMES.split(", ")),
                         Balancer::NAMES
                     ),
                 );

@@ -43,7 +43,8 @@ impl Loader<'_> {
                 Some(k) => self.error(
                     key.pos,
                     format!(
-                        "unknown key `{k}` in {what}; expected one of: {}",
+                        "unknown key `{k}` in {what}{}; expected one of: {}",
+                        super::suggest::did_you_mean(k, allowed.iter().copied()),
                         allowed.join(", ")
                     ),
                 ),

@@ -1,11 +1,13 @@
 //! The admin listener (`server.admin`), served by the control thread, never by a worker:
 //! `GET /metrics` answers the Prometheus text of [`Metrics`]; `GET /api/services` the HTTP
 //! services' servers with their health and requests in flight (JSON); `GET /api/status` the
-//! config version and the last reload's result; `POST /api/reload` reloads the file and answers
-//! how it went. With `token` set, everything but `/metrics` needs
-//! `Authorization: Bearer TOKEN`. One request per connection. A reload may move the listener to
-//! another address ([`AdminListener`]); a binary upgrade hands its socket to the new process.
+//! config version, the build (version, commit, target) and the last reload's result;
+//! `POST /api/reload` reloads the file and answers how it went. With `token` set, everything
+//! but `/metrics` needs `Authorization: Bearer TOKEN`. One request per connection. A reload may
+//! move the listener to another address ([`AdminListener`]); a binary upgrade hands its socket
+//! to the new process.
 
+pub mod build;
 pub mod prometheus;
 
 use crate::listen::listeners::Bound;
@@ -65,6 +67,8 @@ pub struct AdminState {
     pub reloads: Arc<Mutex<ReloadStatus>>,
     /// Asks the control thread's loop for a reload.
     pub reload: UnboundedSender<ReloadRequest>,
+    /// The binary that serves, shown by `/api/status`.
+    pub build: build::BuildInfo,
 }
 
 /// A reload asked for through the API, answered with the version now in service or the errors.
@@ -440,6 +444,7 @@ fn status_json(state: &AdminState, runtime: &Runtime) -> String {
     });
     let body = serde_json::json!({
         "version": runtime.version,
+        "build": state.build.json(),
         "reloads": { "succeeded": reloads.succeeded, "failed": reloads.failed },
         "last_reload": last,
         "etcd": etcd,

@@ -64,6 +64,26 @@ pub fn server_tls(tls: &EntrypointTls) -> Result<ServerTls, String> {
     })
 }
 
+/// The error of every entrypoint certificate that cannot be served, and of every service's
+/// CA file or client certificate that cannot be used (the first of each service), each as
+/// `LINE:COLUMN: message`: what `weir check` lists, where compiling stops at the first.
+pub fn certificate_errors(config: &weir_config::Config) -> Vec<String> {
+    let provider = provider();
+    let entrypoints = config
+        .entrypoints
+        .iter()
+        .filter_map(|ep| ep.tls.as_ref())
+        .flat_map(|tls| tls.certificates.iter().chain(&tls.default_certificate))
+        .filter_map(|files| load_certificate(files, &provider).err());
+    // Only services that name files: the system's roots are not read here.
+    let services = config
+        .services
+        .iter()
+        .filter(|svc| svc.tls.ca.is_some() || svc.tls.certificate.is_some())
+        .filter_map(|svc| client_config(&svc.tls, svc.protocol).err());
+    entrypoints.chain(services).collect()
+}
+
 struct LoadedCertificate {
     key: Arc<CertifiedKey>,
     /// The DNS names the leaf certificate is for, lowercased (`*.example.com` for wildcards).

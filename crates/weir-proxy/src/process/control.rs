@@ -55,6 +55,8 @@ pub fn run(
         // Before the ready line: a change made once it is out is a change to act on.
         let mut watched = file_stamp(&reloader.config_path);
         crate::log_line!("{ready}");
+        // systemd first: the old process exits once told, and must no longer be the unit's.
+        crate::process::notify::ready(predecessor.is_some());
         if let Some(predecessor) = predecessor.take() {
             predecessor.report_ready();
         }

@@ -46,6 +46,8 @@ pub struct RunOptions {
     /// Called on each worker thread once a second, so the allocator can return the pages
     /// freed there (by parked connections' ended tasks, say) to the system.
     pub release_memory: fn(),
+    /// The binary's version, commit and target: logged at start, shown by the admin API.
+    pub build: crate::admin::build::BuildInfo,
 }
 
 /// Lifts the soft limit on open files to the hard one: every connection (two when proxied)
@@ -81,6 +83,7 @@ fn serve(
     mut inherited: Inherited,
     predecessor: &mut Option<Predecessor>,
 ) -> Result<(), String> {
+    crate::log_line!("weir: version {}", options.build);
     raise_open_file_limit();
     let (config, document, etcd_revision) = match config.providers.etcd.clone() {
         Some(etcd) => {
@@ -117,6 +120,7 @@ fn serve(
         runtime: shared.clone(),
         reloads: Arc::default(),
         reload: reload_sender,
+        build: options.build,
     });
     let mut admin = AdminListener::new(admin_state.clone());
     admin.inherit(inherited.admin.take());

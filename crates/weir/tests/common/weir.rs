@@ -36,6 +36,14 @@ pub fn weir_check_refuses(tag: &str, yaml: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `weir check`'s error lines, and the file they name (taken from the last line, the count).
+pub fn check_error_lines(stderr: &str) -> (Vec<&str>, &str) {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let last = lines.last().copied().unwrap_or_default();
+    let path = last.rsplit_once(": ").map_or(last, |(path, _)| path);
+    (lines, path)
+}
+
 /// A running weir process; killed on drop.
 pub struct Weir {
     pub child: Child,

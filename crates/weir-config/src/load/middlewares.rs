@@ -1775,7 +1775,7 @@ mod basic_auth_tests {
                 "t.yaml:5:72: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"h:0\"",
                 "t.yaml:5:89: `timeout` must be more than 0",
                 "t.yaml:5:104: `fail_open` must be `true` or `false`, found `maybe`",
-                "t.yaml:5:111: unknown key `tlz` in `redis`; expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open, sentinel, tls",
+                "t.yaml:5:111: unknown key `tlz` in `redis` (did you mean `tls`?); expected one of: endpoints, username, password, db, timeout, key_prefix, fail_open, sentinel, tls",
             ]
         );
     }

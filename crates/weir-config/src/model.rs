@@ -34,7 +34,7 @@ pub struct Providers {
 /// own and watched for changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdProvider {
-    /// `host:port` (or `http://host:port`) of etcd members, tried in order.
+    /// `host:port`, `http://host:port` or `https://host:port` of etcd members, tried in order.
     pub endpoints: Vec<String>,
     /// The key holding the document (`/weir/dynamic` by default).
     pub key: String,
@@ -43,6 +43,8 @@ pub struct EtcdProvider {
     pub password: String,
     /// Where the last good document is kept, to serve from when etcd is away at start.
     pub cache_file: Option<std::path::PathBuf>,
+    /// TLS settings for `https://` endpoints (the system's roots when absent).
+    pub tls: Option<UpstreamTls>,
 }
 
 /// A shared response cache (`caches.NAME`).

@@ -16,12 +16,17 @@ fn file(etcd: &Etcd, upstream: &Upstream, cache: Option<&std::path::Path>) -> St
     let cache = cache
         .map(|p| format!(", cache_file: \"{}\"", p.display()))
         .unwrap_or_default();
+    file_with(etcd, upstream, &cache)
+}
+
+/// The same file, with more keys for `providers.etcd` (`, key: value` each).
+fn file_with(etcd: &Etcd, upstream: &Upstream, more: &str) -> String {
     format!(
         "server: {{ workers: 2, admin: {{ address: \"127.0.0.1:0\" }} }}\n\
          entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
          services:\n  app: {{ servers: [{{ url: \"{}\" }}] }}\n\
          routers:\n  own: {{ rule: \"Path(`/own`)\", service: app }}\n\
-         providers:\n  etcd: {{ endpoints: [\"{}\"], key: {KEY}{cache} }}\n",
+         providers:\n  etcd: {{ endpoints: [\"{}\"], key: {KEY}{more} }}\n",
         upstream.url(),
         etcd.endpoint()
     )
@@ -176,7 +181,10 @@ fn etcd_away_at_start_serves_the_cache_file_then_follows_again() {
     assert_eq!(get(weir.addr(), "t", "/cached").text(), "cached");
     assert_eq!(get(weir.addr(), "t", "/own").status, 200);
     let lines = weir.stderr().join("\n");
-    assert!(lines.contains("etcd: unreachable at start"), "{lines}");
+    assert!(
+        lines.contains("etcd: cannot read /weir/dynamic at start"),
+        "{lines}"
+    );
     assert!(
         lines.contains("serving the document from cache_file"),
         "{lines}"
@@ -193,4 +201,44 @@ fn etcd_away_at_start_serves_the_cache_file_then_follows_again() {
             .count(),
         1
     );
+}
+
+/// etcd serving its clients over TLS (`https://` endpoints): the document is read and followed
+/// with the server's certificate checked against `tls.ca`.
+#[test]
+fn etcd_over_tls() {
+    let dir = temp_dir("etcd-tls");
+    let cert = make_cert(&dir, "etcd", &["localhost", "127.0.0.1"], false);
+    let etcd = Etcd::start_tls(&cert.cert, &cert.key);
+    let up = Upstream::start("app");
+    etcd.put(KEY, &document("/secure", "secure"));
+    let weir = Weir::start(&file_with(
+        &etcd,
+        &up,
+        &format!(
+            ", tls: {{ ca: \"{}\", server_name: localhost }}",
+            cert.cert.display()
+        ),
+    ));
+    assert_eq!(get(weir.addr(), "t", "/secure").text(), "secure");
+    etcd.put(KEY, &document("/next", "next"));
+    until_serving(&weir, "/next", "next", Duration::from_secs(1));
+}
+
+/// etcd with authentication on: weir takes a token with `username` and `password` and reads
+/// and follows the key with it; without them, it is refused and the file alone serves.
+#[test]
+fn etcd_with_authentication() {
+    let mut etcd = Etcd::start();
+    let up = Upstream::start("app");
+    etcd.require_auth("s3cret");
+    etcd.put(KEY, &document("/authed", "authed"));
+    let weir = Weir::start(&file_with(&etcd, &up, ", username: root, password: s3cret"));
+    assert_eq!(get(weir.addr(), "t", "/authed").text(), "authed");
+    etcd.put(KEY, &document("/again", "again"));
+    until_serving(&weir, "/again", "again", Duration::from_secs(1));
+    let anonymous = Weir::start(&file(&etcd, &up, None));
+    assert_eq!(get(anonymous.addr(), "t", "/again").status, 404);
+    assert_eq!(get(anonymous.addr(), "t", "/own").status, 200);
+    anonymous.wait_for_line("etcd: cannot read /weir/dynamic at start", 1);
 }

@@ -1,5 +1,5 @@
 //! `providers:` where more of the configuration comes from: `etcd: { endpoints, key,
-//! username, password, cache_file }`.
+//! username, password, cache_file, tls }`.
 
 use super::Loader;
 use crate::model::{EtcdProvider, Providers};
@@ -19,16 +19,26 @@ impl Loader<'_> {
     }
 
     fn etcd_provider(&mut self, node: &Node) -> Option<EtcdProvider> {
-        const KEYS: &[&str] = &["endpoints", "key", "username", "password", "cache_file"];
+        const KEYS: &[&str] = &[
+            "endpoints",
+            "key",
+            "username",
+            "password",
+            "cache_file",
+            "tls",
+        ];
         let f = self.fields(node, "`etcd`", KEYS)?;
         let mut ok = true;
         let endpoints = self.endpoints(
             &f,
             "`etcd`",
-            "an etcd endpoint must be `host:port` or `http://host:port`",
+            "an etcd endpoint must be `host:port`, `http://host:port` or `https://host:port`",
             "2379",
             |endpoint| {
-                let bare = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+                let bare = endpoint
+                    .strip_prefix("http://")
+                    .or_else(|| endpoint.strip_prefix("https://"))
+                    .unwrap_or(endpoint);
                 super::stores::is_host_port(bare.trim_end_matches('/'))
             },
         );
@@ -59,6 +69,7 @@ impl Loader<'_> {
             username,
             password,
             cache_file,
+            tls: f.get("tls").map(|t| self.client_tls(t)),
         };
         ok.then_some(provider)
     }
@@ -92,12 +103,12 @@ mod tests {
             ["t.yaml:4:9: `etcd` needs `endpoints`, a list of `host:port` such as `127.0.0.1:2379`"]
         );
         assert_eq!(
-            bad("{ endpoints: [\"https://e:1\"], key: \"\", username: u, tls: {} }"),
+            bad("{ endpoints: [\"ftp://e:1\"], key: \"\", username: u, tlz: {} }"),
             [
                 "t.yaml:4:9: `etcd` takes `username` and `password` together",
-                "t.yaml:4:23: an etcd endpoint must be `host:port` or `http://host:port` such as `127.0.0.1:2379`, found \"https://e:1\"",
-                "t.yaml:4:44: `key` must not be empty",
-                "t.yaml:4:61: unknown key `tls` in `etcd`; expected one of: endpoints, key, username, password, cache_file",
+                "t.yaml:4:23: an etcd endpoint must be `host:port`, `http://host:port` or `https://host:port` such as `127.0.0.1:2379`, found \"ftp://e:1\"",
+                "t.yaml:4:42: `key` must not be empty",
+                "t.yaml:4:59: unknown key `tlz` in `etcd` (did you mean `tls`?); expected one of: endpoints, key, username, password, cache_file, tls",
             ]
         );
     }

@@ -40,12 +40,12 @@ pub fn starting_config(
 ) -> (Config, Option<Document>, i64) {
     let mut revision = 0;
     let mut candidates = Vec::new();
-    match Etcd::new(etcd.clone()).read() {
+    match Etcd::new(etcd.clone()).and_then(|client| client.read()) {
         Ok(read) => {
             revision = read.revision;
             candidates.push(("etcd", document(etcd, read.value.unwrap_or_default())));
         }
-        Err(e) => crate::log_line!("weir: etcd: unreachable at start ({e})"),
+        Err(e) => crate::log_line!("weir: etcd: cannot read {} at start ({e})", etcd.key),
     }
     if let Some(cache) = &etcd.cache_file {
         if let Ok(text) = std::fs::read_to_string(cache) {
@@ -122,7 +122,13 @@ fn follow(
     mut applied: Option<String>,
     updates: UnboundedSender<EtcdUpdate>,
 ) {
-    let client = Etcd::new(etcd.clone());
+    let client = match Etcd::new(etcd.clone()) {
+        Ok(client) => client,
+        Err(e) => {
+            crate::log_line!("weir: etcd: {e}");
+            return;
+        }
+    };
     let mut backoff = FIRST_BACKOFF;
     let mut away = false;
     let send = |revision: i64, text: String, applied: &mut Option<String>| {

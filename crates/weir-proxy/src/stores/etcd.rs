@@ -1,5 +1,5 @@
-//! An etcd v3 client over etcd's JSON gateway (HTTP/1.1: `/v3/kv/range`, `/v3/watch`,
-//! `/v3/auth/authenticate`), blocking, for the provider's own thread: read a key with the
+//! An etcd v3 client over etcd's JSON gateway (HTTP/1.1, or HTTPS: `/v3/kv/range`,
+//! `/v3/watch`, `/v3/auth/authenticate`), blocking, for the provider's own thread: read a key with the
 //! store's revision, then follow its changes from the next revision.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -7,8 +7,9 @@ use base64::Engine;
 use serde_json::Value as Json;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
-use weir_config::EtcdProvider;
+use weir_config::{EtcdProvider, UpstreamProtocol, UpstreamTls};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// For a read of the key (not for a watch, which may be quiet for as long as nothing changes).
@@ -32,11 +33,27 @@ pub enum Change {
 
 pub struct Etcd {
     config: EtcdProvider,
+    /// For `https://` endpoints.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Etcd {
-    pub fn new(config: EtcdProvider) -> Etcd {
-        Etcd { config }
+    /// Errors (an unreadable CA file) read `LINE:COLUMN: message`.
+    pub fn new(config: EtcdProvider) -> Result<Etcd, String> {
+        let https = config.endpoints.iter().any(|e| e.starts_with("https://"));
+        let tls = match (&config.tls, https) {
+            (Some(settings), _) => Some(settings.clone()),
+            (None, true) => Some(UpstreamTls::default()),
+            (None, false) => None,
+        };
+        let tls = match tls {
+            Some(settings) => {
+                let http = crate::listen::tls::client_config(&settings, UpstreamProtocol::Http1)?;
+                Some(http)
+            }
+            None => None,
+        };
+        Ok(Etcd { config, tls })
     }
 
     /// The key's value and revision from the first endpoint that answers.
@@ -64,7 +81,7 @@ impl Etcd {
         let (mut stream, endpoint) = self.connect_any()?;
         let token = self.token(&endpoint)?;
         send(&mut stream, &endpoint, "/v3/watch", &body, token.as_deref())?;
-        let _ = stream.set_read_timeout(None);
+        let _ = stream.tcp().set_read_timeout(None);
         let mut reader = ChunkedReader::new(stream)?;
         loop {
             let message = reader.next_message()?;
@@ -109,7 +126,7 @@ impl Etcd {
             "password": self.config.password,
         })
         .to_string();
-        let mut stream = connect(endpoint)?;
+        let mut stream = self.connect(endpoint)?;
         send(&mut stream, endpoint, "/v3/auth/authenticate", &body, None)?;
         let answer = ChunkedReader::new(stream)?.whole()?;
         match answer["token"].as_str() {
@@ -118,37 +135,91 @@ impl Etcd {
         }
     }
 
-    fn connect_any(&self) -> Result<(TcpStream, String), String> {
+    /// A connection to the first endpoint that answers, and that endpoint as `host:port`.
+    fn connect_any(&self) -> Result<(EtcdStream, String), String> {
         let mut why = String::from("no endpoint");
         for endpoint in &self.config.endpoints {
             let bare = endpoint
                 .strip_prefix("http://")
+                .or_else(|| endpoint.strip_prefix("https://"))
                 .unwrap_or(endpoint)
                 .trim_end_matches('/');
-            match connect(bare) {
+            match self.connect(bare) {
                 Ok(stream) => return Ok((stream, bare.to_string())),
                 Err(e) => why = e,
             }
         }
         Err(why)
     }
+
+    /// A connection to `endpoint` (`host:port`), through TLS when the provider has it.
+    fn connect(&self, endpoint: &str) -> Result<EtcdStream, String> {
+        let fail = |e: std::io::Error| format!("{endpoint}: {e}");
+        let addr = endpoint
+            .to_socket_addrs()
+            .map_err(fail)?
+            .next()
+            .ok_or_else(|| format!("{endpoint}: no address"))?;
+        let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
+        stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(fail)?;
+        let _ = stream.set_nodelay(true);
+        let Some(tls) = &self.tls else {
+            return Ok(EtcdStream::Plain(stream));
+        };
+        let host = endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let settings = self.config.tls.clone().unwrap_or_default();
+        let name = crate::listen::tls::server_name(&settings, host)?;
+        let session = rustls::ClientConnection::new(tls.clone(), name)
+            .map_err(|e| format!("{endpoint}: TLS: {e}"))?;
+        Ok(EtcdStream::Tls(Box::new(rustls::StreamOwned::new(
+            session, stream,
+        ))))
+    }
 }
 
-fn connect(endpoint: &str) -> Result<TcpStream, String> {
-    let fail = |e: std::io::Error| format!("{endpoint}: {e}");
-    let addr = endpoint
-        .to_socket_addrs()
-        .map_err(fail)?
-        .next()
-        .ok_or_else(|| format!("{endpoint}: no address"))?;
-    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
-    stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(fail)?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
+/// A connection to etcd: plain, or TLS (the handshake made by the first read or write).
+enum EtcdStream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl EtcdStream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            EtcdStream::Plain(stream) => stream,
+            EtcdStream::Tls(stream) => stream.get_ref(),
+        }
+    }
+}
+
+impl Read for EtcdStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            EtcdStream::Plain(stream) => stream.read(buf),
+            EtcdStream::Tls(stream) => stream.read(buf),
+        }
+    }
+}
+
+impl Write for EtcdStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            EtcdStream::Plain(stream) => stream.write(buf),
+            EtcdStream::Tls(stream) => stream.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            EtcdStream::Plain(stream) => stream.flush(),
+            EtcdStream::Tls(stream) => stream.flush(),
+        }
+    }
 }
 
 fn send(
-    stream: &mut TcpStream,
+    stream: &mut EtcdStream,
     endpoint: &str,
     path: &str,
     body: &str,
@@ -187,7 +258,7 @@ fn text_of(value: &Json) -> Result<String, String> {
 /// An HTTP/1.1 response read as it comes: its head checked, then its body, chunked or not,
 /// as JSON messages, one per line (as the gateway streams them).
 struct ChunkedReader {
-    stream: TcpStream,
+    stream: EtcdStream,
     /// Read from the socket, not yet decoded.
     raw: Vec<u8>,
     /// The body decoded so far, not yet handed out.
@@ -200,7 +271,7 @@ struct ChunkedReader {
 }
 
 impl ChunkedReader {
-    fn new(mut stream: TcpStream) -> Result<ChunkedReader, String> {
+    fn new(mut stream: EtcdStream) -> Result<ChunkedReader, String> {
         let mut raw = Vec::with_capacity(4096);
         let head_end = loop {
             if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -318,7 +389,7 @@ impl ChunkedReader {
     }
 }
 
-fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, String> {
+fn fill(stream: &mut EtcdStream, buf: &mut Vec<u8>) -> Result<usize, String> {
     let mut chunk = [0u8; 16384];
     let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
     buf.extend_from_slice(&chunk[..n]);

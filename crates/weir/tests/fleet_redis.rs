@@ -97,6 +97,37 @@ fn two_instances_share_one_limit() {
     assert_eq!(up.request_count(), admitted);
 }
 
+/// Issue 37's measure with a real load generator: wrk against two instances sharing a limit
+/// through Redis, 2 connections on one and 8 on the other, both at once for 5 s; the admitted
+/// count is within 5% of one limit's (two separate limits would admit about twice it).
+#[test]
+fn wrk_split_across_two_instances_is_admitted_at_the_fleet_rate() {
+    let redis = Redis::start();
+    let up = Upstream::start("app");
+    let body = format!(
+        "{{ average: 300, burst: 30, redis: {{ endpoints: [\"{}\"] }} }}",
+        redis.endpoint()
+    );
+    let (a, b) = (limited(&up, &body), limited(&up, &body));
+    let runs: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = [(&a, 2), (&b, 8)]
+            .into_iter()
+            .map(|(weir, conns)| scope.spawn(move || paced_wrk(weir.addr(), conns, 5)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let requests: u64 = runs.iter().map(|r| r.0).sum();
+    let refused: u64 = runs.iter().map(|r| r.1).sum();
+    let seconds = runs.iter().map(|r| r.2).fold(0.0, f64::max);
+    assert_within_5_percent(
+        (requests - refused) as usize,
+        refused as usize,
+        seconds,
+        300.0,
+        30.0,
+    );
+}
+
 /// Redis stopped: with `fail_open` (the default) requests are admitted at once, not after the
 /// timeout, and weir says so once; Redis back (empty): the limit holds again within seconds,
 /// and weir says that once too. Frozen: a request waits no longer than `timeout`.

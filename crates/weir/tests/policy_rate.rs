@@ -144,38 +144,6 @@ fn a_grpc_request_is_refused_in_grpc_form() {
     assert!(header_value(&head, "x-retry-in").is_some(), "{head}");
 }
 
-/// wrk against one limit for 10 s: (requests, non-2xx answers, seconds). Each of its 8
-/// connections waits a millisecond between requests, so it offers about 8 times the rate
-/// tested below without taking a core from the other tests.
-fn wrk_for_10_s(weir: &Weir) -> (u64, u64, f64) {
-    let dir = temp_dir("wrk");
-    let script = dir.join("paced.lua");
-    std::fs::write(&script, "function delay() return 1 end\n").unwrap();
-    let out = std::process::Command::new("wrk")
-        .args(["-t1", "-c8", "-d10s", "-s"])
-        .arg(&script)
-        .arg(format!("http://{}/x", weir.addr()))
-        .output()
-        .expect("wrk runs (scripts/test installs it)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let field = |marker: &str| -> &str {
-        let line = text
-            .lines()
-            .find(|l| l.contains(marker))
-            .unwrap_or_else(|| panic!("{text}"));
-        line.trim()
-    };
-    // "  5063 requests in 10.00s, 700.22KB read"
-    let summary: Vec<&str> = field(" requests in ").split_whitespace().collect();
-    let requests: u64 = summary[0].parse().unwrap();
-    let seconds: f64 = summary[3].trim_end_matches("s,").parse().unwrap();
-    let refused = text
-        .lines()
-        .find(|l| l.contains("Non-2xx or 3xx responses:"))
-        .map_or(0, |l| l.rsplit(' ').next().unwrap().parse().unwrap());
-    (requests, refused, seconds)
-}
-
 /// Issue 35's measure of the instance-wide limit: a real load generator (wrk) for 10 s
 /// against 200 requests/s on 2 and on 4 workers, both at once; the admitted count stays
 /// within 5% of the rate over the run plus the burst, where one bucket per worker would admit
@@ -192,7 +160,7 @@ fn wrk_for_10_s_is_admitted_at_the_rate_on_2_and_4_workers() {
     let runs: Vec<_> = std::thread::scope(|scope| {
         let handles: Vec<_> = weirs
             .iter()
-            .map(|weir| scope.spawn(|| wrk_for_10_s(weir)))
+            .map(|weir| scope.spawn(|| paced_wrk(weir.addr(), 8, 10)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });

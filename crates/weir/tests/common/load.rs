@@ -147,3 +147,33 @@ pub fn admitted_and_refused(
     }
     (admitted, refused, started.elapsed().as_secs_f64())
 }
+
+/// wrk from Debian against `GET /x` at `addr` with `conns` connections for `seconds`, each
+/// connection pausing 1 ms between requests (wrk's `delay`): the requests sent, how many were
+/// not 2xx or 3xx, and the seconds wrk counted.
+pub fn paced_wrk(addr: SocketAddr, conns: u32, seconds: u32) -> (u64, u64, f64) {
+    let dir = super::temp_dir("wrk");
+    let script = dir.join("paced.lua");
+    std::fs::write(&script, "function delay() return 1 end\n").unwrap();
+    let out = Command::new("wrk")
+        .args(["-t1", &format!("-c{conns}"), &format!("-d{seconds}s"), "-s"])
+        .arg(&script)
+        .arg(format!("http://{addr}/x"))
+        .output()
+        .expect("wrk runs (scripts/test installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // "  5063 requests in 10.00s, 700.22KB read"
+    let summary: Vec<&str> = text
+        .lines()
+        .find(|l| l.contains(" requests in "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .split_whitespace()
+        .collect();
+    let requests: u64 = summary[0].parse().unwrap();
+    let seconds: f64 = summary[3].trim_end_matches("s,").parse().unwrap();
+    let refused = text
+        .lines()
+        .find(|l| l.contains("Non-2xx or 3xx responses:"))
+        .map_or(0, |l| l.rsplit(' ').next().unwrap().parse().unwrap());
+    (requests, refused, seconds)
+}

@@ -10,10 +10,6 @@
   `limit_req` (one worker); admitted = 2xx answers. The table's non-2xx are the refusals.
 - rate-limit-refusing-c50: every request refused (a limit of one per hour) against the plain
   proxied route: the CPU a refusal costs beside a proxied request.
-- rate-limit-redis-c50: a limit that does not bind (100,000,000/s) kept in Redis (issue 37's
-  fleet-wide limit: one script run per request on a local `redis-server`, on the load core),
-  against the same limit kept locally and the plain route: CPU per request and latency
-  (p99) that Redis adds.
 - jwt-es256-c50: every request with one ES256 token, verified by weir's `jwt` on the proxied
   route, against the plain route and against nginx `auth_request` to a local verifier (a
   second weir whose `jwt` route answers 204, started under nginx so that its CPU counts in
@@ -190,23 +186,6 @@ def run(ctx):
         measure = expecting_refusals(wrk_measure(ctx, conns, wrk_script("plain")), plain=("weir-plain",))
         targets = http_targets("/", ("weir", refusing), ("weir-plain", plain))
         out[f"rate-limit-refusing-c{conns}"] = interleave("rate-limit-refusing", targets, measure, ctx.rounds)
-
-    with Procs() as procs:
-        up_port, redis_port = free_port(), free_port()
-        procs.add(start_upstream(ctx, up_port))
-        procs.add(Proc("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                                 "--save", "", "--appendonly", "no"], redis_port, ctx.load_cpus))
-        loose = "average: 100000000, burst: 100000000"
-        port, local_port, plain_port = free_port(), free_port(), free_port()
-        shared = procs.add(start_weir(ctx.weir, "weir-redis", port, limited_weir_yaml(
-            port, up_port, conns, 1, f'{{ {loose}, redis: {{ endpoints: ["127.0.0.1:{redis_port}"] }} }}'),
-            ctx.proxy_cpus))
-        local = procs.add(start_weir(ctx.weir, "weir-local", local_port, limited_weir_yaml(
-            local_port, up_port, conns, 1, f"{{ {loose} }}"), ctx.proxy_cpus))
-        plain = procs.add(start_weir_proxy(ctx, "weir-plain", plain_port, up_port, conns))
-        targets = http_targets("/", ("weir-redis", shared), ("weir-local", local), ("weir-plain", plain))
-        out[f"rate-limit-redis-c{conns}"] = interleave("rate-limit-redis", targets,
-                                                        wrk_measure(ctx, conns, wrk_script("plain")), ctx.rounds)
 
     jwk, token = es256_key_and_token()
     token_script = wrk_script("jwt", f'wrk.headers["Authorization"] = "Bearer {token}"\n')

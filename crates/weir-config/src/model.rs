@@ -682,6 +682,35 @@ pub enum MiddlewareKind {
     ForwardAuth(Box<ForwardAuth>),
 }
 
+impl MiddlewareKind {
+    /// The key that names this kind in the configuration (`rate_limit`).
+    pub fn key(&self) -> &'static str {
+        match self {
+            MiddlewareKind::StripPrefix(_) => "strip_prefix",
+            MiddlewareKind::AddPrefix(_) => "add_prefix",
+            MiddlewareKind::ReplacePathRegex { .. } => "replace_path_regex",
+            MiddlewareKind::Headers { .. } => "headers",
+            MiddlewareKind::RedirectScheme { .. } => "redirect_scheme",
+            MiddlewareKind::Compress(_) => "compress",
+            MiddlewareKind::ReplacePath(_) => "replace_path",
+            MiddlewareKind::StripPrefixRegex(_) => "strip_prefix_regex",
+            MiddlewareKind::RedirectRegex { .. } => "redirect_regex",
+            MiddlewareKind::Chain(_) => "chain",
+            MiddlewareKind::IpAllowList(_) => "ip_allow_list",
+            MiddlewareKind::BasicAuth(_) => "basic_auth",
+            MiddlewareKind::DigestAuth(_) => "digest_auth",
+            MiddlewareKind::Buffering(_) => "buffering",
+            MiddlewareKind::RateLimit(_) => "rate_limit",
+            MiddlewareKind::InFlightReq(_) => "in_flight_req",
+            MiddlewareKind::Jwt(_) => "jwt",
+            MiddlewareKind::CircuitBreaker(_) => "circuit_breaker",
+            MiddlewareKind::GrpcWeb(_) => "grpc_web",
+            MiddlewareKind::Errors(_) => "errors",
+            MiddlewareKind::ForwardAuth(_) => "forward_auth",
+        }
+    }
+}
+
 /// The `grpc_web` middleware's settings (Traefik's `grpcWeb`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrpcWeb {

@@ -56,4 +56,7 @@ pub mod fuzzing {
     };
     pub use crate::listen::client_hello::{parse as client_hello, Peeked, MAX_HELLO_BYTES};
     pub use crate::listen::proxy_protocol::header as proxy_protocol_header;
+    pub use crate::stores::redis::{
+        parse as redis_reply, Parsed as RedisParsed, Value as RedisValue,
+    };
 }

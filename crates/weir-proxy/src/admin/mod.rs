@@ -7,6 +7,7 @@
 //! move the listener to another address ([`AdminListener`]); a binary upgrade hands its socket
 //! to the new process.
 
+mod api;
 pub mod build;
 pub mod prometheus;
 
@@ -69,6 +70,8 @@ pub struct AdminState {
     pub reload: UnboundedSender<ReloadRequest>,
     /// The binary that serves, shown by `/api/status`.
     pub build: build::BuildInfo,
+    /// When the process started serving (the overview's uptime).
+    pub started: std::time::Instant,
 }
 
 /// A reload asked for through the API, answered with the version now in service or the errors.
@@ -259,6 +262,8 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
             "text/plain; version=0.0.4; charset=utf-8",
             prometheus::render(&state.metrics, &runtime, &state.reload_counts()),
         ),
+        // For load balancers' and orchestrators' health checks: no token asked.
+        (b"GET", b"/ping") => ("200 OK", "text/plain; charset=utf-8", "OK\n".into()),
         // The page holds no data: it asks the API, with the token, from the browser.
         (b"GET", b"/" | b"/dashboard") => {
             ("200 OK", "text/html; charset=utf-8", DASHBOARD.to_string())
@@ -268,6 +273,11 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
             "text/plain; charset=utf-8",
             "a bearer token is required\n".into(),
         ),
+        (b"GET", _) if path.starts_with(b"/api/") && api::view(path, &runtime, 0).is_some() => {
+            let uptime = state.started.elapsed().as_secs();
+            let body = api::view(path, &runtime, uptime).unwrap_or_default();
+            ("200 OK", "application/json", body)
+        }
         (b"GET", b"/api/services") => ("200 OK", "application/json", services_json(&runtime)),
         (b"GET", b"/api/routers") => ("200 OK", "application/json", routers_json(&runtime)),
         (b"POST", b"/api/servers/drain" | b"/api/servers/undrain") => {

@@ -127,6 +127,51 @@ fn load_certificate(
             validity.not_before
         ));
     }
+    let names = certificate_names(&parsed);
+    let key = CertifiedKey::new(chain, signing);
+    key.keys_match().map_err(|_| {
+        format!("{at}: the private key in {key_path} does not match the certificate in {cert_path}")
+    })?;
+    Ok(LoadedCertificate {
+        key: Arc::new(key),
+        names,
+    })
+}
+
+/// A certificate file's leaf, as the admin API shows it.
+#[derive(Debug, Clone)]
+pub struct CertificateInfo {
+    /// Its DNS names (the common name when it has none).
+    pub names: Vec<String>,
+    pub issuer: String,
+    /// Unix seconds.
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+/// Reads the first certificate of a PEM file.
+pub fn describe_certificate(path: &std::path::Path) -> Result<CertificateInfo, String> {
+    let shown = path.display();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect())
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| format!("no certificate in {shown}"))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("cannot parse the certificate in {shown}: {e}"))?;
+    let validity = parsed.validity();
+    Ok(CertificateInfo {
+        names: certificate_names(&parsed),
+        issuer: parsed.issuer().to_string(),
+        not_before: validity.not_before.timestamp(),
+        not_after: validity.not_after.timestamp(),
+    })
+}
+
+/// A certificate's DNS names, lowercased; its subject's common name when it has none (as older
+/// certificates carry it).
+fn certificate_names(parsed: &x509_parser::certificate::X509Certificate<'_>) -> Vec<String> {
     let mut names = Vec::new();
     if let Ok(Some(san)) = parsed.subject_alternative_name() {
         for name in &san.value.general_names {
@@ -136,21 +181,13 @@ fn load_certificate(
         }
     }
     if names.is_empty() {
-        // No SAN: the subject's common name, as older certificates carry it.
         if let Some(cn) = parsed.subject().iter_common_name().next() {
             if let Ok(cn) = cn.as_str() {
                 names.push(cn.to_ascii_lowercase());
             }
         }
     }
-    let key = CertifiedKey::new(chain, signing);
-    key.keys_match().map_err(|_| {
-        format!("{at}: the private key in {key_path} does not match the certificate in {cert_path}")
-    })?;
-    Ok(LoadedCertificate {
-        key: Arc::new(key),
-        names,
-    })
+    names
 }
 
 /// Picks the certificate for a handshake from the client's SNI: an exact name first, then a

@@ -120,6 +120,7 @@ fn serve(
         runtime: shared.clone(),
         reloads: Arc::default(),
         reload: reload_sender,
+        started: Instant::now(),
         build: options.build,
     });
     let mut admin = AdminListener::new(admin_state.clone());

@@ -647,7 +647,7 @@ pub fn encode(args: &[&[u8]]) -> Vec<u8> {
 }
 
 #[derive(Debug, PartialEq)]
-enum Parsed {
+pub enum Parsed {
     /// A value and the bytes it took.
     Value(Value, usize),
     Incomplete,
@@ -657,7 +657,8 @@ enum Parsed {
 /// Replies nested deeper than this are refused (no recursion without bound on bad input).
 const MAX_DEPTH: usize = 8;
 
-fn parse(buf: &[u8]) -> Parsed {
+/// The first RESP2 reply in `buf`.
+pub fn parse(buf: &[u8]) -> Parsed {
     parse_at(buf, 0)
 }
 

@@ -374,6 +374,13 @@ impl Store {
 }
 
 /// A compiled `caches.NAME`: its settings around its store.
+/// A cache's memory tier, counted.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheStats {
+    pub entries: usize,
+    pub bytes: u64,
+}
+
 pub struct ResponseCache {
     pub name: String,
     pub(super) store: Arc<Store>,
@@ -411,6 +418,14 @@ impl ResponseCache {
                 .transpose()?,
             fanout_store: cfg.purge_fanout.clone(),
         })
+    }
+
+    /// What the memory tier holds now (for the admin API).
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            entries: self.store.objects.len(),
+            bytes: self.store.objects.weight(),
+        }
     }
 
     /// The Redis store the fleet's purges go through, if any (for the control thread's

@@ -92,7 +92,7 @@ pub fn load_str_with(
 ) -> Result<(Config, Sources), Vec<ConfigError>> {
     let sources = Sources {
         file: file.to_string(),
-        file_lines: text.lines().count() + 1,
+        file_lines: yaml_lines(text),
         document: document.map(|d| d.label.clone()),
     };
     let syntax = |label: &str, e: yaml::SyntaxError| {
@@ -122,6 +122,17 @@ pub fn load_str_with(
             .map(|(pos, message)| sources.error(pos, message))
             .collect()),
     }
+}
+
+/// How many lines YAML numbers in `text`: it breaks lines at LF, CRLF and a lone CR alike.
+fn yaml_lines(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let breaks = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n')))
+        .count();
+    breaks + 1
 }
 
 /// Numbers `node`'s lines after the file's `lines`.
@@ -158,7 +169,10 @@ fn merge(root: &mut Node, document: Node, file: &str, errors: &mut Vec<(Pos, Str
         return; // the file's own error, reported by the loader
     };
     for (key, value) in entries {
-        let name = key.as_str().unwrap_or_default().to_string();
+        let Some(name) = key.as_str().map(str::to_string) else {
+            errors.push((key.pos, "keys in the document must be strings".into()));
+            continue;
+        };
         if !DYNAMIC.contains(&name.as_str()) {
             errors.push((
                 key.pos,
@@ -288,6 +302,30 @@ mod tests {
         assert_eq!(
             errors("routers:\n  x: {\n"),
             ["etcd:/weir/dynamic:3:1: invalid YAML: while parsing a node, did not find expected node content"]
+        );
+    }
+
+    /// A file whose lines end in a lone CR (found by the `config` fuzz target): the document's
+    /// errors are still placed in the document.
+    #[test]
+    fn files_with_cr_line_breaks_keep_the_document_apart() {
+        let file = "entrypoints:\r  web: { address: \"127.0.0.1:0\" }\r\r\rbogus: 1\r";
+        let errors = match load_str_with(file, "w.yaml", Some(&doc("routers: {}\n"))) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("w.yaml:5:1: unknown key `bogus`"),
+            "{errors:?}"
+        );
+        let errors = match load_str_with(FILE, "w.yaml", Some(&doc("[1]: x\n"))) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        };
+        assert_eq!(
+            errors,
+            ["etcd:/weir/dynamic:1:1: keys in the document must be strings"]
         );
     }
 

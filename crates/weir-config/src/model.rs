@@ -167,6 +167,8 @@ pub struct Server {
     /// How long a write to the client may wait for it to read (then the connection closes).
     pub client_send_timeout: Duration,
     pub access_log: AccessLog,
+    /// weir's own log (`server.log`).
+    pub log: ServerLog,
     /// The admin listener (`/metrics`), when configured.
     pub admin: Option<Admin>,
     pub open_file_cache: OpenFileCache,
@@ -220,6 +222,66 @@ pub enum LogFormat {
     Json,
     /// nginx's `combined`.
     Combined,
+}
+
+/// `server.log`: weir's own lines (starting, reloads, failures), not requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLog {
+    /// The least severe level written.
+    pub level: LogLevel,
+    pub format: ServerLogFormat,
+    pub path: LogTarget,
+}
+
+impl Default for ServerLog {
+    fn default() -> ServerLog {
+        ServerLog {
+            level: LogLevel::Info,
+            format: ServerLogFormat::Text,
+            path: LogTarget::Stderr,
+        }
+    }
+}
+
+/// A log line's severity, most severe first (a level lets through itself and those before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+}
+
+impl LogLevel {
+    pub const NAMES: &'static str = "error, warn, info, debug";
+
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        match name {
+            "error" => Some(LogLevel::Error),
+            "warn" => Some(LogLevel::Warn),
+            "info" => Some(LogLevel::Info),
+            "debug" => Some(LogLevel::Debug),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+        }
+    }
+}
+
+/// How a `server.log` line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerLogFormat {
+    /// `TIME LEVEL TARGET: message`.
+    Text,
+    /// One JSON object per line: `time`, `level`, `target`, `message`.
+    Json,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -262,7 +262,7 @@ fn access_log_samples_keeps_server_errors_and_reopens_on_sigusr1() {
     let rotated = dir.join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
     weir.signal("USR1");
-    weir.wait_for_line("weir: access log reopened", 1);
+    weir.wait_for_line(": access log reopened", 1);
     assert_eq!(get(weir.addr(), "a", "/fail").status, 500);
     let fresh = log_lines(&log, 1);
     assert_eq!(fresh.len(), 1);

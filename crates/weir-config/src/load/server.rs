@@ -23,6 +23,7 @@ impl Loader<'_> {
                 path: LogTarget::Stdout,
                 sample: 1.0,
             },
+            log: ServerLog::default(),
             admin: None,
             open_file_cache: OpenFileCache::default(),
             pid_file: None,
@@ -39,6 +40,7 @@ impl Loader<'_> {
                 "client_body_timeout",
                 "client_send_timeout",
                 "access_log",
+                "log",
                 "admin",
                 "open_file_cache",
                 "pid_file",
@@ -88,7 +90,59 @@ impl Loader<'_> {
         if let Some(log) = f.get("access_log") {
             self.access_log(log, &mut server.access_log);
         }
+        if let Some(log) = f.get("log") {
+            self.server_log(log, &mut server.log);
+        }
         server
+    }
+
+    /// `server.log`: weir's own log, its least severe level, format and destination.
+    fn server_log(&mut self, node: &Node, log: &mut ServerLog) {
+        let Some(lf) = self.fields(node, "`server.log`", &["level", "format", "path"]) else {
+            return;
+        };
+        if let Some(level) = lf.get("level") {
+            if let Some(name) = self.string(level, "`server.log.level`") {
+                match LogLevel::parse(&name) {
+                    Some(parsed) => log.level = parsed,
+                    None => self.error(
+                        level.pos,
+                        format!(
+                            "unknown `server.log.level` `{name}`; expected: {}",
+                            LogLevel::NAMES
+                        ),
+                    ),
+                }
+            }
+        }
+        if let Some(fmt) = lf.get("format") {
+            if let Some(name) = self.string(fmt, "`server.log.format`") {
+                match name.as_str() {
+                    "text" => log.format = ServerLogFormat::Text,
+                    "json" => log.format = ServerLogFormat::Json,
+                    _ => self.error(
+                        fmt.pos,
+                        format!("unknown `server.log.format` `{name}`; expected: text, json"),
+                    ),
+                }
+            }
+        }
+        if let Some(p) = lf.get("path") {
+            if let Some(path) = self.string(p, "`server.log.path`") {
+                log.path = match path.as_str() {
+                    "stderr" => LogTarget::Stderr,
+                    "stdout" => LogTarget::Stdout,
+                    "" => {
+                        self.error(
+                            p.pos,
+                            "`server.log.path` must be stderr, stdout or a file's path",
+                        );
+                        return;
+                    }
+                    _ => LogTarget::File(path.into()),
+                };
+            }
+        }
     }
 
     /// `server.open_file_cache`: how many open files are kept, and how long one is trusted.
@@ -235,5 +289,39 @@ mod tests {
         let admin = cfg.server.admin.unwrap();
         assert_eq!(admin.address.to_string(), DEFAULT_ADMIN_ADDRESS);
         assert!(!admin.token_for_metrics);
+    }
+
+    #[test]
+    fn server_log_defaults_and_errors() {
+        let cfg = load_str(BASE, "t.yaml").unwrap();
+        assert_eq!(cfg.server.log, ServerLog::default());
+        assert_eq!(cfg.server.log.level, LogLevel::Info);
+        assert_eq!(cfg.server.log.path, LogTarget::Stderr);
+        let cfg = load_str(
+            &format!("server:\n  log: {{ level: debug, format: json, path: /tmp/w.log }}\n{BASE}"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.server.log.level, LogLevel::Debug);
+        assert_eq!(cfg.server.log.format, ServerLogFormat::Json);
+        assert_eq!(cfg.server.log.path, LogTarget::File("/tmp/w.log".into()));
+        let errs = errors(&format!("server:\n  log: {{ level: loud }}\n{BASE}"));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:17: unknown `server.log.level` `loud`; expected: error, warn, info, debug"]
+        );
+        let errs = errors(&format!("server:\n  log: {{ format: xml }}\n{BASE}"));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:18: unknown `server.log.format` `xml`; expected: text, json"]
+        );
+        let errs = errors(&format!("server:\n  log: {{ path: \"\" }}\n{BASE}"));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:16: `server.log.path` must be stderr, stdout or a file's path"]
+        );
+        let errs = errors(&format!("server:\n  log: {{ levels: info }}\n{BASE}"));
+        assert!(errs[0].starts_with("t.yaml:2:"), "{errs:?}");
+        assert!(errs[0].contains("levels"), "{errs:?}");
     }
 }

@@ -446,8 +446,8 @@ fn log_failure(route: Option<&Route>, used: &UpstreamUse<'_>) {
     } else {
         format!(" ({})", note.detail)
     };
-    crate::log_line!(
-        "weir: router `{}`: service `{}`: server {}: try {}: {}{detail}",
+    crate::log_error!(
+        "router `{}`: service `{}`: server {}: try {}: {}{detail}",
         route.map_or("", |r| r.name.as_str()),
         used.service.name,
         used.server.url,

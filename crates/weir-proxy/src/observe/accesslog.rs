@@ -184,7 +184,7 @@ fn clf_time(t: SystemTime) -> String {
 }
 
 /// UTC timestamp with milliseconds, e.g. `2026-11-22T01:58:23.120Z`.
-fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let (year, month, day, rem, millis) = civil(t);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",

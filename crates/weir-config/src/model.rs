@@ -167,6 +167,8 @@ pub struct Server {
     /// How long a write to the client may wait for it to read (then the connection closes).
     pub client_send_timeout: Duration,
     pub access_log: AccessLog,
+    /// `server.request_id`: requests carry an id, the client's or a new one.
+    pub request_id: RequestId,
     /// weir's own log (`server.log`).
     pub log: ServerLog,
     /// The admin listener (`/metrics`), when configured.
@@ -222,6 +224,24 @@ pub enum LogFormat {
     Json,
     /// nginx's `combined`.
     Combined,
+}
+
+/// `server.request_id`: each request carries an id (the client's when valid, else a new one),
+/// sent upstream, back to the client and into the access log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId {
+    pub enabled: bool,
+    /// The header that carries it, lower case.
+    pub header: String,
+}
+
+impl Default for RequestId {
+    fn default() -> RequestId {
+        RequestId {
+            enabled: false,
+            header: "x-request-id".into(),
+        }
+    }
 }
 
 /// `server.log`: weir's own lines (starting, reloads, failures), not requests.
@@ -304,6 +324,8 @@ pub struct Entrypoint {
     pub h2c: bool,
     /// HTTP/2 settings, for `h2` (TLS) and `h2c` connections.
     pub http2: Http2Settings,
+    /// `access_log: false`: requests on this entrypoint get no access-log line.
+    pub access_log: bool,
 }
 
 /// What weir announces to HTTP/2 clients in its SETTINGS.
@@ -371,6 +393,8 @@ pub struct Router {
     pub action: Action,
     /// `cache: NAME`: the `service` action's answers go through this cache.
     pub cache: Option<String>,
+    /// `access_log: false`: this router's requests get no access-log line.
+    pub access_log: bool,
 }
 
 #[derive(Debug, Clone)]

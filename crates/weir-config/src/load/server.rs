@@ -1,7 +1,7 @@
 //! The `server:` block: workers, the graceful and client timeouts, the access log, the admin
 //! listener, the open file cache, the pid file and metrics.
 
-use super::values::{is_header_value, parse_listen_address};
+use super::values::{is_header_name, is_header_value, parse_listen_address};
 use super::Loader;
 use crate::model::*;
 use crate::yaml::Node;
@@ -23,6 +23,7 @@ impl Loader<'_> {
                 path: LogTarget::Stdout,
                 sample: 1.0,
             },
+            request_id: RequestId::default(),
             log: ServerLog::default(),
             admin: None,
             open_file_cache: OpenFileCache::default(),
@@ -40,6 +41,7 @@ impl Loader<'_> {
                 "client_body_timeout",
                 "client_send_timeout",
                 "access_log",
+                "request_id",
                 "log",
                 "admin",
                 "open_file_cache",
@@ -93,7 +95,34 @@ impl Loader<'_> {
         if let Some(log) = f.get("log") {
             self.server_log(log, &mut server.log);
         }
+        if let Some(ids) = f.get("request_id") {
+            self.request_id(ids, &mut server.request_id);
+        }
         server
+    }
+
+    /// `server.request_id`: whether requests carry an id, and in which header.
+    fn request_id(&mut self, node: &Node, ids: &mut RequestId) {
+        let Some(rf) = self.fields(node, "`server.request_id`", &["enabled", "header"]) else {
+            return;
+        };
+        if let Some(e) = rf.get("enabled") {
+            ids.enabled = self
+                .boolean(e, "`server.request_id.enabled`")
+                .unwrap_or(false);
+        }
+        if let Some(h) = rf.get("header") {
+            if let Some(name) = self.string(h, "`server.request_id.header`") {
+                if is_header_name(&name) {
+                    ids.header = name.to_ascii_lowercase();
+                } else {
+                    self.error(
+                        h.pos,
+                        format!("`server.request_id.header` must be a header name, found `{name}`"),
+                    );
+                }
+            }
+        }
     }
 
     /// `server.log`: weir's own log, its least severe level, format and destination.
@@ -289,6 +318,56 @@ mod tests {
         let admin = cfg.server.admin.unwrap();
         assert_eq!(admin.address.to_string(), DEFAULT_ADMIN_ADDRESS);
         assert!(!admin.token_for_metrics);
+    }
+
+    #[test]
+    fn access_log_off_on_routers_and_entrypoints() {
+        let yaml = "entrypoints:\n  web: { address: \"127.0.0.1:0\", access_log: false }\n  \
+                    other: { address: \"127.0.0.1:0\" }\nrouters:\n  \
+                    quiet: { rule: \"Path(`/q`)\", respond: {}, access_log: false }\n  \
+                    loud: { rule: \"Path(`/l`)\", respond: {} }\n";
+        let cfg = load_str(yaml, "t.yaml").unwrap();
+        let logged: Vec<bool> = cfg.entrypoints.iter().map(|e| e.access_log).collect();
+        assert_eq!(logged, [false, true]);
+        let logged: Vec<bool> = cfg.routers.iter().map(|r| r.access_log).collect();
+        assert_eq!(logged, [false, true]);
+        let errs =
+            errors(&yaml.replace("access_log: false }\n  other", "access_log: no }\n  other"));
+        assert!(errs[0].starts_with("t.yaml:2:46: "), "{errs:?}");
+        assert!(
+            errs[0].ends_with("`access_log` must be `true` or `false`, found `no`"),
+            "{errs:?}"
+        );
+        let errs = errors(&yaml.replace(
+            "respond: {}, access_log: false",
+            "respond: {}, access_log: 0",
+        ));
+        assert!(errs[0].starts_with("t.yaml:5:57: "), "{errs:?}");
+    }
+
+    #[test]
+    fn request_id_defaults_and_errors() {
+        let cfg = load_str(BASE, "t.yaml").unwrap();
+        assert_eq!(cfg.server.request_id, RequestId::default());
+        assert!(!cfg.server.request_id.enabled);
+        let cfg = load_str(
+            &format!("server:\n  request_id: {{ enabled: true, header: X-Trace }}\n{BASE}"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert!(cfg.server.request_id.enabled);
+        assert_eq!(cfg.server.request_id.header, "x-trace");
+        let errs = errors(&format!(
+            "server:\n  request_id: {{ header: \"a b\" }}\n{BASE}"
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:25: `server.request_id.header` must be a header name, found `a b`"]
+        );
+        let errs = errors(&format!(
+            "server:\n  request_id: {{ enabled: sometimes }}\n{BASE}"
+        ));
+        assert!(errs[0].starts_with("t.yaml:2:26: "), "{errs:?}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod plan;
+pub mod request_id;
 
 use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
@@ -47,17 +48,27 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+    // `server.request_id`: the client's id or a new one, on the request before it goes on.
+    let request_id = (runtime.request_id.as_deref())
+        .map(|header| (header, request_id::adopt(&mut head, header)));
+    // `access_log: false` on the entrypoint or the router: no line for this request.
+    let access_log = runtime.access_log.as_ref().filter(|_| {
+        ep.is_none_or(|ep| ep.access_log) && route.is_none_or(|route| route.access_log)
+    });
     // The original request line, kept only when a log line will need it.
     // With whether it is sampled in (answers of 500 and above are logged anyway).
-    let logged = runtime.access_log.as_ref().map(|log| {
+    let mut logged = access_log.map(|log| {
         let header = |name| {
             head.head
                 .get(name)
                 .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_default()
         };
         // Boxed: the exchange's state stays as small as without a log.
         let line = Box::new(accesslog::RequestLine {
+            client: client.ip(),
+            entrypoint: ep.map(|ep| ep.name.clone()),
+            request_id: request_id.as_ref().map(|(_, id)| id.clone()),
+            answered: None,
             method: head.method().to_string(),
             host: head.host().to_string(),
             target: head.target().to_string(),
@@ -92,6 +103,10 @@ pub(crate) async fn exchange<C: ClientConn>(
         }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
+    if let Some((line, _)) = &mut logged {
+        // The action's answer is in: for a proxied request, the upstream's response head.
+        line.answered = Some(Instant::now());
+    }
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         if route.has_error_pages {
@@ -128,6 +143,9 @@ pub(crate) async fn exchange<C: ClientConn>(
         });
         reply.body_filter = body_filter;
     }
+    if let Some((header, id)) = &request_id {
+        reply.edit_head(|response| response.head.set(header, id.as_bytes()));
+    }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
     // The request is over for the filters once its answer is sent, as in Traefik, where a
@@ -135,15 +153,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some(kept) = &mut kept {
         kept.held = Held::default();
     }
-    let outcome = finish(
-        worker,
-        runtime,
-        route.map(|r| &**r),
-        client.ip(),
-        logged,
-        started,
-        sent,
-    );
+    let outcome = finish(worker, runtime, route.map(|r| &**r), logged, started, sent);
     if let (Some(route), Some(kept)) = (route, kept) {
         if let Some(since) = kept.outcome_since {
             let seen = (wrapped_by, outcome.status);
@@ -462,7 +472,6 @@ fn finish(
     worker: &Worker,
     runtime: &Runtime,
     route: Option<&Route>,
-    client: std::net::IpAddr,
     logged: Option<(Box<accesslog::RequestLine>, bool)>,
     started: Option<Instant>,
     sent: Sent<'_>,
@@ -480,18 +489,23 @@ fn finish(
     }
     let logged = logged.filter(|(_, sampled)| *sampled || outcome.status >= 500);
     if let (Some(log), Some((request, _)), Some(started)) = (&runtime.access_log, logged, started) {
-        let upstream = upstream
+        let address = upstream
             .as_ref()
             .map(|u| u.server.addr.to_string())
             .unwrap_or_default();
+        let answered = request
+            .answered
+            .map(|at| at.saturating_duration_since(started));
         let entry = accesslog::Entry {
-            client,
             request: &request,
             status: outcome.status,
             bytes: outcome.bytes,
             duration: started.elapsed(),
             router: route.map(|r| r.name.as_str()).unwrap_or(""),
-            upstream: &upstream,
+            upstream: &address,
+            upstream_status: upstream.as_ref().map(|u| u.status).filter(|s| *s != 0),
+            upstream_time: upstream.as_ref().and(answered),
+            tries: upstream.as_ref().map(|u| u.tries),
         };
         log.record(&entry, &worker.log_lines);
     }

@@ -26,24 +26,36 @@ pub struct AccessLog {
 
 /// What the log keeps of a request, taken before the filters may rewrite it.
 pub struct RequestLine {
+    pub client: IpAddr,
+    /// The entrypoint's name (`None`: a reload removed it).
+    pub entrypoint: Option<String>,
+    /// `server.request_id`'s id, when requests carry one.
+    pub request_id: Option<String>,
+    /// When the action answered (for a proxied request, the upstream's response head).
+    pub answered: Option<std::time::Instant>,
     pub method: String,
     pub host: String,
     /// The path and query as the client sent them.
     pub target: String,
     /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0` (as nginx logs it).
     pub version: &'static str,
-    pub referer: String,
-    pub user_agent: String,
+    pub referer: Option<String>,
+    pub user_agent: Option<String>,
 }
 
 pub struct Entry<'a> {
-    pub client: IpAddr,
     pub request: &'a RequestLine,
     pub status: u16,
     pub bytes: u64,
     pub duration: Duration,
     pub router: &'a str,
     pub upstream: &'a str,
+    /// What the server answered, when one did.
+    pub upstream_status: Option<u16>,
+    /// From the request head read to the upstream's response head, when proxied.
+    pub upstream_time: Option<Duration>,
+    /// Tries made, when proxied (more than 1 after retries).
+    pub tries: Option<u16>,
 }
 
 impl AccessLog {
@@ -88,33 +100,47 @@ impl AccessLog {
         let now = SystemTime::now();
         let r = e.request;
         let line = match self.format {
-            LogFormat::Json => serde_json::json!({
-                "time": rfc3339(now),
-                "client": e.client.to_string(),
-                "method": r.method,
-                "host": r.host,
-                "path": r.target.split('?').next().unwrap_or(""),
-                "status": e.status,
-                "bytes": e.bytes,
-                // Whole microseconds: `0.028`, not `0.028051999999999997`.
-                "duration_ms": e.duration.as_micros() as f64 / 1000.0,
-                "router": e.router,
-                "upstream": e.upstream,
-            })
-            .to_string(),
+            LogFormat::Json => {
+                let (path, query) = match r.target.split_once('?') {
+                    Some((path, query)) => (path, Some(query)),
+                    None => (r.target.as_str(), None),
+                };
+                serde_json::json!({
+                    "time": rfc3339(now),
+                    "client": r.client.to_string(),
+                    "method": r.method,
+                    "host": r.host,
+                    "path": path,
+                    "query": query,
+                    "protocol": protocol(r.version),
+                    "status": e.status,
+                    "bytes": e.bytes,
+                    "duration_ms": millis(e.duration),
+                    "entrypoint": r.entrypoint,
+                    "router": (!e.router.is_empty()).then_some(e.router),
+                    "upstream": (!e.upstream.is_empty()).then_some(e.upstream),
+                    "upstream_status": e.upstream_status,
+                    "upstream_ms": e.upstream_time.map(millis),
+                    "tries": e.tries,
+                    "request_id": r.request_id,
+                    "user_agent": r.user_agent,
+                    "referer": r.referer,
+                })
+                .to_string()
+            }
             // $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
             // "$http_referer" "$http_user_agent"
             LogFormat::Combined => format!(
                 "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"",
-                e.client,
+                r.client,
                 clf_time(now),
                 escaped(&r.method),
                 escaped(&r.target),
                 r.version,
                 e.status,
                 e.bytes,
-                or_dash(&escaped(&r.referer)),
-                or_dash(&escaped(&r.user_agent)),
+                or_dash(&escaped(r.referer.as_deref().unwrap_or(""))),
+                or_dash(&escaped(r.user_agent.as_deref().unwrap_or(""))),
             ),
         };
         let full = {
@@ -126,6 +152,19 @@ impl AccessLog {
         if full {
             self.flush(buffer);
         }
+    }
+}
+
+/// Whole microseconds in milliseconds: `0.028`, not `0.028051999999999997`.
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+/// The JSON format's protocol: `h1` or `h2` (h3 once weir speaks it).
+fn protocol(version: &str) -> &'static str {
+    match version {
+        "HTTP/2.0" => "h2",
+        _ => "h1",
     }
 }
 

@@ -94,6 +94,9 @@ pub struct UpstreamUse<'r> {
     /// Why the exchange ended in a 502 or 504, for the error line `finish` writes (boxed:
     /// only failures pay for it).
     pub failure: Option<Box<FailureNote>>,
+    /// For the access log: the status the server answered (0: none) and the tries made.
+    pub status: u16,
+    pub tries: u16,
 }
 
 /// A failed exchange with a server, as the error log tells it.
@@ -112,6 +115,8 @@ impl<'r> UpstreamUse<'r> {
             server,
             service,
             failure: None,
+            status: 0,
+            tries: 1,
         }
     }
 }

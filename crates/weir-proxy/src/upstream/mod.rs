@@ -104,6 +104,8 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                     .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
                 let may_retry = tried.len() + 1 < attempts as usize && budget.allows();
                 if !(retry_status && may_resend && may_retry) {
+                    let mut used = used;
+                    (used.status, used.tries) = (status, tried.len() as u16 + 1);
                     reply.upstream = Some(used);
                     return reply;
                 }
@@ -160,6 +162,11 @@ fn failed_on<'r>(
     tries: usize,
 ) -> Reply<'r> {
     let mut used = UpstreamUse::new(server, service);
+    used.tries = tries as u16;
+    if failed.cause == Cause::Status {
+        // The server answered: a retried status, and no server left to retry on.
+        used.status = failed.answer.status;
+    }
     if matches!(failed.answer.status, 502 | 504) {
         used.failure = Some(Box::new(FailureNote {
             message: failed.answer.message,

@@ -211,3 +211,45 @@ fn access_log_off_on_a_router_and_an_entrypoint() {
     let lines = log_lines(&log, 3);
     assert_eq!(lines.len(), 3, "{lines:#?}");
 }
+
+/// `tls`: the version and the SNI the client sent, over HTTP/1.1 and HTTP/2; `null` on a
+/// plain connection.
+#[test]
+fn tls_version_and_sni() {
+    let dir = temp_dir("access-tls");
+    let log = dir.join("access.log");
+    let cert = make_cert(&dir, "site", &["site.test"], false);
+    let weir = Weir::start(&format!(
+        "server:\n  workers: 1\n  access_log: {{ enabled: true, path: \"{}\" }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n  \
+         websecure:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates: [{{ cert: \"{}\", key: \"{}\" }}]\n\
+         routers:\n  hi: {{ rule: \"PathPrefix(`/`)\", respond: {{ body: hello }} }}\n",
+        log.display(),
+        cert.cert.display(),
+        cert.key.display()
+    ));
+    let port = weir.addrs["websecure"].port();
+    let url = format!("https://site.test:{port}/secure");
+    let resolve = format!("site.test:{port}:127.0.0.1");
+    let ca = cert.cert.to_str().unwrap();
+    let common = ["-s", "--cacert", ca, "--resolve", &resolve];
+    let h1 = [&common[..], &["--http1.1", "--tls-max", "1.2", &url]].concat();
+    assert_eq!(curl_ok(&h1), b"hello");
+    let h2 = [&common[..], &["--http2", "--tlsv1.3", &url]].concat();
+    assert_eq!(curl_ok(&h2), b"hello");
+    assert_eq!(get(weir.addr(), "t", "/plain").text(), "hello");
+    let lines = log_lines(&log, 3);
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert_eq!(lines[0]["protocol"], "h1");
+    assert_eq!(
+        lines[0]["tls"],
+        serde_json::json!({ "version": "TLSv1.2", "sni": "site.test" })
+    );
+    assert_eq!(lines[0]["entrypoint"], "websecure");
+    assert_eq!(lines[1]["protocol"], "h2");
+    assert_eq!(
+        lines[1]["tls"],
+        serde_json::json!({ "version": "TLSv1.3", "sni": "site.test" })
+    );
+    assert!(lines[2]["tls"].is_null(), "{}", lines[2]);
+}

@@ -68,6 +68,9 @@ pub(crate) async fn exchange<C: ClientConn>(
             client: client.ip(),
             entrypoint: ep.map(|ep| ep.name.clone()),
             request_id: request_id.as_ref().map(|(_, id)| id.clone()),
+            tls: client
+                .tls()
+                .map(|tls| (tls.version, tls.sni.map(String::from))),
             answered: None,
             method: head.method().to_string(),
             host: head.host().to_string(),

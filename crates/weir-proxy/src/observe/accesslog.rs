@@ -31,6 +31,8 @@ pub struct RequestLine {
     pub entrypoint: Option<String>,
     /// `server.request_id`'s id, when requests carry one.
     pub request_id: Option<String>,
+    /// The TLS version and SNI, for a request that came over TLS.
+    pub tls: Option<(&'static str, Option<String>)>,
     /// When the action answered (for a proxied request, the upstream's response head).
     pub answered: Option<std::time::Instant>,
     pub method: String,
@@ -123,6 +125,10 @@ impl AccessLog {
                     "upstream_ms": e.upstream_time.map(millis),
                     "tries": e.tries,
                     "request_id": r.request_id,
+                    "tls": r.tls.as_ref().map(|(version, sni)| serde_json::json!({
+                        "version": version,
+                        "sni": sni,
+                    })),
                     "user_agent": r.user_agent,
                     "referer": r.referer,
                 })

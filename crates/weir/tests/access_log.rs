@@ -253,3 +253,59 @@ fn tls_version_and_sni() {
     );
     assert!(lines[2]["tls"].is_null(), "{}", lines[2]);
 }
+
+/// `cache`: what the route's cache did, from its `Cache-Status` (RFC 9211); `null` on a route
+/// without a cache. The origin is weir itself, on an entrypoint whose lines are off.
+#[test]
+fn cache_outcome() {
+    let log = temp_dir("access-cache").join("access.log");
+    let origin = free_port();
+    let weir = Weir::start(&format!(
+        "server:\n  workers: 1\n  access_log: {{ enabled: true, path: \"{}\" }}\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n  \
+         origin: {{ address: \"127.0.0.1:{origin}\", access_log: false }}\n\
+         caches:\n  main: {{ memory: 16MiB }}\n\
+         routers:\n  \
+         cached: {{ entrypoints: [web], rule: \"PathPrefix(`/c`)\", service: origin, cache: main }}\n  \
+         plain: {{ entrypoints: [web], rule: \"PathPrefix(`/p`)\", service: origin }}\n  \
+         answer: {{ entrypoints: [origin], rule: \"PathPrefix(`/`)\", respond: {{ body: x, headers: {{ cache-control: max-age=60 }} }} }}\n\
+         services:\n  origin: {{ servers: [{{ url: \"http://127.0.0.1:{origin}\" }}] }}\n",
+        log.display()
+    ));
+    let first = get(weir.addr(), "t", "/c/1");
+    assert!(
+        first
+            .header("cache-status")
+            .unwrap()
+            .contains("fwd=uri-miss"),
+        "{:?}",
+        first.header("cache-status")
+    );
+    let second = get(weir.addr(), "t", "/c/1");
+    assert!(second.header("cache-status").unwrap().contains("; hit"));
+    let refreshed = request(
+        weir.addr(),
+        "GET /c/1 HTTP/1.1\r\nHost: t\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        refreshed
+            .header("cache-status")
+            .unwrap()
+            .contains("fwd=stale"),
+        "{:?}",
+        refreshed.header("cache-status")
+    );
+    assert_eq!(get(weir.addr(), "t", "/p").status, 200);
+    let lines = log_lines(&log, 4);
+    let outcomes: Vec<&Value> = lines.iter().map(|l| &l["cache"]).collect();
+    assert_eq!(
+        outcomes,
+        [
+            &Value::from("miss"),
+            &Value::from("hit"),
+            &Value::from("stale"),
+            &Value::Null
+        ],
+        "{lines:#?}"
+    );
+}

@@ -72,6 +72,7 @@ pub(crate) async fn exchange<C: ClientConn>(
                 .tls()
                 .map(|tls| (tls.version, tls.sni.map(String::from))),
             answered: None,
+            cache: None,
             method: head.method().to_string(),
             host: head.host().to_string(),
             target: head.target().to_string(),
@@ -109,6 +110,15 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some((line, _)) = &mut logged {
         // The action's answer is in: for a proxied request, the upstream's response head.
         line.answered = Some(Instant::now());
+        let caches = route.is_some_and(|r| {
+            matches!(
+                r.action,
+                RouteAction::Cached(..) | RouteAction::Elasticsearch(_)
+            )
+        });
+        if caches {
+            line.cache = reply.header("cache-status").map(accesslog::cache_outcome);
+        }
     }
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {

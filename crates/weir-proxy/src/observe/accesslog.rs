@@ -33,6 +33,8 @@ pub struct RequestLine {
     pub request_id: Option<String>,
     /// The TLS version and SNI, for a request that came over TLS.
     pub tls: Option<(&'static str, Option<String>)>,
+    /// What the route's cache did (`hit`, `miss`, `stale`, `bypass`), on cached routes.
+    pub cache: Option<&'static str>,
     /// When the action answered (for a proxied request, the upstream's response head).
     pub answered: Option<std::time::Instant>,
     pub method: String,
@@ -125,6 +127,7 @@ impl AccessLog {
                     "upstream_ms": e.upstream_time.map(millis),
                     "tries": e.tries,
                     "request_id": r.request_id,
+                    "cache": r.cache,
                     "tls": r.tls.as_ref().map(|(version, sni)| serde_json::json!({
                         "version": version,
                         "sni": sni,
@@ -159,6 +162,27 @@ impl AccessLog {
             self.flush(buffer);
         }
     }
+}
+
+/// The access log's word for a `Cache-Status` value (RFC 9211): `hit` (section 2.1), `stale`
+/// for a hit served past its freshness (a negative `ttl`, 2.4) or a stale answer revalidated
+/// (`fwd=stale`, 2.2), `bypass` when the request or configuration kept the cache out
+/// (`fwd=bypass`, `method`, `request`), else `miss` (`uri-miss`, `vary-miss`, `miss`,
+/// `partial`).
+pub fn cache_outcome(value: &[u8]) -> &'static str {
+    let params = value.split(|b| *b == b';').map(<[u8]>::trim_ascii);
+    let mut outcome = "miss";
+    for param in params.skip(1) {
+        match param {
+            b"hit" => outcome = "hit",
+            _ if param.starts_with(b"ttl=-") && outcome == "hit" => return "stale",
+            b"detail=stale-while-revalidate" => return "stale",
+            b"fwd=stale" => return "stale",
+            b"fwd=bypass" | b"fwd=method" | b"fwd=request" => return "bypass",
+            _ => {}
+        }
+    }
+    outcome
 }
 
 /// Whole microseconds in milliseconds: `0.028`, not `0.028051999999999997`.
@@ -264,6 +288,28 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_millis(1_795_312_703_120);
         assert_eq!(rfc3339(t), "2026-11-22T01:58:23.120Z");
         assert_eq!(clf_time(t), "22/Nov/2026:01:58:23 +0000");
+    }
+
+    #[test]
+    fn cache_status_in_a_word() {
+        assert_eq!(cache_outcome(b"weir; hit; ttl=30"), "hit");
+        assert_eq!(cache_outcome(b"weir; hit; ttl=-2"), "stale");
+        let revalidating = b"weir; hit; ttl=3; detail=stale-while-revalidate";
+        assert_eq!(cache_outcome(revalidating), "stale");
+        assert_eq!(
+            cache_outcome(b"weir; fwd=uri-miss; fwd-status=200; stored"),
+            "miss"
+        );
+        assert_eq!(
+            cache_outcome(b"weir; fwd=vary-miss; fwd-status=200"),
+            "miss"
+        );
+        assert_eq!(cache_outcome(b"weir; fwd=stale; fwd-status=304"), "stale");
+        assert_eq!(cache_outcome(b"weir; fwd=method; fwd-status=200"), "bypass");
+        assert_eq!(
+            cache_outcome(b"weir; fwd=request; fwd-status=200"),
+            "bypass"
+        );
     }
 
     #[test]

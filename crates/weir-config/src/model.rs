@@ -275,14 +275,15 @@ pub enum LogLevel {
 impl LogLevel {
     pub const NAMES: &'static str = "error, warn, info, debug";
 
+    pub const ALL: [LogLevel; 4] = [
+        LogLevel::Error,
+        LogLevel::Warn,
+        LogLevel::Info,
+        LogLevel::Debug,
+    ];
+
     pub fn parse(name: &str) -> Option<LogLevel> {
-        match name {
-            "error" => Some(LogLevel::Error),
-            "warn" => Some(LogLevel::Warn),
-            "info" => Some(LogLevel::Info),
-            "debug" => Some(LogLevel::Debug),
-            _ => None,
-        }
+        LogLevel::ALL.into_iter().find(|level| level.name() == name)
     }
 
     pub fn name(self) -> &'static str {

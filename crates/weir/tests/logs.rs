@@ -175,13 +175,7 @@ fn start_logging_to_file(
     let dir = temp_dir("logs");
     let path = dir.join("weir.yaml");
     std::fs::write(&path, yaml_of(port)).unwrap();
-    let child = Command::new(weir_bin())
-        .args(["run", "-c"])
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = run_weir(&path, Stdio::null());
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(addr).is_err() || !log.exists() {
@@ -189,6 +183,17 @@ fn start_logging_to_file(
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, addr, path)
+}
+
+/// `weir run -c path`, its standard error to `stderr`.
+fn run_weir(path: &std::path::Path, stderr: Stdio) -> Child {
+    Command::new(weir_bin())
+        .args(["run", "-c"])
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
 }
 
 fn file_lines(path: &std::path::Path) -> Vec<String> {
@@ -283,13 +288,7 @@ fn log_level_flag_overrides_the_file_across_reloads() {
     // And without the flag, `level: error` holds: no info line at all.
     let path = temp_dir("level-error").join("weir.yaml");
     std::fs::write(&path, &yaml).unwrap();
-    let mut child = Command::new(weir_bin())
-        .args(["run", "-c"])
-        .arg(&path)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run_weir(&path, Stdio::piped());
     std::thread::sleep(Duration::from_millis(1500));
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();

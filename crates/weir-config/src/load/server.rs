@@ -101,6 +101,21 @@ impl Loader<'_> {
         server
     }
 
+    /// One of `choices` by its name, else an error naming them all.
+    fn keyword<T: Copy>(&mut self, node: &Node, what: &str, choices: &[(&str, T)]) -> Option<T> {
+        let name = self.string(node, what)?;
+        let found = choices.iter().find(|(known, _)| *known == name);
+        if found.is_none() {
+            let names: Vec<&str> = choices.iter().map(|(known, _)| *known).collect();
+            let expected = names.join(", ");
+            self.error(
+                node.pos,
+                format!("unknown {what} `{name}`; expected: {expected}"),
+            );
+        }
+        found.map(|(_, value)| *value)
+    }
+
     /// `server.request_id`: whether requests carry an id, and in which header.
     fn request_id(&mut self, node: &Node, ids: &mut RequestId) {
         let Some(rf) = self.fields(node, "`server.request_id`", &["enabled", "header"]) else {
@@ -130,31 +145,20 @@ impl Loader<'_> {
         let Some(lf) = self.fields(node, "`server.log`", &["level", "format", "path"]) else {
             return;
         };
+        let levels = LogLevel::ALL.map(|level| (level.name(), level));
         if let Some(level) = lf.get("level") {
-            if let Some(name) = self.string(level, "`server.log.level`") {
-                match LogLevel::parse(&name) {
-                    Some(parsed) => log.level = parsed,
-                    None => self.error(
-                        level.pos,
-                        format!(
-                            "unknown `server.log.level` `{name}`; expected: {}",
-                            LogLevel::NAMES
-                        ),
-                    ),
-                }
-            }
+            log.level = self
+                .keyword(level, "`server.log.level`", &levels)
+                .unwrap_or(log.level);
         }
-        if let Some(fmt) = lf.get("format") {
-            if let Some(name) = self.string(fmt, "`server.log.format`") {
-                match name.as_str() {
-                    "text" => log.format = ServerLogFormat::Text,
-                    "json" => log.format = ServerLogFormat::Json,
-                    _ => self.error(
-                        fmt.pos,
-                        format!("unknown `server.log.format` `{name}`; expected: text, json"),
-                    ),
-                }
-            }
+        let formats = [
+            ("text", ServerLogFormat::Text),
+            ("json", ServerLogFormat::Json),
+        ];
+        if let Some(format) = lf.get("format") {
+            log.format = self
+                .keyword(format, "`server.log.format`", &formats)
+                .unwrap_or(log.format);
         }
         if let Some(p) = lf.get("path") {
             if let Some(path) = self.string(p, "`server.log.path`") {

@@ -268,15 +268,18 @@ fn open_target(target: &LogTarget) -> Result<Box<dyn Write + Send>, String> {
     let out: Box<dyn Write + Send> = match target {
         LogTarget::Stdout => Box::new(std::io::stdout()),
         LogTarget::Stderr => Box::new(std::io::stderr()),
-        LogTarget::File(path) => Box::new(
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| format!("cannot open access log {}: {e}", path.display()))?,
-        ),
+        LogTarget::File(path) => Box::new(append_to(path, "access log")?),
     };
     Ok(out)
+}
+
+/// A log file opened for appending (created if missing): each `write` lands whole at its end.
+pub(crate) fn append_to(path: &std::path::Path, log: &str) -> Result<std::fs::File, String> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {log} {}: {e}", path.display()))
 }
 
 #[cfg(test)]

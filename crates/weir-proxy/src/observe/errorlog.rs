@@ -5,8 +5,8 @@
 //! run | head -1`, a log shipper that restarted) or a full disk loses the line, counted in
 //! `weir_log_lines_lost_total`.
 
-use super::accesslog::rfc3339;
-use std::fs::{File, OpenOptions};
+use super::accesslog::{append_to, rfc3339};
+use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -44,13 +44,7 @@ impl Out {
         Ok(match path {
             LogTarget::Stderr => Out::Stderr,
             LogTarget::Stdout => Out::Stdout,
-            LogTarget::File(file) => Out::File(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(file)
-                    .map_err(|e| format!("cannot open the log {}: {e}", file.display()))?,
-            ),
+            LogTarget::File(file) => Out::File(append_to(file, "the log")?),
         })
     }
 

@@ -371,3 +371,34 @@ fn a_health_change_names_the_check() {
         "{down}"
     );
 }
+
+/// A log file that cannot be opened: `weir run` says so and exits; a reload to it is refused
+/// and the old log goes on.
+#[test]
+fn a_log_that_cannot_be_opened_is_refused() {
+    let missing = temp_dir("no-log").join("no/such/dir/weir.log");
+    let yaml = config(
+        &format!(", log: {{ path: \"{}\" }}", missing.display()),
+        &[refusing()],
+        "",
+    );
+    let path = temp_dir("no-log-run").join("weir.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let out = Command::new(weir_bin())
+        .args(["run", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().next().unwrap_or("");
+    assert_eq!(check_text_line(line).0, "ERROR", "{text}");
+    assert!(line.contains("cannot open the log"), "{text}");
+
+    let weir = Weir::start(&config("", &[refusing()], ""));
+    std::fs::write(weir.config_path(), &yaml).unwrap();
+    weir.signal("HUP");
+    let error = weir.wait_for_line(": reload error: ", 1);
+    assert!(error.contains("cannot open the log"), "{error}");
+    line_with(&weir, "reload (SIGHUP) refused");
+}

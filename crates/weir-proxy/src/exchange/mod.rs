@@ -48,9 +48,10 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
-    // `server.request_id`: the client's id or a new one, on the request before it goes on.
-    let request_id = (runtime.request_id.as_deref())
-        .map(|header| (header, request_id::adopt(&mut head, header)));
+    // `server.request_id`: the client's id or a new one, on the request before it goes on (the
+    // answer gets it back from there, so nothing more is held across the exchange).
+    let request_id =
+        (runtime.request_id.as_deref()).map(|header| request_id::adopt(&mut head, header));
     // `access_log: false` on the entrypoint or the router: no line for this request.
     let access_log = runtime.access_log.as_ref().filter(|_| {
         ep.is_none_or(|ep| ep.access_log) && route.is_none_or(|route| route.access_log)
@@ -67,11 +68,12 @@ pub(crate) async fn exchange<C: ClientConn>(
         let line = Box::new(accesslog::RequestLine {
             client: client.ip(),
             entrypoint: ep.map(|ep| ep.name.clone()),
-            request_id: request_id.as_ref().map(|(_, id)| id.clone()),
+            request_id,
             tls: client
                 .tls()
                 .map(|tls| (tls.version, tls.sni.map(String::from))),
             answered: None,
+            upstream_status: None,
             cache: None,
             method: head.method().to_string(),
             host: head.host().to_string(),
@@ -110,6 +112,12 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some((line, _)) = &mut logged {
         // The action's answer is in: for a proxied request, the upstream's response head.
         line.answered = Some(Instant::now());
+        // What the server answered: the reply's own status unless the try was noted (failed,
+        // or retried: the note says).
+        line.upstream_status = reply.upstream.as_ref().and_then(|used| match &used.note {
+            None => Some(reply.status()),
+            Some(note) => (note.status != 0).then_some(note.status),
+        });
         let caches = route.is_some_and(|r| {
             matches!(
                 r.action,
@@ -156,8 +164,10 @@ pub(crate) async fn exchange<C: ClientConn>(
         });
         reply.body_filter = body_filter;
     }
-    if let Some((header, id)) = &request_id {
-        reply.edit_head(|response| response.head.set(header, id.as_bytes()));
+    if let Some(header) = runtime.request_id.as_deref() {
+        if let Some(id) = head.head.get(header) {
+            reply.edit_head(|response| response.head.set(header, id));
+        }
     }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
@@ -461,7 +471,9 @@ fn rendered<'r>(
 /// The error log's line for a 502 or 504: which router, service and server, which try, and
 /// why (`connect refused`, `no response head within 5s`).
 fn log_failure(route: Option<&Route>, used: &UpstreamUse<'_>) {
-    let Some(note) = &used.failure else {
+    let Some((note, tries)) =
+        (used.note.as_ref()).and_then(|n| Some((n.failure.as_ref()?, n.tries)))
+    else {
         return;
     };
     let detail = if note.detail.is_empty() {
@@ -474,7 +486,7 @@ fn log_failure(route: Option<&Route>, used: &UpstreamUse<'_>) {
         route.map_or("", |r| r.name.as_str()),
         used.service.name,
         used.server.url,
-        note.tries,
+        tries,
         note.message,
     );
 }
@@ -497,7 +509,7 @@ fn finish(
     if let (Some(conn), Some(used)) = (reusable, &upstream) {
         used.check_in(&worker.pool, conn);
     }
-    if let Some(used) = upstream.as_ref().filter(|u| u.failure.is_some()) {
+    if let Some(used) = upstream.as_ref().filter(|u| u.note.is_some()) {
         log_failure(route, used);
     }
     let logged = logged.filter(|(_, sampled)| *sampled || outcome.status >= 500);
@@ -516,9 +528,10 @@ fn finish(
             duration: started.elapsed(),
             router: route.map(|r| r.name.as_str()).unwrap_or(""),
             upstream: &address,
-            upstream_status: upstream.as_ref().map(|u| u.status).filter(|s| *s != 0),
             upstream_time: upstream.as_ref().and(answered),
-            tries: upstream.as_ref().map(|u| u.tries),
+            tries: upstream
+                .as_ref()
+                .map(|u| u.note.as_ref().map_or(1, |n| n.tries as u16)),
         };
         log.record(&entry, &worker.log_lines);
     }

@@ -33,6 +33,9 @@ pub struct RequestLine {
     pub request_id: Option<String>,
     /// The TLS version and SNI, for a request that came over TLS.
     pub tls: Option<(&'static str, Option<String>)>,
+    /// What the server answered, when one did (taken with the action's answer, before the
+    /// response-head filters).
+    pub upstream_status: Option<u16>,
     /// What the route's cache did (`hit`, `miss`, `stale`, `bypass`), on cached routes.
     pub cache: Option<&'static str>,
     /// When the action answered (for a proxied request, the upstream's response head).
@@ -54,8 +57,6 @@ pub struct Entry<'a> {
     pub duration: Duration,
     pub router: &'a str,
     pub upstream: &'a str,
-    /// What the server answered, when one did.
-    pub upstream_status: Option<u16>,
     /// From the request head read to the upstream's response head, when proxied.
     pub upstream_time: Option<Duration>,
     /// Tries made, when proxied (more than 1 after retries).
@@ -123,7 +124,7 @@ impl AccessLog {
                     "entrypoint": r.entrypoint,
                     "router": (!e.router.is_empty()).then_some(e.router),
                     "upstream": (!e.upstream.is_empty()).then_some(e.upstream),
-                    "upstream_status": e.upstream_status,
+                    "upstream_status": r.upstream_status,
                     "upstream_ms": e.upstream_time.map(millis),
                     "tries": e.tries,
                     "request_id": r.request_id,

@@ -16,7 +16,7 @@ use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
 use crate::reply::relay::{BodyError, Relay};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::servers::balancer::{FailureNote, PickInput, Server, Service, UpstreamUse};
+use crate::servers::balancer::{FailureNote, PickInput, Server, Service, TryNote, UpstreamUse};
 use crate::servers::pool::UpstreamConn;
 use crate::worker::Worker;
 use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
@@ -63,8 +63,8 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
     // The last try's failure and its server: the answer when no other server is left to
-    // retry on.
-    let mut last_failure: Option<(Failed, &'r Server)> = None;
+    // retry on (boxed: only retries pay for it, and the future's drop stays a null check).
+    let mut last_failure: Option<Box<(Failed, &'r Server)>> = None;
     loop {
         // Only the first try goes to the preferred server.
         let preferred = prefer
@@ -74,7 +74,10 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))
         else {
             return match last_failure {
-                Some((failed, server)) => failed_on(service, server, failed, tried.len()),
+                Some(last) => {
+                    let (failed, server) = *last;
+                    failed_on(service, server, failed, tried.len())
+                }
                 None => failure(
                     LocalError::new(503, ErrorKind::NoServer, forwarding::NO_SERVER),
                     None,
@@ -105,7 +108,15 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                 let may_retry = tried.len() + 1 < attempts as usize && budget.allows();
                 if !(retry_status && may_resend && may_retry) {
                     let mut used = used;
-                    (used.status, used.tries) = (status, tried.len() as u16 + 1);
+                    if !tried.is_empty() {
+                        let tries = tried.len() + 1;
+                        let note = TryNote {
+                            failure: None,
+                            tries,
+                            status,
+                        };
+                        used.note = Some(Box::new(note));
+                    }
                     reply.upstream = Some(used);
                     return reply;
                 }
@@ -143,7 +154,7 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                 failed.answer.message,
                 failed.detail
             );
-            last_failure = Some((failed, server));
+            last_failure = Some(Box::new((failed, server)));
             budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;
@@ -162,18 +173,18 @@ fn failed_on<'r>(
     tries: usize,
 ) -> Reply<'r> {
     let mut used = UpstreamUse::new(server, service);
-    used.tries = tries as u16;
-    if failed.cause == Cause::Status {
-        // The server answered: a retried status, and no server left to retry on.
-        used.status = failed.answer.status;
-    }
-    if matches!(failed.answer.status, 502 | 504) {
-        used.failure = Some(Box::new(FailureNote {
-            message: failed.answer.message,
-            detail: failed.detail,
-            tries,
-        }));
-    }
+    let why = matches!(failed.answer.status, 502 | 504).then(|| FailureNote {
+        message: failed.answer.message,
+        detail: failed.detail,
+    });
+    // A retried status with no server left to retry on: the server did answer.
+    let answered = failed.cause == Cause::Status;
+    let status = if answered { failed.answer.status } else { 0 };
+    used.note = Some(Box::new(TryNote {
+        failure: why,
+        tries,
+        status,
+    }));
     failure(failed.answer.error(), Some(used))
 }
 

@@ -476,18 +476,14 @@ fn log_failure(route: Option<&Route>, used: &UpstreamUse<'_>) {
     else {
         return;
     };
-    let detail = if note.detail.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", note.detail)
-    };
     crate::log_error!(
-        "router `{}`: service `{}`: server {}: try {}: {}{detail}",
+        "router `{}`: service `{}`: server {}: try {}: {}{}",
         route.map_or("", |r| r.name.as_str()),
         used.service.name,
         used.server.url,
         tries,
         note.message,
+        upstream::Parenthesized(&note.detail),
     );
 }
 

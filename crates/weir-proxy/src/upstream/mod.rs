@@ -147,12 +147,12 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         if retryable && !out_of_time && tried.len() + 1 < attempts as usize && budget.allows() {
             tried.push(server.id);
             crate::log_debug!(
-                "service `{}`: server {}: try {}: {} ({}); retrying",
+                "service `{}`: server {}: try {}: {}{}; retrying",
                 service.name,
                 server.url,
                 tried.len(),
                 failed.answer.message,
-                failed.detail
+                Parenthesized(&failed.detail)
             );
             last_failure = Some(Box::new((failed, server)));
             budget.spend();
@@ -161,6 +161,18 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         }
         drop(used);
         return failed_on(service, server, failed, tried.len() + 1);
+    }
+}
+
+/// ` (detail)`, or nothing for an empty detail.
+pub(crate) struct Parenthesized<'a>(pub &'a str);
+
+impl std::fmt::Display for Parenthesized<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            "" => Ok(()),
+            detail => write!(f, " ({detail})"),
+        }
     }
 }
 

@@ -45,6 +45,31 @@ pub fn adopt(head: &mut RequestHead, header: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::codec;
+    use bytes::BytesMut;
+
+    fn head(fields: &str) -> RequestHead {
+        let raw = format!("GET / HTTP/1.1\r\nHost: t\r\n{fields}\r\n");
+        let parsed = codec::parse_request(&mut BytesMut::from(raw.as_bytes()));
+        parsed.expect("a valid head").expect("a whole head")
+    }
+
+    #[test]
+    fn adopts_one_valid_id_and_replaces_the_rest() {
+        let mut given = head("X-Request-Id: abc-1\r\n");
+        assert_eq!(adopt(&mut given, "x-request-id"), "abc-1");
+        for fields in [
+            "",
+            "X-Request-Id: a b\r\n",
+            "X-Request-Id: a\r\nX-Request-Id: b\r\n",
+        ] {
+            let mut replaced = head(fields);
+            let id = adopt(&mut replaced, "x-request-id");
+            assert_eq!(id.len(), 32, "{fields:?}");
+            let on_request: Vec<&[u8]> = replaced.head.get_all("x-request-id").collect();
+            assert_eq!(on_request, [id.as_bytes()], "{fields:?}");
+        }
+    }
 
     #[test]
     fn takes_sane_ids_and_replaces_the_rest() {

@@ -195,6 +195,10 @@ pub struct Server {
     /// How long a write to the client may wait for it to read (then the connection closes).
     pub client_send_timeout: Duration,
     pub access_log: AccessLog,
+    /// `server.request_id`: requests carry an id, the client's or a new one.
+    pub request_id: RequestId,
+    /// weir's own log (`server.log`).
+    pub log: ServerLog,
     /// The admin listener (`/metrics`), when configured.
     pub admin: Option<Admin>,
     pub open_file_cache: OpenFileCache,
@@ -250,6 +254,85 @@ pub enum LogFormat {
     Combined,
 }
 
+/// `server.request_id`: each request carries an id (the client's when valid, else a new one),
+/// sent upstream, back to the client and into the access log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId {
+    pub enabled: bool,
+    /// The header that carries it, lower case.
+    pub header: String,
+}
+
+impl Default for RequestId {
+    fn default() -> RequestId {
+        RequestId {
+            enabled: false,
+            header: "x-request-id".into(),
+        }
+    }
+}
+
+/// `server.log`: weir's own lines (starting, reloads, failures), not requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLog {
+    /// The least severe level written.
+    pub level: LogLevel,
+    pub format: ServerLogFormat,
+    pub path: LogTarget,
+}
+
+impl Default for ServerLog {
+    fn default() -> ServerLog {
+        ServerLog {
+            level: LogLevel::Info,
+            format: ServerLogFormat::Text,
+            path: LogTarget::Stderr,
+        }
+    }
+}
+
+/// A log line's severity, most severe first (a level lets through itself and those before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Error = 1,
+    Warn = 2,
+    Info = 3,
+    Debug = 4,
+}
+
+impl LogLevel {
+    pub const NAMES: &'static str = "error, warn, info, debug";
+
+    pub const ALL: [LogLevel; 4] = [
+        LogLevel::Error,
+        LogLevel::Warn,
+        LogLevel::Info,
+        LogLevel::Debug,
+    ];
+
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        LogLevel::ALL.into_iter().find(|level| level.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+        }
+    }
+}
+
+/// How a `server.log` line is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerLogFormat {
+    /// `TIME LEVEL TARGET: message`.
+    Text,
+    /// One JSON object per line: `time`, `level`, `target`, `message`.
+    Json,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogTarget {
     Stdout,
@@ -270,6 +353,8 @@ pub struct Entrypoint {
     pub h2c: bool,
     /// HTTP/2 settings, for `h2` (TLS) and `h2c` connections.
     pub http2: Http2Settings,
+    /// `access_log: false`: requests on this entrypoint get no access-log line.
+    pub access_log: bool,
 }
 
 /// What weir announces to HTTP/2 clients in its SETTINGS.
@@ -337,6 +422,8 @@ pub struct Router {
     pub action: Action,
     /// `cache: NAME`: the `service` action's answers go through this cache.
     pub cache: Option<String>,
+    /// `access_log: false`: this router's requests get no access-log line.
+    pub access_log: bool,
 }
 
 #[derive(Debug, Clone)]

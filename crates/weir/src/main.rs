@@ -80,6 +80,9 @@ enum Command {
         /// Reload when the config file changes.
         #[arg(long)]
         watch: bool,
+        /// The least severe log level written (error, warn, info, debug), over `server.log.level`.
+        #[arg(long, value_parser = log_level)]
+        log_level: Option<weir_config::LogLevel>,
     },
     /// Ask the running gateway to reload its config file: through its admin API when the
     /// file configures one (and print the result), else by SIGHUP to the pid in `server.pid_file`.
@@ -155,11 +158,20 @@ enum RouteCommand {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { config, watch } => {
+        Command::Run {
+            config,
+            watch,
+            log_level,
+        } => {
+            if let Some(level) = log_level {
+                weir_proxy::errorlog::override_level(level);
+            }
             let cfg = match read_config(&config) {
                 Ok(cfg) => cfg,
                 Err(errors) => {
-                    eprintln!("{errors}");
+                    for line in errors.lines() {
+                        weir_proxy::log_error!("{line}");
+                    }
                     // Started by a binary upgrade: the old process logs why, and serves on.
                     weir_proxy::upgrade::refuse(&errors.replace('\n', "; "));
                     return ExitCode::FAILURE;
@@ -174,7 +186,7 @@ fn main() -> ExitCode {
             match weir_proxy::run(cfg, options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    weir_proxy::log_line!("weir: {}", located(&config, &e));
+                    weir_proxy::log_error!("{}", located(&config, &e));
                     ExitCode::FAILURE
                 }
             }
@@ -264,6 +276,12 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `--log-level`'s value.
+fn log_level(name: &str) -> Result<weir_config::LogLevel, String> {
+    weir_config::LogLevel::parse(name)
+        .ok_or_else(|| format!("expected one of: {}", weir_config::LogLevel::NAMES))
 }
 
 /// Loads a config, printing every error as `FILE:LINE:COLUMN: message`.

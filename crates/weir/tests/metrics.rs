@@ -110,7 +110,7 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
 
     // A reload is counted, and the counters carry over it.
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     let text = metrics_with(&weir, "weir_reloads_total{result=\"success\"} 1");
     promtool_check(&text);
     assert!(text.lines().any(|l| l == "weir_config_version 2"), "{text}");

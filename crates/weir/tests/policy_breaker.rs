@@ -125,7 +125,7 @@ fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
     // More 500s than 200s, then the next check: the sixth or a little later.
     assert!(sent >= 7, "opened after {sent} requests");
     weir.wait_for_line(
-        "weir: router `a`: circuit breaker `cb` opened: `ResponseCodeRatio(500, 600, 0, 600) > \
+        ": router `a`: circuit breaker `cb` opened: `ResponseCodeRatio(500, 600, 0, 600) > \
          0.5` holds; answering 503 for 2s",
         1,
     );
@@ -150,7 +150,7 @@ fn five_hundreds_open_the_breaker_and_it_closes_when_they_stop() {
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()));
     weir.wait_for_line(
-        "weir: router `a`: circuit breaker `cb` closed: the recovery is over",
+        ": router `a`: circuit breaker `cb` closed: the recovery is over",
         1,
     );
 }
@@ -266,11 +266,11 @@ fn a_reload_keeps_an_unchanged_breaker_open() {
     same.push_str("  unused: { add_prefix: /x }\n");
     std::fs::write(weir.config_path(), same).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     assert_eq!(fetch(&weir, "/a"), breaker_answer(503), "still open");
     std::fs::write(weir.config_path(), config(&up, &settings("61s"), admin)).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 2);
+    weir.wait_for_line(": reloaded", 2);
     assert_eq!(fetch(&weir, "/a"), (200, "ok".to_string()), "a new breaker");
 }
 

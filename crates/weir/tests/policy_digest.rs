@@ -579,7 +579,7 @@ fn a_reload_keeps_the_nonces_of_an_unchanged_middleware() {
     let other_router_changed = config.replace("PathPrefix(`/open`)", "PathPrefix(`/opened`)");
     std::fs::write(weir.config_path(), &other_router_changed).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     assert_eq!(send(&weir, "GET", "/x", Some(&at(2)), "").status, 200);
     let users_changed = other_router_changed.replace(
         &format!("[\"{TRAEFIK_TEST}\"]"),
@@ -588,7 +588,7 @@ fn a_reload_keeps_the_nonces_of_an_unchanged_middleware() {
     assert_ne!(users_changed, other_router_changed);
     std::fs::write(weir.config_path(), users_changed).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 2);
+    weir.wait_for_line(": reloaded", 2);
     let renewed = challenge_of(&send(&weir, "GET", "/x", Some(&at(3)), ""));
     assert_ne!(renewed.opaque, ch.opaque, "a new middleware, a new opaque");
     let next = authorization(me, &renewed, "GET", "/x", 1);

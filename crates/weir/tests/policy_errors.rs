@@ -236,7 +236,7 @@ fn a_failing_page_service_leaves_the_status_with_weir_s_error() {
     assert_eq!(r.status, 503);
     assert_eq!(r.text(), "upstream connection failed\n");
     assert_eq!(r.header("x-app"), None);
-    let line = weir.wait_for_line("weir: errors: ", 1);
+    let line = weir.wait_for_line(": errors: ", 1);
     assert!(
         line.ends_with("page service `pages`: upstream connection failed"),
         "{line}"
@@ -315,7 +315,7 @@ fn a_reload_that_moves_the_page_service_is_followed() {
         .replace(&old_pages.url(), &new_pages.url());
     std::fs::write(weir.config_path(), moved).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     let r = ask(&weir, "GET", "t", 503, "");
     assert_eq!((r.status, r.text().as_str()), (503, "The new page.\n"));
 }

@@ -240,7 +240,7 @@ fn a_server_that_cannot_be_reached_is_a_500() {
     let r = ask(&weir, "");
     assert_eq!(r.status, 500);
     assert_eq!(app.count("GET"), 0);
-    let line = weir.wait_for_line("weir: forward_auth: ", 1);
+    let line = weir.wait_for_line(": forward_auth: ", 1);
     assert!(
         line.contains(&format!("{refused}/auth: upstream connection failed")),
         "{line}"

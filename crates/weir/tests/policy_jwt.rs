@@ -495,11 +495,11 @@ fn a_rotated_jwks_file_is_read_on_reload() {
     // The ready line comes once SIGHUP is handled (before, it would end the process).
     weir.wait_for_line("worker(s) running", 1);
     weir.signal("HUP");
-    weir.wait_for_line("weir: reload (SIGHUP) refused", 1);
+    weir.wait_for_line(": reload (SIGHUP) refused", 1);
     assert_eq!(get_with(&weir, "/x", &bearer(&old_token)).status, 200);
     serve(&new_keys);
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     assert_eq!(get_with(&weir, "/x", &bearer(&new_token)).status, 200);
     assert_invalid(
         &get_with(&weir, "/x", &bearer(&old_token)),
@@ -656,7 +656,7 @@ fn a_reload_to_another_jwks_url_starts_afresh() {
     weir.wait_for_line("worker(s) running", 1);
     std::fs::write(weir.config_path(), config(&server_b)).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     assert_eq!(get_with(&weir, "/x", &bearer(&new_token)).status, 200);
     assert_invalid(
         &get_with(&weir, "/x", &bearer(&old_token)),
@@ -685,7 +685,7 @@ fn an_https_jwks_url_is_verified_with_tls() {
     assert_eq!(get_with(&trusting, "/x", &bearer(&token)).status, 200);
     let untrusting = Weir::start(&jwt_config(&up, &format!("{{ jwks_url: \"{url}\" }}")));
     assert_eq!(get_with(&untrusting, "/x", &bearer(&token)).status, 401);
-    let line = untrusting.wait_for_line("weir: jwt: jwks_url", 1);
+    let line = untrusting.wait_for_line(": jwt: jwks_url", 1);
     assert!(line.contains(&url), "{line}");
 }
 
@@ -721,13 +721,13 @@ fn a_jwks_server_down_or_silent_costs_a_request_one_second_at_most() {
             assert_eq!(resp.status, status, "{url}{keys}: {}", resp.text());
             assert!(started.elapsed() < Duration::from_secs(3), "{url}{keys}");
         }
-        let line = weir.wait_for_line("weir: jwt: jwks_url", 1);
+        let line = weir.wait_for_line(": jwt: jwks_url", 1);
         assert!(line.contains(&url), "{line}");
         std::thread::sleep(Duration::from_millis(200));
         let lines = weir.stderr();
         let logged = lines
             .iter()
-            .filter(|l| l.contains("weir: jwt: jwks_url"))
+            .filter(|l| l.contains(": jwt: jwks_url"))
             .count();
         assert_eq!(logged, 1, "{lines:#?}");
     }
@@ -764,6 +764,6 @@ fn a_jwks_url_set_is_fetched_again_after_its_max_age() {
     }
     assert_eq!(short_server.count("GET"), 2);
     assert_eq!(plain_server.count("GET"), 1);
-    let line = short_weir.wait_for_line("weir: jwt: jwks_url", 1);
+    let line = short_weir.wait_for_line(": jwt: jwks_url", 1);
     assert!(line.contains("is not JSON"), "{line}");
 }

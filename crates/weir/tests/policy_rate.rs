@@ -192,13 +192,13 @@ fn a_reload_keeps_the_buckets_of_an_unchanged_limit() {
     let other_router_changed = limited.replace("PathPrefix(`/open`)", "PathPrefix(`/opened`)");
     std::fs::write(weir.config_path(), &other_router_changed).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
+    weir.wait_for_line(": reloaded", 1);
     assert_refused(&get_with(&weir, "/x", ""), "60");
     // The limit itself changed: a new bucket, full.
     let limit_changed = other_router_changed.replace("period: 1m", "period: 2m");
     std::fs::write(weir.config_path(), limit_changed).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 2);
+    weir.wait_for_line(": reloaded", 2);
     assert_eq!(get_with(&weir, "/x", "").status, 200);
     assert_eq!(up.request_count(), 2);
 }

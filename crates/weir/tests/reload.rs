@@ -52,8 +52,8 @@ fn reload_applies_a_good_file_and_refuses_a_bad_one() {
     // SIGHUP: a new answer and a new entrypoint; `web` keeps its socket and connections.
     std::fs::write(&path, answering("two", true, admin)).unwrap();
     weir.signal("HUP");
-    weir.wait_for_line("weir: reloaded", 1);
-    let line = weir.wait_for_line("weir: entrypoint extra listening on ", 1);
+    weir.wait_for_line(": reloaded", 1);
+    let line = weir.wait_for_line(": entrypoint extra listening on ", 1);
     let extra: SocketAddr = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert_eq!(get(web, "a", "/").text(), "two");
     assert_eq!(get(extra, "a", "/").text(), "two");
@@ -86,10 +86,7 @@ fn reload_applies_a_good_file_and_refuses_a_bad_one() {
     assert_eq!(status["version"], 2);
     assert_eq!(status["last_reload"]["ok"], false);
     assert_eq!(status["reloads"]["failed"], 1);
-    weir.wait_for_line(
-        "weir: reload (admin API) refused; still serving version 2",
-        1,
-    );
+    weir.wait_for_line(": reload (admin API) refused; still serving version 2", 1);
 
     // `weir reload` (through the admin API): back to one entrypoint; `extra` closes.
     std::fs::write(&path, answering("four", false, admin)).unwrap();
@@ -132,7 +129,7 @@ fn a_bad_file_on_sighup_keeps_the_old_config() {
     let weir = Weir::start(&answering("one", false, 0));
     std::fs::write(weir.config_path(), "entrypoints:\n  web: { address: 12 }\n").unwrap();
     weir.signal("HUP");
-    let line = weir.wait_for_line("weir:   ", 1);
+    let line = weir.wait_for_line(": reload error: ", 1);
     assert!(
         line.contains(&format!("{}:2:", weir.config_path().display())),
         "{line}"
@@ -145,7 +142,7 @@ fn watch_reloads_when_the_file_changes() {
     let weir = Weir::start_with(&answering("one", false, 0), &["--watch"]);
     assert_eq!(get(weir.addr(), "a", "/").text(), "one");
     std::fs::write(weir.config_path(), answering("changed", false, 0)).unwrap();
-    let line = weir.wait_for_line("weir: reloaded", 1);
+    let line = weir.wait_for_line(": reloaded", 1);
     assert!(line.contains("(version 2)"), "{line}");
     assert_eq!(get(weir.addr(), "a", "/").text(), "changed");
 }
@@ -187,7 +184,7 @@ fn a_hundred_reloads_under_load_fail_no_request() {
         let a = i % 2 == 0;
         std::fs::write(&path, alternating(a, &one, &two, port)).unwrap();
         weir.signal("HUP");
-        weir.wait_for_line("weir: reloaded", i);
+        weir.wait_for_line(": reloaded", i);
         std::thread::sleep(Duration::from_millis(10));
     }
     let report = load.finish();

@@ -33,7 +33,15 @@ impl Loader<'_> {
 
     pub(super) fn entrypoint(&mut self, name: String, node: &Node) -> Option<Entrypoint> {
         let what = format!("entrypoint `{name}`");
-        let f = self.fields(node, &what, &["address", "tls", "h2c", "http2"])?;
+        let f = self.fields(
+            node,
+            &what,
+            &["address", "tls", "h2c", "http2", "access_log"],
+        )?;
+        let access_log = match f.get("access_log") {
+            Some(b) => self.boolean(b, "`access_log`").unwrap_or(true),
+            None => true,
+        };
         let h2c = match f.get("h2c") {
             Some(b) => self.boolean(b, "`h2c`").unwrap_or(false),
             None => false,
@@ -74,6 +82,7 @@ impl Loader<'_> {
                 tls,
                 h2c,
                 http2,
+                access_log,
             }),
             None => {
                 self.error(

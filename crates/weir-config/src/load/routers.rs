@@ -162,8 +162,13 @@ impl Loader<'_> {
                 "redirect",
                 "static",
                 "cache",
+                "access_log",
             ],
         )?;
+        let access_log = match f.get("access_log") {
+            Some(b) => self.boolean(b, "`access_log`").unwrap_or(true),
+            None => true,
+        };
         let mut ok = true;
         let eps = self.router_entrypoints(&f, &what, entrypoints, None, &mut ok);
         let (rule_text, rule, priority) =
@@ -251,6 +256,7 @@ impl Loader<'_> {
             middlewares: mws,
             action,
             cache,
+            access_log,
         })
     }
 

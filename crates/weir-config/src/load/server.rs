@@ -1,7 +1,7 @@
 //! The `server:` block: workers, the graceful and client timeouts, the access log, the admin
 //! listener, the open file cache, the pid file and metrics.
 
-use super::values::{is_header_value, parse_listen_address};
+use super::values::{is_header_name, is_header_value, parse_listen_address};
 use super::Loader;
 use crate::model::*;
 use crate::yaml::Node;
@@ -23,6 +23,8 @@ impl Loader<'_> {
                 path: LogTarget::Stdout,
                 sample: 1.0,
             },
+            request_id: RequestId::default(),
+            log: ServerLog::default(),
             admin: None,
             open_file_cache: OpenFileCache::default(),
             pid_file: None,
@@ -39,6 +41,8 @@ impl Loader<'_> {
                 "client_body_timeout",
                 "client_send_timeout",
                 "access_log",
+                "request_id",
+                "log",
                 "admin",
                 "open_file_cache",
                 "pid_file",
@@ -88,7 +92,90 @@ impl Loader<'_> {
         if let Some(log) = f.get("access_log") {
             self.access_log(log, &mut server.access_log);
         }
+        if let Some(log) = f.get("log") {
+            self.server_log(log, &mut server.log);
+        }
+        if let Some(ids) = f.get("request_id") {
+            self.request_id(ids, &mut server.request_id);
+        }
         server
+    }
+
+    /// One of `choices` by its name, else an error naming them all.
+    fn keyword<T: Copy>(&mut self, node: &Node, what: &str, choices: &[(&str, T)]) -> Option<T> {
+        let name = self.string(node, what)?;
+        let found = choices.iter().find(|(known, _)| *known == name);
+        if found.is_none() {
+            let names: Vec<&str> = choices.iter().map(|(known, _)| *known).collect();
+            let expected = names.join(", ");
+            self.error(
+                node.pos,
+                format!("unknown {what} `{name}`; expected: {expected}"),
+            );
+        }
+        found.map(|(_, value)| *value)
+    }
+
+    /// `server.request_id`: whether requests carry an id, and in which header.
+    fn request_id(&mut self, node: &Node, ids: &mut RequestId) {
+        let Some(rf) = self.fields(node, "`server.request_id`", &["enabled", "header"]) else {
+            return;
+        };
+        if let Some(e) = rf.get("enabled") {
+            ids.enabled = self
+                .boolean(e, "`server.request_id.enabled`")
+                .unwrap_or(false);
+        }
+        if let Some(h) = rf.get("header") {
+            if let Some(name) = self.string(h, "`server.request_id.header`") {
+                if is_header_name(&name) {
+                    ids.header = name.to_ascii_lowercase();
+                } else {
+                    self.error(
+                        h.pos,
+                        format!("`server.request_id.header` must be a header name, found `{name}`"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `server.log`: weir's own log, its least severe level, format and destination.
+    fn server_log(&mut self, node: &Node, log: &mut ServerLog) {
+        let Some(lf) = self.fields(node, "`server.log`", &["level", "format", "path"]) else {
+            return;
+        };
+        let levels = LogLevel::ALL.map(|level| (level.name(), level));
+        if let Some(level) = lf.get("level") {
+            log.level = self
+                .keyword(level, "`server.log.level`", &levels)
+                .unwrap_or(log.level);
+        }
+        let formats = [
+            ("text", ServerLogFormat::Text),
+            ("json", ServerLogFormat::Json),
+        ];
+        if let Some(format) = lf.get("format") {
+            log.format = self
+                .keyword(format, "`server.log.format`", &formats)
+                .unwrap_or(log.format);
+        }
+        if let Some(p) = lf.get("path") {
+            if let Some(path) = self.string(p, "`server.log.path`") {
+                log.path = match path.as_str() {
+                    "stderr" => LogTarget::Stderr,
+                    "stdout" => LogTarget::Stdout,
+                    "" => {
+                        self.error(
+                            p.pos,
+                            "`server.log.path` must be stderr, stdout or a file's path",
+                        );
+                        return;
+                    }
+                    _ => LogTarget::File(path.into()),
+                };
+            }
+        }
     }
 
     /// `server.open_file_cache`: how many open files are kept, and how long one is trusted.
@@ -235,5 +322,89 @@ mod tests {
         let admin = cfg.server.admin.unwrap();
         assert_eq!(admin.address.to_string(), DEFAULT_ADMIN_ADDRESS);
         assert!(!admin.token_for_metrics);
+    }
+
+    #[test]
+    fn access_log_off_on_routers_and_entrypoints() {
+        let yaml = "entrypoints:\n  web: { address: \"127.0.0.1:0\", access_log: false }\n  \
+                    other: { address: \"127.0.0.1:0\" }\nrouters:\n  \
+                    quiet: { rule: \"Path(`/q`)\", respond: {}, access_log: false }\n  \
+                    loud: { rule: \"Path(`/l`)\", respond: {} }\n";
+        let cfg = load_str(yaml, "t.yaml").unwrap();
+        let logged: Vec<bool> = cfg.entrypoints.iter().map(|e| e.access_log).collect();
+        assert_eq!(logged, [false, true]);
+        let logged: Vec<bool> = cfg.routers.iter().map(|r| r.access_log).collect();
+        assert_eq!(logged, [false, true]);
+        let errs =
+            errors(&yaml.replace("access_log: false }\n  other", "access_log: no }\n  other"));
+        assert!(errs[0].starts_with("t.yaml:2:46: "), "{errs:?}");
+        assert!(
+            errs[0].ends_with("`access_log` must be `true` or `false`, found `no`"),
+            "{errs:?}"
+        );
+        let errs = errors(&yaml.replace(
+            "respond: {}, access_log: false",
+            "respond: {}, access_log: 0",
+        ));
+        assert!(errs[0].starts_with("t.yaml:5:57: "), "{errs:?}");
+    }
+
+    #[test]
+    fn request_id_defaults_and_errors() {
+        let cfg = load_str(BASE, "t.yaml").unwrap();
+        assert_eq!(cfg.server.request_id, RequestId::default());
+        assert!(!cfg.server.request_id.enabled);
+        let cfg = load_str(
+            &format!("server:\n  request_id: {{ enabled: true, header: X-Trace }}\n{BASE}"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert!(cfg.server.request_id.enabled);
+        assert_eq!(cfg.server.request_id.header, "x-trace");
+        let errs = errors(&format!(
+            "server:\n  request_id: {{ header: \"a b\" }}\n{BASE}"
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:25: `server.request_id.header` must be a header name, found `a b`"]
+        );
+        let errs = errors(&format!(
+            "server:\n  request_id: {{ enabled: sometimes }}\n{BASE}"
+        ));
+        assert!(errs[0].starts_with("t.yaml:2:26: "), "{errs:?}");
+    }
+
+    #[test]
+    fn server_log_defaults_and_errors() {
+        let cfg = load_str(BASE, "t.yaml").unwrap();
+        assert_eq!(cfg.server.log, ServerLog::default());
+        assert_eq!(cfg.server.log.level, LogLevel::Info);
+        assert_eq!(cfg.server.log.path, LogTarget::Stderr);
+        let cfg = load_str(
+            &format!("server:\n  log: {{ level: debug, format: json, path: /tmp/w.log }}\n{BASE}"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.server.log.level, LogLevel::Debug);
+        assert_eq!(cfg.server.log.format, ServerLogFormat::Json);
+        assert_eq!(cfg.server.log.path, LogTarget::File("/tmp/w.log".into()));
+        let errs = errors(&format!("server:\n  log: {{ level: loud }}\n{BASE}"));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:17: unknown `server.log.level` `loud`; expected: error, warn, info, debug"]
+        );
+        let errs = errors(&format!("server:\n  log: {{ format: xml }}\n{BASE}"));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:18: unknown `server.log.format` `xml`; expected: text, json"]
+        );
+        let errs = errors(&format!("server:\n  log: {{ path: \"\" }}\n{BASE}"));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:16: `server.log.path` must be stderr, stdout or a file's path"]
+        );
+        let errs = errors(&format!("server:\n  log: {{ levels: info }}\n{BASE}"));
+        assert!(errs[0].starts_with("t.yaml:2:"), "{errs:?}");
+        assert!(errs[0].contains("levels"), "{errs:?}");
     }
 }

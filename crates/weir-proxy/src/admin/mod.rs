@@ -134,7 +134,7 @@ impl AdminListener {
                     .and_then(|l| l.set_nonblocking(true).map(|()| l))
                     .map_err(|e| format!("admin: cannot listen on {address}: {e}"))?;
                 if let Ok(actual) = listener.local_addr() {
-                    crate::log_line!("weir: admin listening on {actual}");
+                    crate::log_info!("admin listening on {actual}");
                 }
                 Some((address, listener))
             }
@@ -156,7 +156,7 @@ impl AdminListener {
             self.serving = duplicate(address, &listener);
             match TcpListener::from_std(listener) {
                 Ok(listener) => self.task = Some(tokio::spawn(serve(listener, self.state.clone()))),
-                Err(e) => crate::log_line!("weir: admin: {e}"),
+                Err(e) => crate::log_error!("admin: {e}"),
             }
         }
     }
@@ -209,7 +209,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
                 tokio::spawn(async move { answer(io, &state).await });
             }
             Err(e) => {
-                crate::log_line!("weir: admin accept failed: {e}");
+                crate::log_error!("admin accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -286,7 +286,7 @@ async fn answer(mut io: TcpStream, state: &AdminState) {
                 Some(server) => {
                     server.health.set_drained(drain);
                     let verb = if drain { "drained" } else { "undrained" };
-                    crate::log_line!("weir: admin API: server {} {verb}", server.url);
+                    crate::log_info!("admin API: server {} {verb}", server.url);
                     let body = serde_json::json!({ "server": server.url, "drained": drain });
                     ("200 OK", "application/json", format!("{body}\n"))
                 }

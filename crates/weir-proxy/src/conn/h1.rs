@@ -22,7 +22,7 @@ use crate::io::idle::PARK_AFTER;
 use crate::io::relay;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::reply::body_filter::BodyFilter;
-use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, CLIENT_CLOSED};
+use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, CLIENT_CLOSED};
 use crate::reply::relay::{relay_body, relay_stream, written, BodyError, Relay, Sink, FLUSH_AT};
 use crate::reply::request_body::{BodySource, H1Body, Outgoing, RequestBody};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
@@ -320,6 +320,10 @@ impl<S: ClientIo> ClientSide for H1Client<S> {
 
     fn scheme(&self) -> Scheme {
         self.scheme
+    }
+
+    fn tls(&self) -> Option<TlsInfo<'_>> {
+        self.io.tls()
     }
 
     fn watch(&self) -> &ConnWatch {

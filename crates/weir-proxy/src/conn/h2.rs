@@ -11,6 +11,7 @@
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
+use crate::conn::ClientIo;
 use crate::exchange::exchange;
 use crate::exchange::plan::{BodyLength, LocalPlan, ResponsePlan};
 use crate::http::codec::trailer_fields;
@@ -21,7 +22,7 @@ use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::reply::body_filter::BodyFilter;
-use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
+use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
 use crate::reply::relay::{relay_body, relay_stream, BodyError, DataOut, Relay, Sink, FLUSH_AT};
 use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
@@ -34,7 +35,7 @@ use std::cell::Cell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Empty};
+use tokio::io::{AsyncWriteExt, Empty};
 
 /// The client connection preface: what an `h2c` connection starts with.
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -54,12 +55,16 @@ pub async fn serve<S>(
     scheme: Scheme,
     watch: Rc<ConnWatch>,
 ) where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    S: ClientIo + 'static,
 {
-    let settings = {
+    let (settings, tls) = {
         let runtime = config.load();
+        // The TLS session for the access log, kept only while it logs.
+        let tls = (runtime.access_log.is_some())
+            .then(|| io.tls().map(|info| Rc::new(TlsSession::of(info))))
+            .flatten();
         match runtime.entrypoint(entrypoint) {
-            Some(ep) => ep.http2,
+            Some(ep) => (ep.http2, tls),
             None => return,
         }
     };
@@ -123,6 +128,7 @@ pub async fn serve<S>(
                     entrypoint,
                     ip,
                     scheme,
+                    tls: tls.clone(),
                     open: open.clone(),
                 };
                 tokio::task::spawn_local(stream.serve(request, respond));
@@ -140,6 +146,7 @@ struct Stream {
     entrypoint: usize,
     ip: IpAddr,
     scheme: Scheme,
+    tls: Option<Rc<TlsSession>>,
     open: Rc<Cell<usize>>,
 }
 
@@ -171,6 +178,7 @@ impl Stream {
             ip: self.ip,
             ip_text: self.ip.to_string(),
             scheme: self.scheme,
+            tls: self.tls.clone(),
             out: Vec::new(),
         };
         let runtime = self.config.load_full();
@@ -235,6 +243,7 @@ struct H2Client {
     ip: IpAddr,
     ip_text: String,
     scheme: Scheme,
+    tls: Option<Rc<TlsSession>>,
     out: Vec<u8>,
 }
 
@@ -251,6 +260,10 @@ impl ClientSide for H2Client {
 
     fn scheme(&self) -> Scheme {
         self.scheme
+    }
+
+    fn tls(&self) -> Option<TlsInfo<'_>> {
+        self.tls.as_deref().map(TlsSession::info)
     }
 
     fn watch(&self) -> &ConnWatch {

@@ -8,6 +8,7 @@ pub mod h1;
 pub mod h2;
 pub mod tls;
 
+use crate::reply::client::TlsInfo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
@@ -24,6 +25,11 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
     /// The plain TCP socket under the stream, when bytes written to it reach the client as
     /// they are (so files can go by `sendfile`).
     fn as_tcp(&self) -> Option<&TcpStream>;
+
+    /// The TLS session, read from the stream when asked (for the access log).
+    fn tls(&self) -> Option<TlsInfo<'_>> {
+        None
+    }
 }
 
 impl ClientIo for TcpStream {
@@ -47,5 +53,18 @@ impl ClientIo for TlsStream<TcpStream> {
 
     fn as_tcp(&self) -> Option<&TcpStream> {
         None
+    }
+
+    fn tls(&self) -> Option<TlsInfo<'_>> {
+        let session = self.get_ref().1;
+        let version = match session.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
+            rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
+            _ => "TLS",
+        };
+        Some(TlsInfo {
+            version,
+            sni: session.server_name(),
+        })
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod plan;
+pub mod request_id;
 
 use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
@@ -47,17 +48,33 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+    // `server.request_id`: the client's id or a new one, on the request before it goes on (the
+    // answer gets it back from there, so nothing more is held across the exchange).
+    let request_id =
+        (runtime.request_id.as_deref()).map(|header| request_id::adopt(&mut head, header));
+    // `access_log: false` on the entrypoint or the router: no line for this request.
+    let access_log = runtime.access_log.as_ref().filter(|_| {
+        ep.is_none_or(|ep| ep.access_log) && route.is_none_or(|route| route.access_log)
+    });
     // The original request line, kept only when a log line will need it.
     // With whether it is sampled in (answers of 500 and above are logged anyway).
-    let logged = runtime.access_log.as_ref().map(|log| {
+    let mut logged = access_log.map(|log| {
         let header = |name| {
             head.head
                 .get(name)
                 .map(|v| String::from_utf8_lossy(v).into_owned())
-                .unwrap_or_default()
         };
         // Boxed: the exchange's state stays as small as without a log.
         let line = Box::new(accesslog::RequestLine {
+            client: client.ip(),
+            entrypoint: ep.map(|ep| ep.name.clone()),
+            request_id,
+            tls: client
+                .tls()
+                .map(|tls| (tls.version, tls.sni.map(String::from))),
+            answered: None,
+            upstream_status: None,
+            cache: None,
             method: head.method().to_string(),
             host: head.host().to_string(),
             target: head.target().to_string(),
@@ -92,6 +109,25 @@ pub(crate) async fn exchange<C: ClientConn>(
         }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
+    if let Some((line, _)) = &mut logged {
+        // The action's answer is in: for a proxied request, the upstream's response head.
+        line.answered = Some(Instant::now());
+        // What the server answered: the reply's own status unless the try was noted (failed,
+        // or retried: the note says).
+        line.upstream_status = reply.upstream.as_ref().and_then(|used| match &used.note {
+            None => Some(reply.status()),
+            Some(note) => (note.status != 0).then_some(note.status),
+        });
+        let caches = route.is_some_and(|r| {
+            matches!(
+                r.action,
+                RouteAction::Cached(..) | RouteAction::Elasticsearch(_)
+            )
+        });
+        if caches {
+            line.cache = reply.header("cache-status").map(accesslog::cache_outcome);
+        }
+    }
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         if route.has_error_pages {
@@ -128,6 +164,11 @@ pub(crate) async fn exchange<C: ClientConn>(
         });
         reply.body_filter = body_filter;
     }
+    if let Some(header) = runtime.request_id.as_deref() {
+        if let Some(id) = head.head.get(header) {
+            reply.edit_head(|response| response.head.set(header, id));
+        }
+    }
     // response body: the driver writes the reply, through the body filter if one was installed
     let sent = client.send_reply(worker, &head, reply).await;
     // The request is over for the filters once its answer is sent, as in Traefik, where a
@@ -135,15 +176,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some(kept) = &mut kept {
         kept.held = Held::default();
     }
-    let outcome = finish(
-        worker,
-        runtime,
-        route.map(|r| &**r),
-        client.ip(),
-        logged,
-        started,
-        sent,
-    );
+    let outcome = finish(worker, runtime, route.map(|r| &**r), logged, started, sent);
     if let (Some(route), Some(kept)) = (route, kept) {
         if let Some(since) = kept.outcome_since {
             let seen = (wrapped_by, outcome.status);
@@ -455,21 +488,19 @@ fn rendered<'r>(
 /// The error log's line for a 502 or 504: which router, service and server, which try, and
 /// why (`connect refused`, `no response head within 5s`).
 fn log_failure(route: Option<&Route>, used: &UpstreamUse<'_>) {
-    let Some(note) = &used.failure else {
+    let Some((note, tries)) =
+        (used.note.as_ref()).and_then(|n| Some((n.failure.as_ref()?, n.tries)))
+    else {
         return;
     };
-    let detail = if note.detail.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", note.detail)
-    };
-    crate::log_line!(
-        "weir: router `{}`: service `{}`: server {}: try {}: {}{detail}",
+    crate::log_error!(
+        "router `{}`: service `{}`: server {}: try {}: {}{}",
         route.map_or("", |r| r.name.as_str()),
         used.service.name,
         used.server.url,
-        note.tries,
+        tries,
         note.message,
+        upstream::Parenthesized(&note.detail),
     );
 }
 
@@ -479,7 +510,6 @@ fn finish(
     worker: &Worker,
     runtime: &Runtime,
     route: Option<&Route>,
-    client: std::net::IpAddr,
     logged: Option<(Box<accesslog::RequestLine>, bool)>,
     started: Option<Instant>,
     sent: Sent<'_>,
@@ -492,23 +522,29 @@ fn finish(
     if let (Some(conn), Some(used)) = (reusable, &upstream) {
         used.check_in(&worker.pool, conn);
     }
-    if let Some(used) = upstream.as_ref().filter(|u| u.failure.is_some()) {
+    if let Some(used) = upstream.as_ref().filter(|u| u.note.is_some()) {
         log_failure(route, used);
     }
     let logged = logged.filter(|(_, sampled)| *sampled || outcome.status >= 500);
     if let (Some(log), Some((request, _)), Some(started)) = (&runtime.access_log, logged, started) {
-        let upstream = upstream
+        let address = upstream
             .as_ref()
             .map(|u| u.server.addr.to_string())
             .unwrap_or_default();
+        let answered = request
+            .answered
+            .map(|at| at.saturating_duration_since(started));
         let entry = accesslog::Entry {
-            client,
             request: &request,
             status: outcome.status,
             bytes: outcome.bytes,
             duration: started.elapsed(),
             router: route.map(|r| r.name.as_str()).unwrap_or(""),
-            upstream: &upstream,
+            upstream: &address,
+            upstream_time: upstream.as_ref().and(answered),
+            tries: upstream
+                .as_ref()
+                .map(|u| u.note.as_ref().map_or(1, |n| n.tries as u16)),
         };
         log.record(&entry, &worker.log_lines);
     }

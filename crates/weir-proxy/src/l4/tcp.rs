@@ -111,16 +111,16 @@ async fn proxy(
     {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(e)) => {
-            crate::log_line!(
-                "weir: tcp router `{}`: cannot connect to {}: {e}",
+            crate::log_error!(
+                "tcp router `{}`: cannot connect to {}: {e}",
                 route.name,
                 server.url
             );
             return;
         }
         Err(Expired) => {
-            crate::log_line!(
-                "weir: tcp router `{}`: connecting to {} timed out",
+            crate::log_error!(
+                "tcp router `{}`: connecting to {} timed out",
                 route.name,
                 server.url
             );

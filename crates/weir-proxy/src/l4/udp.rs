@@ -147,16 +147,16 @@ async fn open_session(
     let upstream = match UdpSocket::bind(local).await {
         Ok(upstream) => upstream,
         Err(e) => {
-            crate::log_line!(
-                "weir: udp service `{}`: cannot open a socket: {e}",
+            crate::log_error!(
+                "udp service `{}`: cannot open a socket: {e}",
                 service.balancer.name
             );
             return None;
         }
     };
     if let Err(e) = upstream.connect(server.addr).await {
-        crate::log_line!(
-            "weir: udp service `{}`: cannot reach {}: {e}",
+        crate::log_error!(
+            "udp service `{}`: cannot reach {}: {e}",
             service.balancer.name,
             server.url
         );

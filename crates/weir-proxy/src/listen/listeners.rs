@@ -72,8 +72,8 @@ pub struct Bound {
 impl Bound {
     /// Logs where entrypoint `name` listens (tests and operators read this line).
     pub fn announce(&self, name: &str) {
-        crate::log_line!(
-            "weir: entrypoint {name} listening on {}{}",
+        crate::log_info!(
+            "entrypoint {name} listening on {}{}",
             self.actual,
             udp_suffix(self.transport)
         );

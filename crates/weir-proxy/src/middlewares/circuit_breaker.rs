@@ -69,7 +69,7 @@ impl Breaker {
         }
         let (admitted, closed) = self.admits_locked(now);
         if closed {
-            crate::log_line!("weir: {} closed: the recovery is over", self.label);
+            crate::log_info!("{} closed: the recovery is over", self.label);
         }
         admitted
     }
@@ -105,8 +105,8 @@ impl Breaker {
     fn record(&self, status: u16, latency: Duration, now: Instant) {
         if self.record_locked(status, latency, now) {
             let settings = &self.settings;
-            crate::log_line!(
-                "weir: {} opened: `{}` holds; answering {} for {:?}",
+            crate::log_warn!(
+                "{} opened: `{}` holds; answering {} for {:?}",
                 self.label,
                 settings.expression_text,
                 settings.response_code,

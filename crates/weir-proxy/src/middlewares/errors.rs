@@ -73,7 +73,7 @@ impl ErrorPages {
             }
             Err(failed) => {
                 let (service, why) = (&config.service, &failed.message);
-                crate::log_line!("weir: errors: page service `{service}`: {why}");
+                crate::log_error!("errors: page service `{service}`: {why}");
                 let plain = failed.plain();
                 LocalResponse::new(answered, plain.headers, plain.body)
             }

@@ -69,7 +69,7 @@ impl ForwardAuth {
             Err(failed) => {
                 // As Traefik logs it: the client only sees a 500.
                 let (address, why) = (&config.address, &failed.message);
-                crate::log_line!("weir: forward_auth: {address}: {why}");
+                crate::log_error!("forward_auth: {address}: {why}");
                 return server_failed();
             }
         };

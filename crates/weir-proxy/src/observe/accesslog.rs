@@ -26,24 +26,41 @@ pub struct AccessLog {
 
 /// What the log keeps of a request, taken before the filters may rewrite it.
 pub struct RequestLine {
+    pub client: IpAddr,
+    /// The entrypoint's name (`None`: a reload removed it).
+    pub entrypoint: Option<String>,
+    /// `server.request_id`'s id, when requests carry one.
+    pub request_id: Option<String>,
+    /// The TLS version and SNI, for a request that came over TLS.
+    pub tls: Option<(&'static str, Option<String>)>,
+    /// What the server answered, when one did (taken with the action's answer, before the
+    /// response-head filters).
+    pub upstream_status: Option<u16>,
+    /// What the route's cache did (`hit`, `miss`, `stale`, `bypass`), on cached routes.
+    pub cache: Option<&'static str>,
+    /// When the action answered (for a proxied request, the upstream's response head).
+    pub answered: Option<std::time::Instant>,
     pub method: String,
     pub host: String,
     /// The path and query as the client sent them.
     pub target: String,
     /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0` (as nginx logs it).
     pub version: &'static str,
-    pub referer: String,
-    pub user_agent: String,
+    pub referer: Option<String>,
+    pub user_agent: Option<String>,
 }
 
 pub struct Entry<'a> {
-    pub client: IpAddr,
     pub request: &'a RequestLine,
     pub status: u16,
     pub bytes: u64,
     pub duration: Duration,
     pub router: &'a str,
     pub upstream: &'a str,
+    /// From the request head read to the upstream's response head, when proxied.
+    pub upstream_time: Option<Duration>,
+    /// Tries made, when proxied (more than 1 after retries).
+    pub tries: Option<u16>,
 }
 
 impl AccessLog {
@@ -88,33 +105,52 @@ impl AccessLog {
         let now = SystemTime::now();
         let r = e.request;
         let line = match self.format {
-            LogFormat::Json => serde_json::json!({
-                "time": rfc3339(now),
-                "client": e.client.to_string(),
-                "method": r.method,
-                "host": r.host,
-                "path": r.target.split('?').next().unwrap_or(""),
-                "status": e.status,
-                "bytes": e.bytes,
-                // Whole microseconds: `0.028`, not `0.028051999999999997`.
-                "duration_ms": e.duration.as_micros() as f64 / 1000.0,
-                "router": e.router,
-                "upstream": e.upstream,
-            })
-            .to_string(),
+            LogFormat::Json => {
+                let (path, query) = match r.target.split_once('?') {
+                    Some((path, query)) => (path, Some(query)),
+                    None => (r.target.as_str(), None),
+                };
+                serde_json::json!({
+                    "time": rfc3339(now),
+                    "client": r.client.to_string(),
+                    "method": r.method,
+                    "host": r.host,
+                    "path": path,
+                    "query": query,
+                    "protocol": protocol(r.version),
+                    "status": e.status,
+                    "bytes": e.bytes,
+                    "duration_ms": millis(e.duration),
+                    "entrypoint": r.entrypoint,
+                    "router": (!e.router.is_empty()).then_some(e.router),
+                    "upstream": (!e.upstream.is_empty()).then_some(e.upstream),
+                    "upstream_status": r.upstream_status,
+                    "upstream_ms": e.upstream_time.map(millis),
+                    "tries": e.tries,
+                    "request_id": r.request_id,
+                    "cache": r.cache,
+                    "tls": r.tls.as_ref().map(|(version, sni)| serde_json::json!({
+                        "version": version,
+                        "sni": sni,
+                    })),
+                    "user_agent": r.user_agent,
+                    "referer": r.referer,
+                })
+                .to_string()
+            }
             // $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent
             // "$http_referer" "$http_user_agent"
             LogFormat::Combined => format!(
                 "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"",
-                e.client,
+                r.client,
                 clf_time(now),
                 escaped(&r.method),
                 escaped(&r.target),
                 r.version,
                 e.status,
                 e.bytes,
-                or_dash(&escaped(&r.referer)),
-                or_dash(&escaped(&r.user_agent)),
+                or_dash(&escaped(r.referer.as_deref().unwrap_or(""))),
+                or_dash(&escaped(r.user_agent.as_deref().unwrap_or(""))),
             ),
         };
         let full = {
@@ -126,6 +162,40 @@ impl AccessLog {
         if full {
             self.flush(buffer);
         }
+    }
+}
+
+/// The access log's word for a `Cache-Status` value (RFC 9211): `hit` (section 2.1), `stale`
+/// for a hit served past its freshness (a negative `ttl`, 2.4) or a stale answer revalidated
+/// (`fwd=stale`, 2.2), `bypass` when the request or configuration kept the cache out
+/// (`fwd=bypass`, `method`, `request`), else `miss` (`uri-miss`, `vary-miss`, `miss`,
+/// `partial`).
+pub fn cache_outcome(value: &[u8]) -> &'static str {
+    let params = value.split(|b| *b == b';').map(<[u8]>::trim_ascii);
+    let mut outcome = "miss";
+    for param in params.skip(1) {
+        match param {
+            b"hit" => outcome = "hit",
+            _ if param.starts_with(b"ttl=-") && outcome == "hit" => return "stale",
+            b"detail=stale-while-revalidate" => return "stale",
+            b"fwd=stale" => return "stale",
+            b"fwd=bypass" | b"fwd=method" | b"fwd=request" => return "bypass",
+            _ => {}
+        }
+    }
+    outcome
+}
+
+/// Whole microseconds in milliseconds: `0.028`, not `0.028051999999999997`.
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+/// The JSON format's protocol: `h1` or `h2` (h3 once weir speaks it).
+fn protocol(version: &str) -> &'static str {
+    match version {
+        "HTTP/2.0" => "h2",
+        _ => "h1",
     }
 }
 
@@ -184,7 +254,7 @@ fn clf_time(t: SystemTime) -> String {
 }
 
 /// UTC timestamp with milliseconds, e.g. `2026-11-22T01:58:23.120Z`.
-fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let (year, month, day, rem, millis) = civil(t);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
@@ -199,15 +269,18 @@ fn open_target(target: &LogTarget) -> Result<Box<dyn Write + Send>, String> {
     let out: Box<dyn Write + Send> = match target {
         LogTarget::Stdout => Box::new(std::io::stdout()),
         LogTarget::Stderr => Box::new(std::io::stderr()),
-        LogTarget::File(path) => Box::new(
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| format!("cannot open access log {}: {e}", path.display()))?,
-        ),
+        LogTarget::File(path) => Box::new(append_to(path, "access log")?),
     };
     Ok(out)
+}
+
+/// A log file opened for appending (created if missing): each `write` lands whole at its end.
+pub(crate) fn append_to(path: &std::path::Path, log: &str) -> Result<std::fs::File, String> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {log} {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -219,6 +292,28 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_millis(1_795_312_703_120);
         assert_eq!(rfc3339(t), "2026-11-22T01:58:23.120Z");
         assert_eq!(clf_time(t), "22/Nov/2026:01:58:23 +0000");
+    }
+
+    #[test]
+    fn cache_status_in_a_word() {
+        assert_eq!(cache_outcome(b"weir; hit; ttl=30"), "hit");
+        assert_eq!(cache_outcome(b"weir; hit; ttl=-2"), "stale");
+        let revalidating = b"weir; hit; ttl=3; detail=stale-while-revalidate";
+        assert_eq!(cache_outcome(revalidating), "stale");
+        assert_eq!(
+            cache_outcome(b"weir; fwd=uri-miss; fwd-status=200; stored"),
+            "miss"
+        );
+        assert_eq!(
+            cache_outcome(b"weir; fwd=vary-miss; fwd-status=200"),
+            "miss"
+        );
+        assert_eq!(cache_outcome(b"weir; fwd=stale; fwd-status=304"), "stale");
+        assert_eq!(cache_outcome(b"weir; fwd=method; fwd-status=200"), "bypass");
+        assert_eq!(
+            cache_outcome(b"weir; fwd=request; fwd-status=200"),
+            "bypass"
+        );
     }
 
     #[test]

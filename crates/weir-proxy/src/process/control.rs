@@ -1,6 +1,6 @@
 //! The control thread: everything that is not a request. It serves the admin listener, runs the
 //! active health checks, and waits for signals: `SIGTERM` / `SIGINT` stop, `SIGHUP` reloads,
-//! `SIGUSR1` reopens the access log (after logrotate moved it), `SIGUSR2` upgrades the binary
+//! `SIGUSR1` reopens the access log and the error log (after logrotate moved them), `SIGUSR2` upgrades the binary
 //! (`process/upgrade.rs`: the loop ends, as for a stop, once the new process is ready); it also takes
 //! reloads asked for through the admin API and, under `--watch`, notices when the config file
 //! changes; with `providers.etcd`, it applies each new document the provider's thread hands it.
@@ -54,7 +54,7 @@ pub fn run(
         reloader.admin.commit();
         // Before the ready line: a change made once it is out is a change to act on.
         let mut watched = file_stamp(&reloader.config_path);
-        crate::log_line!("{ready}");
+        crate::log_info!("{ready}");
         // systemd first: the old process exits once told, and must no longer be the unit's.
         crate::process::notify::ready(predecessor.is_some());
         if let Some(predecessor) = predecessor.take() {
@@ -92,7 +92,7 @@ pub fn run(
                 Some(request) = reload_requests.recv() => {
                     let _ = request.answer.send(reloader.reload("admin API"));
                 }
-                _ = usr1.recv() => reopen_access_log(&reloader),
+                _ = usr1.recv() => reopen_logs(&reloader),
                 _ = usr2.recv() => {
                     if upgrading.is_none() {
                         upgrading = start_upgrade(&reloader);
@@ -102,11 +102,11 @@ pub fn run(
                     upgrading = None;
                     match done {
                         Some(Ok(pid)) => {
-                            crate::log_line!("weir: upgrade: process {pid} is serving; this one drains and exits");
+                            crate::log_info!("upgrade: process {pid} is serving; this one drains and exits");
                             break;
                         }
-                        Some(Err(e)) => crate::log_line!("weir: upgrade failed; still serving: {e}"),
-                        None => crate::log_line!("weir: upgrade failed; still serving"),
+                        Some(Err(e)) => crate::log_error!("upgrade failed; still serving: {e}"),
+                        None => crate::log_error!("upgrade failed; still serving"),
                     }
                 }
                 _ = discovery_tick.tick() => {
@@ -169,12 +169,12 @@ impl PurgeFollowers {
 
 /// Starts a binary upgrade on a thread of its own (it waits for the new process).
 fn start_upgrade(reloader: &Reloader) -> Option<oneshot::Receiver<Result<u32, String>>> {
-    crate::log_line!("weir: upgrade: starting the new binary");
+    crate::log_info!("upgrade: starting the new binary");
     let admin = reloader.admin.handoff();
     let sockets = match admin.and_then(|admin| upgrade::duplicates(&reloader.bound, admin)) {
         Ok(sockets) => sockets,
         Err(e) => {
-            crate::log_line!("weir: upgrade failed; still serving: {e}");
+            crate::log_error!("upgrade failed; still serving: {e}");
             return None;
         }
     };
@@ -187,7 +187,7 @@ fn start_upgrade(reloader: &Reloader) -> Option<oneshot::Receiver<Result<u32, St
     match started {
         Ok(_) => Some(answered),
         Err(e) => {
-            crate::log_line!("weir: upgrade failed; still serving: {e}");
+            crate::log_error!("upgrade failed; still serving: {e}");
             None
         }
     }
@@ -199,12 +199,17 @@ fn file_stamp(path: &str) -> Option<(SystemTime, u64)> {
     Some((meta.modified().ok()?, meta.len()))
 }
 
-fn reopen_access_log(reloader: &Reloader) {
+fn reopen_logs(reloader: &Reloader) {
+    match crate::errorlog::reopen() {
+        Ok(true) => crate::log_info!("log reopened"),
+        Ok(false) => {}
+        Err(e) => crate::log_error!("cannot reopen the log: {e}"),
+    }
     let runtime = reloader.shared.load();
     if let Some(log) = &runtime.access_log {
         match log.reopen() {
-            Ok(()) => crate::log_line!("weir: access log reopened"),
-            Err(e) => crate::log_line!("weir: cannot reopen the access log: {e}"),
+            Ok(()) => crate::log_info!("access log reopened"),
+            Err(e) => crate::log_error!("cannot reopen the access log: {e}"),
         }
     }
 }

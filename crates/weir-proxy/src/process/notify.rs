@@ -22,10 +22,7 @@ pub fn ready(upgraded: bool) {
         false => "READY=1\n".to_string(),
     };
     if let Err(e) = send(&socket, message.as_bytes()) {
-        crate::log_line!(
-            "weir: cannot notify systemd at {}: {e}",
-            socket.to_string_lossy()
-        );
+        crate::log_warn!("cannot notify systemd at {}: {e}", socket.to_string_lossy());
     }
 }
 

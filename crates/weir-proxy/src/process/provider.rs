@@ -45,7 +45,7 @@ pub fn starting_config(
             revision = read.revision;
             candidates.push(("etcd", document(etcd, read.value.unwrap_or_default())));
         }
-        Err(e) => crate::log_line!("weir: etcd: cannot read {} at start ({e})", etcd.key),
+        Err(e) => crate::log_warn!("etcd: cannot read {} at start ({e})", etcd.key),
     }
     if let Some(cache) = &etcd.cache_file {
         if let Ok(text) = std::fs::read_to_string(cache) {
@@ -55,9 +55,7 @@ pub fn starting_config(
     for (from, document) in candidates {
         match weir_config::load_file_with(path, Some(&document)) {
             Ok((merged, _)) => {
-                crate::log_line!(
-                    "weir: etcd: serving the document from {from} (revision {revision})"
-                );
+                crate::log_info!("etcd: serving the document from {from} (revision {revision})");
                 if from == "etcd" {
                     save(etcd, &document.text);
                 }
@@ -66,17 +64,17 @@ pub fn starting_config(
             Err(errors) => log_refused(&errors, from),
         }
     }
-    crate::log_line!("weir: etcd: no usable document; serving the file alone until one comes");
+    crate::log_warn!("etcd: no usable document; serving the file alone until one comes");
     (config, None, revision)
 }
 
 pub fn log_refused(errors: &[ConfigError], from: &str) {
-    crate::log_line!(
-        "weir: etcd: the document from {from} is refused: {} error(s)",
+    crate::log_error!(
+        "etcd: the document from {from} is refused: {} error(s)",
         errors.len()
     );
     for e in errors {
-        crate::log_line!("weir:   {e}");
+        crate::log_error!("  {e}");
     }
 }
 
@@ -93,7 +91,7 @@ pub fn save(etcd: &EtcdProvider, text: &str) {
         std::fs::rename(&aside, path)
     });
     if let Err(e) = written {
-        crate::log_line!("weir: etcd: cannot write {}: {e}", path.display());
+        crate::log_warn!("etcd: cannot write {}: {e}", path.display());
     }
 }
 
@@ -112,7 +110,7 @@ pub fn watch(
         .name("weir-etcd".into())
         .spawn(move || follow(etcd, revision, applied, updates));
     if let Err(e) = started {
-        crate::log_line!("weir: etcd: cannot start the watching thread: {e}");
+        crate::log_error!("etcd: cannot start the watching thread: {e}");
     }
 }
 
@@ -125,7 +123,7 @@ fn follow(
     let client = match Etcd::new(etcd.clone()) {
         Ok(client) => client,
         Err(e) => {
-            crate::log_line!("weir: etcd: {e}");
+            crate::log_error!("etcd: {e}");
             return;
         }
     };
@@ -142,7 +140,7 @@ fn follow(
     loop {
         let outcome = client.read().and_then(|read| {
             if away {
-                crate::log_line!("weir: etcd: reachable again (revision {})", read.revision);
+                crate::log_info!("etcd: reachable again (revision {})", read.revision);
                 away = false;
             }
             backoff = FIRST_BACKOFF;
@@ -172,9 +170,7 @@ fn follow(
             Ok(true) => {}
             Err(e) => {
                 if !away {
-                    crate::log_line!(
-                        "weir: etcd: unreachable ({e}); still serving revision {revision}"
-                    );
+                    crate::log_warn!("etcd: unreachable ({e}); still serving revision {revision}");
                     away = true;
                 }
                 std::thread::sleep(backoff);

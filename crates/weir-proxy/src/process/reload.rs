@@ -61,7 +61,7 @@ impl Reloader {
         let nodes = match found.nodes {
             Ok(nodes) => nodes,
             Err(e) => {
-                crate::log_line!("weir: service `{}`: discovery failed: {e}", found.service);
+                crate::log_error!("service `{}`: discovery failed: {e}", found.service);
                 return;
             }
         };
@@ -86,16 +86,16 @@ impl Reloader {
                 let new = self.shared.load_full();
                 self.tell_workers(|| WorkerCommand::Reloaded);
                 self.checks.sync(&new.services);
-                crate::log_line!(
-                    "weir: service `{}`: {} node(s) discovered [{}] (version {})",
+                crate::log_info!(
+                    "service `{}`: {} node(s) discovered [{}] (version {})",
                     found.service,
                     nodes.len(),
                     nodes.join(", "),
                     new.version
                 );
             }
-            Err(e) => crate::log_line!(
-                "weir: service `{}`: discovered nodes not applied: {e}",
+            Err(e) => crate::log_error!(
+                "service `{}`: discovered nodes not applied: {e}",
                 found.service
             ),
         }
@@ -110,12 +110,12 @@ impl Reloader {
             Ok(_) => status.succeeded += 1,
             Err(errors) => {
                 status.failed += 1;
-                crate::log_line!(
-                    "weir: reload ({trigger}) refused; still serving version {version}: {} error(s)",
+                crate::log_error!(
+                    "reload ({trigger}) refused; still serving version {version}: {} error(s)",
                     errors.len()
                 );
                 for e in errors {
-                    crate::log_line!("weir:   {e}");
+                    crate::log_error!("reload error: {e}");
                 }
             }
         }
@@ -147,8 +147,8 @@ impl Reloader {
                 if let (Some(provider), Some(document)) = (&self.etcd, &self.document) {
                     crate::process::provider::save(provider, &document.text);
                 }
-                crate::log_line!(
-                    "weir: etcd: revision {} in service (version {version})",
+                crate::log_info!(
+                    "etcd: revision {} in service (version {version})",
                     update.revision
                 );
             }
@@ -171,13 +171,13 @@ impl Reloader {
         let runtime = Runtime::compile(&config, workers, Some(&old))
             .map_err(|e| vec![sources.located(&e)])?;
         if config.providers.etcd != self.etcd {
-            crate::log_line!(
-                "weir: reload: `providers.etcd` changed; it takes effect at the next restart"
+            crate::log_warn!(
+                "reload: `providers.etcd` changed; it takes effect at the next restart"
             );
         }
         if config.server.workers != old.config.server.workers {
-            crate::log_line!(
-                "weir: reload: `server.workers` changed; it takes effect at the next restart (still {workers})"
+            crate::log_warn!(
+                "reload: `server.workers` changed; it takes effect at the next restart (still {workers})"
             );
         }
         let added = self.bind_new_entrypoints(&config, workers)?;
@@ -191,9 +191,18 @@ impl Reloader {
             .prepare(config.server.admin.as_ref())
             .map_err(|e| vec![e])?;
 
+        // A changed `server.log` is opened now: one that cannot be refuses the reload.
+        let log = (config.server.log != old.config.server.log)
+            .then(|| crate::errorlog::prepare(&config.server.log))
+            .transpose()
+            .map_err(|e| vec![e])?;
+
         // Nothing can fail from here: swap, then move the listeners.
         self.seeds = seeds;
         self.shared.store(Arc::new(runtime));
+        if let Some(log) = log {
+            crate::errorlog::install(log);
+        }
         let new = self.shared.load_full();
         let mut closed = Vec::new();
         self.bound.by_name.retain(|name, bound| {
@@ -230,8 +239,8 @@ impl Reloader {
         self.tell_workers(|| WorkerCommand::Reloaded);
         self.checks.sync(&new.services);
         self.admin.commit();
-        crate::log_line!(
-            "weir: reloaded {path} (version {}): {} entrypoints (opened [{}], closed [{}]), {} routers, {} services",
+        crate::log_info!(
+            "reloaded {path} (version {}): {} entrypoints (opened [{}], closed [{}]), {} routers, {} services",
             new.version,
             config.entrypoints.len(),
             opened.join(", "),

@@ -69,6 +69,8 @@ fn raise_open_file_limit() {
 /// Runs the gateway until a stop signal, then drains and returns. Started by a binary
 /// upgrade, it tells the old process when it serves, or why it cannot.
 pub fn run(config: Config, options: RunOptions) -> Result<(), String> {
+    // First, so every line after it (an upgrade's hand-over included) goes where it says.
+    crate::errorlog::install(crate::errorlog::prepare(&config.server.log)?);
     let (inherited, mut predecessor) = crate::process::upgrade::inherit()?;
     let result = serve(config, options, inherited, &mut predecessor);
     if let (Err(e), Some(predecessor)) = (&result, predecessor) {
@@ -83,7 +85,7 @@ fn serve(
     mut inherited: Inherited,
     predecessor: &mut Option<Predecessor>,
 ) -> Result<(), String> {
-    crate::log_line!("weir: version {}", options.build);
+    crate::log_info!("version {}", options.build);
     raise_open_file_limit();
     let (config, document, etcd_revision) = match config.providers.etcd.clone() {
         Some(etcd) => {
@@ -168,7 +170,7 @@ fn serve(
     }
     crate::process::reload::write_pid_file(config.server.pid_file.as_deref())?;
     let ready = format!(
-        "weir: {workers} worker(s) running; graceful timeout {:?}",
+        "{workers} worker(s) running; graceful timeout {:?}",
         config.server.graceful_timeout
     );
     control::run(
@@ -180,7 +182,7 @@ fn serve(
         predecessor,
     )?;
     let graceful = shared.load().config.server.graceful_timeout;
-    crate::log_line!("weir: stopping; finishing in-flight requests (up to {graceful:?})");
+    crate::log_info!("stopping; finishing in-flight requests (up to {graceful:?})");
     shutdown.request();
     // Each worker ends its drain by `graceful_timeout`; one that does not come back (spinning
     // on a bug, say) must not keep the process: it exits without it.
@@ -190,15 +192,13 @@ fn serve(
     }
     let stuck = handles.iter().filter(|h| !h.is_finished()).count();
     if stuck > 0 {
-        crate::log_line!(
-            "weir: {stuck} worker(s) still busy past the graceful timeout; exiting anyway"
-        );
+        crate::log_warn!("{stuck} worker(s) still busy past the graceful timeout; exiting anyway");
     }
     for handle in handles.into_iter().filter(|h| h.is_finished()) {
         let _ = handle.join();
     }
     crate::process::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
-    crate::log_line!("weir: stopped");
+    crate::log_info!("stopped");
     Ok(())
 }
 
@@ -217,7 +217,7 @@ fn worker_main(
     {
         Ok(rt) => rt,
         Err(e) => {
-            crate::log_line!("weir: worker {id} cannot start: {e}");
+            crate::log_error!("worker {id} cannot start: {e}");
             return;
         }
     };
@@ -228,7 +228,7 @@ fn worker_main(
         let worker = match Worker::new(setup.id, setup.shutdown, setup.metrics, settings) {
             Ok(worker) => Rc::new(worker),
             Err(e) => {
-                crate::log_line!("weir: worker {id} cannot start: {e}");
+                crate::log_error!("worker {id} cannot start: {e}");
                 return;
             }
         };
@@ -243,7 +243,7 @@ fn worker_main(
         let ticker = match Ticker::new(SWEEP_TICK) {
             Ok(ticker) => ticker,
             Err(e) => {
-                crate::log_line!("weir: worker {id} cannot start its clock: {e}");
+                crate::log_error!("worker {id} cannot start its clock: {e}");
                 return;
             }
         };
@@ -327,7 +327,7 @@ async fn follow_commands(
                     }),
                 };
                 if let Err(e) = started {
-                    crate::log_line!("weir: worker {}: {e}", worker.id);
+                    crate::log_error!("worker {}: {e}", worker.id);
                 }
             }
             WorkerCommand::Close { slot } => {
@@ -414,7 +414,7 @@ async fn accept_loop(
                 }
                 Err(e) => {
                     // Out of descriptors and similar: back off instead of spinning.
-                    crate::log_line!("weir: accept failed: {e}");
+                    crate::log_error!("accept failed: {e}");
                     worker.tick.notified().await;
                 }
             },
@@ -516,7 +516,7 @@ async fn unpark_loop(worker: Rc<Worker>, config: SharedRuntime, active: Rc<Cell<
         let woken = match worker.idle.woken().await {
             Ok(woken) => woken,
             Err(e) => {
-                crate::log_line!("weir: worker {}: parked connections: {e}", worker.id);
+                crate::log_error!("worker {}: parked connections: {e}", worker.id);
                 return;
             }
         };
@@ -545,10 +545,7 @@ fn resume(
                 counted,
             );
         }
-        Err(e) => crate::log_line!(
-            "weir: worker {}: cannot resume a connection: {e}",
-            worker.id
-        ),
+        Err(e) => crate::log_error!("worker {}: cannot resume a connection: {e}", worker.id),
     }
 }
 

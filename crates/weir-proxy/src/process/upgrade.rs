@@ -253,8 +253,8 @@ pub fn inherit() -> Result<(Inherited, Option<Predecessor>), String> {
             Some(_) => " and the admin listener",
             None => "",
         };
-        crate::log_line!(
-            "weir: upgrade: took over {count} listening socket(s) of {} entrypoint(s){admin}",
+        crate::log_info!(
+            "upgrade: took over {count} listening socket(s) of {} entrypoint(s){admin}",
             inherited.by_name.len()
         );
     }

@@ -17,6 +17,38 @@ use bytes::Bytes;
 use std::net::IpAddr;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+/// A client's TLS session as the access log shows it.
+#[derive(Clone, Copy)]
+pub struct TlsInfo<'a> {
+    /// `TLSv1.2` or `TLSv1.3`.
+    pub version: &'static str,
+    /// The name the client asked for (SNI), if it sent one.
+    pub sni: Option<&'a str>,
+}
+
+/// A [`TlsInfo`] kept for a connection's HTTP/2 streams (the session itself is inside the
+/// `h2` connection).
+pub struct TlsSession {
+    pub version: &'static str,
+    pub sni: Option<Box<str>>,
+}
+
+impl TlsSession {
+    pub fn of(info: TlsInfo<'_>) -> TlsSession {
+        TlsSession {
+            version: info.version,
+            sni: info.sni.map(Into::into),
+        }
+    }
+
+    pub fn info(&self) -> TlsInfo<'_> {
+        TlsInfo {
+            version: self.version,
+            sni: self.sni.as_deref(),
+        }
+    }
+}
+
 /// What the actions and the upstream side need from the client of a request, whatever its
 /// protocol: who the client is, its deadline watch, and its request body. The upstream side
 /// writes the upstream request itself, from what [`ClientSide::outgoing`] lends it.
@@ -29,6 +61,11 @@ pub(crate) trait ClientSide {
     fn ip_text(&self) -> &str;
     fn scheme(&self) -> Scheme;
     fn watch(&self) -> &ConnWatch;
+
+    /// The TLS session under the request, for the access log (asked only when it logs).
+    fn tls(&self) -> Option<TlsInfo<'_>> {
+        None
+    }
 
     /// What one try of the request needs from the client: its forwarding fields, its watch,
     /// a buffer for the upstream head, and the request body's source (taken by the first

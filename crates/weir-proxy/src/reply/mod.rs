@@ -138,6 +138,21 @@ impl<'r> Reply<'r> {
         }
     }
 
+    /// A header of the answer, for what the access log reads back (`Cache-Status`).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        fn local<'a>(local: &'a LocalResponse, name: &str) -> Option<&'a [u8]> {
+            (local.headers.iter())
+                .find(|(field, _)| field.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.as_bytes())
+        }
+        match &self.head {
+            ReplyHead::Local(answer) => local(answer, name),
+            ReplyHead::Shared(answer) => local(answer, name),
+            ReplyHead::Response(response) => response.head.get(name),
+            ReplyHead::Error(_) => None,
+        }
+    }
+
     /// Edits the head as a [`ResponseHead`], turning a prebuilt local answer into one first,
     /// so response-head filters treat local and proxied answers alike. An error not rendered
     /// yet is edited in its plain form (a cache's answer to a failure carries `Cache-Status`).

@@ -91,9 +91,19 @@ enum Policy {
 pub struct UpstreamUse<'r> {
     pub server: &'r Server,
     pub service: &'r Service,
-    /// Why the exchange ended in a 502 or 504, for the error line `finish` writes (boxed:
-    /// only failures pay for it).
-    pub failure: Option<Box<FailureNote>>,
+    /// How an exchange that failed or was retried went, for the error and access logs
+    /// (boxed, and `None` for a first try that got an answer: only those pay for it).
+    pub note: Option<Box<TryNote>>,
+}
+
+/// An exchange with servers that failed or took more than one try.
+pub struct TryNote {
+    /// Why it ended in a 502 or 504, for the error line `finish` writes.
+    pub failure: Option<FailureNote>,
+    /// Tries made (the last one on this server).
+    pub tries: usize,
+    /// What the server answered; 0 when it did not.
+    pub status: u16,
 }
 
 /// A failed exchange with a server, as the error log tells it.
@@ -101,8 +111,6 @@ pub struct FailureNote {
     pub message: &'static str,
     /// What the system said, or the limit that passed; may be empty.
     pub detail: String,
-    /// Which try failed last (1 without retries).
-    pub tries: usize,
 }
 
 impl<'r> UpstreamUse<'r> {
@@ -111,7 +119,7 @@ impl<'r> UpstreamUse<'r> {
         UpstreamUse {
             server,
             service,
-            failure: None,
+            note: None,
         }
     }
 }

@@ -76,10 +76,11 @@ async fn check_server(service: &Service, server: &Server, check: &HealthCheck) {
                 passes += 1;
                 if server.health.is_down() && passes >= check.healthy_threshold {
                     server.health.set_down(false);
-                    crate::log_line!(
-                        "weir: service `{}`: server {} is up again",
+                    crate::log_info!(
+                        "service `{}`: server {} is up again: health check GET {} passed {passes} time(s) in a row",
                         service.name,
-                        server.url
+                        server.url,
+                        check.path
                     );
                 }
             }
@@ -88,10 +89,11 @@ async fn check_server(service: &Service, server: &Server, check: &HealthCheck) {
                 fails += 1;
                 if !server.health.is_down() && fails >= check.unhealthy_threshold {
                     server.health.set_down(true);
-                    crate::log_line!(
-                        "weir: service `{}`: server {} is down: {why}",
+                    crate::log_warn!(
+                        "service `{}`: server {} is down: {why} (health check GET {}, failed {fails} time(s) in a row)",
                         service.name,
-                        server.url
+                        server.url,
+                        check.path
                     );
                 }
             }

@@ -42,6 +42,8 @@ pub struct Runtime {
     /// replays), in file order.
     pub elasticsearch: Vec<Arc<EsService>>,
     pub access_log: Option<AccessLog>,
+    /// `server.request_id`'s header, when requests carry an id.
+    pub request_id: Option<Box<str>>,
     /// The client-side limits from `server`.
     pub timeouts: ClientTimeouts,
     /// Every HTTP router, in file order.
@@ -74,6 +76,8 @@ pub struct EntrypointRuntime {
     /// Plain connections may open with the HTTP/2 preface (`h2c`).
     pub h2c: bool,
     pub http2: weir_config::Http2Settings,
+    /// `access_log: false` turns the access log off for this entrypoint's requests.
+    pub access_log: bool,
 }
 
 pub struct Route {
@@ -99,6 +103,8 @@ pub struct Route {
     pub error_form: ErrorForm,
     /// Counters, one set per worker (carried over a reload by name).
     pub cells: Arc<PerWorker<RouteCells>>,
+    /// `access_log: false` turns the access log off for this router's requests.
+    pub access_log: bool,
 }
 
 /// The shape of weir's own error answers on a route (a gRPC request's are gRPC-shaped
@@ -335,6 +341,7 @@ impl Runtime {
                 cells: carried
                     .routes
                     .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
+                access_log: r.access_log,
             }));
         }
         let tcp_services = l4_routes::compile_services(config, workers, &mut carried)?;
@@ -375,6 +382,7 @@ impl Runtime {
                 udp: udp_services.get(&ep.name).cloned(),
                 h2c: ep.h2c,
                 http2: ep.http2,
+                access_log: ep.access_log,
                 cells: carried
                     .entrypoints
                     .get(ep.name.clone(), || Arc::new(PerWorker::new(workers))),
@@ -411,6 +419,8 @@ impl Runtime {
             elasticsearch,
             entrypoints,
             access_log,
+            request_id: (config.server.request_id.enabled)
+                .then(|| config.server.request_id.header.as_str().into()),
         })
     }
 

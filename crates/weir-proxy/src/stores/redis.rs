@@ -175,8 +175,8 @@ impl Redis {
         if self.down.swap(!reachable, Ordering::Relaxed) == reachable {
             let endpoints = self.config.endpoints.join(", ");
             match reachable {
-                true => crate::log_line!("weir: redis {endpoints}: reachable again"),
-                false => crate::log_line!("weir: redis {endpoints}: unreachable ({why})"),
+                true => crate::log_info!("redis {endpoints}: reachable again"),
+                false => crate::log_warn!("redis {endpoints}: unreachable ({why})"),
             }
         }
     }

@@ -16,10 +16,10 @@ use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
 use crate::reply::relay::{BodyError, Relay};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
-use crate::servers::balancer::{FailureNote, PickInput, Server, Service, UpstreamUse};
+use crate::servers::balancer::{FailureNote, PickInput, Server, Service, TryNote, UpstreamUse};
 use crate::servers::pool::UpstreamConn;
 use crate::worker::Worker;
-use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed, FailedAnswer};
+use forwarding::{connect, forwarded_fields, upstream_host, Cause, Failed};
 use tokio::io::AsyncReadExt;
 use weir_config::{RetryOn, UpstreamProtocol};
 
@@ -62,8 +62,9 @@ pub(crate) async fn forward<'r, C: ClientSide>(
     let until = limit.map(|limit| worker.clock.now() + limit);
     // Servers tried so far (no allocation unless a retry happens).
     let mut tried: Vec<usize> = Vec::new();
-    // The last try's failure: the answer when no other server is left to retry on.
-    let mut last_failure: Option<FailedAnswer> = None;
+    // The last try's failure and its server: the answer when no other server is left to
+    // retry on (boxed: only retries pay for it, and the future's drop stays a null check).
+    let mut last_failure: Option<Box<(Failed, &'r Server)>> = None;
     loop {
         // Only the first try goes to the preferred server.
         let preferred = prefer
@@ -72,11 +73,16 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             .filter(|s| s.health.usable());
         let Some(server) = preferred.or_else(|| service.pick_avoiding(worker.id, &pick, &tried))
         else {
-            let error = match last_failure {
-                Some(answer) => answer.error(),
-                None => LocalError::new(503, ErrorKind::NoServer, forwarding::NO_SERVER),
+            return match last_failure {
+                Some(last) => {
+                    let (failed, server) = *last;
+                    failed_on(service, server, failed, tried.len())
+                }
+                None => failure(
+                    LocalError::new(503, ErrorKind::NoServer, forwarding::NO_SERVER),
+                    None,
+                ),
             };
-            return failure(error, None);
         };
         let used = UpstreamUse::new(server, service);
         let tried_server = match service.protocol {
@@ -101,6 +107,16 @@ pub(crate) async fn forward<'r, C: ClientSide>(
                     .is_some_and(|r| r.on.contains(&RetryOn::Status(status)));
                 let may_retry = tried.len() + 1 < attempts as usize && budget.allows();
                 if !(retry_status && may_resend && may_retry) {
+                    let mut used = used;
+                    if !tried.is_empty() {
+                        let tries = tried.len() + 1;
+                        let note = TryNote {
+                            failure: None,
+                            tries,
+                            status,
+                        };
+                        used.note = Some(Box::new(note));
+                    }
                     reply.upstream = Some(used);
                     return reply;
                 }
@@ -130,21 +146,58 @@ pub(crate) async fn forward<'r, C: ClientSide>(
         let out_of_time = until.is_some_and(|until| worker.clock.now() >= until);
         if retryable && !out_of_time && tried.len() + 1 < attempts as usize && budget.allows() {
             tried.push(server.id);
-            last_failure = Some(failed.answer);
+            crate::log_debug!(
+                "service `{}`: server {}: try {}: {}{}; retrying",
+                service.name,
+                server.url,
+                tried.len(),
+                failed.answer.message,
+                Parenthesized(&failed.detail)
+            );
+            last_failure = Some(Box::new((failed, server)));
             budget.spend();
             service.cells[worker.id].retries.add(1);
             continue;
         }
-        let mut used = used;
-        if matches!(failed.answer.status, 502 | 504) {
-            used.failure = Some(Box::new(FailureNote {
-                message: failed.answer.message,
-                detail: failed.detail,
-                tries: tried.len() + 1,
-            }));
-        }
-        return failure(failed.answer.error(), Some(used));
+        drop(used);
+        return failed_on(service, server, failed, tried.len() + 1);
     }
+}
+
+/// ` (detail)`, or nothing for an empty detail.
+pub(crate) struct Parenthesized<'a>(pub &'a str);
+
+impl std::fmt::Display for Parenthesized<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            "" => Ok(()),
+            detail => write!(f, " ({detail})"),
+        }
+    }
+}
+
+/// The answer to a request whose last try (number `tries`, on `server`) failed: a 502 or 504
+/// carries its note, so `finish` logs which server failed and why, retried or not.
+fn failed_on<'r>(
+    service: &'r Service,
+    server: &'r Server,
+    failed: Failed,
+    tries: usize,
+) -> Reply<'r> {
+    let mut used = UpstreamUse::new(server, service);
+    let why = matches!(failed.answer.status, 502 | 504).then(|| FailureNote {
+        message: failed.answer.message,
+        detail: failed.detail,
+    });
+    // A retried status with no server left to retry on: the server did answer.
+    let answered = failed.cause == Cause::Status;
+    let status = if answered { failed.answer.status } else { 0 };
+    used.note = Some(Box::new(TryNote {
+        failure: why,
+        tries,
+        status,
+    }));
+    failure(failed.answer.error(), Some(used))
 }
 
 /// `retry.budget` in one worker: a bucket of retries, ten when full, refilled by `budget` of a
@@ -184,8 +237,8 @@ impl<'s> RetryBudget<'s> {
 fn note_failure(service: &Service, server: &Server) {
     if let Some(policy) = &service.passive_health {
         if server.health.record_failure(policy) {
-            crate::log_line!(
-                "weir: service `{}`: server {} ejected for {:?} after {} failures",
+            crate::log_warn!(
+                "service `{}`: server {} ejected for {:?} after {} failures",
                 service.name,
                 server.url,
                 policy.eject,

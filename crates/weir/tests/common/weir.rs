@@ -44,6 +44,20 @@ pub fn check_error_lines(stderr: &str) -> (Vec<&str>, &str) {
     (lines, path)
 }
 
+/// The message of one of weir's log lines, text (`TIME LEVEL TARGET: message`) or JSON.
+pub fn log_message(line: &str) -> String {
+    if line.starts_with('{') {
+        let fields: serde_json::Value = serde_json::from_str(line).unwrap();
+        return fields["message"].as_str().unwrap().to_string();
+    }
+    let mut parts = line.splitn(3, ' ');
+    let (_time, _level) = (parts.next(), parts.next());
+    let rest = parts.next().unwrap_or("").trim_start();
+    rest.split_once(": ")
+        .map_or(rest, |(_, message)| message)
+        .to_string()
+}
+
 /// A running weir process; killed on drop.
 pub struct Weir {
     pub child: Child,
@@ -104,13 +118,14 @@ impl Weir {
                 .unwrap_or_else(|_| {
                     panic!("weir did not start; stderr: {:?}", lines.lock().unwrap())
                 });
-            if let Some(rest) = line.strip_prefix("weir: entrypoint ") {
+            let message = log_message(&line);
+            if let Some(rest) = message.strip_prefix("entrypoint ") {
                 let (name, addr) = rest.split_once(" listening on ").unwrap();
                 let addr = addr.strip_suffix("/udp").unwrap_or(addr);
                 addrs.insert(name.to_string(), addr.parse().unwrap());
             }
             // The admin listener, under a name no entrypoint can have.
-            if let Some(addr) = line.strip_prefix("weir: admin listening on ") {
+            if let Some(addr) = message.strip_prefix("admin listening on ") {
                 addrs.insert("@admin".to_string(), addr.parse().unwrap());
             }
             if line.contains("worker(s) running") {

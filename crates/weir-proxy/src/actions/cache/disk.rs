@@ -139,10 +139,7 @@ impl Disk {
         match decode(&bytes).filter(|(k, _)| k == key) {
             Some((_, object)) => Some(object),
             None => {
-                crate::log_line!(
-                    "weir: cache file {} failed its check; removed",
-                    path.display()
-                );
+                crate::log_warn!("cache file {} failed its check; removed", path.display());
                 self.forget(hash);
                 let _ = fs::remove_file(&path);
                 None

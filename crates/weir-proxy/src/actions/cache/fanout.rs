@@ -60,8 +60,8 @@ impl Fanout {
         match self.redis.call(&args).await {
             Ok(Value::Int(_)) => true,
             other => {
-                crate::log_line!(
-                    "weir: purge fanout: not published ({:?}); the other instances keep their copies",
+                crate::log_warn!(
+                    "purge fanout: not published ({:?}); the other instances keep their copies",
                     other.err()
                 );
                 false
@@ -119,7 +119,7 @@ pub async fn follow(
     let dialer = match Dialer::new(config) {
         Ok(dialer) => dialer,
         Err(e) => {
-            crate::log_line!("weir: cache `{cache}`: purge fanout: {e}");
+            crate::log_error!("cache `{cache}`: purge fanout: {e}");
             return;
         }
     };
@@ -137,7 +137,7 @@ pub async fn follow(
                     Err(_) => None,
                 };
                 if away {
-                    crate::log_line!("weir: cache `{cache}`: purge fanout: redis reachable again");
+                    crate::log_info!("cache `{cache}`: purge fanout: redis reachable again");
                     away = false;
                 }
                 backoff = FIRST_BACKOFF;
@@ -150,8 +150,8 @@ pub async fn follow(
                 if missed {
                     if let Some(found) = find() {
                         found.store.objects.clear();
-                        crate::log_line!(
-                            "weir: cache `{cache}`: purges may have been missed while redis was away; memory tier dropped"
+                        crate::log_warn!(
+                            "cache `{cache}`: purges may have been missed while redis was away; memory tier dropped"
                         );
                     }
                 }
@@ -177,7 +177,7 @@ pub async fn follow(
             }
         };
         if !away {
-            crate::log_line!("weir: cache `{cache}`: purge fanout: redis unreachable ({why})");
+            crate::log_warn!("cache `{cache}`: purge fanout: redis unreachable ({why})");
             away = true;
         }
         match Ticker::once(backoff) {

@@ -350,7 +350,7 @@ impl Store {
             let (key, object) = (key.clone(), object.clone());
             tokio::task::spawn_blocking(move || {
                 if let Err(e) = disk.save(&key, &object) {
-                    crate::log_line!("weir: cache file not written: {e}");
+                    crate::log_error!("cache file not written: {e}");
                 }
             });
         }

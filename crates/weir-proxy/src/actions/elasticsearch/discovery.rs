@@ -134,7 +134,7 @@ async fn build_shard_map(
             Err(_) => last_error = format!("{}: no answer within {ASK_TIMEOUT:?}", server.url),
         }
     }
-    crate::log_line!("weir: service `{service}`: shard map not built: {last_error}");
+    crate::log_error!("service `{service}`: shard map not built: {last_error}");
 }
 
 /// Asks each server in turn until one answers.

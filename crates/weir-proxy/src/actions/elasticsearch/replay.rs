@@ -98,9 +98,7 @@ pub async fn replay(
     }
     if let Replayed::Drained { applied } = &outcome {
         if *applied > 0 {
-            crate::log_line!(
-                "weir: service `{service}`: spool drained, {applied} request(s) replayed"
-            );
+            crate::log_info!("service `{service}`: spool drained, {applied} request(s) replayed");
         }
     }
     outcome
@@ -165,8 +163,8 @@ fn start(service: &str, spool: &Arc<Spool>, cluster: Cluster, backoff: &Arc<Mute
             Replayed::Later { applied, why } => {
                 backoff.failed();
                 let lag = spool.lag_secs();
-                crate::log_line!(
-                    "weir: service `{service}`: spool holds {} request(s), {} bytes, the oldest {lag:.0} s old; {applied} replayed, then: {why}; next try in {:?}",
+                crate::log_warn!(
+                    "service `{service}`: spool holds {} request(s), {} bytes, the oldest {lag:.0} s old; {applied} replayed, then: {why}; next try in {:?}",
                     spool.depth(),
                     spool.bytes(),
                     backoff.delay / 2

@@ -192,8 +192,8 @@ impl Spool {
                 scan(&path).map_err(|e| fail(&format!("cannot read {}", path.display()), e))?;
             if good_len < file_len {
                 if Some(first) == last_segment {
-                    crate::log_line!(
-                        "weir: spool {}: a torn record at the end of {} (never acknowledged) was cut off",
+                    crate::log_warn!(
+                        "spool {}: a torn record at the end of {} (never acknowledged) was cut off",
                         dir.display(),
                         path.display()
                     );
@@ -205,8 +205,8 @@ impl Spool {
                         .and_then(|()| file.sync_all())
                         .map_err(|e| fail("cannot cut a torn record", e))?;
                 } else {
-                    crate::log_line!(
-                        "weir: spool {}: {} is damaged after byte {good_len}; the records after it are skipped",
+                    crate::log_error!(
+                        "spool {}: {} is damaged after byte {good_len}; the records after it are skipped",
                         dir.display(),
                         path.display()
                     );
@@ -221,8 +221,8 @@ impl Spool {
             }
         }
         if !waiting.is_empty() {
-            crate::log_line!(
-                "weir: spool {}: {} request(s) wait to be replayed",
+            crate::log_info!(
+                "spool {}: {} request(s) wait to be replayed",
                 dir.display(),
                 waiting.len()
             );
@@ -341,10 +341,7 @@ impl Spool {
                 .name("weir-spool".into())
                 .spawn(move || Spool::write_loop(&spool, rx));
             if let Err(e) = started {
-                crate::log_line!(
-                    "weir: spool {}: cannot start its writer: {e}",
-                    self.dir.display()
-                );
+                crate::log_error!("spool {}: cannot start its writer: {e}", self.dir.display());
             }
             Mutex::new(tx)
         })
@@ -414,7 +411,7 @@ impl Spool {
         // The numbers written stay taken, whatever happens: a record may be on disk.
         state.next_seq = seq;
         if let Some(e) = failure {
-            crate::log_line!("weir: spool {}: {e}", self.dir.display());
+            crate::log_error!("spool {}: {e}", self.dir.display());
             // Written but maybe not durable: never acknowledged, and not replayed from memory
             // either (the next start reads what the disk really holds).
             for (_, answer) in written {

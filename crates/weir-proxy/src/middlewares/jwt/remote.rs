@@ -127,13 +127,13 @@ impl<K> RemoteKeys<K> {
                 match fetched.await {
                     Some(Ok(())) => true,
                     Some(Err(why)) => {
-                        crate::log_line!("weir: jwt: jwks_url {}: {why}", self.url);
+                        crate::log_error!("jwt: jwks_url {}: {why}", self.url);
                         false
                     }
                     None => {
                         let waited = JWKS_FETCH_TIMEOUT.as_millis();
                         let why = format!("no JWK Set within {waited} ms");
-                        crate::log_line!("weir: jwt: jwks_url {}: {why}", self.url);
+                        crate::log_error!("jwt: jwks_url {}: {why}", self.url);
                         false
                     }
                 }
@@ -167,7 +167,7 @@ impl<K> RemoteKeys<K> {
         }
         if !refused.is_empty() {
             let why = refused.join("; ");
-            crate::log_line!("weir: jwt: jwks_url {}: left out {why}", self.url);
+            crate::log_warn!("jwt: jwks_url {}: left out {why}", self.url);
         }
         self.held.store(Arc::new((self.make)(&keys)));
         let max_age = max_age(&answer.head.head).unwrap_or(DEFAULT_JWKS_MAX_AGE);

@@ -53,7 +53,7 @@ fn the_start_log_and_the_admin_api_name_the_build() {
          entrypoints:\n  web: { address: \"127.0.0.1:0\" }\n\
          routers:\n  hi: { rule: \"PathPrefix(`/`)\", respond: { body: hi } }\n",
     );
-    let logged = weir.wait_for_line("weir: version ", 1);
+    let logged = weir.wait_for_line(": version ", 1);
     let version = stdout(&Command::new(weir_bin()).arg("version").output().unwrap());
     let expected = version.trim().strip_prefix("weir ").unwrap();
     assert!(logged.ends_with(expected), "{logged:?}");

@@ -14,6 +14,7 @@ mod routers;
 mod server;
 mod services;
 mod tcp;
+mod tracing;
 mod upstream;
 mod values;
 
@@ -180,6 +181,7 @@ impl Loader<'_> {
                 middlewares: &middlewares,
                 chains: &chains,
                 caches: &caches,
+                tracing: server.tracing.is_some(),
             };
             if let Some(router) = self.router(name, node, &known) {
                 routers.push(router);

@@ -17,6 +17,8 @@ pub(super) struct Known<'a> {
     /// Each chain's flat list of middlewares.
     pub(super) chains: &'a std::collections::HashMap<String, Vec<String>>,
     pub(super) caches: &'a [Cache],
+    /// Whether `server.tracing` is configured (a router's `tracing` adjusts it).
+    pub(super) tracing: bool,
 }
 
 fn list_or_none(names: &[&str]) -> String {
@@ -146,6 +148,7 @@ impl Loader<'_> {
             middlewares,
             chains,
             caches,
+            tracing,
         } = *known;
         let what = format!("router `{name}`");
         let f = self.fields(
@@ -161,6 +164,7 @@ impl Loader<'_> {
                 "redirect",
                 "static",
                 "cache",
+                "tracing",
             ],
         )?;
         let mut ok = true;
@@ -240,6 +244,10 @@ impl Loader<'_> {
                 Some(cache)
             }
         };
+        let tracing_sample_rate = match f.get("tracing") {
+            Some(n) => Some(self.router_tracing(n, &what, tracing)?),
+            None => None,
+        };
         ok.then_some(Router {
             name,
             pos: node.pos,
@@ -250,6 +258,7 @@ impl Loader<'_> {
             middlewares: mws,
             action,
             cache,
+            tracing_sample_rate,
         })
     }
 

@@ -27,6 +27,7 @@ impl Loader<'_> {
             open_file_cache: OpenFileCache::default(),
             pid_file: None,
             metrics: true,
+            tracing: None,
         };
         let Some(node) = node else { return server };
         let Some(f) = self.fields(
@@ -43,6 +44,7 @@ impl Loader<'_> {
                 "open_file_cache",
                 "pid_file",
                 "metrics",
+                "tracing",
             ],
         ) else {
             return server;
@@ -87,6 +89,9 @@ impl Loader<'_> {
         }
         if let Some(log) = f.get("access_log") {
             self.access_log(log, &mut server.access_log);
+        }
+        if let Some(tracing) = f.get("tracing") {
+            server.tracing = self.tracing(tracing);
         }
         server
     }

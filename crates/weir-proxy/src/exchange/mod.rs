@@ -47,6 +47,10 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+    // Routes of a configuration without `server.tracing` skip this (one branch).
+    if let Some(sampler) = route.and_then(|r| r.tracing.as_ref()) {
+        head.trace = Some(Box::new(sampler.start(&mut head.head)));
+    }
     // The original request line, kept only when a log line will need it.
     // With whether it is sampled in (answers of 500 and above are logged anyway).
     let logged = runtime.access_log.as_ref().map(|log| {

@@ -269,6 +269,8 @@ pub struct RequestHead {
     pub te_trailers: bool,
     /// The request came on an HTTP/2 stream (its head was converted at the edge).
     pub http2: bool,
+    /// On a traced route: the request's trace context, which every try sends upstream.
+    pub trace: Option<Box<crate::http::trace_context::TraceContext>>,
 }
 
 impl RequestHead {
@@ -553,6 +555,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         connection_names_headers: known.names_headers,
         te_trailers: known.te_trailers,
         http2: false,
+        trace: None,
     };
     req.split_target();
     if let Some(authority) = req.authority {

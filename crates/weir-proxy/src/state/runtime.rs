@@ -9,6 +9,7 @@ use crate::actions::static_files::StaticSite;
 use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
+use crate::http::trace_context::Sampler;
 use crate::listen::tls::{server_tls, ServerTls};
 use crate::middlewares::{Breaker, Filter, Upstreams};
 use crate::observe::accesslog::AccessLog;
@@ -95,6 +96,9 @@ pub struct Route {
     pub error_form: ErrorForm,
     /// Counters, one set per worker (carried over a reload by name).
     pub cells: Arc<PerWorker<RouteCells>>,
+    /// With `server.tracing`: how the route samples its requests (`None`: not traced, and
+    /// the client's trace fields pass through as any other).
+    pub tracing: Option<Sampler>,
 }
 
 /// The shape of weir's own error answers on a route (a gRPC request's are gRPC-shaped
@@ -324,6 +328,12 @@ impl Runtime {
                 cells: carried
                     .routes
                     .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
+                tracing: config.server.tracing.as_ref().map(|t| {
+                    Sampler::new(
+                        r.tracing_sample_rate.unwrap_or(t.sample_rate),
+                        t.parent_based,
+                    )
+                }),
             }));
         }
         let tcp_services = l4_routes::compile_services(config, workers, &mut carried)?;

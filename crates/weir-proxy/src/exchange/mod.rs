@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod plan;
+mod trace;
 
 use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
@@ -72,6 +73,7 @@ pub(crate) async fn exchange<C: ClientConn>(
             },
             referer: header("referer"),
             user_agent: header("user-agent"),
+            trace: head.trace.as_ref().map(|t| (t.trace_id, t.span_id)),
         });
         (line, log.samples())
     });
@@ -96,6 +98,9 @@ pub(crate) async fn exchange<C: ClientConn>(
         }
     };
     render_error(&mut reply, &head, route.map(|r| &**r));
+    if let Some(trace) = &head.trace {
+        trace::note_reply(trace, route.map(|r| &**r), &head, &reply, wrapped_by);
+    }
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
         if route.has_error_pages {
@@ -148,6 +153,15 @@ pub(crate) async fn exchange<C: ClientConn>(
         started,
         sent,
     );
+    if head.trace.is_some() {
+        let served = trace::Served {
+            route: route.map(|r| &**r),
+            client: client.ip(),
+            scheme: client.scheme(),
+            outcome: &outcome,
+        };
+        trace::finish_server_span(worker, &mut head, served);
+    }
     if let (Some(route), Some(kept)) = (route, kept) {
         if let Some(since) = kept.outcome_since {
             let seen = (wrapped_by, outcome.status);
@@ -429,6 +443,7 @@ fn rendered<'r>(
     head: &RequestHead,
     route: Option<&Route>,
 ) -> Cow<'r, LocalResponse> {
+    trace::note_error(head, error.error());
     // A gRPC-Web call turned into gRPC gets the gRPC form over HTTP/1 too (see `grpc_web`).
     if crate::http::grpc::is_grpc(head) || grpc_web::converted(head) {
         Cow::Owned(grpc::error_answer(error.error()))

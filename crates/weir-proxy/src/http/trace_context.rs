@@ -3,7 +3,33 @@
 //! and the fields the request sent upstream carries (weir's own span id, new for every try).
 
 use crate::http::codec::Head;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A span attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+}
+
+pub type Attributes = Vec<(&'static str, AttrValue)>;
+
+/// Something that happened during a span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanEvent {
+    pub time_unix_nano: u64,
+    pub name: &'static str,
+    pub attributes: Attributes,
+}
+
+/// Now, as OTLP times spans.
+pub fn unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
 
 /// The `random-trace-id` flag (section 3.2.2.5.2): weir's trace ids are random.
 const FLAG_RANDOM: u8 = 0x02;
@@ -115,6 +141,19 @@ fn hex_lower(digits: &[u8]) -> Option<u128> {
     })
 }
 
+/// `method` as the HTTP semantic conventions name it in `http.request.method`: one of the
+/// known methods, else `_OTHER`.
+pub fn method_name(method: &str) -> &str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    if KNOWN.contains(&method) {
+        method
+    } else {
+        "_OTHER"
+    }
+}
+
 /// How a traced route decides whether a request is sampled; made once per route when the
 /// configuration is compiled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,7 +221,11 @@ impl Sampler {
             parent_id: parent.map(|p| p.parent_id),
             flags: random | u8::from(sampled),
             tracestate,
+            start_unix_nano: if sampled { unix_nanos() } else { 0 },
             try_span_id: Cell::new(0),
+            try_reused: Cell::new(false),
+            events: RefCell::default(),
+            attributes: RefCell::default(),
         }
     }
 }
@@ -193,7 +236,7 @@ pub fn new_span_id() -> u64 {
 }
 
 /// One traced request's context.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TraceContext {
     pub trace_id: u128,
     /// weir's server span for the request, the parent of each try's span.
@@ -204,13 +247,32 @@ pub struct TraceContext {
     pub flags: u8,
     /// The client's `tracestate`, passed on unchanged (section 3.5).
     pub tracestate: Option<Box<[u8]>>,
+    /// When the server span started (sampled requests only).
+    pub start_unix_nano: u64,
     /// The span id of the latest try, as its `traceparent` carried it.
     pub try_span_id: Cell<u64>,
+    /// Whether the latest try went on a pooled connection.
+    pub try_reused: Cell<bool>,
+    /// What happened during the request, for its server span (sampled requests only).
+    pub events: RefCell<Vec<SpanEvent>>,
+    /// Server span attributes learnt during the exchange (sampled requests only).
+    pub attributes: RefCell<Attributes>,
 }
 
 impl TraceContext {
     pub fn sampled(&self) -> bool {
         self.flags & FLAG_SAMPLED != 0
+    }
+
+    /// Notes an event on the server span, when the request is sampled.
+    pub fn event(&self, name: &'static str, attributes: impl FnOnce() -> Attributes) {
+        if self.sampled() {
+            self.events.borrow_mut().push(SpanEvent {
+                time_unix_nano: unix_nanos(),
+                name,
+                attributes: attributes(),
+            });
+        }
     }
 
     /// The `traceparent` value for one try: a new span id (kept in `try_span_id`), the same
@@ -529,6 +591,12 @@ mod tests {
             assert!(kept.as_deref() != Some(value), "{value}: {kept:?}");
         }
         assert_eq!(tracestate(&[("tracestate", "foo=bar=baz")]), None);
+    }
+
+    #[test]
+    fn unknown_methods_are_other() {
+        assert_eq!(method_name("GET"), "GET");
+        assert_eq!(method_name("PURGE"), "_OTHER");
     }
 
     #[test]

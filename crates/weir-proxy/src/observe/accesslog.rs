@@ -34,6 +34,8 @@ pub struct RequestLine {
     pub version: &'static str,
     pub referer: String,
     pub user_agent: String,
+    /// On a traced route: the trace id and weir's server span id.
+    pub trace: Option<(u128, u64)>,
 }
 
 pub struct Entry<'a> {
@@ -87,7 +89,7 @@ impl AccessLog {
     pub fn record(&self, e: &Entry, buffer: &RefCell<Vec<u8>>) {
         let now = SystemTime::now();
         let r = e.request;
-        let line = match self.format {
+        let mut line = match self.format {
             LogFormat::Json => serde_json::json!({
                 "time": rfc3339(now),
                 "client": e.client.to_string(),
@@ -117,6 +119,13 @@ impl AccessLog {
                 or_dash(&escaped(&r.user_agent)),
             ),
         };
+        if let (LogFormat::Json, Some((trace_id, span_id))) = (self.format, r.trace) {
+            // The JSON object's last `}` makes way for the trace's ids.
+            line.pop();
+            line.push_str(&format!(
+                ",\"trace_id\":\"{trace_id:032x}\",\"span_id\":\"{span_id:016x}\"}}"
+            ));
+        }
         let full = {
             let mut buffer = buffer.borrow_mut();
             buffer.extend_from_slice(line.as_bytes());

@@ -14,10 +14,10 @@ use crate::io::watch::SWEEP_TICK;
 use crate::l4;
 use crate::listen::listeners::{BoundEntrypoints, Inherited, Listener};
 use crate::observe::metrics::Metrics;
-use crate::process::control;
 use crate::process::reload::Reloader;
 use crate::process::upgrade::Predecessor;
 use crate::process::worker::{WorkerCommand, WorkerSetup};
+use crate::process::{control, exporter};
 use crate::servers::health_check::ActiveChecks;
 use crate::state::runtime::Runtime;
 use crate::state::runtime::SharedRuntime;
@@ -125,6 +125,7 @@ fn serve(
             config: shared.clone(),
             shutdown: shutdown.clone(),
             metrics: metrics.workers[id].clone(),
+            spans: metrics.spans.clone(),
         };
         let release_memory = options.release_memory;
         let handle = std::thread::Builder::new()
@@ -133,6 +134,10 @@ fn serve(
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
+
+    // Its own stop: it sends what the workers flush as they stop.
+    let exporter_stop = Arc::new(Shutdown::default());
+    let exporter = exporter::start(metrics.spans.clone(), shared.clone(), exporter_stop.clone())?;
 
     let reloader = Reloader {
         config_path: options.config_path,
@@ -175,6 +180,7 @@ fn serve(
     for handle in handles.into_iter().filter(|h| h.is_finished()) {
         let _ = handle.join();
     }
+    stop_exporter(exporter, &exporter_stop, &shared);
     crate::process::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
     crate::log_line!("weir: stopped");
     Ok(())
@@ -204,7 +210,10 @@ fn worker_main(
         let config = setup.config.clone();
         let settings = config.load().worker_settings();
         let worker = match Worker::new(setup.id, setup.shutdown, setup.metrics, settings) {
-            Ok(worker) => Rc::new(worker),
+            Ok(worker) => {
+                worker.spans.attach(setup.spans.clone());
+                Rc::new(worker)
+            }
             Err(e) => {
                 crate::log_line!("weir: worker {id} cannot start: {e}");
                 return;
@@ -534,5 +543,25 @@ fn resume(
 fn flush_log(worker: &Worker, config: &SharedRuntime) {
     if let Some(log) = &config.load().access_log {
         log.flush(&worker.log_lines);
+    }
+    worker.spans.flush();
+}
+
+/// Lets the span exporter send the workers' last spans, waiting at most one export's timeout.
+fn stop_exporter(exporter: std::thread::JoinHandle<()>, stop: &Shutdown, config: &SharedRuntime) {
+    stop.request();
+    let limit = config
+        .load()
+        .config
+        .server
+        .tracing
+        .as_ref()
+        .map_or(Duration::ZERO, |t| t.otlp.timeout);
+    let deadline = Instant::now() + limit + STOP_MARGIN;
+    while !exporter.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if exporter.is_finished() {
+        let _ = exporter.join();
     }
 }

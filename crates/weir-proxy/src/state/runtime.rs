@@ -79,6 +79,8 @@ pub struct Route {
     pub priority: i64,
     /// The route's middlewares, in order.
     pub filters: Vec<Arc<Filter>>,
+    /// Their names, for the spans of traced requests.
+    pub filter_names: Vec<String>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
     /// Where the route's `buffering` filter stands among its filters (one at most): the exchange
@@ -323,6 +325,12 @@ impl Runtime {
                     .any(|m| matches!(m.0, weir_config::MiddlewareKind::GrpcWeb(_))),
                 has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 filters: mws,
+                filter_names: r
+                    .middlewares
+                    .iter()
+                    .filter(|name| filters.contains_key(name.as_str()))
+                    .cloned()
+                    .collect(),
                 action,
                 error_form,
                 cells: carried

@@ -1,10 +1,19 @@
 //! End-to-end tracing: the W3C trace context a traced route sends its servers (the client's
 //! trace continued with weir's own span id, a new one per try, `tracestate` passed on, an
-//! invalid `traceparent` replaced), sampling by route, and routes without tracing unchanged.
+//! invalid `traceparent` replaced), sampling by route, routes without tracing unchanged, and
+//! the spans a collector receives over OTLP/HTTP and OTLP/gRPC, decoded by the official
+//! `opentelemetry-proto` package (`otlp_collector.py`, in a venv under /var/cache/weir):
+//! names, attributes, parent and child ids across weir and its server, a retry's two client
+//! spans, the sampling ratio over 10,000 requests, and a collector killed under load.
 
 mod common;
 use common::*;
-use std::sync::{Arc, Mutex};
+use serde_json::Value;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_PARENT: &str = "00f067aa0ba902b7";
@@ -173,4 +182,278 @@ fn without_server_tracing_the_fields_pass_through_unchanged() {
         Some("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01")
     );
     assert_eq!(echoed_header(&j, "tracestate").as_deref(), Some("x=1"));
+}
+
+/// A Python with the official `opentelemetry-proto` and `grpcio` from PyPI, in a venv made
+/// once under /var/cache/weir (as the Elasticsearch tests keep theirs).
+fn collector_python() -> &'static PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = PathBuf::from("/var/cache/weir/venv-otlp");
+        let python = venv.join("bin/python3");
+        let ready = venv.join("ready");
+        if !ready.exists() {
+            let _ = std::fs::remove_dir_all(&venv);
+            let made = Command::new("/usr/bin/python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .unwrap();
+            assert!(made.success(), "python3 -m venv");
+            let packages = ["opentelemetry-proto==1.45.2", "grpcio==1.85.1"];
+            let installed = Command::new(&python)
+                .args(["-m", "pip", "install", "-q"])
+                .args(packages)
+                .status()
+                .unwrap();
+            assert!(installed.success(), "pip install {packages:?}");
+            std::fs::write(&ready, "").unwrap();
+        }
+        python
+    })
+}
+
+/// `otlp_collector.py` running: the spans it decoded, one JSON object each.
+struct Collector {
+    child: Child,
+    http_port: u16,
+    grpc_port: u16,
+    spans: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Collector {
+    fn start() -> Collector {
+        Collector::start_on(0, 0)
+    }
+
+    /// On these ports (0: any free one).
+    fn start_on(http_port: u16, grpc_port: u16) -> Collector {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otlp_collector.py");
+        let mut child = Command::new(collector_python())
+            .arg(script)
+            .args([http_port.to_string(), grpc_port.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("collector starts");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().expect("collector's ready line").unwrap();
+        let ports: Vec<u16> = first
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("collector said {first}"))
+            .split(' ')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let spans: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let kept = spans.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock()
+                    .unwrap()
+                    .push(serde_json::from_str(&line).unwrap());
+            }
+        });
+        Collector {
+            child,
+            http_port: ports[0],
+            grpc_port: ports[1],
+            spans,
+        }
+    }
+
+    fn spans(&self) -> Vec<Value> {
+        self.spans.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 20 s) until `count` spans with `pred` arrived; all spans so far.
+    fn wait_for(&self, count: usize, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let spans = self.spans();
+            if spans.iter().filter(|s| pred(s)).count() >= count {
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{count} spans expected, got: {spans:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const SERVER: i64 = 2;
+const CLIENT: i64 = 3;
+
+fn kind(span: &Value) -> i64 {
+    span["kind"].as_i64().unwrap()
+}
+
+fn attr<'s>(span: &'s Value, key: &str) -> &'s Value {
+    &span["attributes"][key]
+}
+
+/// A config exporting to `endpoint` over `protocol`, with `tracing_extra` under
+/// `server.tracing`: `/` proxied to `upstream` (service `extra` under it), `/local` answered
+/// by weir, `/guarded` behind an `ip_allow_list` that refuses loopback; an admin listener.
+fn exporting_config(
+    endpoint: &str,
+    protocol: &str,
+    tracing_extra: &str,
+    upstream: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "server:\n  workers: 1\n  admin: {{ address: \"127.0.0.1:0\" }}\n  tracing:\n\
+         \x20   otlp: {{ endpoint: \"{endpoint}\", protocol: {protocol}, headers: {{ x-api-key: k1 }} }}\n\
+         \x20   flush_interval: 50ms\n\
+         \x20   service_name: edge\n\
+         \x20   resource_attributes: {{ deployment.environment: test }}\n{tracing_extra}\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         routers:\n\
+         \x20 local: {{ rule: \"PathPrefix(`/local`)\", respond: {{ body: local }} }}\n\
+         \x20 guarded: {{ rule: \"PathPrefix(`/guarded`)\", middlewares: [auth], service: app }}\n\
+         \x20 all: {{ rule: \"PathPrefix(`/`)\", priority: 1, service: app }}\n\
+         middlewares:\n  auth:\n    ip_allow_list: {{ source_range: [\"10.0.0.0/8\"] }}\n\
+         services:\n  app:\n    servers: [{{ url: \"{upstream}\" }}]\n{extra}"
+    )
+}
+
+/// One request and its spans: the server span and client span it made, checked against
+/// what the client sent and what the upstream received.
+fn spans_of_one_request(protocol: &str) {
+    let collector = Collector::start();
+    let endpoint = match protocol {
+        "grpc" => format!("http://127.0.0.1:{}", collector.grpc_port),
+        _ => format!("http://127.0.0.1:{}", collector.http_port),
+    };
+    let up = Upstream::start("a");
+    let log = "  access_log: { enabled: true, path: stderr }\n";
+    let config = exporting_config(
+        &endpoint,
+        protocol,
+        "    otlp_compression_placeholder\n",
+        &up.url(),
+        "",
+    )
+    .replace("    otlp_compression_placeholder\n", "")
+    .replace("  admin:", &format!("{log}  admin:"));
+    let config = if protocol == "grpc" {
+        config.replace("protocol: grpc,", "protocol: grpc, compression: gzip,")
+    } else {
+        config.replace(
+            "protocol: http/protobuf,",
+            "protocol: http/protobuf, compression: gzip,",
+        )
+    };
+    let weir = Weir::start(&config);
+    let sent = format!("traceparent: 00-{CLIENT_TRACE}-{CLIENT_PARENT}-01\r\ntracestate: congo=1\r\nUser-Agent: probe/1\r\n");
+    let j = get_with(&weir, "/x?q=1", &sent);
+    let upstream_got = fields(&echoed_header(&j, "traceparent").unwrap());
+    let spans = collector.wait_for(2, |_| true);
+    let server = spans
+        .iter()
+        .find(|s| kind(s) == SERVER)
+        .expect("a server span");
+    let client = spans
+        .iter()
+        .find(|s| kind(s) == CLIENT)
+        .expect("a client span");
+    for span in [server, client] {
+        assert_eq!(span["protocol"], protocol);
+        assert_eq!(span["trace_id"], CLIENT_TRACE);
+        assert_eq!(span["resource"]["service.name"], "edge");
+        assert_eq!(span["resource"]["deployment.environment"], "test");
+        assert_eq!(span["headers"]["x-api-key"], "k1");
+        assert_eq!(span["scope"], "weir");
+        assert_eq!(span["trace_state"], "congo=1");
+        assert!(span["end"].as_u64() >= span["start"].as_u64());
+    }
+    // The server span: the client's span is its parent.
+    assert_eq!(server["name"], "GET all");
+    assert_eq!(server["parent_span_id"], CLIENT_PARENT);
+    assert_eq!(attr(server, "http.request.method"), "GET");
+    assert_eq!(attr(server, "http.route"), "all");
+    assert_eq!(attr(server, "url.path"), "/x");
+    assert_eq!(attr(server, "url.scheme"), "http");
+    assert_eq!(attr(server, "http.response.status_code"), 200);
+    assert_eq!(attr(server, "client.address"), "127.0.0.1");
+    assert_eq!(attr(server, "network.protocol.version"), "1.1");
+    assert_eq!(attr(server, "server.address"), "t");
+    assert_eq!(attr(server, "server.port"), 80);
+    assert_eq!(attr(server, "user_agent.original"), "probe/1");
+    assert!(attr(server, "http.response.body.size").as_i64().unwrap() > 0);
+    assert_eq!(server["status_code"], 0);
+    // The client span: the server span's child, and the parent the upstream was told of.
+    assert_eq!(client["name"], "GET");
+    assert_eq!(client["parent_span_id"], server["span_id"]);
+    assert_eq!(client["span_id"], upstream_got[2]);
+    assert_eq!(attr(client, "server.address"), "127.0.0.1");
+    assert_eq!(attr(client, "server.port"), up.addr.port());
+    assert_eq!(
+        attr(client, "url.full").as_str(),
+        Some(&*format!("{}/x?q=1", up.url()))
+    );
+    assert_eq!(attr(client, "http.response.status_code"), 200);
+    assert_eq!(attr(client, "weir.upstream.connection_reused"), false);
+    assert!(attr(client, "http.request.resend_count").is_null());
+    // The access log line names the trace and weir's server span.
+    let line = weir.wait_for_line("\"trace_id\"", 1);
+    let logged: Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(logged["trace_id"], CLIENT_TRACE);
+    assert_eq!(logged["span_id"], server["span_id"]);
+    // The next request reuses the pooled connection; a refusal and a local answer are noted.
+    get_with(&weir, "/x", "");
+    let r = request(
+        weir.addr(),
+        "GET /guarded HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 403);
+    let spans = collector.wait_for(2, |s| kind(s) == CLIENT);
+    let reused = spans.iter().filter(|s| kind(s) == CLIENT).nth(1).unwrap();
+    assert_eq!(attr(reused, "weir.upstream.connection_reused"), true);
+    let spans = collector.wait_for(1, |s| attr(s, "http.route") == "guarded");
+    let refused = spans
+        .iter()
+        .find(|s| attr(s, "http.route") == "guarded")
+        .unwrap();
+    assert_eq!(attr(refused, "http.response.status_code"), 403);
+    let event = |name: &str| {
+        let events = refused["events"].as_array().unwrap();
+        events
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {events:?}"))
+    };
+    // weir's own error, and which middleware refused.
+    assert_eq!(
+        event("weir.error")["attributes"]["error.type"],
+        "PolicyRefused"
+    );
+    let event = event("weir.middleware.refused");
+    assert_eq!(event["attributes"]["weir.middleware"], "auth");
+    assert_eq!(event["attributes"]["http.response.status_code"], 403);
+    // A new trace for a request without a traceparent: a root span.
+    let root = spans
+        .iter()
+        .find(|s| attr(s, "http.route") == "guarded")
+        .unwrap();
+    assert_eq!(root["parent_span_id"], "");
+}
+
+#[test]
+fn spans_over_otlp_http_protobuf() {
+    spans_of_one_request("http/protobuf");
+}
+
+#[test]
+fn spans_over_otlp_grpc() {
+    spans_of_one_request("grpc");
 }

@@ -457,3 +457,150 @@ fn spans_over_otlp_http_protobuf() {
 fn spans_over_otlp_grpc() {
     spans_of_one_request("grpc");
 }
+
+#[test]
+fn a_retried_request_shows_two_client_spans() {
+    let collector = Collector::start();
+    let endpoint = format!("http://127.0.0.1:{}", collector.http_port);
+    let failing = RawUpstream::answering(|_, _| http_answer(503, &[], "down"));
+    let up = Upstream::start("b");
+    let servers = format!(
+        "[{{ url: \"{}\" }}, {{ url: \"{}\" }}]",
+        failing.url(),
+        up.url()
+    );
+    let config = exporting_config(&endpoint, "http/protobuf", "", &failing.url(), "")
+        .replace(&format!("[{{ url: \"{}\" }}]", failing.url()), &servers)
+        + "    load_balancer: round_robin\n    retry: { attempts: 2, on: [503] }\n";
+    let weir = Weir::start(&config);
+    // Round robin: one of two requests tries the failing server first.
+    for _ in 0..2 {
+        get_with(&weir, "/x", "");
+    }
+    let spans = collector.wait_for(3, |s| kind(s) == CLIENT);
+    let retried = spans
+        .iter()
+        .find(|s| attr(s, "http.request.resend_count") == 1)
+        .expect("a resent try");
+    let first = spans
+        .iter()
+        .find(|s| {
+            kind(s) == CLIENT
+                && s["trace_id"] == retried["trace_id"]
+                && s["span_id"] != retried["span_id"]
+        })
+        .expect("the first try of the same request");
+    assert_eq!(first["parent_span_id"], retried["parent_span_id"]);
+    assert_eq!(attr(first, "http.response.status_code"), 503);
+    assert_eq!(attr(first, "error.type"), "503");
+    assert_eq!(first["status_code"], 2, "a failed try's span is an error");
+    assert_eq!(attr(first, "server.port"), failing.addr.port());
+    assert_eq!(attr(retried, "http.response.status_code"), 200);
+    assert_eq!(attr(retried, "server.port"), up.addr.port());
+    let server = spans
+        .iter()
+        .find(|s| kind(s) == SERVER && s["trace_id"] == retried["trace_id"])
+        .expect("its server span");
+    assert_eq!(server["span_id"], retried["parent_span_id"]);
+    assert_eq!(attr(server, "http.response.status_code"), 200);
+}
+
+#[test]
+fn the_sampling_ratio_holds_over_ten_thousand_requests() {
+    let collector = Collector::start();
+    let endpoint = format!("http://127.0.0.1:{}", collector.http_port);
+    let tracing = "    sample_rate: 0.1\n    max_queue: 20000\n";
+    let config = exporting_config(
+        &endpoint,
+        "http/protobuf",
+        tracing,
+        "http://127.0.0.1:9",
+        "",
+    );
+    let weir = Weir::start(&config);
+    let mut conn = Conn::open(weir.addr());
+    const REQUESTS: usize = 10_000;
+    for _ in 0..REQUESTS {
+        conn.send(b"GET /local HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(conn.read(false).expect("an answer").status, 200);
+    }
+    // A marker request through a route sampling everything tells when the export caught up.
+    let sent = format!("traceparent: 00-{CLIENT_TRACE}-{CLIENT_PARENT}-01\r\n");
+    conn.send(format!("GET /local HTTP/1.1\r\nHost: t\r\n{sent}\r\n").as_bytes());
+    assert_eq!(conn.read(false).unwrap().status, 200);
+    let spans = collector.wait_for(1, |s| s["trace_id"] == CLIENT_TRACE);
+    let sampled = spans
+        .iter()
+        .filter(|s| kind(s) == SERVER && s["trace_id"] != CLIENT_TRACE)
+        .count();
+    // Binomial(10,000, 0.1): mean 1,000, standard deviation 30; five of them either way.
+    assert!(
+        (850..=1150).contains(&sampled),
+        "{sampled} of {REQUESTS} sampled"
+    );
+    let metrics = get(weir.addrs["@admin"], "a", "/metrics").text();
+    assert!(
+        metrics.contains("\nweir_tracing_spans_dropped_total 0\n"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_collector_killed_under_load_costs_no_request() {
+    let mut collector = Collector::start();
+    let (http_port, grpc_port) = (collector.http_port, collector.grpc_port);
+    let endpoint = format!("http://127.0.0.1:{http_port}");
+    let tracing = "    max_queue: 50\n    batch: 20\n    otlp_timeout_placeholder\n";
+    let config = exporting_config(
+        &endpoint,
+        "http/protobuf",
+        tracing,
+        "http://127.0.0.1:9",
+        "",
+    )
+    .replace("    otlp_timeout_placeholder\n", "")
+    .replace(
+        "headers: { x-api-key: k1 }",
+        "headers: { x-api-key: k1 }, timeout: 1s",
+    );
+    let weir = Weir::start(&config);
+    let load = SteadyLoad::start(weir.addr(), "/local");
+    collector.wait_for(10, |s| kind(s) == SERVER);
+    let _ = collector.child.kill();
+    let _ = collector.child.wait();
+    weir.wait_for_line("unreachable", 1);
+    // Load goes on against a dead collector: the queue fills and spans are dropped, counted.
+    let at_kill = load.ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while load.ok() < at_kill + 500 {
+        assert!(Instant::now() < deadline, "the load stalled: {}", load.ok());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dropped = |weir: &Weir| {
+        let metrics = get(weir.addrs["@admin"], "a", "/metrics").text();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("weir_tracing_spans_dropped_total "))
+            .map(|n| n.parse::<u64>().unwrap())
+            .unwrap_or_else(|| panic!("no dropped count in {metrics}"))
+    };
+    assert!(dropped(&weir) > 0);
+    // It comes back on the same port: said once, and spans arrive again.
+    let back = Collector::start_on(http_port, grpc_port);
+    weir.wait_for_line("answers again", 1);
+    back.wait_for(10, |s| kind(s) == SERVER);
+    let report = load.finish();
+    report.assert_no_failure();
+    assert!(report.ok > 500, "{}", report.ok);
+    let went = weir
+        .stderr()
+        .iter()
+        .filter(|l| l.contains("unreachable"))
+        .count();
+    assert_eq!(
+        went,
+        1,
+        "one line when the collector goes: {:#?}",
+        weir.stderr()
+    );
+}

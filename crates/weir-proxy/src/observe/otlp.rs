@@ -105,19 +105,19 @@ pub mod any_value {
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Value {
         #[prost(string, tag = "1")]
-        StringValue(String),
+        Str(String),
         #[prost(bool, tag = "2")]
-        BoolValue(bool),
+        Bool(bool),
         #[prost(int64, tag = "3")]
-        IntValue(i64),
+        Int(i64),
     }
 }
 
 fn key_value(key: &str, value: &AttrValue) -> KeyValue {
     let value = match value {
-        AttrValue::Str(s) => any_value::Value::StringValue(s.clone()),
-        AttrValue::Int(n) => any_value::Value::IntValue(*n),
-        AttrValue::Bool(b) => any_value::Value::BoolValue(*b),
+        AttrValue::Str(s) => any_value::Value::Str(s.clone()),
+        AttrValue::Int(n) => any_value::Value::Int(*n),
+        AttrValue::Bool(b) => any_value::Value::Bool(*b),
     };
     KeyValue {
         key: key.to_string(),

@@ -50,7 +50,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
     // Routes of a configuration without `server.tracing` skip this (one branch).
     if let Some(sampler) = route.and_then(|r| r.tracing.as_ref()) {
-        head.trace = Some(Box::new(sampler.start(&mut head.head)));
+        trace::start(sampler, &mut head);
     }
     // The original request line, kept only when a log line will need it.
     // With whether it is sampled in (answers of 500 and above are logged anyway).

@@ -5,7 +5,9 @@
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
-use crate::http::trace_context::{method_name, unix_nanos, AttrValue, Attributes, TraceContext};
+use crate::http::trace_context::{
+    method_name, unix_nanos, AttrValue, Attributes, Sampler, TraceContext,
+};
 use crate::http::Scheme;
 use crate::observe::spans::{SpanKind, SpanRecord};
 use crate::reply::client::Outcome;
@@ -20,6 +22,18 @@ pub(crate) struct Served<'a> {
     pub client: IpAddr,
     pub scheme: Scheme,
     pub outcome: &'a Outcome,
+}
+
+/// Starts `head`'s trace on a route that `sampler` samples, taking the client's trace fields
+/// out of the request: every try writes weir's own.
+pub(crate) fn start(sampler: &Sampler, head: &mut RequestHead) {
+    let fields = &head.head;
+    let context = sampler.start(fields.get_all("traceparent"), fields.get_all("tracestate"));
+    if fields.get("traceparent").is_some() || fields.get("tracestate").is_some() {
+        head.head.remove("traceparent");
+        head.head.remove("tracestate");
+    }
+    head.trace = Some(Box::new(context));
 }
 
 /// Records the server span of `head`'s request, if it is sampled.

@@ -543,6 +543,23 @@ fn the_sampling_ratio_holds_over_ten_thousand_requests() {
         metrics.contains("\nweir_tracing_spans_dropped_total 0\n"),
         "{metrics}"
     );
+    // The exposition stays valid with the new family (Debian's promtool, as tests/metrics.rs).
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package)");
+    let mut stdin = promtool.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, metrics.as_bytes()).unwrap();
+    drop(stdin);
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -603,4 +620,26 @@ fn a_collector_killed_under_load_costs_no_request() {
         "one line when the collector goes: {:#?}",
         weir.stderr()
     );
+}
+
+#[test]
+fn a_stop_sends_the_last_spans() {
+    let collector = Collector::start();
+    let endpoint = format!("http://127.0.0.1:{}", collector.http_port);
+    // No export would come before a minute: only the stop sends these.
+    let config = exporting_config(&endpoint, "http/protobuf", "", "http://127.0.0.1:9", "")
+        .replace("flush_interval: 50ms", "flush_interval: 60s");
+    let mut weir = Weir::start(&config);
+    let r = request(
+        weir.addr(),
+        "GET /local HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(collector.spans().is_empty(), "exported before the stop");
+    weir.signal("TERM");
+    let status = weir.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let spans = collector.wait_for(1, |s| attr(s, "http.route") == "local");
+    assert_eq!(spans.len(), 1, "{spans:#?}");
 }

@@ -180,7 +180,7 @@ fn serve(
     for handle in handles.into_iter().filter(|h| h.is_finished()) {
         let _ = handle.join();
     }
-    stop_exporter(exporter, &exporter_stop, &shared);
+    stop_exporter(exporter, &exporter_stop, deadline);
     crate::process::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
     crate::log_line!("weir: stopped");
     Ok(())
@@ -547,17 +547,10 @@ fn flush_log(worker: &Worker, config: &SharedRuntime) {
     worker.spans.flush();
 }
 
-/// Lets the span exporter send the workers' last spans, waiting at most one export's timeout.
-fn stop_exporter(exporter: std::thread::JoinHandle<()>, stop: &Shutdown, config: &SharedRuntime) {
+/// Lets the span exporter send the workers' last spans, until the stop's own deadline: the
+/// process exits by `graceful_timeout` and its margin, whatever the collector does.
+fn stop_exporter(exporter: std::thread::JoinHandle<()>, stop: &Shutdown, deadline: Instant) {
     stop.request();
-    let limit = config
-        .load()
-        .config
-        .server
-        .tracing
-        .as_ref()
-        .map_or(Duration::ZERO, |t| t.otlp.timeout);
-    let deadline = Instant::now() + limit + STOP_MARGIN;
     while !exporter.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -643,3 +643,49 @@ fn a_stop_sends_the_last_spans() {
     let spans = collector.wait_for(1, |s| attr(s, "http.route") == "local");
     assert_eq!(spans.len(), 1, "{spans:#?}");
 }
+
+#[test]
+fn a_traced_tcp_connection_makes_one_span() {
+    let collector = Collector::start();
+    // An echo server.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo_addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = std::io::Read::read(&mut conn, &mut buf) {
+                    if n == 0 || std::io::Write::write_all(&mut conn, &buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let config = format!(
+        "server:\n  workers: 1\n  tracing:\n    otlp: {{ endpoint: \"http://127.0.0.1:{}\" }}\n    flush_interval: 50ms\n\
+         entrypoints:\n  raw: {{ address: \"127.0.0.1:0\" }}\n\
+         tcp:\n  routers:\n    pipe: {{ rule: \"HostSNI(`*`)\", service: echo }}\n\
+         \x20 services:\n    echo: {{ servers: [{{ address: \"{echo_addr}\" }}] }}\n",
+        collector.http_port
+    );
+    let weir = Weir::start(&config);
+    let mut conn = std::net::TcpStream::connect(weir.addrs["raw"]).unwrap();
+    std::io::Write::write_all(&mut conn, b"hello").unwrap();
+    let mut back = [0u8; 5];
+    std::io::Read::read_exact(&mut conn, &mut back).unwrap();
+    assert_eq!(&back, b"hello");
+    drop(conn);
+    let spans = collector.wait_for(1, |_| true);
+    let span = &spans[0];
+    assert_eq!(span["name"], "tcp pipe");
+    assert_eq!(kind(span), SERVER);
+    assert_eq!(span["parent_span_id"], "");
+    assert_eq!(attr(span, "network.transport"), "tcp");
+    assert_eq!(attr(span, "client.address"), "127.0.0.1");
+    assert_eq!(attr(span, "weir.tcp.router"), "pipe");
+    assert_eq!(attr(span, "weir.upstream.port"), echo_addr.port());
+    assert_eq!(attr(span, "weir.tcp.bytes_from_client"), 5);
+    assert_eq!(attr(span, "weir.tcp.bytes_to_client"), 5);
+}

@@ -173,6 +173,13 @@ impl Sampler {
         }
     }
 
+    /// A new trace's id when it is sampled (for what has no parent to follow: a TCP
+    /// connection), else `None`.
+    pub fn sample_new(&self) -> Option<u128> {
+        let trace_id = fastrand::u128(1..);
+        self.samples(trace_id).then_some(trace_id)
+    }
+
     /// Whether a trace whose id is `trace_id` is sampled by ratio: the same answer for the
     /// same trace wherever it is asked, as OpenTelemetry's `TraceIdRatioBased` sampler gives.
     fn samples(&self, trace_id: u128) -> bool {

@@ -189,27 +189,10 @@ fn without_server_tracing_the_fields_pass_through_unchanged() {
 fn collector_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
-        let venv = PathBuf::from("/var/cache/weir/venv-otlp");
-        let python = venv.join("bin/python3");
-        let ready = venv.join("ready");
-        if !ready.exists() {
-            let _ = std::fs::remove_dir_all(&venv);
-            let made = Command::new("/usr/bin/python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .unwrap();
-            assert!(made.success(), "python3 -m venv");
-            let packages = ["opentelemetry-proto==1.45.2", "grpcio==1.85.1"];
-            let installed = Command::new(&python)
-                .args(["-m", "pip", "install", "-q"])
-                .args(packages)
-                .status()
-                .unwrap();
-            assert!(installed.success(), "pip install {packages:?}");
-            std::fs::write(&ready, "").unwrap();
-        }
-        python
+        venv_with(
+            "venv-otlp",
+            &["opentelemetry-proto==1.45.2", "grpcio==1.85.1"],
+        )
     })
 }
 
@@ -325,6 +308,18 @@ fn exporting_config(
     )
 }
 
+/// `exporting_config` over OTLP/HTTP to `collector`, `/` proxied to a port nothing serves.
+fn local_config(collector: &Collector, tracing_extra: &str) -> String {
+    let endpoint = format!("http://127.0.0.1:{}", collector.http_port);
+    exporting_config(
+        &endpoint,
+        "http/protobuf",
+        tracing_extra,
+        "http://127.0.0.1:9",
+        "",
+    )
+}
+
 /// One request and its spans: the server span and client span it made, checked against
 /// what the client sent and what the upstream received.
 fn spans_of_one_request(protocol: &str) {
@@ -335,15 +330,8 @@ fn spans_of_one_request(protocol: &str) {
     };
     let up = Upstream::start("a");
     let log = "  access_log: { enabled: true, path: stderr }\n";
-    let config = exporting_config(
-        &endpoint,
-        protocol,
-        "    otlp_compression_placeholder\n",
-        &up.url(),
-        "",
-    )
-    .replace("    otlp_compression_placeholder\n", "")
-    .replace("  admin:", &format!("{log}  admin:"));
+    let config = exporting_config(&endpoint, protocol, "", &up.url(), "")
+        .replace("  admin:", &format!("{log}  admin:"));
     let config = if protocol == "grpc" {
         config.replace("protocol: grpc,", "protocol: grpc, compression: gzip,")
     } else {
@@ -508,15 +496,7 @@ fn a_retried_request_shows_two_client_spans() {
 #[test]
 fn the_sampling_ratio_holds_over_ten_thousand_requests() {
     let collector = Collector::start();
-    let endpoint = format!("http://127.0.0.1:{}", collector.http_port);
-    let tracing = "    sample_rate: 0.1\n    max_queue: 20000\n";
-    let config = exporting_config(
-        &endpoint,
-        "http/protobuf",
-        tracing,
-        "http://127.0.0.1:9",
-        "",
-    );
+    let config = local_config(&collector, "    sample_rate: 0.1\n    max_queue: 20000\n");
     let weir = Weir::start(&config);
     let mut conn = Conn::open(weir.addr());
     const REQUESTS: usize = 10_000;
@@ -543,40 +523,15 @@ fn the_sampling_ratio_holds_over_ten_thousand_requests() {
         metrics.contains("\nweir_tracing_spans_dropped_total 0\n"),
         "{metrics}"
     );
-    // The exposition stays valid with the new family (Debian's promtool, as tests/metrics.rs).
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package)");
-    let mut stdin = promtool.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, metrics.as_bytes()).unwrap();
-    drop(stdin);
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    // The exposition stays valid with the new family.
+    promtool_check(&metrics);
 }
 
 #[test]
 fn a_collector_killed_under_load_costs_no_request() {
     let mut collector = Collector::start();
     let (http_port, grpc_port) = (collector.http_port, collector.grpc_port);
-    let endpoint = format!("http://127.0.0.1:{http_port}");
-    let tracing = "    max_queue: 50\n    batch: 20\n    otlp_timeout_placeholder\n";
-    let config = exporting_config(
-        &endpoint,
-        "http/protobuf",
-        tracing,
-        "http://127.0.0.1:9",
-        "",
-    )
-    .replace("    otlp_timeout_placeholder\n", "")
-    .replace(
+    let config = local_config(&collector, "    max_queue: 50\n    batch: 20\n").replace(
         "headers: { x-api-key: k1 }",
         "headers: { x-api-key: k1 }, timeout: 1s",
     );
@@ -625,10 +580,9 @@ fn a_collector_killed_under_load_costs_no_request() {
 #[test]
 fn a_stop_sends_the_last_spans() {
     let collector = Collector::start();
-    let endpoint = format!("http://127.0.0.1:{}", collector.http_port);
     // No export would come before a minute: only the stop sends these.
-    let config = exporting_config(&endpoint, "http/protobuf", "", "http://127.0.0.1:9", "")
-        .replace("flush_interval: 50ms", "flush_interval: 60s");
+    let config =
+        local_config(&collector, "").replace("flush_interval: 50ms", "flush_interval: 60s");
     let mut weir = Weir::start(&config);
     let r = request(
         weir.addr(),

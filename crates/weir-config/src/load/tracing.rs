@@ -60,14 +60,7 @@ impl Loader<'_> {
         let max_queue = count(self, "max_queue", DEFAULT_TRACING_MAX_QUEUE, 1 << 24)?;
         let batch = count(self, "batch", DEFAULT_TRACING_BATCH, 1 << 16)?;
         let flush_interval = match f.get("flush_interval") {
-            Some(n) => {
-                let d = self.duration(n, "`server.tracing.flush_interval`")?;
-                if d.is_zero() {
-                    self.error(n.pos, "`server.tracing.flush_interval` must be above 0");
-                    return None;
-                }
-                d
-            }
+            Some(n) => self.positive_duration(n, "`server.tracing.flush_interval`")?,
             None => DEFAULT_TRACING_FLUSH_INTERVAL,
         };
         Some(Tracing {
@@ -102,47 +95,28 @@ impl Loader<'_> {
             );
             return None;
         };
+        let protocols = [
+            ("http/protobuf", OtlpProtocol::HttpProtobuf),
+            ("grpc", OtlpProtocol::Grpc),
+        ];
         let protocol = match f.get("protocol") {
             None => OtlpProtocol::HttpProtobuf,
-            Some(n) => match self.string(n, "`otlp.protocol`")?.as_str() {
-                "http/protobuf" => OtlpProtocol::HttpProtobuf,
-                "grpc" => OtlpProtocol::Grpc,
-                other => {
-                    self.error(
-                        n.pos,
-                        format!("unknown `otlp.protocol` `{other}`; expected: http/protobuf, grpc"),
-                    );
-                    return None;
-                }
-            },
+            Some(n) => self.one_of(n, "`otlp.protocol`", &protocols)?,
         };
+        let compressions = [
+            ("gzip", OtlpCompression::Gzip),
+            ("none", OtlpCompression::None),
+        ];
         let compression = match f.get("compression") {
             None => OtlpCompression::None,
-            Some(n) => match self.string(n, "`otlp.compression`")?.as_str() {
-                "none" => OtlpCompression::None,
-                "gzip" => OtlpCompression::Gzip,
-                other => {
-                    self.error(
-                        n.pos,
-                        format!("unknown `otlp.compression` `{other}`; expected: gzip, none"),
-                    );
-                    return None;
-                }
-            },
+            Some(n) => self.one_of(n, "`otlp.compression`", &compressions)?,
         };
         let headers = match f.get("headers") {
             Some(n) => self.header_map(n, "`otlp.headers`"),
             None => Vec::new(),
         };
         let timeout = match f.get("timeout") {
-            Some(n) => {
-                let d = self.duration(n, "`otlp.timeout`")?;
-                if d.is_zero() {
-                    self.error(n.pos, "`otlp.timeout` must be above 0");
-                    return None;
-                }
-                d
-            }
+            Some(n) => self.positive_duration(n, "`otlp.timeout`")?,
             None => DEFAULT_OTLP_TIMEOUT,
         };
         Some(Otlp {
@@ -211,6 +185,31 @@ impl Loader<'_> {
             return None;
         };
         self.share(n, "`tracing.sample_rate`")
+    }
+
+    /// The value `options` names for the string at `node`.
+    fn one_of<T: Copy>(&mut self, node: &Node, what: &str, options: &[(&str, T)]) -> Option<T> {
+        let text = self.string(node, what)?;
+        let found = options.iter().find(|(name, _)| *name == text);
+        if found.is_none() {
+            let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
+            let expected = names.join(", ");
+            self.error(
+                node.pos,
+                format!("unknown {what} `{text}`; expected: {expected}"),
+            );
+        }
+        found.map(|(_, value)| *value)
+    }
+
+    /// A duration longer than 0.
+    fn positive_duration(&mut self, node: &Node, what: &str) -> Option<std::time::Duration> {
+        let d = self.duration(node, what)?;
+        if d.is_zero() {
+            self.error(node.pos, format!("{what} must be above 0"));
+            return None;
+        }
+        Some(d)
     }
 
     /// A number from 0 to 1.

@@ -156,7 +156,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     if head.trace.is_some() {
         let served = trace::Served {
             route: route.map(|r| &**r),
-            client: client.ip(),
+            client: client.ip_text(),
             scheme: client.scheme(),
             outcome: &outcome,
         };

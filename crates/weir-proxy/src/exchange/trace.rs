@@ -2,11 +2,12 @@
 //! conventions (https://opentelemetry.io/docs/specs/semconv/http/http-spans/), built once the
 //! answer is sent and handed to the worker's spans.
 
+use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
 use crate::http::trace_context::{
-    method_name, unix_nanos, AttrValue, Attributes, Sampler, TraceContext,
+    decimal, method_name, unix_nanos, AttrValue, Attributes, Sampler, TraceContext,
 };
 use crate::http::Scheme;
 use crate::observe::spans::{SpanKind, SpanRecord};
@@ -14,12 +15,12 @@ use crate::reply::client::Outcome;
 use crate::reply::{Reply, ReplyHead};
 use crate::state::runtime::{Route, RouteAction};
 use crate::worker::Worker;
-use std::net::IpAddr;
 
 /// What the server span needs of the exchange besides the request.
 pub(crate) struct Served<'a> {
     pub route: Option<&'a Route>,
-    pub client: IpAddr,
+    /// The client's address as text.
+    pub client: &'a str,
     pub scheme: Scheme,
     pub outcome: &'a Outcome,
 }
@@ -27,12 +28,19 @@ pub(crate) struct Served<'a> {
 /// Starts `head`'s trace on a route that `sampler` samples, taking the client's trace fields
 /// out of the request: every try writes weir's own.
 pub(crate) fn start(sampler: &Sampler, head: &mut RequestHead) {
-    let fields = &head.head;
-    let context = sampler.start(fields.get_all("traceparent"), fields.get_all("tracestate"));
-    if fields.get("traceparent").is_some() || fields.get("tracestate").is_some() {
+    // One pass over the fields: most requests carry neither.
+    let has_fields = head.head.iter().any(|(name, _)| {
+        eq_ignore_case(name, b"traceparent") || eq_ignore_case(name, b"tracestate")
+    });
+    let context = if has_fields {
+        let fields = &head.head;
+        let context = sampler.start(fields.get_all("traceparent"), fields.get_all("tracestate"));
         head.head.remove("traceparent");
         head.head.remove("tracestate");
-    }
+        context
+    } else {
+        sampler.start(std::iter::empty(), std::iter::empty())
+    };
     head.trace = Some(Box::new(context));
 }
 
@@ -53,14 +61,15 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
     } = served;
     let method = method_name(head.method());
     let str = |s: &str| AttrValue::Str(s.to_string());
-    let mut attributes: Attributes = vec![
-        ("http.request.method", str(method)),
+    let mut attributes: Attributes = Vec::with_capacity(16);
+    attributes.extend([
+        ("http.request.method", AttrValue::Static(method)),
         ("url.path", str(head.path())),
-        ("url.scheme", str(scheme.as_str())),
-        ("client.address", AttrValue::Str(client.to_string())),
+        ("url.scheme", AttrValue::Static(scheme.as_str())),
+        ("client.address", str(client)),
         (
             "network.protocol.version",
-            str(match (head.http2, head.minor_version) {
+            AttrValue::Static(match (head.http2, head.minor_version) {
                 (true, _) => "2",
                 (false, 0) => "1.0",
                 (false, _) => "1.1",
@@ -74,7 +83,7 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
             "http.response.body.size",
             AttrValue::Int(outcome.bytes as i64),
         ),
-    ];
+    ]);
     if let Some(route) = route {
         attributes.push(("http.route", str(&route.name)));
     }
@@ -99,12 +108,14 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
     // Server spans: 5xx is an error, 4xx is the client's (semantic conventions, "Status").
     let error = outcome.status >= 500;
     if error {
-        attributes.push(("error.type", AttrValue::Str(outcome.status.to_string())));
+        attributes.push(("error.type", AttrValue::Str(decimal(outcome.status))));
     }
-    let name = match route {
-        Some(route) => format!("{method} {}", route.name),
-        None => method.to_string(),
-    };
+    let mut name = String::with_capacity(method.len() + 16);
+    name.push_str(method);
+    if let Some(route) = route {
+        name.push(' ');
+        name.push_str(&route.name);
+    }
     SpanRecord {
         trace_id: trace.trace_id,
         span_id: trace.span_id,

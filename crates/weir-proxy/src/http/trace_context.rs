@@ -9,6 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttrValue {
     Str(String),
+    /// A value known when weir was built (a method, a protocol version): not copied.
+    Static(&'static str),
     Int(i64),
     Bool(bool),
 }
@@ -142,15 +144,29 @@ fn hex_lower(digits: &[u8]) -> Option<u128> {
 
 /// `method` as the HTTP semantic conventions name it in `http.request.method`: one of the
 /// known methods, else `_OTHER`.
-pub fn method_name(method: &str) -> &str {
+pub fn method_name(method: &str) -> &'static str {
     const KNOWN: [&str; 9] = [
         "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
     ];
-    if KNOWN.contains(&method) {
-        method
-    } else {
-        "_OTHER"
+    KNOWN
+        .into_iter()
+        .find(|known| *known == method)
+        .unwrap_or("_OTHER")
+}
+
+/// `n` in decimal (a status code as `error.type` names it), without the formatting machinery.
+pub fn decimal(mut n: u16) -> String {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
     }
+    digits[at..].iter().map(|&d| char::from(d)).collect()
 }
 
 /// How a traced route decides whether a request is sampled; made once per route when the
@@ -176,7 +192,7 @@ impl Sampler {
     /// A new trace's id when it is sampled (for what has no parent to follow: a TCP
     /// connection), else `None`.
     pub fn sample_new(&self) -> Option<u128> {
-        let trace_id = fastrand::u128(1..);
+        let trace_id = new_trace_id();
         self.samples(trace_id).then_some(trace_id)
     }
 
@@ -213,7 +229,7 @@ impl Sampler {
                 (p.trace_id, p.flags & FLAG_RANDOM, sampled)
             }
             None => {
-                let trace_id = fastrand::u128(1..);
+                let trace_id = new_trace_id();
                 (trace_id, FLAG_RANDOM, self.samples(trace_id))
             }
         };
@@ -232,9 +248,14 @@ impl Sampler {
     }
 }
 
-/// A new span id: random, never all zeros.
+/// A new trace id: random, never all zeros.
+fn new_trace_id() -> u128 {
+    fastrand::u128(..).max(1)
+}
+
+/// A new span id: random, never all zeros (a zero draw, one in 2^64, becomes 1).
 pub fn new_span_id() -> u64 {
-    fastrand::u64(1..)
+    fastrand::u64(..).max(1)
 }
 
 /// One traced request's context.
@@ -290,17 +311,18 @@ impl TraceContext {
 pub fn traceparent(trace_id: u128, span_id: u64, flags: u8) -> [u8; 55] {
     let mut out = [b'-'; 55];
     out[..2].copy_from_slice(b"00");
-    write_hex(&mut out[3..35], trace_id);
-    write_hex(&mut out[36..52], u128::from(span_id));
-    write_hex(&mut out[53..55], u128::from(flags));
+    write_hex(&mut out[3..35], &trace_id.to_be_bytes());
+    write_hex(&mut out[36..52], &span_id.to_be_bytes());
+    write_hex(&mut out[53..55], &[flags]);
     out
 }
 
-/// `n`'s lowest `out.len()` hex digits, lowercase, into `out`.
-pub fn write_hex(out: &mut [u8], mut n: u128) {
-    for digit in out.iter_mut().rev() {
-        *digit = b"0123456789abcdef"[(n & 0xf) as usize];
-        n >>= 4;
+/// `bytes` in lowercase hex into `out` (twice as long), a byte at a time.
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
     }
 }
 
@@ -597,6 +619,14 @@ mod tests {
             assert!(kept.as_deref() != Some(value), "{value}: {kept:?}");
         }
         assert_eq!(tracestate(&[("tracestate", "foo=bar=baz")]), None);
+    }
+
+    #[test]
+    fn decimals() {
+        assert_eq!(
+            (decimal(0), decimal(503), decimal(65535)),
+            ("0".into(), "503".into(), "65535".into())
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! whether the try reused a pooled connection.
 
 use crate::http::codec::RequestHead;
-use crate::http::trace_context::{method_name, new_span_id, unix_nanos, AttrValue, TraceContext};
+use crate::http::trace_context::{
+    decimal, method_name, new_span_id, unix_nanos, AttrValue, TraceContext,
+};
 use crate::observe::spans::{SpanKind, SpanRecord};
 use crate::reply::{Reply, ReplyHead};
 use crate::servers::balancer::{Server, Service};
@@ -80,7 +82,7 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
                 AttrValue::Int(i64::from(status)),
             ));
             // Client spans: 4xx and 5xx are errors.
-            (status >= 400).then(|| status.to_string())
+            (status >= 400).then(|| decimal(status))
         }
         Err(failed) => Some(format!("{:?}", failed.answer.kind)),
     };

@@ -643,3 +643,29 @@ fn a_traced_tcp_connection_makes_one_span() {
     assert_eq!(attr(span, "weir.tcp.bytes_from_client"), 5);
     assert_eq!(attr(span, "weir.tcp.bytes_to_client"), 5);
 }
+
+#[test]
+fn a_reload_changes_the_sampling_and_the_collector() {
+    let (first, second) = (Collector::start(), Collector::start());
+    let config = local_config(&first, "    sample_rate: 0\n");
+    let weir = Weir::start(&config);
+    let local = |weir: &Weir| {
+        let r = request(
+            weir.addr(),
+            "GET /local HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+    };
+    local(&weir);
+    // Rate 1 to the second collector: the next request's span goes there.
+    let endpoint = |c: &Collector| format!("http://127.0.0.1:{}", c.http_port);
+    let reloaded = config
+        .replace(&endpoint(&first), &endpoint(&second))
+        .replace("    sample_rate: 0\n", "    sample_rate: 1\n");
+    std::fs::write(weir.config_path(), reloaded).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line("weir: reloaded", 1);
+    local(&weir);
+    second.wait_for(1, |s| attr(s, "http.route") == "local");
+    assert!(first.spans().is_empty(), "{:#?}", first.spans());
+}

@@ -669,3 +669,34 @@ fn a_reload_changes_the_sampling_and_the_collector() {
     second.wait_for(1, |s| attr(s, "http.route") == "local");
     assert!(first.spans().is_empty(), "{:#?}", first.spans());
 }
+
+#[test]
+fn grpc_calls_carry_their_status() {
+    let collector = Collector::start();
+    let server = GrpcServer::start();
+    let config = format!(
+        "server:\n  workers: 1\n  tracing:\n    otlp: {{ endpoint: \"http://127.0.0.1:{}\" }}\n    flush_interval: 50ms\n\
+         entrypoints:\n  web: {{ address: \"127.0.0.1:0\", h2c: true }}\n\
+         routers:\n  grpc: {{ rule: \"PathPrefix(`/weir.Test/`)\", service: grpc }}\n\
+         services:\n  grpc: {{ protocol: h2c, servers: [{{ url: \"http://127.0.0.1:{}\" }}] }}\n",
+        collector.http_port, server.port
+    );
+    let weir = Weir::start(&config);
+    let out = calls(weir.addr(), "unary,fail");
+    assert_eq!(out["unary"]["code"], "OK", "{out}");
+    assert_eq!(out["fail"]["code"], "INVALID_ARGUMENT", "{out}");
+    let spans = collector.wait_for(2, |s| kind(s) == SERVER);
+    let mut codes: Vec<i64> = spans
+        .iter()
+        .filter(|s| kind(s) == SERVER)
+        .map(|s| {
+            assert_eq!(attr(s, "network.protocol.version"), "2");
+            attr(s, "rpc.grpc.status_code")
+                .as_i64()
+                .expect("a gRPC status")
+        })
+        .collect();
+    codes.sort();
+    // OK and INVALID_ARGUMENT (3), read from trailers or from a trailers-only head.
+    assert_eq!(codes, vec![0, 3]);
+}

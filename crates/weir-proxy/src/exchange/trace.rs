@@ -165,9 +165,8 @@ pub(crate) fn note_reply(
         }
     }
     if crate::http::grpc::is_grpc(head) {
-        if let Some(code) = reply_header(reply, "grpc-status").and_then(|c| c.parse().ok()) {
-            let attribute = ("rpc.grpc.status_code", AttrValue::Int(code));
-            trace.attributes.borrow_mut().push(attribute);
+        if let Some(status) = reply_header(reply, "grpc-status") {
+            trace.note_grpc_status(status.as_bytes());
         }
     }
 }

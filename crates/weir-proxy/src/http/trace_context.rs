@@ -287,6 +287,18 @@ impl TraceContext {
         self.flags & FLAG_SAMPLED != 0
     }
 
+    /// Notes a gRPC answer's `grpc-status` on the server span (`rpc.grpc.status_code`), when
+    /// the request is sampled.
+    pub fn note_grpc_status(&self, value: &[u8]) {
+        let code = std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok());
+        if let Some(code) = code.filter(|_| self.sampled()) {
+            let attribute = ("rpc.grpc.status_code", AttrValue::Int(code));
+            self.attributes.borrow_mut().push(attribute);
+        }
+    }
+
     /// Notes an event on the server span, when the request is sampled.
     pub fn event(&self, name: &'static str, attributes: impl FnOnce() -> Attributes) {
         if self.sampled() {

@@ -700,3 +700,24 @@ fn grpc_calls_carry_their_status() {
     // OK and INVALID_ARGUMENT (3), read from trailers or from a trailers-only head.
     assert_eq!(codes, vec![0, 3]);
 }
+
+#[test]
+fn a_cached_route_notes_its_lookup() {
+    let collector = Collector::start();
+    let up = Upstream::start("a");
+    let config = local_config(&collector, "")
+        .replace(
+            "  all: { rule: \"PathPrefix(`/`)\", priority: 1, service: app }\n",
+            "  all: { rule: \"PathPrefix(`/`)\", priority: 1, service: app, cache: main }\n",
+        )
+        .replace("http://127.0.0.1:9", &up.url())
+        + "caches:\n  main: {}\n";
+    let weir = Weir::start(&config);
+    get_with(&weir, "/x", "");
+    let spans = collector.wait_for(1, |s| kind(s) == SERVER);
+    let server = spans.iter().find(|s| kind(s) == SERVER).unwrap();
+    let event = &server["events"][0];
+    assert_eq!(event["name"], "weir.cache.lookup", "{server:#}");
+    let status = event["attributes"]["weir.cache.status"].as_str().unwrap();
+    assert!(status.starts_with("weir; fwd=uri-miss"), "{status}");
+}

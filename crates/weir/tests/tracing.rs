@@ -107,12 +107,21 @@ fn an_invalid_traceparent_is_replaced_and_its_tracestate_dropped() {
 }
 
 #[test]
-fn a_route_sampling_nothing_still_passes_the_trace_on() {
+fn a_route_sampling_nothing_passes_a_clients_trace_on() {
     let up = Upstream::start("a");
     let weir = Weir::start(&traced_config(&up.url(), ""));
-    // A new trace at rate 0: not sampled, random id.
-    let got = echoed_header(&get_with(&weir, "/rare", ""), "traceparent").unwrap();
-    assert_eq!(fields(&got)[3], "02");
+    // No trace of its own at rate 0: nothing is sent (W3C Trace Context section 3.3, "No
+    // traceparent received", step 2, lets a vendor not communicate that decision).
+    assert_eq!(
+        echoed_header(&get_with(&weir, "/rare", ""), "traceparent"),
+        None
+    );
+    // An invalid traceparent is still replaced, unsampled.
+    let bad = format!("traceparent: 00-{CLIENT_TRACE}-0000000000000000-01\r\n");
+    let got = echoed_header(&get_with(&weir, "/rare", &bad), "traceparent").unwrap();
+    let parts = fields(&got);
+    assert_ne!(parts[1], CLIENT_TRACE);
+    assert_eq!(parts[3], "02");
     // A sampled parent decides (parent_based), whatever the rate.
     let sent = format!("traceparent: 00-{CLIENT_TRACE}-{CLIENT_PARENT}-01\r\n");
     let got = echoed_header(&get_with(&weir, "/rare", &sent), "traceparent").unwrap();

@@ -26,7 +26,8 @@ pub(crate) struct Served<'a> {
 }
 
 /// Starts `head`'s trace on a route that `sampler` samples, taking the client's trace fields
-/// out of the request: every try writes weir's own.
+/// out of the request: every try writes weir's own. A request without trace fields that is
+/// not sampled gets no trace (see `Sampler::start_root`).
 pub(crate) fn start(sampler: &Sampler, head: &mut RequestHead) {
     // One pass over the fields: most requests carry neither.
     let has_fields = head.head.iter().any(|(name, _)| {
@@ -37,11 +38,11 @@ pub(crate) fn start(sampler: &Sampler, head: &mut RequestHead) {
         let context = sampler.start(fields.get_all("traceparent"), fields.get_all("tracestate"));
         head.head.remove("traceparent");
         head.head.remove("tracestate");
-        context
+        Some(context)
     } else {
-        sampler.start(std::iter::empty(), std::iter::empty())
+        sampler.start_root()
     };
-    head.trace = Some(Box::new(context));
+    head.trace = context.map(Box::new);
 }
 
 /// Records the server span of `head`'s request, if it is sampled.

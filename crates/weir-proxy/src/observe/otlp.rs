@@ -1,12 +1,11 @@
 //! The OTLP trace messages weir sends (`opentelemetry/proto/collector/trace/v1` and the
 //! messages it names, field numbers as in the opentelemetry-proto repository), and a batch of
 //! finished spans encoded as one `ExportTraceServiceRequest`: written straight from the span
-//! records with prost's wire helpers (building the messages first copied every key and value
-//! and measured each nested message again at every level: 16,000 instructions a request of
-//! two spans, callgrind); the prost messages check that encoding in the tests.
+//! records in protobuf's wire format (building prost's messages first copied every key and
+//! value and measured each nested message again at every level: 16,000 instructions a request
+//! of two spans, callgrind); the prost messages read that encoding back in the tests.
 
 use crate::observe::spans::{AttrValue, Attributes, SpanKind, SpanRecord};
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 
 #[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]
@@ -143,9 +142,7 @@ pub fn encode(resource: &ResourceInfo<'_>, spans: &[SpanRecord]) -> Vec<u8> {
     put_str(&mut scratch, 2, env!("CARGO_PKG_VERSION"));
     put_message(&mut scope_spans, 1, &scratch);
     for span in spans {
-        scratch.clear();
-        put_span(&mut scratch, span);
-        put_message(&mut scope_spans, 2, &scratch);
+        put_span_message(&mut scope_spans, span);
     }
     // ResourceSpans: the resource, then the scope's spans.
     scratch.clear();
@@ -166,6 +163,25 @@ pub fn encode(resource: &ResourceInfo<'_>, spans: &[SpanRecord]) -> Vec<u8> {
     out
 }
 
+/// A span as field 2 of `ScopeSpans`, written in place: two bytes are kept for its length,
+/// which fits them unless the span is shorter than 128 bytes or longer than 16 KiB (then
+/// the body moves).
+fn put_span_message(out: &mut Vec<u8>, span: &SpanRecord) {
+    key(out, 2, LENGTH_DELIMITED);
+    let at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    put_span(out, span);
+    let len = out.len() - at - 2;
+    if (128..16384).contains(&len) {
+        out[at] = (len as u8 & 0x7f) | 0x80;
+        out[at + 1] = (len >> 7) as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(3);
+        varint(&mut prefix, len as u64);
+        out.splice(at..at + 2, prefix);
+    }
+}
+
 fn put_span(out: &mut Vec<u8>, span: &SpanRecord) {
     put_bytes(out, 1, &span.trace_id.to_be_bytes());
     put_bytes(out, 2, &span.span_id.to_be_bytes());
@@ -180,8 +196,8 @@ fn put_span(out: &mut Vec<u8>, span: &SpanRecord) {
         SpanKind::Server => 2,
         SpanKind::Client => 3,
     };
-    encode_key(6, WireType::Varint, out);
-    encode_varint(kind, out);
+    key(out, 6, VARINT);
+    varint(out, kind);
     put_fixed64(out, 7, span.start_unix_nano);
     put_fixed64(out, 8, span.end_unix_nano);
     put_attributes(out, 9, &span.attributes);
@@ -218,32 +234,28 @@ fn put_attributes(out: &mut Vec<u8>, tag: u32, attributes: &Attributes) {
 }
 
 /// A `KeyValue` (key 1, `AnyValue` 2: string 1, bool 2, int 3) as field `tag`.
-fn put_key_value(out: &mut Vec<u8>, tag: u32, key: &str, value: &Value<'_>) {
+fn put_key_value(out: &mut Vec<u8>, tag: u32, name: &str, value: &Value<'_>) {
     let any_len = match value {
-        Value::Str(s) => 1 + encoded_len_varint(s.len() as u64) + s.len(),
-        Value::Int(n) => 1 + encoded_len_varint(*n as u64),
+        Value::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
+        Value::Int(n) => 1 + varint_len(*n as u64),
         Value::Bool(_) => 2,
     };
-    let len = 1
-        + encoded_len_varint(key.len() as u64)
-        + key.len()
-        + 1
-        + encoded_len_varint(any_len as u64)
-        + any_len;
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(len as u64, out);
-    put_str(out, 1, key);
-    encode_key(2, WireType::LengthDelimited, out);
-    encode_varint(any_len as u64, out);
+    let name_len = 1 + varint_len(name.len() as u64) + name.len();
+    let len = name_len + 1 + varint_len(any_len as u64) + any_len;
+    key(out, tag, LENGTH_DELIMITED);
+    varint(out, len as u64);
+    put_str(out, 1, name);
+    key(out, 2, LENGTH_DELIMITED);
+    varint(out, any_len as u64);
     match value {
         Value::Str(s) => put_str(out, 1, s),
         Value::Bool(b) => {
-            encode_key(2, WireType::Varint, out);
-            encode_varint(u64::from(*b), out);
+            key(out, 2, VARINT);
+            varint(out, u64::from(*b));
         }
         Value::Int(n) => {
-            encode_key(3, WireType::Varint, out);
-            encode_varint(*n as u64, out);
+            key(out, 3, VARINT);
+            varint(out, *n as u64);
         }
     }
 }
@@ -257,14 +269,35 @@ fn put_str(out: &mut Vec<u8>, tag: u32, text: &str) {
 }
 
 fn put_bytes(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
+    key(out, tag, LENGTH_DELIMITED);
+    varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
 fn put_fixed64(out: &mut Vec<u8>, tag: u32, n: u64) {
-    encode_key(tag, WireType::SixtyFourBit, out);
+    key(out, tag, FIXED64);
     out.extend_from_slice(&n.to_le_bytes());
+}
+
+/// Protobuf's wire types.
+const VARINT: u32 = 0;
+const FIXED64: u32 = 1;
+const LENGTH_DELIMITED: u32 = 2;
+
+fn key(out: &mut Vec<u8>, tag: u32, wire_type: u32) {
+    varint(out, u64::from(tag << 3 | wire_type));
+}
+
+fn varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn varint_len(n: u64) -> usize {
+    (64 - (n | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 #[cfg(test)]
@@ -279,6 +312,16 @@ mod tests {
         KeyValue {
             key: key.into(),
             value: Some(AnyValue { value: Some(value) }),
+        }
+    }
+
+    #[test]
+    fn varints_are_minimal() {
+        for n in [0u64, 1, 127, 128, 16383, 16384, u64::MAX] {
+            let mut out = Vec::new();
+            varint(&mut out, n);
+            assert_eq!(out.len(), varint_len(n), "{n}");
+            assert_eq!(out.len(), prost::encoding::encoded_len_varint(n), "{n}");
         }
     }
 
@@ -318,7 +361,11 @@ mod tests {
             service_name: "edge",
             attributes: &attributes,
         };
-        let bytes = encode(&resource, &[record, client]);
+        // A span under 128 bytes, whose length takes one byte.
+        let mut tiny = client.clone();
+        tiny.attributes.clear();
+        tiny.name = "t".into();
+        let bytes = encode(&resource, &[record, client, tiny]);
         let request = ExportTraceServiceRequest::decode(&bytes[..]).unwrap();
         let rs = &request.resource_spans[0];
         use any_value::Value as V;
@@ -362,5 +409,7 @@ mod tests {
         assert_eq!(server.status.as_ref().unwrap().code, 2);
         assert!(client.parent_span_id.is_empty() && client.trace_state.is_empty());
         assert!(client.status.is_none() && client.events.is_empty());
+        assert_eq!(ss.spans[2].name, "t");
+        assert!(ss.spans[2].attributes.is_empty());
     }
 }

@@ -51,9 +51,20 @@ pub struct SpanQueue {
 impl SpanQueue {
     /// Every span queued so far, leaving the queue empty.
     pub fn take(&self) -> Vec<SpanRecord> {
-        match self.spans.lock() {
-            Ok(mut spans) => std::mem::take(&mut *spans),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        let mut taken = Vec::new();
+        self.take_into(&mut taken);
+        taken
+    }
+
+    /// Moves every span queued so far to the end of `into`. An empty `into` is swapped with
+    /// the queue, which keeps its room for the next spans (taken whole, the queue grew again
+    /// from nothing, a reallocation and a copy at every doubling).
+    pub fn take_into(&self, into: &mut Vec<SpanRecord>) {
+        let mut spans = self.spans.lock().unwrap_or_else(|e| e.into_inner());
+        if into.is_empty() {
+            std::mem::swap(&mut *spans, into);
+        } else {
+            into.append(&mut spans);
         }
     }
 

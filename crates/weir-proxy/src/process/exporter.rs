@@ -95,7 +95,7 @@ impl Exporter {
             match snapshot.config.server.tracing.as_ref() {
                 Some(tracing) => {
                     if self.pending.len() < tracing.batch {
-                        self.pending.append(&mut queue.take());
+                        queue.take_into(&mut self.pending);
                     }
                     self.send_pending(tracing).await;
                 }

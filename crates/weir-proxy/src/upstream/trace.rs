@@ -37,24 +37,30 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
     let method = head.method();
     let known_method = method_name(method);
     let str = |s: &str| AttrValue::Str(s.to_string());
-    let mut attributes = vec![
-        ("http.request.method", str(known_method)),
-        ("server.address", str(&tried.server.addr.ip().to_string())),
+    // The server's host as its URL names it (`authority` is `host:port`): no formatting.
+    let authority = &tried.server.authority;
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority.as_str(), |(host, _)| host);
+    let base = tried.server.url.trim_end_matches('/');
+    let mut url = String::with_capacity(base.len() + head.target().len());
+    url.push_str(base);
+    url.push_str(head.target());
+    let mut attributes = Vec::with_capacity(10);
+    attributes.extend([
+        ("http.request.method", AttrValue::Static(known_method)),
+        (
+            "server.address",
+            str(host.trim_start_matches('[').trim_end_matches(']')),
+        ),
         (
             "server.port",
             AttrValue::Int(i64::from(tried.server.addr.port())),
         ),
-        (
-            "url.full",
-            AttrValue::Str(format!(
-                "{}{}",
-                tried.server.url.trim_end_matches('/'),
-                head.target()
-            )),
-        ),
+        ("url.full", AttrValue::Str(url)),
         (
             "network.protocol.version",
-            str(match tried.service.protocol {
+            AttrValue::Static(match tried.service.protocol {
                 UpstreamProtocol::Http1 => "1.1",
                 _ => "2",
             }),
@@ -63,7 +69,7 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
             "weir.upstream.connection_reused",
             AttrValue::Bool(trace.try_reused.get()),
         ),
-    ];
+    ]);
     // Set only on a resent request (semantic conventions, `http.request.resend_count`).
     if tried.retry > 0 {
         attributes.push((
@@ -84,6 +90,7 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
             // Client spans: 4xx and 5xx are errors.
             (status >= 400).then(|| decimal(status))
         }
+        // weir's name for the failure (`UpstreamUnreachable`, `UpstreamTimeout`).
         Err(failed) => Some(format!("{:?}", failed.answer.kind)),
     };
     if let Some(error_type) = &error {

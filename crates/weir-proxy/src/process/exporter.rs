@@ -66,6 +66,9 @@ struct Exporter {
     pending: Vec<SpanRecord>,
     /// Set while the collector fails: the wait before the next try.
     backoff: Option<Duration>,
+    /// Set once a refusal is logged, until a batch is taken again: a collector that refuses
+    /// every batch gets one line, not one a batch.
+    refusing: bool,
 }
 
 impl Exporter {
@@ -122,13 +125,18 @@ impl Exporter {
             let body = otlp::encode(&resource, &self.pending[..n]);
             let sent = tokio::time::timeout(tracing.otlp.timeout, self.export(&tracing.otlp, body));
             let failure = match sent.await {
-                Ok(Ok(())) => None,
+                Ok(Ok(())) => {
+                    self.refusing = false;
+                    None
+                }
                 Ok(Err(Failure::Refused(why))) => {
                     // The collector will never take this batch (a 4xx other than 429).
-                    crate::log_line!(
-                        "weir: tracing: collector {} refused {n} span(s): {why}",
-                        tracing.otlp.endpoint
-                    );
+                    if !std::mem::replace(&mut self.refusing, true) {
+                        crate::log_line!(
+                            "weir: tracing: collector {} refused {n} span(s): {why}; such batches are dropped",
+                            tracing.otlp.endpoint
+                        );
+                    }
                     None
                 }
                 Ok(Err(Failure::Retry(why))) => Some(why),

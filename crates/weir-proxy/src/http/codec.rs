@@ -567,12 +567,10 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         trace: None,
     };
     req.split_target();
-    if req.authority != NO_SPAN {
-        if !is_valid_authority(req.head.text(req.authority).as_bytes()) {
-            return Err(HeadError::Malformed(
-                "invalid authority in the request target",
-            ));
-        }
+    if req.authority != NO_SPAN && !is_valid_authority(req.head.text(req.authority).as_bytes()) {
+        return Err(HeadError::Malformed(
+            "invalid authority in the request target",
+        ));
     }
     let target = req.target();
     if !(target.starts_with('/')

@@ -242,21 +242,68 @@ fn put_key_value(out: &mut Vec<u8>, tag: u32, name: &str, value: &Value<'_>) {
     };
     let name_len = 1 + varint_len(name.len() as u64) + name.len();
     let len = name_len + 1 + varint_len(any_len as u64) + any_len;
-    key(out, tag, LENGTH_DELIMITED);
-    varint(out, len as u64);
-    put_str(out, 1, name);
-    key(out, 2, LENGTH_DELIMITED);
-    varint(out, any_len as u64);
+    // The field's framing is built on the stack and appended in one piece, then the name,
+    // the value's framing, the value: an attribute is four appends, not a dozen pushes.
+    let mut framing = Framing::default();
+    framing.varint(u64::from(tag << 3 | LENGTH_DELIMITED));
+    framing.varint(len as u64);
+    framing.varint(u64::from(1 << 3 | LENGTH_DELIMITED));
+    framing.varint(name.len() as u64);
+    out.reserve(len + 12);
+    out.extend_from_slice(framing.bytes());
+    out.extend_from_slice(name.as_bytes());
+    let mut framing = Framing::default();
+    framing.varint(u64::from(2 << 3 | LENGTH_DELIMITED));
+    framing.varint(any_len as u64);
     match value {
-        Value::Str(s) => put_str(out, 1, s),
+        Value::Str(s) => {
+            framing.varint(u64::from(1 << 3 | LENGTH_DELIMITED));
+            framing.varint(s.len() as u64);
+            out.extend_from_slice(framing.bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
         Value::Bool(b) => {
-            key(out, 2, VARINT);
-            varint(out, u64::from(*b));
+            framing.varint(u64::from(2 << 3 | VARINT));
+            framing.varint(u64::from(*b));
+            out.extend_from_slice(framing.bytes());
         }
         Value::Int(n) => {
-            key(out, 3, VARINT);
-            varint(out, *n as u64);
+            framing.varint(u64::from(3 << 3 | VARINT));
+            framing.varint(*n as u64);
+            out.extend_from_slice(framing.bytes());
         }
+    }
+}
+
+/// A few bytes of keys and lengths, gathered before they are appended.
+struct Framing {
+    /// Four varints at most, of ten bytes at most.
+    bytes: [u8; 40],
+    len: usize,
+}
+
+impl Default for Framing {
+    fn default() -> Framing {
+        Framing {
+            bytes: [0; 40],
+            len: 0,
+        }
+    }
+}
+
+impl Framing {
+    fn varint(&mut self, mut n: u64) {
+        while n >= 0x80 {
+            self.bytes[self.len] = n as u8 | 0x80;
+            self.len += 1;
+            n >>= 7;
+        }
+        self.bytes[self.len] = n as u8;
+        self.len += 1;
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 

@@ -60,7 +60,14 @@ pub async fn serve(
     let Some(route) = routes.find(peer, peeked.as_ref()) else {
         return ep.has_http_routes.then_some(io);
     };
-    proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
+    // Under `server.tracing`, a sampled connection makes one span.
+    let traced = route.tracing.as_ref().and_then(Sampler::sample_new);
+    let started = traced.map(|_| unix_nanos());
+    let relayed = proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
+    if let (Some(trace_id), Some(started)) = (traced, started) {
+        let span = connection_span(route, peer, trace_id, started, relayed);
+        worker.spans.record(span);
+    }
     None
 }
 
@@ -74,26 +81,6 @@ async fn peek_hello(io: &TcpStream) -> std::io::Result<Peeked> {
         done => Some(done),
     })
     .await
-}
-
-/// Proxies a connection `route` took; `handshake_timeout` is the entrypoint's, for a route
-/// that terminates TLS. Under `server.tracing`, a sampled connection makes one span.
-async fn proxy(
-    worker: &Rc<Worker>,
-    route: &TcpRoute,
-    io: TcpStream,
-    peer: SocketAddr,
-    watch: &ConnWatch,
-    handshake_timeout: Duration,
-) {
-    let traced = route.tracing.as_ref().and_then(Sampler::sample_new);
-    let started = traced.map(|_| unix_nanos());
-    let relayed = relay_connection(worker, route, io, peer, watch, handshake_timeout).await;
-    if let (Some(trace_id), Some(started)) = (traced, started) {
-        worker
-            .spans
-            .record(connection_span(route, peer, trace_id, started, relayed));
-    }
 }
 
 /// How a proxied connection went, for its span.
@@ -156,8 +143,9 @@ fn connection_span(
     }
 }
 
-/// Connects to a server of the route's service and relays the connection.
-async fn relay_connection(
+/// Proxies a connection `route` took: connects to a server of its service and relays the
+/// bytes; `handshake_timeout` is the entrypoint's, for a route that terminates TLS.
+async fn proxy(
     worker: &Rc<Worker>,
     route: &TcpRoute,
     io: TcpStream,

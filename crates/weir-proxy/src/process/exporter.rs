@@ -75,7 +75,7 @@ impl Exporter {
     /// Exports until `stop` is requested, then sends what is left once and returns.
     async fn run(mut self, queue: &SpanQueue, runtime: &SharedRuntime, stop: &Shutdown) {
         loop {
-            let snapshot = runtime.load();
+            let snapshot = runtime.load_full();
             let tracing = snapshot.config.server.tracing.as_ref();
             configure(queue, tracing);
             let wait = match (self.backoff, tracing) {
@@ -94,7 +94,7 @@ impl Exporter {
                     _ = stopped => {}
                 }
             }
-            let snapshot = runtime.load();
+            let snapshot = runtime.load_full();
             match snapshot.config.server.tracing.as_ref() {
                 Some(tracing) => {
                     if self.pending.len() < tracing.batch {

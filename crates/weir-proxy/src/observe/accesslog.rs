@@ -34,7 +34,7 @@ pub struct RequestLine {
     pub version: &'static str,
     pub referer: String,
     pub user_agent: String,
-    /// On a traced route: the trace id and weir's server span id.
+    /// When the request has a trace: its id and weir's server span id.
     pub trace: Option<(u128, u64)>,
 }
 

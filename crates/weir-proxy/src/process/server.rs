@@ -539,9 +539,8 @@ fn resume(
     }
 }
 
-/// Writes the access-log lines the worker gathered since the last tick.
-/// Writes the worker's gathered access-log lines and hands its finished spans to the
-/// exporter's queue (every tick, and at stop).
+/// Writes the access-log lines the worker gathered since the last tick, and hands its
+/// finished spans to the exporter's queue.
 fn flush_log(worker: &Worker, config: &SharedRuntime) {
     if let Some(log) = &config.load().access_log {
         log.flush(&worker.log_lines);

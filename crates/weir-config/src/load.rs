@@ -18,6 +18,7 @@ mod services;
 mod stores;
 pub(crate) mod suggest;
 mod tcp;
+mod tracing;
 mod upstream;
 mod values;
 
@@ -220,6 +221,7 @@ impl Loader<'_> {
                 middlewares: &middlewares,
                 chains: &chains,
                 caches: &caches,
+                tracing: server.tracing.is_some(),
             };
             if let Some(router) = self.router(name, node, &known) {
                 routers.push(router);

@@ -207,6 +207,8 @@ pub struct Server {
     /// Whether exchanges are counted by router and service and timed (entrypoint counts are
     /// always kept).
     pub metrics: bool,
+    /// OpenTelemetry tracing (`server.tracing`), when configured.
+    pub tracing: Option<Tracing>,
 }
 
 /// The open-file cache of `static` routes, per worker.
@@ -424,6 +426,8 @@ pub struct Router {
     pub cache: Option<String>,
     /// `access_log: false`: this router's requests get no access-log line.
     pub access_log: bool,
+    /// `tracing: { sample_rate }`: this router's share of new traces, over `server.tracing`'s.
+    pub tracing_sample_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -1423,3 +1427,63 @@ impl JwsAlgorithm {
         }
     }
 }
+
+// tracing: begin
+/// `server.tracing`: OpenTelemetry traces exported over OTLP, and W3C Trace Context passed on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tracing {
+    pub otlp: Otlp,
+    /// The share of requests without a sampled parent that start a sampled trace, 0 to 1.
+    pub sample_rate: f64,
+    /// Whether a client's `traceparent` decides the sampling (its sampled flag), as
+    /// OpenTelemetry's `ParentBased` sampler does.
+    pub parent_based: bool,
+    /// `service.name` of the exported resource.
+    pub service_name: String,
+    /// More attributes of the exported resource, in the order written.
+    pub resource_attributes: Vec<(String, String)>,
+    /// Finished spans waiting for export, across workers; more are dropped and counted.
+    pub max_queue: usize,
+    /// Spans per export request.
+    pub batch: usize,
+    /// The longest a finished span waits before its batch is sent.
+    pub flush_interval: Duration,
+}
+
+/// `server.tracing.otlp`: where and how spans are exported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Otlp {
+    /// The collector's base URL as written (`http://host:4318`).
+    pub endpoint: String,
+    /// The collector's address, from `endpoint`.
+    pub authority: String,
+    pub protocol: OtlpProtocol,
+    /// Header lines sent with every export request.
+    pub headers: Vec<(String, String)>,
+    /// How long one export request may take.
+    pub timeout: Duration,
+    pub compression: OtlpCompression,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `http/protobuf`: `POST {endpoint}/v1/traces`, a protobuf body.
+    HttpProtobuf,
+    /// `grpc`: `TraceService/Export` over HTTP/2 without TLS.
+    Grpc,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpCompression {
+    None,
+    Gzip,
+}
+
+pub const DEFAULT_TRACING_SAMPLE_RATE: f64 = 1.0;
+pub const DEFAULT_TRACING_SERVICE_NAME: &str = "weir";
+pub const DEFAULT_TRACING_MAX_QUEUE: usize = 2048;
+pub const DEFAULT_TRACING_BATCH: usize = 512;
+pub const DEFAULT_TRACING_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// OpenTelemetry's default export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`).
+pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
+// tracing: end

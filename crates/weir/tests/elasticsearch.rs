@@ -61,7 +61,7 @@ fn heavy_load() -> std::sync::MutexGuard<'static, ()> {
 /// A Python with `opensearch-py`, in a venv made once under /var/cache/weir.
 fn client_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| venv_with("venv-opensearch", "opensearch-py==2.8.0"))
+    PYTHON.get_or_init(|| venv_with("venv-opensearch", &["opensearch-py==2.8.0"]))
 }
 
 /// A Python with Elastic's own client, `elasticsearch` 7.13 (the last release that talks to
@@ -69,30 +69,7 @@ fn client_python() -> &'static PathBuf {
 /// never sends).
 fn elastic_python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| venv_with("venv-elasticsearch7", "elasticsearch==7.13.4"))
-}
-
-/// The Python of a venv under /var/cache/weir with `package` installed, made on first use.
-fn venv_with(name: &str, package: &str) -> PathBuf {
-    let venv = PathBuf::from("/var/cache/weir").join(name);
-    let python = venv.join("bin/python3");
-    let ready = venv.join("ready");
-    if !ready.exists() {
-        let _ = std::fs::remove_dir_all(&venv);
-        let made = Command::new("/usr/bin/python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .unwrap();
-        assert!(made.success(), "python3 -m venv");
-        let installed = Command::new(&python)
-            .args(["-m", "pip", "install", "-q", package])
-            .status()
-            .unwrap();
-        assert!(installed.success(), "pip install {package}");
-        std::fs::write(&ready, "").unwrap();
-    }
-    python
+    PYTHON.get_or_init(|| venv_with("venv-elasticsearch7", &["elasticsearch==7.13.4"]))
 }
 
 /// Runs `script` with opensearch-py's Python; its standard output.

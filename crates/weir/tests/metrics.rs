@@ -6,8 +6,6 @@
 
 mod common;
 use common::*;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn config(upstream: &Upstream, dead: u16, metrics: bool) -> String {
@@ -37,29 +35,6 @@ fn metrics_with_all(weir: &Weir, lines: &[&str]) -> String {
 
 fn metrics_with(weir: &Weir, line: &str) -> String {
     metrics_with_all(weir, &[line])
-}
-
-fn promtool_check(text: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

@@ -17,6 +17,8 @@ pub(super) struct Known<'a> {
     /// Each chain's flat list of middlewares.
     pub(super) chains: &'a std::collections::HashMap<String, Vec<String>>,
     pub(super) caches: &'a [Cache],
+    /// Whether `server.tracing` is configured (a router's `tracing` adjusts it).
+    pub(super) tracing: bool,
 }
 
 fn list_or_none(names: &[&str]) -> String {
@@ -147,6 +149,7 @@ impl Loader<'_> {
             middlewares,
             chains,
             caches,
+            tracing,
         } = *known;
         let what = format!("router `{name}`");
         let f = self.fields(
@@ -163,6 +166,7 @@ impl Loader<'_> {
                 "static",
                 "cache",
                 "access_log",
+                "tracing",
             ],
         )?;
         let access_log = match f.get("access_log") {
@@ -246,6 +250,10 @@ impl Loader<'_> {
                 Some(cache)
             }
         };
+        let tracing_sample_rate = match f.get("tracing") {
+            Some(n) => Some(self.router_tracing(n, &what, tracing)?),
+            None => None,
+        };
         ok.then_some(Router {
             name,
             pos: node.pos,
@@ -257,6 +265,7 @@ impl Loader<'_> {
             action,
             cache,
             access_log,
+            tracing_sample_rate,
         })
     }
 

@@ -29,6 +29,7 @@ impl Loader<'_> {
             open_file_cache: OpenFileCache::default(),
             pid_file: None,
             metrics: true,
+            tracing: None,
         };
         let Some(node) = node else { return server };
         let Some(f) = self.fields(
@@ -47,6 +48,7 @@ impl Loader<'_> {
                 "open_file_cache",
                 "pid_file",
                 "metrics",
+                "tracing",
             ],
         ) else {
             return server;
@@ -97,6 +99,9 @@ impl Loader<'_> {
         }
         if let Some(ids) = f.get("request_id") {
             self.request_id(ids, &mut server.request_id);
+        }
+        if let Some(tracing) = f.get("tracing") {
+            server.tracing = self.tracing(tracing);
         }
         server
     }

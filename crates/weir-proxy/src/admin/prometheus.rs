@@ -174,6 +174,18 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
     );
     let pooled: u64 = metrics.workers.iter().map(|w| w.pooled.get()).sum();
     out.sample("weir_upstream_idle_connections", "", pooled);
+    if runtime.config.server.tracing.is_some() {
+        out.family(
+            "weir_tracing_spans_dropped_total",
+            "counter",
+            "Finished spans dropped because the export queue was full (server.tracing.max_queue).",
+        );
+        let dropped = metrics
+            .spans
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed);
+        out.sample("weir_tracing_spans_dropped_total", "", dropped);
+    }
     out.family(
         "weir_config_version",
         "gauge",

@@ -18,6 +18,7 @@ use crate::http::codec::trailer_fields;
 use crate::http::codec::{self, RequestHead};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::file_body::FileBody;
+use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
@@ -374,8 +375,13 @@ impl ClientConn for H2Client {
                 // HTTP/2 never uses `sendfile`.
                 let sent = match ResponsePlan::new(req, response, body, reply.body_filter, false) {
                     Ok(plan) => {
-                        let relaying =
-                            self.send_response(worker, plan, &date, head_only, read_timeout);
+                        let trace = req.trace.as_deref();
+                        let relaying = self.send_response(
+                            worker,
+                            plan,
+                            (&date, head_only, read_timeout),
+                            trace,
+                        );
                         let (sent, conn) = relaying.await;
                         reusable = conn;
                         sent
@@ -401,13 +407,13 @@ impl H2Client {
     /// body filter, if one applies), then trailers or an empty DATA frame with END_STREAM.
     /// Returns the body bytes sent and the upstream connection when its response was read
     /// completely.
+    /// `trace`: a traced request's context, told a gRPC answer's status from its trailers.
     async fn send_response(
         &mut self,
         worker: &Worker,
         mut plan: ResponsePlan,
-        date: &str,
-        head_only: bool,
-        read_timeout: Duration,
+        (date, head_only, read_timeout): (&str, bool, Duration),
+        trace: Option<&TraceContext>,
     ) -> (
         Result<u64, BodyError>,
         Option<crate::servers::pool::UpstreamConn>,
@@ -476,6 +482,9 @@ impl H2Client {
                 let relayed = relaying.await;
                 let ended = match relayed {
                     Ok((bytes, Some(trailers))) => {
+                        if let (Some(trace), Some(status)) = (trace, trailers.get("grpc-status")) {
+                            trace.note_grpc_status(status.as_bytes());
+                        }
                         let sent = sink.counted(bytes);
                         send.send_trailers(trailers).map(|()| sent)
                     }

@@ -6,6 +6,7 @@
 pub mod grpc;
 pub mod plan;
 pub mod request_id;
+mod trace;
 
 use crate::actions::{cache, elasticsearch, static_files};
 use crate::http::codec::RequestHead;
@@ -56,6 +57,10 @@ pub(crate) async fn exchange<C: ClientConn>(
     let access_log = runtime.access_log.as_ref().filter(|_| {
         ep.is_none_or(|ep| ep.access_log) && route.is_none_or(|route| route.access_log)
     });
+    // Routes of a configuration without `server.tracing` skip this (one branch).
+    if let Some(sampler) = route.and_then(|r| r.tracing.as_ref()) {
+        trace::start(sampler, &mut head);
+    }
     // The original request line, kept only when a log line will need it.
     // With whether it is sampled in (answers of 500 and above are logged anyway).
     let mut logged = access_log.map(|log| {
@@ -85,6 +90,7 @@ pub(crate) async fn exchange<C: ClientConn>(
             },
             referer: header("referer"),
             user_agent: header("user-agent"),
+            trace: head.trace.as_ref().map(|t| (t.trace_id, t.span_id)),
         });
         (line, log.samples())
     });
@@ -127,6 +133,9 @@ pub(crate) async fn exchange<C: ClientConn>(
         if caches {
             line.cache = reply.header("cache-status").map(accesslog::cache_outcome);
         }
+    }
+    if let Some(trace) = &head.trace {
+        trace::note_reply(trace, route.map(|r| &**r), &head, &reply, wrapped_by);
     }
     // response-head filters, on local and proxied replies alike; one may install a body filter
     if let Some(route) = route.filter(|r| r.has_response_phase) {
@@ -177,6 +186,15 @@ pub(crate) async fn exchange<C: ClientConn>(
         kept.held = Held::default();
     }
     let outcome = finish(worker, runtime, route.map(|r| &**r), logged, started, sent);
+    if head.trace.is_some() {
+        let served = trace::Served {
+            route: route.map(|r| &**r),
+            client: client.ip_text(),
+            scheme: client.scheme(),
+            outcome: &outcome,
+        };
+        trace::finish_server_span(worker, &mut head, served);
+    }
     if let (Some(route), Some(kept)) = (route, kept) {
         if let Some(since) = kept.outcome_since {
             let seen = (wrapped_by, outcome.status);
@@ -475,6 +493,7 @@ fn rendered<'r>(
     head: &RequestHead,
     route: Option<&Route>,
 ) -> Cow<'r, LocalResponse> {
+    trace::note_error(head, error.error());
     // A gRPC-Web call turned into gRPC gets the gRPC form over HTTP/1 too (see `grpc_web`).
     if crate::http::grpc::is_grpc(head) || grpc_web::converted(head) {
         Cow::Owned(grpc::error_answer(error.error()))

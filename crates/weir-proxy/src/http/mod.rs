@@ -1,6 +1,6 @@
 //! HTTP without a connection: the HTTP/1 codec (heads, framing, chunked bodies), header-value
 //! helpers, the request scheme, local answers and weir's own errors, conditional requests, file
-//! bodies, content coding (compression), the router's rule matching and gRPC's request headers.
+//! bodies, content coding (compression), the router's rule matching, gRPC's request headers and W3C trace context.
 //! Imports nothing else of the crate: every other folder may use it.
 
 pub mod ascii;
@@ -13,6 +13,7 @@ pub mod grpc;
 pub mod grpc_web;
 pub mod local;
 pub mod router;
+pub mod trace_context;
 
 /// The scheme the client used, for `X-Forwarded-Proto`, `redirect_scheme` and routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

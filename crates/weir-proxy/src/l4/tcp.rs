@@ -8,11 +8,13 @@
 //! HTTP routing, as in Traefik.
 
 use crate::http::codec::Head;
+use crate::http::trace_context::{new_span_id, unix_nanos, AttrValue, Sampler};
 use crate::io::relay::{self, Idle};
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::client_hello::{self, Peeked, MAX_HELLO_BYTES};
 use crate::listen::peek;
 use crate::listen::proxy_protocol;
+use crate::observe::spans::{SpanKind, SpanRecord};
 use crate::servers::balancer::{PickInput, UpstreamUse};
 use crate::state::l4_routes::{Counted, TcpRoute};
 use crate::state::runtime::SharedRuntime;
@@ -58,7 +60,14 @@ pub async fn serve(
     let Some(route) = routes.find(peer, peeked.as_ref()) else {
         return ep.has_http_routes.then_some(io);
     };
-    proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
+    // Under `server.tracing`, a sampled connection makes one span.
+    let traced = route.tracing.as_ref().and_then(Sampler::sample_new);
+    let started = traced.map(|_| unix_nanos());
+    let relayed = proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
+    if let (Some(trace_id), Some(started)) = (traced, started) {
+        let span = connection_span(route, peer, trace_id, started, relayed);
+        worker.spans.record(span);
+    }
     None
 }
 
@@ -74,8 +83,68 @@ async fn peek_hello(io: &TcpStream) -> std::io::Result<Peeked> {
     .await
 }
 
-/// Proxies a connection `route` took; `handshake_timeout` is the entrypoint's, for a route
-/// that terminates TLS.
+/// How a proxied connection went, for its span.
+#[derive(Default)]
+struct Relayed {
+    /// The server connected to.
+    server: Option<SocketAddr>,
+    /// Bytes from the client and to it, when the relay ended cleanly.
+    bytes: Option<(u64, u64)>,
+    /// Why it ended early.
+    error: Option<&'static str>,
+}
+
+/// A sampled connection's span: a root span named after the router.
+fn connection_span(
+    route: &TcpRoute,
+    peer: SocketAddr,
+    trace_id: u128,
+    started: u64,
+    relayed: Relayed,
+) -> SpanRecord {
+    let mut attributes = vec![
+        ("network.transport", AttrValue::Str("tcp".into())),
+        ("client.address", AttrValue::Str(peer.ip().to_string())),
+        ("client.port", AttrValue::Int(i64::from(peer.port()))),
+        ("weir.tcp.router", AttrValue::Str(route.name.clone())),
+    ];
+    if let Some(server) = relayed.server {
+        attributes.push((
+            "weir.upstream.address",
+            AttrValue::Str(server.ip().to_string()),
+        ));
+        attributes.push((
+            "weir.upstream.port",
+            AttrValue::Int(i64::from(server.port())),
+        ));
+    }
+    if let Some((from_client, to_client)) = relayed.bytes {
+        attributes.push((
+            "weir.tcp.bytes_from_client",
+            AttrValue::Int(from_client as i64),
+        ));
+        attributes.push(("weir.tcp.bytes_to_client", AttrValue::Int(to_client as i64)));
+    }
+    if let Some(error) = relayed.error {
+        attributes.push(("error.type", AttrValue::Str(error.into())));
+    }
+    SpanRecord {
+        trace_id,
+        span_id: new_span_id(),
+        parent_id: 0,
+        tracestate: None,
+        name: format!("tcp {}", route.name),
+        kind: SpanKind::Server,
+        start_unix_nano: started,
+        end_unix_nano: unix_nanos(),
+        attributes,
+        events: Vec::new(),
+        error: relayed.error.is_some(),
+    }
+}
+
+/// Proxies a connection `route` took: connects to a server of its service and relays the
+/// bytes; `handshake_timeout` is the entrypoint's, for a route that terminates TLS.
 async fn proxy(
     worker: &Rc<Worker>,
     route: &TcpRoute,
@@ -83,10 +152,12 @@ async fn proxy(
     peer: SocketAddr,
     watch: &ConnWatch,
     handshake_timeout: Duration,
-) {
+) -> Relayed {
+    let mut relayed = Relayed::default();
     let Some(_counted) = Counted::enter(&route.service.open, route.service.max_connections) else {
         // At the cap: closed at once, as nginx's limit_conn does.
-        return;
+        relayed.error = Some("max_connections");
+        return relayed;
     };
     let balancer = &route.service.balancer;
     let no_headers = Head::default();
@@ -96,8 +167,10 @@ async fn proxy(
         headers: &no_headers,
     };
     let Some(server) = balancer.pick(worker.id, &input) else {
-        return;
+        relayed.error = Some("no_server");
+        return relayed;
     };
+    relayed.server = Some(server.addr);
     let _in_use = UpstreamUse::new(server, balancer);
     let connecting = TcpStream::connect(server.addr);
     let mut upstream = match watch
@@ -116,7 +189,8 @@ async fn proxy(
                 route.name,
                 server.url
             );
-            return;
+            relayed.error = Some("connect_failed");
+            return relayed;
         }
         Err(Expired) => {
             crate::log_error!(
@@ -124,7 +198,8 @@ async fn proxy(
                 route.name,
                 server.url
             );
-            return;
+            relayed.error = Some("connect_timeout");
+            return relayed;
         }
     };
     let _ = upstream.set_nodelay(true);
@@ -132,7 +207,8 @@ async fn proxy(
         let local = io.local_addr().unwrap_or(peer);
         let header = proxy_protocol::header(version, peer, local);
         if upstream.write_all(&header).await.is_err() {
-            return;
+            relayed.error = Some("proxy_protocol_write");
+            return relayed;
         }
     }
     let idle = Idle {
@@ -153,12 +229,18 @@ async fn proxy(
                 )
                 .await
             else {
-                return;
+                relayed.error = Some("tls_handshake");
+                return relayed;
             };
-            let _ = relay::copy_both(&mut client, &mut upstream, idle).await;
+            relayed.bytes = relay::copy_both(&mut client, &mut upstream, idle)
+                .await
+                .ok();
         }
         None => {
-            let _ = relay::splice_both(&io, &upstream, &worker.buffers, idle).await;
+            relayed.bytes = relay::splice_both(&io, &upstream, &worker.buffers, idle)
+                .await
+                .ok();
         }
     }
+    relayed
 }

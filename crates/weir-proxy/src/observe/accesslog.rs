@@ -48,6 +48,8 @@ pub struct RequestLine {
     pub version: &'static str,
     pub referer: Option<String>,
     pub user_agent: Option<String>,
+    /// When the request has a trace: its id and weir's server span id.
+    pub trace: Option<(u128, u64)>,
 }
 
 pub struct Entry<'a> {
@@ -104,7 +106,7 @@ impl AccessLog {
     pub fn record(&self, e: &Entry, buffer: &RefCell<Vec<u8>>) {
         let now = SystemTime::now();
         let r = e.request;
-        let line = match self.format {
+        let mut line = match self.format {
             LogFormat::Json => {
                 let (path, query) = match r.target.split_once('?') {
                     Some((path, query)) => (path, Some(query)),
@@ -153,6 +155,13 @@ impl AccessLog {
                 or_dash(&escaped(r.user_agent.as_deref().unwrap_or(""))),
             ),
         };
+        if let (LogFormat::Json, Some((trace_id, span_id))) = (self.format, r.trace) {
+            // The JSON object's last `}` makes way for the trace's ids.
+            line.pop();
+            line.push_str(&format!(
+                ",\"trace_id\":\"{trace_id:032x}\",\"span_id\":\"{span_id:016x}\"}}"
+            ));
+        }
         let full = {
             let mut buffer = buffer.borrow_mut();
             buffer.extend_from_slice(line.as_bytes());

@@ -197,12 +197,15 @@ pub struct WorkerCells {
 /// Every worker's cells.
 pub struct Metrics {
     pub workers: Vec<Arc<WorkerCells>>,
+    /// Finished spans on their way to the exporter, and the count of those dropped.
+    pub spans: Arc<crate::observe::spans::SpanQueue>,
 }
 
 impl Metrics {
     pub fn new(workers: usize) -> Metrics {
         Metrics {
             workers: (0..workers).map(|_| Arc::default()).collect(),
+            spans: Arc::default(),
         }
     }
 }

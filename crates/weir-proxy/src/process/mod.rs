@@ -2,6 +2,7 @@
 //! The snapshot they serve from is `state/`; what a worker owns is `worker/`.
 
 pub mod control;
+pub mod exporter;
 pub mod notify;
 pub mod provider;
 pub mod reload;

@@ -14,10 +14,10 @@ use crate::io::watch::SWEEP_TICK;
 use crate::l4;
 use crate::listen::listeners::{BoundEntrypoints, Inherited, Listener};
 use crate::observe::metrics::Metrics;
-use crate::process::control;
 use crate::process::reload::Reloader;
 use crate::process::upgrade::Predecessor;
 use crate::process::worker::{WorkerCommand, WorkerSetup};
+use crate::process::{control, exporter};
 use crate::servers::health_check::ActiveChecks;
 use crate::state::runtime::Runtime;
 use crate::state::runtime::SharedRuntime;
@@ -138,6 +138,7 @@ fn serve(
             config: shared.clone(),
             shutdown: shutdown.clone(),
             metrics: metrics.workers[id].clone(),
+            spans: metrics.spans.clone(),
         };
         let release_memory = options.release_memory;
         let handle = std::thread::Builder::new()
@@ -146,6 +147,10 @@ fn serve(
             .map_err(|e| format!("cannot start worker thread: {e}"))?;
         handles.push(handle);
     }
+
+    // Its own stop: it sends what the workers flush as they stop.
+    let exporter_stop = Arc::new(Shutdown::default());
+    let exporter = exporter::start(metrics.spans.clone(), shared.clone(), exporter_stop.clone())?;
 
     let reloader = Reloader {
         config_path: options.config_path,
@@ -197,6 +202,7 @@ fn serve(
     for handle in handles.into_iter().filter(|h| h.is_finished()) {
         let _ = handle.join();
     }
+    stop_exporter(exporter, &exporter_stop, deadline);
     crate::process::reload::remove_pid_file(shared.load().config.server.pid_file.as_deref());
     crate::log_info!("stopped");
     Ok(())
@@ -226,7 +232,10 @@ fn worker_main(
         let config = setup.config.clone();
         let settings = config.load().worker_settings();
         let worker = match Worker::new(setup.id, setup.shutdown, setup.metrics, settings) {
-            Ok(worker) => Rc::new(worker),
+            Ok(worker) => {
+                worker.spans.attach(setup.spans.clone());
+                Rc::new(worker)
+            }
             Err(e) => {
                 crate::log_error!("worker {id} cannot start: {e}");
                 return;
@@ -549,9 +558,23 @@ fn resume(
     }
 }
 
-/// Writes the access-log lines the worker gathered since the last tick.
+/// Writes the access-log lines the worker gathered since the last tick, and hands its
+/// finished spans to the exporter's queue.
 fn flush_log(worker: &Worker, config: &SharedRuntime) {
     if let Some(log) = &config.load().access_log {
         log.flush(&worker.log_lines);
+    }
+    worker.spans.flush();
+}
+
+/// Lets the span exporter send the workers' last spans, until the stop's own deadline: the
+/// process exits by `graceful_timeout` and its margin, whatever the collector does.
+fn stop_exporter(exporter: std::thread::JoinHandle<()>, stop: &Shutdown, deadline: Instant) {
+    stop.request();
+    while !exporter.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if exporter.is_finished() {
+        let _ = exporter.join();
     }
 }

@@ -25,4 +25,6 @@ pub struct WorkerSetup {
     pub config: Arc<ArcSwap<Runtime>>,
     pub shutdown: Arc<Shutdown>,
     pub metrics: Arc<WorkerCells>,
+    /// Where the worker's finished spans go.
+    pub spans: Arc<crate::observe::spans::SpanQueue>,
 }

@@ -35,6 +35,8 @@ pub struct TcpRoute {
     /// connections match then), with ALPN limited to the protocols the rule names.
     pub(crate) terminate: Option<Arc<rustls::ServerConfig>>,
     pub(crate) service: Arc<TcpService>,
+    /// With `server.tracing`: how its connections are sampled (one span each).
+    pub(crate) tracing: Option<crate::http::trace_context::Sampler>,
 }
 
 pub struct TcpService {
@@ -120,6 +122,9 @@ impl TcpRoutes {
                     passthrough: r.passthrough,
                     terminate,
                     service,
+                    tracing: config.server.tracing.as_ref().map(|t| {
+                        crate::http::trace_context::Sampler::new(t.sample_rate, t.parent_based)
+                    }),
                 },
             ));
         }

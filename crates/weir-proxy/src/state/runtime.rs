@@ -9,6 +9,7 @@ use crate::actions::static_files::StaticSite;
 use crate::http::error::PrebuiltError;
 use crate::http::local::LocalResponse;
 use crate::http::router::Router;
+use crate::http::trace_context::Sampler;
 use crate::listen::tls::{server_tls, ServerTls};
 use crate::middlewares::{Breaker, Filter, Upstreams};
 use crate::observe::accesslog::AccessLog;
@@ -86,6 +87,8 @@ pub struct Route {
     pub priority: i64,
     /// The route's middlewares, in order.
     pub filters: Vec<Arc<Filter>>,
+    /// Their names, for the spans of traced requests.
+    pub filter_names: Vec<String>,
     /// True when some filter has a response-head phase.
     pub has_response_phase: bool,
     /// Where the route's `buffering` filter stands among its filters (one at most): the exchange
@@ -105,6 +108,9 @@ pub struct Route {
     pub cells: Arc<PerWorker<RouteCells>>,
     /// `access_log: false` turns the access log off for this router's requests.
     pub access_log: bool,
+    /// With `server.tracing`: how the route samples its requests (`None`: not traced, and
+    /// the client's trace fields pass through as any other).
+    pub tracing: Option<Sampler>,
 }
 
 /// The shape of weir's own error answers on a route (a gRPC request's are gRPC-shaped
@@ -336,12 +342,24 @@ impl Runtime {
                     .any(|m| matches!(m.0, weir_config::MiddlewareKind::GrpcWeb(_))),
                 has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 filters: mws,
+                filter_names: r
+                    .middlewares
+                    .iter()
+                    .filter(|name| filters.contains_key(name.as_str()))
+                    .cloned()
+                    .collect(),
                 action,
                 error_form,
                 cells: carried
                     .routes
                     .get(r.name.clone(), || Arc::new(PerWorker::new(workers))),
                 access_log: r.access_log,
+                tracing: config.server.tracing.as_ref().map(|t| {
+                    Sampler::new(
+                        r.tracing_sample_rate.unwrap_or(t.sample_rate),
+                        t.parent_based,
+                    )
+                }),
             }));
         }
         let tcp_services = l4_routes::compile_services(config, workers, &mut carried)?;

@@ -262,6 +262,13 @@ pub(crate) fn forwarded_fields(
         // TE is hop-by-hop; weir relays trailers, so it asks for them on the client's behalf.
         out.field(b"te", b"trailers");
     }
+    if let Some(trace) = &req.trace {
+        // A traced route's client fields were taken out: each try sends its own span id.
+        out.field(b"traceparent", &trace.next_try());
+        if let Some(state) = &trace.tracestate {
+            out.field(b"tracestate", state);
+        }
+    }
     had_length
 }
 

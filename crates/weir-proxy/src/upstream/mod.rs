@@ -7,6 +7,7 @@
 pub mod detached;
 pub mod forwarding;
 pub mod h2;
+mod trace;
 
 use crate::http::codec::{self, header, push_decimal, Framing, RequestHead, ResponseHead};
 use crate::http::error::{ErrorKind, LocalError};
@@ -85,6 +86,11 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             };
         };
         let used = UpstreamUse::new(server, service);
+        let try_started = head
+            .trace
+            .as_ref()
+            .filter(|t| t.sampled())
+            .map(|t| trace::start_try(t));
         let tried_server = match service.protocol {
             UpstreamProtocol::Http1 => {
                 try_server(worker, service, server, client, head, may_resend, until).await
@@ -92,6 +98,18 @@ pub(crate) async fn forward<'r, C: ClientSide>(
             // Boxed: HTTP/2 tries are rarer, and their state is larger.
             _ => Box::pin(h2::try_server(worker, service, server, client, head, until)).await,
         };
+        if let Some(started) = try_started {
+            let result = &tried_server;
+            let retry = tried.len();
+            let tried = trace::Tried {
+                service,
+                server,
+                retry,
+                started,
+                result,
+            };
+            trace::finish_try(worker, head, tried);
+        }
         let failed = match tried_server {
             Ok(mut reply) => {
                 let status = match &reply.head {
@@ -276,6 +294,9 @@ async fn try_server<'r, C: ClientSide>(
         outgoing.out.clear();
         let (ip_text, scheme) = (outgoing.ip_text, outgoing.scheme);
         write_upstream_head(outgoing.out, head, service, server, ip_text, scheme);
+        if let Some(trace) = &head.trace {
+            trace.try_reused.set(up.reused);
+        }
         let relay = Relay::to_upstream(worker, outgoing.watch, service.write_timeout);
         let chunked = head.framing == Framing::Chunked;
         let relaying = outgoing

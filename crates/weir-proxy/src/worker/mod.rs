@@ -96,6 +96,8 @@ pub struct Worker {
     pub listeners: RefCell<HashMap<usize, Vec<Rc<Notify>>>>,
     /// Access-log lines not written yet (`observe/accesslog.rs`), written at the latest on the next tick.
     pub log_lines: RefCell<Vec<u8>>,
+    /// Finished spans of sampled requests, handed to the exporter's queue in groups.
+    pub spans: crate::observe::spans::WorkerSpans,
 }
 
 impl Worker {
@@ -121,6 +123,7 @@ impl Worker {
             metrics,
             listeners: RefCell::default(),
             log_lines: RefCell::default(),
+            spans: Default::default(),
         })
     }
 

@@ -92,3 +92,52 @@ pub const GRPC_CALL: &[&str] = &[
     "-H",
     "te: trailers",
 ];
+
+/// The Python of a venv under /var/cache/weir with `packages` from PyPI installed, made on
+/// first use and kept for later runs.
+pub fn venv_with(name: &str, packages: &[&str]) -> std::path::PathBuf {
+    let venv = std::path::PathBuf::from("/var/cache/weir").join(name);
+    let python = venv.join("bin/python3");
+    let ready = venv.join("ready");
+    if !ready.exists() {
+        let _ = std::fs::remove_dir_all(&venv);
+        let made = Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success(), "python3 -m venv");
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "-q"])
+            .args(packages)
+            .status()
+            .unwrap();
+        assert!(installed.success(), "pip install {packages:?}");
+        std::fs::write(&ready, "").unwrap();
+    }
+    python
+}
+
+/// Fails the test unless Debian's `promtool check metrics` passes `text`.
+pub fn promtool_check(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -602,3 +602,30 @@ fn a_limit_through_tls_to_redis() {
     assert_eq!(status_of(&untrusted, "/x"), 503);
     untrusted.wait_for_line("TLS", 1);
 }
+
+/// Redis 6 ACLs and a database: weir authenticates as `username`/`password` and keeps its
+/// buckets in `db`; a wrong password is a failed connection (`fail_open: false`: 503).
+#[test]
+fn a_limit_as_an_acl_user_in_another_database() {
+    let redis = Redis::start_with(&["--user", "weir", "on", ">s3cret", "~*", "&*", "+@all"]);
+    let up = Upstream::start("app");
+    let with_password = |password: &str| {
+        limited(
+            &up,
+            &format!(
+                "{{ average: 1, period: 1h, redis: {{ endpoints: [\"{}\"], username: weir, password: {password}, db: 3, fail_open: false, timeout: 1s }} }}",
+                redis.endpoint()
+            ),
+        )
+    };
+    let weir = with_password("s3cret");
+    assert_eq!(status_of(&weir, "/x"), 200);
+    assert_eq!(status_of(&weir, "/x"), 429);
+    let keys = redis_cli(
+        redis.port,
+        &["--user", "weir", "--pass", "s3cret", "-n", "3", "KEYS", "*"],
+    );
+    assert_eq!(keys, "weir:rate:{shared}:127.0.0.1");
+    let wrong = with_password("nope");
+    assert_eq!(status_of(&wrong, "/x"), 503);
+}

@@ -34,6 +34,39 @@ fn every_example_config_checks() {
     assert!(checked >= 1);
 }
 
+/// docs/tasks.md: every YAML block passes `weir check`, each written to a folder of its own
+/// with what it names made there (test certificates at its `cert`/`key` paths, its static
+/// root and 404 page).
+#[test]
+fn every_task_page_config_checks() {
+    let page = std::fs::read_to_string(workspace_root().join("docs/tasks.md")).unwrap();
+    let blocks: Vec<&str> = page
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
+        .collect();
+    assert!(blocks.len() >= 7, "{} blocks", blocks.len());
+    for (n, block) in blocks.iter().enumerate() {
+        let dir = temp_dir(&format!("task-{n}"));
+        std::fs::create_dir_all(dir.join("certs")).unwrap();
+        std::fs::create_dir_all(dir.join("www")).unwrap();
+        std::fs::write(dir.join("www/404.html"), "not here\n").unwrap();
+        if block.contains("certs/site.pem") {
+            let made = make_cert(&dir.join("certs"), "site", &["site.example"], false);
+            assert!(made.cert.ends_with("certs/site.pem"));
+        }
+        let path = dir.join("weir.yaml");
+        std::fs::write(&path, block).unwrap();
+        let out = weir_check(&path);
+        assert!(
+            out.status.success(),
+            "docs/tasks.md block {}: {}\n{block}",
+            n + 1,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn check_reports_every_error_with_positions() {
     let dir = temp_dir("check");

@@ -1,7 +1,8 @@
 //! The admin API's structured views on the real binary (issue 42), laid out as Traefik's API
 //! is (`/api/overview`, `/api/entrypoints`, `/api/http/routers|services|middlewares`,
 //! `/api/tcp/…`, `/api/udp/…`), plus `/api/caches`, `/api/certificates` and `/ping`: each
-//! field a value, not prose, and the token asked everywhere but `/ping`.
+//! field a value, not prose, and the token asked everywhere but `/ping`; and the `process_*`
+//! and certificate expiry metrics beside them.
 
 mod common;
 use common::*;
@@ -130,6 +131,36 @@ fn every_view_answers_with_fields() {
     assert!(first["issuer"].as_str().unwrap().contains("site.example"));
     let days = first["days_left"].as_i64().unwrap();
     assert!(days > 300, "{first}");
+    // The same expiry, and the process's own figures, in the Prometheus exposition.
+    let metrics = api(&weir, "/metrics").text();
+    promtool_check(&metrics);
+    let not_after = first["not_after"].as_i64().unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "weir_certificate_not_after_seconds{{entrypoint=\"secure\",names=\"site.example,www.site.example\"}} {not_after}\n"
+        )),
+        "{metrics}"
+    );
+    let value = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_open_fds") >= 5.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(
+        started <= now + 1.0 && started > now - 120.0,
+        "{started} against {now}"
+    );
 }
 
 #[test]

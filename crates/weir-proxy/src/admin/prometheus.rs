@@ -233,6 +233,8 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
             );
         }
     }
+    process_metrics(&mut out);
+    certificate_expiry(&mut out, runtime);
     out.family("weir_build_info", "gauge", "The running binary's version.");
     out.sample(
         "weir_build_info",
@@ -240,6 +242,110 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
         1,
     );
     out.0
+}
+
+/// The standard `process_*` metrics (as Prometheus's client libraries name them), read from
+/// `/proc/self` when scraped: nothing is counted on the request path for them.
+fn process_metrics(out: &mut Exposition) {
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis: state is the 3rd field of the line.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok());
+    let cpu = field(14)
+        .zip(field(15))
+        .map(|(user, system)| (user + system) / ticks);
+    let boot = std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok());
+    let start = field(22)
+        .zip(boot)
+        .map(|(since_boot, boot)| boot + since_boot / ticks);
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|kb| kb * 1024.0);
+    let open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).ok();
+    let max_fds = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    type Family<'a> = (&'a str, &'a str, &'a str, Option<f64>);
+    let families: [Family<'_>; 5] = [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent, in seconds.",
+            cpu,
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            rss,
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the Unix epoch, in seconds.",
+            start,
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            open_fds.map(|n| n as f64),
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "The most file descriptors the process may open.",
+            max_fds.map(|n| n as f64),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        if let Some(value) = value {
+            out.family(name, kind, help);
+            out.sample(name, "", value);
+        }
+    }
+}
+
+/// When each entrypoint certificate expires, read from its file when scraped.
+fn certificate_expiry(out: &mut Exposition, runtime: &Runtime) {
+    let mut samples = Vec::new();
+    for ep in &runtime.config.entrypoints {
+        let Some(tls) = &ep.tls else { continue };
+        for files in tls.certificates.iter().chain(&tls.default_certificate) {
+            if let Ok(cert) = crate::listen::tls::describe_certificate(&files.cert) {
+                let labels = format!(
+                    "entrypoint=\"{}\",names=\"{}\"",
+                    escape(&ep.name),
+                    escape(&cert.names.join(","))
+                );
+                samples.push((labels, cert.not_after));
+            }
+        }
+    }
+    if samples.is_empty() {
+        return;
+    }
+    out.family(
+        "weir_certificate_not_after_seconds",
+        "gauge",
+        "When an entrypoint certificate expires, since the Unix epoch, in seconds.",
+    );
+    for (labels, not_after) in samples {
+        out.sample("weir_certificate_not_after_seconds", &labels, not_after);
+    }
 }
 
 /// The services' traffic, retries and connect errors, and their servers' health and load.

@@ -64,6 +64,13 @@ fn metrics_pass_promtool_and_count_what_was_sent() {
     );
     promtool_check(&text);
     let has = |line: &str| assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    // Buckets from 100 µs: the sub-millisecond answers are told apart.
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            "weir_router_request_duration_seconds_bucket{router=\"api\",le=\"0.0001\"} "
+        )),
+        "{text}"
+    );
     // Round robin sent every other first try to the dead server; each was retried.
     assert_eq!(upstream.request_count(), 20);
     has("weir_upstream_retries_total{service=\"api\"} 10");

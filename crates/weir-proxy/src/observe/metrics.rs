@@ -127,10 +127,11 @@ impl<T> std::fmt::Debug for PerWorker<T> {
 /// carried over a reload by name, so counts survive it.
 pub type EntrypointCounters = Arc<PerWorker<EntrypointCells>>;
 
-/// Upper bounds of the latency buckets, in microseconds: 1 ms to 10 s.
-pub(crate) const LATENCY_BOUNDS_US: [u64; 13] = [
-    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
-    5_000_000, 10_000_000,
+/// Upper bounds of the latency buckets, in microseconds: 100 µs to 10 s (most proxied
+/// requests take well under a millisecond, so the first buckets split that).
+pub(crate) const LATENCY_BOUNDS_US: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
 ];
 
 /// A latency histogram written by one worker: a count per bucket (the last is `+Inf`) and

@@ -310,6 +310,16 @@ fn load_key(files: &CertificateFiles) -> Result<PrivateKeyDer<'static>, String> 
     })
 }
 
+/// The name to verify for a store's `host:port` endpoint (`[v6]:port` too): `server_name` when
+/// set, else the endpoint's host.
+pub fn endpoint_server_name(
+    tls: &UpstreamTls,
+    endpoint: &str,
+) -> Result<rustls::pki_types::ServerName<'static>, String> {
+    let host = endpoint.rsplit_once(':').map_or(endpoint, |(host, _)| host);
+    server_name(tls, host.trim_start_matches('[').trim_end_matches(']'))
+}
+
 /// The name to verify for a server: `server_name` when set, else the URL's host.
 pub fn server_name(
     tls: &UpstreamTls,

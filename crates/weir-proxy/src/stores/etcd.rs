@@ -166,10 +166,9 @@ impl Etcd {
         let Some(tls) = &self.tls else {
             return Ok(EtcdStream::Plain(stream));
         };
-        let host = endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h);
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let settings = self.config.tls.clone().unwrap_or_default();
-        let name = crate::listen::tls::server_name(&settings, host)?;
+        let default = UpstreamTls::default();
+        let settings = self.config.tls.as_ref().unwrap_or(&default);
+        let name = crate::listen::tls::endpoint_server_name(settings, endpoint)?;
         let session = rustls::ClientConnection::new(tls.clone(), name)
             .map_err(|e| format!("{endpoint}: TLS: {e}"))?;
         Ok(EtcdStream::Tls(Box::new(rustls::StreamOwned::new(

@@ -55,9 +55,7 @@ impl Dialer {
         let (Some(tls), Some(settings)) = (&self.tls, &self.config.tls) else {
             return Ok(UpstreamIo::Plain(stream));
         };
-        let host = endpoint.rsplit_once(':').map_or(endpoint, |(h, _)| h);
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let name = crate::listen::tls::server_name(settings, host)?;
+        let name = crate::listen::tls::endpoint_server_name(settings, endpoint)?;
         let connector = tokio_rustls::TlsConnector::from(tls.clone());
         let session = connector
             .connect(name, stream)

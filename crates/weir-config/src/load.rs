@@ -8,6 +8,7 @@ mod entrypoints;
 mod error_pages;
 mod forward_auth;
 mod health;
+mod http3;
 mod jwt;
 mod middlewares;
 mod providers;

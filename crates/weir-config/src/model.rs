@@ -355,8 +355,37 @@ pub struct Entrypoint {
     pub h2c: bool,
     /// HTTP/2 settings, for `h2` (TLS) and `h2c` connections.
     pub http2: Http2Settings,
+    /// `http3: { enabled: true, .. }` on a TLS entrypoint: HTTP/3 over QUIC on its port.
+    pub http3: Option<Http3Settings>,
     /// `access_log: false`: requests on this entrypoint get no access-log line.
     pub access_log: bool,
+}
+
+/// HTTP/3 over QUIC on a TLS entrypoint's port (UDP), with its certificates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http3Settings {
+    /// `Alt-Svc: h3=":PORT"` on the entrypoint's HTTP/1.1 and HTTP/2 answers.
+    pub advertise: bool,
+    /// Bidirectional streams a client may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Per stream; the connection's window is four times this.
+    pub initial_window_size: u32,
+    /// A connection with no packet for this long is closed.
+    pub idle_timeout: Duration,
+    /// Accept 0-RTT (early, replayable) data from resuming clients.
+    pub zero_rtt: bool,
+}
+
+impl Default for Http3Settings {
+    fn default() -> Http3Settings {
+        Http3Settings {
+            advertise: true,
+            max_concurrent_streams: 100,
+            initial_window_size: 1 << 20,
+            idle_timeout: Duration::from_secs(30),
+            zero_rtt: false,
+        }
+    }
 }
 
 /// What weir announces to HTTP/2 clients in its SETTINGS.

@@ -36,7 +36,7 @@ impl Loader<'_> {
         let f = self.fields(
             node,
             &what,
-            &["address", "tls", "h2c", "http2", "access_log"],
+            &["address", "tls", "h2c", "http2", "http3", "access_log"],
         )?;
         let access_log = match f.get("access_log") {
             Some(b) => self.boolean(b, "`access_log`").unwrap_or(true),
@@ -73,6 +73,9 @@ impl Loader<'_> {
                 None
             }
         };
+        let http3 = f
+            .get("http3")
+            .and_then(|h| self.http3_settings(h, &what, tls.is_some()));
         match parse_listen_address(&text) {
             Some(address) => Some(Entrypoint {
                 name,
@@ -82,6 +85,7 @@ impl Loader<'_> {
                 tls,
                 h2c,
                 http2,
+                http3,
                 access_log,
             }),
             None => {

@@ -197,6 +197,7 @@ fn duplicate(configured: SocketAddr, listener: &std::net::TcpListener) -> Option
         actual,
         transport: Transport::Tcp,
         sockets: vec![OwnedFd::from(socket)],
+        http3: false,
     })
 }
 

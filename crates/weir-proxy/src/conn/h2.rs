@@ -194,7 +194,10 @@ impl Stream {
 /// `cookie` fields are joined with `; ` (RFC 9113 8.2.3), a body of unknown length is declared
 /// chunked (so an HTTP/1 upstream gets it chunked). Parsed by the HTTP/1 codec, so the same
 /// checks apply to both protocols.
-fn request_head(parts: &http::request::Parts, end_stream: bool) -> Result<RequestHead, LocalError> {
+pub(crate) fn request_head(
+    parts: &http::request::Parts,
+    end_stream: bool,
+) -> Result<RequestHead, LocalError> {
     let mut raw = Vec::with_capacity(512);
     raw.extend_from_slice(parts.method.as_str().as_bytes());
     raw.push(b' ');
@@ -619,7 +622,7 @@ async fn send_file_body(
 }
 
 /// The `date` value of the worker's clock (its header line without name and CRLF).
-fn date_value(worker: &Worker) -> String {
+pub(crate) fn date_value(worker: &Worker) -> String {
     let line = worker.clock.date_header();
     let line = String::from_utf8_lossy(&line).into_owned();
     line.trim_end()
@@ -629,7 +632,7 @@ fn date_value(worker: &Worker) -> String {
 
 /// A local answer's head for HTTP/2: its status, the fields that cross, its length and a
 /// date.
-fn local_parts(plan: &LocalPlan, date: &str) -> http::Response<()> {
+pub(crate) fn local_parts(plan: &LocalPlan, date: &str) -> http::Response<()> {
     let mut response = http::Response::new(());
     *response.status_mut() =
         http::StatusCode::from_u16(plan.local.status).unwrap_or(http::StatusCode::OK);
@@ -645,7 +648,7 @@ fn local_parts(plan: &LocalPlan, date: &str) -> http::Response<()> {
 /// A planned reply's head for HTTP/2: the fields that cross (RFC 9113 8.2.2), names
 /// lowercased, the length when it is known (an answer to HEAD describes the one it would have
 /// had), a date when the upstream sent none.
-fn response_parts(
+pub(crate) fn response_parts(
     plan: &ResponsePlan,
     ended: bool,
     date: &str,

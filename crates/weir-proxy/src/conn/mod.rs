@@ -1,11 +1,13 @@
 //! Client connections: the byte stream a connection driver speaks over, generic so each
 //! transport (plain TCP, TLS) gets its own monomorphised copy of the driver. The HTTP/1.1
-//! driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2` after TLS, or the `h2c` preface); TLS
+//! driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2` after TLS, or the `h2c` preface), the
+//! HTTP/3 one [`h3`] (QUIC on a TLS entrypoint's port, its own endpoint per worker); TLS
 //! entrypoints go through [`tls`] first. Their deadlines are `io/watch.rs`'s; plain
 //! connections idle for a while wait in `io/idle.rs` without a task.
 
 pub mod h1;
 pub mod h2;
+pub mod h3;
 pub mod tls;
 
 use crate::reply::client::TlsInfo;

@@ -84,6 +84,7 @@ pub(crate) async fn exchange<C: ClientConn>(
             host: head.host().to_string(),
             target: head.target().to_string(),
             version: match (head.http2, head.minor_version) {
+                _ if head.http3 => "HTTP/3.0",
                 (true, _) => "HTTP/2.0",
                 (false, 0) => "HTTP/1.0",
                 (false, _) => "HTTP/1.1",
@@ -176,6 +177,13 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some(header) = runtime.request_id.as_deref() {
         if let Some(id) = head.head.get(header) {
             reply.edit_head(|response| response.head.set(header, id));
+        }
+    }
+    // `http3.advertise`: HTTP/1.1 and HTTP/2 answers name the HTTP/3 port (one branch for
+    // entrypoints without it).
+    if let Some(alt_svc) = ep.and_then(|ep| ep.alt_svc.as_deref()) {
+        if !head.http3 {
+            reply.edit_head(|response| response.head.append("alt-svc", alt_svc));
         }
     }
     // response body: the driver writes the reply, through the body filter if one was installed

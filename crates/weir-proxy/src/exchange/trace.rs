@@ -71,6 +71,7 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
         (
             "network.protocol.version",
             AttrValue::Static(match (head.http2, head.minor_version) {
+                _ if head.http3 => "3",
                 (true, _) => "2",
                 (false, 0) => "1.0",
                 (false, _) => "1.1",

@@ -13,6 +13,8 @@ use weir_config::{Entrypoint, Transport};
 pub enum Listener {
     Tcp(std::net::TcpListener),
     Udp(std::net::UdpSocket),
+    /// An `http3` entrypoint's UDP socket on its TCP port, for a QUIC endpoint.
+    Quic(std::net::UdpSocket),
 }
 
 impl Listener {
@@ -46,14 +48,14 @@ impl Listener {
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         match self {
             Listener::Tcp(l) => l.local_addr(),
-            Listener::Udp(u) => u.local_addr(),
+            Listener::Udp(u) | Listener::Quic(u) => u.local_addr(),
         }
     }
 
     fn duplicate(&self) -> std::io::Result<OwnedFd> {
         match self {
             Listener::Tcp(l) => l.as_fd().try_clone_to_owned(),
-            Listener::Udp(u) => u.as_fd().try_clone_to_owned(),
+            Listener::Udp(u) | Listener::Quic(u) => u.as_fd().try_clone_to_owned(),
         }
     }
 }
@@ -67,21 +69,34 @@ pub struct Bound {
     pub transport: Transport,
     /// Duplicates of the workers' sockets, by worker.
     pub sockets: Vec<OwnedFd>,
+    /// Whether the workers also have a QUIC socket each on the port (`http3`). Those are not
+    /// duplicated: a binary upgrade's new process binds its own.
+    pub http3: bool,
 }
 
 impl Bound {
-    /// Logs where entrypoint `name` listens (tests and operators read this line).
+    /// Logs where entrypoint `name` listens (tests and operators read this line), and its
+    /// QUIC sockets' port, the same, when it has them.
     pub fn announce(&self, name: &str) {
         crate::log_info!(
             "entrypoint {name} listening on {}{}",
             self.actual,
             udp_suffix(self.transport)
         );
+        if self.http3 {
+            crate::log_info!("entrypoint {name} listening on {}/udp", self.actual);
+        }
     }
 
     /// Whether `ep` can keep these sockets.
     pub fn serves(&self, ep: &Entrypoint) -> bool {
         self.configured == ep.address && self.transport == ep.transport
+    }
+
+    /// Whether a reload keeps these sockets for `ep`: turning `http3` on or off binds them
+    /// again, with or without QUIC sockets.
+    pub fn keeps(&self, ep: &Entrypoint) -> bool {
+        self.serves(ep) && self.http3 == ep.http3.is_some()
     }
 }
 
@@ -128,11 +143,29 @@ impl BoundEntrypoints {
             .map(Listener::duplicate)
             .collect::<Result<_, _>>()
             .map_err(err)?;
+        // HTTP/3: a UDP socket per worker on the port the TCP ones took, bound after them so
+        // that port 0 is resolved; the workers get them after their TCP sockets.
+        let http3 = ep.http3.is_some() && ep.transport == Transport::Tcp;
+        if http3 {
+            let quic_err = |e: std::io::Error| {
+                format!(
+                    "entrypoint `{}`: cannot bind {actual}/udp for HTTP/3: {e}",
+                    ep.name
+                )
+            };
+            for _ in 0..workers {
+                let socket = Listener::bind(actual, Transport::Udp).map_err(quic_err)?;
+                if let Listener::Udp(socket) = socket {
+                    listeners.push(Listener::Quic(socket));
+                }
+            }
+        }
         let bound = Bound {
             configured: ep.address,
             actual,
             transport: ep.transport,
             sockets,
+            http3,
         };
         Ok((bound, listeners))
     }

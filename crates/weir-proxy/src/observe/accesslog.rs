@@ -200,10 +200,11 @@ fn millis(d: Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }
 
-/// The JSON format's protocol: `h1` or `h2` (h3 once weir speaks it).
+/// The JSON format's protocol: `h1`, `h2` or `h3`.
 fn protocol(version: &str) -> &'static str {
     match version {
         "HTTP/2.0" => "h2",
+        "HTTP/3.0" => "h3",
         _ => "h1",
     }
 }

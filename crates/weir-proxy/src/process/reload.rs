@@ -168,7 +168,7 @@ impl Reloader {
         discovery::apply(&mut config, &self.discovered);
         let old = self.shared.load_full();
         let workers = self.workers.len();
-        let runtime = Runtime::compile(&config, workers, Some(&old))
+        let mut runtime = Runtime::compile(&config, workers, Some(&old))
             .map_err(|e| vec![sources.located(&e)])?;
         if config.providers.etcd != self.etcd {
             crate::log_warn!(
@@ -181,6 +181,12 @@ impl Reloader {
             );
         }
         let added = self.bind_new_entrypoints(&config, workers)?;
+        for ep in config.entrypoints.iter().filter(|ep| ep.http3.is_some()) {
+            let added_now = added.iter().find(|a| a.name == ep.name).map(|a| &a.bound);
+            if let Some(bound) = added_now.or_else(|| self.bound.by_name.get(&ep.name)) {
+                runtime.advertise_http3(&ep.name, bound.actual.port());
+            }
+        }
         let pid_file = config.server.pid_file.as_deref();
         if pid_file != old.config.server.pid_file.as_deref() {
             write_pid_file(pid_file).map_err(|e| vec![e])?;
@@ -209,7 +215,7 @@ impl Reloader {
             let kept = config
                 .entrypoints
                 .iter()
-                .any(|ep| ep.name == *name && bound.serves(ep));
+                .any(|ep| ep.name == *name && bound.keeps(ep));
             if !kept {
                 closed.push(name.clone());
             }
@@ -228,7 +234,8 @@ impl Reloader {
         } in added
         {
             if let Some(slot) = new.slot(&name) {
-                for (worker, listener) in self.workers.iter().zip(listeners) {
+                // In turn: an `http3` entrypoint has a QUIC socket per worker after its TCP ones.
+                for (worker, listener) in self.workers.iter().cycle().zip(listeners) {
                     let _ = worker.send(WorkerCommand::Listen { slot, listener });
                 }
                 bound.announce(&name);
@@ -264,7 +271,7 @@ impl Reloader {
                 .bound
                 .by_name
                 .get(&ep.name)
-                .is_some_and(|b| b.serves(ep))
+                .is_some_and(|b| b.keeps(ep))
             {
                 continue;
             }

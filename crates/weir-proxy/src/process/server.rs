@@ -21,7 +21,7 @@ use crate::process::{control, exporter};
 use crate::servers::health_check::ActiveChecks;
 use crate::state::runtime::Runtime;
 use crate::state::runtime::SharedRuntime;
-use crate::worker::{Shutdown, Worker};
+use crate::worker::{Active, Shutdown, Worker};
 use arc_swap::ArcSwap;
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -98,8 +98,7 @@ fn serve(
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let runtime = Runtime::compile(&config, workers, None)?;
-    let shared = Arc::new(ArcSwap::from_pointee(runtime));
+    let mut runtime = Runtime::compile(&config, workers, None)?;
     let shutdown = Arc::new(Shutdown::default());
 
     // Bind every socket up front and queue each worker's listeners on its command channel.
@@ -108,13 +107,17 @@ fn serve(
     for ep in &config.entrypoints {
         let (entry, listeners) = BoundEntrypoints::bind(ep, workers, &mut inherited)?;
         entry.announce(&ep.name);
-        let slot = shared.load().slot(&ep.name).unwrap_or(0);
+        if entry.http3 {
+            runtime.advertise_http3(&ep.name, entry.actual.port());
+        }
+        let slot = runtime.slot(&ep.name).unwrap_or(0);
         // More sockets than workers when an upgrade handed over more: each is served.
         for (sender, listener) in senders.iter().cycle().zip(listeners) {
             let _ = sender.send(WorkerCommand::Listen { slot, listener });
         }
         bound.by_name.insert(ep.name.clone(), entry);
     }
+    let shared = Arc::new(ArcSwap::from_pointee(runtime));
     let metrics = Arc::new(Metrics::new(workers));
     let (reload_sender, reload_requests) = unbounded_channel();
     let admin_state = Arc::new(admin::AdminState {
@@ -325,6 +328,18 @@ async fn follow_commands(
                         );
                         tokio::task::spawn_local(accepting);
                     }),
+                    Listener::Quic(socket) => {
+                        let serving = conn::h3::serve_endpoint(
+                            worker.clone(),
+                            config.clone(),
+                            slot,
+                            socket,
+                            stop,
+                            active.clone(),
+                        );
+                        tokio::task::spawn_local(serving);
+                        Ok(())
+                    }
                     Listener::Udp(u) => tokio::net::UdpSocket::from_std(u).map(|socket| {
                         tokio::task::spawn_local(l4::udp::serve(
                             worker.clone(),
@@ -347,22 +362,6 @@ async fn follow_commands(
             }
             WorkerCommand::Reloaded => worker.apply_settings(config.load().worker_settings()),
         }
-    }
-}
-
-/// Counts a connection as active (a graceful stop waits for it) until dropped.
-struct Active(Rc<Cell<usize>>);
-
-impl Active {
-    fn enter(count: &Rc<Cell<usize>>) -> Active {
-        count.set(count.get() + 1);
-        Active(count.clone())
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
     }
 }
 

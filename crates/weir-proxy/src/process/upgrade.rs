@@ -311,6 +311,7 @@ fn receive() -> Result<(Inherited, Option<Predecessor>), String> {
             actual,
             transport,
             sockets: Vec::new(),
+            http3: false,
         };
         let into = match admin {
             true => inherited.admin.get_or_insert_with(bound),
@@ -367,6 +368,7 @@ pub fn duplicates(bound: &BoundEntrypoints, admin: Option<Bound>) -> Result<Hand
                     actual: entry.actual,
                     transport: entry.transport,
                     sockets,
+                    http3: false,
                 },
             ))
         })

@@ -79,6 +79,17 @@ pub struct EntrypointRuntime {
     pub http2: weir_config::Http2Settings,
     /// `access_log: false` turns the access log off for this entrypoint's requests.
     pub access_log: bool,
+    /// `http3`: its QUIC server settings, built with the TLS ones.
+    pub http3: Option<Http3Runtime>,
+    /// The `Alt-Svc` value this entrypoint's HTTP/1.1 and HTTP/2 answers carry (`http3` with
+    /// `advertise`), set once its port is known (`Runtime::advertise_http3`).
+    pub alt_svc: Option<Box<[u8]>>,
+}
+
+/// An `http3` entrypoint's compiled settings.
+pub struct Http3Runtime {
+    pub settings: weir_config::Http3Settings,
+    pub server: quinn::ServerConfig,
 }
 
 pub struct Route {
@@ -386,6 +397,7 @@ impl Runtime {
                 .map(|(r, route)| (r.rule.clone(), r.priority, route.clone()))
                 .collect();
             let tls = ep.tls.as_ref().map(server_tls).transpose()?;
+            let http3 = http3_runtime(ep, tls.as_ref())?;
             let tcp = match is_udp {
                 true => None,
                 false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
@@ -401,6 +413,8 @@ impl Runtime {
                 h2c: ep.h2c,
                 http2: ep.http2,
                 access_log: ep.access_log,
+                http3,
+                alt_svc: None,
                 cells: carried
                     .entrypoints
                     .get(ep.name.clone(), || Arc::new(PerWorker::new(workers))),
@@ -451,6 +465,29 @@ impl Runtime {
     pub fn slot(&self, name: &str) -> Option<usize> {
         self.slots.iter().position(|n| n == name)
     }
+
+    /// Entrypoint `name` answers HTTP/3 on UDP `port`: with `advertise`, its HTTP/1.1 and
+    /// HTTP/2 answers say so (RFC 7838's `Alt-Svc`, kept a day as Caddy and nginx do).
+    pub fn advertise_http3(&mut self, name: &str, port: u16) {
+        let slot = self.slot(name);
+        let ep = slot.and_then(|slot| self.entrypoints.get_mut(slot)?.as_mut());
+        if let Some(ep) = ep.filter(|ep| ep.http3.as_ref().is_some_and(|h| h.settings.advertise)) {
+            ep.alt_svc = Some(format!("h3=\":{port}\"; ma=86400").into_bytes().into());
+        }
+    }
+}
+
+/// The QUIC side of an `http3` entrypoint, from its TLS settings.
+fn http3_runtime(
+    ep: &weir_config::Entrypoint,
+    tls: Option<&ServerTls>,
+) -> Result<Option<Http3Runtime>, String> {
+    let (Some(settings), Some(tls)) = (ep.http3, tls) else {
+        return Ok(None);
+    };
+    let server = crate::listen::quic::server_config(tls, &settings)
+        .map_err(|e| format!("entrypoint `{}`: {e}", ep.name))?;
+    Ok(Some(Http3Runtime { settings, server }))
 }
 /// `error` about `what`: a placed one (`LINE:COLUMN: message`) keeps its place in front, so
 /// that it is reported as `FILE:LINE:COLUMN: what: message`.

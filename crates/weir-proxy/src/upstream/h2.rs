@@ -204,7 +204,7 @@ async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
             };
             return Ok(Some(BodyPump::spawn(pump_body(frames, first, stream))));
         }
-        relayed @ (BodySource::H1(_) | BodySource::Spilled(_)) => {
+        relayed @ (BodySource::H1(_) | BodySource::H3(_) | BodySource::Spilled(_)) => {
             out.clear();
             relayed
                 .relay(&mut DataOut(&mut stream), out, false, relay)

@@ -45,6 +45,22 @@ impl Shutdown {
     }
 }
 
+/// Counts a connection as active (a graceful stop waits for it) until dropped.
+pub struct Active(Rc<Cell<usize>>);
+
+impl Active {
+    pub fn enter(count: &Rc<Cell<usize>>) -> Active {
+        count.set(count.get() + 1);
+        Active(count.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// The client-side limits from `server`, each enforced through the connection's watch.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientTimeouts {

@@ -1,0 +1,497 @@
+//! HTTP/3 from clients on the real binary, with Python's aioquic (PyPI) as the client
+//! (`h3_client.py`) and Debian's ngtcp2 client: requests run the ordinary lifecycle (respond,
+//! proxy to an HTTP/1.1 upstream with bodies both ways, the cache, static files, trailers),
+//! `max_concurrent_streams` is announced and many streams share one connection, a header
+//! block over 32 KiB is answered 431, a stream reset mid-body leaves the worker serving, a
+//! reload keeps a live connection, a stop lets a stream finish, and HTTP/1.1 and HTTP/2
+//! answers of the entrypoint carry `Alt-Svc` (those of other entrypoints do not).
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The aioquic client's Python (a venv under /var/cache/weir, made once).
+fn aioquic_python() -> PathBuf {
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| venv_with("venv-aioquic", &["aioquic==1.2.0"]))
+        .clone()
+}
+
+fn client_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3_client.py")
+}
+
+/// A TLS entrypoint `web` with `http3` (its flow-mapping keys after `enabled: true`), a plain
+/// entrypoint `plain`, and `routes`; the certificate is for `localhost`.
+struct Site {
+    dir: PathBuf,
+    cert: CertFiles,
+}
+
+impl Site {
+    fn new(tag: &str) -> Site {
+        let dir = temp_dir(tag);
+        let cert = make_cert(&dir, "site", &["localhost"], false);
+        Site { dir, cert }
+    }
+
+    fn config(&self, http3_extra: &str, server_extra: &str, routes: &str) -> String {
+        format!(
+            "server: {{ workers: 1{server_extra} }}\n\
+             entrypoints:\n  web:\n    address: \"127.0.0.1:0\"\n    \
+             tls: {{ certificates: [{{ cert: \"{}\", key: \"{}\" }}] }}\n    \
+             http3: {{ enabled: true{http3_extra} }}\n  \
+             plain: {{ address: \"127.0.0.1:0\" }}\n\
+             routers:\n  ping: {{ rule: \"Path(`/ping`)\", priority: 100, respond: {{ status: 200, body: pong }} }}\n{routes}",
+            self.cert.cert.display(),
+            self.cert.key.display()
+        )
+    }
+
+    /// Runs the aioquic client with `groups` of requests on one connection to `port`.
+    fn h3(&self, port: u16, groups: Value) -> Value {
+        let plan = json!({
+            "port": port,
+            "server_name": "localhost",
+            "ca": self.cert.cert,
+            "groups": groups,
+        });
+        self.run(plan)
+    }
+
+    fn run(&self, plan: Value) -> Value {
+        let out = stdout_of(
+            Command::new(aioquic_python())
+                .arg(client_script())
+                .arg(plan.to_string()),
+            "h3_client.py",
+        );
+        serde_json::from_slice(&out).unwrap_or_else(|e| {
+            panic!(
+                "h3_client.py printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out)
+            )
+        })
+    }
+}
+
+/// `n` bytes of the test upstream's `/big/N` pattern.
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// The MD5 digest of `data` in hex, as the client reports a body's.
+fn md5_hex(data: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn requests_run_the_lifecycle_over_http3() {
+    let upstream = Upstream::start("up");
+    let site = Site::new("h3-lifecycle");
+    let log = site.dir.join("access.log");
+    let weir = Weir::start(&site.config(
+        "",
+        &format!(
+            ", access_log: {{ enabled: true, format: json, path: \"{}\" }}",
+            log.display()
+        ),
+        &format!(
+            "  api: {{ rule: \"PathPrefix(`/`)\", service: up }}\n\
+             services:\n  up: {{ servers: [{{ url: \"{}\" }}] }}\n",
+            upstream.url()
+        ),
+    ));
+    let port = weir.addr().port();
+    let big = 10 << 20;
+    let out = site.h3(
+        port,
+        json!([[
+            {"path": "/ping"},
+            {"path": "/echo?q=1", "headers": [["cookie", "a=1"], ["x-mixed-case", "v"]]},
+            {"method": "POST", "path": "/post", "body_size": 1_000_000},
+            {"method": "POST", "path": "/post-length", "body_size": 70_000,
+             "headers": [["content-length", "70000"]]},
+            {"path": format!("/big/{big}")},
+            {"path": "/trailers", "headers": [["te", "trailers"]]},
+        ]]),
+    );
+    let answers = &out["groups"][0];
+    assert_eq!(answers[0]["status"], 200, "{out}");
+    assert_eq!(answers[0]["body_text"], "pong");
+    // No Alt-Svc on an HTTP/3 answer: the client is there already.
+    assert!(answers[0]["headers"].get("alt-svc").is_none(), "{out}");
+
+    let echoed: Value = serde_json::from_str(answers[1]["body_text"].as_str().unwrap()).unwrap();
+    assert_eq!(echoed["target"], "/echo?q=1");
+    assert_eq!(
+        echoed_header(&echoed, "host").unwrap(),
+        format!("localhost:{port}")
+    );
+    assert_eq!(echoed_header(&echoed, "cookie").unwrap(), "a=1");
+    assert_eq!(
+        echoed_header(&echoed, "x-forwarded-proto").unwrap(),
+        "https"
+    );
+
+    // Request bodies reach the upstream whole: without a length (chunked to it) and with one.
+    for (answer, size, framing) in [
+        (&answers[2], 1_000_000, "transfer-encoding"),
+        (&answers[3], 70_000, "content-length"),
+    ] {
+        assert_eq!(answer["status"], 200, "{out}");
+        let echoed: Value = serde_json::from_str(answer["body_text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            echoed["body"].as_str().unwrap().as_bytes(),
+            &pattern(size)[..]
+        );
+        assert!(
+            echoed_header(&echoed, framing).is_some(),
+            "{framing}: {echoed}"
+        );
+    }
+
+    // A 10 MB download, byte for byte.
+    assert_eq!(answers[4]["status"], 200);
+    assert_eq!(answers[4]["body_len"], big);
+    assert_eq!(answers[4]["body_md5"], md5_hex(&pattern(big)));
+
+    // An HTTP/1.1 upstream's chunked trailers end the HTTP/3 stream as its trailers.
+    assert_eq!(answers[5]["body_text"], "payload", "{out}");
+    assert_eq!(answers[5]["trailers"]["grpc-status"], "0", "{out}");
+    assert_eq!(answers[5]["trailers"]["grpc-message"], "all-good", "{out}");
+
+    // The access log says h3, with TLS 1.3 and the name asked for.
+    weir.signal("TERM");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 6 || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ping: Value = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["uri"] == "/ping" || l["path"] == "/ping" || l.to_string().contains("/ping"))
+        .unwrap_or_else(|| panic!("no line for /ping: {lines}"));
+    assert_eq!(ping["protocol"], "h3", "{ping}");
+    assert_eq!(ping["tls"]["version"], "TLSv1.3", "{ping}");
+    assert_eq!(ping["tls"]["sni"], "localhost", "{ping}");
+}
+
+#[test]
+fn many_streams_share_one_connection_under_the_stream_limit() {
+    let upstream = Upstream::start("up");
+    let site = Site::new("h3-streams");
+    let weir = Weir::start(&site.config(
+        ", max_concurrent_streams: 10",
+        "",
+        &format!(
+            "  api: {{ rule: \"PathPrefix(`/`)\", service: up }}\n\
+             services:\n  up: {{ servers: [{{ url: \"{}\" }}] }}\n",
+            upstream.url()
+        ),
+    ));
+    let requests: Vec<Value> = (0..60).map(|_| json!({"path": "/slow/50"})).collect();
+    let out = site.h3(weir.addr().port(), json!([requests]));
+    // The limit is QUIC's stream credit: the client may not open more, and waits for credit.
+    assert_eq!(out["max_streams_bidi"], 10, "{out}");
+    let answers = out["groups"][0].as_array().unwrap();
+    assert_eq!(answers.len(), 60);
+    assert!(answers.iter().all(|a| a["status"] == 200), "{out}");
+    assert_eq!(
+        out["closed"],
+        Value::Null,
+        "the connection stayed up: {out}"
+    );
+    assert_eq!(upstream.request_count(), 60);
+}
+
+#[test]
+fn cached_and_static_answers() {
+    let origin = Nginx::with_location(
+        "location /fresh { add_header cache-control \"max-age=60\"; return 200 \"id=$request_id\\n\"; }",
+    );
+    let site = Site::new("h3-cache");
+    let root = site.dir.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    let file = pattern(300_000);
+    std::fs::write(root.join("file.txt"), &file).unwrap();
+    std::fs::write(root.join("small.txt"), "hello, static\n").unwrap();
+    let weir = Weir::start(&site.config(
+        "",
+        "",
+        &format!(
+            "  files: {{ rule: \"PathPrefix(`/static`)\", static: {{ root: \"{}\" }}, middlewares: [strip] }}\n  \
+             cached: {{ rule: \"PathPrefix(`/`)\", service: origin, cache: main }}\n\
+             middlewares:\n  strip: {{ strip_prefix: [/static] }}\n\
+             caches:\n  main: {{ memory: 16MiB }}\n\
+             services:\n  origin: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+            root.display(),
+            origin.addr
+        ),
+    ));
+    let out = site.h3(
+        weir.addr().port(),
+        json!([
+            [{"path": "/fresh"}],
+            [{"path": "/fresh"}, {"path": "/static/small.txt"}, {"path": "/static/file.txt"}]
+        ]),
+    );
+    let first = &out["groups"][0][0];
+    let again = &out["groups"][1][0];
+    assert_eq!(first["status"], 200, "{out}");
+    assert!(
+        again["headers"]["cache-status"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("weir; hit"),
+        "{out}"
+    );
+    assert_eq!(
+        again["body_text"], first["body_text"],
+        "served from the store"
+    );
+    let small = &out["groups"][1][1];
+    assert_eq!(small["status"], 200, "{out}");
+    assert_eq!(small["body_text"], "hello, static\n");
+    let large = &out["groups"][1][2];
+    assert_eq!(large["body_len"], file.len());
+    assert_eq!(large["body_md5"], md5_hex(&file));
+}
+
+#[test]
+fn alt_svc_is_on_http1_and_http2_answers_of_the_entrypoint_only() {
+    let site = Site::new("h3-alt-svc");
+    let weir = Weir::start(&site.config("", "", ""));
+    let port = weir.addr().port();
+    let url = format!("https://localhost:{port}/ping");
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let ca = site.cert.cert.display().to_string();
+    let expected = format!("alt-svc: h3=\":{port}\"; ma=86400");
+    for version in ["--http1.1", "--http2"] {
+        let head = String::from_utf8_lossy(&curl_ok(&[
+            version,
+            "--cacert",
+            &ca,
+            "--resolve",
+            &resolve,
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            &url,
+        ]))
+        .to_lowercase();
+        assert!(head.contains(&expected), "{version}: {head}");
+    }
+    // The UDP port is the TCP port: the client reaches it there.
+    let out = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(out["groups"][0][0]["body_text"], "pong");
+    // Another entrypoint's answers pay nothing and say nothing.
+    let plain = weir.addrs["plain"];
+    let resp = get(plain, "a", "/ping");
+    assert_eq!(resp.text(), "pong");
+    assert!(resp.header("alt-svc").is_none(), "{:?}", resp.headers);
+
+    // `advertise: false`: HTTP/3 is served but not announced.
+    let quiet = Site::new("h3-alt-svc-off");
+    let weir = Weir::start(&quiet.config(", advertise: false", "", ""));
+    let port = weir.addr().port();
+    let head = String::from_utf8_lossy(&curl_ok(&[
+        "--cacert",
+        &quiet.cert.cert.display().to_string(),
+        "--resolve",
+        &format!("localhost:{port}:127.0.0.1"),
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &format!("https://localhost:{port}/ping"),
+    ]))
+    .to_lowercase();
+    assert!(!head.contains("alt-svc"), "{head}");
+    let out = quiet.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(out["groups"][0][0]["body_text"], "pong");
+}
+
+#[test]
+fn bad_input_is_refused_and_the_worker_goes_on() {
+    let upstream = Upstream::start("up");
+    let site = Site::new("h3-bad");
+    let weir = Weir::start(&site.config(
+        "",
+        "",
+        &format!(
+            "  api: {{ rule: \"PathPrefix(`/`)\", service: up }}\n\
+             services:\n  up: {{ servers: [{{ url: \"{}\" }}] }}\n",
+            upstream.url()
+        ),
+    ));
+    let port = weir.addr().port();
+    // 40 KiB of fields, encoded by hand (aioquic's encoder refuses blocks that large).
+    let huge: Vec<Value> = (0..10)
+        .map(|i| json!([format!("x-huge-{i}"), "v".repeat(4000)]))
+        .collect();
+    let small: Vec<Value> = vec![json!(["x-small", "v"])];
+    let out = site.h3(
+        port,
+        json!([
+            [{"path": "/echo", "headers": huge, "literal_headers": true},
+             {"path": "/ping", "headers": small, "literal_headers": true}],
+            // The request body reset after 1000 bytes; a download the client stops reading.
+            [{"method": "POST", "path": "/post", "body_size": 200_000, "reset_after": 1000},
+             {"path": "/big/20000000", "stop_after": 100_000}],
+            [{"path": "/ping"}, {"path": "/echo"}]
+        ]),
+    );
+    // A header block over 32 KiB: 431 on its stream, and the connection goes on.
+    assert_eq!(out["groups"][0][0]["status"], 431, "{out}");
+    // The same hand-made encoding, under the limit: answered (so the 431 is the size's).
+    assert_eq!(out["groups"][0][1]["body_text"], "pong", "{out}");
+    assert_eq!(out["groups"][2][0]["body_text"], "pong", "{out}");
+    assert_eq!(out["groups"][2][1]["status"], 200, "{out}");
+    assert_eq!(out["closed"], Value::Null, "{out}");
+    // A new connection is served too.
+    let again = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(again["groups"][0][0]["body_text"], "pong");
+}
+
+#[test]
+fn a_reload_keeps_a_live_connection() {
+    let site = Site::new("h3-reload");
+    let answering = |body: &str| {
+        site.config(
+            "",
+            "",
+            &format!("  all: {{ rule: \"PathPrefix(`/`)\", respond: {{ body: {body} }} }}\n"),
+        )
+    };
+    let weir = Weir::start(&answering("one"));
+    let ready = site.dir.join("ready");
+    let go = site.dir.join("go");
+    let plan = json!({
+        "port": weir.addr().port(),
+        "server_name": "localhost",
+        "ca": site.cert.cert,
+        "ready_file": ready,
+        "go_file": go,
+        "groups": [[{"path": "/a"}], [{"path": "/b"}]],
+    });
+    let client = Command::new(aioquic_python())
+        .arg(client_script())
+        .arg(plan.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client never got its first answer"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(weir.config_path(), answering("two")).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line(": reloaded", 1);
+    std::fs::write(&go, "").unwrap();
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out["groups"][0][0]["body_text"], "one", "{out}");
+    assert_eq!(
+        out["groups"][1][0]["body_text"], "two",
+        "same connection, new config: {out}"
+    );
+    assert_eq!(out["closed"], Value::Null, "{out}");
+}
+
+#[test]
+fn a_stop_lets_an_open_stream_finish() {
+    let upstream = Upstream::start("up");
+    let site = Site::new("h3-stop");
+    let weir = Weir::start(&site.config(
+        "",
+        "",
+        &format!(
+            "  api: {{ rule: \"PathPrefix(`/`)\", service: up }}\n\
+             services:\n  up: {{ servers: [{{ url: \"{}\" }}] }}\n",
+            upstream.url()
+        ),
+    ));
+    let plan = json!({
+        "port": weir.addr().port(),
+        "server_name": "localhost",
+        "ca": site.cert.cert,
+        "groups": [[{"path": "/slow/1500"}]],
+    });
+    let client = Command::new(aioquic_python())
+        .arg(client_script())
+        .arg(plan.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while upstream.request_count() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    weir.signal("TERM");
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out["groups"][0][0]["status"], 200, "{out}");
+    weir.wait_for_line("stopped", 1);
+}
+
+/// Debian's ngtcp2 example client (`gtlsclient` of ngtcp2-client, HTTP/3 by nghttp3) fetches
+/// over QUIC.
+#[test]
+fn ngtcp2_client_fetches_over_http3() {
+    let site = Site::new("h3-ngtcp2");
+    let weir = Weir::start(&site.config("", "", ""));
+    let port = weir.addr().port().to_string();
+    let out = Command::new("gtlsclient")
+        // The example client does not verify certificates; it names the one it wants.
+        .args(["--exit-on-all-streams-close", "--quiet", "--timeout=10s"])
+        .arg("--sni=localhost")
+        .arg(format!("--download={}", site.dir.display()))
+        .args(["127.0.0.1", &port])
+        .arg(format!("https://localhost:{port}/ping"))
+        .output()
+        .expect("gtlsclient (Debian's ngtcp2-client)");
+    assert!(
+        out.status.success(),
+        "gtlsclient: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.dir.join("ping")).unwrap(),
+        "pong"
+    );
+}

@@ -569,6 +569,7 @@ fn doc_page_references_exist() {
         ("lifecycle-h1.md", 20),
         ("lifecycle-l4.md", 12),
         ("lifecycle-h2.md", 15),
+        ("lifecycle-h3.md", 20),
         ("architecture.md", 25),
     ] {
         let page = std::fs::read_to_string(root.join("docs").join(page_name)).unwrap();

@@ -296,10 +296,7 @@ impl Stream {
         };
         let (parts, ()) = request.into_parts();
         let head = match request_head(&parts, end_stream) {
-            Ok(mut head) => {
-                head.http3 = true;
-                head
-            }
+            Ok(head) => head,
             Err(error) => {
                 let answer = error.plain();
                 let date = date_value(worker);
@@ -344,6 +341,10 @@ impl ClientSide for H3Client {
 
     fn ip(&self) -> IpAddr {
         self.ip
+    }
+
+    fn http3(&self) -> bool {
+        true
     }
 
     fn ip_text(&self) -> &str {

@@ -84,7 +84,7 @@ pub(crate) async fn exchange<C: ClientConn>(
             host: head.host().to_string(),
             target: head.target().to_string(),
             version: match (head.http2, head.minor_version) {
-                _ if head.http3 => "HTTP/3.0",
+                _ if client.http3() => "HTTP/3.0",
                 (true, _) => "HTTP/2.0",
                 (false, 0) => "HTTP/1.0",
                 (false, _) => "HTTP/1.1",
@@ -182,7 +182,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     // `http3.advertise`: HTTP/1.1 and HTTP/2 answers name the HTTP/3 port (one branch for
     // entrypoints without it).
     if let Some(alt_svc) = ep.and_then(|ep| ep.alt_svc.as_deref()) {
-        if !head.http3 {
+        if !client.http3() {
             reply.edit_head(|response| response.head.append("alt-svc", alt_svc));
         }
     }
@@ -199,6 +199,7 @@ pub(crate) async fn exchange<C: ClientConn>(
             route: route.map(|r| &**r),
             client: client.ip_text(),
             scheme: client.scheme(),
+            http3: client.http3(),
             outcome: &outcome,
         };
         trace::finish_server_span(worker, &mut head, served);

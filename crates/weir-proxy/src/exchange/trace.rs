@@ -22,6 +22,8 @@ pub(crate) struct Served<'a> {
     /// The client's address as text.
     pub client: &'a str,
     pub scheme: Scheme,
+    /// The request came over HTTP/3.
+    pub http3: bool,
     pub outcome: &'a Outcome,
 }
 
@@ -58,6 +60,7 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
         route,
         client,
         scheme,
+        http3,
         outcome,
     } = served;
     let method = method_name(head.method());
@@ -71,7 +74,7 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
         (
             "network.protocol.version",
             AttrValue::Static(match (head.http2, head.minor_version) {
-                _ if head.http3 => "3",
+                _ if http3 => "3",
                 (true, _) => "2",
                 (false, 0) => "1.0",
                 (false, _) => "1.1",

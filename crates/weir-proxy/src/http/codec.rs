@@ -276,10 +276,9 @@ pub struct RequestHead {
     /// The client accepts trailers (`TE: trailers`), so weir asks the upstream for them too.
     pub te_trailers: bool,
     /// The request came on an HTTP/2 stream (its head was converted at the edge), or on an
-    /// HTTP/3 one, which the lifecycle treats alike (framed by its driver, trailers allowed).
+    /// HTTP/3 one, which the lifecycle treats alike (framed by its driver, trailers allowed;
+    /// `ClientSide::http3` tells them apart).
     pub http2: bool,
-    /// The request came on an HTTP/3 stream (`http2` is set too).
-    pub http3: bool,
     /// On a traced route: the request's trace context, which every try sends upstream.
     pub trace: Option<Box<crate::http::trace_context::TraceContext>>,
 }
@@ -567,7 +566,6 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
         connection_names_headers: known.names_headers,
         te_trailers: known.te_trailers,
         http2: false,
-        http3: false,
         trace: None,
     };
     req.split_target();

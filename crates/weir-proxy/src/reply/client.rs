@@ -57,6 +57,10 @@ pub(crate) trait ClientSide {
     type BodyIo: AsyncRead + AsyncWrite + Unpin;
 
     fn ip(&self) -> IpAddr;
+    /// Whether the request came over HTTP/3 (its head reads as an HTTP/2 one otherwise).
+    fn http3(&self) -> bool {
+        false
+    }
     /// The client's address as text (for the forwarding headers).
     fn ip_text(&self) -> &str;
     fn scheme(&self) -> Scheme;

@@ -393,14 +393,7 @@ fn a_reload_keeps_a_live_connection() {
     plan["ready_file"] = json!(ready);
     plan["go_file"] = json!(go);
     let client = spawn(&plan);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !ready.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the client never got its first answer"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the first answer", || ready.exists());
     std::fs::write(weir.config_path(), answering("two")).unwrap();
     weir.signal("HUP");
     weir.wait_for_line(": reloaded", 1);
@@ -415,23 +408,42 @@ fn a_reload_keeps_a_live_connection() {
 }
 
 #[test]
-fn a_stop_lets_an_open_stream_finish() {
+fn a_stop_lets_an_open_stream_finish_and_closes_idle_connections() {
     let upstream = Upstream::start("up");
     let site = Site::new("h3-stop");
-    let weir = Weir::start(&site.config("", "", &proxied_to(&upstream)));
-    let client = spawn(&site.plan(weir.addr().port(), json!([[{"path": "/slow/1500"}]])));
+    let weir = Weir::start(&site.config("", ", graceful_timeout: 20s", &proxied_to(&upstream)));
+    let port = weir.addr().port();
+    // A connection that has had its answer and stays idle (its second group never comes).
+    let ready = site.dir.join("ready");
+    let mut plan = site.plan(port, json!([[{"path": "/ping"}], [{"path": "/ping"}]]));
+    plan["ready_file"] = json!(ready);
+    plan["go_file"] = json!(site.dir.join("never"));
+    let mut idle = spawn(&plan);
+    wait_until("the idle client's first answer", || ready.exists());
+    let busy = spawn(&site.plan(port, json!([[{"path": "/slow/1500"}]])));
+    wait_until("the request at the upstream", || {
+        upstream.request_count() == 1
+    });
+    weir.signal("TERM");
+    let out = finished(busy);
+    assert_eq!(out["groups"][0][0]["status"], 200, "{out}");
+    // GOAWAY, then the close once no stream is open: the idle connection does not hold the
+    // stop until `graceful_timeout` (20 s; this waits 10 s at most).
+    weir.wait_for_line("stopped", 1);
+    let _ = idle.kill();
+    let _ = idle.wait();
+}
+
+/// Waits (20 s at most) until `done`, else fails naming `what`.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while upstream.request_count() == 0 {
+    while !done() {
         assert!(
             std::time::Instant::now() < deadline,
-            "the request never reached the upstream"
+            "never happened: {what}"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    weir.signal("TERM");
-    let out = finished(client);
-    assert_eq!(out["groups"][0][0]["status"], 200, "{out}");
-    weir.wait_for_line("stopped", 1);
 }
 
 /// Debian's ngtcp2 example client (`gtlsclient` of ngtcp2-client, HTTP/3 by nghttp3) fetches

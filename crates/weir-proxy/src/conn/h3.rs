@@ -27,7 +27,7 @@ use crate::reply::relay::{relay_body, relay_stream, BodyError, Relay, Sink};
 use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::state::runtime::SharedRuntime;
-use crate::worker::{Active, Worker};
+use crate::worker::{Active, Worker, DRAIN_GRACE};
 use bytes::{Buf, Bytes, BytesMut};
 use h3::error::Code;
 use std::cell::Cell;
@@ -197,6 +197,7 @@ impl Connection {
         builder
             .max_field_section_size(MAX_FIELD_SECTION_SIZE)
             .send_grease(false);
+        let quic = connection.clone();
         let building = builder.build::<_, Bytes>(h3_quinn::Connection::new(connection));
         let mut conn = match watch
             .within(&worker.clock, Waiting::Handshake, limit, building)
@@ -205,10 +206,16 @@ impl Connection {
             Ok(Ok(conn)) => conn,
             _ => return,
         };
-        drop(watch);
         let ip = canonical_ip(peer.ip());
+        let streams = Rc::new(OpenStreams::default());
         let mut going_away = false;
         loop {
+            // After GOAWAY, the last stream's end ends the connection: `h3` itself waits for
+            // the client's own GOAWAY, which an idle client may never send.
+            if going_away && streams.open.get() == 0 {
+                close_when_acknowledged(worker, &watch, &quic).await;
+                break;
+            }
             if !going_away && (worker.shutdown.is_requested() || self.closing.closed.get()) {
                 // GOAWAY naming the last stream accepted: those finish, later ones are refused.
                 if conn.shutdown(0).await.is_err() {
@@ -222,19 +229,25 @@ impl Connection {
             let closed = self.closing.notify.notified();
             tokio::pin!(closed);
             closed.as_mut().enable();
+            let ended = streams.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
             let accepted = tokio::select! {
                 accepted = conn.accept() => accepted,
                 _ = &mut stopping, if !going_away => continue,
                 _ = &mut closed, if !going_away => continue,
+                _ = &mut ended, if going_away => continue,
             };
             match accepted {
                 Ok(Some(resolver)) => {
+                    streams.open.set(streams.open.get() + 1);
                     let stream = Stream {
                         worker: worker.clone(),
                         config: self.config.clone(),
                         entrypoint: self.entrypoint,
                         ip,
                         tls: tls.clone(),
+                        streams: streams.clone(),
                     };
                     tokio::task::spawn_local(stream.serve(resolver));
                 }
@@ -244,6 +257,27 @@ impl Connection {
             }
         }
     }
+}
+
+/// A connection's open request streams, and a wake-up when one ends.
+#[derive(Default)]
+struct OpenStreams {
+    open: Cell<usize>,
+    ended: Notify,
+}
+
+/// Closes a connection weir has sent GOAWAY on once its streams have ended: the client gets a
+/// moment (`DRAIN_GRACE`) to acknowledge the last answers and close first, as browsers do after
+/// GOAWAY; then weir closes it with `H3_NO_ERROR`.
+async fn close_when_acknowledged(worker: &Worker, watch: &ConnWatch, quic: &quinn::Connection) {
+    let closed = quic.closed();
+    let _ = watch
+        .within(&worker.clock, Waiting::ClientWrite, DRAIN_GRACE, closed)
+        .await;
+    quic.close(
+        Code::H3_NO_ERROR.value().try_into().unwrap_or_default(),
+        b"",
+    );
 }
 
 /// The negotiated TLS session as the access log shows it (QUIC always runs TLS 1.3).
@@ -267,6 +301,14 @@ struct Stream {
     entrypoint: usize,
     ip: IpAddr,
     tls: Option<Rc<TlsSession>>,
+    streams: Rc<OpenStreams>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.streams.open.set(self.streams.open.get() - 1);
+        self.streams.ended.notify_one();
+    }
 }
 
 impl Stream {

@@ -348,9 +348,11 @@ impl Stream {
             }
         };
         let mut client = H3Client {
-            body: (!end_stream).then_some(H3Recv {
-                first,
-                stream: recv,
+            body: (!end_stream).then(|| {
+                Box::new(H3Recv {
+                    first,
+                    stream: recv,
+                })
             }),
             out,
             watch,
@@ -369,7 +371,7 @@ impl Stream {
 /// One request stream as the lifecycle sees it.
 struct H3Client {
     /// The request body, until it is read (or dropped, unread, with the answer).
-    body: Option<H3Recv>,
+    body: Option<Box<H3Recv>>,
     out: H3Out,
     watch: Rc<ConnWatch>,
     ip: IpAddr,
@@ -422,7 +424,7 @@ impl ClientSide for H3Client {
         _req: &RequestHead,
         max: u64,
     ) -> Result<Bytes, BodyError> {
-        let Some(H3Recv { first, mut stream }) = self.body.take() else {
+        let Some(H3Recv { first, mut stream }) = self.body.take().map(|body| *body) else {
             return Ok(Bytes::new());
         };
         let limit = worker.timeouts.get().body;

@@ -37,8 +37,9 @@ pub(crate) enum BodySource<'c, S> {
     H1(H1Body<'c, S>),
     /// An HTTP/2 client's stream: DATA frames, then maybe trailers.
     H2(RecvStream),
-    /// An HTTP/3 client's request stream (`reply/h3_body.rs`).
-    H3(crate::reply::h3_body::H3Recv),
+    /// An HTTP/3 client's request stream (`reply/h3_body.rs`); boxed, so that the other
+    /// sources do not grow to its size.
+    H3(Box<crate::reply::h3_body::H3Recv>),
     /// Held in a temporary file (`buffering` past its memory size): sent from there, and
     /// again on a retry.
     Spilled(Spilled),
@@ -153,7 +154,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> BodySource<'_, S> {
             }
             BodySource::H2(frames) => relay_frames(frames, sink, out, chunked_out, relay).await,
             BodySource::H3(recv) => {
-                crate::reply::h3_body::relay_h3(recv, sink, out, chunked_out, relay).await
+                crate::reply::h3_body::relay_h3(*recv, sink, out, chunked_out, relay).await
             }
             BodySource::Spilled(spilled) => {
                 relay_spilled(&spilled, sink, out, chunked_out, relay).await

@@ -89,7 +89,7 @@ fn child<'n>(node: &'n mut Node, key: &str) -> Option<&'n mut Node> {
 }
 
 /// Sets `key` to `default` in the mapping `node` unless it is written there.
-fn fill(node: &mut Node, key: &str, default: impl Into<String>) {
+pub(crate) fn fill(node: &mut Node, key: &str, default: impl Into<String>) {
     if let Value::Map(entries) = &mut node.value {
         if !entries.iter().any(|(k, _)| k.as_str() == Some(key)) {
             entries.push((scalar(key), scalar(default)));
@@ -111,7 +111,7 @@ fn fill_list(node: &mut Node, key: &str, default: Vec<String>) {
     }
 }
 
-fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     match (d.subsec_nanos(), d.subsec_nanos() % 1_000_000) {
         (0, _) => format!("{}s", d.as_secs()),
         (_, 0) => format!("{}ms", d.as_millis()),
@@ -206,6 +206,9 @@ fn fill_defaults(root: &mut Node, config: &Config) {
                     "max_header_list_size",
                     ep.http2.max_header_list_size.to_string(),
                 );
+            }
+            if let (Some(http3), Some(node)) = (&ep.http3, child(node, "http3")) {
+                crate::load::fill_http3(node, http3);
             }
             if let Some(tls) = &ep.tls {
                 if let Some(node) = child(node, "tls") {

@@ -9,6 +9,7 @@ mod error_pages;
 mod forward_auth;
 mod health;
 mod http3;
+pub(crate) use http3::fill_http3;
 mod jwt;
 mod middlewares;
 mod providers;

@@ -79,6 +79,18 @@ impl Loader<'_> {
     }
 }
 
+/// `weir config dump`: an enabled `http3` block with its defaults written out.
+pub(crate) fn fill_http3(node: &mut crate::yaml::Node, http3: &Http3Settings) {
+    use crate::dump::{duration, fill};
+    fill(node, "advertise", http3.advertise.to_string());
+    let streams = http3.max_concurrent_streams.to_string();
+    fill(node, "max_concurrent_streams", streams);
+    let window = http3.initial_window_size.to_string();
+    fill(node, "initial_window_size", window);
+    fill(node, "idle_timeout", duration(http3.idle_timeout));
+    fill(node, "zero_rtt", http3.zero_rtt.to_string());
+}
+
 #[cfg(test)]
 mod tests {
     use crate::load::load_str;
@@ -119,6 +131,24 @@ mod tests {
         assert_eq!(config.entrypoints[0].http3, None);
         let config = load_str(&entrypoint("{}"), "t.yaml").expect("valid");
         assert_eq!(config.entrypoints[0].http3, None);
+    }
+
+    #[test]
+    fn http3_defaults_are_dumped_and_load_back() {
+        let text = entrypoint("{ enabled: true, idle_timeout: 5s }");
+        let config = load_str(&text, "t.yaml").expect("valid");
+        let dumped = crate::dump::dump(&text, &config, &|_| None).expect("dumps");
+        for line in [
+            "advertise: true",
+            "max_concurrent_streams: 100",
+            "initial_window_size: 1048576",
+            "idle_timeout: 5s",
+            "zero_rtt: false",
+        ] {
+            assert!(dumped.contains(line), "{line} in {dumped}");
+        }
+        let again = load_str(&dumped, "t.yaml").expect("the dump loads");
+        assert_eq!(again.entrypoints[0].http3, config.entrypoints[0].http3);
     }
 
     #[test]

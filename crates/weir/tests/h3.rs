@@ -1,6 +1,7 @@
 //! HTTP/3 from clients on the real binary, with Python's aioquic (PyPI) as the client
 //! (`h3_client.py`) and Debian's ngtcp2 client: requests run the ordinary lifecycle (respond,
-//! proxy to an HTTP/1.1 upstream with bodies both ways, the cache, static files, trailers),
+//! proxy to an HTTP/1.1 upstream with bodies both ways, the cache, static files, trailers, gRPC
+//! through an `h2c` service),
 //! `max_concurrent_streams` is announced and many streams share one connection, a header
 //! block over 32 KiB is answered 431, a stream reset mid-body leaves the worker serving, a
 //! reload keeps a live connection, a stop lets a stream finish, and HTTP/1.1 and HTTP/2
@@ -444,6 +445,57 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// A gRPC message as the wire carries it (uncompressed, a 4-byte length), in hex.
+fn grpc_message_hex(payload: &[u8]) -> String {
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    framed.extend_from_slice(payload);
+    framed.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// gRPC calls over HTTP/3 to the `grpcio` server behind an `h2c` service: a unary answer's
+/// trailers reach the HTTP/3 client as trailers, a refusal's trailers-only head as its head.
+#[test]
+fn grpc_over_http3_to_an_h2c_service_keeps_its_trailers() {
+    let server = GrpcServer::start();
+    let site = Site::new("h3-grpc");
+    let weir = Weir::start(&site.config(
+        "",
+        "",
+        &format!(
+            "  grpc: {{ rule: \"PathPrefix(`/weir.Test/`)\", service: grpc }}\n\
+             services:\n  grpc: {{ protocol: h2c, servers: [{{ url: \"http://127.0.0.1:{}\" }}] }}\n",
+            server.port
+        ),
+    ));
+    let call = |payload: &[u8]| {
+        json!({"method": "POST", "path": "/weir.Test/Unary", "body_hex": grpc_message_hex(payload),
+               "headers": [["content-type", "application/grpc"], ["te", "trailers"]]})
+    };
+    let out = site.h3(weir.addr().port(), json!([[call(b"hello"), call(b"fail")]]));
+    let ok = &out["groups"][0][0];
+    assert_eq!(ok["status"], 200, "{out}");
+    assert_eq!(ok["headers"]["content-type"], "application/grpc", "{out}");
+    assert!(
+        ok["body_text"]
+            .as_str()
+            .unwrap()
+            .ends_with("echo:hello|127.0.0.1"),
+        "{out}"
+    );
+    assert_eq!(ok["trailers"]["grpc-status"], "0", "{out}");
+    // A refusal with no message is gRPC's trailers-only answer: one HEADERS that ends the
+    // stream, as the server sent it.
+    let failed = &out["groups"][0][1];
+    assert_eq!(failed["body_len"], 0, "{out}");
+    assert_eq!(failed["headers"]["grpc-status"], "3", "{out}");
+    assert_eq!(
+        failed["headers"]["grpc-message"], "bad request: fail",
+        "{out}"
+    );
+    assert_eq!(failed["headers"]["x-detail"], "on purpose", "{out}");
 }
 
 /// Debian's ngtcp2 example client (`gtlsclient` of ngtcp2-client, HTTP/3 by nghttp3) fetches

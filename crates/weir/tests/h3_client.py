@@ -6,7 +6,7 @@ Reads a plan as JSON from argv[1]:
    "ready_file": "path" (optional: written after the first group),
    "go_file": "path" (optional: the second group waits for it)}
 REQUEST: {"method", "path", "headers": [[name, value], ...], "body_size": N (a pattern of N
-bytes), "body_text": "...", "reset_after": N (send N body bytes, then reset the stream),
+bytes), "body_text": "...", "body_hex": "...", "reset_after": N (send N body bytes, then reset the stream),
 "stop_after": N (read N body bytes, then ask weir to stop sending), "literal_headers": true
 (encode the head by hand, for blocks larger than aioquic's encoder takes)}
 Prints JSON: {"max_streams_bidi": N, "closed": null or the connection's close code,
@@ -121,6 +121,8 @@ class Client(QuicConnectionProtocol):
             body = pattern(spec["body_size"])
         elif "body_text" in spec:
             body = spec["body_text"].encode()
+        elif "body_hex" in spec:
+            body = bytes.fromhex(spec["body_hex"])
         headers = [
             (b":method", spec.get("method", "GET").encode()),
             (b":scheme", b"https"),

@@ -456,7 +456,8 @@ fn grpc_message_hex(payload: &[u8]) -> String {
 }
 
 /// gRPC calls over HTTP/3 to the `grpcio` server behind an `h2c` service: a unary answer's
-/// trailers reach the HTTP/3 client as trailers, a refusal's trailers-only head as its head.
+/// trailers reach the HTTP/3 client as trailers, a refusal's trailers-only head as its head,
+/// and a client stream's messages reach the server.
 #[test]
 fn grpc_over_http3_to_an_h2c_service_keeps_its_trailers() {
     let server = GrpcServer::start();
@@ -474,7 +475,17 @@ fn grpc_over_http3_to_an_h2c_service_keeps_its_trailers() {
         json!({"method": "POST", "path": "/weir.Test/Unary", "body_hex": grpc_message_hex(payload),
                "headers": [["content-type", "application/grpc"], ["te", "trailers"]]})
     };
-    let out = site.h3(weir.addr().port(), json!([[call(b"hello"), call(b"fail")]]));
+    // A client stream: three messages in the body, pumped to the server as they arrive.
+    let messages: String = [&b"one"[..], b"two", &[b'x'; 20_000]]
+        .iter()
+        .map(|m| grpc_message_hex(m))
+        .collect();
+    let streamed = json!({"method": "POST", "path": "/weir.Test/ClientStream", "body_hex": messages,
+        "headers": [["content-type", "application/grpc"], ["te", "trailers"]]});
+    let out = site.h3(
+        weir.addr().port(),
+        json!([[call(b"hello"), call(b"fail"), streamed]]),
+    );
     let ok = &out["groups"][0][0];
     assert_eq!(ok["status"], 200, "{out}");
     assert_eq!(ok["headers"]["content-type"], "application/grpc", "{out}");
@@ -496,6 +507,15 @@ fn grpc_over_http3_to_an_h2c_service_keeps_its_trailers() {
         "{out}"
     );
     assert_eq!(failed["headers"]["x-detail"], "on purpose", "{out}");
+    let streamed = &out["groups"][0][2];
+    assert!(
+        streamed["body_text"]
+            .as_str()
+            .unwrap()
+            .ends_with("3 messages, 20006 bytes"),
+        "{out}"
+    );
+    assert_eq!(streamed["trailers"]["grpc-status"], "0", "{out}");
 }
 
 /// Debian's ngtcp2 example client (`gtlsclient` of ngtcp2-client, HTTP/3 by nghttp3) fetches

@@ -1,10 +1,11 @@
 //! An HTTP/3 client's request body as the upstream side sends it: the stream's DATA frames as
-//! they arrive, framed for an HTTP/1 server (a length, or chunked) or written into an HTTP/2
-//! stream. QUIC gives the client credit back only as weir reads, so a slow upstream slows the
-//! client and memory stays bounded.
+//! they arrive, framed for an HTTP/1 server (a length, or chunked), or pumped into an HTTP/2
+//! stream by a task of its own while the response comes back. QUIC gives the client credit
+//! back only as weir reads, so a slow upstream slows the client and memory stays bounded.
 
 use crate::io::watch::Expired;
 use crate::reply::relay::{push_data, BodyError, Relay, Sink, FLUSH_AT};
+use crate::servers::h2_pool::send_in_window;
 use bytes::{Buf, Bytes};
 use tokio::io::AsyncWrite;
 
@@ -62,4 +63,37 @@ pub(crate) async fn relay_h3<W: AsyncWrite + Unpin>(
     }
     relay.flush(&mut sink, out).await?;
     Ok(sent)
+}
+
+/// Moves the body into an HTTP/2 upstream's stream as it arrives, each piece once the server's
+/// window takes it, so a streaming call (gRPC's client and bidirectional streams) flows both
+/// ways at once; trailers pass on, and a reset of the client's stream resets the upstream's.
+pub(crate) async fn pump_h3(recv: H3Recv, mut send: h2::SendStream<Bytes>) {
+    let H3Recv { first, mut stream } = recv;
+    if let Some(first) = first {
+        if send_in_window(&mut send, first).await.is_err() {
+            return;
+        }
+    }
+    loop {
+        match stream.recv_data().await {
+            Ok(Some(mut data)) => {
+                let piece = data.copy_to_bytes(data.remaining());
+                if send_in_window(&mut send, piece).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => break,
+            Err(_) => return send.send_reset(h2::Reason::CANCEL),
+        }
+    }
+    match stream.recv_trailers().await {
+        Ok(Some(trailers)) => {
+            let _ = send.send_trailers(trailers);
+        }
+        Ok(None) => {
+            let _ = send.send_data(Bytes::new(), true);
+        }
+        Err(_) => send.send_reset(h2::Reason::CANCEL),
+    }
 }

@@ -180,7 +180,10 @@ pub async fn pump_body(mut body: RecvStream, first: Option<Bytes>, mut send: Sen
 }
 
 /// Sends `data` as the peer's window allows, in pieces of the same buffer (no copy).
-async fn send_in_window(send: &mut SendStream<Bytes>, mut data: Bytes) -> Result<(), h2::Error> {
+pub(crate) async fn send_in_window(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+) -> Result<(), h2::Error> {
     while !data.is_empty() {
         send.reserve_capacity(data.len());
         let granted = std::future::poll_fn(|cx| match send.capacity() {

@@ -10,6 +10,7 @@ use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::error::ErrorKind;
 use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
+use crate::reply::h3_body::pump_h3;
 use crate::reply::relay::{BodyError, DataOut, Relay};
 use crate::reply::request_body::BodySource;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
@@ -170,9 +171,9 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
 /// Sends the request body on the stream and ends it. A body in memory goes at once (the h2
 /// crate buffers what the server's window does not take yet). An HTTP/1 client's is relayed
 /// into DATA frames before the response is awaited. An HTTP/2 client's that has already
-/// arrived whole (a unary gRPC call's one message) goes at once too; any other is pumped by a
-/// task of its own ([`pump_body`]), so it flows while the response does (the returned pump is
-/// kept as long as the response body).
+/// arrived whole (a unary gRPC call's one message) goes at once too; any other, and an HTTP/3
+/// client's, is pumped by a task of its own ([`pump_body`], `reply/h3_body.rs::pump_h3`), so
+/// it flows while the response does (the returned pump is kept as long as the response body).
 async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
     body: BodySource<'_, S>,
     out: &mut Vec<u8>,
@@ -204,7 +205,9 @@ async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
             };
             return Ok(Some(BodyPump::spawn(pump_body(frames, first, stream))));
         }
-        relayed @ (BodySource::H1(_) | BodySource::H3(_) | BodySource::Spilled(_)) => {
+        // An HTTP/3 client's, as an HTTP/2 client's, by a task of its own.
+        BodySource::H3(recv) => return Ok(Some(BodyPump::spawn(pump_h3(*recv, stream)))),
+        relayed @ (BodySource::H1(_) | BodySource::Spilled(_)) => {
             out.clear();
             relayed
                 .relay(&mut DataOut(&mut stream), out, false, relay)

@@ -210,19 +210,7 @@ impl Connection {
         let streams = Rc::new(OpenStreams::default());
         let mut going_away = false;
         loop {
-            // After GOAWAY, the last stream's end ends the connection: `h3` itself waits for
-            // the client's own GOAWAY, which an idle client may never send.
-            if going_away && streams.open.get() == 0 {
-                close_when_acknowledged(worker, &watch, &quic).await;
-                break;
-            }
-            if !going_away && (worker.shutdown.is_requested() || self.closing.closed.get()) {
-                // GOAWAY naming the last stream accepted: those finish, later ones are refused.
-                if conn.shutdown(0).await.is_err() {
-                    break;
-                }
-                going_away = true;
-            }
+            // Enabled before the checks below, so a stop that comes between is not missed.
             let stopping = worker.shutdown.notify.notified();
             tokio::pin!(stopping);
             stopping.as_mut().enable();
@@ -232,6 +220,19 @@ impl Connection {
             let ended = streams.ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
+            if !going_away && (worker.shutdown.is_requested() || self.closing.closed.get()) {
+                // GOAWAY naming the last stream accepted: those finish, later ones are refused.
+                if conn.shutdown(0).await.is_err() {
+                    break;
+                }
+                going_away = true;
+            }
+            // After GOAWAY, the last stream's end ends the connection: `h3` itself waits for
+            // the client's own GOAWAY, which an idle client may never send.
+            if going_away && streams.open.get() == 0 {
+                close_when_acknowledged(worker, &watch, &quic).await;
+                break;
+            }
             let accepted = tokio::select! {
                 accepted = conn.accept() => accepted,
                 _ = &mut stopping, if !going_away => continue,

@@ -447,6 +447,26 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// `zero_rtt: true`: a client resuming its session sends its request as 0-RTT data and weir
+/// takes it; without it, the early data is refused and the request goes after the handshake.
+#[test]
+fn zero_rtt_takes_early_data_only_when_enabled() {
+    for (zero_rtt, accepted) in [(true, true), (false, false)] {
+        let site = Site::new("h3-0rtt");
+        let weir = Weir::start(&site.config(&format!(", zero_rtt: {zero_rtt}"), "", ""));
+        let mut plan = site.plan(weir.addr().port(), json!([[{"path": "/ping"}]]));
+        plan["resume"] = json!([{"path": "/ping"}]);
+        let out = finished(spawn(&plan));
+        let resumed = &out["resumed"];
+        assert_eq!(resumed["session_resumed"], true, "{out}");
+        assert_eq!(
+            resumed["early_data_accepted"], accepted,
+            "zero_rtt {zero_rtt}: {out}"
+        );
+        assert_eq!(resumed["results"][0]["body_text"], "pong", "{out}");
+    }
+}
+
 /// A gRPC message as the wire carries it (uncompressed, a 4-byte length), in hex.
 fn grpc_message_hex(payload: &[u8]) -> String {
     let mut framed = vec![0u8];

@@ -4,13 +4,16 @@ one after the other, the requests of a group at once, each on its own stream.
 Reads a plan as JSON from argv[1]:
   {"port": N, "server_name": "...", "ca": "path", "groups": [[REQUEST, ...], ...],
    "ready_file": "path" (optional: written after the first group),
-   "go_file": "path" (optional: the second group waits for it)}
+   "go_file": "path" (optional: the second group waits for it),
+   "resume": [REQUEST, ...] (optional: then a second connection resumes the first's TLS session
+   and sends these as 0-RTT data)}
 REQUEST: {"method", "path", "headers": [[name, value], ...], "body_size": N (a pattern of N
 bytes), "body_text": "...", "body_hex": "...", "reset_after": N (send N body bytes, then reset the stream),
 "stop_after": N (read N body bytes, then ask weir to stop sending), "literal_headers": true
 (encode the head by hand, for blocks larger than aioquic's encoder takes)}
 Prints JSON: {"max_streams_bidi": N, "closed": null or the connection's close code,
-"groups": [[RESULT, ...], ...]}, RESULT: {"status", "headers", "trailers", "body_len",
+"groups": [[RESULT, ...], ...], "resumed": {"results": [RESULT, ...], "session_resumed",
+"early_data_accepted"} with "resume"}, RESULT: {"status", "headers", "trailers", "body_len",
 "body_md5", "body_text", "reset"}.
 """
 
@@ -25,7 +28,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, StreamReset
+from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamReset
 
 H3_REQUEST_CANCELLED = 0x10C
 
@@ -74,8 +77,14 @@ class Client(QuicConnectionProtocol):
         self.http = H3Connection(self._quic)
         self.streams = {}
         self.closed = None
+        self.handshake = {}
 
     def quic_event_received(self, event):
+        if isinstance(event, HandshakeCompleted):
+            self.handshake = {
+                "session_resumed": event.session_resumed,
+                "early_data_accepted": event.early_data_accepted,
+            }
         if isinstance(event, ConnectionTerminated):
             self.closed = event.error_code
             for state in self.streams.values():
@@ -189,8 +198,13 @@ async def main(plan):
     configuration.server_name = plan["server_name"]
     authority = "%s:%d" % (plan["server_name"], plan["port"])
     out = {"groups": []}
+    tickets = []
     async with connect(
-        "127.0.0.1", plan["port"], configuration=configuration, create_protocol=Client
+        "127.0.0.1",
+        plan["port"],
+        configuration=configuration,
+        create_protocol=Client,
+        session_ticket_handler=tickets.append,
     ) as client:
         out["max_streams_bidi"] = client._quic._remote_max_streams_bidi
         for index, group in enumerate(plan["groups"]):
@@ -203,6 +217,24 @@ async def main(plan):
                 with open(plan["ready_file"], "w") as f:
                     f.write("ready")
         out["closed"] = client.closed
+    if plan.get("resume"):
+        # A second connection resuming the first's session, its request sent as 0-RTT data.
+        configuration.session_ticket = tickets[-1] if tickets else None
+        async with connect(
+            "127.0.0.1",
+            plan["port"],
+            configuration=configuration,
+            create_protocol=Client,
+            wait_connected=False,
+        ) as client:
+            results = await asyncio.gather(
+                *(client.request(spec, authority) for spec in plan["resume"])
+            )
+            out["resumed"] = {
+                "results": results,
+                "session_resumed": client.handshake.get("session_resumed"),
+                "early_data_accepted": client.handshake.get("early_data_accepted"),
+            }
     print(json.dumps(out))
 
 

@@ -32,8 +32,13 @@ pub fn server_config(
 ) -> Result<quinn::ServerConfig, String> {
     let mut crypto = (*tls.config).clone();
     crypto.alpn_protocols = vec![ALPN_H3.to_vec()];
-    // QUIC takes early data whole or not at all (RFC 9001, section 4.6.1).
+    // QUIC takes early data whole or not at all (RFC 9001, section 4.6.1). rustls accepts it
+    // only on sessions resumed from its server-side store, whose entries are used once (a
+    // stateless ticket could be replayed): so no tickets with 0-RTT on.
     crypto.max_early_data_size = if http3.zero_rtt { u32::MAX } else { 0 };
+    if http3.zero_rtt {
+        crypto.ticketer = Arc::new(StoredSessionsOnly);
+    }
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(crypto)
         .map_err(|e| format!("HTTP/3: {e}"))?;
     let mut transport = quinn::TransportConfig::default();
@@ -56,6 +61,28 @@ pub fn server_config(
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(Arc::new(transport));
     Ok(config)
+}
+
+/// Issues no session tickets, so that resumption goes through the server's session store.
+#[derive(Debug)]
+struct StoredSessionsOnly;
+
+impl rustls::server::ProducesTickets for StoredSessionsOnly {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// tokio's quinn runtime with timerfd timers (see the module's comment).

@@ -207,8 +207,25 @@ pub struct Server {
     /// Whether exchanges are counted by router and service and timed (entrypoint counts are
     /// always kept).
     pub metrics: bool,
+    /// Labels the per-router and per-service answer counts carry beyond the status class
+    /// (`server.metrics.labels`).
+    pub metric_labels: MetricLabels,
     /// OpenTelemetry tracing (`server.tracing`), when configured.
     pub tracing: Option<Tracing>,
+}
+
+/// `server.metrics.labels`: answers counted by exact status code and by method, instead of
+/// only by status class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetricLabels {
+    pub code: bool,
+    pub method: bool,
+}
+
+impl MetricLabels {
+    pub fn any(self) -> bool {
+        self.code || self.method
+    }
 }
 
 /// The open-file cache of `static` routes, per worker.

@@ -289,6 +289,11 @@ fn caches(runtime: &Runtime) -> Value {
                 "memory_limit_bytes": config.map(|c| c.memory),
                 "memory_used_bytes": stats.bytes,
                 "entries": stats.entries,
+                "hits": stats.hits,
+                "misses": stats.misses,
+                "revalidated": stats.revalidated,
+                "stores": stats.stores,
+                "evictions": stats.evictions,
                 "disk": config.and_then(|c| c.disk.as_ref()).map(|d| json!({
                     "path": d.path.display().to_string(),
                     "size_bytes": d.size,

@@ -212,8 +212,24 @@ pub(crate) async fn exchange<C: ClientConn>(
                 .traffic
                 .record(outcome.status, took);
         }
+        if runtime.metric_labels.any() {
+            count_labelled(worker, route, outcome.status, head.method());
+        }
     }
     outcome
+}
+
+/// `server.metrics.labels`: the answer by exact status and method, for the route and its
+/// service.
+#[cold]
+fn count_labelled(worker: &Worker, route: &Route, status: u16, method: &str) {
+    route.cells[worker.id].labelled.count(status, method);
+    if let Some(service) = route.action.service() {
+        service.cells[worker.id]
+            .traffic
+            .labelled
+            .count(status, method);
+    }
 }
 
 /// What a route's filters keep through one exchange. Boxed and made by the first filter that

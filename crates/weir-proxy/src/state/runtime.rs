@@ -16,7 +16,7 @@ use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::servers::balancer::Service;
 use crate::state::carry::Carried;
-use crate::state::l4_routes::{self, TcpRoutes, UdpService};
+use crate::state::l4_routes::{self, TcpRoutes, TcpService, UdpService};
 use crate::worker::{ClientTimeouts, WorkerSettings};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -51,10 +51,16 @@ pub struct Runtime {
     pub routes: Vec<Arc<Route>>,
     /// Whether exchanges are counted and timed (`server.metrics`).
     pub metrics: bool,
+    /// `server.metrics.labels`: answers also counted by exact status and method.
+    pub metric_labels: weir_config::MetricLabels,
     /// The response caches, by name order (for the control thread's purge followers).
     pub caches: Vec<Arc<crate::actions::cache::store::ResponseCache>>,
     /// The `rate_limit`s shared through Redis, by middleware name (for their metrics).
     pub shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)>,
+    /// TCP services, and the UDP services some UDP router sends to, by name (for their
+    /// metrics).
+    pub tcp_services: Vec<Arc<TcpService>>,
+    pub udp_services: Vec<Arc<UdpService>>,
     /// What the next compile carries over.
     carried: Carried,
 }
@@ -265,7 +271,7 @@ impl Runtime {
             let store = carried
                 .caches
                 .try_get(ResponseCache::store_identity(c), || {
-                    Store::new(c.memory, c.disk.as_ref()).map(Arc::new)
+                    Store::new(c.memory, c.disk.as_ref(), workers).map(Arc::new)
                 })
                 .map_err(|e| format!("cache `{}`: {e}", c.name))?;
             let cache = ResponseCache::new(c, store)
@@ -422,7 +428,23 @@ impl Runtime {
             },
             routes,
             metrics: config.server.metrics,
+            metric_labels: config.server.metric_labels,
             shared_limits,
+            tcp_services: {
+                let mut all: Vec<_> = tcp_services.values().cloned().collect();
+                all.sort_by(|a, b| a.balancer.name.cmp(&b.balancer.name));
+                all
+            },
+            udp_services: {
+                let mut all: Vec<Arc<UdpService>> = Vec::new();
+                for svc in udp_services.values() {
+                    if !all.iter().any(|known| Arc::ptr_eq(known, svc)) {
+                        all.push(svc.clone());
+                    }
+                }
+                all.sort_by(|a, b| a.balancer.name.cmp(&b.balancer.name));
+                all
+            },
             caches: {
                 let mut all: Vec<_> = caches.values().cloned().collect();
                 all.sort_by(|a, b| a.name.cmp(&b.name));

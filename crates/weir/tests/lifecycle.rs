@@ -50,7 +50,11 @@ fn check_yaml_blocks(page_path: &str, at_least: usize) {
         .skip(1)
         .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
         .collect();
-    assert!(blocks.len() >= at_least, "{page_path}: {} blocks", blocks.len());
+    assert!(
+        blocks.len() >= at_least,
+        "{page_path}: {} blocks",
+        blocks.len()
+    );
     for (n, block) in blocks.iter().enumerate() {
         let dir = temp_dir(&format!("task-{n}"));
         std::fs::create_dir_all(dir.join("certs")).unwrap();

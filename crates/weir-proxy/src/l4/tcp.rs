@@ -68,7 +68,9 @@ pub async fn serve(
     count(&route.service.cells[worker.id], &relayed);
     if let (Some(trace_id), Some(started)) = (traced, started) {
         let span = connection_span(route, peer, trace_id, started, relayed);
-        worker.spans.record(span);
+        worker
+            .spans
+            .record(crate::observe::otlp::encode_record(&span));
     }
     None
 }

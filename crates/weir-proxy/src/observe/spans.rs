@@ -14,7 +14,13 @@ pub enum SpanKind {
     Client,
 }
 
-/// One finished span.
+/// A finished span as the bytes of one `ScopeSpans.spans` field, written by the worker that
+/// served it (`otlp::SpanWriter`): the exporter only concatenates them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedSpan(pub Vec<u8>);
+
+/// A finished span described field by field (a TCP connection's; `otlp::encode_record`
+/// writes it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpanRecord {
     pub trace_id: u128,
@@ -37,7 +43,7 @@ pub struct SpanRecord {
 /// to take the spans), they stay with the worker until its next try.
 #[derive(Default)]
 pub struct SpanQueue {
-    spans: Mutex<Vec<SpanRecord>>,
+    spans: Mutex<Vec<EncodedSpan>>,
     /// `server.tracing.max_queue`, set by the exporter from the configuration in place.
     pub max: AtomicUsize,
     /// `server.tracing.batch`: a worker that fills a batch wakes the exporter.
@@ -50,7 +56,7 @@ pub struct SpanQueue {
 
 impl SpanQueue {
     /// Every span queued so far, leaving the queue empty.
-    pub fn take(&self) -> Vec<SpanRecord> {
+    pub fn take(&self) -> Vec<EncodedSpan> {
         let mut taken = Vec::new();
         self.take_into(&mut taken);
         taken
@@ -59,7 +65,7 @@ impl SpanQueue {
     /// Moves every span queued so far to the end of `into`. An empty `into` is swapped with
     /// the queue, which keeps its room for the next spans (taken whole, the queue grew again
     /// from nothing, a reallocation and a copy at every doubling).
-    pub fn take_into(&self, into: &mut Vec<SpanRecord>) {
+    pub fn take_into(&self, into: &mut Vec<EncodedSpan>) {
         let mut spans = self.spans.lock().unwrap_or_else(|e| e.into_inner());
         if into.is_empty() {
             std::mem::swap(&mut *spans, into);
@@ -70,7 +76,7 @@ impl SpanQueue {
 
     /// Moves `pending` into the queue if the lock is free now (else leaves them); what does
     /// not fit is dropped and counted.
-    fn offer(&self, pending: &mut Vec<SpanRecord>) {
+    fn offer(&self, pending: &mut Vec<EncodedSpan>) {
         let Ok(mut spans) = self.spans.try_lock() else {
             return;
         };
@@ -93,7 +99,7 @@ impl SpanQueue {
 /// span): when [`HAND_OVER_AT`] are pending, and on every tick.
 #[derive(Default)]
 pub struct WorkerSpans {
-    pending: RefCell<Vec<SpanRecord>>,
+    pending: RefCell<Vec<EncodedSpan>>,
     queue: RefCell<Option<Arc<SpanQueue>>>,
 }
 
@@ -107,7 +113,7 @@ impl WorkerSpans {
         *self.queue.borrow_mut() = Some(queue);
     }
 
-    pub fn record(&self, span: SpanRecord) {
+    pub fn record(&self, span: EncodedSpan) {
         let queue = self.queue.borrow();
         let Some(queue) = queue.as_ref() else { return };
         let mut pending = self.pending.borrow_mut();
@@ -137,20 +143,8 @@ impl WorkerSpans {
 mod tests {
     use super::*;
 
-    fn span(id: u64) -> SpanRecord {
-        SpanRecord {
-            trace_id: 1,
-            span_id: id,
-            parent_id: 0,
-            tracestate: None,
-            name: "GET".into(),
-            kind: SpanKind::Server,
-            start_unix_nano: 1,
-            end_unix_nano: 2,
-            attributes: Vec::new(),
-            events: Vec::new(),
-            error: false,
-        }
+    fn span(id: u64) -> EncodedSpan {
+        EncodedSpan(id.to_le_bytes().to_vec())
     }
 
     #[test]

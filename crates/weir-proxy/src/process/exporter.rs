@@ -6,7 +6,7 @@
 //! settings are read from the configuration in place before each round, so a reload applies.
 
 use crate::observe::otlp::{self, ResourceInfo};
-use crate::observe::spans::{SpanQueue, SpanRecord};
+use crate::observe::spans::{EncodedSpan, SpanQueue};
 use crate::state::runtime::SharedRuntime;
 use crate::worker::Shutdown;
 use std::io::Write;
@@ -63,7 +63,7 @@ struct Exporter {
     http: Option<TcpStream>,
     grpc: Option<h2::client::SendRequest<bytes::Bytes>>,
     /// Spans taken from the queue and not yet sent.
-    pending: Vec<SpanRecord>,
+    pending: Vec<EncodedSpan>,
     /// Set while the collector fails: the wait before the next try.
     backoff: Option<Duration>,
     /// Set once a refusal is logged, until a batch is taken again: a collector that refuses

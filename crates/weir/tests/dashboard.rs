@@ -89,9 +89,14 @@ impl Chromium {
         chromium
     }
 
-    /// Sends one command (to the page's session unless `session` is empty) and returns its
-    /// result; events read meanwhile are dropped.
-    fn send(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+    /// Sends one command (to the page's session, or else to the browser) and returns its
+    /// result or its error; events read meanwhile are dropped.
+    fn send(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
         self.next_id += 1;
         let id = self.next_id;
         let mut command = json!({ "id": id, "method": method, "params": params });
@@ -108,39 +113,44 @@ impl Chromium {
             };
             let reply: Value = serde_json::from_str(text).unwrap();
             if reply["id"] == id {
-                assert!(reply["error"].is_null(), "{method}: {}", reply["error"]);
-                return reply["result"].clone();
+                return match reply.get("error") {
+                    None => Ok(reply["result"].clone()),
+                    Some(error) => Err(format!("{method}: {error}")),
+                };
             }
         }
     }
 
     fn browser_call(&mut self, method: &str, params: Value) -> Value {
-        self.send(None, method, params)
+        self.send(None, method, params).unwrap()
     }
 
     fn call(&mut self, method: &str, params: Value) -> Value {
         let session = self.session.clone();
-        self.send(Some(&session), method, params)
+        self.send(Some(&session), method, params).unwrap()
     }
 
-    /// The value of a JavaScript expression in the page (promises awaited).
+    /// The value of a JavaScript expression in the page (promises awaited), or why there is
+    /// none (it threw, or the page was between two documents).
+    fn try_eval(&mut self, expression: &str) -> Result<Value, String> {
+        let session = self.session.clone();
+        let params =
+            json!({ "expression": expression, "returnByValue": true, "awaitPromise": true });
+        let result = self.send(Some(&session), "Runtime.evaluate", params)?;
+        match result.get("exceptionDetails") {
+            None => Ok(result["result"]["value"].clone()),
+            Some(thrown) => Err(format!("`{expression}` threw: {thrown}")),
+        }
+    }
+
     fn eval(&mut self, expression: &str) -> Value {
-        let result = self.call(
-            "Runtime.evaluate",
-            json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
-        );
-        assert!(
-            result["exceptionDetails"].is_null(),
-            "`{expression}` threw: {}",
-            result["exceptionDetails"]
-        );
-        result["result"]["value"].clone()
+        self.try_eval(expression).unwrap()
     }
 
-    /// Waits until `expression` is true in the page.
+    /// Waits until `expression` is true in the page (a navigation may still be under way).
     fn wait_for(&mut self, expression: &str) {
         let deadline = Instant::now() + PATIENCE;
-        while self.eval(expression) != json!(true) {
+        while self.try_eval(expression) != Ok(json!(true)) {
             assert!(
                 Instant::now() < deadline,
                 "never true in the page: {expression}\n{}",
@@ -229,7 +239,7 @@ fn unix_now() -> i64 {
 /// five days left), proxied, cached, answered and redirected routers, a middleware, a server
 /// nothing listens on (down), TCP and UDP routers and services. The cached router's origin is
 /// weir itself, on an entrypoint whose answers may be stored for a minute.
-fn config(one: &Upstream, two: &Upstream, dir: &std::path::Path) -> String {
+fn config(one: &Upstream, two: &Upstream, dead: u16, dir: &std::path::Path) -> String {
     let now = unix_now();
     let long = make_cert(dir, "site", &["site.example"], false);
     let soon = make_cert_valid(
@@ -238,7 +248,7 @@ fn config(one: &Upstream, two: &Upstream, dir: &std::path::Path) -> String {
         &["soon.example"],
         Some((now - 86_400, now + 5 * 86_400 + 3_600)),
     );
-    let (origin, dead) = (free_port(), free_port());
+    let origin = free_port();
     format!(
         "server: {{ workers: 1, admin: {{ address: \"127.0.0.1:0\", token: \"{TOKEN}\" }} }}\n\
          entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n  \
@@ -248,7 +258,7 @@ fn config(one: &Upstream, two: &Upstream, dir: &std::path::Path) -> String {
          routers:\n  \
          api: {{ entrypoints: [web], rule: \"PathPrefix(`/api`)\", service: api, middlewares: [limit] }}\n  \
          cached: {{ entrypoints: [web], rule: \"PathPrefix(`/cached`)\", service: origin, cache: main }}\n  \
-         old: {{ entrypoints: [web], rule: \"Path(`/old`)\", redirect: {{ to: \"/new\", status: 308 }} }}\n  \
+         old: {{ rule: \"Path(`/old`)\", redirect: {{ to: \"/new\", status: 308 }} }}\n  \
          hello: {{ entrypoints: [web, secure], rule: \"PathPrefix(`/`)\", priority: 1, respond: {{ status: 200, body: hi }} }}\n  \
          stored: {{ entrypoints: [origin], rule: \"PathPrefix(`/`)\", respond: {{ status: 200, body: kept, headers: {{ cache-control: \"max-age=60\" }} }} }}\n\
          services:\n  api:\n    servers: [{{ url: \"{}\" }}, {{ url: \"{}\" }}]\n  \
@@ -311,15 +321,25 @@ fn panel(chromium: &mut Chromium, name: &str) -> String {
 fn every_panel_fills_at_two_widths_and_a_drain_click_reaches_the_api() {
     let dir = temp_dir("dashboard");
     let (one, two) = (Upstream::start("one"), Upstream::start("two"));
-    let weir = Weir::start(&config(&one, &two, &dir));
+    let dead = free_port();
+    let weir = Weir::start(&config(&one, &two, dead, &dir));
     assert_eq!(get(weir.addrs["web"], "a", "/cached/page").text(), "kept");
     assert_eq!(get(weir.addrs["web"], "a", "/old").status, 308);
     let _traffic = Traffic::start(&weir);
 
     let mut chromium = Chromium::start(&dir.join("profile"));
     chromium.resize(1400, 900);
-    let url = format!("http://{}/dashboard#token={TOKEN}", weir.addrs["@admin"]);
+    // Without a token the page asks for one and shows nothing; typed in its form, it serves.
+    let url = format!("http://{}/dashboard", weir.addrs["@admin"]);
     chromium.call("Page.navigate", json!({ "url": url }));
+    chromium.wait_for("document.getElementById('auth').classList.contains('shown')");
+    assert_eq!(
+        chromium.eval("document.querySelectorAll('#routers tbody tr').length"),
+        0
+    );
+    chromium.click("#token");
+    chromium.call("Input.insertText", json!({ "text": TOKEN }));
+    chromium.click("#auth-form button");
     // Two polls make a rate; the checked server goes down within a few check intervals.
     chromium.wait_for(
         "Number(document.getElementById('rps-chart').dataset.points) >= 2 \
@@ -354,6 +374,7 @@ fn every_panel_fills_at_two_widths_and_a_drain_click_reaches_the_api() {
         "respond 200",
         "limit",
         "web, secure",
+        "Path(`/old`)\tall\t",
     ] {
         assert!(routers.contains(shown), "`{shown}`:\n{routers}");
     }
@@ -361,16 +382,25 @@ fn every_panel_fills_at_two_widths_and_a_drain_click_reaches_the_api() {
     let hello_2xx = chromium
         .eval("Number(document.querySelector('tr[data-router=hello]').children[5].textContent)");
     assert!(hello_2xx.as_u64().unwrap() >= 1, "hello 2xx: {hello_2xx}");
-    let services = panel(&mut chromium, "services");
-    for shown in [
-        one.url(),
-        two.url(),
-        "origin".into(),
-        "checked".into(),
-        "down".into(),
-    ] {
-        assert!(services.contains(&shown), "`{shown}`:\n{services}");
-    }
+    let servers = chromium.eval(
+        "[...document.querySelectorAll('#servers tbody tr')].map((r) => \
+         [...r.children].slice(0, 3).map((td) => td.textContent).concat(r.querySelector('button').textContent))",
+    );
+    let origin = weir.addrs["origin"];
+    assert_eq!(
+        servers,
+        json!([
+            ["api", one.url(), "up", "drain"],
+            ["api", two.url(), "up", "drain"],
+            ["origin", format!("http://{origin}"), "up", "drain"],
+            [
+                "checked",
+                format!("http://127.0.0.1:{dead}"),
+                "down",
+                "drain"
+            ],
+        ])
+    );
     let middlewares = panel(&mut chromium, "middlewares");
     assert!(
         middlewares.contains("limit\trate_limit\tapi"),

@@ -33,6 +33,8 @@ struct Chromium {
     /// The page's session on the browser's websocket (the protocol's flat sessions).
     session: String,
     next_id: u64,
+    /// Chromium's profile folder, removed with it (the screenshots beside it stay).
+    profile: std::path::PathBuf,
 }
 
 impl Chromium {
@@ -79,6 +81,7 @@ impl Chromium {
             socket,
             session: String::new(),
             next_id: 0,
+            profile: profile.to_path_buf(),
         };
         let target = chromium.browser_call("Target.createTarget", json!({ "url": "about:blank" }));
         let attached = chromium.browser_call(
@@ -207,6 +210,7 @@ impl Drop for Chromium {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
 

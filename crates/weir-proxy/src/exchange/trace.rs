@@ -6,12 +6,10 @@ use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
-use crate::http::trace_context::{
-    decimal, method_name, unix_nanos, AttrValue, Sampler, TraceContext,
-};
+use crate::http::trace_context::{decimal, method_name, AttrValue, Sampler, TraceContext};
 use crate::http::Scheme;
 use crate::observe::otlp::{SpanIds, SpanWriter};
-use crate::observe::spans::{EncodedSpan, SpanKind};
+use crate::observe::spans::SpanKind;
 use crate::reply::client::Outcome;
 use crate::reply::{Reply, ReplyHead};
 use crate::state::runtime::{Route, RouteAction};
@@ -51,23 +49,31 @@ pub(crate) fn finish_server_span(worker: &Worker, head: &mut RequestHead, served
     let Some(trace) = head.trace.take().filter(|t| t.sampled()) else {
         return;
     };
-    worker.spans.record(server_span(*trace, head, served));
-}
-
-fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> EncodedSpan {
-    let Served {
-        route,
-        client,
-        scheme,
-        outcome,
-    } = served;
     let ids = SpanIds {
         trace_id: trace.trace_id,
         span_id: trace.span_id,
         parent_id: trace.parent_id.unwrap_or(0),
         tracestate: trace.tracestate.as_deref(),
     };
-    let mut span = SpanWriter::begin(ids, SpanKind::Server, trace.start_unix_nano);
+    let start = trace.start_unix_nano;
+    worker.spans.write(ids, SpanKind::Server, start, |span| {
+        describe_server_span(span, &trace, head, served)
+    });
+}
+
+/// Names the server span and writes its attributes and events; whether its status is Error.
+fn describe_server_span(
+    span: &mut SpanWriter<'_>,
+    trace: &TraceContext,
+    head: &RequestHead,
+    served: Served<'_>,
+) -> bool {
+    let Served {
+        route,
+        client,
+        scheme,
+        outcome,
+    } = served;
     let method = method_name(head.method());
     match route {
         Some(route) => span.name(&[method, " ", &route.name]),
@@ -113,7 +119,7 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> E
         span.str("error.type", &decimal(outcome.status));
     }
     span.events(&trace.events.borrow());
-    span.finish(unix_nanos(), error)
+    error
 }
 
 /// What the answer tells the server span before it is sent: a middleware's refusal (the one

@@ -68,9 +68,7 @@ pub async fn serve(
     count(&route.service.cells[worker.id], &relayed);
     if let (Some(trace_id), Some(started)) = (traced, started) {
         let span = connection_span(route, peer, trace_id, started, relayed);
-        worker
-            .spans
-            .record(crate::observe::otlp::encode_record(&span));
+        worker.spans.write_record(&span);
     }
     None
 }

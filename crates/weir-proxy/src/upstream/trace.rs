@@ -43,7 +43,20 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
         parent_id: trace.span_id,
         tracestate: trace.tracestate.as_deref(),
     };
-    let mut span = SpanWriter::begin(ids, SpanKind::Client, tried.started);
+    worker
+        .spans
+        .write(ids, SpanKind::Client, tried.started, |span| {
+            describe_try(span, trace, head, &tried)
+        });
+}
+
+/// Names a try's client span and writes its attributes; whether its status is Error.
+fn describe_try(
+    span: &mut SpanWriter<'_>,
+    trace: &TraceContext,
+    head: &RequestHead,
+    tried: &Tried<'_, '_>,
+) -> bool {
     let known_method = method_name(head.method());
     span.name(&[known_method]);
     span.str("http.request.method", known_method);
@@ -87,7 +100,5 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
     if let Some(error_type) = &error {
         span.str("error.type", error_type);
     }
-    worker
-        .spans
-        .record(span.finish(unix_nanos(), error.is_some()));
+    error.is_some()
 }

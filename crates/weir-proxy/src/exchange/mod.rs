@@ -3,6 +3,7 @@
 //! the reply (the response-body phase), and `finish` checks the upstream connection back into
 //! the pool and writes the access-log line.
 
+mod acme;
 pub mod grpc;
 pub mod plan;
 pub mod request_id;
@@ -48,7 +49,12 @@ pub(crate) async fn exchange<C: ClientConn>(
     let started = (runtime.metrics || runtime.access_log.is_some()).then(Instant::now);
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
-    let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+    // HTTP-01 answers (RFC 8555 §8.3) come before any router, on `http_entrypoint`s only.
+    let acme_answer = ep.and_then(|ep| acme::http01_answer(ep, &head));
+    let route = match acme_answer {
+        None => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
+        Some(_) => None,
+    };
     // `server.request_id`: the client's id or a new one, on the request before it goes on (the
     // answer gets it back from there, so nothing more is held across the exchange).
     let request_id =
@@ -107,8 +113,11 @@ pub(crate) async fn exchange<C: ClientConn>(
         kept.get_or_insert_with(Default::default).outcome_since = Some(since);
     }
     let mut reply = match route {
-        None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
-        None => Reply::prebuilt_error(&NO_ROUTE),
+        None => match acme_answer {
+            Some(answer) => acme::http01_reply(answer),
+            None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
+            None => Reply::prebuilt_error(&NO_ROUTE),
+        },
         Some(route) => {
             let filtered = (&mut wrapped_by, &mut kept);
             run_route(worker, route, client, &mut head, filtered).await

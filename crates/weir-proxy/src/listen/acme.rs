@@ -73,6 +73,60 @@ pub fn name_states() -> Vec<NameState> {
     ACME_STATES.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
+/// The states as `/api/certificates` lists them under `acme`.
+pub fn states_json(now: i64) -> serde_json::Value {
+    let states: Vec<serde_json::Value> = name_states()
+        .into_iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "entrypoint": s.entrypoint,
+                "state": s.state,
+                "not_after": s.not_after,
+                "expires_in_seconds": s.not_after.map(|t| t - now),
+                "next_attempt": s.next_attempt,
+                "failures": s.failures,
+                "last_error": s.last_error,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(states)
+}
+
+/// What `/metrics` shows of ACME, handed to `family` as (name, type, help, samples):
+/// `weir_tls_certificate_expiry_seconds{name}`, seconds until each obtained certificate
+/// expires, and `weir_acme_failures{name}`, the failed orders in a row (0 once one succeeds).
+pub fn expiry_metrics(family: &mut dyn FnMut(&str, &str, &str, Vec<(String, i64)>)) {
+    let states = name_states();
+    if states.is_empty() {
+        return;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let label = |s: &NameState| format!("name=\"{}\"", s.name.replace(['"', '\\'], "_"));
+    let expiry = states
+        .iter()
+        .filter_map(|s| Some((label(s), s.not_after? - now)))
+        .collect();
+    family(
+        "weir_tls_certificate_expiry_seconds",
+        "gauge",
+        "Seconds until the certificate ACME obtained for a name expires.",
+        expiry,
+    );
+    let failures = states
+        .iter()
+        .map(|s| (label(s), i64::from(s.failures)))
+        .collect();
+    family(
+        "weir_acme_failures",
+        "gauge",
+        "Failed ACME orders in a row for a name (0 after a success).",
+        failures,
+    );
+}
+
 /// Picks the certificate on an ACME entrypoint: a TLS-ALPN-01 answer when the client asks for
 /// `acme-tls/1` only (RFC 8737 §3); else the `certificates` files' exact name, then an obtained
 /// certificate, then the files' wildcard or default.

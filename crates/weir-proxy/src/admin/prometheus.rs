@@ -235,12 +235,12 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
     }
     process_metrics(&mut out);
     certificate_expiry(&mut out, runtime);
-    crate::listen::acme::expiry_metrics(&mut |family, kind, help, samples| {
-        out.family(family, kind, help);
-        for (labels, value) in samples {
-            out.sample(family, &labels, value);
+    for gauge in crate::listen::acme::gauges() {
+        out.family(gauge.name, "gauge", gauge.help);
+        for (labels, value) in gauge.samples {
+            out.sample(gauge.name, &labels, value);
         }
-    });
+    }
     out.family("weir_build_info", "gauge", "The running binary's version.");
     out.sample(
         "weir_build_info",

@@ -93,38 +93,43 @@ pub fn states_json(now: i64) -> serde_json::Value {
     serde_json::Value::Array(states)
 }
 
-/// What `/metrics` shows of ACME, handed to `family` as (name, type, help, samples):
-/// `weir_tls_certificate_expiry_seconds{name}`, seconds until each obtained certificate
-/// expires, and `weir_acme_failures{name}`, the failed orders in a row (0 once one succeeds).
-pub fn expiry_metrics(family: &mut dyn FnMut(&str, &str, &str, Vec<(String, i64)>)) {
+/// A gauge of `/metrics`: its name, help, and a value by label set.
+pub struct Gauge {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub samples: Vec<(String, i64)>,
+}
+
+/// What `/metrics` shows of ACME: `weir_tls_certificate_expiry_seconds{name}`, seconds until
+/// each obtained certificate expires, and `weir_acme_failures{name}`, the failed orders in a
+/// row (0 once one succeeds); nothing without ACME names.
+pub fn gauges() -> Vec<Gauge> {
     let states = name_states();
     if states.is_empty() {
-        return;
+        return Vec::new();
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let label = |s: &NameState| format!("name=\"{}\"", s.name.replace(['"', '\\'], "_"));
-    let expiry = states
-        .iter()
-        .filter_map(|s| Some((label(s), s.not_after? - now)))
-        .collect();
-    family(
-        "weir_tls_certificate_expiry_seconds",
-        "gauge",
-        "Seconds until the certificate ACME obtained for a name expires.",
-        expiry,
-    );
-    let failures = states
-        .iter()
-        .map(|s| (label(s), i64::from(s.failures)))
-        .collect();
-    family(
-        "weir_acme_failures",
-        "gauge",
-        "Failed ACME orders in a row for a name (0 after a success).",
-        failures,
-    );
+    // Names are DNS names (checked on load): nothing to escape.
+    let label = |s: &NameState| format!("name=\"{}\"", s.name);
+    let expiry = Gauge {
+        name: "weir_tls_certificate_expiry_seconds",
+        help: "Seconds until the certificate ACME obtained for a name expires.",
+        samples: states
+            .iter()
+            .filter_map(|s| Some((label(s), s.not_after? - now)))
+            .collect(),
+    };
+    let failures = Gauge {
+        name: "weir_acme_failures",
+        help: "Failed ACME orders in a row for a name (0 after a success).",
+        samples: states
+            .iter()
+            .map(|s| (label(s), i64::from(s.failures)))
+            .collect(),
+    };
+    vec![expiry, failures]
 }
 
 /// Picks the certificate on an ACME entrypoint: a TLS-ALPN-01 answer when the client asks for
@@ -185,8 +190,14 @@ pub fn placeholder_certificate(
     let mut names = names.to_vec();
     names.push("weir-acme-pending.invalid".to_string());
     let key = rcgen::KeyPair::generate().map_err(|e| format!("placeholder key: {e}"))?;
-    let params = rcgen::CertificateParams::new(names)
+    let mut params = rcgen::CertificateParams::new(names)
         .map_err(|e| format!("placeholder certificate: {e}"))?;
+    // What a client shows of it says why it is not trusted.
+    let common_name = "weir ACME placeholder: no certificate obtained yet";
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
     let cert = params
         .self_signed(&key)
         .map_err(|e| format!("placeholder certificate: {e}"))?;

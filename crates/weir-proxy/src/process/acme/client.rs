@@ -503,10 +503,17 @@ fn failure_detail(object: &Json) -> String {
     }
 }
 
-/// An error answer, verbatim: the status and the CA's problem document (RFC 7807) as sent.
+/// An error answer, verbatim: the status and the CA's problem document (RFC 7807) as sent,
+/// on one line (a JSON document re-written without its layout, other text with its line
+/// breaks as spaces), so that the log keeps a line per event.
 fn problem(url: &str, answer: &Response) -> String {
-    let body = String::from_utf8_lossy(&answer.body);
-    let body = body.trim();
+    let body = match serde_json::from_slice::<Json>(&answer.body) {
+        Ok(document) => document.to_string(),
+        Err(_) => String::from_utf8_lossy(&answer.body)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
     format!("{url}: the CA answered {}: {body}", answer.status)
 }
 

@@ -434,6 +434,7 @@ pub enum AcmeChallenge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcmeKeyType {
     EcdsaP256,
+    /// Read, but refused on load for now (ring cannot generate RSA keys).
     Rsa2048,
 }
 

@@ -353,3 +353,18 @@ fn weir_check_warns_of_an_http_entrypoint_off_port_80() {
         format!("{}:7:60: warning: `http_entrypoint` `web` listens on port 8080, but the CA asks for HTTP-01 answers on port 80: validation succeeds only if port 80 is forwarded to it", path.display())
     );
 }
+
+#[test]
+fn the_example_of_docs_acme_md_passes_weir_check() {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/acme.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    let block = page
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    let path = temp_dir("acme-doc").join("weir.yaml");
+    std::fs::write(&path, block).unwrap();
+    let out = weir_check(&path);
+    assert!(out.status.success(), "{out:?}");
+}

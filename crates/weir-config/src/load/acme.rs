@@ -121,7 +121,14 @@ impl Loader<'_> {
         let key_type = match f.get("key_type") {
             Some(n) => match self.string(n, "`key_type`").as_deref() {
                 Some("ecdsa-p256") => AcmeKeyType::EcdsaP256,
-                Some("rsa2048") => AcmeKeyType::Rsa2048,
+                Some("rsa2048") => {
+                    // Refused rather than quietly replaced by an ECDSA key.
+                    self.error(
+                        n.pos,
+                        "`key_type: rsa2048` is not available yet: weir's crypto (ring) cannot generate RSA keys; use ecdsa-p256",
+                    );
+                    AcmeKeyType::Rsa2048
+                }
                 Some(other) => {
                     self.error(
                         n.pos,
@@ -313,6 +320,22 @@ mod tests {
                 "t.yaml:6:130: `key_type` must be ecdsa-p256 or rsa2048, found `rsa4096`",
                 "t.yaml:6:153: `renew_before` must be more than 0",
             ]
+        );
+    }
+
+    #[test]
+    fn rsa_keys_are_refused_until_they_can_be_made() {
+        let errs = errors(&config(
+            "{ domains: [a.example.org], challenges: [tls-alpn-01], key_type: rsa2048 }",
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:6:78: `key_type: rsa2048` is not available yet: weir's crypto (ring) cannot generate RSA keys; use ecdsa-p256"]
+        );
+        let errs = errors(&config("{ domains: [a.example.org], challenges: [] }"));
+        assert_eq!(
+            errs,
+            ["t.yaml:6:53: `challenges` needs at least one of: tls-alpn-01, http-01"]
         );
     }
 

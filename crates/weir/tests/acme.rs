@@ -368,3 +368,50 @@ fn the_example_of_docs_acme_md_passes_weir_check() {
     let out = weir_check(&path);
     assert!(out.status.success(), "{out:?}");
 }
+
+#[test]
+fn names_from_host_rules_are_ordered_at_start_and_on_reload() {
+    let (http_port, tls_port) = (free_port(), free_port());
+    let pebble = Pebble::start(http_port, tls_port, 3600);
+    let storage = temp_dir("acme-rules").join("acme");
+    let keys = format!(
+        "{}, from_rules: true, challenges: [tls-alpn-01]",
+        pebble_keys(&pebble, &storage)
+    );
+    let config = acme_config(http_port, tls_port, &keys, "");
+    let with_rule = |host: &str| {
+        format!("{config}  {host}: {{ rule: \"Host(`{host}`)\", respond: {{ status: 200, body: \"{host}\" }} }}\n")
+    };
+    let weir = Weir::start(&with_rule("rules.example.org"));
+    wait_for(
+        &weir,
+        "rules.example.org: certificate obtained",
+        1,
+        ORDER_WAIT,
+    );
+    let root = pebble.root();
+    let (verified, _, subject) = served(tls_port, "rules.example.org", &root);
+    assert!(
+        verified && subject.contains("rules.example.org"),
+        "{subject}"
+    );
+    // A reload whose router names another host orders that name.
+    std::fs::write(weir.config_path(), with_rule("added.example.org")).unwrap();
+    weir.signal("HUP");
+    wait_for(
+        &weir,
+        "added.example.org: certificate obtained",
+        1,
+        ORDER_WAIT,
+    );
+    let (verified, _, subject) = served(tls_port, "added.example.org", &root);
+    assert!(
+        verified && subject.contains("added.example.org"),
+        "{subject}"
+    );
+    assert_eq!(
+        curl_https(tls_port, "added.example.org", &root),
+        (true, "added.example.org".to_string())
+    );
+    assert_eq!(pebble.issued(), 2);
+}

@@ -79,6 +79,21 @@ fn served(port: u16, name: &str, root: &Path) -> (bool, String, String) {
     (verified, leaf, subject)
 }
 
+/// Waits for `name`'s certificate to be obtained (the `count`th time) and checks that a
+/// handshake for it sees it, chained to `root`; its leaf (PEM).
+fn obtained_and_served(weir: &Weir, count: usize, port: u16, name: &str, root: &Path) -> String {
+    wait_for(
+        weir,
+        &format!("{name}: certificate obtained"),
+        count,
+        ORDER_WAIT,
+    );
+    let (verified, leaf, subject) = served(port, name, root);
+    assert!(verified, "not chained to Pebble's root: {subject}");
+    assert!(subject.contains(name), "{subject}");
+    leaf
+}
+
 #[test]
 fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
     let (http_port, tls_port) = (free_port(), free_port());
@@ -97,16 +112,8 @@ fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
         1,
         ORDER_WAIT,
     );
-    wait_for(
-        &weir,
-        "www.example.org: certificate obtained",
-        1,
-        ORDER_WAIT,
-    );
     let root = pebble.root();
-    let (verified, _, subject) = served(tls_port, "www.example.org", &root);
-    assert!(verified, "not chained to Pebble's root: {subject}");
-    assert!(subject.contains("www.example.org"), "{subject}");
+    obtained_and_served(&weir, 1, tls_port, "www.example.org", &root);
     assert_eq!(
         curl_https(tls_port, "www.example.org", &root),
         (true, "hi".to_string())
@@ -162,18 +169,8 @@ fn tls_alpn_01_obtains_a_certificate_and_a_renewal_swaps_in_under_load() {
     );
     let admin = format!(", admin: {{ address: \"127.0.0.1:{}\" }}", free_port());
     let weir = Weir::start(&acme_config(http_port, tls_port, &keys, &admin));
-    wait_for(
-        &weir,
-        "alpn.example.org: certificate obtained",
-        1,
-        ORDER_WAIT,
-    );
     let root = pebble.root();
-    let (verified, first_leaf, subject) = served(tls_port, "alpn.example.org", &root);
-    assert!(
-        verified && subject.contains("alpn.example.org"),
-        "{subject}"
-    );
+    let first_leaf = obtained_and_served(&weir, 1, tls_port, "alpn.example.org", &root);
     // The admin API and the metrics tell the name's state and expiry.
     let api = curl_ok(&[&format!("http://{}/api/certificates", weir.addrs["@admin"])]);
     let api: serde_json::Value = serde_json::from_slice(&api).unwrap();
@@ -224,12 +221,7 @@ fn tls_alpn_01_obtains_a_certificate_and_a_renewal_swaps_in_under_load() {
             }
         })
     };
-    wait_for(
-        &weir,
-        "alpn.example.org: certificate obtained",
-        2,
-        ORDER_WAIT,
-    );
+    let second_leaf = obtained_and_served(&weir, 2, tls_port, "alpn.example.org", &root);
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
@@ -239,8 +231,6 @@ fn tls_alpn_01_obtains_a_certificate_and_a_renewal_swaps_in_under_load() {
         "requests failed during the renewal"
     );
     assert!(done.load(Ordering::Relaxed) > 0);
-    let (verified, second_leaf, _) = served(tls_port, "alpn.example.org", &root);
-    assert!(verified);
     assert_ne!(
         first_leaf, second_leaf,
         "the renewed certificate is not served"
@@ -383,32 +373,12 @@ fn names_from_host_rules_are_ordered_at_start_and_on_reload() {
         format!("{config}  {host}: {{ rule: \"Host(`{host}`)\", respond: {{ status: 200, body: \"{host}\" }} }}\n")
     };
     let weir = Weir::start(&with_rule("rules.example.org"));
-    wait_for(
-        &weir,
-        "rules.example.org: certificate obtained",
-        1,
-        ORDER_WAIT,
-    );
     let root = pebble.root();
-    let (verified, _, subject) = served(tls_port, "rules.example.org", &root);
-    assert!(
-        verified && subject.contains("rules.example.org"),
-        "{subject}"
-    );
+    obtained_and_served(&weir, 1, tls_port, "rules.example.org", &root);
     // A reload whose router names another host orders that name.
     std::fs::write(weir.config_path(), with_rule("added.example.org")).unwrap();
     weir.signal("HUP");
-    wait_for(
-        &weir,
-        "added.example.org: certificate obtained",
-        1,
-        ORDER_WAIT,
-    );
-    let (verified, _, subject) = served(tls_port, "added.example.org", &root);
-    assert!(
-        verified && subject.contains("added.example.org"),
-        "{subject}"
-    );
+    obtained_and_served(&weir, 1, tls_port, "added.example.org", &root);
     assert_eq!(
         curl_https(tls_port, "added.example.org", &root),
         (true, "added.example.org".to_string())

@@ -7,6 +7,7 @@
 pub mod client;
 
 use crate::listen::acme::{certified_key, update_table, NameState, ACME_STATES};
+use crate::listen::tls::client_config;
 use crate::state::runtime::Runtime;
 use arc_swap::ArcSwap;
 use client::{AccountKey, AcmeClient, Issued};
@@ -278,28 +279,17 @@ fn obtain(acme: &Acme, folder: &Path, name: &str) -> Result<Issued, String> {
     client.obtain(&[name.to_string()], &acme.challenges)
 }
 
-/// The client settings for the CA's directory: `ca`'s roots, else the system's.
+/// The client settings for the CA's directory: `ca`'s roots, else the system's, as for an
+/// https:// upstream.
 fn directory_tls(acme: &Acme) -> Result<Arc<rustls::ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match &acme.ca {
-        Some(ca) => {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
-                .and_then(|certs| certs.collect())
-                .map_err(|e| format!("cannot read the CA file {}: {e}", ca.display()))?;
-            roots.add_parsable_certificates(certs);
-        }
-        None => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    let tls = weir_config::UpstreamTls {
+        ca: acme.ca.clone(),
+        server_name: None,
+        insecure_skip_verify: false,
+        certificate: None,
+        pos: acme.pos,
+    };
+    client_config(&tls, weir_config::UpstreamProtocol::Http1)
 }
 
 /// Where one block's files live: `storage`, then a folder per CA (a directory URL's host and

@@ -27,30 +27,38 @@ fn acme_config(http_port: u16, tls_port: u16, acme: &str, admin: &str) -> String
     )
 }
 
-fn pebble_keys(pebble: &Pebble, storage: &Path) -> String {
-    format!(
-        "email: admin@example.org, directory: \"{}\", ca: \"{}\", storage: \"{}\"",
+/// Pebble validating on two free ports, and weir's config on them: `acme` with Pebble's
+/// directory, its listener's certificate as `ca`, a fresh `storage`, then `keys`.
+struct Setup {
+    pebble: Pebble,
+    http_port: u16,
+    tls_port: u16,
+    storage: std::path::PathBuf,
+    config: String,
+}
+
+fn with_pebble(validity_seconds: u64, keys: &str, admin: &str) -> Setup {
+    let (http_port, tls_port) = (free_port(), free_port());
+    let pebble = Pebble::start(http_port, tls_port, validity_seconds);
+    let storage = temp_dir("acme").join("acme");
+    let keys = format!(
+        "email: admin@example.org, directory: \"{}\", ca: \"{}\", storage: \"{}\", {keys}",
         pebble.directory,
         pebble.listener_cert.display(),
         storage.display()
-    )
+    );
+    let config = acme_config(http_port, tls_port, &keys, admin);
+    Setup {
+        pebble,
+        http_port,
+        tls_port,
+        storage,
+        config,
+    }
 }
 
-/// Waits until weir's stderr holds `count` lines with `text`, up to `limit`.
 fn wait_for(weir: &Weir, text: &str, count: usize, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        let lines = weir.stderr();
-        let found: Vec<&String> = lines.iter().filter(|l| l.contains(text)).collect();
-        if found.len() >= count {
-            return found[count - 1].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no line #{count} with `{text}`: {lines:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    weir.wait_for_line_within(text, count, limit)
 }
 
 /// What `openssl s_client` sees on `port` for `name`, verifying against `root`: whether the
@@ -96,14 +104,14 @@ fn obtained_and_served(weir: &Weir, count: usize, port: u16, name: &str, root: &
 
 #[test]
 fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
-    let (http_port, tls_port) = (free_port(), free_port());
-    let pebble = Pebble::start(http_port, tls_port, 3600);
-    let storage = temp_dir("acme-http").join("acme");
-    let keys = format!(
-        "{}, domains: [www.example.org], challenges: [http-01], http_entrypoint: web",
-        pebble_keys(&pebble, &storage)
-    );
-    let config = acme_config(http_port, tls_port, &keys, "");
+    let keys = "domains: [www.example.org], challenges: [http-01], http_entrypoint: web";
+    let Setup {
+        pebble,
+        http_port,
+        tls_port,
+        storage,
+        config,
+    } = with_pebble(3600, keys, "");
     let weir = Weir::start(&config);
     // Before the order completes the name gets the placeholder, and a line says why.
     wait_for(
@@ -159,16 +167,16 @@ fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
 
 #[test]
 fn tls_alpn_01_obtains_a_certificate_and_a_renewal_swaps_in_under_load() {
-    let (http_port, tls_port) = (free_port(), free_port());
     // 40 s certificates renewed 30 s before expiry: the first renewal 10 s after issuance.
-    let pebble = Pebble::start(http_port, tls_port, 40);
-    let storage = temp_dir("acme-alpn").join("acme");
-    let keys = format!(
-        "{}, domains: [alpn.example.org], challenges: [tls-alpn-01], renew_before: 30s",
-        pebble_keys(&pebble, &storage)
-    );
+    let keys = "domains: [alpn.example.org], challenges: [tls-alpn-01], renew_before: 30s";
     let admin = format!(", admin: {{ address: \"127.0.0.1:{}\" }}", free_port());
-    let weir = Weir::start(&acme_config(http_port, tls_port, &keys, &admin));
+    let Setup {
+        pebble,
+        tls_port,
+        config,
+        ..
+    } = with_pebble(40, keys, &admin);
+    let weir = Weir::start(&config);
     let root = pebble.root();
     let first_leaf = obtained_and_served(&weir, 1, tls_port, "alpn.example.org", &root);
     // The admin API and the metrics tell the name's state and expiry.
@@ -307,14 +315,12 @@ fn a_ca_that_is_down_leaves_the_placeholder_served_and_is_retried_with_backoff()
 
 #[test]
 fn a_ca_refusal_is_logged_as_the_ca_wrote_it() {
-    let (http_port, tls_port) = (free_port(), free_port());
-    let pebble = Pebble::start(http_port, tls_port, 3600);
-    let storage = temp_dir("acme-refused").join("acme");
     // weir takes the address (it has an @ between two non-empty parts); Pebble refuses it
     // as RFC 8555 §7.3 lets a server refuse a contact (`invalidContact`).
-    let keys = pebble_keys(&pebble, &storage).replace("admin@example.org", "bad@@example..org");
-    let keys = format!("{keys}, domains: [refused.example.org], challenges: [tls-alpn-01]");
-    let weir = Weir::start(&acme_config(http_port, tls_port, &keys, ""));
+    let keys = "domains: [refused.example.org], challenges: [tls-alpn-01]";
+    let Setup { pebble, config, .. } = with_pebble(3600, keys, "");
+    let config = config.replace("admin@example.org", "bad@@example..org");
+    let weir = Weir::start(&config);
     let line = wait_for(&weir, "refused.example.org: order failed", 1, ORDER_WAIT);
     assert!(line.contains(" ERROR "), "{line}");
     assert!(
@@ -361,14 +367,13 @@ fn the_example_of_docs_acme_md_passes_weir_check() {
 
 #[test]
 fn names_from_host_rules_are_ordered_at_start_and_on_reload() {
-    let (http_port, tls_port) = (free_port(), free_port());
-    let pebble = Pebble::start(http_port, tls_port, 3600);
-    let storage = temp_dir("acme-rules").join("acme");
-    let keys = format!(
-        "{}, from_rules: true, challenges: [tls-alpn-01]",
-        pebble_keys(&pebble, &storage)
-    );
-    let config = acme_config(http_port, tls_port, &keys, "");
+    let keys = "from_rules: true, challenges: [tls-alpn-01]";
+    let Setup {
+        pebble,
+        tls_port,
+        config,
+        ..
+    } = with_pebble(3600, keys, "");
     let with_rule = |host: &str| {
         format!("{config}  {host}: {{ rule: \"Host(`{host}`)\", respond: {{ status: 200, body: \"{host}\" }} }}\n")
     };

@@ -50,10 +50,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     // HTTP-01 answers (RFC 8555 §8.3) come before any router, on `http_entrypoint`s only.
-    let acme_answer = ep.and_then(|ep| acme::http01_answer(ep, &head));
-    let route = match acme_answer {
-        None => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
-        Some(_) => None,
+    let route = match ep {
+        Some(ep) if ep.answers_acme_http01 && acme::is_http01_answer(&head) => None,
+        _ => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
     };
     // `server.request_id`: the client's id or a new one, on the request before it goes on (the
     // answer gets it back from there, so nothing more is held across the exchange).
@@ -113,11 +112,8 @@ pub(crate) async fn exchange<C: ClientConn>(
         kept.get_or_insert_with(Default::default).outcome_since = Some(since);
     }
     let mut reply = match route {
-        None => match acme_answer {
-            Some(answer) => acme::http01_reply(answer),
-            None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
-            None => Reply::prebuilt_error(&NO_ROUTE),
-        },
+        None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
+        None => acme::http01_reply(ep, &head).unwrap_or_else(|| Reply::prebuilt_error(&NO_ROUTE)),
         Some(route) => {
             let filtered = (&mut wrapped_by, &mut kept);
             run_route(worker, route, client, &mut head, filtered).await

@@ -179,6 +179,19 @@ fn tls_alpn_01_obtains_a_certificate_and_a_renewal_swaps_in_under_load() {
     let weir = Weir::start(&config);
     let root = pebble.root();
     let first_leaf = obtained_and_served(&weir, 1, tls_port, "alpn.example.org", &root);
+    // Offering `acme-tls/1` alone is a validation: with none pending, no certificate at all
+    // (never the ordinary one); offered beside another protocol it is an ordinary client.
+    let leaf_with_alpn = |alpn: &str| {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{tls_port}")])
+            .args(["-servername", "alpn.example.org", "-alpn", alpn])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("-----BEGIN CERTIFICATE-----")
+    };
+    assert!(!leaf_with_alpn("acme-tls/1"));
+    assert!(leaf_with_alpn("h2,acme-tls/1"));
     // The admin API and the metrics tell the name's state and expiry.
     let api = curl_ok(&[&format!("http://{}/api/certificates", weir.addrs["@admin"])]);
     let api: serde_json::Value = serde_json::from_slice(&api).unwrap();

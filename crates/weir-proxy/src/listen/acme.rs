@@ -132,8 +132,8 @@ pub fn gauges() -> Vec<Gauge> {
     vec![expiry, failures]
 }
 
-/// Picks the certificate on an ACME entrypoint: a TLS-ALPN-01 answer when the client asks for
-/// `acme-tls/1` only (RFC 8737 §3); else the `certificates` files' exact name, then an obtained
+/// Picks the certificate on an ACME entrypoint: a TLS-ALPN-01 answer when the client offers
+/// `acme-tls/1` alone (RFC 8737 §3); else the `certificates` files' exact name, then an obtained
 /// certificate, then the files' wildcard or default.
 #[derive(Debug)]
 pub(crate) struct AcmeResolver {
@@ -145,9 +145,11 @@ impl ResolvesServerCert for AcmeResolver {
         let name = hello
             .server_name()
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
-        let validating = hello
-            .alpn()
-            .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN));
+        // The CA offers `acme-tls/1` alone (RFC 8737 §3); a client that also offers others is
+        // an ordinary one.
+        let validating = hello.alpn().is_some_and(|mut protocols| {
+            protocols.next() == Some(ACME_TLS_ALPN) && protocols.next().is_none()
+        });
         if validating {
             // Only the answer: a validation must never see the ordinary certificate.
             return ACME_TABLE

@@ -403,3 +403,38 @@ fn names_from_host_rules_are_ordered_at_start_and_on_reload() {
     );
     assert_eq!(pebble.issued(), 2);
 }
+
+#[test]
+fn two_instances_on_one_storage_order_once_and_both_serve_the_certificate() {
+    // Pebble validates on the first instance's ports; the second listens on others. Whichever
+    // takes the name's lock first orders (the second's own order, if it wins, fails: Pebble
+    // reaches the first, which has no answer for it; shared answers are a later step); the
+    // other waits, then loads the stored result.
+    let keys = "domains: [shared.example.org], challenges: [tls-alpn-01]";
+    let Setup {
+        pebble,
+        http_port,
+        tls_port,
+        config,
+        ..
+    } = with_pebble(3600, keys, "");
+    let (other_http, other_tls) = (free_port(), free_port());
+    let other_config = config
+        .replace(&format!(":{http_port}\""), &format!(":{other_http}\""))
+        .replace(&format!(":{tls_port}\""), &format!(":{other_tls}\""));
+    let first = Weir::start(&config);
+    let second = Weir::start(&other_config);
+    let root = pebble.root();
+    let leaf = obtained_and_served(&first, 1, tls_port, "shared.example.org", &root);
+    let line = wait_for(
+        &second,
+        "shared.example.org: certificate loaded from storage (ordered by another instance)",
+        1,
+        ORDER_WAIT,
+    );
+    assert!(line.contains(" INFO "), "{line}");
+    let (verified, second_leaf, _) = served(other_tls, "shared.example.org", &root);
+    assert!(verified);
+    assert_eq!(leaf, second_leaf);
+    assert_eq!(pebble.issued(), 1);
+}

@@ -240,17 +240,30 @@ fn start(wanted: Wanted) -> Managed {
 fn order(m: &mut Managed) {
     let name = m.wanted.name.clone();
     let folder = storage_folder(&m.wanted.acme);
-    let outcome = obtain(&m.wanted.acme, &folder, &name)
-        .and_then(|issued| store_and_install(&folder, &name, &issued));
+    // Instances sharing the folder order a name one at a time: the others wait for the lock,
+    // then find its result stored and take it instead of ordering again.
+    let outcome = lock_name(&folder, &name).and_then(|_held| {
+        if let Ok(Some(validity)) = load_stored(&folder, &name) {
+            if m.renewal_time(validity) > now() {
+                return Ok((
+                    validity,
+                    "loaded from storage (ordered by another instance)",
+                ));
+            }
+        }
+        let issued = obtain(&m.wanted.acme, &folder, &name)?;
+        let validity = store_and_install(&folder, &name, &issued)?;
+        Ok((validity, "obtained"))
+    });
     m.ordering = false;
     match outcome {
-        Ok(validity) => {
+        Ok((validity, how)) => {
             m.validity = Some(validity);
             m.due = m.renewal_time(validity);
             m.failures = 0;
             m.last_error = None;
             crate::log_info!(
-                "acme: {name}: certificate obtained, valid until {}; renewal at {}",
+                "acme: {name}: certificate {how}, valid until {}; renewal at {}",
                 validity.1,
                 m.due
             );
@@ -269,6 +282,24 @@ fn order(m: &mut Managed) {
             m.last_error = Some(e);
         }
     }
+}
+
+/// Holds `NAME.lock` in `folder` (an exclusive `flock`, released when the file is dropped),
+/// waiting while another instance holds it.
+fn lock_name(folder: &Path, name: &str) -> Result<std::fs::File, String> {
+    create_private_folder(folder)?;
+    // Opened in place, never replaced: every instance must lock the same file.
+    let path = folder.join(format!("{name}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+    Ok(file)
 }
 
 fn obtain(acme: &Acme, folder: &Path, name: &str) -> Result<Issued, String> {
@@ -335,11 +366,7 @@ fn pem_block(label: &str, der: &[u8]) -> String {
 /// Writes `file` in `folder` (made 0700 if missing) readable by weir's user alone, through a
 /// temporary file renamed over it (a reader never sees half of it).
 fn write_private(folder: &Path, file: &str, bytes: &[u8]) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(folder)
-        .map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+    create_private_folder(folder)?;
     let target = folder.join(file);
     let temporary = folder.join(format!(".{file}.tmp"));
     let written = std::fs::OpenOptions::new()
@@ -352,6 +379,14 @@ fn write_private(folder: &Path, file: &str, bytes: &[u8]) -> Result<(), String> 
     written
         .and_then(|()| std::fs::rename(&temporary, &target))
         .map_err(|e| format!("cannot write {}: {e}", target.display()))
+}
+
+fn create_private_folder(folder: &Path) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)
+        .map_err(|e| format!("cannot create {}: {e}", folder.display()))
 }
 
 /// The stored pair for `name`, installed in the table: its validity, or `None` when there is
@@ -409,6 +444,28 @@ fn install(name: &str, chain_pem: &[u8], key_pem: &[u8]) -> Result<(i64, i64), S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_is_locked_by_one_holder_at_a_time() {
+        let folder = std::env::temp_dir().join(format!("weir-acme-lock-{}", std::process::id()));
+        let held = lock_name(&folder, "a.example.org").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = folder.clone();
+        let waiter = std::thread::spawn(move || {
+            let _second = lock_name(&other, "a.example.org").unwrap();
+            tx.send(()).unwrap();
+        });
+        // Another name is free meanwhile.
+        drop(lock_name(&folder, "b.example.org").unwrap());
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "taken twice"
+        );
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        waiter.join().unwrap();
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
 
     #[test]
     fn files_are_written_for_weir_alone() {

@@ -394,7 +394,8 @@ impl Runtime {
             };
             let answers_acme_http01 = config.entrypoints.iter().any(|other| {
                 let acme = other.tls.as_ref().and_then(|tls| tls.acme.as_ref());
-                acme.and_then(|a| a.http_entrypoint.as_ref())
+                acme.filter(|a| a.challenges.contains(&weir_config::AcmeChallenge::Http01))
+                    .and_then(|a| a.http_entrypoint.as_ref())
                     .is_some_and(|(name, _)| *name == ep.name)
             });
             entrypoints[slot] = Some(EntrypointRuntime {

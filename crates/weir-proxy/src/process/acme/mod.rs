@@ -172,28 +172,29 @@ fn run(shared: &Arc<ArcSwap<Runtime>>) {
         for w in wanted {
             match names.iter_mut().find(|m| m.wanted.name == w.name) {
                 // A reload may change the block (renew_before, challenges, ...).
-                Some(m) => m.wanted = w,
+                Some(m) => {
+                    m.wanted = w;
+                    // A new `renew_before` moves the renewal (a retry keeps its backoff).
+                    if let (Some(validity), 0) = (m.validity, m.failures) {
+                        m.due = m.renewal_time(validity);
+                    }
+                }
                 None => names.push(start(w)),
             }
         }
-        publish(&names);
         let now = now();
-        let next = names
-            .iter_mut()
-            .filter(|m| m.due <= now)
-            .min_by_key(|m| m.due);
-        if let Some(m) = next {
-            m.ordering = true;
-            let state = m.state();
-            if let Ok(mut states) = ACME_STATES.lock() {
-                if let Some(s) = states.iter_mut().find(|s| s.name == state.name) {
-                    *s = state;
-                }
-            }
-            order(m);
+        let next = (0..names.len())
+            .filter(|&i| names[i].due <= now)
+            .min_by_key(|&i| names[i].due);
+        if let Some(i) = next {
+            // Shown as ordering (or renewing) while the order runs.
+            names[i].ordering = true;
+            publish(&names);
+            order(&mut names[i]);
             publish(&names);
             continue;
         }
+        publish(&names);
         let soonest = names.iter().map(|m| m.due).min().unwrap_or(i64::MAX);
         let wait = Duration::from_secs(soonest.saturating_sub(now).max(0) as u64);
         std::thread::sleep(wait.min(CONFIG_TICK));

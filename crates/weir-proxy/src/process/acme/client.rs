@@ -100,10 +100,11 @@ fn exchange(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {}
         Err(e) => return Err(format!("{url}: {e}")),
     }
-    parse_response(&answer).map_err(|e| format!("{url}: {e}"))
+    parse_response(&answer, method == "HEAD").map_err(|e| format!("{url}: {e}"))
 }
 
-fn parse_response(answer: &[u8]) -> Result<Response, String> {
+/// An answer's status, fields and body (none for a `HEAD`, whatever its length says).
+fn parse_response(answer: &[u8], head_only: bool) -> Result<Response, String> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut parsed = httparse::Response::new(&mut headers);
     let head_len = match parsed.parse(answer) {
@@ -129,6 +130,7 @@ fn parse_response(answer: &[u8]) -> Result<Response, String> {
         .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
         .and_then(|(_, v)| v.trim().parse::<usize>().ok());
     let body = match (chunked, length) {
+        _ if head_only => Vec::new(),
         (true, _) => dechunk(rest)?,
         (false, Some(n)) if n <= rest.len() => rest[..n].to_vec(),
         (false, Some(_)) => return Err("the answer ended in its body".into()),
@@ -540,6 +542,7 @@ mod tests {
     fn answers_are_parsed_plain_and_chunked() {
         let plain = parse_response(
             b"HTTP/1.1 201 Created\r\nReplay-Nonce: abc\r\nContent-Length: 2\r\n\r\n{}",
+            false,
         )
         .unwrap();
         assert_eq!(
@@ -547,8 +550,12 @@ mod tests {
             (201, Some("abc"))
         );
         assert_eq!(plain.body, b"{}");
-        let chunked = parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n").unwrap();
+        let chunked = parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", false).unwrap();
         assert_eq!(chunked.body, b"abcde");
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc").is_err());
+        let truncated = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc";
+        assert!(parse_response(truncated, false).is_err());
+        // A HEAD answer's length is that of the body a GET would get: none follows.
+        let nonce = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true).unwrap();
+        assert!(nonce.body.is_empty());
     }
 }

@@ -18,6 +18,8 @@ use weir_config::AcmeChallenge;
 
 /// How long one HTTP exchange with the CA may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most read of one answer.
+const ANSWER_LIMIT: u64 = 1 << 20;
 /// How long an order may stay pending or processing before it is given up.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -94,7 +96,8 @@ fn exchange(
         .and_then(|()| stream.flush())
         .map_err(|e| format!("{url}: {e}"))?;
     let mut answer = Vec::new();
-    match stream.read_to_end(&mut answer) {
+    // Directory objects and chains are a few KiB: a longer answer is cut, and fails to parse.
+    match (&mut stream).take(ANSWER_LIMIT).read_to_end(&mut answer) {
         Ok(_) => {}
         // A server that closes without close_notify after a whole answer.
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty() => {}

@@ -237,6 +237,10 @@ fn main() -> ExitCode {
         Command::Check { config } => match load(&config) {
             Some(cfg) => match weir_proxy::Runtime::compile(&cfg, 1, None) {
                 Ok(_) => {
+                    // Warnings do not fail the check: the config runs as written.
+                    for warning in weir_config::acme_warnings(&cfg) {
+                        eprintln!("{}", located(&config, &warning));
+                    }
                     let mut l4 = String::new();
                     if !cfg.tcp.routers.is_empty() || !cfg.udp.routers.is_empty() {
                         l4 = format!(

@@ -334,5 +334,6 @@ fn certificates(config: &Config) -> Value {
             list.push(entry);
         }
     }
-    json!({ "certificates": list })
+    // `tls.acme` names: state, expiry and last error (`listen/acme.rs`).
+    json!({ "certificates": list, "acme": crate::listen::acme::states_json(now) })
 }

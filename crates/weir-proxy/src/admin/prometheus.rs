@@ -280,6 +280,12 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
     layer4(&mut out, runtime);
     process_metrics(&mut out);
     certificate_expiry(&mut out, runtime);
+    for gauge in crate::listen::acme::gauges() {
+        out.family(gauge.name, "gauge", gauge.help);
+        for (labels, value) in gauge.samples {
+            out.sample(gauge.name, &labels, value);
+        }
+    }
     out.family("weir_build_info", "gauge", "The running binary's version.");
     out.sample(
         "weir_build_info",

@@ -3,6 +3,7 @@
 //! the reply (the response-body phase), and `finish` checks the upstream connection back into
 //! the pool and writes the access-log line.
 
+mod acme;
 pub mod grpc;
 pub mod plan;
 pub mod request_id;
@@ -48,7 +49,11 @@ pub(crate) async fn exchange<C: ClientConn>(
     let started = (runtime.metrics || runtime.access_log.is_some()).then(Instant::now);
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
-    let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+    // HTTP-01 answers (RFC 8555 §8.3) come before any router, on `http_entrypoint`s only.
+    let route = match ep {
+        Some(ep) if ep.answers_acme_http01 && acme::is_http01_answer(&head) => None,
+        _ => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
+    };
     // `server.request_id`: the client's id or a new one, on the request before it goes on (the
     // answer gets it back from there, so nothing more is held across the exchange).
     let request_id =
@@ -108,7 +113,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     }
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
-        None => Reply::prebuilt_error(&NO_ROUTE),
+        None => acme::http01_reply(ep, &head).unwrap_or_else(|| Reply::prebuilt_error(&NO_ROUTE)),
         Some(route) => {
             let filtered = (&mut wrapped_by, &mut kept);
             run_route(worker, route, client, &mut head, filtered).await

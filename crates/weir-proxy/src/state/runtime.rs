@@ -85,6 +85,8 @@ pub struct EntrypointRuntime {
     pub http2: weir_config::Http2Settings,
     /// `access_log: false` turns the access log off for this entrypoint's requests.
     pub access_log: bool,
+    /// The `http_entrypoint` of some `tls.acme` block: HTTP-01 answers come before routing.
+    pub answers_acme_http01: bool,
 }
 
 pub struct Route {
@@ -396,10 +398,17 @@ impl Runtime {
                 true => None,
                 false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
             };
+            let answers_acme_http01 = config.entrypoints.iter().any(|other| {
+                let acme = other.tls.as_ref().and_then(|tls| tls.acme.as_ref());
+                acme.filter(|a| a.challenges.contains(&weir_config::AcmeChallenge::Http01))
+                    .and_then(|a| a.http_entrypoint.as_ref())
+                    .is_some_and(|(name, _)| *name == ep.name)
+            });
             entrypoints[slot] = Some(EntrypointRuntime {
                 name: ep.name.clone(),
                 address: ep.address,
-                has_http_routes: !mine.is_empty(),
+                has_http_routes: !mine.is_empty() || answers_acme_http01,
+                answers_acme_http01,
                 tls,
                 router: Router::new(mine),
                 tcp,

@@ -219,6 +219,9 @@ fn fill_defaults(root: &mut Node, config: &Config) {
                     fill(node, "min_version", version);
                     fill(node, "handshake_timeout", duration(tls.handshake_timeout));
                     fill_list(node, "alpn", tls.alpn.clone());
+                    if let (Some(acme), Some(node)) = (&tls.acme, child(node, "acme")) {
+                        fill_acme(node, acme);
+                    }
                 }
             }
         }
@@ -244,6 +247,24 @@ fn fill_defaults(root: &mut Node, config: &Config) {
             }
         }
     }
+}
+
+/// `tls.acme`'s defaults; `storage` (beside the config file) and `renew_before` (a third of
+/// each certificate's lifetime) stay unwritten, as they depend on where and what.
+fn fill_acme(node: &mut Node, acme: &crate::model::Acme) {
+    use crate::model::{AcmeChallenge, AcmeKeyType};
+    fill(node, "directory", acme.directory.clone());
+    fill(node, "from_rules", acme.from_rules.to_string());
+    let challenges = acme.challenges.iter().map(|c| match c {
+        AcmeChallenge::TlsAlpn01 => "tls-alpn-01".to_string(),
+        AcmeChallenge::Http01 => "http-01".to_string(),
+    });
+    fill_list(node, "challenges", challenges.collect());
+    let key_type = match acme.key_type {
+        AcmeKeyType::EcdsaP256 => "ecdsa-p256",
+        AcmeKeyType::Rsa2048 => "rsa2048",
+    };
+    fill(node, "key_type", key_type);
 }
 
 fn fill_static(router: &mut Node, files: &StaticFiles) {
@@ -493,6 +514,28 @@ middlewares:
             dns.starts_with("    address: \":5353/udp\"\nrouters:"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_acme_block_gets_its_defaults_and_loads_the_same() {
+        let config = "entrypoints:\n  s:\n    address: \":443\"\n    tls: { acme: { domains: [a.example.org], challenges: [tls-alpn-01] } }\n";
+        let loaded = load_str_with_env(config, "t.yaml", &env).unwrap();
+        let text = dump(config, &loaded, &env).unwrap();
+        for line in [
+            "        directory: \"https://acme-v02.api.letsencrypt.org/directory\"\n",
+            "        from_rules: false\n",
+            "        key_type: ecdsa-p256\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in:\n{text}");
+        }
+        let again = load_str(&text, "t.yaml").unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+        // The same block but for where it is written.
+        let acme = |c: &Config| {
+            let mut acme = c.entrypoints[0].tls.as_ref().unwrap().acme.clone().unwrap();
+            acme.pos = Pos { line: 0, column: 0 };
+            acme
+        };
+        assert_eq!(acme(&again), acme(&loaded));
     }
 
     #[test]

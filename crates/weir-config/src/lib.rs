@@ -11,6 +11,7 @@ pub mod rule;
 pub mod yaml;
 
 pub use load::{
-    load_file, load_file_with, load_str, located, parse_jwk_set, ConfigError, Document, Sources,
+    acme_warnings, load_file, load_file_with, load_str, located, parse_jwk_set, ConfigError,
+    Document, Sources,
 };
 pub use model::*;

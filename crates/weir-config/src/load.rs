@@ -1,6 +1,7 @@
 //! Turns a positioned YAML tree into the validated [`Config`], collecting every error it finds
 //! (not just the first) as `FILE:LINE:COLUMN: message`, each saying what was expected.
 
+mod acme;
 mod cache;
 mod document;
 mod elasticsearch;
@@ -26,6 +27,7 @@ mod values;
 
 use crate::model::*;
 use crate::yaml::{self, Node, Pos, Value};
+pub use acme::acme_warnings;
 pub use document::{load_file_with, load_str_with, Document, Sources};
 pub use jwt::parse_jwk_set;
 use routers::Known;
@@ -192,6 +194,7 @@ impl Loader<'_> {
             .filter_map(|(name, node)| self.entrypoint(name, node))
             .collect();
         self.check_addresses_unique(&entrypoints);
+        self.check_acme_entrypoints(&entrypoints);
         if top.get("entrypoints").is_none() {
             self.error(
                 top.pos,

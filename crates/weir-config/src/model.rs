@@ -207,8 +207,25 @@ pub struct Server {
     /// Whether exchanges are counted by router and service and timed (entrypoint counts are
     /// always kept).
     pub metrics: bool,
+    /// Labels the per-router and per-service answer counts carry beyond the status class
+    /// (`server.metrics.labels`).
+    pub metric_labels: MetricLabels,
     /// OpenTelemetry tracing (`server.tracing`), when configured.
     pub tracing: Option<Tracing>,
+}
+
+/// `server.metrics.labels`: answers counted by exact status code and by method, instead of
+/// only by status class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetricLabels {
+    pub code: bool,
+    pub method: bool,
+}
+
+impl MetricLabels {
+    pub fn any(self) -> bool {
+        self.code || self.method
+    }
 }
 
 /// The open-file cache of `static` routes, per worker.
@@ -421,7 +438,50 @@ pub struct EntrypointTls {
     pub alpn: Vec<String>,
     /// How long a client may take to complete the handshake.
     pub handshake_timeout: Duration,
+    /// `acme`: certificates obtained and renewed from an ACME CA (then `certificates` may be
+    /// empty).
+    pub acme: Option<Acme>,
     pub pos: Pos,
+}
+
+/// `entrypoints.NAME.tls.acme` (RFC 8555).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acme {
+    /// The account's contact, sent as `mailto:EMAIL`; none when absent.
+    pub email: Option<String>,
+    /// The CA's directory URL.
+    pub directory: String,
+    /// A PEM file of roots to trust for the directory (the system's when absent).
+    pub ca: Option<PathBuf>,
+    /// Names to obtain certificates for, lowercased.
+    pub domains: Vec<String>,
+    /// Also the names of this entrypoint's routers' `Host` rules.
+    pub from_rules: bool,
+    /// The challenges offered to the CA, in order of preference.
+    pub challenges: Vec<AcmeChallenge>,
+    /// The entrypoint answering HTTP-01 (needed with `http-01`), and where it is written.
+    pub http_entrypoint: Option<(String, Pos)>,
+    pub key_type: AcmeKeyType,
+    /// Renew this long before expiry; a third of the certificate's lifetime when absent.
+    pub renew_before: Option<Duration>,
+    /// The folder of the account key and certificates.
+    pub storage: PathBuf,
+    pub pos: Pos,
+}
+
+pub const DEFAULT_ACME_DIRECTORY: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    TlsAlpn01,
+    Http01,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcmeKeyType {
+    EcdsaP256,
+    /// Read, but refused on load for now (ring cannot generate RSA keys).
+    Rsa2048,
 }
 
 /// A PEM certificate chain and its private key, as written in the config (paths resolved

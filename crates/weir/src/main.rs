@@ -107,6 +107,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Convert another gateway's configuration into weir's.
+    Import {
+        #[command(subcommand)]
+        command: ImportCommand,
+    },
     /// Print the version, the git commit it was built from and the target.
     Version,
     /// Shell completions from this command's definition, on stdout.
@@ -130,6 +135,17 @@ enum ConfigCommand {
         /// Config file.
         #[arg(short, long, env = "WEIR_CONFIG", default_value = "./weir.yaml")]
         config: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ImportCommand {
+    /// A Traefik dynamic configuration (the file provider's YAML or TOML, by extension) as
+    /// weir's YAML on stdout; what could not be converted is listed on stderr, and the result
+    /// checked as `weir check` would.
+    Traefik {
+        /// Traefik's dynamic configuration file (`.yaml`, `.yml` or `.toml`).
+        file: String,
     },
 }
 
@@ -194,6 +210,9 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Dump { config },
         } => config_dump::print(&config),
+        Command::Import {
+            command: ImportCommand::Traefik { file },
+        } => import_traefik::run(&file),
         Command::Version => {
             version::print();
             ExitCode::SUCCESS
@@ -218,6 +237,10 @@ fn main() -> ExitCode {
         Command::Check { config } => match load(&config) {
             Some(cfg) => match weir_proxy::Runtime::compile(&cfg, 1, None) {
                 Ok(_) => {
+                    // Warnings do not fail the check: the config runs as written.
+                    for warning in weir_config::acme_warnings(&cfg) {
+                        eprintln!("{}", located(&config, &warning));
+                    }
                     let mut l4 = String::new();
                     if !cfg.tcp.routers.is_empty() || !cfg.udp.routers.is_empty() {
                         l4 = format!(
@@ -311,5 +334,6 @@ mod check_errors;
 mod cli_docs;
 mod config_dump;
 mod explain;
+mod import_traefik;
 mod reload;
 mod version;

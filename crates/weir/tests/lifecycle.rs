@@ -34,18 +34,27 @@ fn every_example_config_checks() {
     assert!(checked >= 1);
 }
 
-/// docs/tasks.md: every YAML block passes `weir check`, each written to a folder of its own
-/// with what it names made there (test certificates at its `cert`/`key` paths, its static
-/// root and 404 page).
+/// docs/tasks.md and the README: every YAML block passes `weir check`, each written to a
+/// folder of its own with what it names made there (test certificates at its `cert`/`key`
+/// paths, its static root and 404 page).
 #[test]
 fn every_task_page_config_checks() {
-    let page = std::fs::read_to_string(workspace_root().join("docs/tasks.md")).unwrap();
+    check_yaml_blocks("docs/tasks.md", 7);
+    check_yaml_blocks("README.md", 2);
+}
+
+fn check_yaml_blocks(page_path: &str, at_least: usize) {
+    let page = std::fs::read_to_string(workspace_root().join(page_path)).unwrap();
     let blocks: Vec<&str> = page
         .split("```yaml\n")
         .skip(1)
         .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
         .collect();
-    assert!(blocks.len() >= 7, "{} blocks", blocks.len());
+    assert!(
+        blocks.len() >= at_least,
+        "{page_path}: {} blocks",
+        blocks.len()
+    );
     for (n, block) in blocks.iter().enumerate() {
         let dir = temp_dir(&format!("task-{n}"));
         std::fs::create_dir_all(dir.join("certs")).unwrap();
@@ -60,7 +69,7 @@ fn every_task_page_config_checks() {
         let out = weir_check(&path);
         assert!(
             out.status.success(),
-            "docs/tasks.md block {}: {}\n{block}",
+            "{page_path} block {}: {}\n{block}",
             n + 1,
             String::from_utf8_lossy(&out.stderr)
         );

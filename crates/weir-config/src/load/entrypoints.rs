@@ -109,8 +109,10 @@ impl Loader<'_> {
                 "min_version",
                 "alpn",
                 "handshake_timeout",
+                "acme",
             ],
         )?;
+        let acme = f.get("acme").and_then(|a| self.entrypoint_acme(name, a));
         let mut certificates = Vec::new();
         match f.get("certificates") {
             Some(list) => match &list.value {
@@ -124,6 +126,7 @@ impl Loader<'_> {
                     format!("`certificates` must be a list, found {}", list.kind_name()),
                 ),
             },
+            None if acme.is_some() => {}
             None => self.error(
                 f.pos,
                 format!("{what} needs `certificates`, e.g. `certificates: [{{ cert: site.pem, key: site.key }}]`"),
@@ -172,6 +175,7 @@ impl Loader<'_> {
             min_version,
             alpn,
             handshake_timeout,
+            acme,
             pos: f.pos,
         })
     }

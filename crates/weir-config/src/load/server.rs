@@ -4,7 +4,7 @@
 use super::values::{is_header_name, is_header_value, parse_listen_address};
 use super::Loader;
 use crate::model::*;
-use crate::yaml::Node;
+use crate::yaml::{Node, Value};
 
 /// Where the admin listener serves when `server.admin` names no address: loopback only.
 pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9900";
@@ -29,6 +29,7 @@ impl Loader<'_> {
             open_file_cache: OpenFileCache::default(),
             pid_file: None,
             metrics: true,
+            metric_labels: MetricLabels::default(),
             tracing: None,
         };
         let Some(node) = node else { return server };
@@ -54,7 +55,10 @@ impl Loader<'_> {
             return server;
         };
         if let Some(m) = f.get("metrics") {
-            server.metrics = self.boolean(m, "`server.metrics`").unwrap_or(true);
+            match &m.value {
+                Value::Map(_) => server.metric_labels = self.metric_labels(m),
+                _ => server.metrics = self.boolean(m, "`server.metrics`").unwrap_or(true),
+            }
         }
         if let Some(p) = f.get("pid_file") {
             server.pid_file = self
@@ -201,6 +205,25 @@ impl Loader<'_> {
     }
 
     /// `server.admin`: the admin API's listener, on loopback unless a token guards it.
+    /// `server.metrics: { labels: [code, method] }` (metrics on).
+    fn metric_labels(&mut self, node: &Node) -> MetricLabels {
+        let mut labels = MetricLabels::default();
+        let Some(f) = self.fields(node, "`server.metrics`", &["labels"]) else {
+            return labels;
+        };
+        for (label, pos) in self.list_key(&f, "labels") {
+            match label.as_str() {
+                "code" => labels.code = true,
+                "method" => labels.method = true,
+                other => self.error(
+                    pos,
+                    format!("unknown label `{other}` in `server.metrics.labels`; expected: code, method"),
+                ),
+            }
+        }
+        labels
+    }
+
     fn admin(&mut self, node: &Node) -> Option<Admin> {
         let keys = ["address", "token", "token_for_metrics"];
         let af = self.fields(node, "`server.admin`", &keys)?;
@@ -327,6 +350,30 @@ mod tests {
         let admin = cfg.server.admin.unwrap();
         assert_eq!(admin.address.to_string(), DEFAULT_ADMIN_ADDRESS);
         assert!(!admin.token_for_metrics);
+    }
+
+    #[test]
+    fn metric_labels_are_code_and_method() {
+        let cfg = load_str(
+            &format!("server:\n  metrics: {{ labels: [code, method] }}\n{BASE}"),
+            "t.yaml",
+        )
+        .unwrap();
+        assert!(cfg.server.metrics);
+        assert_eq!(
+            cfg.server.metric_labels,
+            MetricLabels {
+                code: true,
+                method: true
+            }
+        );
+        let errs = errors(&format!(
+            "server:\n  metrics: {{ labels: [code, path] }}\n{BASE}"
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:2:29: unknown label `path` in `server.metrics.labels`; expected: code, method"]
+        );
     }
 
     #[test]

@@ -289,6 +289,11 @@ fn caches(runtime: &Runtime) -> Value {
                 "memory_limit_bytes": config.map(|c| c.memory),
                 "memory_used_bytes": stats.bytes,
                 "entries": stats.entries,
+                "hits": stats.hits,
+                "misses": stats.misses,
+                "revalidated": stats.revalidated,
+                "stores": stats.stores,
+                "evictions": stats.evictions,
                 "disk": config.and_then(|c| c.disk.as_ref()).map(|d| json!({
                     "path": d.path.display().to_string(),
                     "size_bytes": d.size,
@@ -329,5 +334,6 @@ fn certificates(config: &Config) -> Value {
             list.push(entry);
         }
     }
-    json!({ "certificates": list })
+    // `tls.acme` names: state, expiry and last error (`listen/acme.rs`).
+    json!({ "certificates": list, "acme": crate::listen::acme::states_json(now) })
 }

@@ -2,14 +2,16 @@
 //! and gauge summed over the workers, for the entrypoints, routers, services and servers of the
 //! configuration in service, with the reload counts and build info.
 
+use crate::actions::cache::store::CacheStats;
 use crate::actions::elasticsearch::spool::Spool;
 use crate::observe::metrics::{
-    EntrypointCells, HandshakeFailure, Metrics, PerWorker, RouteCells, ServiceCells, TrafficCells,
-    LATENCY_BOUNDS_US,
+    Cell, EntrypointCells, HandshakeFailure, L4Cells, Metrics, PerWorker, RouteCells, ServiceCells,
+    TrafficCells, LATENCY_BOUNDS_US, METHOD_LABELS,
 };
 use crate::state::runtime::Runtime;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
+use weir_config::MetricLabels;
 
 /// What `/metrics` says of reloads.
 #[derive(Debug, Default, Clone, Copy)]
@@ -42,15 +44,35 @@ impl Exposition {
         what: &str,
         items: &[(&str, &PerWorker<T>)],
         traffic: fn(&T) -> &TrafficCells,
+        labels: MetricLabels,
     ) {
         let label = what;
         let responses = format!("weir_{what}_responses_total");
+        let by = match (labels.code, labels.method) {
+            (false, false) => "status class",
+            (true, false) => "status code",
+            (false, true) => "status class and method",
+            (true, true) => "status code and method",
+        };
         self.family(
             &responses,
             "counter",
-            &format!("Answers by {what}, by status class."),
+            &format!("Answers by {what}, by {by}."),
         );
         for (name, cells) in items {
+            if labels.any() {
+                let name = escape(name);
+                for ((code, method), n) in labelled(cells, traffic, labels) {
+                    let labels = match method {
+                        Some(method) => {
+                            format!("{label}=\"{name}\",code=\"{code}\",method=\"{method}\"")
+                        }
+                        None => format!("{label}=\"{name}\",code=\"{code}\""),
+                    };
+                    self.sample(&responses, &labels, n);
+                }
+                continue;
+            }
             let cells = |value: &dyn Fn(&TrafficCells) -> u64| cells.sum(|c| value(traffic(c)));
             for class in 0..5 {
                 let n = cells(&|c| c.responses[class].get());
@@ -96,6 +118,27 @@ impl Exposition {
             );
         }
     }
+}
+
+/// The `server.metrics.labels` counts of `cells`, summed over the workers by the labels asked
+/// for: the exact code or its class, and the method or none, in a stable order.
+fn labelled<T>(
+    cells: &PerWorker<T>,
+    traffic: fn(&T) -> &TrafficCells,
+    labels: MetricLabels,
+) -> std::collections::BTreeMap<(String, Option<&'static str>), u64> {
+    let mut sums = std::collections::BTreeMap::new();
+    cells.each(|c| {
+        for (status, method, n) in traffic(c).labelled.read() {
+            let code = match labels.code {
+                true => status.to_string(),
+                false => format!("{}xx", (status / 100).clamp(1, 5)),
+            };
+            let method = labels.method.then(|| METHOD_LABELS[usize::from(method)]);
+            *sums.entry((code, method)).or_insert(0) += n;
+        }
+    });
+    sums
 }
 
 /// A label value as Prometheus wants it: backslash, quote and newline escaped.
@@ -158,7 +201,7 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
         .iter()
         .map(|r| (r.name.as_str(), &*r.cells))
         .collect();
-    out.traffic("router", &routes, |c| c);
+    out.traffic("router", &routes, |c| c, runtime.metric_labels);
     services(&mut out, runtime);
     out.family(
         "weir_connections_parked",
@@ -233,8 +276,16 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
             );
         }
     }
+    caches(&mut out, runtime);
+    layer4(&mut out, runtime);
     process_metrics(&mut out);
     certificate_expiry(&mut out, runtime);
+    for gauge in crate::listen::acme::gauges() {
+        out.family(gauge.name, "gauge", gauge.help);
+        for (labels, value) in gauge.samples {
+            out.sample(gauge.name, &labels, value);
+        }
+    }
     out.family("weir_build_info", "gauge", "The running binary's version.");
     out.sample(
         "weir_build_info",
@@ -242,6 +293,180 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
         1,
     );
     out.0
+}
+
+/// A cache metric family: its name, help and value.
+type CacheFamily = (&'static str, &'static str, fn(&CacheStats) -> u64);
+
+/// Each cache's lookups by result, stores, evictions and size.
+fn caches(out: &mut Exposition, runtime: &Runtime) {
+    if runtime.caches.is_empty() {
+        return;
+    }
+    let stats: Vec<_> = runtime
+        .caches
+        .iter()
+        .map(|c| (escape(&c.name), c.stats()))
+        .collect();
+    out.family(
+        "weir_cache_requests_total",
+        "counter",
+        "GET and HEAD requests through a cache, by result: hit (answered from the store) or miss (sent to the origin, revalidations included).",
+    );
+    for (name, s) in &stats {
+        for (result, n) in [("hit", s.hits), ("miss", s.misses)] {
+            let labels = format!("cache=\"{name}\",result=\"{result}\"");
+            out.sample("weir_cache_requests_total", &labels, n);
+        }
+    }
+    let counters: [CacheFamily; 3] = [
+        (
+            "weir_cache_revalidations_total",
+            "Misses the origin answered 304: the stored answer was served and refreshed.",
+            |s| s.revalidated,
+        ),
+        (
+            "weir_cache_stores_total",
+            "Answers from the origin stored.",
+            |s| s.stores,
+        ),
+        (
+            "weir_cache_evictions_total",
+            "Stored answers pushed out of memory to make room.",
+            |s| s.evictions,
+        ),
+    ];
+    for (family, help, value) in counters {
+        out.family(family, "counter", help);
+        for (name, s) in &stats {
+            out.sample(family, &format!("cache=\"{name}\""), value(s));
+        }
+    }
+    let gauges: [CacheFamily; 2] = [
+        ("weir_cache_entries", "Keys held in memory.", |s| {
+            s.entries as u64
+        }),
+        (
+            "weir_cache_memory_bytes",
+            "Memory the stored answers take.",
+            |s| s.bytes,
+        ),
+    ];
+    for (family, help, value) in gauges {
+        out.family(family, "gauge", help);
+        for (name, s) in &stats {
+            out.sample(family, &format!("cache=\"{name}\""), value(s));
+        }
+    }
+}
+
+/// TCP services' connections and UDP services' sessions, with the bytes and datagrams they
+/// carried.
+fn layer4(out: &mut Exposition, runtime: &Runtime) {
+    if !runtime.tcp_services.is_empty() {
+        let services: Vec<(String, &PerWorker<L4Cells>)> = runtime
+            .tcp_services
+            .iter()
+            .map(|s| (escape(&s.balancer.name), s.counts()))
+            .collect();
+        out.family(
+            "weir_tcp_connections_total",
+            "counter",
+            "TCP connections a TCP router took, by service.",
+        );
+        for (name, cells) in &services {
+            let n = cells.sum(|c| c.sessions.get());
+            out.sample(
+                "weir_tcp_connections_total",
+                &format!("service=\"{name}\""),
+                n,
+            );
+        }
+        out.family(
+            "weir_tcp_connections_open",
+            "gauge",
+            "TCP connections open through a service now.",
+        );
+        for (svc, (name, _)) in runtime.tcp_services.iter().zip(&services) {
+            let labels = format!("service=\"{name}\"");
+            out.sample("weir_tcp_connections_open", &labels, svc.open_connections());
+        }
+        out.family(
+            "weir_tcp_connect_failures_total",
+            "counter",
+            "TCP connections that reached no server (none up, refused, timed out, at max_connections).",
+        );
+        for (name, cells) in &services {
+            let n = cells.sum(|c| c.failures.get());
+            out.sample(
+                "weir_tcp_connect_failures_total",
+                &format!("service=\"{name}\""),
+                n,
+            );
+        }
+        out.family(
+            "weir_tcp_bytes_total",
+            "counter",
+            "Bytes relayed, by service and direction, counted when a connection ends.",
+        );
+        for (name, cells) in &services {
+            directions(out, "weir_tcp_bytes_total", name, cells, |c| {
+                (&c.bytes_from_client, &c.bytes_to_client)
+            });
+        }
+    }
+    if !runtime.udp_services.is_empty() {
+        let services: Vec<(String, &PerWorker<L4Cells>)> = runtime
+            .udp_services
+            .iter()
+            .map(|s| (escape(&s.balancer.name), s.counts()))
+            .collect();
+        out.family(
+            "weir_udp_sessions_total",
+            "counter",
+            "UDP sessions begun (a client address's first datagram), by service.",
+        );
+        for (name, cells) in &services {
+            let n = cells.sum(|c| c.sessions.get());
+            out.sample("weir_udp_sessions_total", &format!("service=\"{name}\""), n);
+        }
+        out.family(
+            "weir_udp_datagrams_total",
+            "counter",
+            "Datagrams relayed, by service and direction.",
+        );
+        for (name, cells) in &services {
+            directions(out, "weir_udp_datagrams_total", name, cells, |c| {
+                (&c.datagrams_from_client, &c.datagrams_to_client)
+            });
+        }
+        out.family(
+            "weir_udp_bytes_total",
+            "counter",
+            "Datagram payload bytes relayed, by service and direction.",
+        );
+        for (name, cells) in &services {
+            directions(out, "weir_udp_bytes_total", name, cells, |c| {
+                (&c.bytes_from_client, &c.bytes_to_client)
+            });
+        }
+    }
+}
+
+/// One sample per direction of `family` for the service `name`.
+fn directions(
+    out: &mut Exposition,
+    family: &str,
+    name: &str,
+    cells: &PerWorker<L4Cells>,
+    pair: fn(&L4Cells) -> (&Cell, &Cell),
+) {
+    let from_client = cells.sum(|c| pair(c).0.get());
+    let to_client = cells.sum(|c| pair(c).1.get());
+    let labels = format!("service=\"{name}\",direction=\"from_client\"");
+    out.sample(family, &labels, from_client);
+    let labels = format!("service=\"{name}\",direction=\"to_client\"");
+    out.sample(family, &labels, to_client);
 }
 
 /// The standard `process_*` metrics (as Prometheus's client libraries name them), read from
@@ -355,7 +580,7 @@ fn services(out: &mut Exposition, runtime: &Runtime) {
         .iter()
         .map(|s| (s.name.as_str(), &*s.cells))
         .collect();
-    out.traffic("service", &services, |c| &c.traffic);
+    out.traffic("service", &services, |c| &c.traffic, runtime.metric_labels);
     for (metric, help, value) in [
         (
             "weir_upstream_retries_total",

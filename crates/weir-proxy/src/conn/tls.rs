@@ -8,6 +8,7 @@ use crate::conn::{h1, h2};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::Scheme;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
+use crate::listen::acme::ACME_TLS_ALPN;
 use crate::listen::tls::ServerTls;
 use crate::observe::metrics::HandshakeFailure;
 use crate::state::runtime::SharedRuntime;
@@ -61,7 +62,8 @@ pub async fn serve(
     {
         Ok(Ok(stream)) => {
             // ALPN picked the driver.
-            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            let alpn = stream.get_ref().1.alpn_protocol();
+            if alpn == Some(b"h2") {
                 h2::serve(
                     worker,
                     config,
@@ -72,6 +74,8 @@ pub async fn serve(
                     watch,
                 )
                 .await;
+            } else if alpn == Some(ACME_TLS_ALPN) {
+                // A TLS-ALPN-01 validation: the handshake was the answer (RFC 8737 §3).
             } else {
                 h1::serve(
                     worker,

@@ -3,6 +3,7 @@
 //! the reply (the response-body phase), and `finish` checks the upstream connection back into
 //! the pool and writes the access-log line.
 
+mod acme;
 pub mod grpc;
 pub mod plan;
 pub mod request_id;
@@ -48,7 +49,11 @@ pub(crate) async fn exchange<C: ClientConn>(
     let started = (runtime.metrics || runtime.access_log.is_some()).then(Instant::now);
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
-    let route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+    // HTTP-01 answers (RFC 8555 §8.3) come before any router, on `http_entrypoint`s only.
+    let route = match ep {
+        Some(ep) if ep.answers_acme_http01 && acme::is_http01_answer(&head) => None,
+        _ => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
+    };
     // `server.request_id`: the client's id or a new one, on the request before it goes on (the
     // answer gets it back from there, so nothing more is held across the exchange).
     let request_id =
@@ -109,7 +114,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     }
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
-        None => Reply::prebuilt_error(&NO_ROUTE),
+        None => acme::http01_reply(ep, &head).unwrap_or_else(|| Reply::prebuilt_error(&NO_ROUTE)),
         Some(route) => {
             let filtered = (&mut wrapped_by, &mut kept);
             run_route(worker, route, client, &mut head, filtered).await
@@ -221,8 +226,24 @@ pub(crate) async fn exchange<C: ClientConn>(
                 .traffic
                 .record(outcome.status, took);
         }
+        if runtime.metric_labels.any() {
+            count_labelled(worker, route, outcome.status, head.method());
+        }
     }
     outcome
+}
+
+/// `server.metrics.labels`: the answer by exact status and method, for the route and its
+/// service.
+#[cold]
+fn count_labelled(worker: &Worker, route: &Route, status: u16, method: &str) {
+    route.cells[worker.id].labelled.count(status, method);
+    if let Some(service) = route.action.service() {
+        service.cells[worker.id]
+            .traffic
+            .labelled
+            .count(status, method);
+    }
 }
 
 /// What a route's filters keep through one exchange. Boxed and made by the first filter that

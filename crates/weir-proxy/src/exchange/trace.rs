@@ -6,11 +6,10 @@ use crate::http::ascii::eq_ignore_case;
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::error::LocalError;
 use crate::http::local::LocalResponse;
-use crate::http::trace_context::{
-    decimal, method_name, unix_nanos, AttrValue, Attributes, Sampler, TraceContext,
-};
+use crate::http::trace_context::{decimal, method_name, AttrValue, Sampler, TraceContext};
 use crate::http::Scheme;
-use crate::observe::spans::{SpanKind, SpanRecord};
+use crate::observe::otlp::{SpanIds, SpanWriter};
+use crate::observe::spans::SpanKind;
 use crate::reply::client::Outcome;
 use crate::reply::{Reply, ReplyHead};
 use crate::state::runtime::{Route, RouteAction};
@@ -52,10 +51,25 @@ pub(crate) fn finish_server_span(worker: &Worker, head: &mut RequestHead, served
     let Some(trace) = head.trace.take().filter(|t| t.sampled()) else {
         return;
     };
-    worker.spans.record(server_span(*trace, head, served));
+    let ids = SpanIds {
+        trace_id: trace.trace_id,
+        span_id: trace.span_id,
+        parent_id: trace.parent_id.unwrap_or(0),
+        tracestate: trace.tracestate.as_deref(),
+    };
+    let start = trace.start_unix_nano;
+    worker.spans.write(ids, SpanKind::Server, start, |span| {
+        describe_server_span(span, &trace, head, served)
+    });
 }
 
-fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> SpanRecord {
+/// Names the server span and writes its attributes and events; whether its status is Error.
+fn describe_server_span(
+    span: &mut SpanWriter<'_>,
+    trace: &TraceContext,
+    head: &RequestHead,
+    served: Served<'_>,
+) -> bool {
     let Served {
         route,
         client,
@@ -64,76 +78,52 @@ fn server_span(trace: TraceContext, head: &RequestHead, served: Served<'_>) -> S
         outcome,
     } = served;
     let method = method_name(head.method());
-    let str = |s: &str| AttrValue::Str(s.to_string());
-    let mut attributes: Attributes = Vec::with_capacity(16);
-    attributes.extend([
-        ("http.request.method", AttrValue::Static(method)),
-        ("url.path", str(head.path())),
-        ("url.scheme", AttrValue::Static(scheme.as_str())),
-        ("client.address", str(client)),
-        (
-            "network.protocol.version",
-            AttrValue::Static(match (head.http2, head.minor_version) {
-                _ if http3 => "3",
-                (true, _) => "2",
-                (false, 0) => "1.0",
-                (false, _) => "1.1",
-            }),
-        ),
-        (
-            "http.response.status_code",
-            AttrValue::Int(i64::from(outcome.status)),
-        ),
-        (
-            "http.response.body.size",
-            AttrValue::Int(outcome.bytes as i64),
-        ),
-    ]);
+    match route {
+        Some(route) => span.name(&[method, " ", &route.name]),
+        None => span.name(&[method]),
+    }
+    span.str("http.request.method", method);
+    span.str("url.path", head.path());
+    span.str("url.scheme", scheme.as_str());
+    span.str("client.address", client);
+    span.str(
+        "network.protocol.version",
+        match (head.http2, head.minor_version) {
+            _ if http3 => "3",
+            (true, _) => "2",
+            (false, 0) => "1.0",
+            (false, _) => "1.1",
+        },
+    );
+    span.int("http.response.status_code", i64::from(outcome.status));
+    span.int("http.response.body.size", outcome.bytes as i64);
     if let Some(route) = route {
-        attributes.push(("http.route", str(&route.name)));
+        span.str("http.route", &route.name);
     }
     let host = head.host();
     if !host.is_empty() {
         let (address, port) = split_host_port(host);
-        attributes.push(("server.address", str(address)));
+        span.str("server.address", address);
         let port = port.unwrap_or(match scheme {
             Scheme::Http => 80,
             Scheme::Https => 443,
         });
-        attributes.push(("server.port", AttrValue::Int(i64::from(port))));
+        span.int("server.port", i64::from(port));
     }
     if let Framing::Length(n) = head.framing {
-        attributes.push(("http.request.body.size", AttrValue::Int(n as i64)));
+        span.int("http.request.body.size", n as i64);
     }
     if let Some(agent) = head.head.get("user-agent") {
-        let agent = String::from_utf8_lossy(agent).into_owned();
-        attributes.push(("user_agent.original", AttrValue::Str(agent)));
+        span.str("user_agent.original", &String::from_utf8_lossy(agent));
     }
-    attributes.append(&mut trace.attributes.borrow_mut());
+    span.attributes(&trace.attributes.borrow());
     // Server spans: 5xx is an error, 4xx is the client's (semantic conventions, "Status").
     let error = outcome.status >= 500;
     if error {
-        attributes.push(("error.type", AttrValue::Str(decimal(outcome.status))));
+        span.str("error.type", &decimal(outcome.status));
     }
-    let mut name = String::with_capacity(method.len() + 16);
-    name.push_str(method);
-    if let Some(route) = route {
-        name.push(' ');
-        name.push_str(&route.name);
-    }
-    SpanRecord {
-        trace_id: trace.trace_id,
-        span_id: trace.span_id,
-        parent_id: trace.parent_id.unwrap_or(0),
-        tracestate: trace.tracestate,
-        name,
-        kind: SpanKind::Server,
-        start_unix_nano: trace.start_unix_nano,
-        end_unix_nano: unix_nanos(),
-        attributes,
-        events: trace.events.into_inner(),
-        error,
-    }
+    span.events(&trace.events.borrow());
+    error
 }
 
 /// What the answer tells the server span before it is sent: a middleware's refusal (the one

@@ -14,6 +14,7 @@ use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::client_hello::{self, Peeked, MAX_HELLO_BYTES};
 use crate::listen::peek;
 use crate::listen::proxy_protocol;
+use crate::observe::metrics::L4Cells;
 use crate::observe::spans::{SpanKind, SpanRecord};
 use crate::servers::balancer::{PickInput, UpstreamUse};
 use crate::state::l4_routes::{Counted, TcpRoute};
@@ -64,9 +65,10 @@ pub async fn serve(
     let traced = route.tracing.as_ref().and_then(Sampler::sample_new);
     let started = traced.map(|_| unix_nanos());
     let relayed = proxy(worker, route, io, peer, &watch, routes.hello_timeout).await;
+    count(&route.service.cells[worker.id], &relayed);
     if let (Some(trace_id), Some(started)) = (traced, started) {
         let span = connection_span(route, peer, trace_id, started, relayed);
-        worker.spans.record(span);
+        worker.spans.write_record(&span);
     }
     None
 }
@@ -92,6 +94,22 @@ struct Relayed {
     bytes: Option<(u64, u64)>,
     /// Why it ended early.
     error: Option<&'static str>,
+}
+
+/// A finished connection in its service's counts.
+fn count(cells: &L4Cells, relayed: &Relayed) {
+    cells.sessions.add(1);
+    if let Some((from_client, to_client)) = relayed.bytes {
+        cells.bytes_from_client.add(from_client);
+        cells.bytes_to_client.add(to_client);
+    }
+    let reached_no_server = matches!(
+        relayed.error,
+        Some("max_connections" | "no_server" | "connect_failed" | "connect_timeout")
+    );
+    if reached_no_server {
+        cells.failures.add(1);
+    }
 }
 
 /// A sampled connection's span: a root span named after the router.

@@ -24,6 +24,8 @@ use tokio::sync::Notify;
 const MAX_DATAGRAM: usize = 65_536;
 
 struct Session {
+    /// The service it sends to (for its counts).
+    service: Arc<UdpService>,
     upstream: Rc<UdpSocket>,
     last_active: Rc<Cell<Instant>>,
     /// Set when the session is ended to make room; its reply task sees it and stops.
@@ -65,6 +67,9 @@ pub async fn serve(
         if let Some(session) = sessions.borrow().get(&client) {
             session.last_active.set(now);
             send_now(&session.upstream, datagram, None);
+            let cells = &session.service.cells[worker.id];
+            cells.datagrams_from_client.add(1);
+            cells.bytes_from_client.add(n as u64);
             continue;
         }
         let runtime = config.load_full();
@@ -83,7 +88,12 @@ pub async fn serve(
             continue;
         };
         send_now(&upstream, datagram, None);
+        let cells = &service.cells[worker.id];
+        cells.sessions.add(1);
+        cells.datagrams_from_client.add(1);
+        cells.bytes_from_client.add(n as u64);
         let session = Session {
+            service: service.clone(),
             upstream: Rc::new(upstream),
             last_active: Rc::new(Cell::new(now)),
             ended: Rc::new(Cell::new(false)),
@@ -194,9 +204,12 @@ async fn relay_replies(
                 let mut scratch = worker.buffers.scratch(MAX_DATAGRAM);
                 // Until drained; an error (the server's port closed: ICMP unreachable) keeps
                 // the session, the client may retry and the timeout ends it.
+                let cells = &service.cells[worker.id];
                 while let Ok(n) = upstream.try_recv(&mut scratch[..MAX_DATAGRAM]) {
                     last_active.set(worker.clock.now());
                     send_now(&socket, &scratch[..n], Some(client));
+                    cells.datagrams_to_client.add(1);
+                    cells.bytes_to_client.add(n as u64);
                 }
             },
             _ = tick => {}

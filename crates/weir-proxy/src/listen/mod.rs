@@ -2,6 +2,7 @@
 //! peek and parsers (ClientHello, PROXY protocol), and the TLS settings (certificates by SNI,
 //! upstream client configurations), and QUIC's server settings and runtime (`quic.rs`). The accept loop that uses them is `process/server.rs`.
 
+pub mod acme;
 pub mod client_hello;
 pub mod listeners;
 pub mod peek;

@@ -39,6 +39,12 @@ pub fn server_tls(tls: &EntrypointTls) -> Result<ServerTls, String> {
     if let Some(files) = &tls.default_certificate {
         resolver.default = Some(load_certificate(files, &provider)?.key);
     }
+    if let (None, Some(acme)) = (&resolver.default, &tls.acme) {
+        resolver.default = Some(super::acme::placeholder_certificate(
+            &acme.domains,
+            &provider,
+        )?);
+    }
     if resolver.default.is_none() {
         return Err(format!(
             "{}:{}: a TLS entrypoint needs at least one certificate",
@@ -49,12 +55,28 @@ pub fn server_tls(tls: &EntrypointTls) -> Result<ServerTls, String> {
         TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         TlsVersion::V1_3 => &[&rustls::version::TLS13],
     };
+    // ACME entrypoints alone pay for the lookups of obtained certificates and answers.
+    let resolver: Arc<dyn ResolvesServerCert> = match &tls.acme {
+        Some(_) => Arc::new(super::acme::AcmeResolver { files: resolver }),
+        None => Arc::new(resolver),
+    };
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
         .map_err(|e| format!("{}:{}: {e}", tls.pos.line, tls.pos.column))?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver);
     config.alpn_protocols = tls.alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let alpn_challenge = weir_config::AcmeChallenge::TlsAlpn01;
+    if tls
+        .acme
+        .as_ref()
+        .is_some_and(|a| a.challenges.contains(&alpn_challenge))
+    {
+        // Without it in the list rustls refuses a client that offers only `acme-tls/1`.
+        config
+            .alpn_protocols
+            .push(super::acme::ACME_TLS_ALPN.to_vec());
+    }
     config.session_storage = ServerSessionMemoryCache::new(16 * 1024);
     config.ticketer = rustls::crypto::ring::Ticketer::new()
         .map_err(|e| format!("{}:{}: session tickets: {e}", tls.pos.line, tls.pos.column))?;
@@ -194,8 +216,8 @@ fn certificate_names(parsed: &x509_parser::certificate::X509Certificate<'_>) -> 
 /// wildcard for the name's parent domain, else the default (the first certificate, or
 /// `default_certificate`). Names are matched lowercased.
 #[derive(Debug, Default)]
-struct SniResolver {
-    exact: HashMap<String, Arc<CertifiedKey>>,
+pub(crate) struct SniResolver {
+    pub(crate) exact: HashMap<String, Arc<CertifiedKey>>,
     /// Keyed by the part after `*.`.
     wildcard: HashMap<String, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
@@ -214,7 +236,7 @@ impl SniResolver {
         self.default.get_or_insert(loaded.key);
     }
 
-    fn pick(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+    pub(crate) fn pick(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
         let Some(name) = server_name else {
             return self.default.clone();
         };

@@ -89,6 +89,11 @@ impl<T> PerWorker<T> {
     pub(crate) fn sum(&self, value: impl Fn(&T) -> u64) -> u64 {
         self.0.iter().map(value).sum()
     }
+
+    /// Runs `visit` on every worker's cells.
+    pub(crate) fn each(&self, visit: impl FnMut(&T)) {
+        self.0.iter().for_each(visit);
+    }
 }
 
 impl PerWorker<TrafficCells> {
@@ -162,6 +167,41 @@ pub struct TrafficCells {
     pub responses: [Cell; 5],
     /// From the request head read to the last byte of the answer written.
     pub latency: Histogram,
+    /// With `server.metrics.labels`: answers by exact status and method.
+    pub labelled: LabelledCounts,
+}
+
+/// The methods a label names; any other is `other` (a client cannot grow the series).
+pub const METHOD_LABELS: [&str; 10] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE", "other",
+];
+
+/// Answers by exact status and method, kept only under `server.metrics.labels`. A lock that
+/// only its worker takes while counting (the scrape reads it now and then): a few dozen
+/// (status, method) pairs at most, found by a short scan.
+#[derive(Default)]
+pub struct LabelledCounts(std::sync::Mutex<Vec<(u16, u8, u64)>>);
+
+impl LabelledCounts {
+    pub fn count(&self, status: u16, method: &str) {
+        let method = METHOD_LABELS[..9]
+            .iter()
+            .position(|m| *m == method)
+            .unwrap_or(9) as u8;
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match counts
+            .iter_mut()
+            .find(|(s, m, _)| *s == status && *m == method)
+        {
+            Some(entry) => entry.2 += 1,
+            None => counts.push((status, method, 1)),
+        }
+    }
+
+    /// Every (status, method index, count) counted.
+    pub fn read(&self) -> Vec<(u16, u8, u64)> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 impl TrafficCells {
@@ -184,6 +224,22 @@ pub struct ServiceCells {
     pub connect_errors: Cell,
     /// `retry.budget`: retries owed, in thousandths (`upstream/mod.rs::RetryBudget`).
     pub retry_debt: Cell,
+}
+
+/// A TCP or UDP service's cells in one worker.
+#[derive(Default)]
+#[repr(align(64))]
+pub struct L4Cells {
+    /// TCP connections proxied, or UDP sessions begun.
+    pub sessions: Cell,
+    /// TCP connections that reached no server (none up, refused, timed out, at the cap).
+    pub failures: Cell,
+    /// Bytes from clients and to them (TCP: counted when a connection ends).
+    pub bytes_from_client: Cell,
+    pub bytes_to_client: Cell,
+    /// UDP datagrams from clients and to them.
+    pub datagrams_from_client: Cell,
+    pub datagrams_to_client: Cell,
 }
 
 /// One worker's cells that belong to no part of the configuration.

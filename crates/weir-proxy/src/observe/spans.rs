@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use crate::http::trace_context::{AttrValue, Attributes, SpanEvent};
+use crate::observe::otlp::{SpanIds, SpanWriter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpanKind {
@@ -14,7 +15,17 @@ pub enum SpanKind {
     Client,
 }
 
-/// One finished span.
+/// Finished spans, each the bytes of one `ScopeSpans.spans` field written by the worker
+/// that served it (`otlp::SpanWriter`), one after the other: the exporter only concatenates
+/// them. A worker fills one and hands it over whole.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SpanBytes {
+    pub bytes: Vec<u8>,
+    pub spans: usize,
+}
+
+/// A finished span described field by field (a TCP connection's; `otlp::encode_record`
+/// writes it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpanRecord {
     pub trace_id: u128,
@@ -37,7 +48,7 @@ pub struct SpanRecord {
 /// to take the spans), they stay with the worker until its next try.
 #[derive(Default)]
 pub struct SpanQueue {
-    spans: Mutex<Vec<SpanRecord>>,
+    queued: Mutex<Queued>,
     /// `server.tracing.max_queue`, set by the exporter from the configuration in place.
     pub max: AtomicUsize,
     /// `server.tracing.batch`: a worker that fills a batch wakes the exporter.
@@ -48,57 +59,68 @@ pub struct SpanQueue {
     pub ready: tokio::sync::Notify,
 }
 
+#[derive(Default)]
+struct Queued {
+    groups: Vec<SpanBytes>,
+    spans: usize,
+}
+
 impl SpanQueue {
     /// Every span queued so far, leaving the queue empty.
-    pub fn take(&self) -> Vec<SpanRecord> {
+    pub fn take(&self) -> Vec<SpanBytes> {
         let mut taken = Vec::new();
         self.take_into(&mut taken);
         taken
     }
 
-    /// Moves every span queued so far to the end of `into`. An empty `into` is swapped with
-    /// the queue, which keeps its room for the next spans (taken whole, the queue grew again
-    /// from nothing, a reallocation and a copy at every doubling).
-    pub fn take_into(&self, into: &mut Vec<SpanRecord>) {
-        let mut spans = self.spans.lock().unwrap_or_else(|e| e.into_inner());
-        if into.is_empty() {
-            std::mem::swap(&mut *spans, into);
-        } else {
-            into.append(&mut spans);
-        }
+    /// Moves every group of spans queued so far to the end of `into`.
+    pub fn take_into(&self, into: &mut Vec<SpanBytes>) {
+        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        into.append(&mut queued.groups);
+        queued.spans = 0;
     }
 
-    /// Moves `pending` into the queue if the lock is free now (else leaves them); what does
-    /// not fit is dropped and counted.
-    fn offer(&self, pending: &mut Vec<SpanRecord>) {
-        let Ok(mut spans) = self.spans.try_lock() else {
+    /// Moves `pending` into the queue if the lock is free now (else leaves it); a group that
+    /// does not fit is dropped and counted.
+    fn offer(&self, pending: &mut SpanBytes) {
+        let Ok(mut queued) = self.queued.try_lock() else {
             return;
         };
-        let room = self.max.load(Ordering::Relaxed).saturating_sub(spans.len());
-        if pending.len() > room {
-            let dropped = pending.len() - room;
-            pending.truncate(room);
-            self.dropped.fetch_add(dropped as u64, Ordering::Relaxed);
+        let room = self
+            .max
+            .load(Ordering::Relaxed)
+            .saturating_sub(queued.spans);
+        let group = std::mem::take(pending);
+        if group.spans > room {
+            self.dropped
+                .fetch_add(group.spans as u64, Ordering::Relaxed);
+            return;
         }
-        spans.append(pending);
-        let full = spans.len() >= self.batch.load(Ordering::Relaxed);
-        drop(spans);
+        queued.spans += group.spans;
+        queued.groups.push(group);
+        let full = queued.spans >= self.batch.load(Ordering::Relaxed);
+        drop(queued);
         if full {
             self.ready.notify_one();
         }
     }
 }
 
-/// A worker's finished spans, handed to the queue in groups (one lock per group, not per
-/// span): when [`HAND_OVER_AT`] are pending, and on every tick.
+/// A worker's finished spans, written into one buffer and handed to the queue as a group
+/// (one lock and one allocation per group, not per span): when [`HAND_OVER_AT`] are
+/// pending, and on every tick.
 #[derive(Default)]
 pub struct WorkerSpans {
-    pending: RefCell<Vec<SpanRecord>>,
+    pending: RefCell<SpanBytes>,
     queue: RefCell<Option<Arc<SpanQueue>>>,
 }
 
 /// Pending spans a worker hands over at once.
 const HAND_OVER_AT: usize = 64;
+
+/// Room a worker's buffer starts with: a group of traced requests' spans, about 600 bytes
+/// each.
+const GROUP_BYTES: usize = HAND_OVER_AT * 640;
 
 impl WorkerSpans {
     /// Where this worker's spans go (a worker without one, as in the in-process tests, keeps
@@ -107,17 +129,42 @@ impl WorkerSpans {
         *self.queue.borrow_mut() = Some(queue);
     }
 
-    pub fn record(&self, span: SpanRecord) {
+    /// Writes one span, `ids` of `kind` from `start_unix_nano`: `describe` names it and adds
+    /// its attributes and events, and says whether its status is Error; it ends now.
+    pub fn write(
+        &self,
+        ids: SpanIds<'_>,
+        kind: SpanKind,
+        start_unix_nano: u64,
+        describe: impl FnOnce(&mut SpanWriter<'_>) -> bool,
+    ) {
+        self.write_with(|out| {
+            let mut span = SpanWriter::begin(out, ids, kind, start_unix_nano);
+            let error = describe(&mut span);
+            span.finish(crate::http::trace_context::unix_nanos(), error);
+        });
+    }
+
+    /// Writes a span described as a record.
+    pub fn write_record(&self, span: &SpanRecord) {
+        self.write_with(|out| crate::observe::otlp::write_record(out, span));
+    }
+
+    fn write_with(&self, write: impl FnOnce(&mut Vec<u8>)) {
         let queue = self.queue.borrow();
         let Some(queue) = queue.as_ref() else { return };
         let mut pending = self.pending.borrow_mut();
         // A queue whose lock stays taken must not make a worker hold spans without bound.
-        if pending.len() >= queue.max.load(Ordering::Relaxed).max(HAND_OVER_AT) {
+        if pending.spans >= queue.max.load(Ordering::Relaxed).max(HAND_OVER_AT) {
             queue.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        pending.push(span);
-        if pending.len() >= HAND_OVER_AT {
+        if pending.bytes.capacity() == 0 {
+            pending.bytes.reserve(GROUP_BYTES);
+        }
+        write(&mut pending.bytes);
+        pending.spans += 1;
+        if pending.spans >= HAND_OVER_AT {
             queue.offer(&mut pending);
         }
     }
@@ -127,7 +174,7 @@ impl WorkerSpans {
         let queue = self.queue.borrow();
         let Some(queue) = queue.as_ref() else { return };
         let mut pending = self.pending.borrow_mut();
-        if !pending.is_empty() {
+        if pending.spans > 0 {
             queue.offer(&mut pending);
         }
     }
@@ -153,6 +200,10 @@ mod tests {
         }
     }
 
+    fn spans_in(groups: &[SpanBytes]) -> usize {
+        groups.iter().map(|g| g.spans).sum()
+    }
+
     #[test]
     fn spans_beyond_the_queue_are_dropped_and_counted() {
         let queue = Arc::new(SpanQueue::default());
@@ -161,15 +212,17 @@ mod tests {
         let worker = WorkerSpans::default();
         worker.attach(queue.clone());
         for id in 0..150 {
-            worker.record(span(id));
+            worker.write_record(&span(id));
         }
         worker.flush();
-        assert_eq!(queue.take().len(), 100);
-        assert_eq!(queue.dropped.load(Ordering::Relaxed), 50);
+        // Handed over in groups of 64: the third group (22 spans) finds room for 36.
+        let taken = queue.take();
+        assert_eq!(spans_in(&taken), 64 + 22);
+        assert_eq!(queue.dropped.load(Ordering::Relaxed), 64);
         // Emptied, it takes spans again.
-        worker.record(span(1));
+        worker.write_record(&span(1));
         worker.flush();
-        assert_eq!(queue.take().len(), 1);
+        assert_eq!(spans_in(&queue.take()), 1);
     }
 
     #[test]
@@ -178,12 +231,12 @@ mod tests {
         queue.max.store(1000, Ordering::Relaxed);
         let worker = WorkerSpans::default();
         worker.attach(queue.clone());
-        worker.record(span(1));
-        let held = queue.spans.lock().unwrap();
+        worker.write_record(&span(1));
+        let held = queue.queued.lock().unwrap();
         worker.flush();
         drop(held);
         assert!(queue.take().is_empty());
         worker.flush();
-        assert_eq!(queue.take().len(), 1);
+        assert_eq!(spans_in(&queue.take()), 1);
     }
 }

@@ -82,6 +82,9 @@ pub fn run(
         // Caches with `purge.fanout`: a follower task each, applying the fleet's purges.
         let mut followers = PurgeFollowers::default();
         followers.sync(&reloader.shared);
+        // `tls.acme`: its own thread, started once a configuration has a block.
+        let mut acme = crate::process::acme::AcmeThread::default();
+        acme.sync(&reloader.shared);
         loop {
             tokio::select! {
                 _ = term.recv() => break,
@@ -111,6 +114,7 @@ pub fn run(
                 }
                 _ = discovery_tick.tick() => {
                     followers.sync(&reloader.shared);
+                    acme.sync(&reloader.shared);
                     let runtime = reloader.shared.load();
                     discovery.start_due(&runtime.config, &runtime.elasticsearch, &reloader.seeds, &found_tx);
                     replays.start_due(&runtime.config, &runtime.elasticsearch);

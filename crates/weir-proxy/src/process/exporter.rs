@@ -6,7 +6,7 @@
 //! settings are read from the configuration in place before each round, so a reload applies.
 
 use crate::observe::otlp::{self, ResourceInfo};
-use crate::observe::spans::{SpanQueue, SpanRecord};
+use crate::observe::spans::{SpanBytes, SpanQueue};
 use crate::state::runtime::SharedRuntime;
 use crate::worker::Shutdown;
 use std::io::Write;
@@ -62,8 +62,8 @@ pub fn start(
 struct Exporter {
     http: Option<TcpStream>,
     grpc: Option<h2::client::SendRequest<bytes::Bytes>>,
-    /// Spans taken from the queue and not yet sent.
-    pending: Vec<SpanRecord>,
+    /// Groups of spans taken from the queue and not yet sent.
+    pending: Vec<SpanBytes>,
     /// Set while the collector fails: the wait before the next try.
     backoff: Option<Duration>,
     /// Set once a refusal is logged, until a batch is taken again: a collector that refuses
@@ -97,7 +97,7 @@ impl Exporter {
             let snapshot = runtime.load_full();
             match snapshot.config.server.tracing.as_ref() {
                 Some(tracing) => {
-                    if self.pending.len() < tracing.batch {
+                    if self.pending_spans() < tracing.batch {
                         queue.take_into(&mut self.pending);
                     }
                     self.send_pending(tracing).await;
@@ -121,8 +121,17 @@ impl Exporter {
             attributes: &tracing.resource_attributes,
         };
         while !self.pending.is_empty() {
-            let n = self.pending.len().min(tracing.batch);
-            let body = otlp::encode(&resource, &self.pending[..n]);
+            // Whole groups, up to `batch` spans (at least one group).
+            let mut groups = 0;
+            let mut n = 0;
+            for group in &self.pending {
+                if groups > 0 && n + group.spans > tracing.batch {
+                    break;
+                }
+                groups += 1;
+                n += group.spans;
+            }
+            let body = otlp::encode(&resource, &self.pending[..groups]);
             let sent = tokio::time::timeout(tracing.otlp.timeout, self.export(&tracing.otlp, body));
             let failure = match sent.await {
                 Ok(Ok(())) => {
@@ -161,8 +170,12 @@ impl Exporter {
             if self.backoff.take().is_some() {
                 crate::log_info!("tracing: collector {} answers again", tracing.otlp.endpoint);
             }
-            self.pending.drain(..n);
+            self.pending.drain(..groups);
         }
+    }
+
+    fn pending_spans(&self) -> usize {
+        self.pending.iter().map(|g| g.spans).sum()
     }
 
     async fn export(&mut self, otlp: &Otlp, body: Vec<u8>) -> Result<(), Failure> {
@@ -195,9 +208,9 @@ impl Exporter {
             Some(conn) => conn,
             None => TcpStream::connect(&otlp.authority).await.map_err(retry)?,
         };
-        let mut request = head.into_bytes();
-        request.extend_from_slice(&body);
-        conn.write_all(&request).await.map_err(retry)?;
+        // Head and body written apart: the body (a batch's spans) is not copied behind it.
+        conn.write_all(head.as_bytes()).await.map_err(retry)?;
+        conn.write_all(&body).await.map_err(retry)?;
         let (status, keep) = read_response(&mut conn).await.map_err(retry)?;
         if keep {
             self.http = Some(conn);
@@ -241,14 +254,17 @@ impl Exporter {
         let request = request
             .body(())
             .map_err(|e| Failure::Refused(e.to_string()))?;
-        // A gRPC message: compressed flag, length, the message.
-        let mut message = Vec::with_capacity(body.len() + 5);
-        message.push(u8::from(otlp.compression == OtlpCompression::Gzip));
-        message.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        message.extend_from_slice(&body);
+        // A gRPC message: compressed flag, length, the message (sent as it is, not copied
+        // behind its prefix).
+        let mut prefix = Vec::with_capacity(5);
+        prefix.push(u8::from(otlp.compression == OtlpCompression::Gzip));
+        prefix.extend_from_slice(&(body.len() as u32).to_be_bytes());
         let (response, mut stream) = send.send_request(request, false).map_err(retry)?;
         stream
-            .send_data(bytes::Bytes::from(message), true)
+            .send_data(bytes::Bytes::from(prefix), false)
+            .map_err(retry)?;
+        stream
+            .send_data(bytes::Bytes::from(body), true)
             .map_err(retry)?;
         let response = response.await.map_err(retry)?;
         self.grpc = Some(send);

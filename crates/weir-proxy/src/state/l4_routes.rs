@@ -6,6 +6,7 @@
 
 use crate::listen::client_hello::{Hello, Peeked};
 use crate::listen::tls::ServerTls;
+use crate::observe::metrics::{L4Cells, PerWorker};
 use crate::servers::balancer::Service;
 use crate::state::carry::Carried;
 use std::collections::HashMap;
@@ -45,6 +46,19 @@ pub struct TcpService {
     pub(crate) max_connections: Option<usize>,
     /// Connections open through this service, all workers together.
     pub(crate) open: AtomicUsize,
+    pub(crate) cells: Arc<PerWorker<L4Cells>>,
+}
+
+impl TcpService {
+    /// Connections open now, all workers together.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// What its connections counted, summed over the workers.
+    pub fn counts(&self) -> &PerWorker<L4Cells> {
+        &self.cells
+    }
 }
 
 /// A connection counted against its service's `max_connections` until dropped.
@@ -83,6 +97,9 @@ pub fn compile_services(
                 proxy_protocol: svc.proxy_protocol,
                 max_connections: svc.max_connections,
                 open: AtomicUsize::new(0),
+                cells: carried.l4.get(format!("tcp {}", svc.name), || {
+                    Arc::new(PerWorker::new(workers))
+                }),
             }),
         );
     }
@@ -203,6 +220,14 @@ pub struct UdpService {
     pub balancer: Service,
     pub(crate) session_timeout: Duration,
     pub(crate) max_sessions: usize,
+    pub(crate) cells: Arc<PerWorker<L4Cells>>,
+}
+
+impl UdpService {
+    /// What its sessions counted, summed over the workers.
+    pub fn counts(&self) -> &PerWorker<L4Cells> {
+        &self.cells
+    }
 }
 
 /// The UDP service each UDP entrypoint's router sends to, by entrypoint name.
@@ -228,6 +253,9 @@ pub fn compile_udp(
                 balancer: Service::for_tcp(&tcp_shaped, workers, &mut carried.servers)?,
                 session_timeout: svc.session_timeout,
                 max_sessions: svc.max_sessions,
+                cells: carried.l4.get(format!("udp {}", svc.name), || {
+                    Arc::new(PerWorker::new(workers))
+                }),
             }),
         );
     }

@@ -16,7 +16,7 @@ use crate::observe::accesslog::AccessLog;
 use crate::observe::metrics::{EntrypointCounters, PerWorker, RouteCells};
 use crate::servers::balancer::Service;
 use crate::state::carry::Carried;
-use crate::state::l4_routes::{self, TcpRoutes, UdpService};
+use crate::state::l4_routes::{self, TcpRoutes, TcpService, UdpService};
 use crate::worker::{ClientTimeouts, WorkerSettings};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -51,10 +51,16 @@ pub struct Runtime {
     pub routes: Vec<Arc<Route>>,
     /// Whether exchanges are counted and timed (`server.metrics`).
     pub metrics: bool,
+    /// `server.metrics.labels`: answers also counted by exact status and method.
+    pub metric_labels: weir_config::MetricLabels,
     /// The response caches, by name order (for the control thread's purge followers).
     pub caches: Vec<Arc<crate::actions::cache::store::ResponseCache>>,
     /// The `rate_limit`s shared through Redis, by middleware name (for their metrics).
     pub shared_limits: Vec<(String, Arc<crate::stores::redis::Redis>)>,
+    /// TCP services, and the UDP services some UDP router sends to, by name (for their
+    /// metrics).
+    pub tcp_services: Vec<Arc<TcpService>>,
+    pub udp_services: Vec<Arc<UdpService>>,
     /// What the next compile carries over.
     carried: Carried,
 }
@@ -79,6 +85,8 @@ pub struct EntrypointRuntime {
     pub http2: weir_config::Http2Settings,
     /// `access_log: false` turns the access log off for this entrypoint's requests.
     pub access_log: bool,
+    /// The `http_entrypoint` of some `tls.acme` block: HTTP-01 answers come before routing.
+    pub answers_acme_http01: bool,
     /// `http3`: its QUIC server settings, built with the TLS ones.
     pub http3: Option<Http3Runtime>,
     /// The `Alt-Svc` value this entrypoint's HTTP/1.1 and HTTP/2 answers carry (`http3` with
@@ -276,7 +284,7 @@ impl Runtime {
             let store = carried
                 .caches
                 .try_get(ResponseCache::store_identity(c), || {
-                    Store::new(c.memory, c.disk.as_ref()).map(Arc::new)
+                    Store::new(c.memory, c.disk.as_ref(), workers).map(Arc::new)
                 })
                 .map_err(|e| format!("cache `{}`: {e}", c.name))?;
             let cache = ResponseCache::new(c, store)
@@ -402,10 +410,17 @@ impl Runtime {
                 true => None,
                 false => TcpRoutes::compile(config, ep, tls.as_ref(), &tcp_services)?,
             };
+            let answers_acme_http01 = config.entrypoints.iter().any(|other| {
+                let acme = other.tls.as_ref().and_then(|tls| tls.acme.as_ref());
+                acme.filter(|a| a.challenges.contains(&weir_config::AcmeChallenge::Http01))
+                    .and_then(|a| a.http_entrypoint.as_ref())
+                    .is_some_and(|(name, _)| *name == ep.name)
+            });
             entrypoints[slot] = Some(EntrypointRuntime {
                 name: ep.name.clone(),
                 address: ep.address,
-                has_http_routes: !mine.is_empty(),
+                has_http_routes: !mine.is_empty() || answers_acme_http01,
+                answers_acme_http01,
                 tls,
                 router: Router::new(mine),
                 tcp,
@@ -436,7 +451,23 @@ impl Runtime {
             },
             routes,
             metrics: config.server.metrics,
+            metric_labels: config.server.metric_labels,
             shared_limits,
+            tcp_services: {
+                let mut all: Vec<_> = tcp_services.values().cloned().collect();
+                all.sort_by(|a, b| a.balancer.name.cmp(&b.balancer.name));
+                all
+            },
+            udp_services: {
+                let mut all: Vec<Arc<UdpService>> = Vec::new();
+                for svc in udp_services.values() {
+                    if !all.iter().any(|known| Arc::ptr_eq(known, svc)) {
+                        all.push(svc.clone());
+                    }
+                }
+                all.sort_by(|a, b| a.balancer.name.cmp(&b.balancer.name));
+                all
+            },
             caches: {
                 let mut all: Vec<_> = caches.values().cloned().collect();
                 all.sort_by(|a, b| a.name.cmp(&b.name));

@@ -3,10 +3,9 @@
 //! whether the try reused a pooled connection.
 
 use crate::http::codec::RequestHead;
-use crate::http::trace_context::{
-    decimal, method_name, new_span_id, unix_nanos, AttrValue, TraceContext,
-};
-use crate::observe::spans::{SpanKind, SpanRecord};
+use crate::http::trace_context::{decimal, method_name, new_span_id, unix_nanos, TraceContext};
+use crate::observe::otlp::{SpanIds, SpanWriter};
+use crate::observe::spans::SpanKind;
 use crate::reply::{Reply, ReplyHead};
 use crate::servers::balancer::{Server, Service};
 use crate::upstream::forwarding::Failed;
@@ -34,48 +33,56 @@ pub(crate) struct Tried<'a, 'r> {
 /// Records a try's client span, the child of the request's server span.
 pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '_>) {
     let Some(trace) = &head.trace else { return };
-    let method = head.method();
-    let known_method = method_name(method);
-    let str = |s: &str| AttrValue::Str(s.to_string());
+    let span_id = match trace.try_span_id.get() {
+        0 => new_span_id(),
+        id => id,
+    };
+    let ids = SpanIds {
+        trace_id: trace.trace_id,
+        span_id,
+        parent_id: trace.span_id,
+        tracestate: trace.tracestate.as_deref(),
+    };
+    worker
+        .spans
+        .write(ids, SpanKind::Client, tried.started, |span| {
+            describe_try(span, trace, head, &tried)
+        });
+}
+
+/// Names a try's client span and writes its attributes; whether its status is Error.
+fn describe_try(
+    span: &mut SpanWriter<'_>,
+    trace: &TraceContext,
+    head: &RequestHead,
+    tried: &Tried<'_, '_>,
+) -> bool {
+    let known_method = method_name(head.method());
+    span.name(&[known_method]);
+    span.str("http.request.method", known_method);
     // The server's host as its URL names it (`authority` is `host:port`): no formatting.
     let authority = &tried.server.authority;
     let host = authority
         .rsplit_once(':')
         .map_or(authority.as_str(), |(host, _)| host);
+    span.str(
+        "server.address",
+        host.trim_start_matches('[').trim_end_matches(']'),
+    );
+    span.int("server.port", i64::from(tried.server.addr.port()));
     let base = tried.server.url.trim_end_matches('/');
-    let mut url = String::with_capacity(base.len() + head.target().len());
-    url.push_str(base);
-    url.push_str(head.target());
-    let mut attributes = Vec::with_capacity(10);
-    attributes.extend([
-        ("http.request.method", AttrValue::Static(known_method)),
-        (
-            "server.address",
-            str(host.trim_start_matches('[').trim_end_matches(']')),
-        ),
-        (
-            "server.port",
-            AttrValue::Int(i64::from(tried.server.addr.port())),
-        ),
-        ("url.full", AttrValue::Str(url)),
-        (
-            "network.protocol.version",
-            AttrValue::Static(match tried.service.protocol {
-                UpstreamProtocol::Http1 => "1.1",
-                _ => "2",
-            }),
-        ),
-        (
-            "weir.upstream.connection_reused",
-            AttrValue::Bool(trace.try_reused.get()),
-        ),
-    ]);
+    span.str_parts("url.full", &[base, head.target()]);
+    span.str(
+        "network.protocol.version",
+        match tried.service.protocol {
+            UpstreamProtocol::Http1 => "1.1",
+            _ => "2",
+        },
+    );
+    span.bool("weir.upstream.connection_reused", trace.try_reused.get());
     // Set only on a resent request (semantic conventions, `http.request.resend_count`).
     if tried.retry > 0 {
-        attributes.push((
-            "http.request.resend_count",
-            AttrValue::Int(tried.retry as i64),
-        ));
+        span.int("http.request.resend_count", tried.retry as i64);
     }
     let error = match tried.result {
         Ok(reply) => {
@@ -83,10 +90,7 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
                 ReplyHead::Response(response) => response.status,
                 _ => reply.status(),
             };
-            attributes.push((
-                "http.response.status_code",
-                AttrValue::Int(i64::from(status)),
-            ));
+            span.int("http.response.status_code", i64::from(status));
             // Client spans: 4xx and 5xx are errors.
             (status >= 400).then(|| decimal(status))
         }
@@ -94,23 +98,7 @@ pub(crate) fn finish_try(worker: &Worker, head: &RequestHead, tried: Tried<'_, '
         Err(failed) => Some(format!("{:?}", failed.answer.kind)),
     };
     if let Some(error_type) = &error {
-        attributes.push(("error.type", str(error_type)));
+        span.str("error.type", error_type);
     }
-    let span_id = match trace.try_span_id.get() {
-        0 => new_span_id(),
-        id => id,
-    };
-    worker.spans.record(SpanRecord {
-        trace_id: trace.trace_id,
-        span_id,
-        parent_id: trace.span_id,
-        tracestate: trace.tracestate.clone(),
-        name: known_method.to_string(),
-        kind: SpanKind::Client,
-        start_unix_nano: tried.started,
-        end_unix_nano: unix_nanos(),
-        attributes,
-        events: Vec::new(),
-        error: error.is_some(),
-    });
+    error.is_some()
 }

@@ -9,15 +9,26 @@ pub struct CertFiles {
 
 /// A self-signed ECDSA P-256 certificate for `names` (it is its own CA for the clients).
 pub fn make_cert(dir: &std::path::Path, tag: &str, names: &[&str], expired: bool) -> CertFiles {
+    let validity = expired.then_some((1_577_836_800, 1_609_459_200));
+    make_cert_valid(dir, tag, names, validity)
+}
+
+/// As `make_cert`, valid between two Unix times (`None`: rcgen's default, far ahead).
+pub fn make_cert_valid(
+    dir: &std::path::Path,
+    tag: &str,
+    names: &[&str],
+    validity: Option<(i64, i64)>,
+) -> CertFiles {
     let mut params =
         rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
             .unwrap();
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, names[0]);
-    if expired {
-        params.not_before = time::OffsetDateTime::from_unix_timestamp(1_577_836_800).unwrap();
-        params.not_after = time::OffsetDateTime::from_unix_timestamp(1_609_459_200).unwrap();
+    if let Some((not_before, not_after)) = validity {
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).unwrap();
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).unwrap();
     }
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = params.self_signed(&key).unwrap();

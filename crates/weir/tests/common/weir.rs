@@ -157,7 +157,12 @@ impl Weir {
 
     /// Waits (up to 10 s) until stderr holds `count` lines containing `text`; the last of them.
     pub fn wait_for_line(&self, text: &str, count: usize) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        self.wait_for_line_within(text, count, Duration::from_secs(10))
+    }
+
+    /// `wait_for_line`, up to `limit`.
+    pub fn wait_for_line_within(&self, text: &str, count: usize, limit: Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
         loop {
             let lines = self.stderr();
             let found: Vec<&String> = lines.iter().filter(|l| l.contains(text)).collect();

@@ -95,10 +95,12 @@ pub(crate) async fn serve<'r, C: ClientSide>(
         let stale = match &found.object {
             Some(object) => match object.meta.usable(now, &asked) {
                 Usable::Fresh { ttl } | Usable::Stale { ttl } => {
+                    cache.store.counts[worker.id].hits.add(1);
                     let status = weir_cache::cache_status(CACHE_NAME, Outcome::Hit { ttl });
                     return answer::stored(object, head, now, &status);
                 }
                 Usable::StaleWhileRevalidate { ttl } => {
+                    cache.store.counts[worker.id].hits.add(1);
                     // One request revalidates (a GET without a body, which a background
                     // fetch can repeat); every one is answered with the stale copy now.
                     if !head.is_head() && head.framing == Framing::None {
@@ -150,6 +152,7 @@ pub(crate) async fn serve<'r, C: ClientSide>(
             request_time: now,
             _leader: leader,
         };
+        cache.store.counts[worker.id].misses.add(1);
         return forward_and_fill(worker, cache, service, client, head, asking).await;
     }
 }
@@ -233,6 +236,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
                 ..
             },
         ) if status == 304 => {
+            cache.store.counts[worker.id].revalidated.add(1);
             let object = fill::refresh(cache, &key, stale, &response, (request_time, answered_at));
             if let (ReplyBody::Upstream(up), true, Some(used)) =
                 (body, response.keep_alive, &upstream)
@@ -260,6 +264,7 @@ async fn forward_and_fill<'r, C: ClientSide>(
     let watch = client.watch();
     match fill::fill(worker, watch, cache, &mut key, request, reply, request_time).await {
         Filled::Stored(object, upstream, mut response, body) => {
+            cache.store.counts[worker.id].stores.add(1);
             let value = forwarded(fwd, object.status, true, None);
             if !conditions_or_range {
                 // The origin's head as it came, with the stored body: nothing to cut or

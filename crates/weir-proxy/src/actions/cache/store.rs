@@ -7,9 +7,10 @@
 use super::disk::Disk;
 use super::object::Object;
 use crate::http::codec::{Head, RequestHead};
+use crate::observe::metrics::{Cell, PerWorker};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -247,13 +248,51 @@ impl Flights {
 
 /// Keys are hashed with foldhash (`Key::new`): SipHash was 2% of a miss's instructions
 /// (callgrind), and keys are URLs the cache already bounds.
-type Objects = quick_cache::sync::Cache<
-    Key,
-    Entry,
-    Weigh,
-    foldhash::fast::RandomState,
-    quick_cache::sync::DefaultLifecycle<Key, Entry>,
->;
+type Objects =
+    quick_cache::sync::Cache<Key, Entry, Weigh, foldhash::fast::RandomState, CountEvictions>;
+
+/// quick_cache's own lifecycle (evicted entries dropped after the shard's lock is released),
+/// counting the answers pushed out to make room (pass markers are not answers).
+#[derive(Clone, Default)]
+pub(super) struct CountEvictions {
+    evicted: Arc<AtomicU64>,
+    inner: quick_cache::sync::DefaultLifecycle<Key, Entry>,
+}
+
+impl quick_cache::Lifecycle<Key, Entry> for CountEvictions {
+    type RequestState =
+        <quick_cache::sync::DefaultLifecycle<Key, Entry> as quick_cache::Lifecycle<Key, Entry>>::RequestState;
+
+    fn begin_request(&self) -> Self::RequestState {
+        self.inner.begin_request()
+    }
+
+    fn on_evict(&self, state: &mut Self::RequestState, key: Key, entry: Entry) {
+        if !entry.variants.is_empty() {
+            // Only when the store is full: the shared counter costs nothing to a hit.
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.on_evict(state, key, entry);
+    }
+
+    fn end_request(&self, state: Self::RequestState) {
+        self.inner.end_request(state);
+    }
+}
+
+/// What a cache counts in one worker (summed for `/metrics` and the admin API).
+#[derive(Default)]
+#[repr(align(64))]
+pub struct CacheCells {
+    /// Answered from the store (fresh, or stale where allowed).
+    pub hits: Cell,
+    /// Sent to the origin: not stored, another variant, or stale and revalidated.
+    pub misses: Cell,
+    /// Revalidated: the origin answered 304 and the stored answer was served.
+    pub revalidated: Cell,
+    /// Answers the origin sent that were stored.
+    pub stores: Cell,
+}
 
 /// The share of the memory for answers asked for again (quick_cache's hot ring); the rest holds
 /// new answers on probation, and a key evicted from there is remembered (a ghost), so its next
@@ -272,10 +311,18 @@ pub struct Store {
     pub(super) flights: Arc<Flights>,
     /// The second tier, when configured: every stored answer is written there too.
     pub(super) disk: Option<Arc<Disk>>,
+    /// Hits, misses and stores, per worker; kept with the store over a reload.
+    pub(super) counts: PerWorker<CacheCells>,
+    /// Answers evicted to make room, all workers together.
+    evicted: Arc<AtomicU64>,
 }
 
 impl Store {
-    pub fn new(memory: u64, disk: Option<&weir_config::CacheDisk>) -> Result<Store, String> {
+    pub fn new(
+        memory: u64,
+        disk: Option<&weir_config::CacheDisk>,
+        workers: usize,
+    ) -> Result<Store, String> {
         // quick_cache sizes its shards from an item estimate: one per 16 KiB.
         let items = (memory / (16 << 10)).clamp(64, 1 << 22) as usize;
         let disk = match disk {
@@ -292,11 +339,14 @@ impl Store {
             .hot_allocation(HOT_ALLOCATION)
             .build()
             .map_err(|e| format!("memory store: {e}"))?;
+        let lifecycle = CountEvictions::default();
         Ok(Store {
-            objects: Objects::with_options(options, Weigh, Default::default(), Default::default()),
+            evicted: lifecycle.evicted.clone(),
+            objects: Objects::with_options(options, Weigh, Default::default(), lifecycle),
             key_hasher: Default::default(),
             flights: Arc::default(),
             disk,
+            counts: PerWorker::new(workers),
         })
     }
 
@@ -373,14 +423,19 @@ impl Store {
     }
 }
 
-/// A compiled `caches.NAME`: its settings around its store.
-/// A cache's memory tier, counted.
+/// A cache's memory tier and what it answered, counted.
 #[derive(Debug, Clone, Copy)]
 pub struct CacheStats {
     pub entries: usize,
     pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub revalidated: u64,
+    pub stores: u64,
+    pub evictions: u64,
 }
 
+/// A compiled `caches.NAME`: its settings around its store.
 pub struct ResponseCache {
     pub name: String,
     pub(super) store: Arc<Store>,
@@ -422,9 +477,15 @@ impl ResponseCache {
 
     /// What the memory tier holds now (for the admin API).
     pub fn stats(&self) -> CacheStats {
+        let counts = &self.store.counts;
         CacheStats {
             entries: self.store.objects.len(),
             bytes: self.store.objects.weight(),
+            hits: counts.sum(|c| c.hits.get()),
+            misses: counts.sum(|c| c.misses.get()),
+            revalidated: counts.sum(|c| c.revalidated.get()),
+            stores: counts.sum(|c| c.stores.get()),
+            evictions: self.store.evicted.load(Ordering::Relaxed),
         }
     }
 

@@ -1,0 +1,440 @@
+//! Automatic HTTPS (`tls.acme`, issue 38) against Debian's `pebble`, Let's Encrypt's test CA,
+//! with its validation ports pointed at weir's entrypoints on loopback: HTTP-01 (RFC 8555
+//! §8.3) and TLS-ALPN-01 (RFC 8737) orders end in a certificate curl and `openssl s_client`
+//! see chained to Pebble's root; a restart loads it from storage without a new order; a
+//! renewal swaps it in while a connection stays open and requests keep succeeding; a CA that
+//! is down leaves the placeholder served, retried with backoff and reported; a CA's refusal
+//! is logged as the CA wrote it.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Orders need a few exchanges with the CA; allow for a loaded machine.
+const ORDER_WAIT: Duration = Duration::from_secs(60);
+
+/// A config with a plain entrypoint `web` on `http_port` and `secure` on `tls_port` with
+/// `acme` (flow-mapping keys), both answering "hi" by a catch-all router (which HTTP-01 must
+/// come before).
+fn acme_config(http_port: u16, tls_port: u16, acme: &str, admin: &str) -> String {
+    format!(
+        "server: {{ workers: 1{admin} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:{http_port}\" }}\n  secure:\n    address: \"127.0.0.1:{tls_port}\"\n    tls:\n      acme: {{ {acme} }}\nrouters:\n  all: {{ rule: \"PathPrefix(`/`)\", respond: {{ status: 200, body: \"hi\" }} }}\n"
+    )
+}
+
+/// Pebble validating on two free ports, and weir's config on them: `acme` with Pebble's
+/// directory, its listener's certificate as `ca`, a fresh `storage`, then `keys`.
+struct Setup {
+    pebble: Pebble,
+    http_port: u16,
+    tls_port: u16,
+    storage: std::path::PathBuf,
+    config: String,
+}
+
+fn with_pebble(validity_seconds: u64, keys: &str, admin: &str) -> Setup {
+    let (http_port, tls_port) = (free_port(), free_port());
+    let pebble = Pebble::start(http_port, tls_port, validity_seconds);
+    let storage = temp_dir("acme").join("acme");
+    let keys = format!(
+        "email: admin@example.org, directory: \"{}\", ca: \"{}\", storage: \"{}\", {keys}",
+        pebble.directory,
+        pebble.listener_cert.display(),
+        storage.display()
+    );
+    let config = acme_config(http_port, tls_port, &keys, admin);
+    Setup {
+        pebble,
+        http_port,
+        tls_port,
+        storage,
+        config,
+    }
+}
+
+fn wait_for(weir: &Weir, text: &str, count: usize, limit: Duration) -> String {
+    weir.wait_for_line_within(text, count, limit)
+}
+
+/// What `openssl s_client` sees on `port` for `name`, verifying against `root`: whether the
+/// chain verified, and the server's leaf certificate (PEM) with its subject line.
+fn served(port: u16, name: &str, root: &Path) -> (bool, String, String) {
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-servername", name, "-CAfile"])
+        .arg(root)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl must be installed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let verified = text.contains("Verify return code: 0 (ok)");
+    let subject = text
+        .lines()
+        .find(|l| l.starts_with("subject="))
+        .unwrap_or_default()
+        .to_string();
+    let leaf = text
+        .split("-----BEGIN CERTIFICATE-----")
+        .nth(1)
+        .and_then(|rest| rest.split("-----END CERTIFICATE-----").next())
+        .unwrap_or_default()
+        .to_string();
+    (verified, leaf, subject)
+}
+
+/// Waits for `name`'s certificate to be obtained (the `count`th time) and checks that a
+/// handshake for it sees it, chained to `root`; its leaf (PEM).
+fn obtained_and_served(weir: &Weir, count: usize, port: u16, name: &str, root: &Path) -> String {
+    wait_for(
+        weir,
+        &format!("{name}: certificate obtained"),
+        count,
+        ORDER_WAIT,
+    );
+    let (verified, leaf, subject) = served(port, name, root);
+    assert!(verified, "not chained to Pebble's root: {subject}");
+    assert!(subject.contains(name), "{subject}");
+    leaf
+}
+
+#[test]
+fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
+    let keys = "domains: [www.example.org], challenges: [http-01], http_entrypoint: web";
+    let Setup {
+        pebble,
+        http_port,
+        tls_port,
+        storage,
+        config,
+    } = with_pebble(3600, keys, "");
+    let weir = Weir::start(&config);
+    // Before the order completes the name gets the placeholder, and a line says why.
+    wait_for(
+        &weir,
+        "www.example.org: no certificate yet; entrypoint `secure` serves its default certificate",
+        1,
+        ORDER_WAIT,
+    );
+    let root = pebble.root();
+    obtained_and_served(&weir, 1, tls_port, "www.example.org", &root);
+    assert_eq!(
+        curl_https(tls_port, "www.example.org", &root),
+        (true, "hi".to_string())
+    );
+    // The answer was withdrawn once validated: the router has the path again.
+    let answer = curl_ok(&[&format!(
+        "http://127.0.0.1:{http_port}/.well-known/acme-challenge/x"
+    )]);
+    assert_eq!(answer, b"hi");
+    // Stored for weir's user alone.
+    let folder = std::fs::read_dir(&storage)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for file in ["account.key", "www.example.org.crt", "www.example.org.key"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(folder.join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+    assert_eq!(pebble.issued(), 1);
+    drop(weir);
+    // A restart serves the stored certificate at once, without a new order.
+    let weir = Weir::start(&config);
+    wait_for(
+        &weir,
+        "www.example.org: certificate loaded from",
+        1,
+        ORDER_WAIT,
+    );
+    assert_eq!(
+        curl_https(tls_port, "www.example.org", &root),
+        (true, "hi".to_string())
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(pebble.issued(), 1, "a restart ordered again");
+    assert!(!weir.stderr().iter().any(|l| l.contains("order failed")));
+}
+
+#[test]
+fn tls_alpn_01_obtains_a_certificate_and_a_renewal_swaps_in_under_load() {
+    // 40 s certificates renewed 30 s before expiry: the first renewal 10 s after issuance.
+    let keys = "domains: [alpn.example.org], challenges: [tls-alpn-01], renew_before: 30s";
+    let admin = format!(", admin: {{ address: \"127.0.0.1:{}\" }}", free_port());
+    let Setup {
+        pebble,
+        tls_port,
+        config,
+        ..
+    } = with_pebble(40, keys, &admin);
+    let weir = Weir::start(&config);
+    let root = pebble.root();
+    let first_leaf = obtained_and_served(&weir, 1, tls_port, "alpn.example.org", &root);
+    // Offering `acme-tls/1` alone is a validation: with none pending, no certificate at all
+    // (never the ordinary one); offered beside another protocol it is an ordinary client.
+    let leaf_with_alpn = |alpn: &str| {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{tls_port}")])
+            .args(["-servername", "alpn.example.org", "-alpn", alpn])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("-----BEGIN CERTIFICATE-----")
+    };
+    assert!(!leaf_with_alpn("acme-tls/1"));
+    assert!(leaf_with_alpn("h2,acme-tls/1"));
+    // The admin API and the metrics tell the name's state and expiry.
+    let api = curl_ok(&[&format!("http://{}/api/certificates", weir.addrs["@admin"])]);
+    let api: serde_json::Value = serde_json::from_slice(&api).unwrap();
+    let state = &api["acme"][0];
+    assert_eq!(state["name"], "alpn.example.org");
+    assert!(
+        ["valid", "renewing"].contains(&state["state"].as_str().unwrap()),
+        "{state}"
+    );
+    assert!(
+        (0..=40).contains(&state["expires_in_seconds"].as_i64().unwrap()),
+        "{state}"
+    );
+    let metrics = curl_ok(&[&format!("http://{}/metrics", weir.addrs["@admin"])]);
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metrics.contains("weir_tls_certificate_expiry_seconds{name=\"alpn.example.org\"} "),
+        "{metrics}"
+    );
+    // A connection opened on the first certificate, kept open through the renewal.
+    let mut held = Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.1:{tls_port}"),
+        ])
+        .args(["-servername", "alpn.example.org"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Requests all through the renewal.
+    let (stop, done, failed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let load = {
+        let (stop, done, failed, root) = (stop.clone(), done.clone(), failed.clone(), root.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match curl_https(tls_port, "alpn.example.org", &root) {
+                    (true, body) if body == "hi" => done.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        })
+    };
+    let second_leaf = obtained_and_served(&weir, 2, tls_port, "alpn.example.org", &root);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "requests failed during the renewal"
+    );
+    assert!(done.load(Ordering::Relaxed) > 0);
+    assert_ne!(
+        first_leaf, second_leaf,
+        "the renewed certificate is not served"
+    );
+    // The connection from before the renewal still answers.
+    let mut stdin = held.stdin.take().unwrap();
+    stdin
+        .write_all(b"GET / HTTP/1.1\r\nHost: alpn.example.org\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    held.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut answer)
+        .unwrap();
+    let _ = held.wait();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("hi"),
+        "{answer}"
+    );
+    assert!(pebble.issued() >= 2);
+}
+
+#[test]
+fn a_ca_that_is_down_leaves_the_placeholder_served_and_is_retried_with_backoff() {
+    let (http_port, tls_port) = (free_port(), free_port());
+    let dir = temp_dir("acme-down");
+    let unused = make_cert(&dir, "ca", &["127.0.0.1"], false);
+    let keys = format!(
+        "directory: \"https://127.0.0.1:{}/dir\", ca: \"{}\", domains: [down.example.org], challenges: [tls-alpn-01], storage: \"{}\"",
+        free_port(),
+        unused.cert.display(),
+        dir.join("acme").display()
+    );
+    let admin = format!(", admin: {{ address: \"127.0.0.1:{}\" }}", free_port());
+    let weir = Weir::start(&acme_config(http_port, tls_port, &keys, &admin));
+    let first = wait_for(
+        &weir,
+        "down.example.org: order failed (attempt 1; next in 10s)",
+        1,
+        ORDER_WAIT,
+    );
+    assert!(first.contains("cannot connect"), "{first}");
+    // Still serving, with the placeholder that says why it is not trusted.
+    let (_, _, subject) = served(tls_port, "down.example.org", &dir.join("ca.pem"));
+    assert!(subject.contains("weir ACME placeholder"), "{subject}");
+    let out = curl_ok(&[
+        "-k",
+        "--resolve",
+        &format!("down.example.org:{tls_port}:127.0.0.1"),
+        &format!("https://down.example.org:{tls_port}/"),
+    ]);
+    assert_eq!(out, b"hi");
+    let api = curl_ok(&[&format!("http://{}/api/certificates", weir.addrs["@admin"])]);
+    let api: serde_json::Value = serde_json::from_slice(&api).unwrap();
+    assert_eq!(api["acme"][0]["state"], "failed", "{api}");
+    assert!(api["acme"][0]["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("cannot connect"));
+    // The second try waits out the backoff (10 s), the third twice that.
+    let started = Instant::now();
+    let second = wait_for(
+        &weir,
+        "down.example.org: order failed (attempt 2; next in 20s)",
+        1,
+        ORDER_WAIT,
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "retried too soon: {second}"
+    );
+}
+
+#[test]
+fn a_ca_refusal_is_logged_as_the_ca_wrote_it() {
+    // weir takes the address (it has an @ between two non-empty parts); Pebble refuses it
+    // as RFC 8555 §7.3 lets a server refuse a contact (`invalidContact`).
+    let keys = "domains: [refused.example.org], challenges: [tls-alpn-01]";
+    let Setup { pebble, config, .. } = with_pebble(3600, keys, "");
+    let config = config.replace("admin@example.org", "bad@@example..org");
+    let weir = Weir::start(&config);
+    let line = wait_for(&weir, "refused.example.org: order failed", 1, ORDER_WAIT);
+    assert!(line.contains(" ERROR "), "{line}");
+    assert!(
+        line.contains(r#"the CA answered 400: {"detail":"contact email \"bad@@example..org\" is invalid","status":400,"type":"urn:ietf:params:acme:error:invalidContact"}"#),
+        "{line}"
+    );
+    assert_eq!(pebble.issued(), 0);
+}
+
+#[test]
+fn weir_check_warns_of_an_http_entrypoint_off_port_80() {
+    let dir = temp_dir("acme-check");
+    let path = dir.join("weir.yaml");
+    let config = acme_config(
+        8080,
+        8443,
+        "domains: [www.example.org], http_entrypoint: web",
+        "",
+    );
+    std::fs::write(&path, config).unwrap();
+    let out = weir_check(&path);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        format!("{}:7:60: warning: `http_entrypoint` `web` listens on port 8080, but the CA asks for HTTP-01 answers on port 80: validation succeeds only if port 80 is forwarded to it", path.display())
+    );
+}
+
+#[test]
+fn the_example_of_docs_acme_md_passes_weir_check() {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/acme.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    let block = page
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    let path = temp_dir("acme-doc").join("weir.yaml");
+    std::fs::write(&path, block).unwrap();
+    let out = weir_check(&path);
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn names_from_host_rules_are_ordered_at_start_and_on_reload() {
+    let keys = "from_rules: true, challenges: [tls-alpn-01]";
+    let Setup {
+        pebble,
+        tls_port,
+        config,
+        ..
+    } = with_pebble(3600, keys, "");
+    let with_rule = |host: &str| {
+        format!("{config}  {host}: {{ rule: \"Host(`{host}`)\", respond: {{ status: 200, body: \"{host}\" }} }}\n")
+    };
+    let weir = Weir::start(&with_rule("rules.example.org"));
+    let root = pebble.root();
+    obtained_and_served(&weir, 1, tls_port, "rules.example.org", &root);
+    // A reload whose router names another host orders that name.
+    std::fs::write(weir.config_path(), with_rule("added.example.org")).unwrap();
+    weir.signal("HUP");
+    obtained_and_served(&weir, 1, tls_port, "added.example.org", &root);
+    assert_eq!(
+        curl_https(tls_port, "added.example.org", &root),
+        (true, "added.example.org".to_string())
+    );
+    assert_eq!(pebble.issued(), 2);
+}
+
+#[test]
+fn two_instances_on_one_storage_order_once_and_both_serve_the_certificate() {
+    // Pebble validates on the first instance's ports; the second listens on others. Whichever
+    // takes the name's lock first orders (the second's own order, if it wins, fails: Pebble
+    // reaches the first, which has no answer for it; shared answers are a later step); the
+    // other waits, then loads the stored result.
+    let keys = "domains: [shared.example.org], challenges: [tls-alpn-01]";
+    let Setup {
+        pebble,
+        http_port,
+        tls_port,
+        config,
+        ..
+    } = with_pebble(3600, keys, "");
+    let (other_http, other_tls) = (free_port(), free_port());
+    let other_config = config
+        .replace(&format!(":{http_port}\""), &format!(":{other_http}\""))
+        .replace(&format!(":{tls_port}\""), &format!(":{other_tls}\""));
+    let first = Weir::start(&config);
+    let second = Weir::start(&other_config);
+    let root = pebble.root();
+    let leaf = obtained_and_served(&first, 1, tls_port, "shared.example.org", &root);
+    let line = wait_for(
+        &second,
+        "shared.example.org: certificate loaded from storage (ordered by another instance)",
+        1,
+        ORDER_WAIT,
+    );
+    assert!(line.contains(" INFO "), "{line}");
+    let (verified, second_leaf, _) = served(other_tls, "shared.example.org", &root);
+    assert!(verified);
+    assert_eq!(leaf, second_leaf);
+    assert_eq!(pebble.issued(), 1);
+}

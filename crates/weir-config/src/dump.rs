@@ -207,8 +207,11 @@ fn fill_defaults(root: &mut Node, config: &Config) {
                     ep.http2.max_header_list_size.to_string(),
                 );
             }
-            if let (Some(http3), Some(node)) = (&ep.http3, child(node, "http3")) {
-                crate::load::fill_http3(node, http3);
+            // `child` adds the key it looks for: only for an entrypoint that has the block.
+            if let Some(http3) = &ep.http3 {
+                if let Some(node) = child(node, "http3") {
+                    crate::load::fill_http3(node, http3);
+                }
             }
             if let Some(tls) = &ep.tls {
                 if let Some(node) = child(node, "tls") {
@@ -219,8 +222,10 @@ fn fill_defaults(root: &mut Node, config: &Config) {
                     fill(node, "min_version", version);
                     fill(node, "handshake_timeout", duration(tls.handshake_timeout));
                     fill_list(node, "alpn", tls.alpn.clone());
-                    if let (Some(acme), Some(node)) = (&tls.acme, child(node, "acme")) {
-                        fill_acme(node, acme);
+                    if let Some(acme) = &tls.acme {
+                        if let Some(node) = child(node, "acme") {
+                            fill_acme(node, acme);
+                        }
                     }
                 }
             }

@@ -147,8 +147,17 @@ mod tests {
         ] {
             assert!(dumped.contains(line), "{line} in {dumped}");
         }
-        let again = load_str(&dumped, "t.yaml").expect("the dump loads");
+        let again = load_str(&dumped, "t.yaml").unwrap_or_else(|e| panic!("{e:?} in {dumped}"));
         assert_eq!(again.entrypoints[0].http3, config.entrypoints[0].http3);
+        // A TLS entrypoint without `http3` (or `acme`) gets no such block from the dump.
+        let plain = format!("entrypoints:\n  web: {{ address: \"127.0.0.1:0\", {TLS} }}\n");
+        let config = load_str(&plain, "t.yaml").expect("valid");
+        let dumped = crate::dump::dump(&plain, &config, &|_| None).expect("dumps");
+        assert!(
+            !dumped.contains("http3") && !dumped.contains("acme"),
+            "{dumped}"
+        );
+        load_str(&dumped, "t.yaml").unwrap_or_else(|e| panic!("{e:?} in {dumped}"));
     }
 
     #[test]

@@ -187,15 +187,18 @@ def start_proxies(ctx, procs, conns, tag, maxconn=8000):
 PING_HAPROXY = "  http-request return status 200 content-type text/plain string pong if { path /ping }"
 PING_WEIR = "  ping:\n    rule: \"Path(`/ping`)\"\n    respond: { status: 200, body: pong, headers: { content-type: text/plain } }\n"
 
-def start_ping_peers(ctx, procs, tag, nginx_listen=" backlog=4096;", nginx_http="", haproxy_bind="", **weir):
+def start_ping_peers(ctx, procs, tag, nginx_listen=" backlog=4096;", nginx_http="", haproxy_bind="", maxconn=8000,
+                     **weir):
     """nginx, HAProxy and weir each answering `pong` to /ping themselves, added to `procs`:
     `nginx_listen` follows nginx's listen address, `nginx_http` goes before its server block,
-    `haproxy_bind` follows HAProxy's bind address, `weir` are more weir_yaml arguments.
+    `haproxy_bind` follows HAProxy's bind address, `maxconn` is HAProxy's, `weir` are more
+    weir_yaml arguments.
     Returns [(name, process)]."""
     ng_port, ha_port, we_port = free_port(), free_port(), free_port()
     ng = procs.add(start_nginx(f"nginx-{tag}", ng_port, f"""{nginx_http}  server {{ listen 127.0.0.1:{ng_port}{nginx_listen} location /ping {{ return 200 "pong"; }} }}""",
                                ctx.proxy_cpus))
-    ha = procs.add(start_haproxy(f"haproxy-{tag}", ha_port, "", PING_HAPROXY, ctx.proxy_cpus, bind_extra=haproxy_bind))
+    ha = procs.add(start_haproxy(f"haproxy-{tag}", ha_port, "", PING_HAPROXY, ctx.proxy_cpus, maxconn=maxconn,
+                                 bind_extra=haproxy_bind))
     we = procs.add(start_weir(ctx.weir, f"weir-{tag}", we_port, weir_yaml(we_port, PING_WEIR, **weir), ctx.proxy_cpus))
     return [("nginx", ng), ("haproxy", ha), ("weir", we)]
 

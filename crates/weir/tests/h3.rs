@@ -467,6 +467,30 @@ fn zero_rtt_takes_early_data_only_when_enabled() {
     }
 }
 
+/// A fixed port whose UDP side is taken: weir does not start, and says which socket failed.
+#[test]
+fn a_taken_udp_port_is_a_start_error() {
+    let site = Site::new("h3-taken");
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = site
+        .config("", "", "")
+        .replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1);
+    let path = site.dir.join("taken.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(weir_bin())
+        .args(["run", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}/udp for HTTP/3")),
+        "{stderr}"
+    );
+}
+
 /// A gRPC message as the wire carries it (uncompressed, a 4-byte length), in hex.
 fn grpc_message_hex(payload: &[u8]) -> String {
     let mut framed = vec![0u8];

@@ -121,6 +121,10 @@ impl BoundEntrypoints {
                 ep.name, ep.address
             )
         };
+        // HTTP/3: a UDP socket per worker on the port the TCP ones took, bound after them so
+        // that port 0 is resolved; the workers get them after their TCP sockets.
+        let http3 = ep.http3.is_some() && ep.transport == Transport::Tcp;
+        let mut quic = Vec::new();
         let mut listeners = Vec::with_capacity(workers);
         for fd in inherited.take(ep) {
             listeners.push(Listener::adopt(fd, ep.transport).map_err(err)?);
@@ -128,9 +132,10 @@ impl BoundEntrypoints {
         let actual = match listeners.first() {
             Some(first) => first.local_addr().map_err(err)?,
             None => {
-                let first = Listener::bind(ep.address, ep.transport).map_err(err)?;
+                let (first, probe) = bind_first(ep, http3).map_err(err)?;
                 let actual = first.local_addr().map_err(err)?;
                 listeners.push(first);
+                quic.extend(probe);
                 actual
             }
         };
@@ -143,23 +148,10 @@ impl BoundEntrypoints {
             .map(Listener::duplicate)
             .collect::<Result<_, _>>()
             .map_err(err)?;
-        // HTTP/3: a UDP socket per worker on the port the TCP ones took, bound after them so
-        // that port 0 is resolved; the workers get them after their TCP sockets.
-        let http3 = ep.http3.is_some() && ep.transport == Transport::Tcp;
-        if http3 {
-            let quic_err = |e: std::io::Error| {
-                format!(
-                    "entrypoint `{}`: cannot bind {actual}/udp for HTTP/3: {e}",
-                    ep.name
-                )
-            };
-            for _ in 0..workers {
-                let socket = Listener::bind(actual, Transport::Udp).map_err(quic_err)?;
-                if let Listener::Udp(socket) = socket {
-                    listeners.push(Listener::Quic(socket));
-                }
-            }
+        while http3 && quic.len() < workers {
+            quic.push(bind_quic(actual).map_err(err)?);
         }
+        listeners.extend(quic.into_iter().map(Listener::Quic));
         let bound = Bound {
             configured: ep.address,
             actual,
@@ -168,6 +160,40 @@ impl BoundEntrypoints {
             http3,
         };
         Ok((bound, listeners))
+    }
+}
+
+/// The first socket of an entrypoint bound afresh, and with `http3` its first QUIC socket on
+/// the same port. For port 0, a port whose UDP side is taken (a client's ephemeral port, say)
+/// is given up for another.
+fn bind_first(
+    ep: &Entrypoint,
+    http3: bool,
+) -> std::io::Result<(Listener, Option<std::net::UdpSocket>)> {
+    const TRIES: usize = 16;
+    let mut tried = 0;
+    loop {
+        let first = Listener::bind(ep.address, ep.transport)?;
+        if !http3 {
+            return Ok((first, None));
+        }
+        match bind_quic(first.local_addr()?) {
+            Ok(quic) => return Ok((first, Some(quic))),
+            Err(_) if ep.address.port() == 0 && tried < TRIES => tried += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A QUIC socket on `addr` (`SO_REUSEPORT`, like the TCP ones).
+fn bind_quic(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    match Listener::bind(addr, Transport::Udp) {
+        Ok(Listener::Udp(socket)) => Ok(socket),
+        Ok(_) => Err(std::io::ErrorKind::Unsupported.into()),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{addr}/udp for HTTP/3: {e}"),
+        )),
     }
 }
 

@@ -189,6 +189,9 @@ impl Filter {
                 let service = Arc::new((upstreams.compile)(&config.service)?);
                 Kept::ForwardAuth(forward_auth::ForwardAuth { service })
             }
+            MiddlewareKind::Lua(_) => {
+                return Err("the `lua` middleware's phases are not run by this build of weir yet; use a router's `lua: { content }`".into())
+            }
             _ => Kept::Nothing,
         };
         Ok(Filter(kind, kept))
@@ -382,6 +385,7 @@ impl Filter {
             // The loader flattens chains into the routers' lists: none reaches a route. The
             // exchange runs `buffering` itself, where it stands among the filters.
             MiddlewareKind::Compress(_)
+            | MiddlewareKind::Lua(_)
             | MiddlewareKind::Chain(_)
             | MiddlewareKind::Buffering(_) => {}
         }

@@ -133,6 +133,8 @@ pub enum RouteAction {
     RespondError(PrebuiltError),
     Redirect(LocalResponse),
     Static(StaticSite),
+    /// `lua: { content }`: a script answers (boxed: rare beside the others).
+    Lua(Box<crate::lua::LuaScript>),
     /// `service` with `cache: NAME`: the cache wraps the proxy action.
     Cached(
         Arc<Service>,
@@ -172,6 +174,7 @@ impl RouteAction {
             RouteAction::Static(site) => {
                 format!("serve files from {}", site.config.root.display())
             }
+            RouteAction::Lua(script) => script.describe(),
         }
     }
 }
@@ -272,6 +275,7 @@ impl Runtime {
                 .map_err(|e| within(&format!("cache `{}`", c.name), &e))?;
             caches.insert(c.name.as_str(), Arc::new(cache));
         }
+        let lua = crate::lua::LuaProgram::compile(config);
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {
             let mws: Vec<Arc<Filter>> = r
@@ -328,6 +332,14 @@ impl Runtime {
                         StaticSite::open(files).map_err(|e| format!("router `{}`: {e}", r.name))?;
                     site.behind_strip_prefix = mws.iter().any(|m| m.strips_prefix());
                     RouteAction::Static(site)
+                }
+                Action::Lua(_) => {
+                    let script = lua
+                        .as_ref()
+                        .and_then(|program| program.content_script(&r.name));
+                    let script = script
+                        .ok_or_else(|| format!("router `{}`: its Lua script is missing", r.name))?;
+                    RouteAction::Lua(Box::new(script))
                 }
             };
             routes.push(Arc::new(Route {

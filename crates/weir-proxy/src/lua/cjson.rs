@@ -19,6 +19,14 @@ fn empty_array() -> LightUserData {
     LightUserData(std::ptr::addr_of!(EMPTY_ARRAY_MARK) as *mut std::ffi::c_void)
 }
 
+/// `cjson`'s `encode` and `decode` over `cjson.safe`'s: an error is raised, not returned.
+const RAISING: &str = r#"
+local m = ...
+local encode, decode, error = m.encode, m.decode, error
+m.encode = function(v) local r, err = encode(v) if err then error(err, 0) end return r end
+m.decode = function(s) local r, err = decode(s) if err then error(err, 0) end return r end
+"#;
+
 /// One module's settings (`cjson` and `cjson.safe` each have their own, as in lua-cjson).
 struct Settings {
     empty_table_as_object: Cell<bool>,
@@ -48,6 +56,12 @@ pub(super) fn install(lua: &Lua) -> mlua::Result<()> {
     let preload: Table = lua.globals().get::<Table>("package")?.get("preload")?;
     for (name, safe) in [("cjson", false), ("cjson.safe", true)] {
         let module = module(lua, safe, &array_mt, &empty_array_mt)?;
+        if !safe {
+            // Raised from Lua, so `pcall` gets the message as a string, as from lua-cjson.
+            lua.load(RAISING)
+                .set_name("=cjson")
+                .call::<()>(module.clone())?;
+        }
         preload.set(name, lua.create_function(move |_, ()| Ok(module.clone()))?)?;
     }
     Ok(())
@@ -76,11 +90,10 @@ fn module(lua: &Lua, safe: bool, array_mt: &Table, empty_array_mt: &Table) -> ml
                 Ok(()) => Ok(MultiValue::from_vec(vec![Value::String(
                     lua.create_string(out)?,
                 )])),
-                Err(message) if safe => Ok(MultiValue::from_vec(vec![
+                Err(message) => Ok(MultiValue::from_vec(vec![
                     Value::Nil,
                     Value::String(lua.create_string(message)?),
                 ])),
-                Err(message) => Err(mlua::Error::runtime(message)),
             }
         })?,
     )?;
@@ -92,14 +105,10 @@ fn module(lua: &Lua, safe: bool, array_mt: &Table, empty_array_mt: &Table) -> ml
                 Ok(json) => Ok(MultiValue::from_vec(vec![to_lua(lua, &json)?])),
                 Err(e) => {
                     let message = format!("Expected value but found invalid token: {e}");
-                    if safe {
-                        Ok(MultiValue::from_vec(vec![
-                            Value::Nil,
-                            Value::String(lua.create_string(message)?),
-                        ]))
-                    } else {
-                        Err(mlua::Error::runtime(message))
-                    }
+                    Ok(MultiValue::from_vec(vec![
+                        Value::Nil,
+                        Value::String(lua.create_string(message)?),
+                    ]))
                 }
             }
         })?,
@@ -173,7 +182,7 @@ impl Encoder<'_> {
             Value::LightUserData(p) if p.0.is_null() => out.extend_from_slice(b"null"),
             Value::LightUserData(p) if *p == empty_array() => out.extend_from_slice(b"[]"),
             Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-            Value::Integer(n) => out.extend_from_slice(n.to_string().as_bytes()),
+            Value::Integer(n) => out.extend_from_slice(format_number(*n as f64).as_bytes()),
             Value::Number(n) => {
                 if !n.is_finite() {
                     return Err("Cannot serialise number: must not be NaN or Infinity".into());
@@ -282,7 +291,7 @@ impl Encoder<'_> {
             first = false;
             match &key {
                 Value::String(s) => self.string(out, &s.as_bytes()),
-                Value::Integer(n) => self.string(out, n.to_string().as_bytes()),
+                Value::Integer(n) => self.string(out, format_number(*n as f64).as_bytes()),
                 Value::Number(n) => self.string(out, format_number(*n).as_bytes()),
                 _ => {
                     return Err(

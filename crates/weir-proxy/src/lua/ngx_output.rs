@@ -163,7 +163,7 @@ fn set_header(r: &mut super::request::RequestState, name: &str, values: Vec<Stri
 fn to_text(value: &Value) -> mlua::Result<String> {
     match value {
         Value::String(s) => Ok(s.to_string_lossy()),
-        Value::Integer(n) => Ok(n.to_string()),
+        Value::Integer(n) => Ok(format_number(*n as f64)),
         Value::Number(n) => Ok(format_number(*n)),
         Value::Boolean(b) => Ok(b.to_string()),
         other => Err(mlua::Error::runtime(format!(
@@ -196,7 +196,7 @@ fn write_output(args: &[Value], newline: bool) -> mlua::Result<i64> {
 fn append(out: &mut Vec<u8>, value: &Value, depth: usize) -> mlua::Result<()> {
     match value {
         Value::String(s) => out.extend_from_slice(&s.as_bytes()),
-        Value::Integer(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Value::Integer(n) => out.extend_from_slice(format_number(*n as f64).as_bytes()),
         Value::Number(n) => out.extend_from_slice(format_number(*n).as_bytes()),
         Value::Nil => out.extend_from_slice(b"nil"),
         Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),

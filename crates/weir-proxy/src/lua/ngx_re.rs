@@ -4,6 +4,7 @@
 //! and no new native library; what PCRE has that it lacks (look-around, back-references)
 //! fails to compile with an error naming the pattern. Compiled patterns are kept per worker.
 
+use super::ngx_util::format_number;
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use regex::bytes::{Captures, Regex, RegexBuilder};
 use std::cell::RefCell;
@@ -274,8 +275,8 @@ fn substitute(
     }
     let replace = match replace {
         Value::String(s) => Replace::Template(s.as_bytes().to_vec()),
-        Value::Integer(n) => Replace::Template(n.to_string().into_bytes()),
-        Value::Number(n) => Replace::Template(super::ngx_util::format_number(n).into_bytes()),
+        Value::Integer(n) => Replace::Template(format_number(n as f64).into_bytes()),
+        Value::Number(n) => Replace::Template(format_number(n).into_bytes()),
         Value::Function(f) => Replace::Call(f),
         other => {
             return Err(mlua::Error::runtime(format!(
@@ -306,10 +307,8 @@ fn substitute(
                 let value: Value = f.call(table)?;
                 match value {
                     Value::String(s) => out.extend_from_slice(&s.as_bytes()),
-                    Value::Integer(n) => out.extend_from_slice(n.to_string().as_bytes()),
-                    Value::Number(n) => {
-                        out.extend_from_slice(super::ngx_util::format_number(n).as_bytes())
-                    }
+                    Value::Integer(n) => out.extend_from_slice(format_number(n as f64).as_bytes()),
+                    Value::Number(n) => out.extend_from_slice(format_number(n).as_bytes()),
                     _ => {}
                 }
             }

@@ -113,7 +113,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                     .map(|v| v.map(|s| s.as_bytes().to_vec()))
                     .collect::<mlua::Result<_>>()?,
                 Value::String(s) => vec![s.as_bytes().to_vec()],
-                Value::Integer(n) => vec![n.to_string().into_bytes()],
+                Value::Integer(n) => vec![format_number(n as f64).into_bytes()],
                 Value::Number(n) => vec![format_number(n).into_bytes()],
                 other => {
                     return Err(mlua::Error::runtime(format!(
@@ -185,7 +185,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             let text = match value {
                 Value::Nil => None,
                 Value::String(s) => Some(s.to_string_lossy()),
-                Value::Integer(n) => Some(n.to_string()),
+                Value::Integer(n) => Some(format_number(n as f64)),
                 Value::Number(n) => Some(format_number(n)),
                 other => {
                     return Err(mlua::Error::runtime(format!(

@@ -86,15 +86,17 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             for arg in args.iter() {
                 match arg {
                     Value::String(s) => line.push_str(&s.to_string_lossy()),
-                    Value::Integer(n) => line.push_str(&n.to_string()),
+                    Value::Integer(n) => line.push_str(&format_number(*n as f64)),
                     Value::Number(n) => line.push_str(&format_number(*n)),
                     Value::Nil => line.push_str("nil"),
                     Value::Boolean(b) => line.push_str(&b.to_string()),
                     Value::LightUserData(p) if p.0.is_null() => line.push_str("null"),
-                    other => return Err(mlua::Error::runtime(format!(
+                    other => {
+                        return Err(mlua::Error::runtime(format!(
                         "bad argument to 'log' (string, number, boolean or nil expected, got {})",
                         other.type_name()
-                    ))),
+                    )))
+                    }
                 }
             }
             match level {
@@ -146,8 +148,14 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
                 [(secs.div_euclid(86_400) % 7) as usize];
             let month = MONTHS[(m - 1) as usize];
+            // As nginx writes it: a two-digit year up to 2037 (for old Netscape clients).
+            let year = if y > 2037 {
+                y.to_string()
+            } else {
+                format!("{:02}", y % 100)
+            };
             Ok(format!(
-                "{weekday}, {d:02}-{month}-{y:04} {hh:02}:{mm:02}:{ss:02} GMT"
+                "{weekday}, {d:02}-{month}-{year} {hh:02}:{mm:02}:{ss:02} GMT"
             ))
         })?,
     )?;
@@ -345,7 +353,7 @@ fn hex(bytes: &[u8]) -> String {
 fn text_of(value: &Value) -> mlua::Result<Vec<u8>> {
     match value {
         Value::String(s) => Ok(s.as_bytes().to_vec()),
-        Value::Integer(n) => Ok(n.to_string().into_bytes()),
+        Value::Integer(n) => Ok(format_number(*n as f64).into_bytes()),
         Value::Number(n) => Ok(format_number(*n).into_bytes()),
         Value::Nil => Ok(Vec::new()),
         other => Err(mlua::Error::runtime(format!(
@@ -389,11 +397,17 @@ fn strip_zeros(text: &str) -> &str {
     }
 }
 
-/// `ngx.escape_uri`: every byte but letters, digits and `-._~` as `%XX`.
+/// `ngx.escape_uri`: every byte but letters, digits and `-._~!*'()` as `%XX` (lua-nginx-module
+/// 0.10's table for a URI component).
 fn escape_uri(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     for &b in bytes {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'*' | b'\'' | b'(' | b')'
+            )
+        {
             out.push(b);
         } else {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());

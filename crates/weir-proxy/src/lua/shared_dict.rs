@@ -3,6 +3,7 @@
 //! fixed overhead each, as nginx's slab counts them roughly), the least recently used entry
 //! evicted first. Methods and results as lua-nginx-module 0.10's.
 
+use super::ngx_util::format_number;
 use mlua::{Lua, MultiValue, Table, UserData, UserDataMethods, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -199,8 +200,8 @@ struct Handle(Arc<SharedDict>);
 fn key_of(value: &Value) -> Result<Vec<u8>, &'static str> {
     let key = match value {
         Value::String(s) => s.as_bytes().to_vec(),
-        Value::Integer(n) => n.to_string().into_bytes(),
-        Value::Number(n) => super::ngx_util::format_number(*n).into_bytes(),
+        Value::Integer(n) => format_number(*n as f64).into_bytes(),
+        Value::Number(n) => format_number(*n).into_bytes(),
         Value::Nil => return Err("nil key"),
         _ => return Err("bad key type"),
     };
@@ -446,11 +447,8 @@ impl UserData for Handle {
                         *n += by;
                         let n = *n;
                         store.touch(&key);
-                        return Ok(MultiValue::from_vec(vec![
-                            Value::Number(n),
-                            Value::Nil,
-                            Value::Boolean(false),
-                        ]));
+                        // resty.core gives the new value alone when the key was there.
+                        return Ok(MultiValue::from_vec(vec![Value::Number(n)]));
                     }
                     Some(_) => return failure(lua, "not a number"),
                     None => init,
@@ -594,9 +592,10 @@ fn get(lua: &Lua, dict: &SharedDict, key: Value, stale: bool) -> mlua::Result<Mu
     let Some(entry) = store.entries.get(&key) else {
         return Ok(MultiValue::from_vec(vec![Value::Nil]));
     };
+    // An expired entry stays until a write or `flush_expired` frees it: `get_stale` still
+    // sees it.
     let expired = entry.expired(now);
     if expired && !stale {
-        store.remove(&key);
         return Ok(MultiValue::from_vec(vec![Value::Nil]));
     }
     if matches!(entry.value, Stored::List(_)) {
@@ -610,9 +609,12 @@ fn get(lua: &Lua, dict: &SharedDict, key: Value, stale: bool) -> mlua::Result<Mu
     if !expired {
         store.touch(&key);
     }
-    let mut out = vec![value, flags];
+    // As resty.core returns them: the flags only when set, unless `stale` follows.
+    let mut out = vec![value];
     if stale {
-        out.push(Value::Boolean(expired));
+        out.extend([flags, Value::Boolean(expired)]);
+    } else if !flags.is_nil() {
+        out.push(flags);
     }
     Ok(MultiValue::from_vec(out))
 }

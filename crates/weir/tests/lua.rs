@@ -568,3 +568,18 @@ fn weir_check_names_the_line_of_a_syntax_error() {
         "{stderr}"
     );
 }
+
+#[test]
+fn cjson_has_openrestys_array_additions() {
+    // OpenResty's lua-cjson (not Debian's): `cjson.empty_array` and `cjson.array_mt` encode
+    // as `[]` (openresty/lua-cjson's README, "empty_array", "array_mt").
+    let weir = Weir::start(&one_script(
+        "local cjson = require 'cjson'\nngx.say(cjson.encode({list = cjson.empty_array}), cjson.encode(setmetatable({}, cjson.array_mt)), cjson.encode(setmetatable({}, cjson.empty_array_mt)))",
+        "",
+        1,
+    ));
+    assert_eq!(
+        get(weir.addr(), "localhost", "/").text(),
+        "{\"list\":[]}[][]\n"
+    );
+}

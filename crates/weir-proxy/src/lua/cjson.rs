@@ -37,6 +37,22 @@ struct Settings {
     sparse_safe: Cell<u32>,
 }
 
+/// The on/off settings.
+#[derive(Clone, Copy)]
+enum Flag {
+    EmptyTableAsObject,
+    EscapeForwardSlash,
+}
+
+impl Settings {
+    fn flag(&self, flag: Flag) -> &Cell<bool> {
+        match flag {
+            Flag::EmptyTableAsObject => &self.empty_table_as_object,
+            Flag::EscapeForwardSlash => &self.escape_forward_slash,
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -113,26 +129,22 @@ fn module(lua: &Lua, safe: bool, array_mt: &Table, empty_array_mt: &Table) -> ml
             }
         })?,
     )?;
-    let s = settings.clone();
-    module.set(
-        "encode_empty_table_as_object",
-        lua.create_function(move |_, on: Option<Value>| {
-            if let Some(on) = on {
-                s.empty_table_as_object.set(is_on(&on));
-            }
-            Ok(s.empty_table_as_object.get())
-        })?,
-    )?;
-    let s = settings.clone();
-    module.set(
-        "encode_escape_forward_slash",
-        lua.create_function(move |_, on: Option<Value>| {
-            if let Some(on) = on {
-                s.escape_forward_slash.set(is_on(&on));
-            }
-            Ok(s.escape_forward_slash.get())
-        })?,
-    )?;
+    for (name, flag) in [
+        ("encode_empty_table_as_object", Flag::EmptyTableAsObject),
+        ("encode_escape_forward_slash", Flag::EscapeForwardSlash),
+    ] {
+        let s = settings.clone();
+        module.set(
+            name,
+            lua.create_function(move |_, on: Option<Value>| {
+                let cell = s.flag(flag);
+                if let Some(on) = on {
+                    cell.set(is_on(&on));
+                }
+                Ok(cell.get())
+            })?,
+        )?;
+    }
     let s = settings;
     module.set(
         "encode_sparse_array",

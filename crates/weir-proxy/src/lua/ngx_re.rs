@@ -145,6 +145,35 @@ fn start_of(ctx: &Option<Table>) -> mlua::Result<usize> {
     })
 }
 
+/// The compiled pattern and the byte the search starts at (`ctx.pos`); `Err` holds the
+/// script's answer when there is nothing to search: `nil, err` for a bad pattern, `nil` past
+/// the subject's end.
+fn prepare(
+    lua: &Lua,
+    pattern: &mlua::String,
+    options: Option<&str>,
+    ctx: &Option<Table>,
+    subject_len: usize,
+) -> mlua::Result<Result<(Rc<Compiled>, usize), MultiValue>> {
+    let compiled = match compile(&pattern.as_bytes(), options.unwrap_or("")) {
+        Ok(c) => c,
+        Err(e) => return failed(lua, e).map(Err),
+    };
+    let from = start_of(ctx)?;
+    if from > subject_len {
+        return Ok(Err(MultiValue::from_vec(vec![Value::Nil])));
+    }
+    Ok(Ok((compiled, from)))
+}
+
+/// Moves `ctx.pos` past the match.
+fn advance(ctx: &Option<Table>, caps: &Captures<'_>) -> mlua::Result<()> {
+    match (ctx, caps.get(0)) {
+        (Some(ctx), Some(m)) => ctx.set("pos", m.end() + 1),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let re = lua.create_table()?;
     re.set(
@@ -157,22 +186,16 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 Option<String>,
                 Option<Table>,
             )| {
-                let compiled = match compile(&pattern.as_bytes(), options.as_deref().unwrap_or(""))
-                {
-                    Ok(c) => c,
-                    Err(e) => return failed(lua, e),
-                };
                 let subject = subject.as_bytes();
-                let from = start_of(&ctx)?;
-                if from > subject.len() {
-                    return Ok(MultiValue::from_vec(vec![Value::Nil]));
-                }
+                let prepared = prepare(lua, &pattern, options.as_deref(), &ctx, subject.len())?;
+                let (compiled, from) = match prepared {
+                    Ok(prepared) => prepared,
+                    Err(answer) => return Ok(answer),
+                };
                 match compiled.captures_at(&subject, from) {
                     None => Ok(MultiValue::from_vec(vec![Value::Nil])),
                     Some(caps) => {
-                        if let (Some(ctx), Some(m)) = (&ctx, caps.get(0)) {
-                            ctx.set("pos", m.end() + 1)?;
-                        }
+                        advance(&ctx, &caps)?;
                         let table = captures_table(lua, &compiled.regex, &caps)?;
                         Ok(MultiValue::from_vec(vec![Value::Table(table)]))
                     }
@@ -191,22 +214,16 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 Option<Table>,
                 Option<usize>,
             )| {
-                let compiled = match compile(&pattern.as_bytes(), options.as_deref().unwrap_or(""))
-                {
-                    Ok(c) => c,
-                    Err(e) => return failed(lua, e),
-                };
                 let subject = subject.as_bytes();
-                let from = start_of(&ctx)?;
-                if from > subject.len() {
-                    return Ok(MultiValue::from_vec(vec![Value::Nil]));
-                }
+                let prepared = prepare(lua, &pattern, options.as_deref(), &ctx, subject.len())?;
+                let (compiled, from) = match prepared {
+                    Ok(prepared) => prepared,
+                    Err(answer) => return Ok(answer),
+                };
                 let Some(caps) = compiled.captures_at(&subject, from) else {
                     return Ok(MultiValue::from_vec(vec![Value::Nil]));
                 };
-                if let (Some(ctx), Some(m)) = (&ctx, caps.get(0)) {
-                    ctx.set("pos", m.end() + 1)?;
-                }
+                advance(&ctx, &caps)?;
                 match caps.get(nth.unwrap_or(0)) {
                     Some(m) => Ok(MultiValue::from_vec(vec![
                         Value::Integer(m.start() as i64 + 1),

@@ -305,18 +305,8 @@ pub(super) fn now_seconds() -> f64 {
 
 /// `secs` since the epoch as UTC (year, month, day, hour, minute, second).
 fn utc_time(secs: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let days = secs.div_euclid(86_400);
-    let rest = secs.rem_euclid(86_400);
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let at = UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
+    let (y, m, d, rest, _) = crate::observe::accesslog::civil(at);
     (y, m, d, rest / 3600, rest % 3600 / 60, rest % 60)
 }
 

@@ -47,38 +47,16 @@ impl NginxLua {
                server {{\n    listen 127.0.0.1:{port};\n{locations}  }}\n}}\n",
             dir = dir.display()
         );
-        let path = dir.join("nginx.conf");
-        std::fs::write(&path, conf).unwrap();
-        let mut child = Command::new(nginx_bin())
-            .arg("-c")
-            .arg(&path)
-            .arg("-p")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx must be installed");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let pid_file = dir.join("nginx.pid");
-        let own_pid = child.id().to_string();
-        for _ in 0..250 {
-            if child.try_wait().ok().flatten().is_some() {
-                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-                assert!(
-                    !log.contains("[emerg]"),
-                    "nginx with the Lua module refused its config: {log}"
-                );
-                return None;
-            }
-            let bound = std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == own_pid);
-            if bound && TcpStream::connect(addr).is_ok() {
-                return Some(NginxLua { child, addr, dir });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        let Some(child) = spawn_nginx(&dir, &conf, addr) else {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            assert!(
+                !log.contains("[emerg]"),
+                "nginx with the Lua module refused its config: {log}"
+            );
+            return None;
+        };
+        Some(NginxLua { child, addr, dir })
     }
 
     /// What nginx wrote to its error log.

@@ -583,3 +583,28 @@ fn cjson_has_openrestys_array_additions() {
         "{\"list\":[]}[][]\n"
     );
 }
+
+#[test]
+fn package_path_finds_a_module_and_init_file_runs() {
+    let dir = temp_dir("lua-lib");
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(
+        dir.join("lib/greet.lua"),
+        "return { hello = function(n) return 'hello ' .. n end }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("init.lua"), "greet = require 'greet'\n").unwrap();
+    let weir = Weir::start(&one_script(
+        "ngx.say(greet.hello('weir'), ' ', require('greet') == greet)",
+        &format!(
+            "  package_path: \"{}/lib/?.lua;;\"\n  init_file: \"{}/init.lua\"\n",
+            dir.display(),
+            dir.display()
+        ),
+        1,
+    ));
+    assert_eq!(
+        get(weir.addr(), "localhost", "/").text(),
+        "hello weir true\n"
+    );
+}

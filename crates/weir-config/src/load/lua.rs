@@ -290,6 +290,11 @@ mod tests {
             "{BASE}lua:\n  shared_dicts: {{ c: lots }}\n  max_run_time: 0s\n  max_memory: 1KiB\n  jit: on\n"
         ));
         assert_eq!(errs.len(), 4, "{errs:?}");
+        let empty = errors(&format!("{BASE}lua:\n  shared_dicts: {{ z: 0 }}\n"));
+        assert_eq!(
+            empty,
+            vec!["t.yaml:4:22: shared dict `z` must not be empty"]
+        );
         assert!(
             errs[0].starts_with("t.yaml:4:22: shared dict `c` must be a size"),
             "{errs:?}"

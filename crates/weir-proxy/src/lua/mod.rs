@@ -133,6 +133,12 @@ pub(crate) async fn serve_content<C: ClientSide>(
 
 /// A script's failure: an error-log line naming it, and a 500.
 fn script_failed(name: &str, error: &str) -> Reply<'static> {
+    // The script's own traceback comes first; the one mlua adds after it only shows weir's
+    // wrapper rethrowing.
+    let error = match error.match_indices("\nstack traceback:").nth(1) {
+        Some((at, _)) => &error[..at],
+        None => error,
+    };
     crate::log_error!("lua: {name}: {error}");
     Reply::error(LocalError::new(
         500,

@@ -240,7 +240,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         "unescape_uri",
         lua.create_function(|lua, value: Value| {
             let bytes = text_of(&value)?;
-            lua.create_string(unescape(&bytes, true).unwrap_or(bytes))
+            lua.create_string(unescape(&bytes, true))
         })?,
     )?;
     ngx.set(
@@ -407,7 +407,7 @@ fn escape_uri(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// `%XX` decoded (a malformed escape kept as it is); with `plus`, `+` as a space.
-pub(super) fn unescape(bytes: &[u8], plus: bool) -> Option<Vec<u8>> {
+pub(super) fn unescape(bytes: &[u8], plus: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -428,7 +428,7 @@ pub(super) fn unescape(bytes: &[u8], plus: bool) -> Option<Vec<u8>> {
         }
         i += 1;
     }
-    Some(out)
+    out
 }
 
 /// `ngx.encode_args`: `k=v` pairs joined by `&`, escaped; `true` as the bare key, `false`
@@ -492,9 +492,9 @@ pub(super) fn args_table(lua: &Lua, text: &[u8], max: usize) -> mlua::Result<Tab
         if key.is_empty() {
             continue;
         }
-        let key = lua.create_string(unescape(key, true).unwrap_or_default())?;
+        let key = lua.create_string(unescape(key, true))?;
         let value = match value {
-            Some(v) => Value::String(lua.create_string(unescape(v, true).unwrap_or_default())?),
+            Some(v) => Value::String(lua.create_string(unescape(v, true))?),
             None => Value::Boolean(true),
         };
         match table.raw_get::<Value>(&key)? {
@@ -530,9 +530,6 @@ mod tests {
     #[test]
     fn uri_escapes_go_both_ways() {
         assert_eq!(escape_uri(b"a b/c~"), b"a%20b%2Fc~");
-        assert_eq!(
-            unescape(b"a%20b+c%zz%4", true),
-            Some(b"a b c%zz%4".to_vec())
-        );
+        assert_eq!(unescape(b"a%20b+c%zz%4", true), b"a b c%zz%4".to_vec());
     }
 }

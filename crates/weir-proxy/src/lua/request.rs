@@ -65,9 +65,8 @@ impl RequestState {
             .collect();
         RequestState {
             method: head.method().to_string(),
-            uri: super::ngx_util::unescape(head.path().as_bytes(), false)
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_else(|| head.path().to_string()),
+            uri: String::from_utf8_lossy(&super::ngx_util::unescape(head.path().as_bytes(), false))
+                .into_owned(),
             request_uri: head.target().to_string(),
             args: head.query().to_string(),
             headers,

@@ -475,7 +475,7 @@ fn a_shared_dict_counts_every_increment_from_two_workers() {
 #[test]
 fn ngx_sleep_yields_the_worker_to_other_requests() {
     let weir = Weir::start(&one_script(
-        "if ngx.var.arg_slow then ngx.sleep(1) end\nngx.say('done')",
+        "if ngx.var.arg_slow then ngx.sleep(2) end\nngx.say('done')",
         "",
         1,
     ));
@@ -496,7 +496,7 @@ fn ngx_sleep_yields_the_worker_to_other_requests() {
     );
     let (text, took) = slow.join().unwrap();
     assert_eq!(text, "done\n");
-    assert!(took >= Duration::from_millis(950), "{took:?}");
+    assert!(took >= Duration::from_millis(1950), "{took:?}");
 }
 
 #[test]
@@ -607,4 +607,18 @@ fn package_path_finds_a_module_and_init_file_runs() {
         get(weir.addr(), "localhost", "/").text(),
         "hello weir true\n"
     );
+}
+
+#[test]
+fn a_script_past_max_memory_fails_and_the_worker_serves_on() {
+    let weir = Weir::start(&one_script(
+        "if ngx.var.arg_big then local s = string.rep('x', 32 * 1024 * 1024) ngx.say(#s) end\nngx.say('fine')",
+        "  max_memory: 8MiB\n",
+        1,
+    ));
+    assert_eq!(get(weir.addr(), "localhost", "/?big=1").status, 500);
+    let line = weir.wait_for_line("router `script`", 1);
+    assert!(line.contains("memory"), "{line}");
+    assert!(!weir.stderr().iter().any(|l| l.contains("no memory bound")));
+    assert_eq!(get(weir.addr(), "localhost", "/").text(), "fine\n");
 }

@@ -32,6 +32,9 @@ struct Case {
     body: &'static str,
     script: &'static str,
     check: Check,
+    /// Scripts of the phases before the content (`rewrite`, `access`) and after it
+    /// (`header_filter`): a `lua` middleware in weir, `*_by_lua_file` in nginx.
+    phases: &'static [(&'static str, &'static str)],
 }
 
 const fn case(name: &'static str, script: &'static str) -> Case {
@@ -42,6 +45,7 @@ const fn case(name: &'static str, script: &'static str) -> Case {
         body: "",
         script,
         check: Check::Body,
+        phases: &[],
     }
 }
 
@@ -61,6 +65,13 @@ impl Case {
     const fn check(mut self, check: Check) -> Case {
         self.check = check;
         self
+    }
+    const fn phases(mut self, phases: &'static [(&'static str, &'static str)]) -> Case {
+        self.phases = phases;
+        self
+    }
+    fn phase_names(&self) -> Vec<&'static str> {
+        self.phases.iter().map(|(phase, _)| *phase).collect()
     }
 }
 
@@ -249,6 +260,46 @@ const CASES: &[Case] = &[
     case("error_call", r#"error("boom")"#).check(Check::StatusHeaders(&[])),
     case("pcall_error", r#"local ok, err = pcall(error, "inner") ngx.say(ok, " ", err)"#),
     case("lua_libraries", r#"ngx.say(string.format("%5.2f|%d|%s", 3.14159, 42, "s"), " ", table.concat({1, 2}, "+"), " ", math.floor(2.7), " ", type(os.time()), " ", type(jit), " ", type(ngx.req))"#),
+    // The `lua` middleware's phases: rewrite_by_lua, access_by_lua ("ngx.exit with status
+    // >= 200 ... terminates the request", ngx.OK goes on), header_filter_by_lua.
+    case("access_deny", r#"ngx.say("in")"#)
+        .phases(&[("access", r#"if not ngx.var.http_x_key then ngx.exit(403) end"#)])
+        .check(Check::StatusHeaders(&[])),
+    case("access_allow", r#"ngx.say("in")"#)
+        .phases(&[("access", r#"if not ngx.var.http_x_key then ngx.exit(403) end"#)])
+        .headers("X-Key: k\r\n"),
+    case("access_exit_ok", r#"ngx.say("content ran")"#).phases(&[("access", "ngx.exit(ngx.OK)")]),
+    case("access_answers", r#"ngx.say("content ran")"#)
+        .phases(&[("access", r#"ngx.header["X-From"] = "access" ngx.say("from access") ngx.exit(200)"#)])
+        .check(Check::Headers(&["X-From"])),
+    case("access_redirect", r#"ngx.say("content ran")"#)
+        .phases(&[("access", r#"ngx.redirect("/login")"#)])
+        .check(Check::StatusHeaders(&["Location"])),
+    case("access_error", r#"ngx.say("content ran")"#)
+        .phases(&[("access", r#"error("denied by error")"#)])
+        .check(Check::StatusHeaders(&[])),
+    case("access_set_header", r#"ngx.say(ngx.var.http_x_added, " ", ngx.var.http_x_gone, " ", ngx.req.get_headers()["x-added"])"#)
+        .phases(&[("access", r#"ngx.req.set_header("X-Added", "yes") ngx.req.clear_header("X-Gone")"#)])
+        .headers("X-Gone: 1\r\n"),
+    case("rewrite_uri_and_args", r#"ngx.say(ngx.var.uri, " ", ngx.var.args, " ", ngx.var.arg_b)"#)
+        .phases(&[("rewrite", r#"ngx.req.set_uri_args("a=1&b=two") ngx.req.set_uri("/case/rewritten")"#)])
+        .query("old=1"),
+    case("rewrite_then_access", r#"ngx.say(ngx.var.http_x_r, " ", ngx.var.http_x_a)"#)
+        .phases(&[
+            ("rewrite", r#"ngx.req.set_header("X-R", "r")"#),
+            ("access", r#"ngx.req.set_header("X-A", ngx.var.http_x_r .. "a")"#),
+        ]),
+    case("header_filter_adds", r#"ngx.say("body")"#)
+        .phases(&[("header_filter", r#"ngx.header["X-Filtered"] = "1""#)])
+        .check(Check::Headers(&["X-Filtered"])),
+    case("header_filter_removes", r#"ngx.header["X-Drop"] = "1" ngx.header["X-Keep"] = "k" ngx.say("body")"#)
+        .phases(&[("header_filter", r#"ngx.header["X-Drop"] = nil"#)])
+        .check(Check::Headers(&["X-Drop", "X-Keep"])),
+    case("header_filter_reads_status", r#"ngx.status = 202 ngx.say("body")"#)
+        .phases(&[("header_filter", r#"ngx.header["X-Status"] = ngx.status ngx.header["X-Type"] = ngx.header.content_type"#)])
+        .check(Check::Headers(&["X-Status", "X-Type"])),
+    case("header_filter_status", r#"ngx.say("body")"#)
+        .phases(&[("header_filter", "ngx.status = 201")]),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 
@@ -261,6 +312,9 @@ fn write_scripts() -> std::path::PathBuf {
             format!("{DUMP}\n{}\n", c.script),
         )
         .unwrap();
+        for (phase, script) in c.phases {
+            std::fs::write(dir.join(format!("{}.{phase}.lua", c.name)), script).unwrap();
+        }
     }
     dir
 }
@@ -270,12 +324,31 @@ fn weir_config(scripts: &std::path::Path, workers: usize) -> String {
         "server: {{ workers: {workers} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
          lua:\n  shared_dicts: {{ d: 1MiB, k: 64KiB, f: 64KiB }}\nrouters:\n"
     );
+    let mut middlewares = String::new();
     for c in CASES {
+        let dir = scripts.display();
+        let name = c.name;
+        let chain = if c.phases.is_empty() {
+            String::new()
+        } else {
+            let files: Vec<String> = c
+                .phase_names()
+                .iter()
+                .map(|phase| format!("{phase}_file: \"{dir}/{name}.{phase}.lua\""))
+                .collect();
+            middlewares.push_str(&format!(
+                "  m_{name}: {{ lua: {{ {} }} }}\n",
+                files.join(", ")
+            ));
+            format!("    middlewares: [m_{name}]\n")
+        };
         yaml.push_str(&format!(
-            "  {name}:\n    rule: \"Path(`/case/{name}`)\"\n    lua: {{ content_file: \"{dir}/{name}.lua\" }}\n",
-            name = c.name,
-            dir = scripts.display()
+            "  {name}:\n    rule: \"Path(`/case/{name}`)\"\n{chain}    lua: {{ content_file: \"{dir}/{name}.lua\" }}\n"
         ));
+    }
+    if !middlewares.is_empty() {
+        yaml.push_str("middlewares:\n");
+        yaml.push_str(&middlewares);
     }
     yaml
 }
@@ -312,7 +385,12 @@ fn values(resp: &Resp, name: &str) -> Option<String> {
 #[test]
 fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
     let scripts = write_scripts();
-    let names: Vec<&str> = CASES.iter().map(|c| c.name).collect();
+    let phases: Vec<Vec<&str>> = CASES.iter().map(Case::phase_names).collect();
+    let names: Vec<(&str, &[&str])> = CASES
+        .iter()
+        .zip(&phases)
+        .map(|(c, phases)| (c.name, phases.as_slice()))
+        .collect();
     let nginx = NginxLua::start(
         &scripts,
         &names,
@@ -621,4 +699,39 @@ fn a_script_past_max_memory_fails_and_the_worker_serves_on() {
     assert!(line.contains("memory"), "{line}");
     assert!(!weir.stderr().iter().any(|l| l.contains("no memory bound")));
     assert_eq!(get(weir.addr(), "localhost", "/").text(), "fine\n");
+}
+
+#[test]
+fn the_log_phase_is_refused_until_weir_runs_it() {
+    let stderr = weir_check_refuses(
+        "lua-log-phase",
+        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nmiddlewares:\n  m: { lua: { log: \"ngx.log(ngx.ERR, 'x')\" } }\nrouters:\n  r: { rule: \"Path(`/`)\", middlewares: [m], respond: {} }\n",
+    );
+    assert!(
+        stderr.contains("middleware `m`")
+            && stderr.contains("`log` phase is not run by this build of weir yet"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_access_script_guards_a_proxied_route() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua:\n  shared_dicts: {{ seen: 1MiB }}\n\
+         middlewares:\n  gate:\n    lua:\n      access: |\n        local key = ngx.var.http_x_key\n        if key ~= 'open' then ngx.exit(ngx.HTTP_FORBIDDEN) end\n        ngx.req.set_header('X-Seen', ngx.shared.seen:incr('n', 1, 0))\n      header_filter: \"ngx.header['X-Gate'] = 'passed'\"\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [gate], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    assert_eq!(get(weir.addr(), "localhost", "/").status, 403);
+    let resp = request(
+        weir.addr(),
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Key: open\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(resp.status, 200);
+    let json = resp.json();
+    assert_eq!(json["name"], "up");
+    assert_eq!(echoed_header(&json, "x-seen").as_deref(), Some("1"));
+    assert_eq!(resp.header("X-Gate"), Some("passed"));
 }

@@ -1,14 +1,15 @@
 //! Lua scripts as lua-nginx-module runs them (docs/lua.md): the scripts of one compiled
 //! configuration ([`LuaProgram`]), each worker's LuaJIT VM made from it on first use, and the
 //! `content` action, which runs a script in a coroutine per request and turns what it wrote
-//! into a reply. The `ngx` API lives in the `ngx_*` modules, `ngx.shared` in
-//! `shared_dict.rs`, `cjson` in `cjson.rs`.
+//! into a reply. The middleware's phases live in `phases.rs`, the `ngx` API in the `ngx_*`
+//! modules, `ngx.shared` in `shared_dict.rs`, `cjson` in `cjson.rs`.
 
 mod cjson;
 mod ngx_output;
 mod ngx_re;
 mod ngx_req;
 mod ngx_util;
+mod phases;
 mod request;
 mod shared_dict;
 mod vm;
@@ -19,13 +20,14 @@ use crate::http::local::LocalResponse;
 use crate::reply::client::ClientSide;
 use crate::reply::Reply;
 use crate::worker::Worker;
+pub use phases::PhaseScripts;
 use request::RequestState;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use weir_config::{Action, Config, LuaCode, LuaSettings};
+use weir_config::{Action, Config, LuaCode, LuaSettings, MiddlewareKind};
 
 /// The most request body a script reads (`ngx.req.read_body`), as nginx's default
 /// `client_max_body_size`.
@@ -55,7 +57,7 @@ impl LuaProgram {
     /// reload that keeps their name and size.
     pub fn compile(config: &Config) -> Option<Arc<LuaProgram>> {
         let settings = config.lua.clone()?;
-        let scripts = config
+        let mut scripts: Vec<(String, LuaCode)> = config
             .routers
             .iter()
             .filter_map(|r| match &r.action {
@@ -63,6 +65,21 @@ impl LuaProgram {
                 _ => None,
             })
             .collect();
+        for m in &config.middlewares {
+            let MiddlewareKind::Lua(phases) = &m.kind else {
+                continue;
+            };
+            let each = [
+                ("rewrite", &phases.rewrite),
+                ("access", &phases.access),
+                ("header_filter", &phases.header_filter),
+            ];
+            for (phase, code) in each {
+                if let Some(code) = code {
+                    scripts.push((phases::phase_key(&m.name, phase), code.clone()));
+                }
+            }
+        }
         let dicts = settings
             .shared_dicts
             .iter()
@@ -133,13 +150,7 @@ pub(crate) async fn serve_content<C: ClientSide>(
 
 /// A script's failure: an error-log line naming it, and a 500.
 fn script_failed(name: &str, error: &str) -> Reply<'static> {
-    // The script's own traceback comes first; the one mlua adds after it only shows weir's
-    // wrapper rethrowing.
-    let error = match error.match_indices("\nstack traceback:").nth(1) {
-        Some((at, _)) => &error[..at],
-        None => error,
-    };
-    crate::log_error!("lua: {name}: {error}");
+    log_failure(name, error);
     Reply::error(LocalError::new(
         500,
         ErrorKind::Script,
@@ -150,4 +161,15 @@ fn script_failed(name: &str, error: &str) -> Reply<'static> {
 /// An answer the script made: its status, headers and body.
 fn answer(status: u16, headers: Vec<(String, String)>, body: Vec<u8>) -> Reply<'static> {
     Reply::local(Cow::Owned(LocalResponse::new(status, headers, body)))
+}
+
+/// The error-log line of a script's failure.
+fn log_failure(name: &str, error: &str) {
+    // The script's own traceback comes first; the one mlua adds after it only shows weir's
+    // wrapper rethrowing.
+    let error = match error.match_indices("\nstack traceback:").nth(1) {
+        Some((at, _)) => &error[..at],
+        None => error,
+    };
+    crate::log_error!("lua: {name}: {error}");
 }

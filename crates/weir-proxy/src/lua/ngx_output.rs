@@ -152,6 +152,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 
 /// Replaces every header field named `name` (any case) by `values`.
 fn set_header(r: &mut super::request::RequestState, name: &str, values: Vec<String>) {
+    r.response_edits.push(name.to_string());
     r.response_headers
         .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
     for value in values {

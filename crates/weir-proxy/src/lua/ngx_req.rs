@@ -237,6 +237,7 @@ fn get_headers(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
 
 /// Replaces the request's fields named `name` by `values` (none: removes them).
 fn set_request_header(r: &mut RequestState, name: &str, values: Vec<Vec<u8>>) {
+    r.request_edits.push(name.to_string());
     r.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
     for value in values {
         r.headers.push((name.to_string(), value));

@@ -49,6 +49,10 @@ pub(super) struct RequestState {
     pub vars: HashMap<String, String>,
     /// `ngx.ctx`, made when first read.
     pub ctx: Option<mlua::Table>,
+    /// Request fields the script set or cleared, in order (what a phase hands on).
+    pub request_edits: Vec<String>,
+    /// Response fields the script set or cleared, in order (`header_filter`'s edits).
+    pub response_edits: Vec<String>,
 }
 
 impl RequestState {
@@ -85,6 +89,21 @@ impl RequestState {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_slice())
+    }
+
+    /// A request phase's answer, if it ends the request: its output, or `ngx.exit` with a
+    /// status of 200 or more (`ngx.OK` and `ngx.DECLINED` go on to the next phase).
+    pub fn phase_answer(self) -> Option<crate::http::local::LocalResponse> {
+        let exit = self.exit.unwrap_or(0);
+        if !(self.headers_sent || exit >= 200 || exit == -1) {
+            return None;
+        }
+        Some(match self.into_reply().head {
+            crate::reply::ReplyHead::Local(answer) => answer.into_owned(),
+            crate::reply::ReplyHead::Error(error) => error.into_plain().into_owned(),
+            // The script's answers are local or errors.
+            _ => crate::http::local::LocalResponse::new(500, Vec::new(), ""),
+        })
     }
 
     /// The answer: what the script wrote, or the error page for an `ngx.exit` status of 300

@@ -149,6 +149,27 @@ fn all_libraries() -> Lua {
     unsafe { Lua::unsafe_new() }
 }
 
+impl WorkerVm {
+    /// Runs script `index` to its end at once, for a phase that cannot wait
+    /// (`header_filter`): a script that tries to is stopped with an error.
+    pub(super) fn run_now(
+        &self,
+        index: usize,
+        state: &Rc<RefCell<RequestState>>,
+    ) -> mlua::Result<()> {
+        let thread = self.lua.create_thread(self.traced.clone())?;
+        let _slice = request::Slice::start(Some(state.clone()), self.max_run_time);
+        thread.resume::<mlua::MultiValue>(self.functions[index].clone())?;
+        let exited = state.borrow().exit.is_some();
+        if thread.status() == mlua::ThreadStatus::Resumable && !exited {
+            return Err(mlua::Error::runtime(
+                "a script cannot wait (ngx.sleep) in header_filter",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `xpcall` around a script, so an error carries its traceback (yields pass through).
 const TRACED: &str = r#"
 local xpcall, traceback, error = xpcall, debug.traceback, error

@@ -232,9 +232,11 @@ impl Runtime {
         let mut compile = |svc: &weir_config::Service| {
             Service::new(svc, workers, &mut carried.servers, &mut carried.services)
         };
+        let lua = crate::lua::LuaProgram::compile(config);
         let mut upstreams = Upstreams {
             services: &services,
             compile: &mut compile,
+            lua: lua.as_ref(),
         };
         // Keyed by the whole configuration: a middleware whose keys all stayed the same keeps
         // its state, one with any change starts afresh. One that holds services is built
@@ -275,7 +277,6 @@ impl Runtime {
                 .map_err(|e| within(&format!("cache `{}`", c.name), &e))?;
             caches.insert(c.name.as_str(), Arc::new(cache));
         }
-        let lua = crate::lua::LuaProgram::compile(config);
         let mut routes = Vec::with_capacity(config.routers.len());
         for r in &config.routers {
             let mws: Vec<Arc<Filter>> = r

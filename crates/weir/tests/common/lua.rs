@@ -12,9 +12,14 @@ pub struct NginxLua {
 }
 
 impl NginxLua {
-    /// nginx serving `/case/NAME` from `scripts/NAME.lua` for each name, with `http_extra`
-    /// at the `http` level (a `lua_shared_dict`).
-    pub fn start(scripts: &std::path::Path, names: &[&str], http_extra: &str) -> NginxLua {
+    /// nginx serving `/case/NAME` from `scripts/NAME.lua` for each name, after the phases
+    /// given with it (`access` for `access_by_lua_file scripts/NAME.access.lua`), with
+    /// `http_extra` at the `http` level (a `lua_shared_dict`).
+    pub fn start(
+        scripts: &std::path::Path,
+        names: &[(&str, &[&str])],
+        http_extra: &str,
+    ) -> NginxLua {
         for _ in 0..5 {
             if let Some(nginx) = NginxLua::try_start(scripts, names, http_extra) {
                 return nginx;
@@ -25,16 +30,24 @@ impl NginxLua {
         );
     }
 
-    fn try_start(scripts: &std::path::Path, names: &[&str], http_extra: &str) -> Option<NginxLua> {
+    fn try_start(
+        scripts: &std::path::Path,
+        names: &[(&str, &[&str])],
+        http_extra: &str,
+    ) -> Option<NginxLua> {
         let dir = temp_dir("nginx-lua");
         let port = free_port();
         // `set $myvar ''`: nginx writes only variables it knows (weir writes any).
         let locations: String = names
             .iter()
-            .map(|name| {
+            .map(|(name, phases)| {
+                let dir = scripts.display();
+                let phases: String = phases
+                    .iter()
+                    .map(|phase| format!("{phase}_by_lua_file {dir}/{name}.{phase}.lua; "))
+                    .collect();
                 format!(
-                    "    location = /case/{name} {{ set $myvar ''; content_by_lua_file {}/{name}.lua; }}\n",
-                    scripts.display()
+                    "    location = /case/{name} {{ set $myvar ''; {phases}content_by_lua_file {dir}/{name}.lua; }}\n"
                 )
             })
             .collect();

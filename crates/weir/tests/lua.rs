@@ -286,8 +286,8 @@ const CASES: &[Case] = &[
         .query("old=1"),
     case("rewrite_then_access", r#"ngx.say(ngx.var.http_x_r, " ", ngx.var.http_x_a)"#)
         .phases(&[
-            ("rewrite", r#"ngx.req.set_header("X-R", "r")"#),
-            ("access", r#"ngx.req.set_header("X-A", ngx.var.http_x_r .. "a")"#),
+            ("rewrite", r#"ngx.req.set_header("X-R", "r") ngx.ctx.from_rewrite = "+ctx""#),
+            ("access", r#"ngx.req.set_header("X-A", ngx.var.http_x_r .. "a" .. ngx.ctx.from_rewrite)"#),
         ]),
     case("header_filter_adds", r#"ngx.say("body")"#)
         .phases(&[("header_filter", r#"ngx.header["X-Filtered"] = "1""#)])

@@ -71,19 +71,23 @@ impl PhaseScripts {
         remote_addr: &str,
         scheme: Scheme,
     ) -> Option<LocalResponse> {
+        // `ngx.ctx` goes from `rewrite` to `access` (not yet on to the action).
+        let mut ctx = None;
         for script in [&self.rewrite, &self.access].into_iter().flatten() {
             let (name, _) = &script.program.scripts[script.index];
             let vm = match vm::worker_vm(&script.program) {
                 Ok(vm) => vm,
                 Err(e) => return Some(failed(name, &e)),
             };
-            let state = RequestState::new(req, remote_addr, scheme, None);
+            let mut state = RequestState::new(req, remote_addr, scheme, None);
+            state.ctx = ctx.take();
             let (uri, args) = (state.uri.clone(), state.args.clone());
             let state = Rc::new(RefCell::new(state));
             if let Err(e) = vm.run(script.index, &state).await {
                 return Some(failed(name, &e.to_string()));
             }
-            let state = state.take();
+            let mut state = state.take();
+            ctx = state.ctx.take();
             if state.uri != uri {
                 req.set_path(&escape_path(&state.uri));
             }

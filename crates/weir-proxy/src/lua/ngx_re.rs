@@ -145,33 +145,30 @@ fn start_of(ctx: &Option<Table>) -> mlua::Result<usize> {
     })
 }
 
-/// The compiled pattern and the byte the search starts at (`ctx.pos`); `Err` holds the
-/// script's answer when there is nothing to search: `nil, err` for a bad pattern, `nil` past
-/// the subject's end.
-fn prepare(
+/// The first match at or after `ctx.pos`, with `ctx.pos` moved past it; `Err` holds the
+/// script's answer when there is none: `nil, err` for a bad pattern, else `nil`.
+fn first_match<'s>(
     lua: &Lua,
+    subject: &'s [u8],
     pattern: &mlua::String,
     options: Option<&str>,
     ctx: &Option<Table>,
-    subject_len: usize,
-) -> mlua::Result<Result<(Rc<Compiled>, usize), MultiValue>> {
+) -> mlua::Result<Result<(Rc<Compiled>, Captures<'s>), MultiValue>> {
     let compiled = match compile(&pattern.as_bytes(), options.unwrap_or("")) {
         Ok(c) => c,
         Err(e) => return failed(lua, e).map(Err),
     };
     let from = start_of(ctx)?;
-    if from > subject_len {
+    let found = (from <= subject.len())
+        .then(|| compiled.captures_at(subject, from))
+        .flatten();
+    let Some(caps) = found else {
         return Ok(Err(MultiValue::from_vec(vec![Value::Nil])));
+    };
+    if let (Some(ctx), Some(m)) = (ctx, caps.get(0)) {
+        ctx.set("pos", m.end() + 1)?;
     }
-    Ok(Ok((compiled, from)))
-}
-
-/// Moves `ctx.pos` past the match.
-fn advance(ctx: &Option<Table>, caps: &Captures<'_>) -> mlua::Result<()> {
-    match (ctx, caps.get(0)) {
-        (Some(ctx), Some(m)) => ctx.set("pos", m.end() + 1),
-        _ => Ok(()),
-    }
+    Ok(Ok((compiled, caps)))
 }
 
 pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
@@ -187,18 +184,12 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 Option<Table>,
             )| {
                 let subject = subject.as_bytes();
-                let prepared = prepare(lua, &pattern, options.as_deref(), &ctx, subject.len())?;
-                let (compiled, from) = match prepared {
-                    Ok(prepared) => prepared,
-                    Err(answer) => return Ok(answer),
-                };
-                match compiled.captures_at(&subject, from) {
-                    None => Ok(MultiValue::from_vec(vec![Value::Nil])),
-                    Some(caps) => {
-                        advance(&ctx, &caps)?;
+                match first_match(lua, &subject, &pattern, options.as_deref(), &ctx)? {
+                    Ok((compiled, caps)) => {
                         let table = captures_table(lua, &compiled.regex, &caps)?;
                         Ok(MultiValue::from_vec(vec![Value::Table(table)]))
                     }
+                    Err(answer) => Ok(answer),
                 }
             },
         )?,
@@ -215,15 +206,10 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 Option<usize>,
             )| {
                 let subject = subject.as_bytes();
-                let prepared = prepare(lua, &pattern, options.as_deref(), &ctx, subject.len())?;
-                let (compiled, from) = match prepared {
-                    Ok(prepared) => prepared,
+                let caps = match first_match(lua, &subject, &pattern, options.as_deref(), &ctx)? {
+                    Ok((_, caps)) => caps,
                     Err(answer) => return Ok(answer),
                 };
-                let Some(caps) = compiled.captures_at(&subject, from) else {
-                    return Ok(MultiValue::from_vec(vec![Value::Nil]));
-                };
-                advance(&ctx, &caps)?;
                 match caps.get(nth.unwrap_or(0)) {
                     Some(m) => Ok(MultiValue::from_vec(vec![
                         Value::Integer(m.start() as i64 + 1),

@@ -12,6 +12,7 @@ mod health;
 mod http3;
 pub(crate) use http3::fill_http3;
 mod jwt;
+mod lua;
 mod middlewares;
 mod providers;
 mod retry_expression;
@@ -124,6 +125,7 @@ fn load_root_with_env(
             .parent()
             .map(|p| p.to_path_buf())
             .unwrap_or_default(),
+        file_name: file.to_string(),
     };
     let config = loader.config(root);
     if loader.errors.is_empty() {
@@ -139,6 +141,8 @@ struct Loader<'e> {
     env: &'e dyn Fn(&str) -> Option<String>,
     /// The config file's folder: relative file paths in the config are resolved against it.
     base: std::path::PathBuf,
+    /// The config file as errors name it (Lua's name for inline scripts).
+    file_name: String,
 }
 
 /// The entries of a mapping whose keys have been checked against the allowed set.
@@ -181,6 +185,7 @@ impl Loader<'_> {
                     "udp",
                     "caches",
                     "providers",
+                    "lua",
                 ],
             )
             .unwrap_or(Fields {
@@ -238,6 +243,16 @@ impl Loader<'_> {
             self.check_tcp_entrypoints(&r.name, r.pos, &r.entrypoints, &entrypoints, "router");
         }
         let providers = self.providers(top.get("providers"));
+        // lua: begin
+        let uses_lua = routers.iter().any(|r| matches!(r.action, Action::Lua(_)))
+            || middlewares
+                .iter()
+                .any(|m| matches!(m.kind, MiddlewareKind::Lua(_)));
+        let lua = match top.get("lua") {
+            Some(node) => self.lua_settings(node),
+            None => uses_lua.then(LuaSettings::default),
+        };
+        // lua: end
         Config {
             server,
             entrypoints,
@@ -248,6 +263,7 @@ impl Loader<'_> {
             udp,
             caches,
             providers,
+            lua,
         }
     }
 }
@@ -271,7 +287,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers, lua"]
         );
         let errs = errors(&format!(
             "{BASE}services:\n  s:\n    servers: []\n    lb: x\n"
@@ -289,7 +305,7 @@ mod tests {
         let errs = errors(&format!("{BASE}servr: {{}}\n"));
         assert_eq!(
             errs,
-            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers"]
+            vec!["t.yaml:3:1: unknown key `servr` in the top level (did you mean `server`?); expected one of: server, entrypoints, routers, services, middlewares, tcp, udp, caches, providers, lua"]
         );
         let errs = errors(&format!(
             "{BASE}routers:\n  r: {{ rule: \"PathPrefix(`/`)\", service: backnd }}\nservices:\n  backend: {{ servers: [{{ url: \"http://127.0.0.1:1\" }}] }}\n"

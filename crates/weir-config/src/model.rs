@@ -22,6 +22,8 @@ pub struct Config {
     pub caches: Vec<Cache>,
     /// Where more of the configuration comes from (`providers:`).
     pub providers: Providers,
+    /// The instance-wide `lua:` block, when present or when a route uses Lua.
+    pub lua: Option<LuaSettings>,
 }
 
 /// Stores the dynamic sections also come from (`providers:`).
@@ -525,6 +527,8 @@ pub enum Action {
     Respond(Respond),
     Redirect(Redirect),
     Static(StaticFiles),
+    /// `lua: { content }`: the script answers (lua-nginx-module's `content_by_lua`).
+    Lua(LuaCode),
 }
 
 /// The `static` action: files under `root`.
@@ -860,6 +864,8 @@ pub enum MiddlewareKind {
     Errors(Box<ErrorPages>),
     /// Lets a request through when an authentication server answers 2xx to a copy of it.
     ForwardAuth(Box<ForwardAuth>),
+    /// Lua scripts run at the request's phases (lua-nginx-module's `*_by_lua`).
+    Lua(Box<LuaPhases>),
 }
 
 impl MiddlewareKind {
@@ -887,6 +893,7 @@ impl MiddlewareKind {
             MiddlewareKind::GrpcWeb(_) => "grpc_web",
             MiddlewareKind::Errors(_) => "errors",
             MiddlewareKind::ForwardAuth(_) => "forward_auth",
+            MiddlewareKind::Lua(_) => "lua",
         }
     }
 }
@@ -1576,3 +1583,55 @@ pub const DEFAULT_TRACING_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// OpenTelemetry's default export timeout (`OTEL_EXPORTER_OTLP_TIMEOUT`).
 pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
 // tracing: end
+
+// lua: begin
+/// The instance-wide `lua:` block (docs/lua.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuaSettings {
+    /// `lua_package_path`: `;`-separated templates, relative ones already made absolute
+    /// against the config file's folder (`None`: LuaJIT's default).
+    pub package_path: Option<String>,
+    /// `lua_shared_dict`s: each name with its size in bytes.
+    pub shared_dicts: Vec<(String, u64)>,
+    /// `init_by_lua`: run in each worker's VM as it is made, before it serves.
+    pub init: Option<LuaCode>,
+    /// `init_worker_by_lua`: run once per worker, after `init`.
+    pub init_worker: Option<LuaCode>,
+    /// A script running this long without yielding is stopped (a 500).
+    pub max_run_time: Duration,
+    /// The most memory one worker's VM may hold, in bytes.
+    pub max_memory: u64,
+}
+
+impl Default for LuaSettings {
+    fn default() -> Self {
+        LuaSettings {
+            package_path: None,
+            shared_dicts: Vec::new(),
+            init: None,
+            init_worker: None,
+            max_run_time: Duration::from_secs(1),
+            max_memory: 64 << 20,
+        }
+    }
+}
+
+/// One script: its source, already compiled once by the loader, and the name its errors
+/// carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LuaCode {
+    /// Lua's chunk name: `@FILE`, the config file for inline code (whose source is padded
+    /// with newlines so Lua's line numbers are the config file's) or the script file.
+    pub chunk_name: String,
+    pub source: String,
+}
+
+/// The `lua` middleware's scripts, one per phase it runs in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LuaPhases {
+    pub rewrite: Option<LuaCode>,
+    pub access: Option<LuaCode>,
+    pub header_filter: Option<LuaCode>,
+    pub log: Option<LuaCode>,
+}
+// lua: end

@@ -19,6 +19,7 @@ pub(crate) mod http;
 pub(crate) mod io;
 pub(crate) mod l4;
 pub(crate) mod listen;
+pub(crate) mod lua;
 pub(crate) mod middlewares;
 pub(crate) mod observe;
 pub(crate) mod process;

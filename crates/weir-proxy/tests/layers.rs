@@ -15,6 +15,7 @@ const LAYERS: &[&str] = &[
     "exchange",
     "state",
     "middlewares",
+    "lua",
     "actions",
     "upstream",
     "reply",

@@ -1,7 +1,8 @@
 //! `middlewares.NAME`: one of strip_prefix, add_prefix, replace_path_regex, headers,
 //! redirect_scheme, compress, ip_allow_list, replace_path, strip_prefix_regex, redirect_regex,
 //! chain, basic_auth, digest_auth, rate_limit, in_flight_req, circuit_breaker, buffering, jwt
-//! (read in `load/jwt.rs`), grpc_web, errors or forward_auth; and the chains resolved into flat
+//! (read in `load/jwt.rs`), grpc_web, errors, forward_auth or lua (read in `load/lua.rs`);
+//! and the chains resolved into flat
 //! lists (every name defined, no loop).
 
 use super::{is_header_name, is_header_value, Fields, Loader};
@@ -62,6 +63,7 @@ impl Loader<'_> {
             "grpc_web",
             "errors",
             "forward_auth",
+            "lua",
         ];
         let what = format!("middleware `{name}`");
         let f = self.fields(node, &what, KINDS)?;
@@ -96,6 +98,7 @@ impl Loader<'_> {
             "forward_auth" => {
                 MiddlewareKind::ForwardAuth(Box::new(self.forward_auth(&name, body)?))
             }
+            "lua" => MiddlewareKind::Lua(Box::new(self.lua_phases(body)?)),
             _ => self.redirect_scheme(body)?,
         };
         Some(Middleware { name, kind })
@@ -1378,6 +1381,7 @@ mod tests {
             errors: Vec::new(),
             env: &|_| None,
             base: Default::default(),
+            file_name: String::new(),
         };
         let criterion = loader.source_criterion(&root, SourceCriterion::default());
         match criterion {

@@ -164,6 +164,7 @@ impl Loader<'_> {
                 "respond",
                 "redirect",
                 "static",
+                "lua",
                 "cache",
                 "access_log",
                 "tracing",
@@ -211,7 +212,7 @@ impl Loader<'_> {
             }
             // buffering: end
         }
-        let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect", "static"]
+        let actions: Vec<(&str, &Node)> = ["service", "respond", "redirect", "static", "lua"]
             .iter()
             .filter_map(|k| f.get(k).map(|n| (*k, n)))
             .collect();
@@ -220,7 +221,7 @@ impl Loader<'_> {
             self.error(
                 pos,
                 format!(
-                    "{what} must have exactly one action: `service`, `respond`, `redirect` or `static`"
+                    "{what} must have exactly one action: `service`, `respond`, `redirect`, `static` or `lua`"
                 ),
             );
             return None;
@@ -235,6 +236,7 @@ impl Loader<'_> {
             }
             "respond" => Action::Respond(self.respond(body)?),
             "static" => Action::Static(self.static_files(body)?),
+            "lua" => Action::Lua(self.lua_content(body)?),
             _ => Action::Redirect(self.redirect(body)?),
         };
         let cache = match f.get("cache") {

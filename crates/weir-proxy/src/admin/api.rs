@@ -113,6 +113,7 @@ fn action(action: &RouteAction) -> Value {
         RouteAction::Static(site) => {
             json!({ "kind": "static", "root": site.config.root.display().to_string() })
         }
+        RouteAction::Lua(script) => json!({ "kind": "lua", "script": script.describe() }),
     }
 }
 

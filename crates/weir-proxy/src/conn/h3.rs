@@ -509,7 +509,7 @@ impl ClientConn for H3Client {
                 let sent = match ResponsePlan::new(req, response, body, reply.body_filter, false) {
                     Ok(plan) => {
                         let trace = req.trace.as_deref();
-                        let timing = (date.as_str(), head_only, read_timeout);
+                        let timing = (&date, head_only, read_timeout);
                         let (sent, conn) = self.send_response(worker, plan, timing, trace).await;
                         reusable = conn;
                         sent
@@ -545,7 +545,7 @@ impl H3Client {
         &mut self,
         worker: &Worker,
         mut plan: ResponsePlan,
-        (date, head_only, read_timeout): (&str, bool, Duration),
+        (date, head_only, read_timeout): (&http::HeaderValue, bool, Duration),
         trace: Option<&TraceContext>,
     ) -> (
         Result<u64, BodyError>,
@@ -636,7 +636,7 @@ impl H3Client {
         worker: &Worker,
         plan: LocalPlan<'_>,
         file: &FileBody,
-        date: &str,
+        date: &http::HeaderValue,
     ) -> Result<u64, BodyError> {
         self.out.head(local_parts(&plan, date)).await?;
         if !plan.body_follows {
@@ -651,7 +651,7 @@ async fn send_local(
     out: &mut H3Out,
     plan: LocalPlan<'_>,
     body: &Bytes,
-    date: &str,
+    date: &http::HeaderValue,
 ) -> Result<u64, BodyError> {
     out.head(local_parts(&plan, date)).await?;
     if plan.body_follows {

@@ -343,6 +343,10 @@ macro_rules! run_action {
             RouteAction::Static(site) => {
                 static_files::serve(site, &$worker.open_files, $worker.clock.now(), $head)
             }
+            // Boxed: a script's run is large, and other routes need not carry it.
+            RouteAction::Lua(script) => {
+                Box::pin(crate::lua::serve_content(script, $worker, $client, $head)).await
+            }
         }
     };
 }

@@ -70,6 +70,9 @@ pub enum ErrorKind {
     /// A policy middleware refuses the request (`ip_allow_list`), with its configured status.
     /// Its plain answer is the message alone, without a final newline, as Traefik writes it.
     PolicyRefused,
+    /// A Lua script failed (500: an error, or it ran past `lua.max_run_time`) or ended the
+    /// request with an error status (`ngx.exit(404)`).
+    Script,
 }
 
 /// An error answer weir makes itself, not yet in wire form.

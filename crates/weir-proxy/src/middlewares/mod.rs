@@ -74,6 +74,7 @@ enum Kept {
     CircuitBreaker(Arc<Breaker>),
     ErrorPages(errors::ErrorPages),
     ForwardAuth(forward_auth::ForwardAuth),
+    Lua(Box<crate::lua::PhaseScripts>),
 }
 
 /// What request filters keep until the exchange's answer is sent (`in_flight_req` counts a
@@ -104,6 +105,8 @@ impl Held {
 pub struct Upstreams<'a> {
     pub services: &'a HashMap<&'a str, Arc<Service>>,
     pub compile: &'a mut dyn FnMut(&weir_config::Service) -> Result<Service, String>,
+    /// The configuration's Lua scripts, for `lua` middlewares.
+    pub lua: Option<&'a Arc<crate::lua::LuaProgram>>,
 }
 
 pub use forward_auth::AuthCookies;
@@ -189,6 +192,16 @@ impl Filter {
                 let service = Arc::new((upstreams.compile)(&config.service)?);
                 Kept::ForwardAuth(forward_auth::ForwardAuth { service })
             }
+            MiddlewareKind::Lua(phases) => {
+                if phases.log.is_some() {
+                    return Err(
+                        "the `lua` middleware's `log` phase is not run by this build of weir yet"
+                            .into(),
+                    );
+                }
+                let program = upstreams.lua.ok_or("its Lua scripts are missing")?;
+                Kept::Lua(Box::new(program.phase_scripts(name, phases)))
+            }
             _ => Kept::Nothing,
         };
         Ok(Filter(kind, kept))
@@ -200,6 +213,8 @@ impl Filter {
     pub fn holds_services(kind: &MiddlewareKind) -> bool {
         match kind {
             MiddlewareKind::Errors(_) | MiddlewareKind::ForwardAuth(_) => true,
+            // Its scripts belong to this compile's Lua program: each reload makes new VMs.
+            MiddlewareKind::Lua(_) => true,
             // Its JWKS server; the set it fetched is fetched again.
             MiddlewareKind::Jwt(config) => config.jwks_url.is_some(),
             _ => false,
@@ -267,6 +282,9 @@ impl Filter {
             } => !response.is_empty() || cors.is_some() || secure.is_some(),
             MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
             MiddlewareKind::GrpcWeb(_) => true,
+            MiddlewareKind::Lua(_) => {
+                matches!(&self.1, Kept::Lua(scripts) if scripts.has_header_filter())
+            }
             // Its cookies are set on the answer.
             MiddlewareKind::ForwardAuth(config) => !config.add_auth_cookies_to_response.is_empty(),
             _ => false,
@@ -381,6 +399,19 @@ impl Filter {
             MiddlewareKind::Errors(_) => {}
             // The loader flattens chains into the routers' lists: none reaches a route. The
             // exchange runs `buffering` itself, where it stands among the filters.
+            MiddlewareKind::Lua(_) => {
+                if let Kept::Lua(scripts) = &self.1 {
+                    if scripts.has_request_phase() {
+                        let (remote_addr, scheme) = (client.ip_text().to_string(), client.scheme());
+                        return Flow::Wait(Box::pin(async move {
+                            match scripts.on_request(req, &remote_addr, scheme).await {
+                                Some(answer) => Flow::Respond(answer),
+                                None => Flow::Continue,
+                            }
+                        }));
+                    }
+                }
+            }
             MiddlewareKind::Compress(_)
             | MiddlewareKind::Chain(_)
             | MiddlewareKind::Buffering(_) => {}
@@ -417,6 +448,12 @@ impl Filter {
                 compress::install(config, req, resp).map(BodyFilter::compress)
             }
             MiddlewareKind::GrpcWeb(config) => grpc_web::on_response_head(config, req, resp),
+            MiddlewareKind::Lua(_) => {
+                if let Kept::Lua(scripts) = &self.1 {
+                    scripts.on_response_head(req, scheme, resp);
+                }
+                None
+            }
             _ => None,
         }
     }

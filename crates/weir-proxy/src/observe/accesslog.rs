@@ -231,7 +231,7 @@ fn or_dash(text: &str) -> &str {
 }
 
 /// Civil UTC time: (year, month, day, seconds of the day, milliseconds).
-fn civil(t: SystemTime) -> (i64, i64, i64, i64, u32) {
+pub(crate) fn civil(t: SystemTime) -> (i64, i64, i64, i64, u32) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));

@@ -152,6 +152,8 @@ pub enum RouteAction {
     RespondError(PrebuiltError),
     Redirect(LocalResponse),
     Static(StaticSite),
+    /// `lua: { content }`: a script answers (boxed: rare beside the others).
+    Lua(Box<crate::lua::LuaScript>),
     /// `service` with `cache: NAME`: the cache wraps the proxy action.
     Cached(
         Arc<Service>,
@@ -191,6 +193,7 @@ impl RouteAction {
             RouteAction::Static(site) => {
                 format!("serve files from {}", site.config.root.display())
             }
+            RouteAction::Lua(script) => script.describe(),
         }
     }
 }
@@ -248,9 +251,11 @@ impl Runtime {
         let mut compile = |svc: &weir_config::Service| {
             Service::new(svc, workers, &mut carried.servers, &mut carried.services)
         };
+        let lua = crate::lua::LuaProgram::compile(config);
         let mut upstreams = Upstreams {
             services: &services,
             compile: &mut compile,
+            lua: lua.as_ref(),
         };
         // Keyed by the whole configuration: a middleware whose keys all stayed the same keeps
         // its state, one with any change starts afresh. One that holds services is built
@@ -347,6 +352,14 @@ impl Runtime {
                         StaticSite::open(files).map_err(|e| format!("router `{}`: {e}", r.name))?;
                     site.behind_strip_prefix = mws.iter().any(|m| m.strips_prefix());
                     RouteAction::Static(site)
+                }
+                Action::Lua(_) => {
+                    let script = lua
+                        .as_ref()
+                        .and_then(|program| program.content_script(&r.name));
+                    let script = script
+                        .ok_or_else(|| format!("router `{}`: its Lua script is missing", r.name))?;
+                    RouteAction::Lua(Box::new(script))
                 }
             };
             routes.push(Arc::new(Route {

@@ -111,35 +111,42 @@ impl Nginx {
                server {{\n    listen 127.0.0.1:{port}{listen_extra};\n    location / {{ {location} }}\n  }}\n}}\n",
             dir = dir.display()
         );
-        let path = dir.join("nginx.conf");
-        std::fs::write(&path, conf).unwrap();
-        let mut child = Command::new(nginx_bin())
-            .arg("-c")
-            .arg(&path)
-            .arg("-p")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx must be installed (scripts/test installs nginx-light)");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        // nginx writes its pid file once its sockets are bound.
-        let pid_file = dir.join("nginx.pid");
-        let own_pid = child.id().to_string();
-        for _ in 0..200 {
-            if child.try_wait().ok().flatten().is_some() {
-                return None;
-            }
-            let bound = std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == own_pid);
-            if bound && TcpStream::connect(addr).is_ok() {
-                return Some(Nginx { child, addr });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        let child = spawn_nginx(&dir, &conf, addr)?;
+        Some(Nginx { child, addr })
     }
+}
+
+/// Starts nginx with `conf` (written into `dir`, its prefix) and waits until it holds `addr`;
+/// `None` when it exits first (another process took the port) or does not bind in 4 s.
+pub fn spawn_nginx(dir: &std::path::Path, conf: &str, addr: SocketAddr) -> Option<Child> {
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let mut child = Command::new(nginx_bin())
+        .arg("-c")
+        .arg(&path)
+        .arg("-p")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx must be installed (scripts/test installs nginx-light)");
+    // nginx writes its pid file once its sockets are bound.
+    let pid_file = dir.join("nginx.pid");
+    let own_pid = child.id().to_string();
+    for _ in 0..200 {
+        if child.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        let bound = std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == own_pid);
+        if bound && TcpStream::connect(addr).is_ok() {
+            return Some(child);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
 }
 
 /// What the test nginx answers by default: which of its connections served the request.

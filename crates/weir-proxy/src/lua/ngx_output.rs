@@ -1,0 +1,221 @@
+//! The answer a script writes, as lua-nginx-module's API gives it: `ngx.say`, `ngx.print`,
+//! `ngx.flush`, `ngx.eof`, `ngx.exit`, `ngx.redirect`, `ngx.status`, `ngx.header` and
+//! `ngx.ctx` (the last two as fields of `ngx` read and written through its metatable).
+
+use super::ngx_util::format_number;
+use super::request::with_request;
+use mlua::{Lua, Table, Value, Variadic};
+
+/// How deep `ngx.say` follows nested tables before giving up (a table holding itself).
+const MAX_TABLE_DEPTH: usize = 100;
+
+pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    ngx.set(
+        "say",
+        lua.create_function(|_, args: Variadic<Value>| write_output(&args, true))?,
+    )?;
+    ngx.set(
+        "print",
+        lua.create_function(|_, args: Variadic<Value>| write_output(&args, false))?,
+    )?;
+    ngx.set("flush", lua.create_function(|_, ()| Ok(1))?)?;
+    ngx.set(
+        "eof",
+        lua.create_function(|_, ()| {
+            with_request(|r| {
+                r.headers_sent = true;
+                r.eof = true;
+            })?;
+            Ok(1)
+        })?,
+    )?;
+    // The prelude wraps these two: after noting the status, the script's coroutine yields
+    // and is not resumed.
+    ngx.set(
+        "exit",
+        lua.create_function(|_, status: i64| {
+            with_request(|r| r.exit = Some(status))?;
+            Ok(())
+        })?,
+    )?;
+    ngx.set(
+        "redirect",
+        lua.create_function(|_, (uri, status): (String, Option<i64>)| {
+            let status = status.unwrap_or(302);
+            if ![301, 302, 303, 307, 308].contains(&status) {
+                return Err(mlua::Error::runtime(format!(
+                    "only ngx.HTTP_MOVED_TEMPORARILY, ngx.HTTP_MOVED_PERMANENTLY, ngx.HTTP_PERMANENT_REDIRECT, ngx.HTTP_SEE_OTHER, and ngx.HTTP_TEMPORARY_REDIRECT are allowed, got {status}"
+                )));
+            }
+            with_request(|r| {
+                set_header(r, "Location", vec![uri]);
+                r.exit = Some(status);
+            })?;
+            Ok(())
+        })?,
+    )?;
+    let header = lua.create_table()?;
+    let header_meta = lua.create_table()?;
+    header_meta.set(
+        "__index",
+        lua.create_function(|lua, (_, name): (Value, String)| {
+            let values = with_request(|r| {
+                let name = name.replace('_', "-");
+                r.response_headers
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(&name))
+                    .map(|(_, v)| v.clone())
+                    .collect::<Vec<_>>()
+            })?;
+            match values.len() {
+                0 => Ok(Value::Nil),
+                1 => Ok(Value::String(lua.create_string(&values[0])?)),
+                _ => Ok(Value::Table(lua.create_sequence_from(values)?)),
+            }
+        })?,
+    )?;
+    header_meta.set(
+        "__newindex",
+        lua.create_function(|_, (_, name, value): (Value, String, Value)| {
+            let values = match value {
+                Value::Nil => Vec::new(),
+                Value::Table(list) => list
+                    .sequence_values::<Value>()
+                    .map(|v| v.and_then(|v| to_text(&v)))
+                    .collect::<mlua::Result<_>>()?,
+                value => vec![to_text(&value)?],
+            };
+            with_request(|r| {
+                if r.headers_sent {
+                    crate::log_error!(
+                        "lua: attempt to set ngx.header.{name} after sending out response headers"
+                    );
+                } else {
+                    set_header(r, &name.replace('_', "-"), values);
+                }
+            })
+        })?,
+    )?;
+    header.set_metatable(Some(header_meta));
+    ngx.set("header", header)?;
+    let ngx_meta = lua.create_table()?;
+    ngx_meta.set(
+        "__index",
+        lua.create_function(|lua, (_, key): (Value, String)| match key.as_str() {
+            "status" => Ok(Value::Integer(with_request(|r| r.status)?.into())),
+            "ctx" => {
+                let ctx = with_request(|r| r.ctx.clone())?;
+                let ctx = match ctx {
+                    Some(ctx) => ctx,
+                    None => {
+                        let ctx = lua.create_table()?;
+                        with_request(|r| r.ctx = Some(ctx.clone()))?;
+                        ctx
+                    }
+                };
+                Ok(Value::Table(ctx))
+            }
+            _ => Ok(Value::Nil),
+        })?,
+    )?;
+    ngx_meta.set(
+        "__newindex",
+        lua.create_function(
+            |_, (ngx, key, value): (Table, String, Value)| match key.as_str() {
+                "status" => {
+                    let status = match value {
+                        Value::Integer(n) => n,
+                        Value::Number(n) => n as i64,
+                        _ => return Err(mlua::Error::runtime("ngx.status must be a number")),
+                    };
+                    with_request(|r| {
+                        if r.headers_sent {
+                            crate::log_error!(
+                                "lua: attempt to set ngx.status after sending out response headers"
+                            );
+                        } else {
+                            r.status = status.clamp(0, 999) as u16;
+                        }
+                    })
+                }
+                "ctx" => match value {
+                    Value::Table(t) => with_request(|r| r.ctx = Some(t)),
+                    _ => Err(mlua::Error::runtime("ngx.ctx must be a table")),
+                },
+                _ => ngx.raw_set(key, value),
+            },
+        )?,
+    )?;
+    ngx.set_metatable(Some(ngx_meta));
+    Ok(())
+}
+
+/// Replaces every header field named `name` (any case) by `values`.
+fn set_header(r: &mut super::request::RequestState, name: &str, values: Vec<String>) {
+    r.response_edits.push(name.to_string());
+    r.response_headers
+        .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    for value in values {
+        r.response_headers.push((name.to_string(), value));
+    }
+}
+
+/// A header value as lua-nginx-module takes it: a string, or a number in its text form.
+fn to_text(value: &Value) -> mlua::Result<String> {
+    match value {
+        Value::String(s) => Ok(s.to_string_lossy()),
+        Value::Integer(n) => Ok(format_number(*n as f64)),
+        Value::Number(n) => Ok(format_number(*n)),
+        Value::Boolean(b) => Ok(b.to_string()),
+        other => Err(mlua::Error::runtime(format!(
+            "attempt to set a header to a {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// `ngx.say` / `ngx.print`: the arguments (nested tables flattened) appended to the body.
+fn write_output(args: &[Value], newline: bool) -> mlua::Result<i64> {
+    let mut bytes = Vec::new();
+    for arg in args {
+        append(&mut bytes, arg, 0)?;
+    }
+    if newline {
+        bytes.push(b'\n');
+    }
+    with_request(|r| {
+        if !r.eof {
+            r.headers_sent = true;
+            r.output.extend_from_slice(&bytes);
+        }
+    })?;
+    Ok(1)
+}
+
+/// One argument of `ngx.say` in lua-nginx-module's text: strings and numbers as Lua prints
+/// them, `nil`, `true`, `false`, `ngx.null` as `null`, and an array's items in order.
+fn append(out: &mut Vec<u8>, value: &Value, depth: usize) -> mlua::Result<()> {
+    match value {
+        Value::String(s) => out.extend_from_slice(&s.as_bytes()),
+        Value::Integer(n) => out.extend_from_slice(format_number(*n as f64).as_bytes()),
+        Value::Number(n) => out.extend_from_slice(format_number(*n).as_bytes()),
+        Value::Nil => out.extend_from_slice(b"nil"),
+        Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::LightUserData(p) if p.0.is_null() => out.extend_from_slice(b"null"),
+        Value::Table(t) => {
+            if depth >= MAX_TABLE_DEPTH {
+                return Err(mlua::Error::runtime("table nested too deep to print"));
+            }
+            for item in t.clone().sequence_values::<Value>() {
+                append(out, &item?, depth + 1)?;
+            }
+        }
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "bad argument to 'say' or 'print' (string, number, boolean, nil, ngx.null, or array table expected, got {})",
+                other.type_name()
+            )))
+        }
+    }
+    Ok(())
+}

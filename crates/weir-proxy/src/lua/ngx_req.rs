@@ -1,0 +1,331 @@
+//! What the script reads of its request and may change: `ngx.req.*` and `ngx.var.*`, as
+//! lua-nginx-module 0.10 gives them.
+
+use super::ngx_util::{args_table, format_number};
+use super::request::{with_request, RequestState};
+use mlua::{Lua, Table, Value};
+
+/// lua-nginx-module's `ngx.HTTP_*` method numbers, by name.
+pub(super) const METHODS: &[(&str, i64)] = &[
+    ("GET", 2),
+    ("HEAD", 4),
+    ("POST", 8),
+    ("PUT", 16),
+    ("DELETE", 32),
+    ("MKCOL", 64),
+    ("COPY", 128),
+    ("MOVE", 256),
+    ("OPTIONS", 512),
+    ("PROPFIND", 1024),
+    ("PROPPATCH", 2048),
+    ("LOCK", 4096),
+    ("UNLOCK", 8192),
+    ("PATCH", 16384),
+    ("TRACE", 32768),
+];
+
+/// `get_uri_args`' and `get_post_args`' default bound on arguments, as lua-nginx-module's.
+const DEFAULT_MAX_ARGS: usize = 100;
+/// `get_headers`' default bound.
+const DEFAULT_MAX_HEADERS: usize = 100;
+
+pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    let req = lua.create_table()?;
+    req.set(
+        "get_method",
+        lua.create_function(|_, ()| with_request(|r| r.method.clone()))?,
+    )?;
+    req.set(
+        "set_method",
+        lua.create_function(|_, method: i64| {
+            let name = METHODS
+                .iter()
+                .find(|(_, n)| *n == method)
+                .map(|(name, _)| *name)
+                .ok_or_else(|| {
+                    mlua::Error::runtime(format!("unsupported HTTP method: {method}"))
+                })?;
+            with_request(|r| r.method = name.to_string())
+        })?,
+    )?;
+    req.set(
+        "http_version",
+        lua.create_function(|_, ()| with_request(|r| 1.0 + f64::from(r.minor_version) / 10.0))?,
+    )?;
+    req.set(
+        "start_time",
+        lua.create_function(|_, ()| with_request(|r| r.start_time))?,
+    )?;
+    req.set(
+        "get_uri_args",
+        lua.create_function(|lua, max: Option<usize>| {
+            let args = with_request(|r| r.args.clone())?;
+            args_table(lua, args.as_bytes(), max.unwrap_or(DEFAULT_MAX_ARGS))
+        })?,
+    )?;
+    req.set(
+        "set_uri_args",
+        lua.create_function(|lua, args: Value| {
+            let query = match args {
+                Value::String(s) => s.to_string_lossy(),
+                Value::Table(t) => super::ngx_util::encode_args(lua, &t)?,
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad argument #1 to 'set_uri_args' (string or table expected, got {})",
+                        other.type_name()
+                    )))
+                }
+            };
+            with_request(|r| r.args = query)
+        })?,
+    )?;
+    req.set(
+        "set_uri",
+        lua.create_function(|_, (uri, jump): (String, Option<bool>)| {
+            if uri.is_empty() {
+                return Err(mlua::Error::runtime("attempt to use zero-length uri"));
+            }
+            if jump == Some(true) {
+                return Err(mlua::Error::runtime(
+                    "ngx.req.set_uri with jump is not supported by weir",
+                ));
+            }
+            with_request(|r| r.uri = uri)
+        })?,
+    )?;
+    req.set(
+        "get_headers",
+        lua.create_function(|lua, (max, raw): (Option<usize>, Option<bool>)| {
+            get_headers(
+                lua,
+                max.unwrap_or(DEFAULT_MAX_HEADERS),
+                raw.unwrap_or(false),
+            )
+        })?,
+    )?;
+    req.set(
+        "set_header",
+        lua.create_function(|_, (name, value): (String, Value)| {
+            let values: Vec<Vec<u8>> = match value {
+                Value::Nil => Vec::new(),
+                Value::Table(t) => t
+                    .sequence_values::<mlua::String>()
+                    .map(|v| v.map(|s| s.as_bytes().to_vec()))
+                    .collect::<mlua::Result<_>>()?,
+                Value::String(s) => vec![s.as_bytes().to_vec()],
+                Value::Integer(n) => vec![format_number(n as f64).into_bytes()],
+                Value::Number(n) => vec![format_number(n).into_bytes()],
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad header value: {}",
+                        other.type_name()
+                    )))
+                }
+            };
+            with_request(|r| set_request_header(r, &name.replace('_', "-"), values))
+        })?,
+    )?;
+    req.set(
+        "clear_header",
+        lua.create_function(|_, name: String| {
+            with_request(|r| set_request_header(r, &name.replace('_', "-"), Vec::new()))
+        })?,
+    )?;
+    req.set(
+        "read_body",
+        lua.create_function(|_, ()| with_request(|r| r.body_read = true))?,
+    )?;
+    req.set(
+        "discard_body",
+        lua.create_function(|_, ()| with_request(|r| r.body = None))?,
+    )?;
+    req.set(
+        "get_body_data",
+        lua.create_function(|lua, ()| {
+            let body = with_request(|r| r.body.clone().filter(|_| r.body_read))?;
+            match body {
+                Some(body) if !body.is_empty() => Ok(Value::String(lua.create_string(&body)?)),
+                _ => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    req.set(
+        "get_post_args",
+        lua.create_function(|lua, max: Option<usize>| {
+            let body = with_request(|r| r.body_read.then(|| r.body.clone()))?;
+            match body {
+                None => Ok((
+                    Value::Nil,
+                    Value::String(lua.create_string("request body not read")?),
+                )),
+                Some(body) => {
+                    let body = body.unwrap_or_default();
+                    let args = args_table(lua, &body, max.unwrap_or(DEFAULT_MAX_ARGS))?;
+                    Ok((Value::Table(args), Value::Nil))
+                }
+            }
+        })?,
+    )?;
+    ngx.set("req", req)?;
+    let var = lua.create_table()?;
+    let var_meta = lua.create_table()?;
+    var_meta.set(
+        "__index",
+        lua.create_function(|lua, (_, name): (Value, String)| {
+            let value = with_request(|r| variable(r, &name))?;
+            match value {
+                Some(v) => Ok(Value::String(lua.create_string(&v)?)),
+                None => Ok(Value::Nil),
+            }
+        })?,
+    )?;
+    var_meta.set(
+        "__newindex",
+        lua.create_function(|_, (_, name, value): (Value, String, Value)| {
+            let text = match value {
+                Value::Nil => None,
+                Value::String(s) => Some(s.to_string_lossy()),
+                Value::Integer(n) => Some(format_number(n as f64)),
+                Value::Number(n) => Some(format_number(n)),
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "bad variable value: {}",
+                        other.type_name()
+                    )))
+                }
+            };
+            with_request(|r| set_variable(r, &name, text))
+        })?,
+    )?;
+    var.set_metatable(Some(var_meta));
+    ngx.set("var", var)?;
+    Ok(())
+}
+
+/// `ngx.req.get_headers`: names lowercased (as sent with `raw`), a repeated field as a list;
+/// a lookup by any case or with `_` for `-` finds it (the table's metatable).
+fn get_headers(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
+    let headers = with_request(|r| r.headers.clone())?;
+    let table = lua.create_table()?;
+    for (count, (name, value)) in headers.into_iter().enumerate() {
+        if max != 0 && count >= max {
+            break;
+        }
+        let name = if raw { name } else { name.to_ascii_lowercase() };
+        let value = lua.create_string(&value)?;
+        match table.raw_get::<Value>(name.as_str())? {
+            Value::Nil => table.raw_set(name, value)?,
+            Value::Table(list) => list.raw_push(value)?,
+            first => table.raw_set(
+                name,
+                lua.create_sequence_from([first, Value::String(value)])?,
+            )?,
+        }
+    }
+    if !raw {
+        let meta = lua.create_table()?;
+        meta.set(
+            "__index",
+            lua.create_function(|_, (t, key): (Table, String)| {
+                t.raw_get::<Value>(key.to_ascii_lowercase().replace('_', "-"))
+            })?,
+        )?;
+        table.set_metatable(Some(meta));
+    }
+    Ok(table)
+}
+
+/// Replaces the request's fields named `name` by `values` (none: removes them).
+fn set_request_header(r: &mut RequestState, name: &str, values: Vec<Vec<u8>>) {
+    r.request_edits.push(name.to_string());
+    r.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    for value in values {
+        r.headers.push((name.to_string(), value));
+    }
+}
+
+/// `ngx.var.NAME`: nginx's variable of that name, as text.
+fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
+    if let Some(value) = r.vars.get(name) {
+        return Some(value.clone().into_bytes());
+    }
+    let text = |s: &str| Some(s.as_bytes().to_vec());
+    match name {
+        "uri" | "document_uri" => text(&r.uri),
+        "request_uri" => text(&r.request_uri),
+        "args" | "query_string" => (!r.args.is_empty()).then(|| r.args.clone().into_bytes()),
+        "is_args" => text(if r.args.is_empty() { "" } else { "?" }),
+        "request_method" => text(&r.method),
+        "scheme" => text(r.scheme),
+        "https" => text(if r.scheme == "https" { "on" } else { "" }),
+        "remote_addr" | "realip_remote_addr" => text(&r.remote_addr),
+        "server_protocol" => Some(format!("HTTP/1.{}", r.minor_version).into_bytes()),
+        "host" => {
+            let host = r.header("host").unwrap_or_default();
+            let host = String::from_utf8_lossy(host);
+            let without_port = match host.rsplit_once(':') {
+                Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+                _ => &host,
+            };
+            Some(without_port.to_ascii_lowercase().into_bytes())
+        }
+        "server_port" => {
+            let host = r.header("host").unwrap_or_default();
+            let host = String::from_utf8_lossy(host);
+            match host.rsplit_once(':') {
+                Some((_, port)) if port.bytes().all(|b| b.is_ascii_digit()) => text(port),
+                _ => text(if r.scheme == "https" { "443" } else { "80" }),
+            }
+        }
+        "status" => text(&r.status.to_string()),
+        "content_type" => r.header("content-type").map(<[u8]>::to_vec),
+        "content_length" => r.header("content-length").map(<[u8]>::to_vec),
+        "request_body" => r.body.as_ref().filter(|_| r.body_read).map(|b| b.to_vec()),
+        _ => {
+            if let Some(header) = name.strip_prefix("http_") {
+                r.header(&header.replace('_', "-")).map(<[u8]>::to_vec)
+            } else if let Some(arg) = name.strip_prefix("arg_") {
+                query_arg(&r.args, arg)
+            } else if let Some(cookie) = name.strip_prefix("cookie_") {
+                let cookies = r.header("cookie")?;
+                cookie_value(cookies, cookie.as_bytes())
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Writes `ngx.var.NAME`: `args` changes the query; any other name is a user variable
+/// (weir has no `set $var`: every name may be written).
+fn set_variable(r: &mut RequestState, name: &str, value: Option<String>) {
+    match name {
+        "args" | "query_string" => r.args = value.unwrap_or_default(),
+        _ => match value {
+            Some(value) => {
+                r.vars.insert(name.to_string(), value);
+            }
+            None => {
+                r.vars.remove(name);
+            }
+        },
+    }
+}
+
+/// `$arg_NAME`: the first argument of that name (any case), raw as sent.
+fn query_arg(args: &str, name: &str) -> Option<Vec<u8>> {
+    args.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        key.eq_ignore_ascii_case(name)
+            .then(|| value.as_bytes().to_vec())
+    })
+}
+
+/// `$cookie_NAME`: the value of that cookie in a `Cookie` header.
+fn cookie_value(cookies: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    cookies.split(|&b| b == b';').find_map(|pair| {
+        let pair = pair.trim_ascii_start();
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        (pair[..eq].eq_ignore_ascii_case(name)).then(|| pair[eq + 1..].to_vec())
+    })
+}

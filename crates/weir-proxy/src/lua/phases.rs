@@ -1,0 +1,184 @@
+//! The `lua` middleware's phases (lua-nginx-module's `rewrite_by_lua`, `access_by_lua` and
+//! `header_filter_by_lua`): each script runs on the request or answer as it stands there, and
+//! what it changed is written back; a request phase that answers ends the request.
+
+use super::request::RequestState;
+use super::{vm, LuaProgram, LuaScript};
+use crate::http::codec::{RequestHead, ResponseHead};
+use crate::http::local::LocalResponse;
+use crate::http::Scheme;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use weir_config::LuaPhases;
+
+/// A `lua` middleware's scripts, compiled with the rest of its configuration's.
+pub struct PhaseScripts {
+    rewrite: Option<LuaScript>,
+    access: Option<LuaScript>,
+    header_filter: Option<LuaScript>,
+}
+
+impl LuaProgram {
+    /// Middleware `name`'s scripts (`None` when its phases are not in the program).
+    pub fn phase_scripts(self: &Arc<Self>, name: &str, phases: &LuaPhases) -> PhaseScripts {
+        let script = |phase: &str, code: &Option<weir_config::LuaCode>| {
+            code.as_ref()?;
+            let key = phase_key(name, phase);
+            let index = self.scripts.iter().position(|(n, _)| *n == key)?;
+            Some(LuaScript {
+                program: self.clone(),
+                index,
+            })
+        };
+        PhaseScripts {
+            rewrite: script("rewrite", &phases.rewrite),
+            access: script("access", &phases.access),
+            header_filter: script("header_filter", &phases.header_filter),
+        }
+    }
+}
+
+/// The name a phase's script goes by in a program (and in its errors).
+pub(super) fn phase_key(middleware: &str, phase: &str) -> String {
+    format!("middleware `{middleware}` ({phase})")
+}
+
+impl std::fmt::Debug for PhaseScripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PhaseScripts")
+            .field("rewrite", &self.rewrite.is_some())
+            .field("access", &self.access.is_some())
+            .field("header_filter", &self.header_filter.is_some())
+            .finish()
+    }
+}
+
+impl PhaseScripts {
+    pub fn has_request_phase(&self) -> bool {
+        self.rewrite.is_some() || self.access.is_some()
+    }
+
+    pub fn has_header_filter(&self) -> bool {
+        self.header_filter.is_some()
+    }
+
+    /// `rewrite`, then `access`: the answer when one of them ends the request, else `None`
+    /// with their changes to the path, query and header fields made on `req`.
+    pub async fn on_request(
+        &self,
+        req: &mut RequestHead,
+        remote_addr: &str,
+        scheme: Scheme,
+    ) -> Option<LocalResponse> {
+        // `ngx.ctx` goes from `rewrite` to `access` (not yet on to the action).
+        let mut ctx = None;
+        for script in [&self.rewrite, &self.access].into_iter().flatten() {
+            let (name, _) = &script.program.scripts[script.index];
+            let vm = match vm::worker_vm(&script.program) {
+                Ok(vm) => vm,
+                Err(e) => return Some(failed(name, &e)),
+            };
+            let mut state = RequestState::new(req, remote_addr, scheme, None);
+            state.ctx = ctx.take();
+            let (uri, args) = (state.uri.clone(), state.args.clone());
+            let state = Rc::new(RefCell::new(state));
+            if let Err(e) = vm.run(script.index, &state).await {
+                return Some(failed(name, &e.to_string()));
+            }
+            let mut state = state.take();
+            ctx = state.ctx.take();
+            if state.uri != uri {
+                req.set_path(&escape_path(&state.uri));
+            }
+            if state.args != args {
+                req.set_query(&state.args);
+            }
+            for edited in &state.request_edits {
+                req.head.remove(edited);
+                let values = state
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(edited));
+                for (name, value) in values {
+                    req.head.append(name, value);
+                }
+            }
+            if let Some(answer) = state.phase_answer() {
+                return Some(answer);
+            }
+        }
+        None
+    }
+
+    /// `header_filter`: the script sees the answer's status and fields and may change them;
+    /// it cannot wait (`ngx.sleep` is an error there, as in nginx).
+    pub fn on_response_head(&self, req: &RequestHead, scheme: Scheme, resp: &mut ResponseHead) {
+        let Some(script) = &self.header_filter else {
+            return;
+        };
+        let (name, _) = &script.program.scripts[script.index];
+        let vm = match vm::worker_vm(&script.program) {
+            Ok(vm) => vm,
+            Err(e) => {
+                crate::log_error!("lua: {name}: {e}");
+                return;
+            }
+        };
+        let mut state = RequestState::new(req, "", scheme, None);
+        state.status = resp.status;
+        state.response_headers = resp
+            .head
+            .iter()
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
+            .collect();
+        let state = Rc::new(RefCell::new(state));
+        if let Err(e) = vm.run_now(script.index, &state) {
+            crate::log_error!("lua: {name}: {e}");
+            return;
+        }
+        let state = state.take();
+        if state.status != resp.status && (100..1000).contains(&state.status) {
+            resp.status = state.status;
+        }
+        for edited in &state.response_edits {
+            resp.head.remove(edited);
+            let values = state
+                .response_headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(edited));
+            for (name, value) in values {
+                resp.head.append(name, value.as_bytes());
+            }
+        }
+    }
+}
+
+/// A phase's failure: logged, and a 500.
+fn failed(name: &str, error: &str) -> LocalResponse {
+    super::log_failure(name, error);
+    crate::http::error::LocalError::new(
+        500,
+        crate::http::error::ErrorKind::Script,
+        "Internal Server Error",
+    )
+    .into_plain()
+}
+
+/// A path set by `ngx.req.set_uri` (decoded) as a request target carries it.
+fn escape_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -419,7 +419,7 @@ fn a_stop_lets_an_open_stream_finish_and_closes_idle_connections() {
     let mut plan = site.plan(port, json!([[{"path": "/ping"}], [{"path": "/ping"}]]));
     plan["ready_file"] = json!(ready);
     plan["go_file"] = json!(site.dir.join("never"));
-    let mut idle = spawn(&plan);
+    let _idle = KilledOnDrop(spawn(&plan));
     wait_until("the idle client's first answer", || ready.exists());
     let busy = spawn(&site.plan(port, json!([[{"path": "/slow/1500"}]])));
     wait_until("the request at the upstream", || {
@@ -431,8 +431,16 @@ fn a_stop_lets_an_open_stream_finish_and_closes_idle_connections() {
     // GOAWAY, then the close once no stream is open: the idle connection does not hold the
     // stop until `graceful_timeout` (20 s; this waits 10 s at most).
     weir.wait_for_line("stopped", 1);
-    let _ = idle.kill();
-    let _ = idle.wait();
+}
+
+/// A client that waits for ever, ended with the test (even a failing one).
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Waits (20 s at most) until `done`, else fails naming `what`.

@@ -1,11 +1,44 @@
-//! The OTLP trace messages weir sends (`opentelemetry/proto/collector/trace/v1` and the
-//! messages it names, field numbers as in the opentelemetry-proto repository), and a batch of
-//! finished spans encoded as one `ExportTraceServiceRequest`: written straight from the span
-//! records in protobuf's wire format (building prost's messages first copied every key and
-//! value and measured each nested message again at every level: 16,000 instructions a request
-//! of two spans, callgrind); the prost messages read that encoding back in the tests.
+//! Spans as weir describes them (`SpanKind`, `SpanRecord`) and writes them: each span written
+//! once, by the worker that served it, straight into protobuf (`SpanWriter`, into a worker's
+//! `SpanBytes`), and a batch of written spans framed as one OTLP `ExportTraceServiceRequest`
+//! (`opentelemetry/proto/collector/trace/v1`, field numbers as in the opentelemetry-proto
+//! repository). The prost messages below read that encoding back in the tests.
 
-use crate::observe::spans::{AttrValue, Attributes, SpanBytes, SpanEvent, SpanKind, SpanRecord};
+use crate::http::trace_context::{AttrValue, Attributes, SpanEvent};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    Server,
+    Client,
+}
+
+/// Finished spans, each the bytes of one `ScopeSpans.spans` field written by the worker
+/// that served it (`otlp::SpanWriter`), one after the other: the exporter only concatenates
+/// them. A worker fills one and hands it over whole.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct SpanBytes {
+    pub bytes: Vec<u8>,
+    pub spans: usize,
+}
+
+/// A finished span described field by field (a TCP connection's; `otlp::encode_record`
+/// writes it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanRecord {
+    pub trace_id: u128,
+    pub span_id: u64,
+    /// 0: a root span.
+    pub parent_id: u64,
+    pub tracestate: Option<Box<[u8]>>,
+    pub name: String,
+    pub kind: SpanKind,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    pub attributes: Attributes,
+    pub events: Vec<SpanEvent>,
+    /// The span's status is Error (a server span's 5xx, a client span's failure or 4xx/5xx).
+    pub error: bool,
+}
 
 #[cfg(test)]
 #[derive(Clone, PartialEq, prost::Message)]

@@ -1,47 +1,13 @@
-//! Finished spans on their way out: what a span records, each worker's pending spans, and the
-//! bounded queue they are handed to without waiting, which the exporter thread empties.
+//! Finished spans on their way out: each worker's pending spans (written by `otlp::SpanWriter`),
+//! and the bounded queue they are handed to without waiting, which the exporter thread empties.
 //! Only sampled requests make spans; a full queue drops them and counts them.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use crate::http::trace_context::{AttrValue, Attributes, SpanEvent};
+pub use crate::observe::otlp::{SpanBytes, SpanKind, SpanRecord};
 use crate::observe::otlp::{SpanIds, SpanWriter};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
-    Server,
-    Client,
-}
-
-/// Finished spans, each the bytes of one `ScopeSpans.spans` field written by the worker
-/// that served it (`otlp::SpanWriter`), one after the other: the exporter only concatenates
-/// them. A worker fills one and hands it over whole.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct SpanBytes {
-    pub bytes: Vec<u8>,
-    pub spans: usize,
-}
-
-/// A finished span described field by field (a TCP connection's; `otlp::encode_record`
-/// writes it).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SpanRecord {
-    pub trace_id: u128,
-    pub span_id: u64,
-    /// 0: a root span.
-    pub parent_id: u64,
-    pub tracestate: Option<Box<[u8]>>,
-    pub name: String,
-    pub kind: SpanKind,
-    pub start_unix_nano: u64,
-    pub end_unix_nano: u64,
-    pub attributes: Attributes,
-    pub events: Vec<SpanEvent>,
-    /// The span's status is Error (a server span's 5xx, a client span's failure or 4xx/5xx).
-    pub error: bool,
-}
 
 /// Finished spans waiting for the exporter, from every worker. Workers hand theirs over
 /// with `try_lock`, so a worker never waits for the exporter: while it holds the lock (only

@@ -451,7 +451,7 @@ pub enum AcmeChallenge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcmeKeyType {
     EcdsaP256,
-    /// Read, but refused on load for now (ring cannot generate RSA keys).
+    /// Made by the `rsa` crate (ring cannot generate RSA keys), signed with by ring.
     Rsa2048,
 }
 

@@ -438,3 +438,65 @@ fn two_instances_on_one_storage_order_once_and_both_serve_the_certificate() {
     assert_eq!(leaf, second_leaf);
     assert_eq!(pebble.issued(), 1);
 }
+
+/// What `openssl` prints of a PEM certificate (`x509`) or private key (`pkey`).
+fn openssl_text(kind: &str, pem: &[u8]) -> String {
+    let mut child = Command::new("openssl")
+        .args([kind, "-noout", "-text"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("openssl must be installed");
+    child.stdin.take().unwrap().write_all(pem).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "openssl {kind} refused its input");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn rsa2048_keys_are_ordered_served_stored_and_loaded_again() {
+    let keys = "domains: [rsa.example.org], challenges: [tls-alpn-01], key_type: rsa2048";
+    let Setup {
+        pebble,
+        tls_port,
+        storage,
+        config,
+        ..
+    } = with_pebble(3600, keys, "");
+    let weir = Weir::start(&config);
+    let root = pebble.root();
+    // Pebble checked the request's RS256 signature; the leaf it issued carries the RSA key.
+    let leaf = obtained_and_served(&weir, 1, tls_port, "rsa.example.org", &root);
+    let leaf_pem = format!("-----BEGIN CERTIFICATE-----{leaf}-----END CERTIFICATE-----\n");
+    let leaf_text = openssl_text("x509", leaf_pem.as_bytes());
+    assert!(leaf_text.contains("rsaEncryption"), "{leaf_text}");
+    assert!(leaf_text.contains("Public-Key: (2048 bit)"), "{leaf_text}");
+    assert_eq!(
+        curl_https(tls_port, "rsa.example.org", &root),
+        (true, "hi".to_string())
+    );
+    // Stored as PKCS#8, the form ring reads RSA keys in.
+    let folder = std::fs::read_dir(&storage)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let key_pem = std::fs::read(folder.join("rsa.example.org.key")).unwrap();
+    assert!(key_pem.starts_with(b"-----BEGIN PRIVATE KEY-----"));
+    let key_text = openssl_text("pkey", &key_pem);
+    assert!(key_text.contains("Private-Key: (2048 bit"), "{key_text}");
+    drop(weir);
+    // A restart serves the stored RSA certificate without a new order.
+    let weir = Weir::start(&config);
+    wait_for(
+        &weir,
+        "rsa.example.org: certificate loaded from",
+        1,
+        ORDER_WAIT,
+    );
+    let (verified, again, _) = served(tls_port, "rsa.example.org", &root);
+    assert!(verified);
+    assert_eq!(again, leaf);
+    assert_eq!(pebble.issued(), 1, "a restart ordered again");
+}

@@ -121,14 +121,7 @@ impl Loader<'_> {
         let key_type = match f.get("key_type") {
             Some(n) => match self.string(n, "`key_type`").as_deref() {
                 Some("ecdsa-p256") => AcmeKeyType::EcdsaP256,
-                Some("rsa2048") => {
-                    // Refused rather than quietly replaced by an ECDSA key.
-                    self.error(
-                        n.pos,
-                        "`key_type: rsa2048` is not available yet: weir's crypto (ring) cannot generate RSA keys; use ecdsa-p256",
-                    );
-                    AcmeKeyType::Rsa2048
-                }
+                Some("rsa2048") => AcmeKeyType::Rsa2048,
                 Some(other) => {
                     self.error(
                         n.pos,
@@ -324,14 +317,18 @@ mod tests {
     }
 
     #[test]
-    fn rsa_keys_are_refused_until_they_can_be_made() {
-        let errs = errors(&config(
-            "{ domains: [a.example.org], challenges: [tls-alpn-01], key_type: rsa2048 }",
-        ));
-        assert_eq!(
-            errs,
-            ["t.yaml:6:78: `key_type: rsa2048` is not available yet: weir's crypto (ring) cannot generate RSA keys; use ecdsa-p256"]
-        );
+    fn rsa_keys_are_read_and_empty_challenges_refused() {
+        let text =
+            config("{ domains: [a.example.org], challenges: [tls-alpn-01], key_type: rsa2048 }");
+        let cfg = load_str(&text, "t.yaml").unwrap();
+        let acme = cfg.entrypoints[1]
+            .tls
+            .as_ref()
+            .unwrap()
+            .acme
+            .as_ref()
+            .unwrap();
+        assert_eq!(acme.key_type, crate::AcmeKeyType::Rsa2048);
         let errs = errors(&config("{ domains: [a.example.org], challenges: [] }"));
         assert_eq!(
             errs,

@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir_config::AcmeChallenge;
+use weir_config::{AcmeChallenge, AcmeKeyType};
 
 /// How long one HTTP exchange with the CA may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -345,11 +345,12 @@ impl AcmeClient {
     }
 
     /// Orders a certificate for `names` and answers its authorizations by the first of
-    /// `challenges` each offers; the certificate's key is a new ECDSA P-256 key.
+    /// `challenges` each offers; the certificate's key is a new key of `key_type`.
     pub fn obtain(
         &mut self,
         names: &[String],
         challenges: &[AcmeChallenge],
+        key_type: AcmeKeyType,
     ) -> Result<Issued, String> {
         let identifiers: Vec<Json> = names
             .iter()
@@ -377,7 +378,7 @@ impl AcmeClient {
             .as_str()
             .ok_or_else(|| format!("{order_url}: the order has no `finalize`"))?
             .to_string();
-        let key = rcgen::KeyPair::generate().map_err(|e| format!("certificate key: {e}"))?;
+        let key = certificate_key(key_type)?;
         let csr = rcgen::CertificateParams::new(names.to_vec())
             .and_then(|params| params.serialize_request(&key))
             .map_err(|e| format!("certificate request: {e}"))?;
@@ -522,6 +523,28 @@ fn problem(url: &str, answer: &Response) -> String {
     format!("{url}: the CA answered {}: {body}", answer.status)
 }
 
+/// A new key for a certificate: ECDSA P-256 from ring, or RSA 2048 from the `rsa` crate (ring
+/// signs with RSA keys but cannot make them), handed to rcgen as PKCS#8 so that ring signs the
+/// request with it (RS256) and rustls serves it like any key file.
+fn certificate_key(key_type: AcmeKeyType) -> Result<rcgen::KeyPair, String> {
+    match key_type {
+        AcmeKeyType::EcdsaP256 => {
+            rcgen::KeyPair::generate().map_err(|e| format!("certificate key: {e}"))
+        }
+        AcmeKeyType::Rsa2048 => {
+            use rsa::pkcs8::EncodePrivateKey;
+            let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048)
+                .map_err(|e| format!("certificate key (RSA 2048): {e}"))?;
+            let pkcs8 = key
+                .to_pkcs8_der()
+                .map_err(|e| format!("certificate key (RSA 2048, PKCS#8): {e}"))?;
+            let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8.as_bytes());
+            rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+                .map_err(|e| format!("certificate key (RSA 2048): {e}"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,5 +583,31 @@ mod tests {
         // A HEAD answer's length is that of the body a GET would get: none follows.
         let nonce = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true).unwrap();
         assert!(nonce.body.is_empty());
+    }
+
+    #[test]
+    fn each_key_type_makes_a_key_of_its_kind_that_serves_in_rustls() {
+        for (key_type, algorithm) in [
+            (AcmeKeyType::EcdsaP256, &rcgen::PKCS_ECDSA_P256_SHA256),
+            (AcmeKeyType::Rsa2048, &rcgen::PKCS_RSA_SHA256),
+        ] {
+            let started = Instant::now();
+            let key = certificate_key(key_type).unwrap();
+            eprintln!("{key_type:?}: made in {:?}", started.elapsed());
+            assert_eq!(key.algorithm(), algorithm);
+            let cert = rcgen::CertificateParams::new(vec!["a.example.org".to_string()])
+                .unwrap()
+                .self_signed(&key)
+                .unwrap();
+            let der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+            let provider = rustls::crypto::ring::default_provider();
+            let signing = provider.key_provider.load_private_key(der).unwrap();
+            let expected = match key_type {
+                AcmeKeyType::EcdsaP256 => rustls::SignatureAlgorithm::ECDSA,
+                AcmeKeyType::Rsa2048 => rustls::SignatureAlgorithm::RSA,
+            };
+            assert_eq!(signing.algorithm(), expected);
+            assert!(!cert.der().is_empty());
+        }
     }
 }

@@ -308,7 +308,7 @@ fn obtain(acme: &Acme, folder: &Path, name: &str) -> Result<Issued, String> {
     let tls = directory_tls(acme)?;
     let mut client = AcmeClient::connect(tls, &acme.directory, key)?;
     client.account(acme.email.as_deref())?;
-    client.obtain(&[name.to_string()], &acme.challenges)
+    client.obtain(&[name.to_string()], &acme.challenges, acme.key_type)
 }
 
 /// The client settings for the CA's directory: `ca`'s roots, else the system's, as for an

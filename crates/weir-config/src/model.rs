@@ -437,6 +437,8 @@ pub struct Acme {
     pub renew_before: Option<Duration>,
     /// The folder of the account key and certificates.
     pub storage: PathBuf,
+    /// `storage: { redis }`: kept in Redis instead of `storage`, shared by the fleet.
+    pub storage_redis: Option<RedisStore>,
     pub pos: Pos,
 }
 

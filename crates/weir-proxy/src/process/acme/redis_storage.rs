@@ -1,0 +1,142 @@
+//! ACME storage in Redis (`tls.acme.storage: { redis }`), shared by a fleet: the account key
+//! and each name's chain and key under `KEY_PREFIX` `acme/CA/`, and a lock per name (`SET NX
+//! PX` with a random token, released by a compare-and-delete script) so that one instance
+//! orders a name while the others wait for it and load its result. Used by the ACME thread
+//! alone, one command a connection (`call_once`): never on a worker's path.
+
+use crate::stores::redis::{call_once, Dialer, Value};
+use ring::rand::{SecureRandom, SystemRandom};
+use std::time::{Duration, Instant};
+use weir_config::RedisStore;
+
+/// How long a name's lock lives if its holder dies: longer than an order takes (the client
+/// gives up polling one after 3 minutes), short enough for another instance to take over.
+const LOCK_TTL: Duration = Duration::from_secs(600);
+/// How often a waiting instance tries the lock again.
+const LOCK_RETRY: Duration = Duration::from_millis(500);
+/// Deletes the lock only while it still holds this holder's token (it may have expired and
+/// been taken by another instance meanwhile).
+const RELEASE_SCRIPT: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// One block's keys in one Redis store.
+pub struct RedisStorage {
+    dialer: Dialer,
+    /// `KEY_PREFIX` `acme/CA/`, before `account.key`, `NAME.crt`, `NAME.key`, `NAME.lock`.
+    prefix: String,
+    /// For the ACME thread's blocking calls into the async client.
+    runtime: tokio::runtime::Runtime,
+}
+
+impl RedisStorage {
+    /// The store's keys for the CA named `ca` (its directory's host and port).
+    pub fn new(store: &RedisStore, ca: &str) -> Result<RedisStorage, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("acme storage runtime: {e}"))?;
+        Ok(RedisStorage {
+            dialer: Dialer::new(store.clone())?,
+            prefix: format!("{}acme/{ca}/", store.key_prefix),
+            runtime,
+        })
+    }
+
+    /// Where it is, for the log.
+    pub fn describe(&self) -> String {
+        format!(
+            "redis {} `{}`",
+            self.dialer.config.endpoints.join(","),
+            self.prefix
+        )
+    }
+
+    fn call(&self, args: &[&[u8]]) -> Result<Value, String> {
+        self.runtime
+            .block_on(call_once(&self.dialer, args))
+            .map_err(|e| format!("redis {}: {e}", self.dialer.config.endpoints.join(",")))
+    }
+
+    /// The value of `file` (`account.key`, `NAME.crt`...), if stored.
+    pub fn get(&self, file: &str) -> Result<Option<Vec<u8>>, String> {
+        let key = format!("{}{file}", self.prefix);
+        match self.call(&[b"GET", key.as_bytes()])? {
+            Value::Text(bytes) => Ok(Some(bytes)),
+            _ => Ok(None),
+        }
+    }
+
+    pub fn set(&self, file: &str, bytes: &[u8]) -> Result<(), String> {
+        let key = format!("{}{file}", self.prefix);
+        self.call(&[b"SET", key.as_bytes(), bytes]).map(|_| ())
+    }
+
+    /// Sets `file` unless it is stored already; whether this call set it.
+    pub fn set_if_absent(&self, file: &str, bytes: &[u8]) -> Result<bool, String> {
+        let key = format!("{}{file}", self.prefix);
+        let set = self.call(&[b"SET", key.as_bytes(), bytes, b"NX"])?;
+        Ok(set != Value::Nil)
+    }
+
+    /// Takes `name`'s lock, waiting while another instance holds it; released when the guard
+    /// is dropped. An error (Redis away) ends the wait.
+    pub fn lock(&self, name: &str) -> Result<RedisLock<'_>, String> {
+        let key = format!("{}{name}.lock", self.prefix);
+        let mut random = [0u8; 16];
+        SystemRandom::new()
+            .fill(&mut random)
+            .map_err(|_| "no random token for the lock".to_string())?;
+        let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let ttl = LOCK_TTL.as_millis().to_string();
+        let started = Instant::now();
+        loop {
+            let args: [&[u8]; 6] = [
+                b"SET",
+                key.as_bytes(),
+                token.as_bytes(),
+                b"NX",
+                b"PX",
+                ttl.as_bytes(),
+            ];
+            if self.call(&args)? != Value::Nil {
+                return Ok(RedisLock {
+                    storage: self,
+                    key,
+                    token,
+                });
+            }
+            // A holder that died frees the name when its lock expires.
+            if started.elapsed() > LOCK_TTL * 2 {
+                return Err(format!("{key}: still held after {:?}", started.elapsed()));
+            }
+            std::thread::sleep(LOCK_RETRY);
+        }
+    }
+}
+
+/// A name's lock in Redis while held.
+pub struct RedisLock<'a> {
+    storage: &'a RedisStorage,
+    key: String,
+    token: String,
+}
+
+impl Drop for RedisLock<'_> {
+    fn drop(&mut self) {
+        let released = self.storage.call(&[
+            b"EVAL",
+            RELEASE_SCRIPT.as_bytes(),
+            b"1",
+            self.key.as_bytes(),
+            self.token.as_bytes(),
+        ]);
+        // Left to expire otherwise: the waiting instances take it then.
+        if let Err(e) = released {
+            crate::log_error!(
+                "acme: {}: cannot release the lock ({e}); it expires within {}s",
+                self.key,
+                LOCK_TTL.as_secs()
+            );
+        }
+    }
+}

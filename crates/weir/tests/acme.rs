@@ -527,9 +527,9 @@ fn on_redis(setup: &Setup, endpoint: &str) -> String {
 
 #[test]
 fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
-    // As with a shared folder: Pebble validates on the first instance's ports; whichever
-    // takes the name's lock in Redis first orders (the second's own order fails if it wins:
-    // shared answers are a later step); the other waits, then loads the result from Redis.
+    // Pebble validates on the first instance's ports; whichever instance takes the name's
+    // lock in Redis first orders (when it is the second, the first, waiting for the lock,
+    // answers from the shared answers); the other then loads the result from Redis.
     let redis = Redis::start();
     let keys = "domains: [fleet.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
@@ -538,13 +538,28 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
     let first = Weir::start(&config);
     let second = Weir::start(&other_config);
     let root = setup.pebble.root();
-    let leaf = obtained_and_served(&first, 1, setup.tls_port, "fleet.example.org", &root);
+    let obtained = "fleet.example.org: certificate obtained";
+    let started = Instant::now();
+    let (orderer, loader) = loop {
+        let has = |w: &Weir| w.stderr().iter().any(|l| l.contains(obtained));
+        match (has(&first), has(&second)) {
+            (true, _) => break (&first, &second),
+            (_, true) => break (&second, &first),
+            _ if started.elapsed() > ORDER_WAIT => panic!("no instance obtained it"),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
     wait_for(
-        &second,
+        loader,
         "fleet.example.org: certificate loaded from storage (ordered by another instance)",
         1,
         ORDER_WAIT,
     );
+    for instance in [orderer, loader] {
+        assert!(!instance.stderr().iter().any(|l| l.contains("order failed")));
+    }
+    let (verified, leaf, _) = served(setup.tls_port, "fleet.example.org", &root);
+    assert!(verified);
     let (verified, second_leaf, _) = served(other_tls, "fleet.example.org", &root);
     assert!(verified);
     assert_eq!(leaf, second_leaf);
@@ -612,4 +627,50 @@ fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back
     assert_eq!(setup.pebble.issued(), 1);
     assert!(redis_cli(redis.port, &["KEYS", "weir:*"]).is_empty());
     assert!(!redis_cli(redis.port, &["KEYS", "fleet:acme/*late.example.org.crt"]).is_empty());
+}
+
+/// Active-active: instance B holds Pebble's validation ports (and orders its own name first);
+/// instance A, on other ports, orders `a.example.org` by `challenge` through the same Redis
+/// (`field`: the start of the shared answer's name).
+/// The CA's validation reaches B, which answers from the answers A shared in Redis.
+fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &str) {
+    let redis = Redis::start();
+    let b_keys =
+        "domains: [b.example.org], challenges: [tls-alpn-01, http-01], http_entrypoint: web";
+    let setup = with_pebble(3600, b_keys, "");
+    let b_config = on_redis(&setup, &redis.endpoint());
+    let a_keys =
+        format!("domains: [a.example.org], challenges: [{challenge}], http_entrypoint: web");
+    let (a_config, a_tls) = on_other_ports(
+        &b_config.replace(b_keys, &a_keys),
+        setup.http_port,
+        setup.tls_port,
+    );
+    let b = Weir::start(&b_config);
+    let root = setup.pebble.root();
+    obtained_and_served(&b, 1, setup.tls_port, "b.example.org", &root);
+    let a = Weir::start(&a_config);
+    obtained_and_served(&a, 1, a_tls, "a.example.org", &root);
+    // B answered, from the store; A's own ports were never asked.
+    let line = wait_for(
+        &b,
+        &format!("answering the challenge `{field}"),
+        1,
+        ORDER_WAIT,
+    );
+    assert!(line.contains("` shared by another instance"), "{line}");
+    assert_eq!(setup.pebble.issued(), 2);
+    // The answer is withdrawn from the store once validated.
+    let answers = redis_cli(redis.port, &["KEYS", "fleet:acme/*answers"]);
+    assert!(answers.is_empty(), "{answers}");
+}
+
+#[test]
+fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_redis() {
+    validation_reaching_the_other_instance_is_answered("tls-alpn-01", "alpn/a.example.org");
+}
+
+#[test]
+fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
+    validation_reaching_the_other_instance_is_answered("http-01", "http/");
 }

@@ -4,6 +4,7 @@
 //! workers' shared table, the CSR, and the certificate chain. Its own HTTP/1.1 client over
 //! rustls (`Connection: close`, one request a connection), trusting `ca` or the system's roots.
 
+use super::redis_storage::{RedisStorage, ANSWER_SPREAD};
 use crate::listen::acme::{alpn_answer, update_table};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
@@ -254,6 +255,8 @@ pub struct AcmeClient {
     /// The account's URL, once created or found.
     kid: Option<String>,
     nonce: Option<String>,
+    /// The fleet's store its answers are shared through, with `storage: { redis }`.
+    pub shared_answers: Option<Arc<RedisStorage>>,
 }
 
 /// A certificate obtained: the chain and its key, both PEM.
@@ -291,6 +294,7 @@ impl AcmeClient {
             key,
             kid: None,
             nonce: None,
+            shared_answers: None,
         })
     }
 
@@ -443,6 +447,15 @@ impl AcmeClient {
                 });
             }
         }
+        // Shared before the CA validates, so that any instance it reaches can answer.
+        let shared_field = match kind {
+            AcmeChallenge::Http01 => format!("http/{token}"),
+            AcmeChallenge::TlsAlpn01 => format!("alpn/{name}"),
+        };
+        if let Some(shared) = &self.shared_answers {
+            shared.share_answer(&shared_field, &key_authorization)?;
+            std::thread::sleep(ANSWER_SPREAD);
+        }
         let url = url.to_string();
         let outcome = self.post(&url, Some(&json!({}))).and_then(|_| {
             self.poll(
@@ -456,6 +469,10 @@ impl AcmeClient {
             t.http_answers.remove(&token);
             t.alpn_answers.remove(&name);
         });
+        if let Some(shared) = &self.shared_answers {
+            // Left to expire with the hash otherwise.
+            let _ = shared.withdraw_answer(&shared_field);
+        }
         outcome.map(|_| ())
     }
 

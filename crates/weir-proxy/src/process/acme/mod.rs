@@ -158,6 +158,8 @@ fn publish(names: &[Managed]) {
 
 fn run(shared: &Arc<ArcSwap<Runtime>>) {
     let mut names: Vec<Managed> = Vec::new();
+    // The Redis stores (and CAs) of the blocks, whose shared answers are copied each tick.
+    let mut answer_sources: Vec<(weir_config::RedisStore, String, RedisStorage)> = Vec::new();
     loop {
         let wanted = wanted_names(&shared.load().config);
         // Names no longer configured stop being served and looked after.
@@ -197,9 +199,39 @@ fn run(shared: &Arc<ArcSwap<Runtime>>) {
             continue;
         }
         publish(&names);
+        follow_shared_answers(&names, &mut answer_sources);
         let soonest = names.iter().map(|m| m.due).min().unwrap_or(i64::MAX);
         let wait = Duration::from_secs(soonest.saturating_sub(now).max(0) as u64);
         std::thread::sleep(wait.min(CONFIG_TICK));
+    }
+}
+
+/// Copies the pending answers of each Redis store the blocks use into the workers' table
+/// (another instance may be ordering); the stores' clients are kept from tick to tick.
+fn follow_shared_answers(
+    names: &[Managed],
+    sources: &mut Vec<(weir_config::RedisStore, String, RedisStorage)>,
+) {
+    let mut wanted: Vec<(&weir_config::RedisStore, String)> = Vec::new();
+    for m in names {
+        if let Some(store) = &m.wanted.acme.storage_redis {
+            let source = (store, ca_authority(&m.wanted.acme));
+            if !wanted.contains(&source) {
+                wanted.push(source);
+            }
+        }
+    }
+    sources.retain(|(store, ca, _)| wanted.iter().any(|(s, c)| *s == store && c == ca));
+    for (store, ca) in wanted {
+        if !sources.iter().any(|(s, c, _)| s == store && *c == ca) {
+            match RedisStorage::new(store, &ca) {
+                Ok(redis) => sources.push((store.clone(), ca, redis)),
+                Err(e) => crate::log_error!("acme: the shared answers of {ca}: {e}"),
+            }
+        }
+    }
+    for (_, _, redis) in sources.iter() {
+        redis.sync_answers();
     }
 }
 
@@ -308,6 +340,9 @@ fn obtain(acme: &Acme, storage: &Storage, name: &str) -> Result<Issued, String> 
     let key = storage.account_key()?;
     let tls = directory_tls(acme)?;
     let mut client = AcmeClient::connect(tls, &acme.directory, key)?;
+    if let Storage::Redis(redis) = storage {
+        client.shared_answers = Some(redis.clone());
+    }
     client.account(acme.email.as_deref())?;
     client.obtain(&[name.to_string()], &acme.challenges, acme.key_type)
 }
@@ -345,7 +380,7 @@ fn ca_authority(acme: &Acme) -> String {
 /// a fleet's Redis.
 enum Storage {
     Folder(PathBuf),
-    Redis(Box<RedisStorage>),
+    Redis(Arc<RedisStorage>),
 }
 
 /// A name's lock, released when dropped.
@@ -358,7 +393,7 @@ impl Storage {
     fn of(acme: &Acme) -> Result<Storage, String> {
         match &acme.storage_redis {
             Some(store) => {
-                RedisStorage::new(store, &ca_authority(acme)).map(|r| Storage::Redis(Box::new(r)))
+                RedisStorage::new(store, &ca_authority(acme)).map(|r| Storage::Redis(Arc::new(r)))
             }
             None => Ok(Storage::Folder(storage_folder(acme))),
         }

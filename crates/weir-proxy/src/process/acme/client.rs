@@ -1,8 +1,9 @@
 //! A small blocking ACME client (RFC 8555) for the ACME thread: the directory, nonces, JWS
 //! requests signed with the account's ECDSA P-256 key (ES256, RFC 7515/7518), an account, an
 //! order for a set of names, its authorizations answered by HTTP-01 or TLS-ALPN-01 through the
-//! workers' shared table, the CSR, and the certificate chain. Its own HTTP/1.1 client over
-//! rustls (`Connection: close`, one request a connection), trusting `ca` or the system's roots.
+//! workers' shared table (and, with Redis storage, the fleet's), the CSR, and the certificate
+//! chain. Its own HTTP/1.1 client over rustls (`Connection: close`, one request a
+//! connection), trusting `ca` or the system's roots.
 
 use super::redis_storage::{RedisStorage, ANSWER_SPREAD};
 use crate::listen::acme::{alpn_answer, update_table};
@@ -432,6 +433,15 @@ impl AcmeClient {
             return Err(format!("{authz_url}: a challenge without token or url"));
         };
         let key_authorization = self.key.key_authorization(token);
+        // Shared (before the CA validates, so that any instance it reaches can answer) ahead
+        // of this instance's own table, which a failure to share leaves untouched.
+        let shared_field = match kind {
+            AcmeChallenge::Http01 => format!("http/{token}"),
+            AcmeChallenge::TlsAlpn01 => format!("alpn/{name}"),
+        };
+        if let Some(shared) = &self.shared_answers {
+            shared.share_answer(&shared_field, &key_authorization)?;
+        }
         match kind {
             AcmeChallenge::Http01 => {
                 let (token, answer) = (token.to_string(), key_authorization.clone());
@@ -447,13 +457,7 @@ impl AcmeClient {
                 });
             }
         }
-        // Shared before the CA validates, so that any instance it reaches can answer.
-        let shared_field = match kind {
-            AcmeChallenge::Http01 => format!("http/{token}"),
-            AcmeChallenge::TlsAlpn01 => format!("alpn/{name}"),
-        };
-        if let Some(shared) = &self.shared_answers {
-            shared.share_answer(&shared_field, &key_authorization)?;
+        if self.shared_answers.is_some() {
             std::thread::sleep(ANSWER_SPREAD);
         }
         let url = url.to_string();

@@ -383,7 +383,7 @@ enum Storage {
     Redis(Arc<RedisStorage>),
 }
 
-/// A name's lock, released when dropped.
+/// A name's lock, released when dropped (its parts are held for their `Drop` alone).
 enum Held<'a> {
     Folder(#[allow(dead_code)] std::fs::File),
     Redis(#[allow(dead_code)] RedisLock<'a>),

@@ -599,6 +599,43 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
     assert!(line.contains("loaded from redis 127.0.0.1:"), "{line}");
 }
 
+/// For `time`, plain and TLS requests (for `name`, whatever certificate it has) all succeed.
+fn requests_keep_succeeding(setup: &Setup, name: &str, time: Duration) {
+    let started = Instant::now();
+    let mut served_requests = 0;
+    while started.elapsed() < time {
+        let url = format!("http://127.0.0.1:{}/", setup.http_port);
+        assert_eq!(curl_ok(&[&url]), b"hi");
+        let resolve = format!("{name}:{}:127.0.0.1", setup.tls_port);
+        let url = format!("https://{name}:{}/", setup.tls_port);
+        assert_eq!(curl_ok(&["-k", "--resolve", &resolve, &url]), b"hi");
+        served_requests += 2;
+    }
+    assert!(served_requests >= 2);
+}
+
+#[test]
+fn a_redis_that_hangs_mid_order_fails_no_request_and_the_order_completes_after() {
+    // Frozen once the order has begun (its lock may be taken, the answer shared): the order
+    // fails on Redis' timeout, the lock it could not release is released at the next try,
+    // and the name is obtained once Redis answers again.
+    let redis = Redis::start();
+    let keys = "domains: [hung.example.org], challenges: [tls-alpn-01]";
+    let setup = with_pebble(3600, keys, "");
+    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    wait_for(&weir, "hung.example.org: no certificate yet", 1, ORDER_WAIT);
+    redis.pause(true);
+    requests_keep_succeeding(&setup, "hung.example.org", Duration::from_secs(4));
+    let line = wait_for(&weir, "hung.example.org: order failed", 1, ORDER_WAIT);
+    assert!(line.contains("redis 127.0.0.1:"), "{line}");
+    redis.pause(false);
+    // Obtained at the next try (10 s on), not once the unreleased lock expired (10 min).
+    let root = setup.pebble.root();
+    obtained_and_served(&weir, 1, setup.tls_port, "hung.example.org", &root);
+    let locks = redis_cli(redis.port, &["KEYS", "fleet:acme/*.lock"]);
+    assert!(locks.is_empty(), "{locks}");
+}
+
 #[test]
 fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
     let mut redis = Redis::start();
@@ -609,17 +646,7 @@ fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back
     let line = wait_for(&weir, "late.example.org: order failed", 1, ORDER_WAIT);
     assert!(line.contains("redis 127.0.0.1:"), "{line}");
     // Meanwhile every request is served (the placeholder for the name, plain HTTP as ever).
-    let started = Instant::now();
-    let mut served_requests = 0;
-    while started.elapsed() < Duration::from_secs(2) {
-        let url = format!("http://127.0.0.1:{}/", setup.http_port);
-        assert_eq!(curl_ok(&[&url]), b"hi");
-        let resolve = format!("late.example.org:{}:127.0.0.1", setup.tls_port);
-        let url = format!("https://late.example.org:{}/", setup.tls_port);
-        assert_eq!(curl_ok(&["-k", "--resolve", &resolve, &url]), b"hi");
-        served_requests += 2;
-    }
-    assert!(served_requests >= 2);
+    requests_keep_succeeding(&setup, "late.example.org", Duration::from_secs(2));
     redis.restart();
     // Retried after the backoff (10 s), now with Redis back.
     let root = setup.pebble.root();

@@ -34,6 +34,9 @@ pub const ANSWER_SPREAD: Duration = Duration::from_millis(2500);
 /// The answers this process copied from each store into its table (`PREFIX` then the
 /// field), so that those withdrawn from the store are withdrawn from the table.
 static COPIED_ANSWERS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+/// Locks this process could not release (Redis away then): the key and its token, released
+/// when the name is locked again rather than left to block the fleet until they expire.
+static UNRELEASED_LOCKS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// One block's keys in one Redis store.
 pub struct RedisStorage {
@@ -201,6 +204,7 @@ impl RedisStorage {
             .map_err(|_| "no random token for the lock".to_string())?;
         let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
         let ttl = LOCK_TTL.as_millis().to_string();
+        self.release_unreleased(&key)?;
         let started = Instant::now();
         loop {
             let args: [&[u8]; 6] = [
@@ -229,6 +233,35 @@ impl RedisStorage {
     }
 }
 
+impl RedisStorage {
+    fn release(&self, key: &str, token: &str) -> Result<(), String> {
+        let args: [&[u8]; 5] = [
+            b"EVAL",
+            RELEASE_SCRIPT.as_bytes(),
+            b"1",
+            key.as_bytes(),
+            token.as_bytes(),
+        ];
+        self.call(&args).map(|_| ())
+    }
+
+    /// Releases this process's own earlier hold of `key`, if it could not be released then.
+    fn release_unreleased(&self, key: &str) -> Result<(), String> {
+        let token = match UNRELEASED_LOCKS.lock() {
+            Ok(mut held) => match held.iter().position(|(k, _)| k == key) {
+                Some(at) => held.swap_remove(at).1,
+                None => return Ok(()),
+            },
+            Err(_) => return Ok(()),
+        };
+        self.release(key, &token).inspect_err(|_| {
+            if let Ok(mut held) = UNRELEASED_LOCKS.lock() {
+                held.push((key.to_string(), token.clone()));
+            }
+        })
+    }
+}
+
 /// A pending answer copied from the store.
 enum Answer {
     Http(String, String),
@@ -244,20 +277,16 @@ pub struct RedisLock<'a> {
 
 impl Drop for RedisLock<'_> {
     fn drop(&mut self) {
-        let released = self.storage.call(&[
-            b"EVAL",
-            RELEASE_SCRIPT.as_bytes(),
-            b"1",
-            self.key.as_bytes(),
-            self.token.as_bytes(),
-        ]);
-        // Left to expire otherwise: the waiting instances take it then.
-        if let Err(e) = released {
+        // Otherwise released at this process's next try for the name, or left to expire.
+        if let Err(e) = self.storage.release(&self.key, &self.token) {
             crate::log_error!(
-                "acme: {}: cannot release the lock ({e}); it expires within {}s",
+                "acme: {}: cannot release the lock ({e}); released at the next try, or expires within {}s",
                 self.key,
                 LOCK_TTL.as_secs()
             );
+            if let Ok(mut held) = UNRELEASED_LOCKS.lock() {
+                held.push((self.key.clone(), self.token.clone()));
+            }
         }
     }
 }

@@ -468,6 +468,8 @@ pub struct Acme {
     pub renew_before: Option<Duration>,
     /// The folder of the account key and certificates.
     pub storage: PathBuf,
+    /// `storage: { redis }`: kept in Redis instead of `storage`, shared by the fleet.
+    pub storage_redis: Option<RedisStore>,
     pub pos: Pos,
 }
 
@@ -482,7 +484,7 @@ pub enum AcmeChallenge {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcmeKeyType {
     EcdsaP256,
-    /// Read, but refused on load for now (ring cannot generate RSA keys).
+    /// Made by the `rsa` crate (ring cannot generate RSA keys), signed with by ring.
     Rsa2048,
 }
 

@@ -4,7 +4,8 @@
 //! see chained to Pebble's root; a restart loads it from storage without a new order; a
 //! renewal swaps it in while a connection stays open and requests keep succeeding; a CA that
 //! is down leaves the placeholder served, retried with backoff and reported; a CA's refusal
-//! is logged as the CA wrote it.
+//! is logged as the CA wrote it; two instances on one Redis order once; a Redis that is down
+//! fails no request and delays the order until it is back; RSA 2048 keys end to end.
 
 mod common;
 use common::*;
@@ -102,6 +103,44 @@ fn obtained_and_served(weir: &Weir, count: usize, port: u16, name: &str, root: &
     leaf
 }
 
+/// After a restart with `config`, `name`'s certificate is loaded from storage and served (the
+/// same `leaf`) without a new order; the log line that says from where.
+fn loaded_again_at_restart(
+    config: &str,
+    port: u16,
+    name: &str,
+    pebble: &Pebble,
+    leaf: &str,
+) -> String {
+    let weir = Weir::start(config);
+    let line = wait_for(
+        &weir,
+        &format!("{name}: certificate loaded from"),
+        1,
+        ORDER_WAIT,
+    );
+    let (verified, again, _) = served(port, name, &pebble.root());
+    assert!(verified);
+    assert_eq!(again, leaf);
+    assert_eq!(pebble.issued(), 1, "a restart ordered again");
+    line
+}
+
+/// The one folder in `storage`: the CA's.
+fn ca_folder(storage: &Path) -> std::path::PathBuf {
+    let mut entries = std::fs::read_dir(storage).unwrap();
+    entries.next().unwrap().unwrap().path()
+}
+
+/// `config` listening on two other free ports (for a second instance): it, and its TLS port.
+fn on_other_ports(config: &str, http_port: u16, tls_port: u16) -> (String, u16) {
+    let (other_http, other_tls) = (free_port(), free_port());
+    let other = config
+        .replace(&format!(":{http_port}\""), &format!(":{other_http}\""))
+        .replace(&format!(":{tls_port}\""), &format!(":{other_tls}\""));
+    (other, other_tls)
+}
+
 #[test]
 fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
     let keys = "domains: [www.example.org], challenges: [http-01], http_entrypoint: web";
@@ -132,12 +171,7 @@ fn http_01_obtains_a_certificate_served_by_sni_and_loaded_again_at_restart() {
     )]);
     assert_eq!(answer, b"hi");
     // Stored for weir's user alone.
-    let folder = std::fs::read_dir(&storage)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let folder = ca_folder(&storage);
     for file in ["account.key", "www.example.org.crt", "www.example.org.key"] {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(folder.join(file))
@@ -418,10 +452,7 @@ fn two_instances_on_one_storage_order_once_and_both_serve_the_certificate() {
         config,
         ..
     } = with_pebble(3600, keys, "");
-    let (other_http, other_tls) = (free_port(), free_port());
-    let other_config = config
-        .replace(&format!(":{http_port}\""), &format!(":{other_http}\""))
-        .replace(&format!(":{tls_port}\""), &format!(":{other_tls}\""));
+    let (other_config, other_tls) = on_other_ports(&config, http_port, tls_port);
     let first = Weir::start(&config);
     let second = Weir::start(&other_config);
     let root = pebble.root();
@@ -437,4 +468,236 @@ fn two_instances_on_one_storage_order_once_and_both_serve_the_certificate() {
     assert!(verified);
     assert_eq!(leaf, second_leaf);
     assert_eq!(pebble.issued(), 1);
+}
+
+/// What `openssl` prints of a PEM certificate (`x509`) or private key (`pkey`).
+fn openssl_text(kind: &str, pem: &[u8]) -> String {
+    let mut child = Command::new("openssl")
+        .args([kind, "-noout", "-text"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("openssl must be installed");
+    child.stdin.take().unwrap().write_all(pem).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "openssl {kind} refused its input");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn rsa2048_keys_are_ordered_served_stored_and_loaded_again() {
+    let keys = "domains: [rsa.example.org], challenges: [tls-alpn-01], key_type: rsa2048";
+    let Setup {
+        pebble,
+        tls_port,
+        storage,
+        config,
+        ..
+    } = with_pebble(3600, keys, "");
+    let weir = Weir::start(&config);
+    let root = pebble.root();
+    // Pebble checked the request's RS256 signature; the leaf it issued carries the RSA key.
+    let leaf = obtained_and_served(&weir, 1, tls_port, "rsa.example.org", &root);
+    let leaf_pem = format!("-----BEGIN CERTIFICATE-----{leaf}-----END CERTIFICATE-----\n");
+    let leaf_text = openssl_text("x509", leaf_pem.as_bytes());
+    assert!(leaf_text.contains("rsaEncryption"), "{leaf_text}");
+    assert!(leaf_text.contains("Public-Key: (2048 bit)"), "{leaf_text}");
+    assert_eq!(
+        curl_https(tls_port, "rsa.example.org", &root),
+        (true, "hi".to_string())
+    );
+    // Stored as PKCS#8, the form ring reads RSA keys in.
+    let folder = ca_folder(&storage);
+    let key_pem = std::fs::read(folder.join("rsa.example.org.key")).unwrap();
+    assert!(key_pem.starts_with(b"-----BEGIN PRIVATE KEY-----"));
+    let key_text = openssl_text("pkey", &key_pem);
+    assert!(key_text.contains("Private-Key: (2048 bit"), "{key_text}");
+    drop(weir);
+    // A restart serves the stored RSA certificate without a new order.
+    loaded_again_at_restart(&config, tls_port, "rsa.example.org", &pebble, &leaf);
+}
+
+/// `setup`'s config with `storage` in the Redis at `endpoint` instead of a folder.
+fn on_redis(setup: &Setup, endpoint: &str) -> String {
+    setup.config.replace(
+        &format!("storage: \"{}\"", setup.storage.display()),
+        &format!("storage: {{ redis: {{ endpoints: [\"{endpoint}\"], key_prefix: \"fleet:\" }} }}"),
+    )
+}
+
+#[test]
+fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
+    // Pebble validates on the first instance's ports; whichever instance takes the name's
+    // lock in Redis first orders (when it is the second, the first, waiting for the lock,
+    // answers from the shared answers); the other then loads the result from Redis.
+    let redis = Redis::start();
+    let keys = "domains: [fleet.example.org], challenges: [tls-alpn-01]";
+    let setup = with_pebble(3600, keys, "");
+    let config = on_redis(&setup, &redis.endpoint());
+    let (other_config, other_tls) = on_other_ports(&config, setup.http_port, setup.tls_port);
+    let first = Weir::start(&config);
+    let second = Weir::start(&other_config);
+    let root = setup.pebble.root();
+    let obtained = "fleet.example.org: certificate obtained";
+    let started = Instant::now();
+    let (orderer, loader) = loop {
+        let has = |w: &Weir| w.stderr().iter().any(|l| l.contains(obtained));
+        match (has(&first), has(&second)) {
+            (true, _) => break (&first, &second),
+            (_, true) => break (&second, &first),
+            _ if started.elapsed() > ORDER_WAIT => panic!("no instance obtained it"),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    wait_for(
+        loader,
+        "fleet.example.org: certificate loaded from storage (ordered by another instance)",
+        1,
+        ORDER_WAIT,
+    );
+    for instance in [orderer, loader] {
+        assert!(!instance.stderr().iter().any(|l| l.contains("order failed")));
+    }
+    let (verified, leaf, _) = served(setup.tls_port, "fleet.example.org", &root);
+    assert!(verified);
+    let (verified, second_leaf, _) = served(other_tls, "fleet.example.org", &root);
+    assert!(verified);
+    assert_eq!(leaf, second_leaf);
+    assert_eq!(setup.pebble.issued(), 1);
+    // Kept in Redis under the prefix and the CA, nothing in a folder; the lock released.
+    let mut keys: Vec<String> = redis_cli(redis.port, &["KEYS", "fleet:acme/*"])
+        .lines()
+        .map(String::from)
+        .collect();
+    keys.sort();
+    let ca = setup
+        .pebble
+        .directory
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .unwrap()
+        .replace(':', "_");
+    assert_eq!(
+        keys,
+        [
+            format!("fleet:acme/{ca}/account.key"),
+            format!("fleet:acme/{ca}/fleet.example.org.crt"),
+            format!("fleet:acme/{ca}/fleet.example.org.key"),
+        ]
+    );
+    assert!(!setup.storage.exists());
+    // A restart loads it from Redis without a new order.
+    drop(first);
+    let line = loaded_again_at_restart(
+        &config,
+        setup.tls_port,
+        "fleet.example.org",
+        &setup.pebble,
+        &leaf,
+    );
+    assert!(line.contains("loaded from redis 127.0.0.1:"), "{line}");
+}
+
+/// For `time`, plain and TLS requests (for `name`, whatever certificate it has) all succeed.
+fn requests_keep_succeeding(setup: &Setup, name: &str, time: Duration) {
+    let started = Instant::now();
+    let mut served_requests = 0;
+    while started.elapsed() < time {
+        let url = format!("http://127.0.0.1:{}/", setup.http_port);
+        assert_eq!(curl_ok(&[&url]), b"hi");
+        let resolve = format!("{name}:{}:127.0.0.1", setup.tls_port);
+        let url = format!("https://{name}:{}/", setup.tls_port);
+        assert_eq!(curl_ok(&["-k", "--resolve", &resolve, &url]), b"hi");
+        served_requests += 2;
+    }
+    assert!(served_requests >= 2);
+}
+
+#[test]
+fn a_redis_that_hangs_mid_order_fails_no_request_and_the_order_completes_after() {
+    // Frozen once the order has begun (its lock may be taken, the answer shared): the order
+    // fails on Redis' timeout, the lock it could not release is released at the next try,
+    // and the name is obtained once Redis answers again.
+    let redis = Redis::start();
+    let keys = "domains: [hung.example.org], challenges: [tls-alpn-01]";
+    let setup = with_pebble(3600, keys, "");
+    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    wait_for(&weir, "hung.example.org: no certificate yet", 1, ORDER_WAIT);
+    redis.pause(true);
+    requests_keep_succeeding(&setup, "hung.example.org", Duration::from_secs(4));
+    let line = wait_for(&weir, "hung.example.org: order failed", 1, ORDER_WAIT);
+    assert!(line.contains("redis 127.0.0.1:"), "{line}");
+    redis.pause(false);
+    // Obtained at the next try (10 s on), not once the unreleased lock expired (10 min).
+    let root = setup.pebble.root();
+    obtained_and_served(&weir, 1, setup.tls_port, "hung.example.org", &root);
+    let locks = redis_cli(redis.port, &["KEYS", "fleet:acme/*.lock"]);
+    assert!(locks.is_empty(), "{locks}");
+}
+
+#[test]
+fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
+    let mut redis = Redis::start();
+    redis.stop();
+    let keys = "domains: [late.example.org], challenges: [tls-alpn-01]";
+    let setup = with_pebble(3600, keys, "");
+    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    let line = wait_for(&weir, "late.example.org: order failed", 1, ORDER_WAIT);
+    assert!(line.contains("redis 127.0.0.1:"), "{line}");
+    // Meanwhile every request is served (the placeholder for the name, plain HTTP as ever).
+    requests_keep_succeeding(&setup, "late.example.org", Duration::from_secs(2));
+    redis.restart();
+    // Retried after the backoff (10 s), now with Redis back.
+    let root = setup.pebble.root();
+    obtained_and_served(&weir, 1, setup.tls_port, "late.example.org", &root);
+    assert_eq!(setup.pebble.issued(), 1);
+    assert!(redis_cli(redis.port, &["KEYS", "weir:*"]).is_empty());
+    assert!(!redis_cli(redis.port, &["KEYS", "fleet:acme/*late.example.org.crt"]).is_empty());
+}
+
+/// Active-active: instance B holds Pebble's validation ports (and orders its own name first);
+/// instance A, on other ports, orders `a.example.org` by `challenge` through the same Redis
+/// (`field`: the start of the shared answer's name).
+/// The CA's validation reaches B, which answers from the answers A shared in Redis.
+fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &str) {
+    let redis = Redis::start();
+    let b_keys =
+        "domains: [b.example.org], challenges: [tls-alpn-01, http-01], http_entrypoint: web";
+    let setup = with_pebble(3600, b_keys, "");
+    let b_config = on_redis(&setup, &redis.endpoint());
+    let a_keys =
+        format!("domains: [a.example.org], challenges: [{challenge}], http_entrypoint: web");
+    let (a_config, a_tls) = on_other_ports(
+        &b_config.replace(b_keys, &a_keys),
+        setup.http_port,
+        setup.tls_port,
+    );
+    let b = Weir::start(&b_config);
+    let root = setup.pebble.root();
+    obtained_and_served(&b, 1, setup.tls_port, "b.example.org", &root);
+    let a = Weir::start(&a_config);
+    obtained_and_served(&a, 1, a_tls, "a.example.org", &root);
+    // B answered, from the store; A's own ports were never asked.
+    let line = wait_for(
+        &b,
+        &format!("answering the challenge `{field}"),
+        1,
+        ORDER_WAIT,
+    );
+    assert!(line.contains("` shared by another instance"), "{line}");
+    assert_eq!(setup.pebble.issued(), 2);
+    // The answer is withdrawn from the store once validated.
+    let answers = redis_cli(redis.port, &["KEYS", "fleet:acme/*answers"]);
+    assert!(answers.is_empty(), "{answers}");
+}
+
+#[test]
+fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_redis() {
+    validation_reaching_the_other_instance_is_answered("tls-alpn-01", "alpn/a.example.org");
+}
+
+#[test]
+fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
+    validation_reaching_the_other_instance_is_answered("http-01", "http/");
 }

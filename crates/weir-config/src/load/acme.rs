@@ -121,14 +121,7 @@ impl Loader<'_> {
         let key_type = match f.get("key_type") {
             Some(n) => match self.string(n, "`key_type`").as_deref() {
                 Some("ecdsa-p256") => AcmeKeyType::EcdsaP256,
-                Some("rsa2048") => {
-                    // Refused rather than quietly replaced by an ECDSA key.
-                    self.error(
-                        n.pos,
-                        "`key_type: rsa2048` is not available yet: weir's crypto (ring) cannot generate RSA keys; use ecdsa-p256",
-                    );
-                    AcmeKeyType::Rsa2048
-                }
+                Some("rsa2048") => AcmeKeyType::Rsa2048,
                 Some(other) => {
                     self.error(
                         n.pos,
@@ -150,7 +143,34 @@ impl Loader<'_> {
             },
             None => None,
         };
+        let mut storage_redis = None;
         let storage = match f.get("storage") {
+            // A fleet's shared store rather than a folder.
+            // A fleet's shared store rather than a folder. Its errors leave the block in
+            // place (the config fails anyway), so that no second error follows from them.
+            Some(n) if matches!(n.value, crate::yaml::Value::Map(_)) => {
+                let store = self.fields(n, "`storage`", &["redis", "etcd"]);
+                match store.as_ref().map(|f| (f.get("redis"), f.get("etcd"))) {
+                    Some((Some(redis), None)) => storage_redis = self.redis_store(redis),
+                    Some((None, Some(etcd))) => self.error(
+                        etcd.pos,
+                        "`storage: { etcd }` is not available yet; use `redis` or a folder",
+                    ),
+                    Some((Some(_), Some(_))) => {
+                        self.error(n.pos, "`storage` takes one of `redis` or `etcd`, not both")
+                    }
+                    // Other keys were named as unknown already.
+                    Some((None, None)) if matches!(&n.value, crate::yaml::Value::Map(m) if m.is_empty()) => {
+                        self.error(
+                            n.pos,
+                            "`storage` needs one of `redis` or `etcd`, or is a folder",
+                        )
+                    }
+                    Some(_) => {}
+                    None => {}
+                }
+                self.base.join("acme")
+            }
             Some(n) => {
                 let text = self.string(n, "`storage`")?;
                 self.base.join(text)
@@ -168,6 +188,7 @@ impl Loader<'_> {
             key_type,
             renew_before,
             storage,
+            storage_redis,
             pos: f.pos,
         })
     }
@@ -265,18 +286,18 @@ mod tests {
         )
     }
 
+    /// The `acme` block of `config(acme)`, loaded.
+    fn loaded(acme: &str) -> crate::Acme {
+        let cfg = load_str(&config(acme), "t.yaml").unwrap();
+        cfg.entrypoints[1].tls.clone().unwrap().acme.unwrap()
+    }
+
     #[test]
     fn an_acme_entrypoint_needs_no_certificates() {
         let text =
             config("{ email: a@example.org, domains: [www.example.org], http_entrypoint: web }");
         let cfg = load_str(&text, "/etc/weir/t.yaml").unwrap();
-        let acme = cfg.entrypoints[1]
-            .tls
-            .as_ref()
-            .unwrap()
-            .acme
-            .clone()
-            .unwrap();
+        let acme = cfg.entrypoints[1].tls.clone().unwrap().acme.unwrap();
         assert_eq!(acme.directory, crate::DEFAULT_ACME_DIRECTORY);
         assert_eq!(acme.domains, ["www.example.org"]);
         assert_eq!(
@@ -324,14 +345,47 @@ mod tests {
     }
 
     #[test]
-    fn rsa_keys_are_refused_until_they_can_be_made() {
+    fn storage_is_a_folder_or_a_redis_store() {
+        let acme = loaded("{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { redis: { endpoints: [\"127.0.0.1:6390\"], key_prefix: \"x:\" } } }");
+        let redis = acme.storage_redis.as_ref().unwrap();
+        assert_eq!(redis.endpoints, ["127.0.0.1:6390"]);
+        assert_eq!(redis.key_prefix, "x:");
+        // The store's own checks, at their place.
         let errs = errors(&config(
-            "{ domains: [a.example.org], challenges: [tls-alpn-01], key_type: rsa2048 }",
+            "{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { redis: { endpoints: [nope] } } }",
         ));
         assert_eq!(
             errs,
-            ["t.yaml:6:78: `key_type: rsa2048` is not available yet: weir's crypto (ring) cannot generate RSA keys; use ecdsa-p256"]
+            ["t.yaml:6:100: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"nope\""]
         );
+        let errs = errors(&config(
+            "{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { etcd: { endpoints: [\"127.0.0.1:2379\"] } } }",
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:6:85: `storage: { etcd }` is not available yet; use `redis` or a folder"]
+        );
+        let errs = errors(&config(
+            "{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { } }",
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:6:77: `storage` needs one of `redis` or `etcd`, or is a folder"]
+        );
+        let errs = errors(&config(
+            "{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { s3: x } }",
+        ));
+        assert_eq!(
+            errs,
+            ["t.yaml:6:79: unknown key `s3` in `storage`; expected one of: redis, etcd"]
+        );
+    }
+
+    #[test]
+    fn rsa_keys_are_read_and_empty_challenges_refused() {
+        let acme =
+            loaded("{ domains: [a.example.org], challenges: [tls-alpn-01], key_type: rsa2048 }");
+        assert_eq!(acme.key_type, crate::AcmeKeyType::Rsa2048);
         let errs = errors(&config("{ domains: [a.example.org], challenges: [] }"));
         assert_eq!(
             errs,

@@ -1,9 +1,11 @@
 //! A small blocking ACME client (RFC 8555) for the ACME thread: the directory, nonces, JWS
 //! requests signed with the account's ECDSA P-256 key (ES256, RFC 7515/7518), an account, an
 //! order for a set of names, its authorizations answered by HTTP-01 or TLS-ALPN-01 through the
-//! workers' shared table, the CSR, and the certificate chain. Its own HTTP/1.1 client over
-//! rustls (`Connection: close`, one request a connection), trusting `ca` or the system's roots.
+//! workers' shared table (and, with Redis storage, the fleet's), the CSR, and the certificate
+//! chain. Its own HTTP/1.1 client over rustls (`Connection: close`, one request a
+//! connection), trusting `ca` or the system's roots.
 
+use super::redis_storage::{RedisStorage, ANSWER_SPREAD};
 use crate::listen::acme::{alpn_answer, update_table};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
@@ -14,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir_config::AcmeChallenge;
+use weir_config::{AcmeChallenge, AcmeKeyType};
 
 /// How long one HTTP exchange with the CA may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -254,6 +256,8 @@ pub struct AcmeClient {
     /// The account's URL, once created or found.
     kid: Option<String>,
     nonce: Option<String>,
+    /// The fleet's store its answers are shared through, with `storage: { redis }`.
+    pub shared_answers: Option<Arc<RedisStorage>>,
 }
 
 /// A certificate obtained: the chain and its key, both PEM.
@@ -291,6 +295,7 @@ impl AcmeClient {
             key,
             kid: None,
             nonce: None,
+            shared_answers: None,
         })
     }
 
@@ -345,11 +350,12 @@ impl AcmeClient {
     }
 
     /// Orders a certificate for `names` and answers its authorizations by the first of
-    /// `challenges` each offers; the certificate's key is a new ECDSA P-256 key.
+    /// `challenges` each offers; the certificate's key is a new key of `key_type`.
     pub fn obtain(
         &mut self,
         names: &[String],
         challenges: &[AcmeChallenge],
+        key_type: AcmeKeyType,
     ) -> Result<Issued, String> {
         let identifiers: Vec<Json> = names
             .iter()
@@ -377,7 +383,7 @@ impl AcmeClient {
             .as_str()
             .ok_or_else(|| format!("{order_url}: the order has no `finalize`"))?
             .to_string();
-        let key = rcgen::KeyPair::generate().map_err(|e| format!("certificate key: {e}"))?;
+        let key = certificate_key(key_type)?;
         let csr = rcgen::CertificateParams::new(names.to_vec())
             .and_then(|params| params.serialize_request(&key))
             .map_err(|e| format!("certificate request: {e}"))?;
@@ -427,6 +433,15 @@ impl AcmeClient {
             return Err(format!("{authz_url}: a challenge without token or url"));
         };
         let key_authorization = self.key.key_authorization(token);
+        // Shared (before the CA validates, so that any instance it reaches can answer) ahead
+        // of this instance's own table, which a failure to share leaves untouched.
+        let shared_field = match kind {
+            AcmeChallenge::Http01 => format!("http/{token}"),
+            AcmeChallenge::TlsAlpn01 => format!("alpn/{name}"),
+        };
+        if let Some(shared) = &self.shared_answers {
+            shared.share_answer(&shared_field, &key_authorization)?;
+        }
         match kind {
             AcmeChallenge::Http01 => {
                 let (token, answer) = (token.to_string(), key_authorization.clone());
@@ -442,6 +457,9 @@ impl AcmeClient {
                 });
             }
         }
+        if self.shared_answers.is_some() {
+            std::thread::sleep(ANSWER_SPREAD);
+        }
         let url = url.to_string();
         let outcome = self.post(&url, Some(&json!({}))).and_then(|_| {
             self.poll(
@@ -455,6 +473,10 @@ impl AcmeClient {
             t.http_answers.remove(&token);
             t.alpn_answers.remove(&name);
         });
+        if let Some(shared) = &self.shared_answers {
+            // Left to expire with the hash otherwise.
+            let _ = shared.withdraw_answer(&shared_field);
+        }
         outcome.map(|_| ())
     }
 
@@ -522,6 +544,28 @@ fn problem(url: &str, answer: &Response) -> String {
     format!("{url}: the CA answered {}: {body}", answer.status)
 }
 
+/// A new key for a certificate: ECDSA P-256 from ring, or RSA 2048 from the `rsa` crate (ring
+/// signs with RSA keys but cannot make them), handed to rcgen as PKCS#8 so that ring signs the
+/// request with it (RS256) and rustls serves it like any key file.
+fn certificate_key(key_type: AcmeKeyType) -> Result<rcgen::KeyPair, String> {
+    match key_type {
+        AcmeKeyType::EcdsaP256 => {
+            rcgen::KeyPair::generate().map_err(|e| format!("certificate key: {e}"))
+        }
+        AcmeKeyType::Rsa2048 => {
+            use rsa::pkcs8::EncodePrivateKey;
+            let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048)
+                .map_err(|e| format!("certificate key (RSA 2048): {e}"))?;
+            let pkcs8 = key
+                .to_pkcs8_der()
+                .map_err(|e| format!("certificate key (RSA 2048, PKCS#8): {e}"))?;
+            let der = rustls::pki_types::PrivatePkcs8KeyDer::from(pkcs8.as_bytes());
+            rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_RSA_SHA256)
+                .map_err(|e| format!("certificate key (RSA 2048): {e}"))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,5 +604,31 @@ mod tests {
         // A HEAD answer's length is that of the body a GET would get: none follows.
         let nonce = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", true).unwrap();
         assert!(nonce.body.is_empty());
+    }
+
+    #[test]
+    fn each_key_type_makes_a_key_of_its_kind_that_serves_in_rustls() {
+        for (key_type, algorithm) in [
+            (AcmeKeyType::EcdsaP256, &rcgen::PKCS_ECDSA_P256_SHA256),
+            (AcmeKeyType::Rsa2048, &rcgen::PKCS_RSA_SHA256),
+        ] {
+            let started = Instant::now();
+            let key = certificate_key(key_type).unwrap();
+            eprintln!("{key_type:?}: made in {:?}", started.elapsed());
+            assert_eq!(key.algorithm(), algorithm);
+            let cert = rcgen::CertificateParams::new(vec!["a.example.org".to_string()])
+                .unwrap()
+                .self_signed(&key)
+                .unwrap();
+            let der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+            let provider = rustls::crypto::ring::default_provider();
+            let signing = provider.key_provider.load_private_key(der).unwrap();
+            let expected = match key_type {
+                AcmeKeyType::EcdsaP256 => rustls::SignatureAlgorithm::ECDSA,
+                AcmeKeyType::Rsa2048 => rustls::SignatureAlgorithm::RSA,
+            };
+            assert_eq!(signing.algorithm(), expected);
+            assert!(!cert.der().is_empty());
+        }
     }
 }

@@ -5,12 +5,14 @@
 //! (`listen/acme.rs`), and retries failures with exponential backoff. Never on a worker.
 
 pub mod client;
+pub mod redis_storage;
 
 use crate::listen::acme::{certified_key, update_table, NameState, ACME_STATES};
 use crate::listen::tls::client_config;
 use crate::state::runtime::Runtime;
 use arc_swap::ArcSwap;
 use client::{AccountKey, AcmeClient, Issued};
+use redis_storage::{RedisLock, RedisStorage};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::io::Write;
@@ -156,6 +158,8 @@ fn publish(names: &[Managed]) {
 
 fn run(shared: &Arc<ArcSwap<Runtime>>) {
     let mut names: Vec<Managed> = Vec::new();
+    // The Redis stores (and CAs) of the blocks, whose shared answers are copied each tick.
+    let mut answer_sources: Vec<(weir_config::RedisStore, String, RedisStorage)> = Vec::new();
     loop {
         let wanted = wanted_names(&shared.load().config);
         // Names no longer configured stop being served and looked after.
@@ -195,9 +199,39 @@ fn run(shared: &Arc<ArcSwap<Runtime>>) {
             continue;
         }
         publish(&names);
+        follow_shared_answers(&names, &mut answer_sources);
         let soonest = names.iter().map(|m| m.due).min().unwrap_or(i64::MAX);
         let wait = Duration::from_secs(soonest.saturating_sub(now).max(0) as u64);
         std::thread::sleep(wait.min(CONFIG_TICK));
+    }
+}
+
+/// Copies the pending answers of each Redis store the blocks use into the workers' table
+/// (another instance may be ordering); the stores' clients are kept from tick to tick.
+fn follow_shared_answers(
+    names: &[Managed],
+    sources: &mut Vec<(weir_config::RedisStore, String, RedisStorage)>,
+) {
+    let mut wanted: Vec<(&weir_config::RedisStore, String)> = Vec::new();
+    for m in names {
+        if let Some(store) = &m.wanted.acme.storage_redis {
+            let source = (store, ca_authority(&m.wanted.acme));
+            if !wanted.contains(&source) {
+                wanted.push(source);
+            }
+        }
+    }
+    sources.retain(|(store, ca, _)| wanted.iter().any(|(s, c)| *s == store && c == ca));
+    for (store, ca) in wanted {
+        if !sources.iter().any(|(s, c, _)| s == store && *c == ca) {
+            match RedisStorage::new(store, &ca) {
+                Ok(redis) => sources.push((store.clone(), ca, redis)),
+                Err(e) => crate::log_error!("acme: the shared answers of {ca}: {e}"),
+            }
+        }
+    }
+    for (_, _, redis) in sources.iter() {
+        redis.sync_answers();
     }
 }
 
@@ -212,23 +246,22 @@ fn start(wanted: Wanted) -> Managed {
         ordering: false,
         wanted,
     };
-    let folder = storage_folder(&managed.wanted.acme);
     let name = managed.wanted.name.clone();
-    match load_stored(&folder, &name) {
-        Ok(Some(validity)) => {
+    let storage = Storage::of(&managed.wanted.acme);
+    match storage.map(|s| (s.load_stored(&name), s.describe())) {
+        Ok((Ok(Some(validity)), place)) => {
             managed.validity = Some(validity);
             managed.due = managed.renewal_time(validity);
             crate::log_info!(
-                "acme: {name}: certificate loaded from {}, valid until {}",
-                folder.display(),
+                "acme: {name}: certificate loaded from {place}, valid until {}",
                 validity.1
             );
         }
-        Ok(None) => crate::log_info!(
+        Ok((Ok(None), _)) => crate::log_info!(
             "acme: {name}: no certificate yet; entrypoint `{}` serves its default certificate for it until the order completes",
             managed.wanted.entrypoint
         ),
-        Err(e) => crate::log_error!(
+        Ok((Err(e), _)) | Err(e) => crate::log_error!(
             "acme: {name}: the stored certificate is not used ({e}); entrypoint `{}` serves its default certificate for it until a new order completes",
             managed.wanted.entrypoint
         ),
@@ -240,11 +273,11 @@ fn start(wanted: Wanted) -> Managed {
 /// is put off by the backoff.
 fn order(m: &mut Managed) {
     let name = m.wanted.name.clone();
-    let folder = storage_folder(&m.wanted.acme);
-    // Instances sharing the folder order a name one at a time: the others wait for the lock,
+    // Instances sharing the storage order a name one at a time: the others wait for the lock,
     // then find its result stored and take it instead of ordering again.
-    let outcome = lock_name(&folder, &name).and_then(|_held| {
-        if let Ok(Some(validity)) = load_stored(&folder, &name) {
+    let outcome = Storage::of(&m.wanted.acme).and_then(|storage| {
+        let _held = storage.lock(&name)?;
+        if let Ok(Some(validity)) = storage.load_stored(&name) {
             if m.renewal_time(validity) > now() {
                 return Ok((
                     validity,
@@ -252,8 +285,8 @@ fn order(m: &mut Managed) {
                 ));
             }
         }
-        let issued = obtain(&m.wanted.acme, &folder, &name)?;
-        let validity = store_and_install(&folder, &name, &issued)?;
+        let issued = obtain(&m.wanted.acme, &storage, &name)?;
+        let validity = storage.store_and_install(&name, &issued)?;
         Ok((validity, "obtained"))
     });
     m.ordering = false;
@@ -303,12 +336,15 @@ fn lock_name(folder: &Path, name: &str) -> Result<std::fs::File, String> {
     Ok(file)
 }
 
-fn obtain(acme: &Acme, folder: &Path, name: &str) -> Result<Issued, String> {
-    let key = account_key(folder)?;
+fn obtain(acme: &Acme, storage: &Storage, name: &str) -> Result<Issued, String> {
+    let key = storage.account_key()?;
     let tls = directory_tls(acme)?;
     let mut client = AcmeClient::connect(tls, &acme.directory, key)?;
+    if let Storage::Redis(redis) = storage {
+        client.shared_answers = Some(redis.clone());
+    }
     client.account(acme.email.as_deref())?;
-    client.obtain(&[name.to_string()], &acme.challenges)
+    client.obtain(&[name.to_string()], &acme.challenges, acme.key_type)
 }
 
 /// The client settings for the CA's directory: `ca`'s roots, else the system's, as for an
@@ -327,14 +363,100 @@ fn directory_tls(acme: &Acme) -> Result<Arc<rustls::ClientConfig>, String> {
 /// Where one block's files live: `storage`, then a folder per CA (a directory URL's host and
 /// port), so that accounts and certificates of different CAs do not mix.
 fn storage_folder(acme: &Acme) -> PathBuf {
-    let authority = acme
-        .directory
+    acme.storage.join(ca_authority(acme))
+}
+
+/// The directory URL's host and port, as a file name.
+fn ca_authority(acme: &Acme) -> String {
+    acme.directory
         .trim_start_matches("https://")
         .split('/')
         .next()
         .unwrap_or_default()
-        .replace([':', '[', ']'], "_");
-    acme.storage.join(authority)
+        .replace([':', '[', ']'], "_")
+}
+
+/// Where a block's account key and certificates are kept: a folder (locked with `flock`) or
+/// a fleet's Redis.
+enum Storage {
+    Folder(PathBuf),
+    Redis(Arc<RedisStorage>),
+}
+
+/// A name's lock, released when dropped (its parts are held for their `Drop` alone).
+enum Held<'a> {
+    Folder(#[allow(dead_code)] std::fs::File),
+    Redis(#[allow(dead_code)] RedisLock<'a>),
+}
+
+impl Storage {
+    fn of(acme: &Acme) -> Result<Storage, String> {
+        match &acme.storage_redis {
+            Some(store) => {
+                RedisStorage::new(store, &ca_authority(acme)).map(|r| Storage::Redis(Arc::new(r)))
+            }
+            None => Ok(Storage::Folder(storage_folder(acme))),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Storage::Folder(folder) => folder.display().to_string(),
+            Storage::Redis(redis) => redis.describe(),
+        }
+    }
+
+    fn lock(&self, name: &str) -> Result<Held<'_>, String> {
+        match self {
+            Storage::Folder(folder) => lock_name(folder, name).map(Held::Folder),
+            Storage::Redis(redis) => redis.lock(name).map(Held::Redis),
+        }
+    }
+
+    fn account_key(&self) -> Result<AccountKey, String> {
+        let redis = match self {
+            Storage::Folder(folder) => return account_key(folder),
+            Storage::Redis(redis) => redis,
+        };
+        // The first instance to store a key makes the fleet's account; the others use it.
+        if redis.get("account.key")?.is_none() {
+            let (_, pkcs8) = AccountKey::generate()?;
+            redis.set_if_absent("account.key", pem_block("PRIVATE KEY", &pkcs8).as_bytes())?;
+        }
+        let pem = redis
+            .get("account.key")?
+            .ok_or("the account key vanished from Redis")?;
+        let key = PrivateKeyDer::from_pem_slice(&pem)
+            .map_err(|e| format!("the account key in Redis: {e}"))?;
+        AccountKey::from_pkcs8(key.secret_der())
+    }
+
+    /// The stored pair for `name`, installed: see [`load_stored`].
+    fn load_stored(&self, name: &str) -> Result<Option<(i64, i64)>, String> {
+        let redis = match self {
+            Storage::Folder(folder) => return load_stored(folder, name),
+            Storage::Redis(redis) => redis,
+        };
+        match (
+            redis.get(&format!("{name}.crt"))?,
+            redis.get(&format!("{name}.key"))?,
+        ) {
+            (Some(chain), Some(key)) => install(name, &chain, &key).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn store_and_install(&self, name: &str, issued: &Issued) -> Result<(i64, i64), String> {
+        let redis = match self {
+            Storage::Folder(folder) => return store_and_install(folder, name, issued),
+            Storage::Redis(redis) => redis,
+        };
+        let validity = install(name, issued.chain_pem.as_bytes(), issued.key_pem.as_bytes())?;
+        // The key first: a reader finding the new chain finds its key.
+        redis.set(&format!("{name}.key"), issued.key_pem.as_bytes())?;
+        redis.set(&format!("{name}.crt"), issued.chain_pem.as_bytes())?;
+        Ok(validity)
+    }
 }
 
 /// The account key of `folder`, made and stored (0600) the first time.

@@ -128,7 +128,7 @@ fn watch_vm(lua: &Lua) -> mlua::Result<Arc<Watch>> {
         );
         lua.load("jit.off()").set_name("=weir").exec()?;
     }
-    Ok(Watch::new(main_state))
+    Ok(Watch::new(main_state, deadline_hook))
 }
 
 thread_local! {
@@ -180,7 +180,7 @@ fn compiled_loops_see_hooks(
 /// stops it (again at every instruction, should the script catch it), or removes itself when
 /// no script is late (the one it was set for yielded or ended meanwhile).
 #[allow(unsafe_code)]
-pub(super) unsafe extern "C-unwind" fn deadline_hook(
+unsafe extern "C-unwind" fn deadline_hook(
     state: *mut mlua::ffi::lua_State,
     _: *mut mlua::ffi::lua_Debug,
 ) {

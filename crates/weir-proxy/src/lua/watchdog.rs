@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 /// its `max_run_time` at most (plus the machine's scheduling delay).
 const WATCHDOG_TICK: Duration = Duration::from_millis(10);
 
-/// A VM's main state, set on the watchdog's thread only under [`Watch::vm`]'s lock.
-struct VmState(*mut mlua::ffi::lua_State);
+/// A VM's main state and the hook that stops its late script, used on the watchdog's thread
+/// only under [`Watch::vm`]'s lock.
+struct VmState(*mut mlua::ffi::lua_State, mlua::ffi::lua_Hook);
 
 // SAFETY: the watchdog only passes the pointer to `lua_sethook` (which LuaJIT documents as
 // safe to call asynchronously), under the lock that the VM's owner takes before closing it.
@@ -29,11 +30,12 @@ pub(super) struct Watch {
 }
 
 impl Watch {
-    /// Watches the VM whose main state is `state`, starting the watchdog if it is not running.
-    pub fn new(state: *mut mlua::ffi::lua_State) -> Arc<Watch> {
+    /// Watches the VM whose main state is `state`, to set `hook` on it when its script is late;
+    /// starts the watchdog if it is not running.
+    pub fn new(state: *mut mlua::ffi::lua_State, hook: mlua::ffi::lua_Hook) -> Arc<Watch> {
         let watch = Arc::new(Watch {
             deadline: AtomicU64::new(0),
-            vm: Mutex::new(Some(VmState(state))),
+            vm: Mutex::new(Some(VmState(state, hook))),
         });
         let watched = watchdog();
         if let Ok(mut watched) = watched.lock() {
@@ -63,17 +65,12 @@ impl Watch {
             return;
         }
         if let Ok(vm) = self.vm.lock() {
-            if let Some(VmState(state)) = *vm {
+            if let Some(VmState(state, hook)) = *vm {
                 // SAFETY: the VM is alive while its state is in the lock we hold; setting a hook
                 // is safe from another thread. Set again at every tick while the deadline is
                 // past, in case the worker cleared it at the same moment.
                 unsafe {
-                    mlua::ffi::lua_sethook(
-                        state,
-                        Some(super::vm::deadline_hook),
-                        mlua::ffi::LUA_MASKCOUNT,
-                        1,
-                    );
+                    mlua::ffi::lua_sethook(state, Some(hook), mlua::ffi::LUA_MASKCOUNT, 1);
                 }
             }
         }

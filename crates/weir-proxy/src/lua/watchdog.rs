@@ -61,17 +61,24 @@ impl Watch {
     #[allow(unsafe_code)]
     fn check(&self, now_nanos: u64) {
         let deadline = self.deadline.load(Ordering::Relaxed);
-        if deadline == 0 || now_nanos <= deadline {
+        let late = deadline != 0 && now_nanos > deadline;
+        let Ok(vm) = self.vm.lock() else {
             return;
-        }
-        if let Ok(vm) = self.vm.lock() {
-            if let Some(VmState(state, hook)) = *vm {
-                // SAFETY: the VM is alive while its state is in the lock we hold; setting a hook
-                // is safe from another thread. Set again at every tick while the deadline is
-                // past, in case the worker cleared it at the same moment.
-                unsafe {
-                    mlua::ffi::lua_sethook(state, Some(hook), mlua::ffi::LUA_MASKCOUNT, 1);
-                }
+        };
+        let Some(VmState(state, hook)) = *vm else {
+            return;
+        };
+        // SAFETY: the VM is alive while its state is in the lock we hold; reading and setting
+        // its hook is safe from another thread.
+        unsafe {
+            // The worker removing the hook while this thread sets it can leave the mask without
+            // the function, which sends every instruction through the hook dispatch for
+            // nothing: set the hook whole again, and it removes itself whole.
+            let torn =
+                mlua::ffi::lua_gethookmask(state) != 0 && mlua::ffi::lua_gethook(state).is_none();
+            // Set again at every tick while the deadline is past, for the same reason.
+            if late || torn {
+                mlua::ffi::lua_sethook(state, Some(hook), mlua::ffi::LUA_MASKCOUNT, 1);
             }
         }
     }

@@ -316,4 +316,49 @@ mod tests {
         assert_eq!(sum, 500_000_500_000);
         watch.forget_vm();
     }
+
+    thread_local! {
+        static GUARD_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    struct SetsFlagOnDrop;
+
+    impl Drop for SetsFlagOnDrop {
+        fn drop(&mut self) {
+            GUARD_DROPPED.set(true);
+        }
+    }
+
+    #[allow(unsafe_code)]
+    unsafe extern "C-unwind" fn raise_past_a_guard(state: *mut mlua::ffi::lua_State) -> i32 {
+        let _guard = SetsFlagOnDrop;
+        // SAFETY: a Lua error raised from a C function called by Lua.
+        unsafe { mlua::ffi::luaL_error(state, c"raised".as_ptr()) }
+    }
+
+    /// LuaJIT built with LUAJIT_NO_UNWIND (`.cargo/config.toml`): a Lua error goes back to its
+    /// `pcall` without the system unwinder, so it never unwinds Rust frames (which release
+    /// builds, with `panic = "abort"`, answer by aborting). The unwinder would run the guard's
+    /// `drop` on its way; LuaJIT's own unwinding does not.
+    #[test]
+    #[allow(unsafe_code)]
+    fn lua_errors_do_not_unwind_rust_frames() {
+        let lua = all_libraries();
+        GUARD_DROPPED.set(false);
+        // SAFETY: `raise_past_a_guard` is a C function raising a Lua error, called under pcall.
+        let raised = unsafe {
+            lua.exec_raw::<bool>((), |state| {
+                mlua::ffi::lua_pushcfunction(state, raise_past_a_guard);
+                let status = mlua::ffi::lua_pcall(state, 0, 0, 0);
+                mlua::ffi::lua_pushboolean(state, i32::from(status != 0));
+            })
+        }
+        .expect("pcall");
+        assert!(raised, "the error reached pcall");
+        assert!(
+            !GUARD_DROPPED.get(),
+            "LuaJIT unwound through a Rust frame: it was built without LUAJIT_NO_UNWIND \
+             (`cargo clean -p mlua-sys`)"
+        );
+    }
 }

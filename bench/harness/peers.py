@@ -7,6 +7,8 @@ from harness.procs import Proc, free_port
 
 BODY = "x" * 128  # upstream response body: a small API answer
 NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+# Debian's libnginx-mod-http-lua (with the development kit it needs), for the lua scenario.
+NGINX_LUA_MODULES = ("/usr/lib/nginx/modules/ndk_http_module.so", "/usr/lib/nginx/modules/ngx_http_lua_module.so")
 NGINX_EVENTS = "worker_connections 20000; multi_accept on;"
 
 def config(name, filename, text):
@@ -16,15 +18,16 @@ def config(name, filename, text):
 
 # ---------------------------------------------------------------- nginx
 
-def start_nginx_conf(name, port, cpus, main, load_stream=False, events=NGINX_EVENTS):
+def start_nginx_conf(name, port, cpus, main, load_stream=False, events=NGINX_EVENTS, modules=()):
     """nginx (one worker, in the foreground) with `main` (an `http` or `stream` block) as its
-    config's main part."""
-    return Proc(name, nginx_command(name, main, load_stream, events), port, cpus)
+    config's main part; `modules` are more dynamic modules' paths to load."""
+    return Proc(name, nginx_command(name, main, load_stream, events, modules), port, cpus)
 
-def nginx_command(name, main, load_stream=False, events=NGINX_EVENTS):
+def nginx_command(name, main, load_stream=False, events=NGINX_EVENTS, modules=()):
     """The command running nginx as start_nginx_conf does, its config written."""
     d = work_dir(name)
     module = f"load_module {NGINX_STREAM_MODULE};\n" if load_stream else ""
+    module += "".join(f"load_module {m};\n" for m in modules)
     _, path = config(name, "nginx.conf", f"""{module}daemon off;
 master_process on;
 worker_processes 1;

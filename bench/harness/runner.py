@@ -8,7 +8,7 @@ import argparse, os, resource, shutil, statistics, subprocess, sys, types
 
 from harness import scenarios
 from harness.common import ROOT, RESULTS, WORK, log, sh
-from harness.peers import NGINX_STREAM_MODULE
+from harness.peers import NGINX_LUA_MODULES, NGINX_STREAM_MODULE
 from harness.procs import cpu_layout
 from harness.report import measured, write_report
 
@@ -20,6 +20,8 @@ def ensure_tools():
     missing = [pkg for tool, pkg in need.items() if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}")]
     if not os.path.exists(NGINX_STREAM_MODULE):
         missing.append("libnginx-mod-stream")
+    if not all(os.path.exists(m) for m in NGINX_LUA_MODULES):
+        missing.append("libnginx-mod-http-lua")
     if missing:
         log(f"installing {' '.join(missing)} from apt")
         sudo = [] if os.geteuid() == 0 else ["sudo"]

@@ -465,7 +465,9 @@ fn one_script(script: &str, lua_extra: &str, workers: usize) -> String {
 #[test]
 fn a_script_that_does_not_yield_is_stopped_and_the_worker_serves_on() {
     let weir = Weir::start(&one_script(
-        "if ngx.var.arg_spin then while true do end end\nngx.say('fine')",
+        "if ngx.var.arg_spin then while true do end end\n\
+         if ngx.var.arg_sum then local n = 0 for i = 1, math.huge do n = n + i % 7 end end\n\
+         ngx.say('fine, jit ', tostring(jit.status()))",
         "  max_run_time: 200ms\n",
         1,
     ));
@@ -478,8 +480,18 @@ fn a_script_that_does_not_yield_is_stopped_and_the_worker_serves_on() {
         line.contains("ERROR") && line.contains("router `script`"),
         "{line}"
     );
-    // The one worker is free again.
-    assert_eq!(get(weir.addr(), "localhost", "/").text(), "fine\n");
+    // The one worker is free again, the JIT compiler on (the loops above ran compiled).
+    assert_eq!(
+        get(weir.addr(), "localhost", "/").text(),
+        "fine, jit true\n"
+    );
+    let started = Instant::now();
+    assert_eq!(get(weir.addr(), "localhost", "/?sum=1").status, 500);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        get(weir.addr(), "localhost", "/").text(),
+        "fine, jit true\n"
+    );
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod phases;
 mod request;
 mod shared_dict;
 mod vm;
+mod watchdog;
 
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::error::{ErrorKind, LocalError};

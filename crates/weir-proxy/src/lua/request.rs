@@ -2,6 +2,7 @@
 //! and user variables ([`RequestState`]); the request whose coroutine is running
 //! ([`with_request`]), set around each resume by [`drive`], with its deadline.
 
+use super::watchdog::Watch;
 use crate::http::codec::RequestHead;
 use crate::http::Scheme;
 use crate::reply::Reply;
@@ -172,27 +173,36 @@ pub(super) fn with_request<R>(f: impl FnOnce(&mut RequestState) -> R) -> mlua::R
 
 /// One run of Lua between yields: its request is the current one and its deadline armed,
 /// until dropped.
-pub(super) struct Slice {
+pub(super) struct Slice<'vm> {
     previous: Option<Rc<RefCell<RequestState>>>,
     previous_deadline: Option<Instant>,
+    watch: &'vm Watch,
 }
 
-impl Slice {
-    pub fn start(state: Option<Rc<RefCell<RequestState>>>, max_run_time: Duration) -> Slice {
+impl Slice<'_> {
+    pub fn start(
+        state: Option<Rc<RefCell<RequestState>>>,
+        max_run_time: Duration,
+        watch: &Watch,
+    ) -> Slice<'_> {
         let previous = CURRENT.with_borrow_mut(|current| std::mem::replace(current, state));
-        let previous_deadline = DEADLINE.replace(Some(Instant::now() + max_run_time));
+        let deadline = Instant::now() + max_run_time;
+        let previous_deadline = DEADLINE.replace(Some(deadline));
+        watch.set_deadline(Some(deadline));
         Slice {
             previous,
             previous_deadline,
+            watch,
         }
     }
 }
 
-impl Drop for Slice {
+impl Drop for Slice<'_> {
     fn drop(&mut self) {
         let previous = self.previous.take();
         CURRENT.with_borrow_mut(|current| *current = previous);
         DEADLINE.set(self.previous_deadline);
+        self.watch.set_deadline(self.previous_deadline);
     }
 }
 
@@ -203,10 +213,11 @@ pub(super) async fn drive(
     function: Function,
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
+    watch: &Watch,
 ) -> mlua::Result<()> {
     let mut run = pin!(thread.into_async::<MultiValue>(function));
     poll_fn(|cx| {
-        let _slice = Slice::start(Some(state.clone()), max_run_time);
+        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
         loop {
             match poll_next(run.as_mut(), cx) {
                 Poll::Pending => return Poll::Pending,

@@ -4,15 +4,13 @@
 //! script compiled once into a function.
 
 use super::request::{self, RequestState};
+use super::watchdog::Watch;
 use super::{cjson, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, LuaProgram};
 use mlua::{Function, Lua};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
-
-/// How often (in VM instructions) the hook checks the running script's deadline: at a few
-/// nanoseconds an instruction, well under a millisecond between checks.
-const DEADLINE_CHECK_EVERY: std::ffi::c_int = 10_000;
 
 /// A worker's VM and the program's scripts compiled in it.
 pub(super) struct WorkerVm {
@@ -22,6 +20,15 @@ pub(super) struct WorkerVm {
     traced: Function,
     functions: Vec<Function>,
     max_run_time: std::time::Duration,
+    /// The running script's deadline, for the watchdog that stops it.
+    watch: Arc<Watch>,
+}
+
+impl Drop for WorkerVm {
+    fn drop(&mut self) {
+        // Before the VM closes: the watchdog must not set a hook on it any more.
+        self.watch.forget_vm();
+    }
 }
 
 thread_local! {
@@ -62,12 +69,12 @@ impl WorkerVm {
             package.set("path", path.replace(";;", &format!(";{default};")))?;
         }
         let max_run_time = settings.max_run_time;
-        install_deadline_hook(&lua)?;
+        let watch = watch_vm(&lua)?;
         for code in [&settings.init, &settings.init_worker]
             .into_iter()
             .flatten()
         {
-            let _slice = request::Slice::start(None, max_run_time);
+            let _slice = request::Slice::start(None, max_run_time, &watch);
             lua.load(code.source.as_str())
                 .set_name(code.chunk_name.as_str())
                 .exec()?;
@@ -88,6 +95,7 @@ impl WorkerVm {
             traced,
             functions,
             max_run_time,
+            watch,
         })
     }
 
@@ -100,30 +108,77 @@ impl WorkerVm {
     ) -> mlua::Result<()> {
         let thread = self.lua.create_thread(self.traced.clone())?;
         let function = self.functions[index].clone();
-        request::drive(thread, function, state, self.max_run_time).await
+        request::drive(thread, function, state, self.max_run_time, &self.watch).await
     }
 }
 
-/// Stops a script that runs past its deadline without yielding. LuaJIT's hooks are the VM's,
-/// not a coroutine's, so one covers every request (mlua's own hook is for one coroutine and
-/// removes itself in any other). Compiled traces never call hooks, so the JIT compiler is
-/// turned off: a loop would otherwise run as machine code past any deadline.
+/// Watches `lua` for scripts that run past their deadline without yielding (the watchdog
+/// then sets [`deadline_hook`] on it), with LuaJIT's JIT compiler on.
 #[allow(unsafe_code)]
-fn install_deadline_hook(lua: &Lua) -> mlua::Result<()> {
-    lua.load("jit.off()").set_name("=weir").exec()?;
-    // SAFETY: sets a hook function on the VM's main state, which mlua holds for the call.
-    unsafe {
-        lua.exec_raw::<()>((), |state| {
-            mlua::ffi::lua_sethook(
-                state,
-                Some(deadline_hook),
-                mlua::ffi::LUA_MASKCOUNT,
-                DEADLINE_CHECK_EVERY,
-            );
-        })
+fn watch_vm(lua: &Lua) -> mlua::Result<Arc<Watch>> {
+    let mut main_state = std::ptr::null_mut();
+    // SAFETY: only reads the pointer of the VM's main state, which lives as long as `lua`
+    // (LuaJIT's hooks are the VM's, so this state stands for all of its coroutines).
+    unsafe { lua.exec_raw::<()>((), |state| main_state = state)? };
+    if !compiled_loops_see_hooks(lua, main_state)? {
+        crate::log_error!(
+            "lua: LuaJIT was built without LUAJIT_ENABLE_CHECKHOOK (a cargo target directory \
+             older than .cargo/config.toml: `cargo clean -p mlua-sys`), so a compiled loop \
+             could not be stopped: the JIT compiler is off"
+        );
+        lua.load("jit.off()").set_name("=weir").exec()?;
     }
+    Ok(Watch::new(main_state, deadline_hook))
 }
 
+thread_local! {
+    /// Calls of [`count_probe_calls`] on this thread.
+    static PROBE_HOOK_CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn count_probe_calls(
+    _: *mut mlua::ffi::lua_State,
+    _: *mut mlua::ffi::lua_Debug,
+) {
+    PROBE_HOOK_CALLS.set(PROBE_HOOK_CALLS.get() + 1);
+}
+
+/// Whether this LuaJIT's compiled loops leave for the interpreter when a hook is set: a loop
+/// is compiled, then run with an every-instruction hook, which is called for each iteration
+/// only if the trace gave way to the interpreter.
+#[allow(unsafe_code)]
+fn compiled_loops_see_hooks(
+    lua: &Lua,
+    main_state: *mut mlua::ffi::lua_State,
+) -> mlua::Result<bool> {
+    const ITERATIONS: u32 = 1000;
+    let probe: Function = lua
+        .load("return function(n) local s = 0 for i = 1, n do s = s + i end return s end")
+        .set_name("=weir")
+        .eval()?;
+    probe.call::<()>(ITERATIONS)?;
+    probe.call::<()>(ITERATIONS)?;
+    PROBE_HOOK_CALLS.set(0);
+    // SAFETY: sets, then removes, a hook that only counts, on the VM's main state.
+    unsafe {
+        mlua::ffi::lua_sethook(
+            main_state,
+            Some(count_probe_calls),
+            mlua::ffi::LUA_MASKCOUNT,
+            1,
+        );
+    }
+    let run = probe.call::<()>(ITERATIONS);
+    // SAFETY: as above.
+    unsafe { mlua::ffi::lua_sethook(main_state, None, 0, 0) };
+    run?;
+    Ok(PROBE_HOOK_CALLS.get() >= ITERATIONS)
+}
+
+/// Set by the watchdog once the running script has passed its deadline: raises the error that
+/// stops it (again at every instruction, should the script catch it), or removes itself when
+/// no script is late (the one it was set for yielded or ended meanwhile).
 #[allow(unsafe_code)]
 unsafe extern "C-unwind" fn deadline_hook(
     state: *mut mlua::ffi::lua_State,
@@ -138,6 +193,9 @@ unsafe extern "C-unwind" fn deadline_hook(
                 c"ran longer than lua.max_run_time without yielding".as_ptr(),
             );
         }
+    } else {
+        // SAFETY: removing the hook from inside it is what `lua_sethook` allows any time.
+        unsafe { mlua::ffi::lua_sethook(state, None, 0, 0) };
     }
 }
 
@@ -158,7 +216,7 @@ impl WorkerVm {
         state: &Rc<RefCell<RequestState>>,
     ) -> mlua::Result<()> {
         let thread = self.lua.create_thread(self.traced.clone())?;
-        let _slice = request::Slice::start(Some(state.clone()), self.max_run_time);
+        let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
         thread.resume::<mlua::MultiValue>(self.functions[index].clone())?;
         let exited = state.borrow().exit.is_some();
         if thread.status() == mlua::ThreadStatus::Resumable && !exited {
@@ -216,14 +274,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_runaway_loop_is_stopped() {
+    fn a_runaway_loop_is_stopped_with_the_jit_on() {
         let lua = all_libraries();
-        install_deadline_hook(&lua).expect("a hook");
-        let _slice = request::Slice::start(None, std::time::Duration::from_millis(50));
-        let started = Instant::now();
-        let result = lua.load("while true do end").exec();
-        assert!(result.is_err(), "{result:?}");
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let watch = watch_vm(&lua).expect("a watch");
+        let jit_on: bool = lua.load("return jit.status()").eval().expect("jit.status");
+        assert!(jit_on, "the JIT compiler is on");
+        lua.load("traces = 0 jit.attach(function(what) if what == 'stop' then traces = traces + 1 end end, 'trace')")
+            .exec()
+            .expect("jit.attach");
+        for runaway in [
+            "while true do end",
+            "local n = 0 while true do n = n + 1 end",
+            "local t = {} for i = 1, math.huge do t[i % 64] = i * 2 end",
+        ] {
+            let _slice = request::Slice::start(None, std::time::Duration::from_millis(50), &watch);
+            let started = Instant::now();
+            let result = lua.load(runaway).exec();
+            let message = format!("{result:?}");
+            assert!(message.contains("lua.max_run_time"), "{runaway}: {message}");
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+        let traces: i64 = lua.load("return traces").eval().expect("traces");
+        assert!(traces >= 3, "each loop was compiled: {traces} traces");
         let thread = lua
             .create_thread(
                 lua.load("local n = 0 while true do n = n + 1 end")
@@ -231,8 +303,62 @@ mod tests {
                     .expect("f"),
             )
             .expect("thread");
-        let _slice = request::Slice::start(None, std::time::Duration::from_millis(50));
+        let slice = request::Slice::start(None, std::time::Duration::from_millis(50), &watch);
         let result = thread.resume::<()>(());
         assert!(result.is_err(), "{result:?}");
+        drop(slice);
+        // A script that is not late runs on: a hook left from the stopped one removes itself.
+        let _slice = request::Slice::start(None, std::time::Duration::from_secs(30), &watch);
+        let sum: i64 = lua
+            .load("local n = 0 for i = 1, 1000000 do n = n + i end return n")
+            .eval()
+            .expect("a sum");
+        assert_eq!(sum, 500_000_500_000);
+        watch.forget_vm();
+    }
+
+    thread_local! {
+        static GUARD_DROPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    struct SetsFlagOnDrop;
+
+    impl Drop for SetsFlagOnDrop {
+        fn drop(&mut self) {
+            GUARD_DROPPED.set(true);
+        }
+    }
+
+    #[allow(unsafe_code)]
+    unsafe extern "C-unwind" fn raise_past_a_guard(state: *mut mlua::ffi::lua_State) -> i32 {
+        let _guard = SetsFlagOnDrop;
+        // SAFETY: a Lua error raised from a C function called by Lua.
+        unsafe { mlua::ffi::luaL_error(state, c"raised".as_ptr()) }
+    }
+
+    /// LuaJIT built with LUAJIT_NO_UNWIND (`.cargo/config.toml`): a Lua error goes back to its
+    /// `pcall` without the system unwinder, so it never unwinds Rust frames (which release
+    /// builds, with `panic = "abort"`, answer by aborting). The unwinder would run the guard's
+    /// `drop` on its way; LuaJIT's own unwinding does not.
+    #[test]
+    #[allow(unsafe_code)]
+    fn lua_errors_do_not_unwind_rust_frames() {
+        let lua = all_libraries();
+        GUARD_DROPPED.set(false);
+        // SAFETY: `raise_past_a_guard` is a C function raising a Lua error, called under pcall.
+        let raised = unsafe {
+            lua.exec_raw::<bool>((), |state| {
+                mlua::ffi::lua_pushcfunction(state, raise_past_a_guard);
+                let status = mlua::ffi::lua_pcall(state, 0, 0, 0);
+                mlua::ffi::lua_pushboolean(state, i32::from(status != 0));
+            })
+        }
+        .expect("pcall");
+        assert!(raised, "the error reached pcall");
+        assert!(
+            !GUARD_DROPPED.get(),
+            "LuaJIT unwound through a Rust frame: it was built without LUAJIT_NO_UNWIND \
+             (`cargo clean -p mlua-sys`)"
+        );
     }
 }

@@ -1,0 +1,60 @@
+"""OpenResty's Lua (issue 36, seed 003): the same scripts in nginx with Debian's
+libnginx-mod-http-lua (`content_by_lua_block`, `access_by_lua_block`) and in weir (its `lua`
+action and middleware), one worker each.
+
+- lua-hello: `ngx.say("hello world")`.
+- lua-1m: a 1 MB body built with `string.rep` at each request.
+- lua-access: an access script (reading `ngx.var.uri`) in front of a proxied route.
+Not yet: lua-resty-redis's INCR per request (weir has no cosockets yet; docs/lua.md).
+"""
+from harness.load import wrk_measure, wrk_script
+from harness.peers import (NGINX_LUA_MODULES, NGINX_PROXY_LOC, http_targets, nginx_http, nginx_upstream_block,
+                           start_nginx_conf, start_upstream, start_weir, weir_service, weir_yaml)
+from harness.procs import Procs, free_port
+from harness.report import measured
+from harness.runner import interleave
+
+NAME, ORDER, PEERS = "lua", 78, ("nginx",)
+HELLO = "ngx.say('hello world')"
+ONE_MB = "ngx.print(string.rep('x', 1048576))"
+ACCESS = "if ngx.var.uri == '/forbidden' then return ngx.exit(403) end"
+
+
+def run(ctx):
+    conns = ctx.conn_levels[0]
+    out = {}
+    with Procs() as procs:
+        up_port, ng_port, we_port = free_port(), free_port(), free_port()
+        procs.add(start_upstream(ctx, up_port))
+        ng = procs.add(start_nginx_conf("nginx-lua", ng_port, ctx.proxy_cpus, nginx_http("nginx-lua", f"""{nginx_upstream_block(up_port, conns)}
+  server {{
+    listen 127.0.0.1:{ng_port} backlog=4096;
+    location = /hello {{ content_by_lua_block {{ {HELLO} }} }}
+    location = /1m {{ content_by_lua_block {{ {ONE_MB} }} }}
+    location /proxied {{ access_by_lua_block {{ {ACCESS} }} {NGINX_PROXY_LOC} }}
+  }}"""), modules=NGINX_LUA_MODULES))
+        routers = f"""  hello:
+    rule: "Path(`/hello`)"
+    lua: {{ content: "{HELLO}" }}
+  one-mb:
+    rule: "Path(`/1m`)"
+    lua: {{ content: "{ONE_MB}" }}
+  proxied:
+    rule: "PathPrefix(`/proxied`)"
+    middlewares: [gate]
+    service: up
+"""
+        gate = f"""middlewares:
+  gate:
+    lua: {{ access: "{ACCESS}" }}
+"""
+        we = procs.add(start_weir(ctx.weir, "weir-lua", we_port,
+                                  weir_yaml(we_port, routers, gate + weir_service(up_port, conns)), ctx.proxy_cpus))
+        for label, path in (("lua-hello", "/hello"), ("lua-1m", "/1m"), ("lua-access", "/proxied/")):
+            targets = http_targets(path, ("nginx", ng), ("weir", we))
+            res = interleave(f"{label}-c{conns}", targets, wrk_measure(ctx, conns, wrk_script("plain")), ctx.rounds)
+            if label == "lua-1m":
+                for _, m in measured(res):
+                    m["mb_per_s"] = m["rps"] * (1 << 20) / 1e6
+            out[f"{label}-c{conns}"] = res
+    return out

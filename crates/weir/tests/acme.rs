@@ -4,8 +4,10 @@
 //! see chained to Pebble's root; a restart loads it from storage without a new order; a
 //! renewal swaps it in while a connection stays open and requests keep succeeding; a CA that
 //! is down leaves the placeholder served, retried with backoff and reported; a CA's refusal
-//! is logged as the CA wrote it; two instances on one Redis order once; a Redis that is down
-//! fails no request and delays the order until it is back; RSA 2048 keys end to end.
+//! is logged as the CA wrote it; two instances on one Redis, or one etcd, order once; a Redis
+//! or an etcd that is down fails no request and delays the order until it is back; a
+//! validation reaching the instance that did not order is answered from the shared answers;
+//! RSA 2048 keys end to end.
 
 mod common;
 use common::*;
@@ -517,23 +519,69 @@ fn rsa2048_keys_are_ordered_served_stored_and_loaded_again() {
     loaded_again_at_restart(&config, tls_port, "rsa.example.org", &pebble, &leaf);
 }
 
-/// `setup`'s config with `storage` in the Redis at `endpoint` instead of a folder.
-fn on_redis(setup: &Setup, endpoint: &str) -> String {
-    setup.config.replace(
-        &format!("storage: \"{}\"", setup.storage.display()),
-        &format!("storage: {{ redis: {{ endpoints: [\"{endpoint}\"], key_prefix: \"fleet:\" }} }}"),
-    )
+/// A fleet's shared ACME store: a real Redis or a real etcd.
+enum Fleet {
+    Redis(Redis),
+    Etcd(Etcd),
 }
 
-#[test]
-fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
-    // Pebble validates on the first instance's ports; whichever instance takes the name's
-    // lock in Redis first orders (when it is the second, the first, waiting for the lock,
-    // answers from the shared answers); the other then loads the result from Redis.
-    let redis = Redis::start();
+impl Fleet {
+    /// `setup`'s config with `storage` in this store, under the prefix `fleet`, instead of
+    /// a folder.
+    fn config(&self, setup: &Setup) -> String {
+        let storage = match self {
+            Fleet::Redis(redis) => format!(
+                "storage: {{ redis: {{ endpoints: [\"{}\"], key_prefix: \"fleet:\" }} }}",
+                redis.endpoint()
+            ),
+            Fleet::Etcd(etcd) => format!(
+                "storage: {{ etcd: {{ endpoints: [\"{}\"], key_prefix: /fleet/ }} }}",
+                etcd.endpoint()
+            ),
+        };
+        setup.config.replace(
+            &format!("storage: \"{}\"", setup.storage.display()),
+            &storage,
+        )
+    }
+
+    /// The keys stored under `fleet` `acme/`, without the store's prefix, sorted.
+    fn acme_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = match self {
+            Fleet::Redis(redis) => redis_cli(redis.port, &["KEYS", "fleet:acme/*"])
+                .lines()
+                .filter_map(|k| k.strip_prefix("fleet:"))
+                .map(String::from)
+                .collect(),
+            Fleet::Etcd(etcd) => {
+                let (ok, out) = etcd.ctl(&["get", "--prefix", "--keys-only", "/fleet/acme/"]);
+                assert!(ok, "etcdctl get");
+                out.lines()
+                    .filter_map(|k| k.strip_prefix("/fleet/"))
+                    .map(String::from)
+                    .collect()
+            }
+        };
+        keys.sort();
+        keys
+    }
+
+    /// How the log names it.
+    fn log_name(&self) -> &str {
+        match self {
+            Fleet::Redis(_) => "redis 127.0.0.1:",
+            Fleet::Etcd(_) => "etcd 127.0.0.1:",
+        }
+    }
+}
+
+/// Pebble validates on the first instance's ports; whichever instance takes the name's lock
+/// in `fleet` first orders (when it is the second, the first, waiting for the lock, answers
+/// from the shared answers); the other then loads the result from the store.
+fn two_instances_on_one_store_order_once(fleet: Fleet) {
     let keys = "domains: [fleet.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
-    let config = on_redis(&setup, &redis.endpoint());
+    let config = fleet.config(&setup);
     let (other_config, other_tls) = on_other_ports(&config, setup.http_port, setup.tls_port);
     let first = Weir::start(&config);
     let second = Weir::start(&other_config);
@@ -564,12 +612,7 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
     assert!(verified);
     assert_eq!(leaf, second_leaf);
     assert_eq!(setup.pebble.issued(), 1);
-    // Kept in Redis under the prefix and the CA, nothing in a folder; the lock released.
-    let mut keys: Vec<String> = redis_cli(redis.port, &["KEYS", "fleet:acme/*"])
-        .lines()
-        .map(String::from)
-        .collect();
-    keys.sort();
+    // Kept in the store under the prefix and the CA, nothing in a folder; the lock released.
     let ca = setup
         .pebble
         .directory
@@ -579,15 +622,15 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
         .unwrap()
         .replace(':', "_");
     assert_eq!(
-        keys,
+        fleet.acme_keys(),
         [
-            format!("fleet:acme/{ca}/account.key"),
-            format!("fleet:acme/{ca}/fleet.example.org.crt"),
-            format!("fleet:acme/{ca}/fleet.example.org.key"),
+            format!("acme/{ca}/account.key"),
+            format!("acme/{ca}/fleet.example.org.crt"),
+            format!("acme/{ca}/fleet.example.org.key"),
         ]
     );
     assert!(!setup.storage.exists());
-    // A restart loads it from Redis without a new order.
+    // A restart loads it from the store without a new order.
     drop(first);
     let line = loaded_again_at_restart(
         &config,
@@ -596,7 +639,20 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
         &setup.pebble,
         &leaf,
     );
-    assert!(line.contains("loaded from redis 127.0.0.1:"), "{line}");
+    assert!(
+        line.contains(&format!("loaded from {}", fleet.log_name())),
+        "{line}"
+    );
+}
+
+#[test]
+fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
+    two_instances_on_one_store_order_once(Fleet::Redis(Redis::start()));
+}
+
+#[test]
+fn two_instances_on_one_etcd_order_once_and_both_serve_the_certificate() {
+    two_instances_on_one_store_order_once(Fleet::Etcd(Etcd::start()));
 }
 
 /// For `time`, plain and TLS requests (for `name`, whatever certificate it has) all succeed.
@@ -622,7 +678,11 @@ fn a_redis_that_hangs_mid_order_fails_no_request_and_the_order_completes_after()
     let redis = Redis::start();
     let keys = "domains: [hung.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
-    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    let fleet = Fleet::Redis(redis);
+    let weir = Weir::start(&fleet.config(&setup));
+    let Fleet::Redis(redis) = &fleet else {
+        unreachable!()
+    };
     wait_for(&weir, "hung.example.org: no certificate yet", 1, ORDER_WAIT);
     redis.pause(true);
     requests_keep_succeeding(&setup, "hung.example.org", Duration::from_secs(4));
@@ -636,36 +696,62 @@ fn a_redis_that_hangs_mid_order_fails_no_request_and_the_order_completes_after()
     assert!(locks.is_empty(), "{locks}");
 }
 
-#[test]
-fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
-    let mut redis = Redis::start();
-    redis.stop();
+/// `fleet`, stopped before weir starts: the order fails and every request is served
+/// meanwhile; started again, the order completes at the next try.
+fn a_store_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back(mut fleet: Fleet) {
+    match &mut fleet {
+        Fleet::Redis(redis) => redis.stop(),
+        Fleet::Etcd(etcd) => etcd.stop(),
+    }
     let keys = "domains: [late.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
-    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    let weir = Weir::start(&fleet.config(&setup));
     let line = wait_for(&weir, "late.example.org: order failed", 1, ORDER_WAIT);
-    assert!(line.contains("redis 127.0.0.1:"), "{line}");
+    assert!(line.contains(fleet.log_name()), "{line}");
     // Meanwhile every request is served (the placeholder for the name, plain HTTP as ever).
     requests_keep_succeeding(&setup, "late.example.org", Duration::from_secs(2));
-    redis.restart();
-    // Retried after the backoff (10 s), now with Redis back.
+    match &mut fleet {
+        Fleet::Redis(redis) => redis.restart(),
+        Fleet::Etcd(etcd) => etcd.restart(),
+    }
+    // Retried after the backoff (10 s), now with the store back.
     let root = setup.pebble.root();
     obtained_and_served(&weir, 1, setup.tls_port, "late.example.org", &root);
     assert_eq!(setup.pebble.issued(), 1);
-    assert!(redis_cli(redis.port, &["KEYS", "weir:*"]).is_empty());
-    assert!(!redis_cli(redis.port, &["KEYS", "fleet:acme/*late.example.org.crt"]).is_empty());
+    let stored = fleet.acme_keys();
+    assert!(
+        stored.iter().any(|k| k.ends_with("/late.example.org.crt")),
+        "{stored:?}"
+    );
+    assert!(!stored.iter().any(|k| k.ends_with(".lock")), "{stored:?}");
+    if let Fleet::Redis(redis) = &fleet {
+        assert!(redis_cli(redis.port, &["KEYS", "weir:*"]).is_empty());
+    }
+}
+
+#[test]
+fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
+    a_store_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back(Fleet::Redis(
+        Redis::start(),
+    ));
+}
+
+#[test]
+fn an_etcd_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
+    a_store_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back(Fleet::Etcd(
+        Etcd::start(),
+    ));
 }
 
 /// Active-active: instance B holds Pebble's validation ports (and orders its own name first);
-/// instance A, on other ports, orders `a.example.org` by `challenge` through the same Redis
-/// (`field`: the start of the shared answer's name).
-/// The CA's validation reaches B, which answers from the answers A shared in Redis.
-fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &str) {
-    let redis = Redis::start();
+/// instance A, on other ports, orders `a.example.org` by `challenge` through the same store
+/// `fleet` (`field`: the start of the shared answer's name).
+/// The CA's validation reaches B, which answers from the answers A shared in the store.
+fn validation_reaching_the_other_instance_is_answered(fleet: Fleet, challenge: &str, field: &str) {
     let b_keys =
         "domains: [b.example.org], challenges: [tls-alpn-01, http-01], http_entrypoint: web";
     let setup = with_pebble(3600, b_keys, "");
-    let b_config = on_redis(&setup, &redis.endpoint());
+    let b_config = fleet.config(&setup);
     let a_keys =
         format!("domains: [a.example.org], challenges: [{challenge}], http_entrypoint: web");
     let (a_config, a_tls) = on_other_ports(
@@ -688,16 +774,28 @@ fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &s
     assert!(line.contains("` shared by another instance"), "{line}");
     assert_eq!(setup.pebble.issued(), 2);
     // The answer is withdrawn from the store once validated.
-    let answers = redis_cli(redis.port, &["KEYS", "fleet:acme/*answers"]);
-    assert!(answers.is_empty(), "{answers}");
+    let answers: Vec<String> = fleet
+        .acme_keys()
+        .into_iter()
+        .filter(|k| k.contains("answers"))
+        .collect();
+    assert!(answers.is_empty(), "{answers:?}");
 }
 
 #[test]
 fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_redis() {
-    validation_reaching_the_other_instance_is_answered("tls-alpn-01", "alpn/a.example.org");
+    let fleet = Fleet::Redis(Redis::start());
+    validation_reaching_the_other_instance_is_answered(fleet, "tls-alpn-01", "alpn/a.example.org");
 }
 
 #[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
-    validation_reaching_the_other_instance_is_answered("http-01", "http/");
+    let fleet = Fleet::Redis(Redis::start());
+    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/");
+}
+
+#[test]
+fn an_http_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
+    let fleet = Fleet::Etcd(Etcd::start());
+    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/");
 }

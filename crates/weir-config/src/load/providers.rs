@@ -25,7 +25,9 @@ impl Loader<'_> {
             return Providers::default();
         };
         Providers {
-            etcd: f.get("etcd").and_then(|n| self.etcd_store(n, EtcdUse::Provider)),
+            etcd: f
+                .get("etcd")
+                .and_then(|n| self.etcd_store(n, EtcdUse::Provider)),
         }
     }
 

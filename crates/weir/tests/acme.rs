@@ -795,6 +795,12 @@ fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
 }
 
 #[test]
+fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
+    let fleet = Fleet::Etcd(Etcd::start());
+    validation_reaching_the_other_instance_is_answered(fleet, "tls-alpn-01", "alpn/a.example.org");
+}
+
+#[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
     let fleet = Fleet::Etcd(Etcd::start());
     validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/");

@@ -495,3 +495,16 @@ fn fill(stream: &mut EtcdStream, buf: &mut Vec<u8>) -> Result<usize, String> {
     buf.extend_from_slice(&chunk[..n]);
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefix_range_ends_past_every_key_starting_with_it() {
+        assert_eq!(prefix_end(b"/weir/acme/answers/"), b"/weir/acme/answers0");
+        assert_eq!(prefix_end(b"a\xff\xff"), b"b");
+        // Nothing but 0xff: every key, as etcd's `--prefix` of it.
+        assert_eq!(prefix_end(b"\xff"), b"\0");
+    }
+}

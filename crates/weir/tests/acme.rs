@@ -534,10 +534,16 @@ impl Fleet {
                 "storage: {{ redis: {{ endpoints: [\"{}\"], key_prefix: \"fleet:\" }} }}",
                 redis.endpoint()
             ),
-            Fleet::Etcd(etcd) => format!(
-                "storage: {{ etcd: {{ endpoints: [\"{}\"], key_prefix: /fleet/ }} }}",
-                etcd.endpoint()
-            ),
+            Fleet::Etcd(etcd) => {
+                let user = match etcd.user.as_deref().and_then(|u| u.split_once(':')) {
+                    Some((name, password)) => format!(", username: {name}, password: {password}"),
+                    None => String::new(),
+                };
+                format!(
+                    "storage: {{ etcd: {{ endpoints: [\"{}\"], key_prefix: /fleet/{user} }} }}",
+                    etcd.endpoint()
+                )
+            }
         };
         setup.config.replace(
             &format!("storage: \"{}\"", setup.storage.display()),
@@ -747,7 +753,13 @@ fn an_etcd_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back
 /// instance A, on other ports, orders `a.example.org` by `challenge` through the same store
 /// `fleet` (`field`: the start of the shared answer's name).
 /// The CA's validation reaches B, which answers from the answers A shared in the store.
-fn validation_reaching_the_other_instance_is_answered(fleet: Fleet, challenge: &str, field: &str) {
+/// `meanwhile` is done to the store between B's order and A's start.
+fn validation_reaching_the_other_instance_is_answered(
+    mut fleet: Fleet,
+    challenge: &str,
+    field: &str,
+    meanwhile: impl FnOnce(&mut Fleet),
+) {
     let b_keys =
         "domains: [b.example.org], challenges: [tls-alpn-01, http-01], http_entrypoint: web";
     let setup = with_pebble(3600, b_keys, "");
@@ -762,6 +774,7 @@ fn validation_reaching_the_other_instance_is_answered(fleet: Fleet, challenge: &
     let b = Weir::start(&b_config);
     let root = setup.pebble.root();
     obtained_and_served(&b, 1, setup.tls_port, "b.example.org", &root);
+    meanwhile(&mut fleet);
     let a = Weir::start(&a_config);
     obtained_and_served(&a, 1, a_tls, "a.example.org", &root);
     // B answered, from the store; A's own ports were never asked.
@@ -785,23 +798,53 @@ fn validation_reaching_the_other_instance_is_answered(fleet: Fleet, challenge: &
 #[test]
 fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_redis() {
     let fleet = Fleet::Redis(Redis::start());
-    validation_reaching_the_other_instance_is_answered(fleet, "tls-alpn-01", "alpn/a.example.org");
+    validation_reaching_the_other_instance_is_answered(
+        fleet,
+        "tls-alpn-01",
+        "alpn/a.example.org",
+        |_| {},
+    );
 }
 
 #[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
     let fleet = Fleet::Redis(Redis::start());
-    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/");
+    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/", |_| {});
 }
 
 #[test]
 fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
     let fleet = Fleet::Etcd(Etcd::start());
-    validation_reaching_the_other_instance_is_answered(fleet, "tls-alpn-01", "alpn/a.example.org");
+    validation_reaching_the_other_instance_is_answered(
+        fleet,
+        "tls-alpn-01",
+        "alpn/a.example.org",
+        |_| {},
+    );
 }
 
 #[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
     let fleet = Fleet::Etcd(Etcd::start());
-    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/");
+    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/", |_| {});
+}
+
+#[test]
+fn an_etcd_with_authentication_that_forgot_its_tokens_still_shares_the_answers() {
+    // B's ACME thread keeps its etcd token from tick to tick; turning authentication off and
+    // on makes etcd forget every token, so B authenticates again to read A's answers.
+    let mut etcd = Etcd::start();
+    etcd.require_auth("s3cret");
+    let forget_tokens = |fleet: &mut Fleet| {
+        if let Fleet::Etcd(etcd) = fleet {
+            assert!(etcd.ctl(&["auth", "disable"]).0, "auth disable");
+            assert!(etcd.ctl(&["auth", "enable"]).0, "auth enable");
+        }
+    };
+    validation_reaching_the_other_instance_is_answered(
+        Fleet::Etcd(etcd),
+        "http-01",
+        "http/",
+        forget_tokens,
+    );
 }

@@ -8,7 +8,7 @@ use base64::Engine;
 use serde_json::Value as Json;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir_config::{EtcdProvider, UpstreamProtocol, UpstreamTls};
 
@@ -36,6 +36,9 @@ pub struct Etcd {
     config: EtcdProvider,
     /// For `https://` endpoints.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// The key operations' last token and the endpoint that gave it, reused: the ACME
+    /// thread asks every second, and each authentication costs etcd a password hash.
+    key_token: Mutex<Option<(String, String)>>,
 }
 
 impl Etcd {
@@ -54,7 +57,11 @@ impl Etcd {
             }
             None => None,
         };
-        Ok(Etcd { config, tls })
+        Ok(Etcd {
+            config,
+            tls,
+            key_token: Mutex::new(None),
+        })
     }
 
     /// The key's value and revision from the first endpoint that answers.
@@ -180,9 +187,45 @@ impl Etcd {
 
 /// Keys at large, for the ACME storage (`/v3/kv/*`, `/v3/lease/*`); a `lease` of 0 is none.
 impl Etcd {
+    /// `ask` with the cached token, made again once when etcd no longer knows it (a
+    /// restarted member forgets its simple tokens).
+    fn ask_keys(&self, path: &str, body: &str) -> Result<Json, String> {
+        if self.config.username.is_empty() {
+            return self.ask(path, body);
+        }
+        let mut retried = false;
+        loop {
+            let (mut stream, endpoint) = self.connect_any()?;
+            let cached = match self.key_token.lock() {
+                Ok(cached) => cached.clone().filter(|(at, _)| *at == endpoint),
+                Err(_) => None,
+            };
+            let token = match cached {
+                Some((_, token)) => token,
+                None => {
+                    let token = self.token(&endpoint)?.unwrap_or_default();
+                    if let Ok(mut cached) = self.key_token.lock() {
+                        *cached = Some((endpoint.clone(), token.clone()));
+                    }
+                    token
+                }
+            };
+            send(&mut stream, &endpoint, path, body, Some(&token))?;
+            match ChunkedReader::new(stream).and_then(ChunkedReader::whole) {
+                Err(e) if !retried && e.contains("invalid auth token") => {
+                    retried = true;
+                    if let Ok(mut cached) = self.key_token.lock() {
+                        *cached = None;
+                    }
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         let body = serde_json::json!({ "key": BASE64.encode(key) }).to_string();
-        let answer = self.ask("/v3/kv/range", &body)?;
+        let answer = self.ask_keys("/v3/kv/range", &body)?;
         answer["kvs"]
             .get(0)
             .map(|kv| bytes_of(&kv["value"]))
@@ -196,7 +239,7 @@ impl Etcd {
             "range_end": BASE64.encode(prefix_end(prefix.as_bytes())),
         })
         .to_string();
-        let answer = self.ask("/v3/kv/range", &body)?;
+        let answer = self.ask_keys("/v3/kv/range", &body)?;
         let mut found = Vec::new();
         for kv in answer["kvs"].as_array().into_iter().flatten() {
             let key = String::from_utf8_lossy(&bytes_of(&kv["key"])?).into_owned();
@@ -212,7 +255,7 @@ impl Etcd {
             "lease": lease.to_string(),
         })
         .to_string();
-        self.ask("/v3/kv/put", &body).map(|_| ())
+        self.ask_keys("/v3/kv/put", &body).map(|_| ())
     }
 
     /// Puts `key` in a transaction only if it does not exist (its create revision is 0);
@@ -232,19 +275,19 @@ impl Etcd {
             }}],
         })
         .to_string();
-        let answer = self.ask("/v3/kv/txn", &body)?;
+        let answer = self.ask_keys("/v3/kv/txn", &body)?;
         Ok(answer["succeeded"].as_bool() == Some(true))
     }
 
     pub fn delete(&self, key: &str) -> Result<(), String> {
         let body = serde_json::json!({ "key": BASE64.encode(key) }).to_string();
-        self.ask("/v3/kv/deleterange", &body).map(|_| ())
+        self.ask_keys("/v3/kv/deleterange", &body).map(|_| ())
     }
 
     /// A lease of `ttl`; the keys put on it are deleted when it expires or is revoked.
     pub fn grant_lease(&self, ttl: Duration) -> Result<i64, String> {
         let body = serde_json::json!({ "TTL": ttl.as_secs().to_string() }).to_string();
-        let answer = self.ask("/v3/lease/grant", &body)?;
+        let answer = self.ask_keys("/v3/lease/grant", &body)?;
         match number(&answer["ID"]) {
             0 => Err(format!("no lease granted: {answer}")),
             id => Ok(id),
@@ -253,7 +296,7 @@ impl Etcd {
 
     pub fn revoke_lease(&self, lease: i64) -> Result<(), String> {
         let body = serde_json::json!({ "ID": lease.to_string() }).to_string();
-        match self.ask("/v3/lease/revoke", &body) {
+        match self.ask_keys("/v3/lease/revoke", &body) {
             // Expired already: its keys are gone all the same.
             Err(e) if e.contains("requested lease not found") => Ok(()),
             other => other.map(|_| ()),

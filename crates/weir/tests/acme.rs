@@ -519,6 +519,18 @@ fn rsa2048_keys_are_ordered_served_stored_and_loaded_again() {
     loaded_again_at_restart(&config, tls_port, "rsa.example.org", &pebble, &leaf);
 }
 
+/// The CA's part of the stored keys: Pebble's directory's host and port.
+fn ca_name(setup: &Setup) -> String {
+    setup
+        .pebble
+        .directory
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .unwrap()
+        .replace(':', "_")
+}
+
 /// A fleet's shared ACME store: a real Redis or a real etcd.
 enum Fleet {
     Redis(Redis),
@@ -619,14 +631,7 @@ fn two_instances_on_one_store_order_once(fleet: Fleet) {
     assert_eq!(leaf, second_leaf);
     assert_eq!(setup.pebble.issued(), 1);
     // Kept in the store under the prefix and the CA, nothing in a folder; the lock released.
-    let ca = setup
-        .pebble
-        .directory
-        .trim_start_matches("https://")
-        .split('/')
-        .next()
-        .unwrap()
-        .replace(':', "_");
+    let ca = ca_name(&setup);
     assert_eq!(
         fleet.acme_keys(),
         [
@@ -847,4 +852,40 @@ fn an_etcd_with_authentication_that_forgot_its_tokens_still_shares_the_answers()
         "http/",
         forget_tokens,
     );
+}
+
+#[test]
+fn a_name_locked_in_etcd_by_another_holder_is_ordered_once_its_lease_ends() {
+    // Another instance holds the name's lock on its lease (put by etcdctl): weir waits, serving
+    // every request, and orders the name once the lease ends (revoked here, as when a dead
+    // holder's lease expires).
+    let etcd = Etcd::start();
+    let keys = "domains: [held.example.org], challenges: [tls-alpn-01]";
+    let setup = with_pebble(3600, keys, "");
+    let (ok, granted) = etcd.ctl(&["lease", "grant", "600"]);
+    assert!(ok, "lease grant");
+    // "lease 694d7a6b1c2d3e4f granted with TTL(600s)"
+    let lease = granted.split_whitespace().nth(1).unwrap().to_string();
+    let lock = format!("/fleet/acme/{}/held.example.org.lock", ca_name(&setup));
+    let (ok, _) = etcd.ctl(&["put", &format!("--lease={lease}"), &lock, "other"]);
+    assert!(ok, "put the lock");
+    let fleet = Fleet::Etcd(etcd);
+    let weir = Weir::start(&fleet.config(&setup));
+    wait_for(&weir, "held.example.org: no certificate yet", 1, ORDER_WAIT);
+    requests_keep_succeeding(&setup, "held.example.org", Duration::from_secs(8));
+    assert_eq!(
+        setup.pebble.issued(),
+        0,
+        "ordered while another held the lock"
+    );
+    let Fleet::Etcd(etcd) = &fleet else {
+        unreachable!()
+    };
+    assert!(etcd.ctl(&["lease", "revoke", &lease]).0, "lease revoke");
+    let root = setup.pebble.root();
+    obtained_and_served(&weir, 1, setup.tls_port, "held.example.org", &root);
+    assert_eq!(setup.pebble.issued(), 1);
+    // weir's own lock went with its lease.
+    let stored = fleet.acme_keys();
+    assert!(!stored.iter().any(|k| k.ends_with(".lock")), "{stored:?}");
 }

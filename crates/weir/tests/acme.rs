@@ -800,38 +800,33 @@ fn validation_reaching_the_other_instance_is_answered(
     assert!(answers.is_empty(), "{answers:?}");
 }
 
+/// `validation_reaching_the_other_instance_is_answered` by `challenge`, the store left alone.
+fn answered_from(fleet: Fleet, challenge: &str) {
+    let field = match challenge {
+        "http-01" => "http/",
+        _ => "alpn/a.example.org",
+    };
+    validation_reaching_the_other_instance_is_answered(fleet, challenge, field, |_| {});
+}
+
 #[test]
 fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_redis() {
-    let fleet = Fleet::Redis(Redis::start());
-    validation_reaching_the_other_instance_is_answered(
-        fleet,
-        "tls-alpn-01",
-        "alpn/a.example.org",
-        |_| {},
-    );
+    answered_from(Fleet::Redis(Redis::start()), "tls-alpn-01");
 }
 
 #[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
-    let fleet = Fleet::Redis(Redis::start());
-    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/", |_| {});
+    answered_from(Fleet::Redis(Redis::start()), "http-01");
 }
 
 #[test]
 fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
-    let fleet = Fleet::Etcd(Etcd::start());
-    validation_reaching_the_other_instance_is_answered(
-        fleet,
-        "tls-alpn-01",
-        "alpn/a.example.org",
-        |_| {},
-    );
+    answered_from(Fleet::Etcd(Etcd::start()), "tls-alpn-01");
 }
 
 #[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
-    let fleet = Fleet::Etcd(Etcd::start());
-    validation_reaching_the_other_instance_is_answered(fleet, "http-01", "http/", |_| {});
+    answered_from(Fleet::Etcd(Etcd::start()), "http-01");
 }
 
 #[test]

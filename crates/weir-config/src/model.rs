@@ -470,6 +470,9 @@ pub struct Acme {
     pub storage: PathBuf,
     /// `storage: { redis }`: kept in Redis instead of `storage`, shared by the fleet.
     pub storage_redis: Option<RedisStore>,
+    /// `storage: { etcd }`: kept in etcd instead, shared by the fleet; its `key` is the
+    /// `key_prefix` of the ACME keys (`/weir/` by default), its `cache_file` unused.
+    pub storage_etcd: Option<EtcdProvider>,
     pub pos: Pos,
 }
 

@@ -4,8 +4,10 @@
 //! see chained to Pebble's root; a restart loads it from storage without a new order; a
 //! renewal swaps it in while a connection stays open and requests keep succeeding; a CA that
 //! is down leaves the placeholder served, retried with backoff and reported; a CA's refusal
-//! is logged as the CA wrote it; two instances on one Redis order once; a Redis that is down
-//! fails no request and delays the order until it is back; RSA 2048 keys end to end.
+//! is logged as the CA wrote it; two instances on one Redis, or one etcd, order once; a Redis
+//! or an etcd that is down fails no request and delays the order until it is back; a
+//! validation reaching the instance that did not order is answered from the shared answers;
+//! RSA 2048 keys end to end.
 
 mod common;
 use common::*;
@@ -517,23 +519,87 @@ fn rsa2048_keys_are_ordered_served_stored_and_loaded_again() {
     loaded_again_at_restart(&config, tls_port, "rsa.example.org", &pebble, &leaf);
 }
 
-/// `setup`'s config with `storage` in the Redis at `endpoint` instead of a folder.
-fn on_redis(setup: &Setup, endpoint: &str) -> String {
-    setup.config.replace(
-        &format!("storage: \"{}\"", setup.storage.display()),
-        &format!("storage: {{ redis: {{ endpoints: [\"{endpoint}\"], key_prefix: \"fleet:\" }} }}"),
-    )
+/// The CA's part of the stored keys: Pebble's directory's host and port.
+fn ca_name(setup: &Setup) -> String {
+    setup
+        .pebble
+        .directory
+        .trim_start_matches("https://")
+        .split('/')
+        .next()
+        .unwrap()
+        .replace(':', "_")
 }
 
-#[test]
-fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
-    // Pebble validates on the first instance's ports; whichever instance takes the name's
-    // lock in Redis first orders (when it is the second, the first, waiting for the lock,
-    // answers from the shared answers); the other then loads the result from Redis.
-    let redis = Redis::start();
+/// A fleet's shared ACME store: a real Redis or a real etcd.
+enum Fleet {
+    Redis(Redis),
+    Etcd(Etcd),
+}
+
+impl Fleet {
+    /// `setup`'s config with `storage` in this store, under the prefix `fleet`, instead of
+    /// a folder.
+    fn config(&self, setup: &Setup) -> String {
+        let storage = match self {
+            Fleet::Redis(redis) => format!(
+                "storage: {{ redis: {{ endpoints: [\"{}\"], key_prefix: \"fleet:\" }} }}",
+                redis.endpoint()
+            ),
+            Fleet::Etcd(etcd) => {
+                let user = match etcd.user.as_deref().and_then(|u| u.split_once(':')) {
+                    Some((name, password)) => format!(", username: {name}, password: {password}"),
+                    None => String::new(),
+                };
+                format!(
+                    "storage: {{ etcd: {{ endpoints: [\"{}\"], key_prefix: /fleet/{user} }} }}",
+                    etcd.endpoint()
+                )
+            }
+        };
+        setup.config.replace(
+            &format!("storage: \"{}\"", setup.storage.display()),
+            &storage,
+        )
+    }
+
+    /// The keys stored under `fleet` `acme/`, without the store's prefix, sorted.
+    fn acme_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = match self {
+            Fleet::Redis(redis) => redis_cli(redis.port, &["KEYS", "fleet:acme/*"])
+                .lines()
+                .filter_map(|k| k.strip_prefix("fleet:"))
+                .map(String::from)
+                .collect(),
+            Fleet::Etcd(etcd) => {
+                let (ok, out) = etcd.ctl(&["get", "--prefix", "--keys-only", "/fleet/acme/"]);
+                assert!(ok, "etcdctl get");
+                out.lines()
+                    .filter_map(|k| k.strip_prefix("/fleet/"))
+                    .map(String::from)
+                    .collect()
+            }
+        };
+        keys.sort();
+        keys
+    }
+
+    /// How the log names it.
+    fn log_name(&self) -> &str {
+        match self {
+            Fleet::Redis(_) => "redis 127.0.0.1:",
+            Fleet::Etcd(_) => "etcd 127.0.0.1:",
+        }
+    }
+}
+
+/// Pebble validates on the first instance's ports; whichever instance takes the name's lock
+/// in `fleet` first orders (when it is the second, the first, waiting for the lock, answers
+/// from the shared answers); the other then loads the result from the store.
+fn two_instances_on_one_store_order_once(fleet: Fleet) {
     let keys = "domains: [fleet.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
-    let config = on_redis(&setup, &redis.endpoint());
+    let config = fleet.config(&setup);
     let (other_config, other_tls) = on_other_ports(&config, setup.http_port, setup.tls_port);
     let first = Weir::start(&config);
     let second = Weir::start(&other_config);
@@ -564,30 +630,18 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
     assert!(verified);
     assert_eq!(leaf, second_leaf);
     assert_eq!(setup.pebble.issued(), 1);
-    // Kept in Redis under the prefix and the CA, nothing in a folder; the lock released.
-    let mut keys: Vec<String> = redis_cli(redis.port, &["KEYS", "fleet:acme/*"])
-        .lines()
-        .map(String::from)
-        .collect();
-    keys.sort();
-    let ca = setup
-        .pebble
-        .directory
-        .trim_start_matches("https://")
-        .split('/')
-        .next()
-        .unwrap()
-        .replace(':', "_");
+    // Kept in the store under the prefix and the CA, nothing in a folder; the lock released.
+    let ca = ca_name(&setup);
     assert_eq!(
-        keys,
+        fleet.acme_keys(),
         [
-            format!("fleet:acme/{ca}/account.key"),
-            format!("fleet:acme/{ca}/fleet.example.org.crt"),
-            format!("fleet:acme/{ca}/fleet.example.org.key"),
+            format!("acme/{ca}/account.key"),
+            format!("acme/{ca}/fleet.example.org.crt"),
+            format!("acme/{ca}/fleet.example.org.key"),
         ]
     );
     assert!(!setup.storage.exists());
-    // A restart loads it from Redis without a new order.
+    // A restart loads it from the store without a new order.
     drop(first);
     let line = loaded_again_at_restart(
         &config,
@@ -596,7 +650,20 @@ fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
         &setup.pebble,
         &leaf,
     );
-    assert!(line.contains("loaded from redis 127.0.0.1:"), "{line}");
+    assert!(
+        line.contains(&format!("loaded from {}", fleet.log_name())),
+        "{line}"
+    );
+}
+
+#[test]
+fn two_instances_on_one_redis_order_once_and_both_serve_the_certificate() {
+    two_instances_on_one_store_order_once(Fleet::Redis(Redis::start()));
+}
+
+#[test]
+fn two_instances_on_one_etcd_order_once_and_both_serve_the_certificate() {
+    two_instances_on_one_store_order_once(Fleet::Etcd(Etcd::start()));
 }
 
 /// For `time`, plain and TLS requests (for `name`, whatever certificate it has) all succeed.
@@ -622,7 +689,11 @@ fn a_redis_that_hangs_mid_order_fails_no_request_and_the_order_completes_after()
     let redis = Redis::start();
     let keys = "domains: [hung.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
-    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    let fleet = Fleet::Redis(redis);
+    let weir = Weir::start(&fleet.config(&setup));
+    let Fleet::Redis(redis) = &fleet else {
+        unreachable!()
+    };
     wait_for(&weir, "hung.example.org: no certificate yet", 1, ORDER_WAIT);
     redis.pause(true);
     requests_keep_succeeding(&setup, "hung.example.org", Duration::from_secs(4));
@@ -636,36 +707,68 @@ fn a_redis_that_hangs_mid_order_fails_no_request_and_the_order_completes_after()
     assert!(locks.is_empty(), "{locks}");
 }
 
-#[test]
-fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
-    let mut redis = Redis::start();
-    redis.stop();
+/// `fleet`, stopped before weir starts: the order fails and every request is served
+/// meanwhile; started again, the order completes at the next try.
+fn a_store_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back(mut fleet: Fleet) {
+    match &mut fleet {
+        Fleet::Redis(redis) => redis.stop(),
+        Fleet::Etcd(etcd) => etcd.stop(),
+    }
     let keys = "domains: [late.example.org], challenges: [tls-alpn-01]";
     let setup = with_pebble(3600, keys, "");
-    let weir = Weir::start(&on_redis(&setup, &redis.endpoint()));
+    let weir = Weir::start(&fleet.config(&setup));
     let line = wait_for(&weir, "late.example.org: order failed", 1, ORDER_WAIT);
-    assert!(line.contains("redis 127.0.0.1:"), "{line}");
+    assert!(line.contains(fleet.log_name()), "{line}");
     // Meanwhile every request is served (the placeholder for the name, plain HTTP as ever).
     requests_keep_succeeding(&setup, "late.example.org", Duration::from_secs(2));
-    redis.restart();
-    // Retried after the backoff (10 s), now with Redis back.
+    match &mut fleet {
+        Fleet::Redis(redis) => redis.restart(),
+        Fleet::Etcd(etcd) => etcd.restart(),
+    }
+    // Retried after the backoff (10 s), now with the store back.
     let root = setup.pebble.root();
     obtained_and_served(&weir, 1, setup.tls_port, "late.example.org", &root);
     assert_eq!(setup.pebble.issued(), 1);
-    assert!(redis_cli(redis.port, &["KEYS", "weir:*"]).is_empty());
-    assert!(!redis_cli(redis.port, &["KEYS", "fleet:acme/*late.example.org.crt"]).is_empty());
+    let stored = fleet.acme_keys();
+    assert!(
+        stored.iter().any(|k| k.ends_with("/late.example.org.crt")),
+        "{stored:?}"
+    );
+    assert!(!stored.iter().any(|k| k.ends_with(".lock")), "{stored:?}");
+    if let Fleet::Redis(redis) = &fleet {
+        assert!(redis_cli(redis.port, &["KEYS", "weir:*"]).is_empty());
+    }
+}
+
+#[test]
+fn a_redis_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
+    a_store_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back(Fleet::Redis(
+        Redis::start(),
+    ));
+}
+
+#[test]
+fn an_etcd_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back() {
+    a_store_that_is_down_fails_no_request_and_the_order_completes_once_it_is_back(Fleet::Etcd(
+        Etcd::start(),
+    ));
 }
 
 /// Active-active: instance B holds Pebble's validation ports (and orders its own name first);
-/// instance A, on other ports, orders `a.example.org` by `challenge` through the same Redis
-/// (`field`: the start of the shared answer's name).
-/// The CA's validation reaches B, which answers from the answers A shared in Redis.
-fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &str) {
-    let redis = Redis::start();
+/// instance A, on other ports, orders `a.example.org` by `challenge` through the same store
+/// `fleet` (`field`: the start of the shared answer's name).
+/// The CA's validation reaches B, which answers from the answers A shared in the store.
+/// `meanwhile` is done to the store between B's order and A's start.
+fn validation_reaching_the_other_instance_is_answered(
+    mut fleet: Fleet,
+    challenge: &str,
+    field: &str,
+    meanwhile: impl FnOnce(&mut Fleet),
+) {
     let b_keys =
         "domains: [b.example.org], challenges: [tls-alpn-01, http-01], http_entrypoint: web";
     let setup = with_pebble(3600, b_keys, "");
-    let b_config = on_redis(&setup, &redis.endpoint());
+    let b_config = fleet.config(&setup);
     let a_keys =
         format!("domains: [a.example.org], challenges: [{challenge}], http_entrypoint: web");
     let (a_config, a_tls) = on_other_ports(
@@ -676,6 +779,7 @@ fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &s
     let b = Weir::start(&b_config);
     let root = setup.pebble.root();
     obtained_and_served(&b, 1, setup.tls_port, "b.example.org", &root);
+    meanwhile(&mut fleet);
     let a = Weir::start(&a_config);
     obtained_and_served(&a, 1, a_tls, "a.example.org", &root);
     // B answered, from the store; A's own ports were never asked.
@@ -688,16 +792,95 @@ fn validation_reaching_the_other_instance_is_answered(challenge: &str, field: &s
     assert!(line.contains("` shared by another instance"), "{line}");
     assert_eq!(setup.pebble.issued(), 2);
     // The answer is withdrawn from the store once validated.
-    let answers = redis_cli(redis.port, &["KEYS", "fleet:acme/*answers"]);
-    assert!(answers.is_empty(), "{answers}");
+    let answers: Vec<String> = fleet
+        .acme_keys()
+        .into_iter()
+        .filter(|k| k.contains("answers"))
+        .collect();
+    assert!(answers.is_empty(), "{answers:?}");
+}
+
+/// `validation_reaching_the_other_instance_is_answered` by `challenge`, the store left alone.
+fn answered_from(fleet: Fleet, challenge: &str) {
+    let field = match challenge {
+        "http-01" => "http/",
+        _ => "alpn/a.example.org",
+    };
+    validation_reaching_the_other_instance_is_answered(fleet, challenge, field, |_| {});
 }
 
 #[test]
 fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_redis() {
-    validation_reaching_the_other_instance_is_answered("tls-alpn-01", "alpn/a.example.org");
+    answered_from(Fleet::Redis(Redis::start()), "tls-alpn-01");
 }
 
 #[test]
 fn an_http_01_validation_reaching_the_other_instance_is_answered_from_redis() {
-    validation_reaching_the_other_instance_is_answered("http-01", "http/");
+    answered_from(Fleet::Redis(Redis::start()), "http-01");
+}
+
+#[test]
+fn a_tls_alpn_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
+    answered_from(Fleet::Etcd(Etcd::start()), "tls-alpn-01");
+}
+
+#[test]
+fn an_http_01_validation_reaching_the_other_instance_is_answered_from_etcd() {
+    answered_from(Fleet::Etcd(Etcd::start()), "http-01");
+}
+
+#[test]
+fn an_etcd_with_authentication_that_forgot_its_tokens_still_shares_the_answers() {
+    // B's ACME thread keeps its etcd token from tick to tick; turning authentication off and
+    // on makes etcd forget every token, so B authenticates again to read A's answers.
+    let mut etcd = Etcd::start();
+    etcd.require_auth("s3cret");
+    let forget_tokens = |fleet: &mut Fleet| {
+        if let Fleet::Etcd(etcd) = fleet {
+            assert!(etcd.ctl(&["auth", "disable"]).0, "auth disable");
+            assert!(etcd.ctl(&["auth", "enable"]).0, "auth enable");
+        }
+    };
+    validation_reaching_the_other_instance_is_answered(
+        Fleet::Etcd(etcd),
+        "http-01",
+        "http/",
+        forget_tokens,
+    );
+}
+
+#[test]
+fn a_name_locked_in_etcd_by_another_holder_is_ordered_once_its_lease_ends() {
+    // Another instance holds the name's lock on its lease (put by etcdctl): weir waits, serving
+    // every request, and orders the name once the lease ends (revoked here, as when a dead
+    // holder's lease expires).
+    let etcd = Etcd::start();
+    let keys = "domains: [held.example.org], challenges: [tls-alpn-01]";
+    let setup = with_pebble(3600, keys, "");
+    let (ok, granted) = etcd.ctl(&["lease", "grant", "600"]);
+    assert!(ok, "lease grant");
+    // "lease 694d7a6b1c2d3e4f granted with TTL(600s)"
+    let lease = granted.split_whitespace().nth(1).unwrap().to_string();
+    let lock = format!("/fleet/acme/{}/held.example.org.lock", ca_name(&setup));
+    let (ok, _) = etcd.ctl(&["put", &format!("--lease={lease}"), &lock, "other"]);
+    assert!(ok, "put the lock");
+    let fleet = Fleet::Etcd(etcd);
+    let weir = Weir::start(&fleet.config(&setup));
+    wait_for(&weir, "held.example.org: no certificate yet", 1, ORDER_WAIT);
+    requests_keep_succeeding(&setup, "held.example.org", Duration::from_secs(8));
+    assert_eq!(
+        setup.pebble.issued(),
+        0,
+        "ordered while another held the lock"
+    );
+    let Fleet::Etcd(etcd) = &fleet else {
+        unreachable!()
+    };
+    assert!(etcd.ctl(&["lease", "revoke", &lease]).0, "lease revoke");
+    let root = setup.pebble.root();
+    obtained_and_served(&weir, 1, setup.tls_port, "held.example.org", &root);
+    assert_eq!(setup.pebble.issued(), 1);
+    // weir's own lock went with its lease.
+    let stored = fleet.acme_keys();
+    assert!(!stored.iter().any(|k| k.ends_with(".lock")), "{stored:?}");
 }

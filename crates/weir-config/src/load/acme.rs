@@ -144,18 +144,17 @@ impl Loader<'_> {
             None => None,
         };
         let mut storage_redis = None;
+        let mut storage_etcd = None;
         let storage = match f.get("storage") {
-            // A fleet's shared store rather than a folder.
             // A fleet's shared store rather than a folder. Its errors leave the block in
             // place (the config fails anyway), so that no second error follows from them.
             Some(n) if matches!(n.value, crate::yaml::Value::Map(_)) => {
                 let store = self.fields(n, "`storage`", &["redis", "etcd"]);
                 match store.as_ref().map(|f| (f.get("redis"), f.get("etcd"))) {
                     Some((Some(redis), None)) => storage_redis = self.redis_store(redis),
-                    Some((None, Some(etcd))) => self.error(
-                        etcd.pos,
-                        "`storage: { etcd }` is not available yet; use `redis` or a folder",
-                    ),
+                    Some((None, Some(etcd))) => {
+                        storage_etcd = self.etcd_store(etcd, super::providers::EtcdUse::AcmeStorage)
+                    }
                     Some((Some(_), Some(_))) => {
                         self.error(n.pos, "`storage` takes one of `redis` or `etcd`, not both")
                     }
@@ -189,6 +188,7 @@ impl Loader<'_> {
             renew_before,
             storage,
             storage_redis,
+            storage_etcd,
             pos: f.pos,
         })
     }
@@ -359,13 +359,6 @@ mod tests {
             ["t.yaml:6:100: a Redis endpoint must be `host:port` such as `127.0.0.1:6379`, found \"nope\""]
         );
         let errs = errors(&config(
-            "{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { etcd: { endpoints: [\"127.0.0.1:2379\"] } } }",
-        ));
-        assert_eq!(
-            errs,
-            ["t.yaml:6:85: `storage: { etcd }` is not available yet; use `redis` or a folder"]
-        );
-        let errs = errors(&config(
             "{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { } }",
         ));
         assert_eq!(
@@ -378,6 +371,53 @@ mod tests {
         assert_eq!(
             errs,
             ["t.yaml:6:79: unknown key `s3` in `storage`; expected one of: redis, etcd"]
+        );
+    }
+
+    #[test]
+    fn storage_can_be_an_etcd_store() {
+        let acme = loaded("{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { etcd: { endpoints: [\"127.0.0.1:2379\"] } } }");
+        let etcd = acme.storage_etcd.as_ref().unwrap();
+        assert_eq!(etcd.endpoints, ["127.0.0.1:2379"]);
+        assert_eq!(etcd.key, "/weir/");
+        assert!(acme.storage_redis.is_none());
+        let acme = loaded("{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { etcd: { endpoints: [\"https://e:2379\"], key_prefix: /fleet/, username: u, password: p } } }");
+        let etcd = acme.storage_etcd.as_ref().unwrap();
+        assert_eq!(
+            (etcd.key.as_str(), etcd.username.as_str()),
+            ("/fleet/", "u")
+        );
+        // The provider's checks, at their place, and its keys that do not apply refused.
+        let storage = |etcd: &str| {
+            errors(&config(&format!(
+                "{{ domains: [a.example.org], challenges: [tls-alpn-01], storage: {{ etcd: {etcd} }} }}"
+            )))
+        };
+        assert_eq!(
+            storage("{ key_prefix: /p/ }"),
+            ["t.yaml:6:85: `etcd` needs `endpoints`, a list of `host:port` such as `127.0.0.1:2379`"]
+        );
+        assert_eq!(
+            storage("{ endpoints: [\"ftp://e:1\"], username: u }"),
+            [
+                "t.yaml:6:85: `etcd` takes `username` and `password` together",
+                "t.yaml:6:99: an etcd endpoint must be `host:port`, `http://host:port` or `https://host:port` such as `127.0.0.1:2379`, found \"ftp://e:1\"",
+            ]
+        );
+        assert_eq!(
+            storage("{ endpoints: [\"e:1\"], key: /k, cache_file: c.yaml }"),
+            [
+                "t.yaml:6:107: unknown key `key` in `etcd`; expected one of: endpoints, key_prefix, username, password, tls",
+                "t.yaml:6:116: unknown key `cache_file` in `etcd`; expected one of: endpoints, key_prefix, username, password, tls",
+            ]
+        );
+        assert_eq!(
+            storage("{ endpoints: [\"e:1\"], key_prefix: [a] }"),
+            ["t.yaml:6:119: `key_prefix` must be a string, found a list"]
+        );
+        assert_eq!(
+            errors(&config("{ domains: [a.example.org], challenges: [tls-alpn-01], storage: { redis: { endpoints: [\"r:1\"] }, etcd: { endpoints: [\"e:1\"] } } }")),
+            ["t.yaml:6:77: `storage` takes one of `redis` or `etcd`, not both"]
         );
     }
 

@@ -1,9 +1,20 @@
 //! `providers:` where more of the configuration comes from: `etcd: { endpoints, key,
-//! username, password, cache_file, tls }`.
+//! username, password, cache_file, tls }`; the same etcd settings read for an ACME block's
+//! `storage: { etcd }`.
 
 use super::Loader;
 use crate::model::{EtcdProvider, Providers};
 use crate::yaml::Node;
+
+/// Where an ACME block's keys start in etcd when `key_prefix` is not given.
+pub const DEFAULT_ETCD_KEY_PREFIX: &str = "/weir/";
+
+/// What an etcd store's settings are read for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum EtcdUse {
+    Provider,
+    AcmeStorage,
+}
 
 impl Loader<'_> {
     pub(super) fn providers(&mut self, node: Option<&Node>) -> Providers {
@@ -14,12 +25,16 @@ impl Loader<'_> {
             return Providers::default();
         };
         Providers {
-            etcd: f.get("etcd").and_then(|n| self.etcd_provider(n)),
+            etcd: f
+                .get("etcd")
+                .and_then(|n| self.etcd_store(n, EtcdUse::Provider)),
         }
     }
 
-    fn etcd_provider(&mut self, node: &Node) -> Option<EtcdProvider> {
-        const KEYS: &[&str] = &[
+    /// An etcd store's settings: `providers.etcd`, or an ACME block's `storage: { etcd }`,
+    /// whose keys start with `key_prefix` (held in `key`) and which has no `cache_file`.
+    pub(super) fn etcd_store(&mut self, node: &Node, using: EtcdUse) -> Option<EtcdProvider> {
+        const PROVIDER_KEYS: &[&str] = &[
             "endpoints",
             "key",
             "username",
@@ -27,7 +42,12 @@ impl Loader<'_> {
             "cache_file",
             "tls",
         ];
-        let f = self.fields(node, "`etcd`", KEYS)?;
+        const STORAGE_KEYS: &[&str] = &["endpoints", "key_prefix", "username", "password", "tls"];
+        let keys = match using {
+            EtcdUse::Provider => PROVIDER_KEYS,
+            EtcdUse::AcmeStorage => STORAGE_KEYS,
+        };
+        let f = self.fields(node, "`etcd`", keys)?;
         let mut ok = true;
         let endpoints = self.endpoints(
             &f,
@@ -43,11 +63,18 @@ impl Loader<'_> {
             },
         );
         ok &= !endpoints.is_empty();
-        let key = match f.get("key") {
-            Some(n) => self.string(n, "`key`"),
-            None => Some("/weir/dynamic".to_string()),
+        let key = match using {
+            EtcdUse::Provider => match f.get("key") {
+                Some(n) => self.string(n, "`key`"),
+                None => Some("/weir/dynamic".to_string()),
+            },
+            // Under `/weir/` by default, as is the provider's default key.
+            EtcdUse::AcmeStorage => match f.get("key_prefix") {
+                Some(n) => self.string(n, "`key_prefix`"),
+                None => Some(DEFAULT_ETCD_KEY_PREFIX.to_string()),
+            },
         };
-        if key.as_deref() == Some("") {
+        if using == EtcdUse::Provider && key.as_deref() == Some("") {
             if let Some(n) = f.get("key") {
                 self.error(n.pos, "`key` must not be empty");
                 ok = false;

@@ -1,13 +1,14 @@
 //! An etcd v3 client over etcd's JSON gateway (HTTP/1.1, or HTTPS: `/v3/kv/range`,
 //! `/v3/watch`, `/v3/auth/authenticate`), blocking, for the provider's own thread: read a key with the
-//! store's revision, then follow its changes from the next revision.
+//! store's revision, then follow its changes from the next revision; and for the ACME
+//! thread's storage, keys read, written (on a lease), created only if absent and deleted.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::Value as Json;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weir_config::{EtcdProvider, UpstreamProtocol, UpstreamTls};
 
@@ -35,6 +36,9 @@ pub struct Etcd {
     config: EtcdProvider,
     /// For `https://` endpoints.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// The key operations' last token and the endpoint that gave it, reused: the ACME
+    /// thread asks every second, and each authentication costs etcd a password hash.
+    key_token: Mutex<Option<(String, String)>>,
 }
 
 impl Etcd {
@@ -53,7 +57,11 @@ impl Etcd {
             }
             None => None,
         };
-        Ok(Etcd { config, tls })
+        Ok(Etcd {
+            config,
+            tls,
+            key_token: Mutex::new(None),
+        })
     }
 
     /// The key's value and revision from the first endpoint that answers.
@@ -177,6 +185,146 @@ impl Etcd {
     }
 }
 
+/// Keys at large, for the ACME storage (`/v3/kv/*`, `/v3/lease/*`); a `lease` of 0 is none.
+impl Etcd {
+    /// `ask` with the cached token, made again once when etcd no longer knows it (a
+    /// restarted member forgets its simple tokens).
+    fn ask_keys(&self, path: &str, body: &str) -> Result<Json, String> {
+        if self.config.username.is_empty() {
+            return self.ask(path, body);
+        }
+        let mut retried = false;
+        loop {
+            let (mut stream, endpoint) = self.connect_any()?;
+            let cached = match self.key_token.lock() {
+                Ok(cached) => cached.clone().filter(|(at, _)| *at == endpoint),
+                Err(_) => None,
+            };
+            let token = match cached {
+                Some((_, token)) => token,
+                None => {
+                    let token = self.token(&endpoint)?.unwrap_or_default();
+                    if let Ok(mut cached) = self.key_token.lock() {
+                        *cached = Some((endpoint.clone(), token.clone()));
+                    }
+                    token
+                }
+            };
+            send(&mut stream, &endpoint, path, body, Some(&token))?;
+            match ChunkedReader::new(stream).and_then(ChunkedReader::whole) {
+                Err(e) if !retried && e.contains("invalid auth token") => {
+                    retried = true;
+                    if let Ok(mut cached) = self.key_token.lock() {
+                        *cached = None;
+                    }
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        let body = serde_json::json!({ "key": BASE64.encode(key) }).to_string();
+        let answer = self.ask_keys("/v3/kv/range", &body)?;
+        answer["kvs"]
+            .get(0)
+            .map(|kv| bytes_of(&kv["value"]))
+            .transpose()
+    }
+
+    /// Every key starting with `prefix`, and its value.
+    pub fn get_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let body = serde_json::json!({
+            "key": BASE64.encode(prefix),
+            "range_end": BASE64.encode(prefix_end(prefix.as_bytes())),
+        })
+        .to_string();
+        let answer = self.ask_keys("/v3/kv/range", &body)?;
+        let mut found = Vec::new();
+        for kv in answer["kvs"].as_array().into_iter().flatten() {
+            let key = String::from_utf8_lossy(&bytes_of(&kv["key"])?).into_owned();
+            found.push((key, bytes_of(&kv["value"])?));
+        }
+        Ok(found)
+    }
+
+    pub fn put(&self, key: &str, value: &[u8], lease: i64) -> Result<(), String> {
+        let body = serde_json::json!({
+            "key": BASE64.encode(key),
+            "value": BASE64.encode(value),
+            "lease": lease.to_string(),
+        })
+        .to_string();
+        self.ask_keys("/v3/kv/put", &body).map(|_| ())
+    }
+
+    /// Puts `key` in a transaction only if it does not exist (its create revision is 0);
+    /// whether this call created it.
+    pub fn create_if_absent(&self, key: &str, value: &[u8], lease: i64) -> Result<bool, String> {
+        let body = serde_json::json!({
+            "compare": [{
+                "key": BASE64.encode(key),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": "0",
+            }],
+            "success": [{ "request_put": {
+                "key": BASE64.encode(key),
+                "value": BASE64.encode(value),
+                "lease": lease.to_string(),
+            }}],
+        })
+        .to_string();
+        let answer = self.ask_keys("/v3/kv/txn", &body)?;
+        Ok(answer["succeeded"].as_bool() == Some(true))
+    }
+
+    pub fn delete(&self, key: &str) -> Result<(), String> {
+        let body = serde_json::json!({ "key": BASE64.encode(key) }).to_string();
+        self.ask_keys("/v3/kv/deleterange", &body).map(|_| ())
+    }
+
+    /// A lease of `ttl`; the keys put on it are deleted when it expires or is revoked.
+    pub fn grant_lease(&self, ttl: Duration) -> Result<i64, String> {
+        let body = serde_json::json!({ "TTL": ttl.as_secs().to_string() }).to_string();
+        let answer = self.ask_keys("/v3/lease/grant", &body)?;
+        match number(&answer["ID"]) {
+            0 => Err(format!("no lease granted: {answer}")),
+            id => Ok(id),
+        }
+    }
+
+    pub fn revoke_lease(&self, lease: i64) -> Result<(), String> {
+        let body = serde_json::json!({ "ID": lease.to_string() }).to_string();
+        match self.ask_keys("/v3/lease/revoke", &body) {
+            // Expired already: its keys are gone all the same.
+            Err(e) if e.contains("requested lease not found") => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+/// The end of the range of keys starting with `prefix` (etcd's `--prefix`): the prefix with
+/// its last byte below 0xff raised by one.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every key.
+    vec![0]
+}
+
+/// A base64 `bytes` field (absent: empty).
+fn bytes_of(value: &Json) -> Result<Vec<u8>, String> {
+    BASE64
+        .decode(value.as_str().unwrap_or_default())
+        .map_err(|e| format!("a value not in base64: {e}"))
+}
+
 /// A connection to etcd: plain, or TLS (the handshake made by the first read or write).
 enum EtcdStream {
     Plain(TcpStream),
@@ -247,11 +395,7 @@ fn number(value: &Json) -> i64 {
 
 /// A base64 `bytes` field as UTF-8 text (absent: empty).
 fn text_of(value: &Json) -> Result<String, String> {
-    let encoded = value.as_str().unwrap_or_default();
-    let bytes = BASE64
-        .decode(encoded)
-        .map_err(|e| format!("a value not in base64: {e}"))?;
-    String::from_utf8(bytes).map_err(|_| "the document is not UTF-8".to_string())
+    String::from_utf8(bytes_of(value)?).map_err(|_| "the document is not UTF-8".to_string())
 }
 
 /// An HTTP/1.1 response read as it comes: its head checked, then its body, chunked or not,
@@ -393,4 +537,17 @@ fn fill(stream: &mut EtcdStream, buf: &mut Vec<u8>) -> Result<usize, String> {
     let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
     buf.extend_from_slice(&chunk[..n]);
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefix_range_ends_past_every_key_starting_with_it() {
+        assert_eq!(prefix_end(b"/weir/acme/answers/"), b"/weir/acme/answers0");
+        assert_eq!(prefix_end(b"a\xff\xff"), b"b");
+        // Nothing but 0xff: every key, as etcd's `--prefix` of it.
+        assert_eq!(prefix_end(b"\xff"), b"\0");
+    }
 }

@@ -5,7 +5,7 @@
 //! chain. Its own HTTP/1.1 client over rustls (`Connection: close`, one request a
 //! connection), trusting `ca` or the system's roots.
 
-use super::redis_storage::{RedisStorage, ANSWER_SPREAD};
+use super::shared_storage::{SharedStorage, ANSWER_SPREAD};
 use crate::listen::acme::{alpn_answer, update_table};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
@@ -256,8 +256,9 @@ pub struct AcmeClient {
     /// The account's URL, once created or found.
     kid: Option<String>,
     nonce: Option<String>,
-    /// The fleet's store its answers are shared through, with `storage: { redis }`.
-    pub shared_answers: Option<Arc<RedisStorage>>,
+    /// The fleet's store its answers are shared through, with `storage: { redis }` or
+    /// `storage: { etcd }`.
+    pub shared_answers: Option<Arc<dyn SharedStorage>>,
 }
 
 /// A certificate obtained: the chain and its key, both PEM.

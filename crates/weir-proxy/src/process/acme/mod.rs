@@ -5,22 +5,26 @@
 //! (`listen/acme.rs`), and retries failures with exponential backoff. Never on a worker.
 
 pub mod client;
+pub mod etcd_storage;
 pub mod redis_storage;
+pub mod shared_storage;
 
 use crate::listen::acme::{certified_key, update_table, NameState, ACME_STATES};
 use crate::listen::tls::client_config;
 use crate::state::runtime::Runtime;
 use arc_swap::ArcSwap;
 use client::{AccountKey, AcmeClient, Issued};
-use redis_storage::{RedisLock, RedisStorage};
+use etcd_storage::EtcdStorage;
+use redis_storage::RedisStorage;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use shared_storage::{SharedLock, SharedStorage};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use weir_config::{Acme, Config};
+use weir_config::{Acme, Config, EtcdProvider, RedisStore};
 
 /// The first retry after a failure; each further failure doubles it, up to `BACKOFF_MAX`.
 const BACKOFF_FIRST: Duration = Duration::from_secs(10);
@@ -158,8 +162,8 @@ fn publish(names: &[Managed]) {
 
 fn run(shared: &Arc<ArcSwap<Runtime>>) {
     let mut names: Vec<Managed> = Vec::new();
-    // The Redis stores (and CAs) of the blocks, whose shared answers are copied each tick.
-    let mut answer_sources: Vec<(weir_config::RedisStore, String, RedisStorage)> = Vec::new();
+    // The shared stores (and CAs) of the blocks, whose answers are copied each tick.
+    let mut answer_sources: Vec<(SharedStore, String, Arc<dyn SharedStorage>)> = Vec::new();
     loop {
         let wanted = wanted_names(&shared.load().config);
         // Names no longer configured stop being served and looked after.
@@ -206,32 +210,57 @@ fn run(shared: &Arc<ArcSwap<Runtime>>) {
     }
 }
 
-/// Copies the pending answers of each Redis store the blocks use into the workers' table
+/// Copies the pending answers of each shared store the blocks use into the workers' table
 /// (another instance may be ordering); the stores' clients are kept from tick to tick.
 fn follow_shared_answers(
     names: &[Managed],
-    sources: &mut Vec<(weir_config::RedisStore, String, RedisStorage)>,
+    sources: &mut Vec<(SharedStore, String, Arc<dyn SharedStorage>)>,
 ) {
-    let mut wanted: Vec<(&weir_config::RedisStore, String)> = Vec::new();
+    let mut wanted: Vec<(SharedStore, String)> = Vec::new();
     for m in names {
-        if let Some(store) = &m.wanted.acme.storage_redis {
+        if let Some(store) = SharedStore::of(&m.wanted.acme) {
             let source = (store, ca_authority(&m.wanted.acme));
             if !wanted.contains(&source) {
                 wanted.push(source);
             }
         }
     }
-    sources.retain(|(store, ca, _)| wanted.iter().any(|(s, c)| *s == store && c == ca));
+    sources.retain(|(store, ca, _)| wanted.iter().any(|(s, c)| s == store && c == ca));
     for (store, ca) in wanted {
-        if !sources.iter().any(|(s, c, _)| s == store && *c == ca) {
-            match RedisStorage::new(store, &ca) {
-                Ok(redis) => sources.push((store.clone(), ca, redis)),
+        if !sources.iter().any(|(s, c, _)| *s == store && *c == ca) {
+            match store.open(&ca) {
+                Ok(opened) => sources.push((store, ca, opened)),
                 Err(e) => crate::log_error!("acme: the shared answers of {ca}: {e}"),
             }
         }
     }
-    for (_, _, redis) in sources.iter() {
-        redis.sync_answers();
+    for (_, _, storage) in sources.iter() {
+        shared_storage::sync_answers(storage.as_ref());
+    }
+}
+
+/// A block's shared store, as configured.
+#[derive(Clone, PartialEq)]
+enum SharedStore {
+    Redis(RedisStore),
+    Etcd(EtcdProvider),
+}
+
+impl SharedStore {
+    fn of(acme: &Acme) -> Option<SharedStore> {
+        match (&acme.storage_redis, &acme.storage_etcd) {
+            (Some(redis), _) => Some(SharedStore::Redis(redis.clone())),
+            (None, Some(etcd)) => Some(SharedStore::Etcd(etcd.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// Its keys for the CA named `ca`.
+    fn open(&self, ca: &str) -> Result<Arc<dyn SharedStorage>, String> {
+        Ok(match self {
+            SharedStore::Redis(redis) => Arc::new(RedisStorage::new(redis, ca)?),
+            SharedStore::Etcd(etcd) => Arc::new(EtcdStorage::new(etcd, ca)?),
+        })
     }
 }
 
@@ -340,8 +369,8 @@ fn obtain(acme: &Acme, storage: &Storage, name: &str) -> Result<Issued, String> 
     let key = storage.account_key()?;
     let tls = directory_tls(acme)?;
     let mut client = AcmeClient::connect(tls, &acme.directory, key)?;
-    if let Storage::Redis(redis) = storage {
-        client.shared_answers = Some(redis.clone());
+    if let Storage::Shared(shared) = storage {
+        client.shared_answers = Some(shared.clone());
     }
     client.account(acme.email.as_deref())?;
     client.obtain(&[name.to_string()], &acme.challenges, acme.key_type)
@@ -377,24 +406,22 @@ fn ca_authority(acme: &Acme) -> String {
 }
 
 /// Where a block's account key and certificates are kept: a folder (locked with `flock`) or
-/// a fleet's Redis.
+/// a fleet's shared store (Redis, etcd).
 enum Storage {
     Folder(PathBuf),
-    Redis(Arc<RedisStorage>),
+    Shared(Arc<dyn SharedStorage>),
 }
 
 /// A name's lock, released when dropped (its parts are held for their `Drop` alone).
 enum Held<'a> {
     Folder(#[allow(dead_code)] std::fs::File),
-    Redis(#[allow(dead_code)] RedisLock<'a>),
+    Shared(#[allow(dead_code)] SharedLock<'a>),
 }
 
 impl Storage {
     fn of(acme: &Acme) -> Result<Storage, String> {
-        match &acme.storage_redis {
-            Some(store) => {
-                RedisStorage::new(store, &ca_authority(acme)).map(|r| Storage::Redis(Arc::new(r)))
-            }
+        match SharedStore::of(acme) {
+            Some(store) => store.open(&ca_authority(acme)).map(Storage::Shared),
             None => Ok(Storage::Folder(storage_folder(acme))),
         }
     }
@@ -402,44 +429,47 @@ impl Storage {
     fn describe(&self) -> String {
         match self {
             Storage::Folder(folder) => folder.display().to_string(),
-            Storage::Redis(redis) => redis.describe(),
+            Storage::Shared(shared) => shared.describe(),
         }
     }
 
     fn lock(&self, name: &str) -> Result<Held<'_>, String> {
         match self {
             Storage::Folder(folder) => lock_name(folder, name).map(Held::Folder),
-            Storage::Redis(redis) => redis.lock(name).map(Held::Redis),
+            Storage::Shared(shared) => {
+                shared_storage::lock(shared.as_ref(), name).map(Held::Shared)
+            }
         }
     }
 
     fn account_key(&self) -> Result<AccountKey, String> {
-        let redis = match self {
+        let shared = match self {
             Storage::Folder(folder) => return account_key(folder),
-            Storage::Redis(redis) => redis,
+            Storage::Shared(shared) => shared,
         };
         // The first instance to store a key makes the fleet's account; the others use it.
-        if redis.get("account.key")?.is_none() {
+        if shared.get("account.key")?.is_none() {
             let (_, pkcs8) = AccountKey::generate()?;
-            redis.set_if_absent("account.key", pem_block("PRIVATE KEY", &pkcs8).as_bytes())?;
+            shared.set_if_absent("account.key", pem_block("PRIVATE KEY", &pkcs8).as_bytes())?;
         }
-        let pem = redis
+        let place = shared.describe();
+        let pem = shared
             .get("account.key")?
-            .ok_or("the account key vanished from Redis")?;
+            .ok_or_else(|| format!("the account key vanished from {place}"))?;
         let key = PrivateKeyDer::from_pem_slice(&pem)
-            .map_err(|e| format!("the account key in Redis: {e}"))?;
+            .map_err(|e| format!("the account key in {place}: {e}"))?;
         AccountKey::from_pkcs8(key.secret_der())
     }
 
     /// The stored pair for `name`, installed: see [`load_stored`].
     fn load_stored(&self, name: &str) -> Result<Option<(i64, i64)>, String> {
-        let redis = match self {
+        let shared = match self {
             Storage::Folder(folder) => return load_stored(folder, name),
-            Storage::Redis(redis) => redis,
+            Storage::Shared(shared) => shared,
         };
         match (
-            redis.get(&format!("{name}.crt"))?,
-            redis.get(&format!("{name}.key"))?,
+            shared.get(&format!("{name}.crt"))?,
+            shared.get(&format!("{name}.key"))?,
         ) {
             (Some(chain), Some(key)) => install(name, &chain, &key).map(Some),
             _ => Ok(None),
@@ -447,14 +477,14 @@ impl Storage {
     }
 
     fn store_and_install(&self, name: &str, issued: &Issued) -> Result<(i64, i64), String> {
-        let redis = match self {
+        let shared = match self {
             Storage::Folder(folder) => return store_and_install(folder, name, issued),
-            Storage::Redis(redis) => redis,
+            Storage::Shared(shared) => shared,
         };
         let validity = install(name, issued.chain_pem.as_bytes(), issued.key_pem.as_bytes())?;
         // The key first: a reader finding the new chain finds its key.
-        redis.set(&format!("{name}.key"), issued.key_pem.as_bytes())?;
-        redis.set(&format!("{name}.crt"), issued.chain_pem.as_bytes())?;
+        shared.set(&format!("{name}.key"), issued.key_pem.as_bytes())?;
+        shared.set(&format!("{name}.crt"), issued.chain_pem.as_bytes())?;
         Ok(validity)
     }
 }

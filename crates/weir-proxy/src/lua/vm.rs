@@ -28,6 +28,9 @@ pub(super) struct WorkerVm {
     max_run_time: std::time::Duration,
     /// The running script's deadline, for the watchdog that stops it.
     watch: Arc<Watch>,
+    /// The shared dictionaries, which the VM's `get` functions reach by address: dropped
+    /// after the VM.
+    _dicts: Vec<Arc<shared_dict::SharedDict>>,
 }
 
 impl Drop for WorkerVm {
@@ -103,6 +106,7 @@ impl WorkerVm {
             idle_threads: RefCell::new(Vec::new()),
             max_run_time,
             watch,
+            _dicts: program.dicts.iter().map(|(_, dict)| dict.clone()).collect(),
         })
     }
 

@@ -5,7 +5,9 @@
 //! `max_concurrent_streams` is announced and many streams share one connection, a header
 //! block over 32 KiB is answered 431, a stream reset mid-body leaves the worker serving, a
 //! reload keeps a live connection, a stop lets a stream finish, and HTTP/1.1 and HTTP/2
-//! answers of the entrypoint carry `Alt-Svc` (those of other entrypoints do not).
+//! answers of the entrypoint carry `Alt-Svc` (those of other entrypoints do not). The abuse
+//! limits, with `h3_abuse.py`: a rapid-reset flood closes its connection, a connection flood
+//! gets Retry packets, and the worker serves other clients meanwhile.
 
 mod common;
 use common::*;
@@ -71,8 +73,13 @@ impl Site {
 
 /// Starts the aioquic client on `plan`.
 fn spawn(plan: &Value) -> std::process::Child {
+    spawn_script(&client_script(), plan)
+}
+
+/// Starts the aioquic script `script` on `plan`.
+fn spawn_script(script: &Path, plan: &Value) -> std::process::Child {
     Command::new(aioquic_python())
-        .arg(client_script())
+        .arg(script)
         .arg(plan.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -596,4 +603,52 @@ fn ngtcp2_client_fetches_over_http3() {
         std::fs::read_to_string(site.dir.join("ping")).unwrap(),
         "pong"
     );
+}
+
+/// Runs `h3_abuse.py` in `mode` against `port`, with `more` keys in its plan.
+fn abuse(site: &Site, port: u16, mode: &str, more: Value) -> Value {
+    let mut plan = site.plan(port, json!([]));
+    plan["mode"] = json!(mode);
+    for (key, value) in more.as_object().into_iter().flatten() {
+        plan[key] = value.clone();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3_abuse.py");
+    finished(spawn_script(&script, &plan))
+}
+
+/// H3_EXCESSIVE_LOAD (RFC 9114, section 8.1).
+const H3_EXCESSIVE_LOAD: u64 = 0x107;
+
+/// Streams reset right after their HEADERS (CVE-2023-44487's rapid reset, over QUIC): past
+/// 64 of them, outnumbering the answered ones, the connection is closed with
+/// H3_EXCESSIVE_LOAD; fewer leave it serving; and the worker serves other connections.
+#[test]
+fn a_rapid_reset_flood_closes_its_connection_only() {
+    let site = Site::new("h3-resets");
+    let weir = Weir::start(&site.config("", "", ""));
+    let port = weir.addr().port();
+    let few = abuse(&site, port, "resets", json!({"resets": 40}));
+    assert_eq!(few["closed"], Value::Null, "{few}");
+    assert_eq!(few["ping"], "pong", "{few}");
+    let flood = abuse(&site, port, "resets", json!({"resets": 300}));
+    assert_eq!(flood["closed"], H3_EXCESSIVE_LOAD, "{flood}");
+    assert_eq!(flood["ping"], Value::Null, "{flood}");
+    let other = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(other["groups"][0][0]["body_text"], "pong", "{other}");
+}
+
+/// `retry_above`: with that many handshakes in progress on the worker (here 4, from clients
+/// that never finish theirs), a new client gets a Retry, comes back with its token and is
+/// served; with fewer, it gets none (RFC 9000, section 8.1.2).
+#[test]
+fn a_connection_flood_gets_retry_packets() {
+    let site = Site::new("h3-retry");
+    let weir = Weir::start(&site.config(", retry_above: 4", "", ""));
+    let port = weir.addr().port();
+    let calm = abuse(&site, port, "flood", json!({"half_open": 0}));
+    assert_eq!(calm["retried"], false, "{calm}");
+    assert_eq!(calm["ping"], "pong", "{calm}");
+    let flood = abuse(&site, port, "flood", json!({"half_open": 6}));
+    assert_eq!(flood["retried"], true, "{flood}");
+    assert_eq!(flood["ping"], "pong", "{flood}");
 }

@@ -413,6 +413,7 @@ fn a_reload_keeps_a_live_connection() {
         "same connection, new config: {out}"
     );
     assert_eq!(out["closed"], Value::Null, "{out}");
+    assert_eq!(out["goaway"], false, "a reload sends no GOAWAY: {out}");
 }
 
 #[test]
@@ -435,6 +436,7 @@ fn a_stop_lets_an_open_stream_finish_and_closes_idle_connections() {
     weir.signal("TERM");
     let out = finished(busy);
     assert_eq!(out["groups"][0][0]["status"], 200, "{out}");
+    assert_eq!(out["goaway"], true, "the stop announced with GOAWAY: {out}");
     // GOAWAY, then the close once no stream is open: the idle connection does not hold the
     // stop until `graceful_timeout` (20 s; this waits 10 s at most).
     weir.wait_for_line("stopped", 1);

@@ -543,8 +543,12 @@ fn print_text(r: &serde_json::Value) {
         Some(rate) => format!("at {rate} req/s"),
         None => "closed loop".to_string(),
     };
+    let streams = match r["streams"].as_u64() {
+        Some(m) => format!(" x {m} HTTP/3 streams"),
+        None => String::new(),
+    };
     println!(
-        "{} {pace} over {} connections for {:.1}s",
+        "{} {pace} over {} connections{streams} for {:.1}s",
         r["target"],
         r["connections"],
         r["duration_s"].as_f64().unwrap_or(0.0)

@@ -7,7 +7,8 @@
 //! reload keeps a live connection, a stop lets a stream finish, and HTTP/1.1 and HTTP/2
 //! answers of the entrypoint carry `Alt-Svc` (those of other entrypoints do not). The abuse
 //! limits, with `h3_abuse.py`: a rapid-reset flood closes its connection, a connection flood
-//! gets Retry packets, and the worker serves other clients meanwhile.
+//! gets Retry packets, and the worker serves other clients meanwhile. After a binary upgrade
+//! the new process answers HTTP/3 on the same port.
 
 mod common;
 use common::*;
@@ -453,7 +454,7 @@ impl Drop for KilledOnDrop {
 }
 
 /// Waits (20 s at most) until `done`, else fails naming `what`.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !done() {
         assert!(
@@ -653,4 +654,48 @@ fn a_connection_flood_gets_retry_packets() {
     let flood = abuse(&site, port, "flood", json!({"half_open": 6}));
     assert_eq!(flood["retried"], true, "{flood}");
     assert_eq!(flood["ping"], "pong", "{flood}");
+}
+
+/// The process a binary upgrade started, ended with the test (even a failing one).
+struct Upgraded(Option<u32>);
+
+impl Drop for Upgraded {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// A binary upgrade (`SIGUSR2`) hands the TCP sockets over; the new process binds QUIC sockets
+/// of its own on the same port and answers HTTP/3 there once the old one has exited. (The old
+/// process's QUIC connections are not kept: they get GOAWAY, as on a stop.)
+#[test]
+fn after_an_upgrade_the_new_process_answers_http3_on_the_port() {
+    let site = Site::new("h3-upgrade");
+    let pid_file = site.dir.join("weir.pid");
+    let server = format!(
+        ", graceful_timeout: 5s, pid_file: \"{}\"",
+        pid_file.display()
+    );
+    let mut weir = Weir::start(&site.config("", &server, ""));
+    let port = weir.addr().port();
+    let before = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(before["groups"][0][0]["body_text"], "pong", "{before}");
+    let old_pid = weir.child.id();
+    weir.signal("USR2");
+    let mut new_pid = None;
+    wait_until("the old process's exit", || {
+        new_pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok());
+        weir.child.try_wait().ok().flatten().is_some()
+    });
+    let new_pid = new_pid.filter(|pid| *pid != old_pid);
+    let _upgraded = Upgraded(new_pid);
+    assert!(new_pid.is_some(), "{:#?}", weir.stderr());
+    let after = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(after["groups"][0][0]["body_text"], "pong", "{after}");
 }

@@ -6,9 +6,9 @@ flight. For the record, weir's own HTTP/2 over TLS (h2load, the h2 scenario's
 generator) on the same small answer.
 
 The load generator is weir-bench's `--h3` mode, on quinn + h3 (the stack weir serves with):
-Debian's h2load is built without HTTP/3, ngtcp2's example client opens one connection per
-process and cannot sustain a rate, and aioquic (Python) spends more CPU per request than either
-server. One generator for every peer, so its cost per request is the same for each."""
+Debian's h2load is built without HTTP/3, ngtcp2's example client is a fetching tool (a list of
+URLs over one connection, no duration, no percentiles), and aioquic is Python, slower per
+request than either server. One generator for every peer, so its cost per request is the same for each."""
 import os, random
 
 from harness.common import work_dir, write

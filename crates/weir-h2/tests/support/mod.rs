@@ -11,7 +11,7 @@ use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use weir_h2::{Config, Connection, Event};
 
-/// Paths: `/small` answers "hello"; `/big/N` N bytes of `pattern`; `/echo` streams the body
+/// Paths: `/small` and `/` answer "hello"; `/big/N` N bytes of `pattern`; `/echo` streams the body
 /// back and ends with trailers `x-body-bytes` (and `x-got-trailer` echoing the request's
 /// `x-trailer`); `/trailers` "t" and `grpc-status: 0`; `/never` no answer. A head over the
 /// cap is answered 431.
@@ -135,7 +135,7 @@ fn finish(conn: &mut Connection, exchanges: &mut HashMap<u32, Exchange>, stream_
             fields.push(("x-got-trailer", t));
         }
         conn.send_trailers(stream_id, &fields).ok();
-    } else if path == "/small" {
+    } else if path == "/small" || path == "/" {
         conn.send_head(stream_id, 200, &[("content-type", "text/plain"), ("content-length", "5")], false).ok();
         conn.send_data(stream_id, Bytes::from_static(b"hello"), true).ok();
     } else if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()) {

@@ -237,9 +237,9 @@ impl Connection {
 
     // ---- input ----
 
-    /// The read buffer, with room for at least one more frame header: read the socket into it.
+    /// The read buffer, with room for a read worth a syscall: read the socket into it.
     pub fn input(&mut self) -> &mut BytesMut {
-        if self.input.capacity() - self.input.len() < frame::HEADER_LEN {
+        if self.input.capacity() - self.input.len() < 1024 {
             self.input.reserve(16 * 1024);
         }
         &mut self.input

@@ -25,12 +25,28 @@ fn h2spec() -> PathBuf {
 fn h2spec_every_case_passes() {
     let server = Server::start(Config::default());
     let out = Command::new(h2spec())
-        .args(["-h", "127.0.0.1", "-p", &server.addr.port().to_string(), "-o", "5", "--strict"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.addr.port().to_string(),
+            "-o",
+            "5",
+            "--strict",
+        ])
         .output()
         .unwrap_or_else(|e| panic!("h2spec: {e} (scripts/test installs it with go install)"));
     let text = String::from_utf8_lossy(&out.stdout);
-    let summary = text.lines().rev().find(|l| l.contains("tests,")).unwrap_or_default().to_string();
-    assert!(out.status.success() && summary.contains(", 0 failed"), "{summary}\n{text}");
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("tests,"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        out.status.success() && summary.contains(", 0 failed"),
+        "{summary}\n{text}"
+    );
     assert!(summary.starts_with("146 tests, 146 passed"), "{summary}");
     println!("h2spec: {summary}");
 }

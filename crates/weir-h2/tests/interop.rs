@@ -12,7 +12,10 @@ use weir_h2::Config;
 type Client = h2::client::SendRequest<Bytes>;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 async fn connect(server: &Server) -> Client {
@@ -38,7 +41,9 @@ async fn body_of(response: http::Response<h2::RecvStream>) -> (Vec<u8>, Option<h
     let mut all = Vec::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.expect("body chunk");
-        body.flow_control().release_capacity(chunk.len()).expect("release");
+        body.flow_control()
+            .release_capacity(chunk.len())
+            .expect("release");
         all.extend_from_slice(&chunk);
     }
     let trailers = body.trailers().await.expect("trailers");
@@ -46,7 +51,9 @@ async fn body_of(response: http::Response<h2::RecvStream>) -> (Vec<u8>, Option<h
 }
 
 async fn get(client: &mut Client, path: &str) -> (u16, Vec<u8>) {
-    let (response, _) = client.send_request(request("GET", path), true).expect("send");
+    let (response, _) = client
+        .send_request(request("GET", path), true)
+        .expect("send");
     let response = response.await.expect("response");
     let status = response.status().as_u16();
     (status, body_of(response).await.0)
@@ -72,7 +79,11 @@ fn h2_client_many_concurrent_streams_on_one_connection() {
 #[test]
 fn h2_client_large_bodies_both_ways_under_flow_control() {
     // Small windows make flow control work hard: 64 KiB per stream, 128 KiB per connection.
-    let config = Config { initial_window_size: 65_535, connection_window_size: 128 * 1024, ..Config::default() };
+    let config = Config {
+        initial_window_size: 65_535,
+        connection_window_size: 128 * 1024,
+        ..Config::default()
+    };
     let server = Server::start(config);
     runtime().block_on(async {
         let mut client = connect(&server).await;
@@ -81,16 +92,22 @@ fn h2_client_large_bodies_both_ways_under_flow_control() {
         assert!(body == pattern(3_000_000), "the 3 MB answer arrived intact");
 
         let upload = Bytes::from(pattern(5_000_000));
-        let (response, mut send) = client.send_request(request("POST", "/echo"), false).expect("send");
+        let (response, mut send) = client
+            .send_request(request("POST", "/echo"), false)
+            .expect("send");
         let sender = tokio::spawn({
             let upload = upload.clone();
             async move {
                 let mut at = 0;
                 while at < upload.len() {
                     send.reserve_capacity(64 * 1024);
-                    let room = std::future::poll_fn(|cx| send.poll_capacity(cx)).await.expect("capacity").expect("capacity");
+                    let room = std::future::poll_fn(|cx| send.poll_capacity(cx))
+                        .await
+                        .expect("capacity")
+                        .expect("capacity");
                     let n = room.min(upload.len() - at);
-                    send.send_data(upload.slice(at..at + n), false).expect("data");
+                    send.send_data(upload.slice(at..at + n), false)
+                        .expect("data");
                     at += n;
                 }
                 send.send_data(Bytes::new(), true).expect("end");
@@ -111,8 +128,11 @@ fn h2_client_trailers_both_ways() {
     let server = Server::start(Config::default());
     runtime().block_on(async {
         let mut client = connect(&server).await;
-        let (response, mut send) = client.send_request(request("POST", "/echo"), false).expect("send");
-        send.send_data(Bytes::from_static(b"abc"), false).expect("data");
+        let (response, mut send) = client
+            .send_request(request("POST", "/echo"), false)
+            .expect("send");
+        send.send_data(Bytes::from_static(b"abc"), false)
+            .expect("data");
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-trailer", "yes".parse().expect("value"));
         send.send_trailers(trailers).expect("trailers");
@@ -122,7 +142,9 @@ fn h2_client_trailers_both_ways() {
         assert_eq!(trailers["x-got-trailer"], "yes");
         assert_eq!(trailers["x-body-bytes"], "3");
 
-        let (response, _) = client.send_request(request("GET", "/trailers"), true).expect("send");
+        let (response, _) = client
+            .send_request(request("GET", "/trailers"), true)
+            .expect("send");
         let (body, trailers) = body_of(response.await.expect("response")).await;
         assert_eq!(body, b"t");
         assert_eq!(trailers.expect("trailers")["grpc-status"], "0");
@@ -135,7 +157,9 @@ fn h2_client_reset_stream_leaves_the_connection_serving() {
     runtime().block_on(async {
         let mut client = connect(&server).await;
         for _ in 0..10 {
-            let (_response, mut send) = client.send_request(request("POST", "/never"), false).expect("send");
+            let (_response, mut send) = client
+                .send_request(request("POST", "/never"), false)
+                .expect("send");
             send.send_reset(h2::Reason::CANCEL);
         }
         assert_eq!(get(&mut client, "/small").await, (200, b"hello".to_vec()));
@@ -144,11 +168,15 @@ fn h2_client_reset_stream_leaves_the_connection_serving() {
 
 #[test]
 fn h2_client_head_over_the_cap_is_answered_431() {
-    let server = Server::start(Config { max_header_list_size: 8 * 1024, ..Config::default() });
+    let server = Server::start(Config {
+        max_header_list_size: 8 * 1024,
+        ..Config::default()
+    });
     runtime().block_on(async {
         let mut client = connect(&server).await;
         let mut big = request("GET", "/small");
-        big.headers_mut().insert("x-big", "a".repeat(12 * 1024).parse().expect("value"));
+        big.headers_mut()
+            .insert("x-big", "a".repeat(12 * 1024).parse().expect("value"));
         let (response, _) = client.send_request(big, true).expect("send");
         assert_eq!(response.await.expect("response").status(), 431);
         // The HPACK state stayed in step: the next request is served.
@@ -157,7 +185,9 @@ fn h2_client_head_over_the_cap_is_answered_431() {
 }
 
 fn run(command: &mut Command) -> (bool, String, String) {
-    let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e} (nghttp2-client is installed by scripts/test)"));
+    let out = command.output().unwrap_or_else(|e| {
+        panic!("{command:?}: {e} (nghttp2-client is installed by scripts/test)")
+    });
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -167,7 +197,10 @@ fn run(command: &mut Command) -> (bool, String, String) {
 
 #[test]
 fn nghttp_get_upload_trailers_and_a_head_over_the_cap() {
-    let server = Server::start(Config { max_header_list_size: 8 * 1024, ..Config::default() });
+    let server = Server::start(Config {
+        max_header_list_size: 8 * 1024,
+        ..Config::default()
+    });
     let (ok, out, err) = run(Command::new("nghttp").arg(server.url("/small")));
     assert!(ok, "{err}");
     assert_eq!(out, "hello");
@@ -178,24 +211,44 @@ fn nghttp_get_upload_trailers_and_a_head_over_the_cap() {
     let file = dir.join("upload");
     std::fs::write(&file, pattern(2_000_000)).expect("write");
     let out = Command::new("nghttp")
-        .args(["-d", file.to_str().expect("path"), "--trailer", "x-trailer: nghttp"])
+        .args([
+            "-d",
+            file.to_str().expect("path"),
+            "--trailer",
+            "x-trailer: nghttp",
+        ])
         .arg(server.url("/echo"))
         .output()
         .expect("nghttp");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stdout == pattern(2_000_000), "echo of {} bytes", out.stdout.len());
-    let (ok, out, err) = run(
-        Command::new("nghttp")
-            .args(["-v", "-n", "-d", file.to_str().expect("path"), "--trailer", "x-trailer: nghttp"])
-            .arg(server.url("/echo")),
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        out.stdout == pattern(2_000_000),
+        "echo of {} bytes",
+        out.stdout.len()
+    );
+    let (ok, out, err) = run(Command::new("nghttp")
+        .args([
+            "-v",
+            "-n",
+            "-d",
+            file.to_str().expect("path"),
+            "--trailer",
+            "x-trailer: nghttp",
+        ])
+        .arg(server.url("/echo")));
     assert!(ok, "{err}");
     assert!(out.contains("x-got-trailer: nghttp"), "{out}");
     assert!(out.contains("x-body-bytes: 2000000"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 
     let big = format!("x-big: {}", "b".repeat(12 * 1024));
-    let (ok, out, err) = run(Command::new("nghttp").args(["-v", "-n", "-H", &big]).arg(server.url("/small")));
+    let (ok, out, err) = run(Command::new("nghttp")
+        .args(["-v", "-n", "-H", &big])
+        .arg(server.url("/small")));
     assert!(ok, "{err}");
     assert!(out.contains(":status: 431"), "{out}");
 }
@@ -203,12 +256,16 @@ fn nghttp_get_upload_trailers_and_a_head_over_the_cap() {
 #[test]
 fn h2load_many_concurrent_streams_all_succeed() {
     let server = Server::start(Config::default());
-    let (ok, out, err) = run(Command::new("h2load").args(["-n", "5000", "-c", "4", "-m", "100"]).arg(server.url("/small")));
+    let (ok, out, err) = run(Command::new("h2load")
+        .args(["-n", "5000", "-c", "4", "-m", "100"])
+        .arg(server.url("/small")));
     assert!(ok, "{err}");
     assert!(out.contains("5000 succeeded, 0 failed, 0 errored"), "{out}");
     assert!(out.contains("status codes: 5000 2xx"), "{out}");
 
-    let (ok, out, err) = run(Command::new("h2load").args(["-n", "200", "-c", "2", "-m", "10"]).arg(server.url("/big/200000")));
+    let (ok, out, err) = run(Command::new("h2load")
+        .args(["-n", "200", "-c", "2", "-m", "10"])
+        .arg(server.url("/big/200000")));
     assert!(ok, "{err}");
     assert!(out.contains("200 succeeded, 0 failed"), "{out}");
 }

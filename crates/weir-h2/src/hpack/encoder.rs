@@ -16,11 +16,14 @@ pub enum Indexing {
     Dynamic(usize),
 }
 
+/// A dynamic table entry: name and value.
+type Entry = (Box<[u8]>, Box<[u8]>);
+
 pub struct Encoder {
     indexing: Indexing,
     huffman: bool,
     /// Our copy of the peer's dynamic table (Indexing::Dynamic only): newest first.
-    table: VecDeque<(Box<[u8]>, Box<[u8]>)>,
+    table: VecDeque<Entry>,
     size: usize,
     max_size: usize,
     /// A size update owed at the start of the next block (§4.2) after the limit changed.
@@ -165,7 +168,7 @@ impl Encoder {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.table.capacity() * std::mem::size_of::<(Box<[u8]>, Box<[u8]>)>()
+        self.table.capacity() * std::mem::size_of::<Entry>()
             + self
                 .table
                 .iter()

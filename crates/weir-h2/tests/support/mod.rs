@@ -27,18 +27,26 @@ impl Server {
     pub fn start(config: Config) -> Server {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
             rt.block_on(async move {
                 let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-                tx.send(listener.local_addr().expect("addr")).expect("send addr");
+                tx.send(listener.local_addr().expect("addr"))
+                    .expect("send addr");
                 loop {
-                    let Ok((sock, _)) = listener.accept().await else { return };
+                    let Ok((sock, _)) = listener.accept().await else {
+                        return;
+                    };
                     sock.set_nodelay(true).ok();
                     tokio::spawn(serve(sock, config));
                 }
             });
         });
-        Server { addr: rx.recv().expect("server address") }
+        Server {
+            addr: rx.recv().expect("server address"),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -64,8 +72,14 @@ pub async fn serve(sock: TcpStream, config: Config) {
         if conn.is_done() && !conn.has_output() {
             return;
         }
-        let interest = if conn.has_output() { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-        let Ok(ready) = sock.ready(interest).await else { return };
+        let interest = if conn.has_output() {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        let Ok(ready) = sock.ready(interest).await else {
+            return;
+        };
         if ready.is_writable() && conn.has_output() {
             let mut slices = [IoSlice::new(&[]); 64];
             let n = conn.output_slices(&mut slices);
@@ -88,21 +102,43 @@ pub async fn serve(sock: TcpStream, config: Config) {
 
 fn answer(conn: &mut Connection, exchanges: &mut HashMap<u32, Exchange>, event: Event) {
     match event {
-        Event::Request { stream_id, head, end_stream } => {
+        Event::Request {
+            stream_id,
+            head,
+            end_stream,
+        } => {
             let path = String::from_utf8_lossy(head.path().unwrap_or_default()).into_owned();
             let echo = path == "/echo";
             if echo {
-                conn.send_head(stream_id, 200, &[("content-type", "application/octet-stream")], false).ok();
+                conn.send_head(
+                    stream_id,
+                    200,
+                    &[("content-type", "application/octet-stream")],
+                    false,
+                )
+                .ok();
             }
-            exchanges.insert(stream_id, Exchange { path, body_bytes: 0, echo });
+            exchanges.insert(
+                stream_id,
+                Exchange {
+                    path,
+                    body_bytes: 0,
+                    echo,
+                },
+            );
             if end_stream {
                 finish(conn, exchanges, stream_id, None);
             }
         }
         Event::HeadTooLarge { stream_id, .. } => {
-            conn.send_head(stream_id, 431, &[("content-length", "0")], true).ok();
+            conn.send_head(stream_id, 431, &[("content-length", "0")], true)
+                .ok();
         }
-        Event::Data { stream_id, data, end_stream } => {
+        Event::Data {
+            stream_id,
+            data,
+            end_stream,
+        } => {
             conn.release_capacity(stream_id, data.len());
             if let Some(x) = exchanges.get_mut(&stream_id) {
                 x.body_bytes += data.len();
@@ -115,7 +151,9 @@ fn answer(conn: &mut Connection, exchanges: &mut HashMap<u32, Exchange>, event: 
             }
         }
         Event::Trailers { stream_id, fields } => {
-            let got = fields.get(b"x-trailer").map(|v| String::from_utf8_lossy(v).into_owned());
+            let got = fields
+                .get(b"x-trailer")
+                .map(|v| String::from_utf8_lossy(v).into_owned());
             finish(conn, exchanges, stream_id, got);
         }
         Event::Reset { stream_id, .. } | Event::StreamError { stream_id, .. } => {
@@ -125,8 +163,15 @@ fn answer(conn: &mut Connection, exchanges: &mut HashMap<u32, Exchange>, event: 
     }
 }
 
-fn finish(conn: &mut Connection, exchanges: &mut HashMap<u32, Exchange>, stream_id: u32, trailer: Option<String>) {
-    let Some(x) = exchanges.remove(&stream_id) else { return };
+fn finish(
+    conn: &mut Connection,
+    exchanges: &mut HashMap<u32, Exchange>,
+    stream_id: u32,
+    trailer: Option<String>,
+) {
+    let Some(x) = exchanges.remove(&stream_id) else {
+        return;
+    };
     let path = x.path.as_str();
     if x.echo {
         let bytes = x.body_bytes.to_string();
@@ -136,19 +181,39 @@ fn finish(conn: &mut Connection, exchanges: &mut HashMap<u32, Exchange>, stream_
         }
         conn.send_trailers(stream_id, &fields).ok();
     } else if path == "/small" || path == "/" {
-        conn.send_head(stream_id, 200, &[("content-type", "text/plain"), ("content-length", "5")], false).ok();
-        conn.send_data(stream_id, Bytes::from_static(b"hello"), true).ok();
-    } else if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()) {
+        conn.send_head(
+            stream_id,
+            200,
+            &[("content-type", "text/plain"), ("content-length", "5")],
+            false,
+        )
+        .ok();
+        conn.send_data(stream_id, Bytes::from_static(b"hello"), true)
+            .ok();
+    } else if let Some(n) = path
+        .strip_prefix("/big/")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
         let len = n.to_string();
-        conn.send_head(stream_id, 200, &[("content-length", len.as_str())], false).ok();
-        conn.send_data(stream_id, Bytes::from(pattern(n)), true).ok();
+        conn.send_head(stream_id, 200, &[("content-length", len.as_str())], false)
+            .ok();
+        conn.send_data(stream_id, Bytes::from(pattern(n)), true)
+            .ok();
     } else if path == "/trailers" {
-        conn.send_head(stream_id, 200, &[("content-type", "application/grpc")], false).ok();
-        conn.send_data(stream_id, Bytes::from_static(b"t"), false).ok();
+        conn.send_head(
+            stream_id,
+            200,
+            &[("content-type", "application/grpc")],
+            false,
+        )
+        .ok();
+        conn.send_data(stream_id, Bytes::from_static(b"t"), false)
+            .ok();
         conn.send_trailers(stream_id, &[("grpc-status", "0")]).ok();
     } else if path == "/never" {
         // No answer: the client resets it.
     } else {
-        conn.send_head(stream_id, 404, &[("content-length", "0")], true).ok();
+        conn.send_head(stream_id, 404, &[("content-length", "0")], true)
+            .ok();
     }
 }

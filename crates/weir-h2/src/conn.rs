@@ -174,7 +174,13 @@ pub struct Connection {
     goaway_sent: Option<u32>,
     client_reset_budget: u32,
     local_reset_budget: u32,
+    /// The last streams the server reset: frames the client sent before it saw the reset
+    /// are ignored (§5.1, "closed"), not answered as errors.
+    recent_local_resets: [u32; RECENT_RESETS],
+    next_reset_slot: usize,
 }
+
+const RECENT_RESETS: usize = 4;
 
 enum Step {
     Event(Event),
@@ -204,6 +210,8 @@ impl Connection {
             goaway_sent: None,
             client_reset_budget: config.max_client_resets,
             local_reset_budget: config.max_local_resets,
+            recent_local_resets: [0; RECENT_RESETS],
+            next_reset_slot: 0,
         };
         frame::write_settings(
             &mut c.output.tail,
@@ -376,9 +384,13 @@ impl Connection {
         let padding = head.len - payload.len();
         let end_stream = head.flags & frame::END_STREAM != 0;
         let Some(i) = self.stream_index(id) else {
-            // §5.1 closed: STREAM_CLOSED; the bytes still count against the connection window.
+            // §5.1 closed: STREAM_CLOSED, unless the server reset it and this was in flight.
+            // The bytes count against the connection window either way.
             self.give_back_connection(head.len as u32);
-            return self.stream_error(id, Reason::STREAM_CLOSED);
+            if !self.recent_local_resets.contains(&id) {
+                frame::write_rst_stream(&mut self.output.tail, id, Reason::STREAM_CLOSED);
+            }
+            return Ok(Step::Nothing);
         };
         if self.streams[i].recv_closed {
             self.give_back_connection(head.len as u32);
@@ -441,6 +453,8 @@ impl Connection {
             Some(_) if !end_stream => Target::Refuse(Reason::PROTOCOL_ERROR),
             Some(_) => target.unwrap_or(Target::Trailers),
             None if id % 2 == 0 => return Err(Reason::PROTOCOL_ERROR), // §5.1.1
+            // §5.1: HEADERS in flight when the server reset the stream: decoded, ignored.
+            None if self.recent_local_resets.contains(&id) => Target::Ignore,
             // §5.1: HEADERS on a closed stream.
             None if !self.is_idle(id) => return Err(Reason::STREAM_CLOSED),
             None => {
@@ -735,15 +749,21 @@ impl Connection {
     /// Resets a stream the caller does not know (or has not been told of).
     fn stream_error(&mut self, id: u32, reason: Reason) -> ConnResult {
         self.count_local_reset()?;
-        frame::write_rst_stream(&mut self.output.tail, id, reason);
+        self.write_reset(id, reason);
         Ok(Step::Nothing)
+    }
+
+    fn write_reset(&mut self, id: u32, reason: Reason) {
+        frame::write_rst_stream(&mut self.output.tail, id, reason);
+        self.recent_local_resets[self.next_reset_slot] = id;
+        self.next_reset_slot = (self.next_reset_slot + 1) % RECENT_RESETS;
     }
 
     /// Resets a stream the caller knows, and tells it.
     fn reset_known(&mut self, i: usize, reason: Reason) -> ConnResult {
         self.count_local_reset()?;
         let s = self.streams.swap_remove(i);
-        frame::write_rst_stream(&mut self.output.tail, s.id, reason);
+        self.write_reset(s.id, reason);
         Ok(Step::Event(Event::StreamError {
             stream_id: s.id,
             reason,
@@ -907,7 +927,7 @@ impl Connection {
         if let Some(i) = self.stream_index(stream_id) {
             self.streams.swap_remove(i);
         }
-        frame::write_rst_stream(&mut self.output.tail, stream_id, reason);
+        self.write_reset(stream_id, reason);
     }
 
     /// Sends GOAWAY: no stream above the last one seen will be served (§6.8). Streams below

@@ -419,3 +419,35 @@ fn a_bad_preface_is_a_connection_error() {
     assert_eq!(goaway_code(&frames(&mut c)), Some(1));
     assert!(c.is_done());
 }
+
+#[test]
+fn frames_in_flight_after_the_servers_reset_are_ignored() {
+    // RFC 9113 §5.1 "closed": after sending RST_STREAM, frames in flight must be ignored;
+    // a body still arriving costs no reset budget and no RST_STREAM per frame.
+    let config = Config {
+        max_local_resets: 2,
+        ..Config::default()
+    };
+    let mut c = connected(config);
+    c.receive(&frame(HEADERS, 0x4, 1, &request_block("/", &[])));
+    c.poll_event();
+    c.send_reset(1, Reason::CANCEL);
+    frames(&mut c);
+    for _ in 0..10 {
+        c.receive(&frame(DATA, 0, 1, &[0u8; 100]));
+    }
+    c.receive(&frame(HEADERS, 0x5, 1, &request_block("/", &[])));
+    assert!(events(&mut c).is_empty());
+    assert!(frames(&mut c).is_empty(), "nothing answered");
+    // A stream closed the ordinary way is still an error (h2spec 5.1 closed).
+    c.receive(&frame(HEADERS, 0x5, 3, &request_block("/", &[])));
+    c.poll_event();
+    c.send_head(3, 204, &[] as &[(&str, &str)], true)
+        .expect("head");
+    frames(&mut c);
+    c.receive(&frame(DATA, 0, 3, &[0u8; 10]));
+    assert!(events(&mut c).is_empty());
+    assert!(frames(&mut c)
+        .iter()
+        .any(|f| f.0 == RST_STREAM && f.2 == 3 && f.3 == 5u32.to_be_bytes()));
+}

@@ -746,8 +746,11 @@ impl Connection {
         Ok(Step::Event(Event::WindowUpdate { stream_id: id }))
     }
 
-    /// Resets a stream the caller does not know (or has not been told of).
+    /// A stream error (§5.4.2): RST_STREAM, and the caller told if it knows the stream.
     fn stream_error(&mut self, id: u32, reason: Reason) -> ConnResult {
+        if let Some(i) = self.stream_index(id) {
+            return self.reset_known(i, reason);
+        }
         self.count_local_reset()?;
         self.write_reset(id, reason);
         Ok(Step::Nothing)

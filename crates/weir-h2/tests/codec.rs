@@ -451,3 +451,23 @@ fn frames_in_flight_after_the_servers_reset_are_ignored() {
         .iter()
         .any(|f| f.0 == RST_STREAM && f.2 == 3 && f.3 == 5u32.to_be_bytes()));
 }
+
+#[test]
+fn a_second_head_without_end_stream_resets_the_stream_and_tells_the_caller() {
+    // RFC 9113 §8.1: trailers carry END_STREAM; without it the request is malformed.
+    let mut c = connected(Config::default());
+    c.receive(&frame(HEADERS, 0x4, 1, &request_block("/", &[])));
+    c.poll_event();
+    c.receive(&frame(HEADERS, 0x4, 1, &request_block("/", &[])));
+    assert!(matches!(
+        c.poll_event(),
+        Some(Event::StreamError {
+            stream_id: 1,
+            reason: Reason::PROTOCOL_ERROR
+        })
+    ));
+    assert_eq!(c.open_streams(), 0);
+    assert!(frames(&mut c)
+        .iter()
+        .any(|f| f.0 == RST_STREAM && f.2 == 1 && f.3 == 1u32.to_be_bytes()));
+}

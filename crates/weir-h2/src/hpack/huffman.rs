@@ -54,6 +54,29 @@ const fn build() -> Canonical {
 static CANONICAL: Canonical = build();
 const EOS: u16 = 256;
 
+/// Codes of up to 8 bits (the letters, digits and punctuation most header text is made of),
+/// looked up by the next 8 bits in one step: (symbol, length), length 0 for longer codes.
+static BY_FIRST_BYTE: [(u8, u8); 256] = {
+    let t = build();
+    let mut table = [(0u8, 0u8); 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut len = 5;
+        while len <= 8 {
+            let code = (byte >> (8 - len)) as u32;
+            let first = t.first_code[len];
+            if t.count[len] != 0 && code >= first && code - first < t.count[len] as u32 {
+                let symbol = t.symbols[(t.offset[len] as u32 + code - first) as usize];
+                table[byte] = (symbol as u8, len as u8);
+                break;
+            }
+            len += 1;
+        }
+        byte += 1;
+    }
+    table
+};
+
 /// Decodes `src` onto the end of `dst`.
 pub fn decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), HpackError> {
     let table = &CANONICAL;
@@ -73,6 +96,13 @@ pub fn decode(src: &[u8], dst: &mut Vec<u8>) -> Result<(), HpackError> {
         }
         if have == 0 {
             return Ok(());
+        }
+        let (fast_symbol, fast_len) = BY_FIRST_BYTE[(bits >> 56) as usize];
+        if fast_len != 0 && fast_len as u32 <= have {
+            dst.push(fast_symbol);
+            bits <<= fast_len;
+            have -= fast_len as u32;
+            continue;
         }
         let mut len = 5u32;
         let symbol = loop {

@@ -1,7 +1,9 @@
-//! Nanoseconds per request, in process: weir-h2 against the `h2` crate serving a GET with a
-//! 5-byte answer, and the encoder's modes against each other. Ignored by default; run in a
-//! release build:
-//!   cargo test --release -p weir-h2 --test bench -- --ignored --nocapture
+//! Cost per request, in process: weir-h2 against the `h2` crate serving a GET with a 5-byte
+//! answer, and the encoder's modes against each other. Ignored by default; run in a release
+//! build. Nanoseconds (best of 5 rounds):
+//!   cargo test --release -p weir-h2 --test bench -- --ignored --nocapture ns_per_request
+//! Instructions, which a loaded machine does not blur: `bench/h2-codec-callgrind` runs
+//! `one_mode` under callgrind for two request counts and divides the difference.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::io::IoSlice;
@@ -31,7 +33,7 @@ fn frame(dst: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
 
 /// The client's bytes: preface, SETTINGS, a connection window raised to the maximum, then
 /// one HEADERS frame per GET (fields as h2load sends them, literal without indexing).
-fn client_bytes() -> (Vec<u8>, Vec<u8>, usize) {
+fn client_bytes(count: usize) -> (Vec<u8>, Vec<u8>, usize) {
     let mut prelude = PREFACE.to_vec();
     frame(&mut prelude, 4, 0, 0, &[]);
     frame(
@@ -53,7 +55,7 @@ fn client_bytes() -> (Vec<u8>, Vec<u8>, usize) {
         e.field(n.as_bytes(), v.as_bytes(), &mut block);
     }
     let mut requests = Vec::new();
-    for i in 0..REQUESTS {
+    for i in 0..count {
         frame(&mut requests, 1, 0x5, 1 + 2 * i as u32, &block);
     }
     let per_request = 9 + block.len();
@@ -71,10 +73,16 @@ fn answer(conn: &mut Connection, event: Event) {
 
 /// The codec alone: bytes in, events, answers, bytes out, no I/O.
 fn codec_alone(config: Config) -> f64 {
-    let (prelude, requests, per) = client_bytes();
+    let (prelude, requests, per) = client_bytes(REQUESTS);
     let start = Instant::now();
+    serve_alone(config, &prelude, &requests, per);
+    start.elapsed().as_nanos() as f64 / REQUESTS as f64
+}
+
+#[inline(never)]
+fn serve_alone(config: Config, prelude: &[u8], requests: &[u8], per: usize) {
     let mut conn = Connection::new(config);
-    conn.receive(&prelude);
+    conn.receive(prelude);
     let mut written = 0;
     for batch in requests.chunks(per * BATCH) {
         conn.input().extend_from_slice(batch);
@@ -89,8 +97,7 @@ fn codec_alone(config: Config) -> f64 {
             conn.advance_output(len);
         }
     }
-    assert!(written > REQUESTS * 20);
-    start.elapsed().as_nanos() as f64 / REQUESTS as f64
+    assert!(written > requests.len() / per * 20);
 }
 
 /// The client over a duplex stream: writes a batch, reads until every answer in it ended.
@@ -160,22 +167,26 @@ async fn h2_server(io: DuplexStream) {
 }
 
 fn over_duplex(h2_crate: bool) -> f64 {
-    let (prelude, requests, per) = client_bytes();
+    let (prelude, requests, per) = client_bytes(REQUESTS);
+    let start = Instant::now();
+    serve_duplex(h2_crate, prelude, requests, per);
+    start.elapsed().as_nanos() as f64 / REQUESTS as f64
+}
+
+#[inline(never)]
+fn serve_duplex(h2_crate: bool, prelude: Vec<u8>, requests: Vec<u8>, per: usize) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
     rt.block_on(async {
         let (a, b) = tokio::io::duplex(256 * 1024);
-        let start = Instant::now();
         let server = if h2_crate {
             tokio::spawn(h2_server(b))
         } else {
             tokio::spawn(codec_server(b))
         };
         client(a, prelude, requests, per).await;
-        let ns = start.elapsed().as_nanos() as f64 / REQUESTS as f64;
         server.abort();
-        ns
     })
 }
 
@@ -207,4 +218,41 @@ fn ns_per_request_weir_h2_against_the_h2_crate() {
     println!("weir-h2 over a tokio duplex stream: {codec_io:.0} ns/request");
     println!("h2 crate over a tokio duplex stream: {h2_io:.0} ns/request");
     println!("ratio weir-h2 / h2 (over duplex): {:.2}", codec_io / h2_io);
+}
+
+/// One mode, once, for callgrind: `WEIR_H2_BENCH_MODE` (plain, huffman, dynamic, duplex,
+/// h2-duplex) and `WEIR_H2_BENCH_REQUESTS`.
+#[test]
+#[ignore = "run under callgrind by bench/h2-codec-callgrind"]
+fn one_mode() {
+    let mode = std::env::var("WEIR_H2_BENCH_MODE").unwrap_or_else(|_| "plain".into());
+    let count = std::env::var("WEIR_H2_BENCH_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
+    let (prelude, requests, per) = client_bytes(count);
+    match mode.as_str() {
+        "plain" => serve_alone(Config::default(), &prelude, &requests, per),
+        "huffman" => serve_alone(
+            Config {
+                huffman: true,
+                ..Config::default()
+            },
+            &prelude,
+            &requests,
+            per,
+        ),
+        "dynamic" => serve_alone(
+            Config {
+                encoder: Indexing::Dynamic(4096),
+                ..Config::default()
+            },
+            &prelude,
+            &requests,
+            per,
+        ),
+        "duplex" => serve_duplex(false, prelude, requests, per),
+        "h2-duplex" => serve_duplex(true, prelude, requests, per),
+        other => panic!("unknown mode {other}"),
+    }
 }

@@ -5,9 +5,12 @@
 //! Instructions, which a loaded machine does not blur: `bench/h2-codec-callgrind` runs
 //! `one_mode` under callgrind for two request counts and divides the difference.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+mod support;
+
+use bytes::{Buf, Bytes, BytesMut};
 use std::io::IoSlice;
 use std::time::Instant;
+use support::frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use weir_h2::hpack::{Encoder, Indexing};
 use weir_h2::{Config, Connection, Event, PREFACE};
@@ -24,13 +27,6 @@ const ANSWER: [(&str, &str); 4] = [
     ("server", "weir"),
 ];
 
-fn frame(dst: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    let len = payload.len() as u32;
-    dst.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-    dst.put_u32(stream);
-    dst.extend_from_slice(payload);
-}
-
 /// The client's bytes: preface, SETTINGS, a connection window raised to the maximum, then
 /// one HEADERS frame per GET (fields as h2load sends them, literal without indexing).
 fn client_bytes(count: usize) -> (Vec<u8>, Vec<u8>, usize) {
@@ -43,17 +39,17 @@ fn client_bytes(count: usize) -> (Vec<u8>, Vec<u8>, usize) {
         0,
         &(i32::MAX as u32 - 65_535).to_be_bytes(),
     );
-    let mut block = Vec::new();
     let mut e = Encoder::new(Indexing::None, true);
-    for (n, v) in [
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":path", "/"),
-        (":authority", "127.0.0.1:8080"),
-        ("user-agent", "h2load nghttp2/1.64.0"),
-    ] {
-        e.field(n.as_bytes(), v.as_bytes(), &mut block);
-    }
+    let block = support::encode_block(
+        &mut e,
+        &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/"),
+            (":authority", "127.0.0.1:8080"),
+            ("user-agent", "h2load nghttp2/1.64.0"),
+        ],
+    );
     let mut requests = Vec::new();
     for i in 0..count {
         frame(&mut requests, 1, 0x5, 1 + 2 * i as u32, &block);

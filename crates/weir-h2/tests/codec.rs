@@ -2,7 +2,9 @@
 //! updates, flow control on the send side, the flood limits, GOAWAY. Each case names the rule
 //! (RFC 9113 section or CVE) it checks.
 
-use bytes::{BufMut, Bytes, BytesMut};
+mod support;
+
+use bytes::Bytes;
 use std::io::IoSlice;
 use weir_h2::hpack::{Encoder, Indexing};
 use weir_h2::{Config, Connection, Event, Reason, PREFACE};
@@ -16,29 +18,20 @@ const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
 
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = BytesMut::new();
-    let len = payload.len() as u32;
-    f.put_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-    f.put_u32(stream);
-    f.put_slice(payload);
-    f.to_vec()
+    let mut f = Vec::new();
+    support::frame(&mut f, kind, flags, stream, payload);
+    f
 }
 
 fn request_block(path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
-    let mut e = Encoder::new(Indexing::None, false);
-    let mut b = Vec::new();
-    for (n, v) in [
+    let mut fields = vec![
         (":method", "POST"),
         (":scheme", "http"),
         (":path", path),
         (":authority", "t"),
-    ]
-    .iter()
-    .chain(extra)
-    {
-        e.field(n.as_bytes(), v.as_bytes(), &mut b);
-    }
-    b
+    ];
+    fields.extend_from_slice(extra);
+    support::encode_block(&mut Encoder::new(Indexing::None, false), &fields)
 }
 
 /// Frames in the output, as (type, flags, stream, payload).

@@ -3,12 +3,15 @@
 //! what the server side holds (its task, socket registration and protocol state).
 //! The only test in this file, so no other test's allocations are counted.
 
-use bytes::{BufMut, Bytes, BytesMut};
+mod support;
+
+use bytes::{Bytes, BytesMut};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
+use support::frame;
 use tokio::io::AsyncWriteExt;
 use weir_h2::hpack::{Encoder, Indexing};
 use weir_h2::{Config, Connection, Event, PREFACE};
@@ -41,26 +44,19 @@ static ALLOCATOR: Counting = Counting;
 
 const CONNECTIONS: usize = 200;
 
-fn frame(dst: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    let len = payload.len() as u32;
-    dst.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-    dst.put_u32(stream);
-    dst.extend_from_slice(payload);
-}
-
 /// One client: preface, SETTINGS, a GET; reads until the answer's last DATA frame, then acks
 /// the server's SETTINGS. The socket stays open.
 fn one_request(addr: SocketAddr) -> TcpStream {
-    let mut block = Vec::new();
     let mut e = Encoder::new(Indexing::None, false);
-    for (n, v) in [
-        (":method", "GET"),
-        (":scheme", "http"),
-        (":path", "/"),
-        (":authority", "t"),
-    ] {
-        e.field(n.as_bytes(), v.as_bytes(), &mut block);
-    }
+    let block = support::encode_block(
+        &mut e,
+        &[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/"),
+            (":authority", "t"),
+        ],
+    );
     let mut out = PREFACE.to_vec();
     frame(&mut out, 4, 0, 0, &[]);
     frame(&mut out, 1, 0x5, 1, &block);
@@ -137,27 +133,11 @@ async fn h2_crate_connection(sock: tokio::net::TcpStream) {
 }
 
 fn start(weir: bool) -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().expect("addr")).expect("addr");
-            while let Ok((sock, _)) = listener.accept().await {
-                if weir {
-                    tokio::spawn(weir_h2_connection(sock));
-                } else {
-                    tokio::spawn(h2_crate_connection(sock));
-                }
-            }
-        });
-    });
-    rx.recv().expect("server")
+    if weir {
+        support::listen(weir_h2_connection)
+    } else {
+        support::listen(h2_crate_connection)
+    }
 }
 
 /// Heap bytes the server holds per idle connection.

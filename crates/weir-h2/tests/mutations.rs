@@ -2,7 +2,10 @@
 //! flipped, inserted, dropped, the stream cut), fed in random pieces. The codec must not panic,
 //! must stop after a connection error, and must write only whole, well-formed frames.
 
-use bytes::{BufMut, Bytes};
+mod support;
+
+use bytes::Bytes;
+use support::frame;
 use weir_h2::hpack::{Encoder, Indexing};
 use weir_h2::{Config, Connection, Event, PREFACE};
 
@@ -21,29 +24,21 @@ impl Rng {
     }
 }
 
-fn frame(dst: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
-    let len = payload.len() as u32;
-    dst.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-    dst.put_u32(stream);
-    dst.extend_from_slice(payload);
-}
-
 /// Every frame type a client sends, on three streams.
 fn seed() -> Vec<u8> {
     let mut e = Encoder::new(Indexing::Dynamic(4096), true);
-    let mut head = Vec::new();
-    for (n, v) in [
-        (":method", "POST"),
-        (":scheme", "https"),
-        (":path", "/a?b=c"),
-        (":authority", "example.com"),
-        ("content-length", "10"),
-        ("x-a", "1"),
-    ] {
-        e.field(n.as_bytes(), v.as_bytes(), &mut head);
-    }
-    let mut trailers = Vec::new();
-    e.field(b"x-t", b"2", &mut trailers);
+    let head = support::encode_block(
+        &mut e,
+        &[
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":path", "/a?b=c"),
+            (":authority", "example.com"),
+            ("content-length", "10"),
+            ("x-a", "1"),
+        ],
+    );
+    let trailers = support::encode_block(&mut e, &[("x-t", "2")]);
     let mut s = PREFACE.to_vec();
     frame(&mut s, 4, 0, 0, &[0, 4, 0, 0, 0x40, 0, 0, 1, 0, 0, 0x10, 0]);
     frame(&mut s, 8, 0, 0, &100_000u32.to_be_bytes());

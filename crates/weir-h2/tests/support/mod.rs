@@ -5,10 +5,12 @@
 
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
+use weir_h2::hpack::Encoder;
 use weir_h2::{Config, Connection, Event};
 
 /// Paths: `/small` and `/` answer "hello"; `/big/N` N bytes of `pattern`; `/echo` streams the body
@@ -25,33 +27,57 @@ pub fn pattern(n: usize) -> Vec<u8> {
 
 impl Server {
     pub fn start(config: Config) -> Server {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-                tx.send(listener.local_addr().expect("addr"))
-                    .expect("send addr");
-                loop {
-                    let Ok((sock, _)) = listener.accept().await else {
-                        return;
-                    };
-                    sock.set_nodelay(true).ok();
-                    tokio::spawn(serve(sock, config));
-                }
-            });
-        });
         Server {
-            addr: rx.recv().expect("server address"),
+            addr: listen(move |sock| serve(sock, config)),
         }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
+}
+
+/// Accepts on a loopback port, on a thread of its own with a current-thread runtime, and
+/// runs `serve` in a task per connection.
+pub fn listen<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            tx.send(listener.local_addr().expect("addr"))
+                .expect("send addr");
+            while let Ok((sock, _)) = listener.accept().await {
+                sock.set_nodelay(true).ok();
+                tokio::spawn(serve(sock));
+            }
+        });
+    });
+    rx.recv().expect("server address")
+}
+
+/// A header block of `fields`, in order, from `encoder`.
+pub fn encode_block(encoder: &mut Encoder, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (n, v) in fields {
+        encoder.field(n.as_bytes(), v.as_bytes(), &mut block);
+    }
+    block
+}
+
+/// Appends one frame (RFC 9113 §4.1) to `dst`.
+pub fn frame(dst: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let len = payload.len() as u32;
+    dst.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
+    dst.extend_from_slice(&stream.to_be_bytes());
+    dst.extend_from_slice(payload);
 }
 
 #[derive(Default)]

@@ -17,7 +17,8 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     pub max_concurrent_streams: u32,
-    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE).
+    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE). Below 65,535 a client
+    /// that sends before it reads our SETTINGS may overrun it (§6.9.2 allows it that much).
     pub initial_window_size: u32,
     /// The connection's receive window, raised from 65,535 by a WINDOW_UPDATE at the start.
     pub connection_window_size: u32,
@@ -67,7 +68,8 @@ pub enum Event {
     },
     /// A new stream whose head exceeded `max_header_list_size`; the caller answers (431).
     HeadTooLarge { stream_id: u32, end_stream: bool },
-    /// Body bytes: a slice of the read buffer. Give the window back with `release_capacity`.
+    /// Body bytes: a slice of the read buffer. Give the window back with `release_capacity`,
+    /// also for bytes the caller drops (the connection's window counts them too).
     Data {
         stream_id: u32,
         data: Bytes,
@@ -985,6 +987,9 @@ impl Connection {
             Some(block) => {
                 let start = self.output.tail.len();
                 self.output.tail.put_bytes(0, frame::HEADER_LEN);
+                // A table size update owed to the client goes in the first block sent
+                // (RFC 7541 §4.2), whichever that is.
+                self.encoder.begin(&mut self.output.tail);
                 self.output.tail.extend_from_slice(&block);
                 self.frame_header_block(start, id, frame::END_STREAM);
             }

@@ -464,3 +464,29 @@ fn a_second_head_without_end_stream_resets_the_stream_and_tells_the_caller() {
         .iter()
         .any(|f| f.0 == RST_STREAM && f.2 == 1 && f.3 == 1u32.to_be_bytes()));
 }
+
+#[test]
+fn an_owed_table_size_update_goes_in_the_first_block_even_trailers() {
+    // RFC 7541 §4.2: after the client lowers SETTINGS_HEADER_TABLE_SIZE, the first header
+    // block the server sends starts with a dynamic table size update.
+    let config = Config {
+        encoder: Indexing::Dynamic(4096),
+        ..Config::default()
+    };
+    let mut c = connected(config);
+    c.receive(&frame(HEADERS, 0x5, 1, &request_block("/", &[])));
+    c.poll_event();
+    c.send_head(1, 200, &[("x-a", "1")], false).expect("head");
+    frames(&mut c);
+    c.receive(&frame(SETTINGS, 0, 0, &[0, 1, 0, 0, 0, 0]));
+    events(&mut c);
+    frames(&mut c);
+    c.send_trailers(1, &[("x-t", "1")]).expect("trailers");
+    let out = frames(&mut c);
+    assert_eq!((out[0].0, out[0].1), (HEADERS, 0x5));
+    assert_eq!(
+        out[0].3[0], 0x20,
+        "a size update to 0 first: {:?}",
+        out[0].3
+    );
+}

@@ -180,7 +180,12 @@ pub struct Connection {
     /// are ignored (§5.1, "closed"), not answered as errors.
     recent_local_resets: [u32; RECENT_RESETS],
     next_reset_slot: usize,
+    /// A graceful shutdown's first GOAWAY went out; its PING's ack brings the final one.
+    shutdown_ping_pending: bool,
 }
+
+/// The payload of the PING a graceful shutdown measures its round trip with.
+const SHUTDOWN_PING: [u8; 8] = *b"weir-bye";
 
 const RECENT_RESETS: usize = 4;
 
@@ -214,6 +219,7 @@ impl Connection {
             local_reset_budget: config.max_local_resets,
             recent_local_resets: [0; RECENT_RESETS],
             next_reset_slot: 0,
+            shutdown_ping_pending: false,
         };
         frame::write_settings(
             &mut c.output.tail,
@@ -692,7 +698,12 @@ impl Connection {
             return Err(Reason::FRAME_SIZE_ERROR);
         };
         if head.flags & frame::ACK == 0 {
-            frame::write_ping_ack(&mut self.output.tail, &payload);
+            frame::write_ping(&mut self.output.tail, frame::ACK, &payload);
+        } else if payload == SHUTDOWN_PING && self.shutdown_ping_pending {
+            // A round trip since the first GOAWAY: streams the client opened meanwhile are
+            // in; now the real last one.
+            self.shutdown_ping_pending = false;
+            self.send_goaway(Reason::NO_ERROR);
         }
         Ok(Step::Event(Event::Ping { payload }))
     }
@@ -935,8 +946,24 @@ impl Connection {
         self.write_reset(stream_id, reason);
     }
 
-    /// Sends GOAWAY: no stream above the last one seen will be served (§6.8). Streams below
-    /// it go on; `is_done()` says when all have ended.
+    /// Starts a graceful shutdown as RFC 9113 §6.8 advises: a GOAWAY naming the highest
+    /// possible stream and a PING; when the client answers the PING, the final GOAWAY names
+    /// the last stream it opened, so no stream in flight is lost.
+    pub fn begin_graceful_shutdown(&mut self) {
+        if self.goaway_sent.is_some() || self.shutdown_ping_pending {
+            return;
+        }
+        frame::write_goaway(
+            &mut self.output.tail,
+            frame::MAX_WINDOW as u32,
+            Reason::NO_ERROR,
+        );
+        frame::write_ping(&mut self.output.tail, 0, &SHUTDOWN_PING);
+        self.shutdown_ping_pending = true;
+    }
+
+    /// Sends GOAWAY at once: no stream above the last one seen will be served (§6.8).
+    /// Streams below it go on; `is_done()` says when all have ended.
     pub fn send_goaway(&mut self, reason: Reason) {
         frame::write_goaway(&mut self.output.tail, self.last_client_stream, reason);
         self.goaway_sent = Some(self.last_client_stream);

@@ -105,8 +105,8 @@ pub fn write_goaway(dst: &mut BytesMut, last_stream_id: u32, reason: Reason) {
     dst.put_u32(reason.0);
 }
 
-pub fn write_ping_ack(dst: &mut BytesMut, payload: &[u8; 8]) {
-    write_head(dst, 8, PING, ACK, 0);
+pub fn write_ping(dst: &mut BytesMut, flags: u8, payload: &[u8; 8]) {
+    write_head(dst, 8, PING, flags, 0);
     dst.put_slice(payload);
 }
 

@@ -490,3 +490,41 @@ fn an_owed_table_size_update_goes_in_the_first_block_even_trailers() {
         out[0].3
     );
 }
+
+#[test]
+fn a_graceful_shutdown_waits_a_round_trip_before_the_final_goaway() {
+    // RFC 9113 §6.8: first GOAWAY with 2^31-1 and a PING; the final GOAWAY after the ack
+    // names the last stream the client opened meanwhile.
+    let mut c = connected(Config::default());
+    c.receive(&frame(HEADERS, 0x5, 1, &request_block("/", &[])));
+    c.poll_event();
+    c.begin_graceful_shutdown();
+    let out = frames(&mut c);
+    assert_eq!(
+        (out[0].0, &out[0].3[..4]),
+        (GOAWAY, &0x7fff_ffffu32.to_be_bytes()[..])
+    );
+    assert_eq!((out[1].0, out[1].1), (6, 0));
+    c.receive(&frame(HEADERS, 0x5, 3, &request_block("/", &[])));
+    assert!(
+        matches!(c.poll_event(), Some(Event::Request { stream_id: 3, .. })),
+        "still served"
+    );
+    c.receive(&frame(6, 1, 0, &out[1].3));
+    assert!(matches!(c.poll_event(), Some(Event::Ping { .. })));
+    let out = frames(&mut c);
+    assert_eq!(
+        (out[0].0, &out[0].3[..4]),
+        (GOAWAY, &3u32.to_be_bytes()[..])
+    );
+    c.receive(&frame(HEADERS, 0x5, 5, &request_block("/", &[])));
+    assert!(
+        c.poll_event().is_none(),
+        "stream 5 came after the final GOAWAY"
+    );
+    c.send_head(1, 204, &[] as &[(&str, &str)], true)
+        .expect("head");
+    c.send_head(3, 204, &[] as &[(&str, &str)], true)
+        .expect("head");
+    assert!(c.is_done());
+}

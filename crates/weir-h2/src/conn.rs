@@ -182,7 +182,12 @@ pub struct Connection {
     next_reset_slot: usize,
     /// A graceful shutdown's first GOAWAY went out; its PING's ack brings the final one.
     shutdown_ping_pending: bool,
+    /// Replies the client's frames caused that the caller has not written yet.
+    unwritten_replies: u16,
 }
+
+/// nghttp2's limit of queued acknowledgements (its `max_outbound_ack`, 1000).
+const MAX_UNWRITTEN_REPLIES: u16 = 1000;
 
 /// The payload of the PING a graceful shutdown measures its round trip with.
 const SHUTDOWN_PING: [u8; 8] = *b"weir-bye";
@@ -220,6 +225,7 @@ impl Connection {
             recent_local_resets: [0; RECENT_RESETS],
             next_reset_slot: 0,
             shutdown_ping_pending: false,
+            unwritten_replies: 0,
         };
         frame::write_settings(
             &mut c.output.tail,
@@ -396,6 +402,7 @@ impl Connection {
             // The bytes count against the connection window either way.
             self.give_back_connection(head.len as u32);
             if !self.recent_local_resets.contains(&id) {
+                self.count_reply()?;
                 frame::write_rst_stream(&mut self.output.tail, id, Reason::STREAM_CLOSED);
             }
             return Ok(Step::Nothing);
@@ -685,6 +692,7 @@ impl Connection {
                 _ => {}
             }
         }
+        self.count_reply()?;
         frame::write_head(&mut self.output.tail, 0, frame::SETTINGS, frame::ACK, 0);
         self.flush_all_streams();
         Ok(Step::Event(Event::Settings))
@@ -698,6 +706,7 @@ impl Connection {
             return Err(Reason::FRAME_SIZE_ERROR);
         };
         if head.flags & frame::ACK == 0 {
+            self.count_reply()?;
             frame::write_ping(&mut self.output.tail, frame::ACK, &payload);
         } else if payload == SHUTDOWN_PING && self.shutdown_ping_pending {
             // A round trip since the first GOAWAY: streams the client opened meanwhile are
@@ -784,6 +793,18 @@ impl Connection {
             stream_id: s.id,
             reason,
         }))
+    }
+
+    /// A frame written only because the client asked for it (a SETTINGS or PING ack, a
+    /// RST_STREAM for DATA on a closed stream): a client that sends these faster than it
+    /// reads the answers is flooding (CVE-2019-9512, -9514, -9515), and is cut off past
+    /// `MAX_UNWRITTEN_REPLIES` not yet written.
+    fn count_reply(&mut self) -> Result<(), Reason> {
+        self.unwritten_replies += 1;
+        if self.unwritten_replies > MAX_UNWRITTEN_REPLIES {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        Ok(())
     }
 
     fn count_local_reset(&mut self) -> Result<(), Reason> {
@@ -1068,11 +1089,15 @@ impl Connection {
 
     /// `n` bytes of the output were written.
     pub fn advance_output(&mut self, n: usize) {
-        self.output.advance(n)
+        self.output.advance(n);
+        if self.output.is_empty() {
+            self.unwritten_replies = 0;
+        }
     }
 
     /// All output as one buffer (a copy: for tests and plain writes).
     pub fn take_output(&mut self) -> BytesMut {
+        self.unwritten_replies = 0;
         self.output.take()
     }
 

@@ -528,3 +528,34 @@ fn a_graceful_shutdown_waits_a_round_trip_before_the_final_goaway() {
         .expect("head");
     assert!(c.is_done());
 }
+
+#[test]
+fn a_ping_flood_that_never_reads_the_acks_is_cut_off() {
+    // CVE-2019-9512: PINGs whose acks pile up unwritten; 1000 as nghttp2's max_outbound_ack.
+    let mut c = connected(Config::default());
+    for _ in 0..1000 {
+        c.receive(&frame(6, 0, 0, b"pingping"));
+    }
+    let e = events(&mut c);
+    assert!(!e.iter().any(|e| matches!(e, Event::ConnectionError { .. })));
+    c.receive(&frame(6, 0, 0, b"pingping"));
+    assert!(matches!(
+        c.poll_event(),
+        Some(Event::ConnectionError {
+            reason: Reason::ENHANCE_YOUR_CALM
+        })
+    ));
+}
+
+#[test]
+fn pings_whose_acks_are_written_are_not_a_flood() {
+    let mut c = connected(Config::default());
+    for _ in 0..5000 {
+        c.receive(&frame(6, 0, 0, b"pingping"));
+        assert!(matches!(c.poll_event(), Some(Event::Ping { .. })));
+        let mut slices = [IoSlice::new(&[]); 4];
+        let n = c.output_slices(&mut slices);
+        let len: usize = slices[..n].iter().map(|s| s.len()).sum();
+        c.advance_output(len);
+    }
+}

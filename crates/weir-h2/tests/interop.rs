@@ -7,7 +7,7 @@ use bytes::Bytes;
 use std::process::Command;
 use support::{pattern, Server};
 use tokio::net::TcpStream;
-use weir_h2::Config;
+use weir_h2::{Config, Indexing};
 
 type Client = h2::client::SendRequest<Bytes>;
 
@@ -268,4 +268,53 @@ fn h2load_many_concurrent_streams_all_succeed() {
         .arg(server.url("/big/200000")));
     assert!(ok, "{err}");
     assert!(out.contains("200 succeeded, 0 failed"), "{out}");
+}
+
+#[test]
+fn every_encoder_mode_is_decoded_by_the_h2_client_and_nghttp() {
+    // Huffman (RFC 7541 §5.2) and the dynamic table (§2.3.2) are options: each must keep the
+    // client's table in step across answers on one connection.
+    for (encoder, huffman) in [
+        (Indexing::None, true),
+        (Indexing::Dynamic(4096), false),
+        (Indexing::Dynamic(256), true),
+    ] {
+        let server = Server::start(Config {
+            encoder,
+            huffman,
+            ..Config::default()
+        });
+        runtime().block_on(async {
+            let mut client = connect(&server).await;
+            for path in ["/small", "/big/10", "/small", "/nothing", "/small"] {
+                let (response, _) = client
+                    .send_request(request("GET", path), true)
+                    .expect("send");
+                let response = response.await.expect("response");
+                let head = response.headers().clone();
+                let status = response.status().as_u16();
+                let (body, _) = body_of(response).await;
+                match path {
+                    "/small" => {
+                        assert_eq!((status, &body[..]), (200, &b"hello"[..]));
+                        assert_eq!(head["content-type"], "text/plain", "{encoder:?} {huffman}");
+                        assert_eq!(head["content-length"], "5");
+                    }
+                    "/big/10" => assert_eq!(
+                        (status, &head["content-length"]),
+                        (200, &"10".parse::<http::HeaderValue>().expect("value"))
+                    ),
+                    _ => assert_eq!(status, 404),
+                }
+            }
+        });
+        let (ok, out, err) = run(Command::new("nghttp")
+            .args(["-v", "-n"])
+            .arg(server.url("/small"))
+            .arg(server.url("/big/10"))
+            .arg(server.url("/")));
+        assert!(ok, "{err}");
+        assert_eq!(out.matches("content-type: text/plain").count(), 2, "{out}");
+        assert_eq!(out.matches("content-length: 10").count(), 1, "{out}");
+    }
 }

@@ -434,6 +434,9 @@ impl Connection {
         }
         if end_stream {
             self.remove_if_done(i);
+        } else if payload.is_empty() {
+            // Nothing for the caller: an empty frame wakes no one (CVE-2019-9518).
+            return Ok(Step::Nothing);
         }
         Ok(Step::Event(Event::Data {
             stream_id: id,

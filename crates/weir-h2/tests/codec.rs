@@ -559,3 +559,24 @@ fn pings_whose_acks_are_written_are_not_a_flood() {
         c.advance_output(len);
     }
 }
+
+#[test]
+fn empty_data_frames_reach_the_caller_only_to_end_the_stream() {
+    // CVE-2019-9518 (empty frames flood): an empty DATA frame carries nothing to hand out.
+    let mut c = connected(Config::default());
+    c.receive(&frame(HEADERS, 0x4, 1, &request_block("/", &[])));
+    c.poll_event();
+    for _ in 0..100 {
+        c.receive(&frame(DATA, 0, 1, &[]));
+    }
+    assert!(c.poll_event().is_none());
+    c.receive(&frame(DATA, 0x1, 1, &[]));
+    assert!(matches!(
+        c.poll_event(),
+        Some(Event::Data {
+            stream_id: 1,
+            end_stream: true,
+            ..
+        })
+    ));
+}

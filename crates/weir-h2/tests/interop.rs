@@ -318,3 +318,32 @@ fn every_encoder_mode_is_decoded_by_the_h2_client_and_nghttp() {
         assert_eq!(out.matches("content-length: 10").count(), 1, "{out}");
     }
 }
+
+#[test]
+fn h2_client_rapid_reset_is_cut_off_with_enhance_your_calm() {
+    // CVE-2023-44487: a client that opens and resets streams without waiting for answers.
+    let server = Server::start(Config::default());
+    runtime().block_on(async {
+        let sock = TcpStream::connect(server.addr).await.expect("connect");
+        let (mut client, connection) = h2::client::handshake(sock).await.expect("handshake");
+        let driver = tokio::spawn(connection);
+        for _ in 0..200 {
+            let Ok((_response, mut send)) = client.send_request(request("POST", "/never"), false)
+            else {
+                break;
+            };
+            send.send_reset(h2::Reason::CANCEL);
+            tokio::task::yield_now().await;
+        }
+        let error = tokio::time::timeout(std::time::Duration::from_secs(10), driver)
+            .await
+            .expect("the server closes the connection")
+            .expect("driver task")
+            .expect_err("a connection error");
+        assert_eq!(
+            error.reason(),
+            Some(h2::Reason::ENHANCE_YOUR_CALM),
+            "{error}"
+        );
+    });
+}

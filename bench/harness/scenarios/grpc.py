@@ -1,6 +1,10 @@
-"""Unary gRPC calls (a 100-byte message, echoed) through the gateway to `weir-grpc-upstream`
-over cleartext HTTP/2, h2load with 50 connections x 10 streams posting the gRPC-framed message;
-against nginx `grpc_pass` (upstream keepalive) and HAProxy (`proto h2` both sides)."""
+"""gRPC calls through the gateway to `weir-grpc-upstream` over cleartext HTTP/2, against nginx
+`grpc_pass` (upstream keepalive) and HAProxy (`proto h2` both sides):
+
+- grpc-unary: a 100-byte message echoed, h2load with 50 connections x 10 streams posting the
+  gRPC-framed message;
+- grpc-stream: server streaming, the same message answered with 1,000 messages (each in a DATA
+  frame of its own, 105 KB a call), 10 connections x 10 streams: calls/s, and the CPU per call."""
 import os
 
 from harness.common import WORK, write
@@ -28,6 +32,11 @@ def run(ctx):
                          f'services:\n  up:\n    protocol: h2c\n    servers: [{{ url: "http://127.0.0.1:{up_port}" }}]\n', h2c=True)
         we = procs.add(start_weir(ctx.weir, "weir-grpc", we_port, yaml, ctx.proxy_cpus))
         targets = http_targets("/bench.Echo/Unary", ("nginx", ng), ("haproxy", ha), ("weir", we))
-        measure = h2load_measure(ctx, conns, streams,
-                                 ("-d", message, "-H", "content-type: application/grpc", "-H", "te: trailers"))
-        return {f"grpc-unary-c{conns}x{streams}": interleave("grpc", targets, measure, ctx.rounds)}
+        grpc_headers = ("-d", message, "-H", "content-type: application/grpc", "-H", "te: trailers")
+        measure = h2load_measure(ctx, conns, streams, grpc_headers)
+        out = {f"grpc-unary-c{conns}x{streams}": interleave("grpc", targets, measure, ctx.rounds)}
+        stream_conns = min(conns, 10)
+        targets = http_targets("/bench.Echo/Stream", ("nginx", ng), ("haproxy", ha), ("weir", we))
+        measure = h2load_measure(ctx, stream_conns, streams, grpc_headers)
+        out[f"grpc-stream-c{stream_conns}x{streams}"] = interleave("grpc-stream", targets, measure, ctx.rounds)
+        return out

@@ -1,13 +1,18 @@
 //! `weir-grpc-upstream ADDR`: the gRPC server of the `grpc` benchmark (cleartext HTTP/2 with
-//! prior knowledge). Every call, whatever its method, is answered like a unary gRPC call: the
-//! request's message echoed back, then `grpc-status: 0` in trailers. One thread, so it can be
-//! pinned to the load cores beside the client.
+//! prior knowledge). A call to a method named `Stream` (`/bench.Echo/Stream`) is answered as a
+//! server-streaming call: the request's message echoed back [`STREAMED_MESSAGES`] times, each
+//! in a DATA frame of its own; every other call like a unary one: the message echoed once.
+//! Then `grpc-status: 0` in trailers. One thread, so it can be pinned to the load cores beside
+//! the client.
 #![forbid(unsafe_code)]
 
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::RecvStream;
 use tokio::net::{TcpListener, TcpStream};
+
+/// The messages of a server-streaming answer.
+const STREAMED_MESSAGES: usize = 1000;
 
 fn main() {
     let addr = std::env::args()
@@ -52,12 +57,14 @@ async fn serve(io: TcpStream) {
         return;
     };
     while let Some(Ok((request, respond))) = connection.accept().await {
-        tokio::task::spawn_local(answer(request.into_body(), respond));
+        let streaming = request.uri().path().ends_with("/Stream");
+        tokio::task::spawn_local(answer(request.into_body(), respond, streaming));
     }
 }
 
-/// Reads the request's message and echoes it as the answer, with an OK status in trailers.
-async fn answer(mut body: RecvStream, mut respond: SendResponse<Bytes>) {
+/// Reads the request's message and echoes it as the answer (or [`STREAMED_MESSAGES`] times),
+/// with an OK status in trailers.
+async fn answer(mut body: RecvStream, mut respond: SendResponse<Bytes>, streaming: bool) {
     let mut message = BytesMut::new();
     while let Some(Ok(data)) = body.data().await {
         let _ = body.flow_control().release_capacity(data.len());
@@ -71,7 +78,11 @@ async fn answer(mut body: RecvStream, mut respond: SendResponse<Bytes>) {
     let Ok(mut send) = respond.send_response(head, false) else {
         return;
     };
-    let _ = send.send_data(message.freeze(), false);
+    let message = message.freeze();
+    let times = if streaming { STREAMED_MESSAGES } else { 1 };
+    for _ in 0..times {
+        let _ = send.send_data(message.clone(), false);
+    }
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
     let _ = send.send_trailers(trailers);

@@ -112,6 +112,10 @@ pub(crate) async fn exchange<C: ClientConn>(
         let since = started.unwrap_or_else(Instant::now);
         kept.get_or_insert_with(Default::default).outcome_since = Some(since);
     }
+    // Routes with a `lua` middleware: its phases share the request's `ngx.ctx` until the end.
+    let lua_scope = route
+        .filter(|r| r.runs_lua)
+        .map(|_| crate::lua::PhaseScope::enter(&head, client.ip_text(), client.scheme()));
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => acme::http01_reply(ep, &head).unwrap_or_else(|| Reply::prebuilt_error(&NO_ROUTE)),
@@ -198,6 +202,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some(kept) = &mut kept {
         kept.held = Held::default();
     }
+    if let (Some(route), Some(_)) = (route, &lua_scope) {
+        run_lua_log(route, &head, &sent, wrapped_by);
+    }
     let outcome = finish(worker, runtime, route.map(|r| &**r), logged, started, sent);
     if head.trace.is_some() {
         let served = trace::Served {
@@ -231,6 +238,20 @@ pub(crate) async fn exchange<C: ClientConn>(
         }
     }
     outcome
+}
+
+/// The `log` phase of the `lua` middlewares that saw the request (those up to the one that
+/// answered), once its answer is sent (log_by_lua).
+#[cold]
+fn run_lua_log(route: &Route, head: &RequestHead, sent: &Sent<'_>, wrapped_by: usize) {
+    let finished = crate::lua::Finished {
+        status: sent.outcome.status,
+        body_bytes: sent.outcome.bytes,
+        upstream_addr: sent.upstream.as_ref().map(|u| u.server.addr.to_string()),
+    };
+    for filter in route.filters.iter().take(wrapped_by.saturating_add(1)) {
+        filter.on_log(head, &finished);
+    }
 }
 
 /// `server.metrics.labels`: the answer by exact status and method, for the route and its

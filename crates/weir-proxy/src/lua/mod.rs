@@ -4,6 +4,7 @@
 //! into a reply. The middleware's phases live in `phases.rs`, the `ngx` API in the `ngx_*`
 //! modules, `ngx.shared` in `shared_dict.rs`, `cjson` in `cjson.rs`.
 
+mod carried;
 mod cjson;
 mod ngx_output;
 mod ngx_re;
@@ -21,7 +22,8 @@ use crate::http::local::LocalResponse;
 use crate::reply::client::ClientSide;
 use crate::reply::Reply;
 use crate::worker::Worker;
-pub use phases::PhaseScripts;
+pub use carried::PhaseScope;
+pub use phases::{Finished, PhaseScripts};
 use request::RequestState;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -74,6 +76,7 @@ impl LuaProgram {
                 ("rewrite", &phases.rewrite),
                 ("access", &phases.access),
                 ("header_filter", &phases.header_filter),
+                ("log", &phases.log),
             ];
             for (phase, code) in each {
                 if let Some(code) = code {

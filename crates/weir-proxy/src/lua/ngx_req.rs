@@ -249,6 +249,11 @@ fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
     if let Some(value) = r.vars.get(name) {
         return Some(value.clone().into_bytes());
     }
+    // One an earlier phase of the request wrote.
+    let written = super::carried::with(r.key, |c| c.vars.get(name).cloned());
+    if let Some(value) = written.flatten() {
+        return Some(value.into_bytes());
+    }
     let text = |s: &str| Some(s.as_bytes().to_vec());
     match name {
         "uri" | "document_uri" => text(&r.uri),
@@ -301,14 +306,21 @@ fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
 fn set_variable(r: &mut RequestState, name: &str, value: Option<String>) {
     match name {
         "args" | "query_string" => r.args = value.unwrap_or_default(),
-        _ => match value {
-            Some(value) => {
-                r.vars.insert(name.to_string(), value);
+        _ => {
+            // Later phases of the request see it too.
+            super::carried::with(r.key, |c| match &value {
+                Some(value) => c.vars.insert(name.to_string(), value.clone()),
+                None => c.vars.remove(name),
+            });
+            match value {
+                Some(value) => {
+                    r.vars.insert(name.to_string(), value);
+                }
+                None => {
+                    r.vars.remove(name);
+                }
             }
-            None => {
-                r.vars.remove(name);
-            }
-        },
+        }
     }
 }
 

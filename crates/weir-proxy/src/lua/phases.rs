@@ -1,7 +1,9 @@
-//! The `lua` middleware's phases (lua-nginx-module's `rewrite_by_lua`, `access_by_lua` and
-//! `header_filter_by_lua`): each script runs on the request or answer as it stands there, and
-//! what it changed is written back; a request phase that answers ends the request.
+//! The `lua` middleware's phases (lua-nginx-module's `rewrite_by_lua`, `access_by_lua`,
+//! `header_filter_by_lua` and `log_by_lua`): each script runs on the request or answer as it
+//! stands there, and what it changed is written back; a request phase that answers ends the
+//! request; `log` runs once the answer is sent.
 
+use super::carried;
 use super::request::RequestState;
 use super::{vm, LuaProgram, LuaScript};
 use crate::http::codec::{RequestHead, ResponseHead};
@@ -17,6 +19,16 @@ pub struct PhaseScripts {
     rewrite: Option<LuaScript>,
     access: Option<LuaScript>,
     header_filter: Option<LuaScript>,
+    log: Option<LuaScript>,
+}
+
+/// How an exchange ended, as the `log` phase sees it (`ngx.var.status`, `upstream_addr`,
+/// `body_bytes_sent`).
+pub struct Finished {
+    pub status: u16,
+    pub body_bytes: u64,
+    /// The server that answered (`ADDRESS:PORT`), for a proxied request.
+    pub upstream_addr: Option<String>,
 }
 
 impl LuaProgram {
@@ -35,6 +47,7 @@ impl LuaProgram {
             rewrite: script("rewrite", &phases.rewrite),
             access: script("access", &phases.access),
             header_filter: script("header_filter", &phases.header_filter),
+            log: script("log", &phases.log),
         }
     }
 }
@@ -50,6 +63,7 @@ impl std::fmt::Debug for PhaseScripts {
             .field("rewrite", &self.rewrite.is_some())
             .field("access", &self.access.is_some())
             .field("header_filter", &self.header_filter.is_some())
+            .field("log", &self.log.is_some())
             .finish()
     }
 }
@@ -71,23 +85,19 @@ impl PhaseScripts {
         remote_addr: &str,
         scheme: Scheme,
     ) -> Option<LocalResponse> {
-        // `ngx.ctx` goes from `rewrite` to `access` (not yet on to the action).
-        let mut ctx = None;
         for script in [&self.rewrite, &self.access].into_iter().flatten() {
             let (name, _) = &script.program.scripts[script.index];
             let vm = match vm::worker_vm(&script.program) {
                 Ok(vm) => vm,
                 Err(e) => return Some(failed(name, &e)),
             };
-            let mut state = RequestState::new(req, remote_addr, scheme, None);
-            state.ctx = ctx.take();
+            let state = RequestState::new(req, remote_addr, scheme, None);
             let (uri, args) = (state.uri.clone(), state.args.clone());
             let state = Rc::new(RefCell::new(state));
             if let Err(e) = vm.run(script.index, &state).await {
                 return Some(failed(name, &e.to_string()));
             }
-            let mut state = state.take();
-            ctx = state.ctx.take();
+            let state = state.take();
             if state.uri != uri {
                 req.set_path(&escape_path(&state.uri));
             }
@@ -126,6 +136,9 @@ impl PhaseScripts {
             }
         };
         let mut state = RequestState::new(req, "", scheme, None);
+        if let Some(addr) = carried::with(state.key, |c| c.remote_addr.clone()) {
+            state.remote_addr = addr;
+        }
         state.status = resp.status;
         state.response_headers = resp
             .head
@@ -155,6 +168,54 @@ impl PhaseScripts {
             for (name, value) in values {
                 resp.head.append(name, value.as_bytes());
             }
+        }
+    }
+}
+
+impl PhaseScripts {
+    pub fn has_log(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// `log`, once the answer to `req` is sent: the script sees how it ended; what it does is
+    /// seen only through its effects (`ngx.shared`, the error log). It cannot wait, as in nginx.
+    pub fn on_log(&self, req: &RequestHead, finished: &Finished) {
+        let Some(script) = &self.log else {
+            return;
+        };
+        let (name, _) = &script.program.scripts[script.index];
+        let vm = match vm::worker_vm(&script.program) {
+            Ok(vm) => vm,
+            Err(e) => return crate::log_error!("lua: {name}: {e}"),
+        };
+        let key = carried::key(req);
+        let carried = carried::with(key, |c| (c.remote_addr.clone(), c.scheme, c.started));
+        let Some((remote_addr, scheme, started)) = carried else {
+            return;
+        };
+        let mut state = RequestState::new(req, &remote_addr, scheme, None);
+        state.status = finished.status;
+        // `$request_time` as nginx formats it: seconds with milliseconds.
+        let took = started.elapsed().as_millis();
+        let variables = [
+            (
+                "request_time",
+                format!("{}.{:03}", took / 1000, took % 1000),
+            ),
+            ("body_bytes_sent", finished.body_bytes.to_string()),
+            ("bytes_sent", finished.body_bytes.to_string()),
+        ];
+        for (variable, value) in variables {
+            state.vars.insert(variable.to_string(), value);
+        }
+        if let Some(addr) = &finished.upstream_addr {
+            state.vars.insert("upstream_addr".to_string(), addr.clone());
+        }
+        // Nothing is sent any more: the head is out.
+        state.headers_sent = true;
+        let state = Rc::new(RefCell::new(state));
+        if let Err(e) = vm.run_now(script.index, &state) {
+            super::log_failure(name, &e.to_string());
         }
     }
 }

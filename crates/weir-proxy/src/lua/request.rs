@@ -54,6 +54,8 @@ pub(super) struct RequestState {
     pub request_edits: Vec<String>,
     /// Response fields the script set or cleared, in order (`header_filter`'s edits).
     pub response_edits: Vec<String>,
+    /// The request's key among those whose phases share state (`carried.rs`).
+    pub key: usize,
 }
 
 impl RequestState {
@@ -80,6 +82,7 @@ impl RequestState {
             minor_version: head.minor_version,
             start_time: super::ngx_util::now_seconds(),
             body,
+            key: super::carried::key(head),
             ..RequestState::default()
         }
     }

@@ -221,7 +221,7 @@ impl WorkerVm {
         let exited = state.borrow().exit.is_some();
         if thread.status() == mlua::ThreadStatus::Resumable && !exited {
             return Err(mlua::Error::runtime(
-                "a script cannot wait (ngx.sleep) in header_filter",
+                "a script cannot wait (ngx.sleep) in header_filter or log",
             ));
         }
         Ok(())

@@ -193,12 +193,6 @@ impl Filter {
                 Kept::ForwardAuth(forward_auth::ForwardAuth { service })
             }
             MiddlewareKind::Lua(phases) => {
-                if phases.log.is_some() {
-                    return Err(
-                        "the `lua` middleware's `log` phase is not run by this build of weir yet"
-                            .into(),
-                    );
-                }
                 let program = upstreams.lua.ok_or("its Lua scripts are missing")?;
                 Kept::Lua(Box::new(program.phase_scripts(name, phases)))
             }
@@ -455,6 +449,20 @@ impl Filter {
                 None
             }
             _ => None,
+        }
+    }
+}
+
+impl Filter {
+    /// A `lua` middleware: the exchange holds a [`crate::lua::PhaseScope`] for its phases.
+    pub fn runs_lua(&self) -> bool {
+        matches!(self.1, Kept::Lua(_))
+    }
+
+    /// The `log` phase of a `lua` middleware, once the answer to `req` is sent.
+    pub fn on_log(&self, req: &RequestHead, finished: &crate::lua::Finished) {
+        if let Kept::Lua(scripts) = &self.1 {
+            scripts.on_log(req, finished);
         }
     }
 }

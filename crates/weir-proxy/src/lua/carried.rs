@@ -1,0 +1,70 @@
+//! What one request carries from each Lua phase to the next (`ngx.ctx`, the variables its
+//! scripts wrote, the client's address), on routes with a `lua` middleware: kept on the
+//! worker's thread under the exchange's request head for as long as the exchange holds its
+//! [`PhaseScope`].
+
+use crate::http::codec::RequestHead;
+use crate::http::Scheme;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// One request's state shared by its phases.
+pub(super) struct Carried {
+    pub ctx: Option<mlua::Table>,
+    pub vars: HashMap<String, String>,
+    pub remote_addr: String,
+    pub scheme: Scheme,
+    /// When the exchange began (`ngx.var.request_time` in `log`).
+    pub started: Instant,
+}
+
+thread_local! {
+    /// The requests of this worker whose exchange holds a [`PhaseScope`], by [`key`].
+    static CARRIED: RefCell<HashMap<usize, Carried>> = RefCell::new(HashMap::new());
+}
+
+/// The key of the request `head` is the head of: its address, which stays put while its
+/// exchange runs (the exchange's future is pinned, and owns the head).
+pub(super) fn key(head: &RequestHead) -> usize {
+    head as *const RequestHead as usize
+}
+
+/// Held by an exchange on a route with a `lua` middleware: its phases share one
+/// [`Carried`] until it is dropped (the exchange ended, or was cancelled).
+pub struct PhaseScope {
+    key: usize,
+}
+
+impl PhaseScope {
+    pub fn enter(head: &RequestHead, remote_addr: &str, scheme: Scheme) -> PhaseScope {
+        let key = key(head);
+        let carried = Carried {
+            ctx: None,
+            vars: HashMap::new(),
+            remote_addr: remote_addr.to_string(),
+            scheme,
+            started: Instant::now(),
+        };
+        CARRIED.with_borrow_mut(|all| all.insert(key, carried));
+        PhaseScope { key }
+    }
+}
+
+impl Drop for PhaseScope {
+    fn drop(&mut self) {
+        // Taken out first, so that the table's reference is released outside the borrow.
+        let carried = CARRIED.with_borrow_mut(|all| all.remove(&self.key));
+        drop(carried);
+    }
+}
+
+/// `f` on the state request `key` carries, when its exchange holds a scope.
+pub(super) fn with<R>(key: usize, f: impl FnOnce(&mut Carried) -> R) -> Option<R> {
+    CARRIED.with_borrow_mut(|all| {
+        if all.is_empty() {
+            return None;
+        }
+        all.get_mut(&key).map(f)
+    })
+}

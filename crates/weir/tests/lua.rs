@@ -338,6 +338,25 @@ const CASES: &[Case] = &[
             ("log", r#"ngx.shared.d:set("log_after_access_exit", ngx.var.status .. " " .. ngx.var.myvar)"#),
         ])
         .twice(),
+    // body_filter_by_lua: "the input data chunk is passed via ngx.arg[1] (as a Lua string
+    // value) and the "eof" flag indicating the end of the response body data stream is passed
+    // via ngx.arg[2]"; "the output data stream can be truncated immediately by running
+    // ngx.arg[2] = true"; "set ngx.arg[1] to a nil value or an empty Lua string" to drop a
+    // chunk; "it is required to always clear out the Content-Length response header (if any)
+    // in a header filter". Each case gives the same answer whatever the pieces are.
+    case("body_filter_upper", r#"ngx.say("hello") ngx.print("world", 42)"#)
+        .phases(&[
+            ("header_filter", "ngx.header.content_length = nil"),
+            ("body_filter", "ngx.arg[1] = string.upper(ngx.arg[1])"),
+        ]),
+    case("body_filter_replaces_all", r#"ngx.say("dropped") ngx.say("too")"#)
+        .phases(&[("body_filter", r#"if ngx.arg[2] then ngx.arg[1] = {"only ", "the end\n"} else ngx.arg[1] = nil end"#)]),
+    case("body_filter_ends_early", r#"ngx.say("hello world") ngx.say("never sent")"#)
+        .phases(&[("body_filter", "ngx.arg[1] = string.sub(ngx.arg[1], 1, 5) ngx.arg[2] = true")]),
+    case("body_filter_ctx_counts", r#"ngx.ctx.from = "content" ngx.say("twelve bytes") ngx.print("and ten ..")"#)
+        .phases(&[("body_filter", r#"ngx.ctx.n = (ngx.ctx.n or 0) + #ngx.arg[1] if ngx.arg[2] then ngx.arg[1] = ngx.arg[1] .. ngx.ctx.from .. " " .. ngx.ctx.n .. " " .. ngx.status end"#)]),
+    case("body_filter_sees_status_and_var", r#"ngx.status = 202 ngx.var.myvar = "v" ngx.say("body")"#)
+        .phases(&[("body_filter", r#"if ngx.arg[2] then ngx.arg[1] = ngx.status .. " " .. ngx.var.myvar .. " " .. ngx.var.remote_addr end"#)]),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 
@@ -774,6 +793,110 @@ fn the_log_phase_sees_the_proxied_answer_and_writes_to_a_shared_dict() {
     assert_eq!(
         get(weir.addr(), "localhost", "/peek").text(),
         format!("200 {} {length} /api/x 1", upstream.addr)
+    );
+}
+
+/// A `lua` middleware whose `body_filter` upper-cases each piece, counts the pieces in
+/// `ngx.ctx` and appends `!` and the count at the end (so the length changes), before a
+/// static folder and a proxied service.
+fn body_filter_config(files: &std::path::Path, upstream: std::net::SocketAddr) -> String {
+    format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         middlewares:\n  upper:\n    lua:\n      body_filter: |\n        ngx.ctx.pieces = (ngx.ctx.pieces or 0) + 1\n        local piece = string.upper(ngx.arg[1])\n        if ngx.arg[2] then piece = piece .. '!' .. ngx.ctx.pieces end\n        ngx.arg[1] = piece\n\
+         routers:\n  files: {{ rule: \"PathPrefix(`/files`)\", middlewares: [upper], static: {{ root: \"{}\" }} }}\n  \
+         api: {{ rule: \"PathPrefix(`/api`)\", middlewares: [upper], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{upstream}\" }}] }}\n",
+        files.display()
+    )
+}
+
+#[test]
+fn a_body_filter_rewrites_static_and_proxied_bodies_and_their_length() {
+    let files = temp_dir("lua-body-filter");
+    std::fs::create_dir_all(files.join("files")).unwrap();
+    std::fs::write(files.join("files/small.txt"), "small file\n").unwrap();
+    // Past the size weir filters whole (256 KiB): streamed through the filter in pieces.
+    let big = "abcdefgh".repeat(128 * 1024);
+    std::fs::write(files.join("files/big.txt"), &big).unwrap();
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&body_filter_config(&files, upstream.addr));
+
+    let small = get(weir.addr(), "localhost", "/files/small.txt");
+    assert_eq!(small.status, 200);
+    // Held whole: one piece, then the end; the length is the filtered one.
+    assert_eq!(small.text(), "SMALL FILE\n!2");
+    assert_eq!(small.header("Content-Length"), Some("13"));
+
+    let streamed = get(weir.addr(), "localhost", "/files/big.txt");
+    assert_eq!(streamed.status, 200);
+    assert_eq!(streamed.header("Content-Length"), None);
+    assert_eq!(streamed.header("Transfer-Encoding"), Some("chunked"));
+    let text = streamed.text();
+    let (body, pieces) = text.rsplit_once('!').unwrap();
+    assert_eq!(body, big.to_uppercase());
+    let pieces: usize = pieces.parse().unwrap();
+    assert!(pieces > 2, "a 1 MiB file in {pieces} pieces");
+
+    let proxied = get(weir.addr(), "localhost", "/api/x");
+    assert_eq!(proxied.status, 200);
+    assert_eq!(proxied.header("Content-Length"), None);
+    let text = proxied.text();
+    assert!(
+        text.starts_with('{') && text.contains("\"NAME\":\"UP\""),
+        "{text}"
+    );
+    assert!(text.contains("}!"), "{text}");
+}
+
+#[test]
+fn a_streamed_body_is_filtered_piece_by_piece_as_it_comes() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let release = Arc::new(AtomicBool::new(false));
+    let released = release.clone();
+    let upstream = RawUpstream::start(move |conn| {
+        if conn.read_head().is_none() {
+            return;
+        }
+        conn.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+        // The second piece only once the client saw the first, filtered.
+        let waited = Instant::now();
+        while !released.load(Ordering::SeqCst) && waited.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        conn.write(b"6\r\nsecond\r\n0\r\n\r\n");
+    });
+    let files = temp_dir("lua-body-stream");
+    let weir = Weir::start(&body_filter_config(&files, upstream.addr));
+    let mut client = std::net::TcpStream::connect(weir.addr()).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    client
+        .write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("FIRST") {
+        let n = client.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed before the first piece: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(!String::from_utf8_lossy(&got).contains("SECOND"));
+    release.store(true, Ordering::SeqCst);
+    client.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("SECOND"), "{text}");
+    // Three pieces: `first`, `second`, and the end.
+    assert!(text.ends_with("!3\r\n0\r\n\r\n"), "{text}");
+    assert!(
+        !text.to_ascii_lowercase().contains("content-length"),
+        "{text}"
     );
 }
 

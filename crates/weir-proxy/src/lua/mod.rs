@@ -4,6 +4,7 @@
 //! into a reply. The middleware's phases live in `phases.rs`, the `ngx` API in the `ngx_*`
 //! modules, `ngx.shared` in `shared_dict.rs`, `cjson` in `cjson.rs`.
 
+mod body_filter;
 mod carried;
 mod cjson;
 mod ngx_output;
@@ -76,6 +77,7 @@ impl LuaProgram {
                 ("rewrite", &phases.rewrite),
                 ("access", &phases.access),
                 ("header_filter", &phases.header_filter),
+                ("body_filter", &phases.body_filter),
                 ("log", &phases.log),
             ];
             for (phase, code) in each {

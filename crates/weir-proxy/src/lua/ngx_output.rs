@@ -104,6 +104,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         "__index",
         lua.create_function(|lua, (_, key): (Value, String)| match key.as_str() {
             "status" => Ok(Value::Integer(with_request(|r| r.status)?.into())),
+            "arg" => with_request(|r| super::body_filter::arg_table(lua, r))?,
             "ctx" => {
                 let (ctx, key) = with_request(|r| (r.ctx.clone(), r.key))?;
                 let ctx = match ctx {

@@ -19,6 +19,7 @@ pub struct PhaseScripts {
     rewrite: Option<LuaScript>,
     access: Option<LuaScript>,
     header_filter: Option<LuaScript>,
+    body_filter: Option<LuaScript>,
     log: Option<LuaScript>,
 }
 
@@ -47,6 +48,7 @@ impl LuaProgram {
             rewrite: script("rewrite", &phases.rewrite),
             access: script("access", &phases.access),
             header_filter: script("header_filter", &phases.header_filter),
+            body_filter: script("body_filter", &phases.body_filter),
             log: script("log", &phases.log),
         }
     }
@@ -63,6 +65,7 @@ impl std::fmt::Debug for PhaseScripts {
             .field("rewrite", &self.rewrite.is_some())
             .field("access", &self.access.is_some())
             .field("header_filter", &self.header_filter.is_some())
+            .field("body_filter", &self.body_filter.is_some())
             .field("log", &self.log.is_some())
             .finish()
     }
@@ -173,6 +176,53 @@ impl PhaseScripts {
 }
 
 impl PhaseScripts {
+    pub fn has_body_filter(&self) -> bool {
+        self.body_filter.is_some()
+    }
+
+    /// `body_filter`'s filter for the answer whose head is `resp` (none when no body follows,
+    /// as nginx runs no body filter for a HEAD request, a 1xx, 204 or 304). The length the
+    /// filter may change is no longer declared: a body in memory gets its filtered length, a
+    /// streamed one goes out chunked, as in nginx once a `header_filter` clears it.
+    pub fn body_filter(
+        &self,
+        req: &RequestHead,
+        scheme: Scheme,
+        resp: &mut ResponseHead,
+    ) -> Option<crate::reply::body_filter::BodyFilter> {
+        let script = self.body_filter.as_ref()?;
+        if req.is_head() || matches!(resp.status, 100..=199 | 204 | 304) {
+            return None;
+        }
+        let (name, _) = &script.program.scripts[script.index];
+        let vm = match vm::worker_vm(&script.program) {
+            Ok(vm) => vm,
+            Err(e) => {
+                crate::log_error!("lua: {name}: {e}");
+                return None;
+            }
+        };
+        resp.head.remove("content-length");
+        let mut state = RequestState::new(req, "", scheme, None);
+        if let Some(addr) = carried::with(state.key, |c| c.remote_addr.clone()) {
+            state.remote_addr = addr;
+        }
+        state.status = resp.status;
+        // The head is out by the time the body is.
+        state.headers_sent = true;
+        let filter = super::body_filter::LuaBodyFilter {
+            vm,
+            index: script.index,
+            name: name.clone(),
+            state: Rc::new(RefCell::new(state)),
+            out: Vec::new(),
+            ended: false,
+        };
+        Some(crate::reply::body_filter::BodyFilter::pieces(Box::new(
+            filter,
+        )))
+    }
+
     pub fn has_log(&self) -> bool {
         self.log.is_some()
     }

@@ -56,6 +56,8 @@ pub(super) struct RequestState {
     pub response_edits: Vec<String>,
     /// The request's key among those whose phases share state (`carried.rs`).
     pub key: usize,
+    /// In a `body_filter`: the piece of the body it filters (`ngx.arg`).
+    pub piece: Option<Box<super::body_filter::BodyPiece>>,
 }
 
 impl RequestState {

@@ -277,7 +277,8 @@ impl Filter {
             MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
             MiddlewareKind::GrpcWeb(_) => true,
             MiddlewareKind::Lua(_) => {
-                matches!(&self.1, Kept::Lua(scripts) if scripts.has_header_filter())
+                matches!(&self.1, Kept::Lua(scripts)
+                    if scripts.has_header_filter() || scripts.has_body_filter())
             }
             // Its cookies are set on the answer.
             MiddlewareKind::ForwardAuth(config) => !config.add_auth_cookies_to_response.is_empty(),
@@ -445,6 +446,7 @@ impl Filter {
             MiddlewareKind::Lua(_) => {
                 if let Kept::Lua(scripts) = &self.1 {
                     scripts.on_response_head(req, scheme, resp);
+                    return scripts.body_filter(req, scheme, resp);
                 }
                 None
             }

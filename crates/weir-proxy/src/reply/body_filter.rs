@@ -1,7 +1,7 @@
 //! Response-body filters: what a response-head filter installs for one response, and the
 //! driver runs the body through (`reply/relay.rs`, `Sink`). A closed enum, so the relay pays no
 //! dynamic dispatch: compression, and gRPC-Web's answer (which takes the trailers into the
-//! body).
+//! body); a `lua` middleware's `body_filter` comes in through [`PieceFilter`].
 
 use crate::http::compress::Compressor;
 use crate::http::grpc_web::GrpcWebBody;
@@ -16,6 +16,15 @@ enum Kind {
     Compress(Compressor),
     /// The `grpc_web` middleware's: the service's trailers become the body's last frame.
     GrpcWeb(GrpcWebBody),
+    /// One a layer above defines (a `lua` middleware's `body_filter`).
+    Pieces(Box<dyn PieceFilter>),
+}
+
+/// A body filter that sees the body piece by piece with whether it is the last (a `lua`
+/// middleware's `body_filter`, as lua-nginx-module's `ngx.arg`); it holds nothing back.
+pub trait PieceFilter {
+    /// What goes to the client for `data`; `eof`: the body ends after it.
+    fn piece(&mut self, data: &[u8], eof: bool) -> io::Result<&[u8]>;
 }
 
 impl BodyFilter {
@@ -27,11 +36,16 @@ impl BodyFilter {
         BodyFilter(Box::new(Kind::GrpcWeb(body)))
     }
 
+    pub fn pieces(filter: Box<dyn PieceFilter>) -> BodyFilter {
+        BodyFilter(Box::new(Kind::Pieces(filter)))
+    }
+
     /// The next piece of the body.
     pub fn write(&mut self, data: &[u8]) -> io::Result<&[u8]> {
         match &mut *self.0 {
             Kind::Compress(c) => c.write(data),
             Kind::GrpcWeb(g) => g.write(data),
+            Kind::Pieces(p) => p.piece(data, false),
         }
     }
 
@@ -40,6 +54,7 @@ impl BodyFilter {
         match &mut *self.0 {
             Kind::Compress(c) => c.flush(),
             Kind::GrpcWeb(g) => g.flush(),
+            Kind::Pieces(_) => Ok(&[]),
         }
     }
 
@@ -48,6 +63,7 @@ impl BodyFilter {
         match &mut *self.0 {
             Kind::Compress(c) => c.finish(),
             Kind::GrpcWeb(g) => g.finish(),
+            Kind::Pieces(p) => p.piece(&[], true),
         }
     }
 

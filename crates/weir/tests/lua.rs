@@ -357,6 +357,25 @@ const CASES: &[Case] = &[
         .phases(&[("body_filter", r#"ngx.ctx.n = (ngx.ctx.n or 0) + #ngx.arg[1] if ngx.arg[2] then ngx.arg[1] = ngx.arg[1] .. ngx.ctx.from .. " " .. ngx.ctx.n .. " " .. ngx.status end"#)]),
     case("body_filter_sees_status_and_var", r#"ngx.status = 202 ngx.var.myvar = "v" ngx.say("body")"#)
         .phases(&[("body_filter", r#"if ngx.arg[2] then ngx.arg[1] = ngx.status .. " " .. ngx.var.myvar .. " " .. ngx.var.remote_addr end"#)]),
+    // ngx.req.set_method: "Overrides the current request's request method"; the content
+    // handler and $request_method see the new one.
+    case("set_method_written_back", r#"ngx.say(ngx.req.get_method(), " ", ngx.var.request_method)"#)
+        .phases(&[("rewrite", "ngx.req.set_method(ngx.HTTP_PUT)")]),
+    // An answer made in access goes through the output filters like any other: the
+    // location's header_filter_by_lua and body_filter_by_lua see it.
+    case("access_answer_filtered", r#"ngx.say("content ran")"#)
+        .phases(&[
+            ("access", r#"ngx.status = 201 ngx.say("from access") ngx.exit(ngx.HTTP_OK)"#),
+            ("header_filter", r#"ngx.header["X-HF"] = "saw " .. ngx.status"#),
+            ("body_filter", "ngx.arg[1] = string.upper(ngx.arg[1])"),
+        ])
+        .check(Check::Headers(&["X-HF"])),
+    case("access_exit_filtered", r#"ngx.say("content ran")"#)
+        .phases(&[
+            ("access", "ngx.exit(ngx.HTTP_FORBIDDEN)"),
+            ("header_filter", r#"ngx.header["X-HF"] = "saw " .. ngx.status"#),
+        ])
+        .check(Check::StatusHeaders(&["X-HF"])),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 
@@ -898,6 +917,20 @@ fn a_streamed_body_is_filtered_piece_by_piece_as_it_comes() {
         !text.to_ascii_lowercase().contains("content-length"),
         "{text}"
     );
+}
+
+#[test]
+fn a_method_set_in_rewrite_is_the_one_the_upstream_gets() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         middlewares:\n  m: {{ lua: {{ rewrite: \"ngx.req.set_method(ngx.HTTP_DELETE)\" }} }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [m], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let resp = get(weir.addr(), "localhost", "/x");
+    assert_eq!(resp.json()["method"], "DELETE");
 }
 
 #[test]

@@ -95,7 +95,7 @@ impl PhaseScripts {
                 Err(e) => return Some(failed(name, &e)),
             };
             let state = RequestState::new(req, remote_addr, scheme, None);
-            let (uri, args) = (state.uri.clone(), state.args.clone());
+            let (uri, args, method) = (state.uri.clone(), state.args.clone(), state.method.clone());
             let state = Rc::new(RefCell::new(state));
             if let Err(e) = vm.run(script.index, &state).await {
                 return Some(failed(name, &e.to_string()));
@@ -106,6 +106,9 @@ impl PhaseScripts {
             }
             if state.args != args {
                 req.set_query(&state.args);
+            }
+            if state.method != method {
+                req.set_method(&state.method);
             }
             for edited in &state.request_edits {
                 req.head.remove(edited);
@@ -118,7 +121,7 @@ impl PhaseScripts {
                 }
             }
             if let Some(answer) = state.phase_answer() {
-                return Some(answer);
+                return Some(self.filter_phase_answer(req, scheme, answer));
             }
         }
         None
@@ -267,6 +270,57 @@ impl PhaseScripts {
         if let Err(e) = vm.run_now(script.index, &state) {
             super::log_failure(name, &e.to_string());
         }
+    }
+}
+
+impl PhaseScripts {
+    /// An answer `rewrite` or `access` made, through the same middleware's `header_filter`
+    /// and `body_filter`, as nginx sends every answer through its filters.
+    fn filter_phase_answer(
+        &self,
+        req: &RequestHead,
+        scheme: Scheme,
+        answer: LocalResponse,
+    ) -> LocalResponse {
+        if self.header_filter.is_none() && self.body_filter.is_none() {
+            return answer;
+        }
+        let mut head = ResponseHead::local(answer.status, &answer.headers, answer.body.len());
+        self.on_response_head(req, scheme, &mut head);
+        let mut body = answer.body.to_vec();
+        if let Some(mut filter) = self.body_filter(req, scheme, &mut head) {
+            let mut filtered = Vec::new();
+            let pieces = filter
+                .write(&body)
+                .map(|piece| filtered.extend_from_slice(piece))
+                .and_then(|()| {
+                    filter
+                        .finish()
+                        .map(|piece| filtered.extend_from_slice(piece))
+                });
+            if pieces.is_err() {
+                // Logged by the filter.
+                return crate::http::error::LocalError::new(
+                    500,
+                    crate::http::error::ErrorKind::Script,
+                    "Internal Server Error",
+                )
+                .into_plain();
+            }
+            body = filtered;
+        }
+        let headers = head
+            .head
+            .iter()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case(b"content-length"))
+            .map(|(n, v)| {
+                (
+                    String::from_utf8_lossy(n).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                )
+            })
+            .collect();
+        LocalResponse::new(head.status, headers, body)
     }
 }
 

@@ -683,6 +683,29 @@ fn init_and_init_worker_run_before_the_scripts() {
 }
 
 #[test]
+fn inits_shared_dict_writes_happen_once_for_every_worker() {
+    let weir = Weir::start(&one_script(
+        "local c = ngx.shared.counters\nngx.print(c:get('inits'), ' ', init_saw, ' ', c:get('first'), ' ', worker_tag)",
+        "  init: \"init_saw = ngx.shared.counters:incr('inits', 1, 0) ngx.shared.counters:set('first', 'yes')\"\n  \
+         init_worker: \"worker_tag = string.sub(tostring({}), 8)\"\n",
+        2,
+    ));
+    // Each connection lands on a worker by its address: ask until both answered.
+    let mut tags = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let text = get(weir.addr(), "localhost", "/").text();
+        let (seen, tag) = text.rsplit_once(' ').unwrap();
+        // `init` ran in each VM (its global is there) but counted once.
+        assert_eq!(seen, "1 1 yes", "{text}");
+        tags.insert(tag.to_string());
+        if tags.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(tags.len(), 2, "both workers answered");
+}
+
+#[test]
 fn a_reload_takes_a_changed_script_file() {
     let dir = temp_dir("lua-reload");
     let script = dir.join("answer.lua");

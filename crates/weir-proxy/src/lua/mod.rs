@@ -7,6 +7,7 @@
 mod body_filter;
 mod carried;
 mod cjson;
+mod init_once;
 mod ngx_output;
 mod ngx_re;
 mod ngx_req;

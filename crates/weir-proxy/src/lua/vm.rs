@@ -75,9 +75,19 @@ impl WorkerVm {
             .flatten()
         {
             let _slice = request::Slice::start(None, max_run_time, &watch);
+            // Only the first VM's `init` writes to `ngx.shared` (init_once.rs).
+            let is_init = settings
+                .init
+                .as_ref()
+                .is_some_and(|init| std::ptr::eq(init, code));
+            let real_shared = match is_init {
+                true => super::init_once::before_init(&lua, program.generation)?,
+                false => None,
+            };
             lua.load(code.source.as_str())
                 .set_name(code.chunk_name.as_str())
                 .exec()?;
+            super::init_once::restore(&lua, real_shared)?;
         }
         let functions = program
             .scripts

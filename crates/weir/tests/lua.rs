@@ -376,6 +376,23 @@ const CASES: &[Case] = &[
             ("header_filter", r#"ngx.header["X-HF"] = "saw " .. ngx.status"#),
         ])
         .check(Check::StatusHeaders(&["X-HF"])),
+    // The request body in rewrite and access: ngx.req.read_body "reads the client request
+    // body synchronously without blocking the Nginx event loop", then get_body_data,
+    // get_post_args; set_body_data replaces it for what follows (and its Content-Length).
+    case("access_reads_body", r#"ngx.req.read_body() ngx.say(ngx.var.http_x_len, " ", ngx.req.get_body_data())"#)
+        .phases(&[("access", r#"ngx.req.read_body() ngx.req.set_header("X-Len", #ngx.req.get_body_data())"#)])
+        .body("a=1&b=two"),
+    case("rewrite_post_args", r#"ngx.say(ngx.ctx.b, " ", ngx.ctx.later)"#)
+        .phases(&[
+            ("rewrite", "ngx.req.read_body() ngx.ctx.b = ngx.req.get_post_args().b"),
+            ("access", "ngx.ctx.later = ngx.req.get_body_data()"),
+        ])
+        .body("a=1&b=two"),
+    case("access_set_body", r#"ngx.req.read_body() ngx.say(ngx.req.get_body_data(), " ", ngx.var.content_length)"#)
+        .phases(&[("access", r#"ngx.req.read_body() ngx.req.set_body_data("replaced=" .. ngx.req.get_body_data())"#)])
+        .body("a=1"),
+    case("access_no_body_read", r#"ngx.req.read_body() ngx.say(ngx.req.get_body_data())"#)
+        .phases(&[("access", "ngx.req.read_body() ngx.ctx.none = ngx.req.get_body_data()")]),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 
@@ -954,6 +971,43 @@ fn a_method_set_in_rewrite_is_the_one_the_upstream_gets() {
     ));
     let resp = get(weir.addr(), "localhost", "/x");
     assert_eq!(resp.json()["method"], "DELETE");
+}
+
+#[test]
+fn a_body_set_in_access_is_what_the_upstream_gets_with_its_length() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         middlewares:\n  m:\n    lua:\n      access: |\n        ngx.req.read_body()\n        local body = ngx.req.get_body_data()\n        if ngx.var.arg_replace then ngx.req.set_body_data(string.upper(body) .. '!') end\n        ngx.req.set_header('X-Read', #body)\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [m], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let post = |target: &str, framing: &str, body: &str| {
+        request(
+            weir.addr(),
+            &format!(
+                "POST {target} HTTP/1.1\r\nHost: x\r\n{framing}Connection: close\r\n\r\n{body}"
+            ),
+        )
+        .json()
+    };
+    // Read in access, then sent on as it was.
+    let json = post("/kept", "Content-Length: 5\r\n", "hello");
+    assert_eq!(json["body"], "hello");
+    assert_eq!(echoed_header(&json, "x-read").as_deref(), Some("5"));
+    // Replaced: the new body with its own length, from a chunked one too.
+    let json = post("/new?replace=1", "Content-Length: 5\r\n", "hello");
+    assert_eq!(json["body"], "HELLO!");
+    assert_eq!(echoed_header(&json, "content-length").as_deref(), Some("6"));
+    let json = post(
+        "/new?replace=1",
+        "Transfer-Encoding: chunked\r\n",
+        "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+    );
+    assert_eq!(json["body"], "ABCDE!");
+    assert_eq!(echoed_header(&json, "content-length").as_deref(), Some("6"));
+    assert_eq!(echoed_header(&json, "transfer-encoding"), None);
 }
 
 #[test]

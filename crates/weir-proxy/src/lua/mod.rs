@@ -26,6 +26,7 @@ use crate::reply::Reply;
 use crate::worker::Worker;
 pub use carried::PhaseScope;
 pub use phases::{Finished, PhaseScripts};
+pub use request::ReadBody;
 use request::RequestState;
 use std::borrow::Cow;
 use std::cell::RefCell;

@@ -3,7 +3,8 @@
 
 use super::ngx_util::{args_table, format_number};
 use super::request::{with_request, RequestState};
-use mlua::{Lua, Table, Value};
+use bytes::Bytes;
+use mlua::{Function, Lua, Table, Value};
 
 /// lua-nginx-module's `ngx.HTTP_*` method numbers, by name.
 pub(super) const METHODS: &[(&str, i64)] = &[
@@ -131,9 +132,39 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             with_request(|r| set_request_header(r, &name.replace('_', "-"), Vec::new()))
         })?,
     )?;
+    // `read_body` yields while the body is read (in `rewrite` and `access`; the content
+    // action has it before it starts): the Rust half says whether to wait.
+    let ask_body = lua.create_function(|_, ()| {
+        with_request(|r| {
+            let wait = r.body.is_none() && r.body_pending;
+            r.wants_body = wait;
+            r.body_read = !wait;
+            wait
+        })
+    })?;
+    let read_body = lua
+        .load("local ask, yield = ... return function() if ask() then yield() end end")
+        .set_name("=weir read_body")
+        .call::<Function>((
+            ask_body,
+            lua.globals()
+                .get::<Table>("coroutine")?
+                .get::<Function>("yield")?,
+        ))?;
+    req.set("read_body", read_body)?;
     req.set(
-        "read_body",
-        lua.create_function(|_, ()| with_request(|r| r.body_read = true))?,
+        "set_body_data",
+        lua.create_function(|_, data: mlua::String| {
+            with_request(|r| {
+                // As lua-nginx-module: the body is read (or known absent) first.
+                if !r.body_read {
+                    return Err(mlua::Error::runtime("request body not read"));
+                }
+                r.body = Some(Bytes::copy_from_slice(&data.as_bytes()));
+                r.body_set = true;
+                Ok(())
+            })?
+        })?,
     )?;
     req.set(
         "discard_body",

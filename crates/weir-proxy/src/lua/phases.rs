@@ -4,11 +4,12 @@
 //! request; `log` runs once the answer is sent.
 
 use super::carried;
-use super::request::RequestState;
+use super::request::{ReadBody, RequestState};
 use super::{vm, LuaProgram, LuaScript};
-use crate::http::codec::{RequestHead, ResponseHead};
+use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::local::LocalResponse;
 use crate::http::Scheme;
+use bytes::Bytes;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -80,27 +81,38 @@ impl PhaseScripts {
         self.header_filter.is_some()
     }
 
-    /// `rewrite`, then `access`: the answer when one of them ends the request, else `None`
-    /// with their changes to the path, query and header fields made on `req`.
+    /// `rewrite`, then `access`: the answer when one of them ends the request, else their
+    /// changes to the path, query, method and header fields made on `req`, and the body
+    /// when one of them read it (`ngx.req.read_body`, through `reader`) or replaced it
+    /// (`set_body_data`): the action gets that body, its length declared.
     pub async fn on_request(
         &self,
         req: &mut RequestHead,
         remote_addr: &str,
         scheme: Scheme,
-    ) -> Option<LocalResponse> {
+        reader: &mut dyn ReadBody,
+    ) -> Result<Option<Bytes>, LocalResponse> {
+        let mut body: Option<Bytes> = None;
         for script in [&self.rewrite, &self.access].into_iter().flatten() {
             let (name, _) = &script.program.scripts[script.index];
             let vm = match vm::worker_vm(&script.program) {
                 Ok(vm) => vm,
-                Err(e) => return Some(failed(name, &e)),
+                Err(e) => return Err(failed(name, &e)),
             };
-            let state = RequestState::new(req, remote_addr, scheme, None);
+            let mut state = RequestState::new(req, remote_addr, scheme, body.clone());
+            state.body_pending = body.is_none() && req.framing != Framing::None;
+            // Read by an earlier phase: there already.
+            state.body_read = body.is_some();
             let (uri, args, method) = (state.uri.clone(), state.args.clone(), state.method.clone());
             let state = Rc::new(RefCell::new(state));
-            if let Err(e) = vm.run(script.index, &state).await {
-                return Some(failed(name, &e.to_string()));
+            if let Err(e) = vm.run_reading(script.index, &state, (req, reader)).await {
+                return Err(failed(name, &e.to_string()));
             }
-            let state = state.take();
+            let mut state = state.take();
+            if let Some(read) = state.body.take().filter(|_| state.body_read) {
+                hand_on_body(req, &read, state.body_set);
+                body = Some(read);
+            }
             if state.uri != uri {
                 req.set_path(&escape_path(&state.uri));
             }
@@ -121,10 +133,10 @@ impl PhaseScripts {
                 }
             }
             if let Some(answer) = state.phase_answer() {
-                return Some(self.filter_phase_answer(req, scheme, answer));
+                return Err(self.filter_phase_answer(req, scheme, answer));
             }
         }
-        None
+        Ok(body)
     }
 
     /// `header_filter`: the script sees the answer's status and fields and may change them;
@@ -321,6 +333,19 @@ impl PhaseScripts {
             })
             .collect();
         LocalResponse::new(head.status, headers, body)
+    }
+}
+
+/// A body a phase read (`replaced`: or set) is what the action gets: its length declared.
+fn hand_on_body(req: &mut RequestHead, body: &Bytes, replaced: bool) {
+    req.framing = match body.len() {
+        0 => Framing::None,
+        n => Framing::Length(n as u64),
+    };
+    if replaced || req.head.get("transfer-encoding").is_some() {
+        req.head.remove("transfer-encoding");
+        req.head
+            .set("content-length", body.len().to_string().as_bytes());
     }
 }
 

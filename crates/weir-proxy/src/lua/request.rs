@@ -56,6 +56,12 @@ pub(super) struct RequestState {
     pub response_edits: Vec<String>,
     /// The request's key among those whose phases share state (`carried.rs`).
     pub key: usize,
+    /// The request has a body a phase may still read (`ngx.req.read_body` then waits for it).
+    pub body_pending: bool,
+    /// `ngx.req.read_body` waits for the body: the coroutine yielded for it.
+    pub wants_body: bool,
+    /// `ngx.req.set_body_data` replaced the body: it is what the action gets.
+    pub body_set: bool,
     /// In a `body_filter`: the piece of the body it filters (`ngx.arg`).
     pub piece: Option<Box<super::body_filter::BodyPiece>>,
 }
@@ -234,6 +240,71 @@ pub(super) async fn drive(
                 }
                 Poll::Ready(Some(Ok(_))) => {}
             }
+        }
+    })
+    .await
+}
+
+/// Reads the request's body for a phase that asks for it: the body, or the status that
+/// answers instead (413 past the limit, 400 for a broken body).
+pub trait ReadBody {
+    fn read_body<'a>(
+        &'a mut self,
+        head: &'a RequestHead,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, u16>> + 'a>>;
+}
+
+/// What reads a phase's request body, and the request it reads it for.
+pub(super) type BodyRead<'a> = (&'a RequestHead, &'a mut dyn ReadBody);
+
+/// [`drive`] for a phase that may read the request's body: when the script waits for it
+/// (`ngx.req.read_body` yielded), `reader` reads it and the script goes on with it.
+pub(super) async fn drive_reading(
+    thread: Thread,
+    function: Function,
+    state: &Rc<RefCell<RequestState>>,
+    max_run_time: Duration,
+    watch: &Watch,
+    reader: BodyRead<'_>,
+) -> mlua::Result<()> {
+    let mut run = pin!(thread.into_async::<MultiValue>(function));
+    let mut reader = Some(reader);
+    let mut reading = None;
+    poll_fn(|cx| loop {
+        // The body first, outside the script's slice: reading it is not running Lua.
+        if let Some(read) = &mut reading {
+            let read: &mut std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = read;
+            let Poll::Ready(body) = read.as_mut().poll(cx) else {
+                return Poll::Pending;
+            };
+            reading = None;
+            let mut state = state.borrow_mut();
+            state.wants_body = false;
+            state.body_pending = false;
+            match body {
+                Ok(body) => {
+                    state.body = Some(body);
+                    state.body_read = true;
+                }
+                Err(status) => {
+                    state.exit = Some(i64::from(status));
+                    return Poll::Ready(Ok(()));
+                }
+            }
+        }
+        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
+        match poll_next(run.as_mut(), cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(Ok(())),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+            Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
+                return Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Some(Ok(_))) if state.borrow().wants_body => match reader.take() {
+                Some((head, reader)) => reading = Some(reader.read_body(head)),
+                None => state.borrow_mut().wants_body = false,
+            },
+            Poll::Ready(Some(Ok(_))) => {}
         }
     })
     .await

@@ -220,6 +220,20 @@ fn all_libraries() -> Lua {
 impl WorkerVm {
     /// Runs script `index` to its end at once, for a phase that cannot wait
     /// (`header_filter`): a script that tries to is stopped with an error.
+    /// [`WorkerVm::run`] for a phase that may read the request's body (`ngx.req.read_body`)
+    /// through `reader`.
+    pub(super) async fn run_reading(
+        &self,
+        index: usize,
+        state: &Rc<RefCell<RequestState>>,
+        reader: request::BodyRead<'_>,
+    ) -> mlua::Result<()> {
+        let thread = self.lua.create_thread(self.traced.clone())?;
+        let function = self.functions[index].clone();
+        let (max_run_time, watch) = (self.max_run_time, &*self.watch);
+        request::drive_reading(thread, function, state, max_run_time, watch, reader).await
+    }
+
     pub(super) fn run_now(
         &self,
         index: usize,
@@ -263,7 +277,6 @@ ngx.timer = { at = missing("ngx.timer.at"), every = missing("ngx.timer.every") }
 ngx.thread = { spawn = missing("ngx.thread.spawn"), wait = missing("ngx.thread.wait"),
                kill = missing("ngx.thread.kill") }
 ngx.req.socket = missing("ngx.req.socket")
-ngx.req.set_body_data = missing("ngx.req.set_body_data")
 ngx.req.set_body_file = missing("ngx.req.set_body_file")
 ngx.req.get_body_file = function() return nil end
 local exit_request = ngx.exit

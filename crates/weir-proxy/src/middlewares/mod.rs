@@ -399,9 +399,17 @@ impl Filter {
                     if scripts.has_request_phase() {
                         let (remote_addr, scheme) = (client.ip_text().to_string(), client.scheme());
                         return Flow::Wait(Box::pin(async move {
-                            match scripts.on_request(req, &remote_addr, scheme).await {
-                                Some(answer) => Flow::Respond(answer),
-                                None => Flow::Continue,
+                            let mut reader = LuaBodyReader { worker, client };
+                            match scripts
+                                .on_request(req, &remote_addr, scheme, &mut reader)
+                                .await
+                            {
+                                Err(answer) => Flow::Respond(answer),
+                                Ok(None) => Flow::Continue,
+                                Ok(Some(body)) => Flow::ContinueWith(Box::new(LetThrough {
+                                    cookies: None,
+                                    body: Some(body),
+                                })),
                             }
                         }));
                     }
@@ -452,6 +460,28 @@ impl Filter {
             }
             _ => None,
         }
+    }
+}
+
+/// Reads the request's body for a `lua` middleware's phase (`ngx.req.read_body`), within
+/// nginx's default `client_max_body_size` (1 MiB).
+struct LuaBodyReader<'a, C> {
+    worker: &'a Worker,
+    client: &'a mut C,
+}
+
+impl<C: ClientSide> crate::lua::ReadBody for LuaBodyReader<'_, C> {
+    fn read_body<'b>(
+        &'b mut self,
+        head: &'b RequestHead,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bytes::Bytes, u16>> + 'b>> {
+        Box::pin(async move {
+            let read = self.client.read_body(self.worker, head, 1 << 20).await;
+            read.map_err(|e| match e {
+                crate::reply::relay::BodyError::TooLarge => 413,
+                _ => 400,
+            })
+        })
     }
 }
 

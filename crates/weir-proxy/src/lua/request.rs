@@ -226,23 +226,7 @@ pub(super) async fn drive(
     max_run_time: Duration,
     watch: &Watch,
 ) -> mlua::Result<()> {
-    let mut run = pin!(thread.into_async::<MultiValue>(function));
-    poll_fn(|cx| {
-        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
-        loop {
-            match poll_next(run.as_mut(), cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(Ok(())),
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                // `ngx.exit` yields to end the script; any other yield is resumed.
-                Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
-                    return Poll::Ready(Ok(()))
-                }
-                Poll::Ready(Some(Ok(_))) => {}
-            }
-        }
-    })
-    .await
+    drive_reading(thread, function, state, max_run_time, watch, None).await
 }
 
 /// Reads the request's body for a phase that asks for it: the body, or the status that
@@ -265,10 +249,9 @@ pub(super) async fn drive_reading(
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
     watch: &Watch,
-    reader: BodyRead<'_>,
+    mut reader: Option<BodyRead<'_>>,
 ) -> mlua::Result<()> {
     let mut run = pin!(thread.into_async::<MultiValue>(function));
-    let mut reader = Some(reader);
     let mut reading = None;
     poll_fn(|cx| loop {
         // The body first, outside the script's slice: reading it is not running Lua.
@@ -297,6 +280,7 @@ pub(super) async fn drive_reading(
             Poll::Pending => return Poll::Pending,
             Poll::Ready(None) => return Poll::Ready(Ok(())),
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+            // `ngx.exit` yields to end the script; any other yield is resumed.
             Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
                 return Poll::Ready(Ok(()))
             }

@@ -231,7 +231,7 @@ impl WorkerVm {
         let thread = self.lua.create_thread(self.traced.clone())?;
         let function = self.functions[index].clone();
         let (max_run_time, watch) = (self.max_run_time, &*self.watch);
-        request::drive_reading(thread, function, state, max_run_time, watch, reader).await
+        request::drive_reading(thread, function, state, max_run_time, watch, Some(reader)).await
     }
 
     pub(super) fn run_now(

@@ -908,6 +908,37 @@ fn a_body_filter_rewrites_static_and_proxied_bodies_and_their_length() {
 }
 
 #[test]
+fn a_body_filter_inside_compress_filters_the_body_compress_then_encodes() {
+    use std::io::Read;
+    let files = temp_dir("lua-body-gzip");
+    std::fs::create_dir_all(files.join("files")).unwrap();
+    let text = "compress me please, ".repeat(200);
+    std::fs::write(files.join("files/page.txt"), &text).unwrap();
+    let upstream = Upstream::start("up");
+    let yaml = body_filter_config(&files, upstream.addr)
+        .replace(
+            "middlewares: [upper], static",
+            "middlewares: [gz, upper], static",
+        )
+        .replace(
+            "middlewares:\n  upper:",
+            "middlewares:\n  gz: { compress: {} }\n  upper:",
+        );
+    let weir = Weir::start(&yaml);
+    let resp = request(
+        weir.addr(),
+        "GET /files/page.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("Content-Encoding"), Some("gzip"));
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&resp.body[..])
+        .read_to_string(&mut plain)
+        .unwrap();
+    assert_eq!(plain, format!("{}!2", text.to_uppercase()));
+}
+
+#[test]
 fn a_streamed_body_is_filtered_piece_by_piece_as_it_comes() {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -177,7 +177,11 @@ pub(crate) async fn exchange<C: ClientConn>(
         reply.edit_head(|response| {
             for filter in route.filters.iter().take(wrapped_by) {
                 if let Some(installed) = filter.on_response_head(&head, scheme, response) {
-                    body_filter = Some(installed);
+                    // A later middleware's filter is inside an earlier one's.
+                    body_filter = Some(match body_filter.take() {
+                        Some(outer) => installed.then(outer),
+                        None => installed,
+                    });
                 }
             }
         });

@@ -393,6 +393,16 @@ const CASES: &[Case] = &[
         .body("a=1"),
     case("access_no_body_read", r#"ngx.req.read_body() ngx.say(ngx.req.get_body_data())"#)
         .phases(&[("access", "ngx.req.read_body() ngx.ctx.none = ngx.req.get_body_data()")]),
+    // ngx.exec: "Does an internal redirect to uri with args"; "This method never returns";
+    // the new location runs all its phases with an empty ngx.ctx (internal redirects "destroy
+    // the original request ngx.ctx data"); nginx stops a cycle after 10 with a 500.
+    case("exec_target", r#"ngx.say("target ", ngx.var.uri, " ", ngx.var.args, " ", tostring(ngx.ctx.x), " ", ngx.req.get_method())"#),
+    case("exec_content", r#"ngx.ctx.x = 1 ngx.exec("/case/exec_target", "a=1&b=2") ngx.say("not here")"#),
+    case("exec_access", r#"ngx.say("not reached")"#)
+        .phases(&[("access", r#"ngx.ctx.x = 2 ngx.exec("/case/exec_target?q=1", {b = "two"})"#)]),
+    case("exec_no_args", r#"ngx.exec("/case/exec_target")"#).query("dropped=1"),
+    case("exec_cycle", r#"ngx.exec("/case/exec_cycle")"#).check(Check::StatusHeaders(&[])),
+    case("exec_nowhere", r#"ngx.exec("/case/no_such_case")"#).check(Check::StatusHeaders(&[])),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 

@@ -27,6 +27,9 @@ use std::rc::Rc;
 use std::sync::LazyLock;
 use std::time::Instant;
 
+/// The most times `ngx.exec` sends one request on, as nginx's `NGX_HTTP_MAX_URI_CHANGES`.
+const MAX_INTERNAL_REDIRECTS: usize = 10;
+
 static NO_ROUTE: LazyLock<PrebuiltError> = LazyLock::new(|| {
     let message = "no route matches this request";
     PrebuiltError::new(LocalError::new(404, ErrorKind::NoRoute, message))
@@ -50,7 +53,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     // HTTP-01 answers (RFC 8555 §8.3) come before any router, on `http_entrypoint`s only.
-    let route = match ep {
+    let mut route = match ep {
         Some(ep) if ep.answers_acme_http01 && acme::is_http01_answer(&head) => None,
         _ => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
     };
@@ -113,7 +116,7 @@ pub(crate) async fn exchange<C: ClientConn>(
         kept.get_or_insert_with(Default::default).outcome_since = Some(since);
     }
     // Routes with a `lua` middleware: its phases share the request's `ngx.ctx` until the end.
-    let lua_scope = route
+    let mut lua_scope = route
         .filter(|r| r.runs_lua)
         .map(|_| crate::lua::PhaseScope::enter(&head, client.ip_text(), client.scheme()));
     let mut reply = match route {
@@ -124,6 +127,42 @@ pub(crate) async fn exchange<C: ClientConn>(
             run_route(worker, route, client, &mut head, filtered).await
         }
     };
+    // `ngx.exec`: routed again, on the same entrypoint, for the target a script gave.
+    if route.is_some_and(|r| r.may_exec) {
+        let mut redirects = 0;
+        while let Some((path, query)) = crate::lua::take_exec(&head) {
+            redirects += 1;
+            if redirects > MAX_INTERNAL_REDIRECTS {
+                crate::log_error!("lua: ngx.exec: rewrite or internal redirection cycle");
+                reply = Reply::error(LocalError::new(
+                    500,
+                    ErrorKind::Script,
+                    "Internal Server Error",
+                ));
+                break;
+            }
+            head.set_path(&path);
+            head.set_query(&query);
+            // The new request's phases start afresh, `ngx.ctx` too, as in nginx.
+            drop(lua_scope.take());
+            route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
+            lua_scope = route
+                .filter(|r| r.runs_lua)
+                .map(|_| crate::lua::PhaseScope::enter(&head, client.ip_text(), client.scheme()));
+            wrapped_by = usize::MAX;
+            reply = match route {
+                None => Reply::prebuilt_error(&NO_ROUTE),
+                // Boxed: only requests sent on by `ngx.exec` carry it.
+                Some(route) => {
+                    let filtered = (&mut wrapped_by, &mut kept);
+                    Box::pin(run_route(worker, route, client, &mut head, filtered)).await
+                }
+            };
+            if !route.is_some_and(|r| r.may_exec) {
+                break;
+            }
+        }
+    }
     render_error(&mut reply, &head, route.map(|r| &**r));
     if let Some((line, _)) = &mut logged {
         // The action's answer is in: for a proxied request, the upstream's response head.

@@ -22,6 +22,25 @@ pub(super) struct Carried {
 thread_local! {
     /// The requests of this worker whose exchange holds a [`PhaseScope`], by [`key`].
     static CARRIED: RefCell<HashMap<usize, Carried>> = RefCell::new(HashMap::new());
+    /// The request whose script called `ngx.exec` (by [`key`]), and the path and query it
+    /// goes to: the exchange takes it once the script's answer is back.
+    static EXEC: RefCell<Option<(usize, String, String)>> = const { RefCell::new(None) };
+}
+
+/// `ngx.exec` for request `key`: routed again to `path` and `query`.
+pub(super) fn set_exec(key: usize, path: String, query: String) {
+    EXEC.set(Some((key, path, query)));
+}
+
+/// The path and query a script of the request `head` is the head of gave `ngx.exec`, if one
+/// did: taken, for the exchange to route it again. The exchange looks as soon as the script's
+/// answer is back, with no other task run in between, so another request's target is one no
+/// exchange took (a request weir made itself): dropped.
+pub fn take_exec(head: &RequestHead) -> Option<(String, String)> {
+    let key = key(head);
+    let exec = EXEC.take();
+    exec.filter(|(k, _, _)| *k == key)
+        .map(|(_, path, query)| (path, query))
 }
 
 /// The key of the request `head` is the head of: its address, which stays put while its

@@ -145,13 +145,47 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let read_body = lua
         .load("local ask, yield = ... return function() if ask() then yield() end end")
         .set_name("=weir read_body")
-        .call::<Function>((
-            ask_body,
-            lua.globals()
-                .get::<Table>("coroutine")?
-                .get::<Function>("yield")?,
-        ))?;
+        .call::<Function>((ask_body, coroutine_yield(lua)?))?;
     req.set("read_body", read_body)?;
+    // `ngx.exec(uri, args)`: an internal redirect; the script ends there (the Rust half
+    // notes the target, the Lua half yields and is not resumed, as `ngx.exit`).
+    let note_exec = lua.create_function(|lua, (uri, args): (String, Value)| {
+        if uri.starts_with('@') {
+            return Err(mlua::Error::runtime(
+                "ngx.exec to a named location is not supported by weir",
+            ));
+        }
+        let (path, mut query) = match uri.split_once('?') {
+            Some((path, query)) => (path.to_string(), query.to_string()),
+            None => (uri.clone(), String::new()),
+        };
+        let extra = match args {
+            Value::Nil => String::new(),
+            Value::String(s) => s.to_string_lossy(),
+            Value::Table(t) => super::ngx_util::encode_args(lua, &t)?,
+            other => {
+                return Err(mlua::Error::runtime(format!(
+                    "bad argument #2 to 'exec' (string or table expected, got {})",
+                    other.type_name()
+                )))
+            }
+        };
+        if !extra.is_empty() {
+            if !query.is_empty() {
+                query.push('&');
+            }
+            query.push_str(&extra);
+        }
+        with_request(|r| {
+            r.exec = Some((path, query));
+            r.exit = Some(0);
+        })
+    })?;
+    let exec = lua
+        .load("local note, yield = ... return function(uri, args) note(uri, args) yield() end")
+        .set_name("=weir exec")
+        .call::<Function>((note_exec, coroutine_yield(lua)?))?;
+    ngx.set("exec", exec)?;
     req.set(
         "set_body_data",
         lua.create_function(|_, data: mlua::String| {
@@ -264,6 +298,11 @@ fn get_headers(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
         table.set_metatable(Some(meta));
     }
     Ok(table)
+}
+
+/// `coroutine.yield`, which the API's Lua halves call to leave the script.
+fn coroutine_yield(lua: &Lua) -> mlua::Result<Function> {
+    lua.globals().get::<Table>("coroutine")?.get("yield")
 }
 
 /// Replaces the request's fields named `name` by `values` (none: removes them).

@@ -56,6 +56,8 @@ pub(super) struct RequestState {
     pub response_edits: Vec<String>,
     /// The request's key among those whose phases share state (`carried.rs`).
     pub key: usize,
+    /// `ngx.exec`'s target: the path (with its escapes) and the query.
+    pub exec: Option<(String, String)>,
     /// The request has a body a phase may still read (`ngx.req.read_body` then waits for it).
     pub body_pending: bool,
     /// `ngx.req.read_body` waits for the body: the coroutine yielded for it.
@@ -107,7 +109,7 @@ impl RequestState {
     /// status of 200 or more (`ngx.OK` and `ngx.DECLINED` go on to the next phase).
     pub fn phase_answer(self) -> Option<crate::http::local::LocalResponse> {
         let exit = self.exit.unwrap_or(0);
-        if !(self.headers_sent || exit >= 200 || exit == -1) {
+        if !(self.headers_sent || exit >= 200 || exit == -1 || self.exec.is_some()) {
             return None;
         }
         Some(match self.into_reply().head {
@@ -121,6 +123,11 @@ impl RequestState {
     /// The answer: what the script wrote, or the error page for an `ngx.exit` status of 300
     /// or more with nothing written (as nginx sends its special response).
     pub fn into_reply(mut self) -> Reply<'static> {
+        if let Some((path, query)) = self.exec.take() {
+            // Its stand-in: the exchange routes the request again and answers from there.
+            super::carried::set_exec(self.key, path, query);
+            return super::answer(200, Vec::new(), Vec::new());
+        }
         let exit = self.exit.unwrap_or(0);
         if !self.headers_sent && (exit >= 300 || exit == -1) {
             let status = if exit == -1 { 500 } else { exit as u16 };

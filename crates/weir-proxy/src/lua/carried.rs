@@ -52,7 +52,8 @@ pub(super) fn key(head: &RequestHead) -> usize {
 /// Held by an exchange on a route with a `lua` middleware: its phases share one
 /// [`Carried`] until it is dropped (the exchange ended, or was cancelled).
 pub struct PhaseScope {
-    key: usize,
+    /// Never 0 (an address), so the exchange's `Option<PhaseScope>` is one word.
+    key: std::num::NonZeroUsize,
 }
 
 impl PhaseScope {
@@ -66,6 +67,7 @@ impl PhaseScope {
             started: Instant::now(),
         };
         CARRIED.with_borrow_mut(|all| all.insert(key, carried));
+        let key = std::num::NonZeroUsize::new(key).unwrap_or(std::num::NonZeroUsize::MIN);
         PhaseScope { key }
     }
 }
@@ -73,7 +75,7 @@ impl PhaseScope {
 impl Drop for PhaseScope {
     fn drop(&mut self) {
         // Taken out first, so that the table's reference is released outside the borrow.
-        let carried = CARRIED.with_borrow_mut(|all| all.remove(&self.key));
+        let carried = CARRIED.with_borrow_mut(|all| all.remove(&self.key.get()));
         drop(carried);
     }
 }
@@ -86,4 +88,17 @@ pub(super) fn with<R>(key: usize, f: impl FnOnce(&mut Carried) -> R) -> Option<R
         }
         all.get_mut(&key).map(f)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exchange_s_scope_is_one_word() {
+        assert_eq!(
+            std::mem::size_of::<Option<PhaseScope>>(),
+            std::mem::size_of::<usize>()
+        );
+    }
 }

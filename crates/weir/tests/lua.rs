@@ -1052,6 +1052,28 @@ fn a_body_set_in_access_is_what_the_upstream_gets_with_its_length() {
 }
 
 #[test]
+fn ngx_exec_sends_a_request_and_its_body_on_to_a_proxied_route() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         routers:\n  front: {{ rule: \"Path(`/front`)\", lua: {{ content: \"ngx.req.read_body() ngx.exec('/api/' .. ngx.req.get_body_data(), {{ from = 'front' }})\" }} }}\n  \
+         api: {{ rule: \"PathPrefix(`/api`)\", service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let resp = request(
+        weir.addr(),
+        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnext",
+    );
+    assert_eq!(resp.status, 200);
+    let json = resp.json();
+    assert_eq!(json["name"], "up");
+    assert_eq!(json["method"], "POST");
+    assert_eq!(json["body"], "next");
+    assert_eq!(json["target"], "/api/next?from=front");
+}
+
+#[test]
 fn an_access_script_guards_a_proxied_route() {
     let upstream = Upstream::start("up");
     let weir = Weir::start(&format!(

@@ -130,7 +130,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     // `ngx.exec`: routed again, on the same entrypoint, for the target a script gave.
     if route.is_some_and(|r| r.may_exec) {
         let mut redirects = 0;
-        while let Some((path, query)) = crate::lua::take_exec(&head) {
+        while let Some(exec) = crate::lua::take_exec(&head) {
             redirects += 1;
             if redirects > MAX_INTERNAL_REDIRECTS {
                 crate::log_error!("lua: ngx.exec: rewrite or internal redirection cycle");
@@ -141,8 +141,8 @@ pub(crate) async fn exchange<C: ClientConn>(
                 ));
                 break;
             }
-            head.set_path(&path);
-            head.set_query(&query);
+            head.set_path(&exec.path);
+            head.set_query(&exec.query);
             // The new request's phases start afresh, `ngx.ctx` too, as in nginx.
             drop(lua_scope.take());
             route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
@@ -155,7 +155,22 @@ pub(crate) async fn exchange<C: ClientConn>(
                 // Boxed: only requests sent on by `ngx.exec` carry it.
                 Some(route) => {
                     let filtered = (&mut wrapped_by, &mut kept);
-                    Box::pin(run_route(worker, route, client, &mut head, filtered)).await
+                    match exec.body {
+                        // Read by a script already: the next action gets it from memory.
+                        Some(body) => {
+                            head.framing = match body.len() {
+                                0 => crate::http::codec::Framing::None,
+                                n => crate::http::codec::Framing::Length(n as u64),
+                            };
+                            let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
+                            let rerouted =
+                                run_route(worker, route, &mut client, &mut head, filtered);
+                            Box::pin(rerouted).await
+                        }
+                        None => {
+                            Box::pin(run_route(worker, route, client, &mut head, filtered)).await
+                        }
+                    }
                 }
             };
             if !route.is_some_and(|r| r.may_exec) {

@@ -22,25 +22,32 @@ pub(super) struct Carried {
 thread_local! {
     /// The requests of this worker whose exchange holds a [`PhaseScope`], by [`key`].
     static CARRIED: RefCell<HashMap<usize, Carried>> = RefCell::new(HashMap::new());
-    /// The request whose script called `ngx.exec` (by [`key`]), and the path and query it
-    /// goes to: the exchange takes it once the script's answer is back.
-    static EXEC: RefCell<Option<(usize, String, String)>> = const { RefCell::new(None) };
+    /// The request whose script called `ngx.exec` (by [`key`]), and where it goes: the
+    /// exchange takes it once the script's answer is back.
+    static EXEC: RefCell<Option<(usize, Exec)>> = const { RefCell::new(None) };
 }
 
-/// `ngx.exec` for request `key`: routed again to `path` and `query`.
-pub(super) fn set_exec(key: usize, path: String, query: String) {
-    EXEC.set(Some((key, path, query)));
+/// Where `ngx.exec` sends a request: its new path and query, and its body when a script read
+/// it from the client (the next route's action gets it from memory).
+pub struct Exec {
+    pub path: String,
+    pub query: String,
+    pub body: Option<bytes::Bytes>,
+}
+
+/// `ngx.exec` for request `key`.
+pub(super) fn set_exec(key: usize, exec: Exec) {
+    EXEC.set(Some((key, exec)));
 }
 
 /// The path and query a script of the request `head` is the head of gave `ngx.exec`, if one
 /// did: taken, for the exchange to route it again. The exchange looks as soon as the script's
 /// answer is back, with no other task run in between, so another request's target is one no
 /// exchange took (a request weir made itself): dropped.
-pub fn take_exec(head: &RequestHead) -> Option<(String, String)> {
+pub fn take_exec(head: &RequestHead) -> Option<Exec> {
     let key = key(head);
     let exec = EXEC.take();
-    exec.filter(|(k, _, _)| *k == key)
-        .map(|(_, path, query)| (path, query))
+    exec.filter(|(k, _)| *k == key).map(|(_, exec)| exec)
 }
 
 /// The key of the request `head` is the head of: its address, which stays put while its

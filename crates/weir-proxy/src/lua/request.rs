@@ -125,7 +125,9 @@ impl RequestState {
     pub fn into_reply(mut self) -> Reply<'static> {
         if let Some((path, query)) = self.exec.take() {
             // Its stand-in: the exchange routes the request again and answers from there.
-            super::carried::set_exec(self.key, path, query);
+            let body = self.body.take();
+            let exec = super::carried::Exec { path, query, body };
+            super::carried::set_exec(self.key, exec);
             return super::answer(200, Vec::new(), Vec::new());
         }
         let exit = self.exit.unwrap_or(0);

@@ -67,16 +67,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     req.set(
         "set_uri_args",
         lua.create_function(|lua, args: Value| {
-            let query = match args {
-                Value::String(s) => s.to_string_lossy(),
-                Value::Table(t) => super::ngx_util::encode_args(lua, &t)?,
-                other => {
-                    return Err(mlua::Error::runtime(format!(
-                        "bad argument #1 to 'set_uri_args' (string or table expected, got {})",
-                        other.type_name()
-                    )))
-                }
-            };
+            let query = query_text(lua, args, "#1 to 'set_uri_args'")?;
             with_request(|r| r.args = query)
         })?,
     )?;
@@ -142,11 +133,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             wait
         })
     })?;
-    let read_body = lua
-        .load("local ask, yield = ... return function() if ask() then yield() end end")
-        .set_name("=weir read_body")
-        .call::<Function>((ask_body, coroutine_yield(lua)?))?;
-    req.set("read_body", read_body)?;
+    req.set("read_body", yielding(lua, ask_body)?)?;
     // `ngx.exec(uri, args)`: an internal redirect; the script ends there (the Rust half
     // notes the target, the Lua half yields and is not resumed, as `ngx.exit`).
     let note_exec = lua.create_function(|lua, (uri, args): (String, Value)| {
@@ -161,14 +148,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         };
         let extra = match args {
             Value::Nil => String::new(),
-            Value::String(s) => s.to_string_lossy(),
-            Value::Table(t) => super::ngx_util::encode_args(lua, &t)?,
-            other => {
-                return Err(mlua::Error::runtime(format!(
-                    "bad argument #2 to 'exec' (string or table expected, got {})",
-                    other.type_name()
-                )))
-            }
+            args => query_text(lua, args, "#2 to 'exec'")?,
         };
         if !extra.is_empty() {
             if !query.is_empty() {
@@ -179,13 +159,10 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         with_request(|r| {
             r.exec = Some((path, query));
             r.exit = Some(0);
+            true
         })
     })?;
-    let exec = lua
-        .load("local note, yield = ... return function(uri, args) note(uri, args) yield() end")
-        .set_name("=weir exec")
-        .call::<Function>((note_exec, coroutine_yield(lua)?))?;
-    ngx.set("exec", exec)?;
+    ngx.set("exec", yielding(lua, note_exec)?)?;
     req.set(
         "set_body_data",
         lua.create_function(|_, data: mlua::String| {
@@ -300,9 +277,26 @@ fn get_headers(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
     Ok(table)
 }
 
-/// `coroutine.yield`, which the API's Lua halves call to leave the script.
-fn coroutine_yield(lua: &Lua) -> mlua::Result<Function> {
-    lua.globals().get::<Table>("coroutine")?.get("yield")
+/// A query given as a string or a table (`ngx.encode_args`'s form); `argument` names it in
+/// the error for anything else.
+fn query_text(lua: &Lua, args: Value, argument: &str) -> mlua::Result<String> {
+    match args {
+        Value::String(s) => Ok(s.to_string_lossy()),
+        Value::Table(t) => super::ngx_util::encode_args(lua, &t),
+        other => Err(mlua::Error::runtime(format!(
+            "bad argument {argument} (string or table expected, got {})",
+            other.type_name()
+        ))),
+    }
+}
+
+/// An API function that may have to leave the script's coroutine (which a Rust function
+/// cannot do): `rust_half` does the work and says whether to yield, and a Lua half yields.
+fn yielding(lua: &Lua, rust_half: Function) -> mlua::Result<Function> {
+    let coroutine_yield: Function = lua.globals().get::<Table>("coroutine")?.get("yield")?;
+    lua.load("local f, yield = ... return function(...) if f(...) then yield() end end")
+        .set_name("=weir")
+        .call((rust_half, coroutine_yield))
 }
 
 /// Replaces the request's fields named `name` by `values` (none: removes them).

@@ -1,7 +1,9 @@
 //! The `lua` middleware's phases (lua-nginx-module's `rewrite_by_lua`, `access_by_lua`,
-//! `header_filter_by_lua` and `log_by_lua`): each script runs on the request or answer as it
-//! stands there, and what it changed is written back; a request phase that answers ends the
-//! request; `log` runs once the answer is sent.
+//! `header_filter_by_lua`, `body_filter_by_lua` and `log_by_lua`): each script runs on the
+//! request or answer as it stands there, and what it changed is written back; a request phase
+//! that answers ends the request, its answer through the same middleware's filters;
+//! `body_filter` is installed here and runs in `body_filter.rs`; `log` runs once the answer is
+//! sent.
 
 use super::carried;
 use super::request::{ReadBody, RequestState};
@@ -236,10 +238,6 @@ impl PhaseScripts {
         Some(crate::reply::body_filter::BodyFilter::pieces(Box::new(
             filter,
         )))
-    }
-
-    pub fn has_log(&self) -> bool {
-        self.log.is_some()
     }
 
     /// `log`, once the answer to `req` is sent: the script sees how it ended; what it does is

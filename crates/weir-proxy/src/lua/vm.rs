@@ -218,8 +218,6 @@ fn all_libraries() -> Lua {
 }
 
 impl WorkerVm {
-    /// Runs script `index` to its end at once, for a phase that cannot wait
-    /// (`header_filter`): a script that tries to is stopped with an error.
     /// [`WorkerVm::run`] for a phase that may read the request's body (`ngx.req.read_body`)
     /// through `reader`.
     pub(super) async fn run_reading(
@@ -234,6 +232,8 @@ impl WorkerVm {
         request::drive_reading(thread, function, state, max_run_time, watch, Some(reader)).await
     }
 
+    /// Runs script `index` to its end at once, for a phase that cannot wait
+    /// (`header_filter`, `body_filter`, `log`): a script that tries to is stopped with an error.
     pub(super) fn run_now(
         &self,
         index: usize,
@@ -245,7 +245,7 @@ impl WorkerVm {
         let exited = state.borrow().exit.is_some();
         if thread.status() == mlua::ThreadStatus::Resumable && !exited {
             return Err(mlua::Error::runtime(
-                "a script cannot wait (ngx.sleep) in header_filter or log",
+                "a script cannot wait (ngx.sleep) in header_filter, body_filter or log",
             ));
         }
         Ok(())

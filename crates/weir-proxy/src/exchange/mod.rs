@@ -19,7 +19,7 @@ use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
 use crate::servers::balancer::UpstreamUse;
-use crate::state::runtime::{ErrorForm, Route, RouteAction, Runtime};
+use crate::state::runtime::{EntrypointRuntime, ErrorForm, Route, RouteAction, Runtime};
 use crate::upstream;
 use crate::worker::Worker;
 use std::borrow::Cow;
@@ -129,53 +129,12 @@ pub(crate) async fn exchange<C: ClientConn>(
     };
     // `ngx.exec`: routed again, on the same entrypoint, for the target a script gave.
     if route.is_some_and(|r| r.may_exec) {
-        let mut redirects = 0;
-        while let Some(exec) = crate::lua::take_exec(&head) {
-            redirects += 1;
-            if redirects > MAX_INTERNAL_REDIRECTS {
-                crate::log_error!("lua: ngx.exec: rewrite or internal redirection cycle");
-                reply = Reply::error(LocalError::new(
-                    500,
-                    ErrorKind::Script,
-                    "Internal Server Error",
-                ));
-                break;
-            }
-            head.set_path(&exec.path);
-            head.set_query(&exec.query);
-            // The new request's phases start afresh, `ngx.ctx` too, as in nginx.
-            drop(lua_scope.take());
-            route = ep.and_then(|ep| ep.router.route_request(&head, client.ip()));
-            lua_scope = route
-                .filter(|r| r.runs_lua)
-                .map(|_| crate::lua::PhaseScope::enter(&head, client.ip_text(), client.scheme()));
-            wrapped_by = usize::MAX;
-            reply = match route {
-                None => Reply::prebuilt_error(&NO_ROUTE),
-                // Boxed: only requests sent on by `ngx.exec` carry it.
-                Some(route) => {
-                    let filtered = (&mut wrapped_by, &mut kept);
-                    match exec.body {
-                        // Read by a script already: the next action gets it from memory.
-                        Some(body) => {
-                            head.framing = match body.len() {
-                                0 => crate::http::codec::Framing::None,
-                                n => crate::http::codec::Framing::Length(n as u64),
-                            };
-                            let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
-                            let rerouted =
-                                run_route(worker, route, &mut client, &mut head, filtered);
-                            Box::pin(rerouted).await
-                        }
-                        None => {
-                            Box::pin(run_route(worker, route, client, &mut head, filtered)).await
-                        }
-                    }
-                }
-            };
-            if !route.is_some_and(|r| r.may_exec) {
-                break;
-            }
+        if let Some(exec) = crate::lua::take_exec(&head) {
+            // Boxed: only requests sent on by `ngx.exec` carry its state.
+            let rerouted = (&mut route, &mut lua_scope, &mut reply);
+            let filtered = (&mut wrapped_by, &mut kept);
+            let following = follow_exec(exec, worker, ep, client, &mut head, rerouted, filtered);
+            Box::pin(following).await;
         }
     }
     render_error(&mut reply, &head, route.map(|r| &**r));
@@ -296,6 +255,61 @@ pub(crate) async fn exchange<C: ClientConn>(
         }
     }
     outcome
+}
+
+/// What `ngx.exec` changes of an exchange: its route, its Lua phases' scope and its reply.
+type Rerouted<'x, 'r> = (
+    &'x mut Option<&'r std::sync::Arc<Route>>,
+    &'x mut Option<crate::lua::PhaseScope>,
+    &'x mut Reply<'r>,
+);
+
+/// `ngx.exec`'s internal redirects (lua.md): the request routed again on entrypoint `ep` for
+/// each target a script gives (`exec` the first), its filters and action run afresh with a
+/// new scope (a fresh `ngx.ctx`), at most `MAX_INTERNAL_REDIRECTS` times.
+async fn follow_exec<'r, C: ClientSide>(
+    mut exec: crate::lua::Exec,
+    worker: &Rc<Worker>,
+    ep: Option<&'r EntrypointRuntime>,
+    client: &mut C,
+    head: &mut RequestHead,
+    (route, lua_scope, reply): Rerouted<'_, 'r>,
+    (wrapped_by, kept): Filtered<'_>,
+) {
+    for _ in 0..MAX_INTERNAL_REDIRECTS {
+        head.set_path(&exec.path);
+        head.set_query(&exec.query);
+        drop(lua_scope.take());
+        *route = ep.and_then(|ep| ep.router.route_request(head, client.ip()));
+        *lua_scope = route
+            .filter(|r| r.runs_lua)
+            .map(|_| crate::lua::PhaseScope::enter(head, client.ip_text(), client.scheme()));
+        *wrapped_by = usize::MAX;
+        let filtered = (&mut *wrapped_by, &mut *kept);
+        *reply = match (*route, exec.body) {
+            (None, _) => Reply::prebuilt_error(&NO_ROUTE),
+            // Read by a script already: the next action gets it from memory.
+            (Some(route), Some(body)) => {
+                head.framing = match body.len() {
+                    0 => crate::http::codec::Framing::None,
+                    n => crate::http::codec::Framing::Length(n as u64),
+                };
+                let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
+                run_route(worker, route, &mut client, head, filtered).await
+            }
+            (Some(route), None) => run_route(worker, route, client, head, filtered).await,
+        };
+        match crate::lua::take_exec(head) {
+            Some(next) if route.is_some_and(|r| r.may_exec) => exec = next,
+            _ => return,
+        }
+    }
+    crate::log_error!("lua: ngx.exec: rewrite or internal redirection cycle");
+    *reply = Reply::error(LocalError::new(
+        500,
+        ErrorKind::Script,
+        "Internal Server Error",
+    ));
 }
 
 /// The `log` phase of the `lua` middlewares that saw the request (those up to the one that

@@ -24,7 +24,7 @@ use crate::http::local::LocalResponse;
 use crate::reply::client::ClientSide;
 use crate::reply::Reply;
 use crate::worker::Worker;
-pub use carried::{take_exec, PhaseScope};
+pub use carried::{take_exec, Exec, PhaseScope};
 pub use phases::{Finished, PhaseScripts};
 pub use request::ReadBody;
 use request::RequestState;

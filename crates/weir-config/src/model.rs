@@ -1641,6 +1641,7 @@ pub struct LuaPhases {
     pub rewrite: Option<LuaCode>,
     pub access: Option<LuaCode>,
     pub header_filter: Option<LuaCode>,
+    pub body_filter: Option<LuaCode>,
     pub log: Option<LuaCode>,
 }
 // lua: end

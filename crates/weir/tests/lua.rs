@@ -35,6 +35,8 @@ struct Case {
     /// Scripts of the phases before the content (`rewrite`, `access`) and after it
     /// (`header_filter`): a `lua` middleware in weir, `*_by_lua_file` in nginx.
     phases: &'static [(&'static str, &'static str)],
+    /// Asked twice, the second answer compared: it shows what the first one's `log` phase did.
+    twice: bool,
 }
 
 const fn case(name: &'static str, script: &'static str) -> Case {
@@ -46,6 +48,7 @@ const fn case(name: &'static str, script: &'static str) -> Case {
         script,
         check: Check::Body,
         phases: &[],
+        twice: false,
     }
 }
 
@@ -68,6 +71,10 @@ impl Case {
     }
     const fn phases(mut self, phases: &'static [(&'static str, &'static str)]) -> Case {
         self.phases = phases;
+        self
+    }
+    const fn twice(mut self) -> Case {
+        self.twice = true;
         self
     }
     fn phase_names(&self) -> Vec<&'static str> {
@@ -300,6 +307,102 @@ const CASES: &[Case] = &[
         .check(Check::Headers(&["X-Status", "X-Type"])),
     case("header_filter_status", r#"ngx.say("body")"#)
         .phases(&[("header_filter", "ngx.status = 201")]),
+    // ngx.ctx: "per-request Lua context data and has a life time identical to the current
+    // request", the same table in rewrite, access, content, header_filter and log.
+    case("ctx_every_phase", r#"ngx.ctx.trail = ngx.ctx.trail .. "c" ngx.say(ngx.ctx.trail)"#)
+        .phases(&[
+            ("rewrite", r#"ngx.ctx.trail = "r""#),
+            ("access", r#"ngx.ctx.trail = ngx.ctx.trail .. "a""#),
+            ("header_filter", r#"ngx.header["X-Trail"] = ngx.ctx.trail .. "h""#),
+        ])
+        .check(Check::Headers(&["X-Trail"])),
+    case("ctx_replaced", r#"ngx.say(ngx.ctx.whole)"#)
+        .phases(&[("access", r#"ngx.ctx = { whole = "new table" }"#)]),
+    // ngx.var: a variable written in one phase is read in the later ones (`set $myvar` in
+    // nginx's location); header_filter sees $remote_addr.
+    case("var_across_phases", r#"ngx.say(ngx.var.myvar)"#)
+        .phases(&[
+            ("access", r#"ngx.var.myvar = "from access""#),
+            ("header_filter", r#"ngx.header["X-Var"] = ngx.var.myvar ngx.header["X-Addr"] = ngx.var.remote_addr"#),
+        ])
+        .check(Check::Headers(&["X-Var", "X-Addr"])),
+    // log_by_lua: "runs after the response has been sent"; ngx.var.status, $body_bytes_sent
+    // (nginx's counts its chunked framing: 14 for "nil\n", weir's 4), $request_time and
+    // ngx.ctx there; its effect seen through ngx.shared by the next request.
+    case("log_phase", r#"ngx.status = 201 ngx.ctx.from = "content" ngx.say(ngx.shared.d:get("log_phase"))"#)
+        .phases(&[("log", r#"ngx.shared.d:set("log_phase", table.concat({ngx.var.status, ngx.ctx.from, tostring(tonumber(ngx.var.body_bytes_sent) >= 4), tostring(tonumber(ngx.var.request_time) < 5), tostring(ngx.var.upstream_addr)}, " "))"#)])
+        .twice(),
+    case("log_after_access_exit", r#"ngx.say(ngx.shared.d:get("log_after_access_exit"))"#)
+        .phases(&[
+            ("access", r#"ngx.var.myvar = "set" if not ngx.shared.d:get("refused") then ngx.shared.d:set("refused", 1) ngx.exit(403) end"#),
+            ("log", r#"ngx.shared.d:set("log_after_access_exit", ngx.var.status .. " " .. ngx.var.myvar)"#),
+        ])
+        .twice(),
+    // body_filter_by_lua: "the input data chunk is passed via ngx.arg[1] (as a Lua string
+    // value) and the "eof" flag indicating the end of the response body data stream is passed
+    // via ngx.arg[2]"; "the output data stream can be truncated immediately by running
+    // ngx.arg[2] = true"; "set ngx.arg[1] to a nil value or an empty Lua string" to drop a
+    // chunk; "it is required to always clear out the Content-Length response header (if any)
+    // in a header filter". Each case gives the same answer whatever the pieces are.
+    case("body_filter_upper", r#"ngx.say("hello") ngx.print("world", 42)"#)
+        .phases(&[
+            ("header_filter", "ngx.header.content_length = nil"),
+            ("body_filter", "ngx.arg[1] = string.upper(ngx.arg[1])"),
+        ]),
+    case("body_filter_replaces_all", r#"ngx.say("dropped") ngx.say("too")"#)
+        .phases(&[("body_filter", r#"if ngx.arg[2] then ngx.arg[1] = {"only ", "the end\n"} else ngx.arg[1] = nil end"#)]),
+    case("body_filter_ends_early", r#"ngx.say("hello world") ngx.say("never sent")"#)
+        .phases(&[("body_filter", "ngx.arg[1] = string.sub(ngx.arg[1], 1, 5) ngx.arg[2] = true")]),
+    case("body_filter_ctx_counts", r#"ngx.ctx.from = "content" ngx.say("twelve bytes") ngx.print("and ten ..")"#)
+        .phases(&[("body_filter", r#"ngx.ctx.n = (ngx.ctx.n or 0) + #ngx.arg[1] if ngx.arg[2] then ngx.arg[1] = ngx.arg[1] .. ngx.ctx.from .. " " .. ngx.ctx.n .. " " .. ngx.status end"#)]),
+    case("body_filter_sees_status_and_var", r#"ngx.status = 202 ngx.var.myvar = "v" ngx.say("body")"#)
+        .phases(&[("body_filter", r#"if ngx.arg[2] then ngx.arg[1] = ngx.status .. " " .. ngx.var.myvar .. " " .. ngx.var.remote_addr end"#)]),
+    // ngx.req.set_method: "Overrides the current request's request method"; the content
+    // handler and $request_method see the new one.
+    case("set_method_written_back", r#"ngx.say(ngx.req.get_method(), " ", ngx.var.request_method)"#)
+        .phases(&[("rewrite", "ngx.req.set_method(ngx.HTTP_PUT)")]),
+    // An answer made in access goes through the output filters like any other: the
+    // location's header_filter_by_lua and body_filter_by_lua see it.
+    case("access_answer_filtered", r#"ngx.say("content ran")"#)
+        .phases(&[
+            ("access", r#"ngx.status = 201 ngx.say("from access") ngx.exit(ngx.HTTP_OK)"#),
+            ("header_filter", r#"ngx.header["X-HF"] = "saw " .. ngx.status"#),
+            ("body_filter", "ngx.arg[1] = string.upper(ngx.arg[1])"),
+        ])
+        .check(Check::Headers(&["X-HF"])),
+    case("access_exit_filtered", r#"ngx.say("content ran")"#)
+        .phases(&[
+            ("access", "ngx.exit(ngx.HTTP_FORBIDDEN)"),
+            ("header_filter", r#"ngx.header["X-HF"] = "saw " .. ngx.status"#),
+        ])
+        .check(Check::StatusHeaders(&["X-HF"])),
+    // The request body in rewrite and access: ngx.req.read_body "reads the client request
+    // body synchronously without blocking the Nginx event loop", then get_body_data,
+    // get_post_args; set_body_data replaces it for what follows (and its Content-Length).
+    case("access_reads_body", r#"ngx.req.read_body() ngx.say(ngx.var.http_x_len, " ", ngx.req.get_body_data())"#)
+        .phases(&[("access", r#"ngx.req.read_body() ngx.req.set_header("X-Len", #ngx.req.get_body_data())"#)])
+        .body("a=1&b=two"),
+    case("rewrite_post_args", r#"ngx.say(ngx.ctx.b, " ", ngx.ctx.later)"#)
+        .phases(&[
+            ("rewrite", "ngx.req.read_body() ngx.ctx.b = ngx.req.get_post_args().b"),
+            ("access", "ngx.ctx.later = ngx.req.get_body_data()"),
+        ])
+        .body("a=1&b=two"),
+    case("access_set_body", r#"ngx.req.read_body() ngx.say(ngx.req.get_body_data(), " ", ngx.var.content_length)"#)
+        .phases(&[("access", r#"ngx.req.read_body() ngx.req.set_body_data("replaced=" .. ngx.req.get_body_data())"#)])
+        .body("a=1"),
+    case("access_no_body_read", r#"ngx.req.read_body() ngx.say(ngx.req.get_body_data())"#)
+        .phases(&[("access", "ngx.req.read_body() ngx.ctx.none = ngx.req.get_body_data()")]),
+    // ngx.exec: "Does an internal redirect to uri with args"; "This method never returns";
+    // the new location runs all its phases with an empty ngx.ctx (internal redirects "destroy
+    // the original request ngx.ctx data"); nginx stops a cycle after 10 with a 500.
+    case("exec_target", r#"ngx.say("target ", ngx.var.uri, " ", ngx.var.args, " ", tostring(ngx.ctx.x), " ", ngx.req.get_method())"#),
+    case("exec_content", r#"ngx.ctx.x = 1 ngx.exec("/case/exec_target", "a=1&b=2") ngx.say("not here")"#),
+    case("exec_access", r#"ngx.say("not reached")"#)
+        .phases(&[("access", r#"ngx.ctx.x = 2 ngx.exec("/case/exec_target?q=1", {b = "two"})"#)]),
+    case("exec_no_args", r#"ngx.exec("/case/exec_target")"#).query("dropped=1"),
+    case("exec_cycle", r#"ngx.exec("/case/exec_cycle")"#).check(Check::StatusHeaders(&[])),
+    case("exec_nowhere", r#"ngx.exec("/case/no_such_case")"#).check(Check::StatusHeaders(&[])),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 
@@ -399,6 +502,10 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
     let weir = Weir::start(&weir_config(&scripts, 1));
     let mut differences = Vec::new();
     for c in CASES {
+        if c.twice {
+            ask(nginx.addr, c);
+            ask(weir.addr(), c);
+        }
         let expected = ask(nginx.addr, c);
         let got = ask(weir.addr(), c);
         let mut differ = |what: &str, nginx: String, weir: String| {
@@ -603,6 +710,29 @@ fn init_and_init_worker_run_before_the_scripts() {
 }
 
 #[test]
+fn inits_shared_dict_writes_happen_once_for_every_worker() {
+    let weir = Weir::start(&one_script(
+        "local c = ngx.shared.counters\nngx.print(c:get('inits'), ' ', init_saw, ' ', c:get('first'), ' ', worker_tag)",
+        "  init: \"init_saw = ngx.shared.counters:incr('inits', 1, 0) ngx.shared.counters:set('first', 'yes')\"\n  \
+         init_worker: \"worker_tag = string.sub(tostring({}), 8)\"\n",
+        2,
+    ));
+    // Each connection lands on a worker by its address: ask until both answered.
+    let mut tags = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let text = get(weir.addr(), "localhost", "/").text();
+        let (seen, tag) = text.rsplit_once(' ').unwrap();
+        // `init` ran in each VM (its global is there) but counted once.
+        assert_eq!(seen, "1 1 yes", "{text}");
+        tags.insert(tag.to_string());
+        if tags.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(tags.len(), 2, "both workers answered");
+}
+
+#[test]
 fn a_reload_takes_a_changed_script_file() {
     let dir = temp_dir("lua-reload");
     let script = dir.join("answer.lua");
@@ -714,16 +844,233 @@ fn a_script_past_max_memory_fails_and_the_worker_serves_on() {
 }
 
 #[test]
-fn the_log_phase_is_refused_until_weir_runs_it() {
-    let stderr = weir_check_refuses(
-        "lua-log-phase",
-        "entrypoints:\n  web: { address: \"127.0.0.1:0\" }\nmiddlewares:\n  m: { lua: { log: \"ngx.log(ngx.ERR, 'x')\" } }\nrouters:\n  r: { rule: \"Path(`/`)\", middlewares: [m], respond: {} }\n",
+fn the_log_phase_sees_the_proxied_answer_and_writes_to_a_shared_dict() {
+    let upstream = Upstream::start("up");
+    // One worker: the log phase runs before it takes the next connection (with two, the
+    // client may ask the other worker before the first one's log phase ran, as in nginx).
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua:\n  shared_dicts: {{ seen: 1MiB }}\n\
+         middlewares:\n  logged:\n    lua:\n      access: \"ngx.ctx.asked = ngx.var.uri\"\n      log: |\n        ngx.shared.seen:set('last', table.concat({{ngx.var.status, ngx.var.upstream_addr, ngx.var.body_bytes_sent, ngx.ctx.asked}}, ' '))\n        ngx.shared.seen:incr('logged', 1, 0)\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/api`)\", middlewares: [logged], service: s }}\n  \
+         peek: {{ rule: \"Path(`/peek`)\", lua: {{ content: \"ngx.print(ngx.shared.seen:get('last'), ' ', ngx.shared.seen:get('logged'))\" }} }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let proxied = get(weir.addr(), "localhost", "/api/x");
+    assert_eq!(proxied.status, 200);
+    let length = proxied.body.len();
+    assert_eq!(
+        get(weir.addr(), "localhost", "/peek").text(),
+        format!("200 {} {length} /api/x 1", upstream.addr)
     );
+}
+
+/// A `lua` middleware whose `body_filter` upper-cases each piece, counts the pieces in
+/// `ngx.ctx` and appends `!` and the count at the end (so the length changes), before a
+/// static folder and a proxied service.
+fn body_filter_config(files: &std::path::Path, upstream: std::net::SocketAddr) -> String {
+    format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         middlewares:\n  upper:\n    lua:\n      body_filter: |\n        ngx.ctx.pieces = (ngx.ctx.pieces or 0) + 1\n        local piece = string.upper(ngx.arg[1])\n        if ngx.arg[2] then piece = piece .. '!' .. ngx.ctx.pieces end\n        ngx.arg[1] = piece\n\
+         routers:\n  files: {{ rule: \"PathPrefix(`/files`)\", middlewares: [upper], static: {{ root: \"{}\" }} }}\n  \
+         api: {{ rule: \"PathPrefix(`/api`)\", middlewares: [upper], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{upstream}\" }}] }}\n",
+        files.display()
+    )
+}
+
+#[test]
+fn a_body_filter_rewrites_static_and_proxied_bodies_and_their_length() {
+    let files = temp_dir("lua-body-filter");
+    std::fs::create_dir_all(files.join("files")).unwrap();
+    std::fs::write(files.join("files/small.txt"), "small file\n").unwrap();
+    // Past the size weir filters whole (256 KiB): streamed through the filter in pieces.
+    let big = "abcdefgh".repeat(128 * 1024);
+    std::fs::write(files.join("files/big.txt"), &big).unwrap();
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&body_filter_config(&files, upstream.addr));
+
+    let small = get(weir.addr(), "localhost", "/files/small.txt");
+    assert_eq!(small.status, 200);
+    // Held whole: one piece, then the end; the length is the filtered one.
+    assert_eq!(small.text(), "SMALL FILE\n!2");
+    assert_eq!(small.header("Content-Length"), Some("13"));
+
+    let streamed = get(weir.addr(), "localhost", "/files/big.txt");
+    assert_eq!(streamed.status, 200);
+    assert_eq!(streamed.header("Content-Length"), None);
+    assert_eq!(streamed.header("Transfer-Encoding"), Some("chunked"));
+    let text = streamed.text();
+    let (body, pieces) = text.rsplit_once('!').unwrap();
+    assert_eq!(body, big.to_uppercase());
+    let pieces: usize = pieces.parse().unwrap();
+    assert!(pieces > 2, "a 1 MiB file in {pieces} pieces");
+
+    let proxied = get(weir.addr(), "localhost", "/api/x");
+    assert_eq!(proxied.status, 200);
+    assert_eq!(proxied.header("Content-Length"), None);
+    let text = proxied.text();
     assert!(
-        stderr.contains("middleware `m`")
-            && stderr.contains("`log` phase is not run by this build of weir yet"),
-        "{stderr}"
+        text.starts_with('{') && text.contains("\"NAME\":\"UP\""),
+        "{text}"
     );
+    assert!(text.contains("}!"), "{text}");
+}
+
+#[test]
+fn a_body_filter_inside_compress_filters_the_body_compress_then_encodes() {
+    use std::io::Read;
+    let files = temp_dir("lua-body-gzip");
+    std::fs::create_dir_all(files.join("files")).unwrap();
+    let text = "compress me please, ".repeat(200);
+    std::fs::write(files.join("files/page.txt"), &text).unwrap();
+    let upstream = Upstream::start("up");
+    let yaml = body_filter_config(&files, upstream.addr)
+        .replace(
+            "middlewares: [upper], static",
+            "middlewares: [gz, upper], static",
+        )
+        .replace(
+            "middlewares:\n  upper:",
+            "middlewares:\n  gz: { compress: {} }\n  upper:",
+        );
+    let weir = Weir::start(&yaml);
+    let resp = request(
+        weir.addr(),
+        "GET /files/page.txt HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("Content-Encoding"), Some("gzip"));
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&resp.body[..])
+        .read_to_string(&mut plain)
+        .unwrap();
+    assert_eq!(plain, format!("{}!2", text.to_uppercase()));
+}
+
+#[test]
+fn a_streamed_body_is_filtered_piece_by_piece_as_it_comes() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let release = Arc::new(AtomicBool::new(false));
+    let released = release.clone();
+    let upstream = RawUpstream::start(move |conn| {
+        if conn.read_head().is_none() {
+            return;
+        }
+        conn.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+        // The second piece only once the client saw the first, filtered.
+        let waited = Instant::now();
+        while !released.load(Ordering::SeqCst) && waited.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        conn.write(b"6\r\nsecond\r\n0\r\n\r\n");
+    });
+    let files = temp_dir("lua-body-stream");
+    let weir = Weir::start(&body_filter_config(&files, upstream.addr));
+    let mut client = std::net::TcpStream::connect(weir.addr()).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    client
+        .write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("FIRST") {
+        let n = client.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "closed before the first piece: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(!String::from_utf8_lossy(&got).contains("SECOND"));
+    release.store(true, Ordering::SeqCst);
+    client.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("SECOND"), "{text}");
+    // Three pieces: `first`, `second`, and the end.
+    assert!(text.ends_with("!3\r\n0\r\n\r\n"), "{text}");
+    assert!(
+        !text.to_ascii_lowercase().contains("content-length"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_method_set_in_rewrite_is_the_one_the_upstream_gets() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         middlewares:\n  m: {{ lua: {{ rewrite: \"ngx.req.set_method(ngx.HTTP_DELETE)\" }} }}\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [m], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let resp = get(weir.addr(), "localhost", "/x");
+    assert_eq!(resp.json()["method"], "DELETE");
+}
+
+#[test]
+fn a_body_set_in_access_is_what_the_upstream_gets_with_its_length() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         middlewares:\n  m:\n    lua:\n      access: |\n        ngx.req.read_body()\n        local body = ngx.req.get_body_data()\n        if ngx.var.arg_replace then ngx.req.set_body_data(string.upper(body) .. '!') end\n        ngx.req.set_header('X-Read', #body)\n\
+         routers:\n  r: {{ rule: \"PathPrefix(`/`)\", middlewares: [m], service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let post = |target: &str, framing: &str, body: &str| {
+        request(
+            weir.addr(),
+            &format!(
+                "POST {target} HTTP/1.1\r\nHost: x\r\n{framing}Connection: close\r\n\r\n{body}"
+            ),
+        )
+        .json()
+    };
+    // Read in access, then sent on as it was.
+    let json = post("/kept", "Content-Length: 5\r\n", "hello");
+    assert_eq!(json["body"], "hello");
+    assert_eq!(echoed_header(&json, "x-read").as_deref(), Some("5"));
+    // Replaced: the new body with its own length, from a chunked one too.
+    let json = post("/new?replace=1", "Content-Length: 5\r\n", "hello");
+    assert_eq!(json["body"], "HELLO!");
+    assert_eq!(echoed_header(&json, "content-length").as_deref(), Some("6"));
+    let json = post(
+        "/new?replace=1",
+        "Transfer-Encoding: chunked\r\n",
+        "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+    );
+    assert_eq!(json["body"], "ABCDE!");
+    assert_eq!(echoed_header(&json, "content-length").as_deref(), Some("6"));
+    assert_eq!(echoed_header(&json, "transfer-encoding"), None);
+}
+
+#[test]
+fn ngx_exec_sends_a_request_and_its_body_on_to_a_proxied_route() {
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&format!(
+        "entrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\nlua: {{}}\n\
+         routers:\n  front: {{ rule: \"Path(`/front`)\", lua: {{ content: \"ngx.req.read_body() ngx.exec('/api/' .. ngx.req.get_body_data(), {{ from = 'front' }})\" }} }}\n  \
+         api: {{ rule: \"PathPrefix(`/api`)\", service: s }}\n\
+         services:\n  s: {{ servers: [{{ url: \"http://{}\" }}] }}\n",
+        upstream.addr
+    ));
+    let resp = request(
+        weir.addr(),
+        "POST /front HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnext",
+    );
+    assert_eq!(resp.status, 200);
+    let json = resp.json();
+    assert_eq!(json["name"], "up");
+    assert_eq!(json["method"], "POST");
+    assert_eq!(json["body"], "next");
+    assert_eq!(json["target"], "/api/next?from=front");
 }
 
 #[test]

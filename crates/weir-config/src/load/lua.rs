@@ -7,7 +7,7 @@ use crate::model::{LuaCode, LuaPhases, LuaSettings};
 use crate::yaml::Node;
 
 /// The `lua` middleware's phases, each also as `PHASE_file`.
-const PHASES: &[&str] = &["rewrite", "access", "header_filter", "log"];
+const PHASES: &[&str] = &["rewrite", "access", "header_filter", "body_filter", "log"];
 
 impl Loader<'_> {
     /// The top-level `lua:` block.
@@ -87,6 +87,7 @@ impl Loader<'_> {
             rewrite: self.lua_script(&f, "rewrite")?,
             access: self.lua_script(&f, "access")?,
             header_filter: self.lua_script(&f, "header_filter")?,
+            body_filter: self.lua_script(&f, "body_filter")?,
             log: self.lua_script(&f, "log")?,
         };
         if phases == LuaPhases::default() {
@@ -349,5 +350,33 @@ mod tests {
         };
         assert!(phases.access.is_some() && phases.log.is_some());
         assert!(phases.rewrite.is_none() && phases.header_filter.is_none());
+        assert!(phases.body_filter.is_none());
+    }
+
+    #[test]
+    fn a_body_filter_is_a_phase_with_its_file_form() {
+        let cfg = config(
+            "middlewares:\n  m: { lua: { body_filter: \"ngx.arg[1] = string.upper(ngx.arg[1])\" } }\n",
+        );
+        let MiddlewareKind::Lua(phases) = &cfg.middlewares[0].kind else {
+            panic!("a lua middleware");
+        };
+        assert!(phases.body_filter.is_some());
+        let errs = errors(&format!(
+            "{BASE}middlewares:\n  m: {{ lua: {{ body_filter: \"x()\", body_filter_file: b.lua }} }}\n  n: {{ lua: {{ body_filter: \"ngx.arg[1] = = 1\" }} }}\n  o: {{ lua: {{ body_fliter: \"x()\" }} }}\n"
+        ));
+        assert_eq!(errs.len(), 4, "{errs:?}");
+        assert!(
+            errs[0].starts_with("t.yaml:4:53: give `body_filter` or `body_filter_file`, not both"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("t.yaml:5:28: Lua syntax error: t.yaml:5: unexpected symbol"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[3].starts_with("t.yaml:6:15: unknown key `body_fliter` in middleware `lua` (did you mean `body_filter`?)"),
+            "{errs:?}"
+        );
     }
 }

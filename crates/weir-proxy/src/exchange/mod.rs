@@ -19,13 +19,16 @@ use crate::observe::accesslog;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent};
 use crate::reply::{ErrorHead, Reply, ReplyHead};
 use crate::servers::balancer::UpstreamUse;
-use crate::state::runtime::{ErrorForm, Route, RouteAction, Runtime};
+use crate::state::runtime::{EntrypointRuntime, ErrorForm, Route, RouteAction, Runtime};
 use crate::upstream;
 use crate::worker::Worker;
 use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::LazyLock;
 use std::time::Instant;
+
+/// The most times `ngx.exec` sends one request on, as nginx's `NGX_HTTP_MAX_URI_CHANGES`.
+const MAX_INTERNAL_REDIRECTS: usize = 10;
 
 static NO_ROUTE: LazyLock<PrebuiltError> = LazyLock::new(|| {
     let message = "no route matches this request";
@@ -50,7 +53,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     // route (a keep-alive connection may outlive its entrypoint: see `conn/h1.rs`)
     let ep = runtime.entrypoint(entrypoint);
     // HTTP-01 answers (RFC 8555 §8.3) come before any router, on `http_entrypoint`s only.
-    let route = match ep {
+    let mut route = match ep {
         Some(ep) if ep.answers_acme_http01 && acme::is_http01_answer(&head) => None,
         _ => ep.and_then(|ep| ep.router.route_request(&head, client.ip())),
     };
@@ -112,6 +115,10 @@ pub(crate) async fn exchange<C: ClientConn>(
         let since = started.unwrap_or_else(Instant::now);
         kept.get_or_insert_with(Default::default).outcome_since = Some(since);
     }
+    // Routes with a `lua` middleware: its phases share the request's `ngx.ctx` until the end.
+    let mut lua_scope = route
+        .filter(|r| r.runs_lua)
+        .map(|_| crate::lua::PhaseScope::enter(&head, client.ip_text(), client.scheme()));
     let mut reply = match route {
         None if ep.is_none() => Reply::prebuilt_error(&ENTRYPOINT_REMOVED),
         None => acme::http01_reply(ep, &head).unwrap_or_else(|| Reply::prebuilt_error(&NO_ROUTE)),
@@ -120,6 +127,16 @@ pub(crate) async fn exchange<C: ClientConn>(
             run_route(worker, route, client, &mut head, filtered).await
         }
     };
+    // `ngx.exec`: routed again, on the same entrypoint, for the target a script gave.
+    if route.is_some_and(|r| r.may_exec) {
+        if let Some(exec) = crate::lua::take_exec(&head) {
+            // Boxed: only requests sent on by `ngx.exec` carry its state.
+            let rerouted = (&mut route, &mut lua_scope, &mut reply);
+            let filtered = (&mut wrapped_by, &mut kept);
+            let following = follow_exec(exec, worker, ep, client, &mut head, rerouted, filtered);
+            Box::pin(following).await;
+        }
+    }
     render_error(&mut reply, &head, route.map(|r| &**r));
     if let Some((line, _)) = &mut logged {
         // The action's answer is in: for a proxied request, the upstream's response head.
@@ -173,7 +190,11 @@ pub(crate) async fn exchange<C: ClientConn>(
         reply.edit_head(|response| {
             for filter in route.filters.iter().take(wrapped_by) {
                 if let Some(installed) = filter.on_response_head(&head, scheme, response) {
-                    body_filter = Some(installed);
+                    // A later middleware's filter is inside an earlier one's.
+                    body_filter = Some(match body_filter.take() {
+                        Some(outer) => installed.then(outer),
+                        None => installed,
+                    });
                 }
             }
         });
@@ -197,6 +218,9 @@ pub(crate) async fn exchange<C: ClientConn>(
     // middleware's handler returns after the body is written.
     if let Some(kept) = &mut kept {
         kept.held = Held::default();
+    }
+    if let (Some(route), Some(_)) = (route, &lua_scope) {
+        run_lua_log(route, &head, &sent, wrapped_by);
     }
     let outcome = finish(worker, runtime, route.map(|r| &**r), logged, started, sent);
     if head.trace.is_some() {
@@ -231,6 +255,75 @@ pub(crate) async fn exchange<C: ClientConn>(
         }
     }
     outcome
+}
+
+/// What `ngx.exec` changes of an exchange: its route, its Lua phases' scope and its reply.
+type Rerouted<'x, 'r> = (
+    &'x mut Option<&'r std::sync::Arc<Route>>,
+    &'x mut Option<crate::lua::PhaseScope>,
+    &'x mut Reply<'r>,
+);
+
+/// `ngx.exec`'s internal redirects (lua.md): the request routed again on entrypoint `ep` for
+/// each target a script gives (`exec` the first), its filters and action run afresh with a
+/// new scope (a fresh `ngx.ctx`), at most `MAX_INTERNAL_REDIRECTS` times.
+async fn follow_exec<'r, C: ClientSide>(
+    mut exec: crate::lua::Exec,
+    worker: &Rc<Worker>,
+    ep: Option<&'r EntrypointRuntime>,
+    client: &mut C,
+    head: &mut RequestHead,
+    (route, lua_scope, reply): Rerouted<'_, 'r>,
+    (wrapped_by, kept): Filtered<'_>,
+) {
+    for _ in 0..MAX_INTERNAL_REDIRECTS {
+        head.set_path(&exec.path);
+        head.set_query(&exec.query);
+        drop(lua_scope.take());
+        *route = ep.and_then(|ep| ep.router.route_request(head, client.ip()));
+        *lua_scope = route
+            .filter(|r| r.runs_lua)
+            .map(|_| crate::lua::PhaseScope::enter(head, client.ip_text(), client.scheme()));
+        *wrapped_by = usize::MAX;
+        let filtered = (&mut *wrapped_by, &mut *kept);
+        *reply = match (*route, exec.body) {
+            (None, _) => Reply::prebuilt_error(&NO_ROUTE),
+            // Read by a script already: the next action gets it from memory.
+            (Some(route), Some(body)) => {
+                head.framing = match body.len() {
+                    0 => crate::http::codec::Framing::None,
+                    n => crate::http::codec::Framing::Length(n as u64),
+                };
+                let mut client = Buffered::new(client, Some(HeldBody::Memory(body)));
+                run_route(worker, route, &mut client, head, filtered).await
+            }
+            (Some(route), None) => run_route(worker, route, client, head, filtered).await,
+        };
+        match crate::lua::take_exec(head) {
+            Some(next) if route.is_some_and(|r| r.may_exec) => exec = next,
+            _ => return,
+        }
+    }
+    crate::log_error!("lua: ngx.exec: rewrite or internal redirection cycle");
+    *reply = Reply::error(LocalError::new(
+        500,
+        ErrorKind::Script,
+        "Internal Server Error",
+    ));
+}
+
+/// The `log` phase of the `lua` middlewares that saw the request (those up to the one that
+/// answered), once its answer is sent (log_by_lua).
+#[cold]
+fn run_lua_log(route: &Route, head: &RequestHead, sent: &Sent<'_>, wrapped_by: usize) {
+    let finished = crate::lua::Finished {
+        status: sent.outcome.status,
+        body_bytes: sent.outcome.bytes,
+        upstream_addr: sent.upstream.as_ref().map(|u| u.server.addr.to_string()),
+    };
+    for filter in route.filters.iter().take(wrapped_by.saturating_add(1)) {
+        filter.on_log(head, &finished);
+    }
 }
 
 /// `server.metrics.labels`: the answer by exact status and method, for the route and its

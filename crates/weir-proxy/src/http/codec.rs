@@ -320,6 +320,11 @@ impl RequestHead {
         }
     }
 
+    /// Replaces the method (a `lua` phase's `ngx.req.set_method`).
+    pub fn set_method(&mut self, method: &str) {
+        self.method = self.head.push_text(method);
+    }
+
     /// Replaces the path, keeping the query string.
     pub fn set_path(&mut self, path: &str) {
         let target = origin_form(path, self.query());

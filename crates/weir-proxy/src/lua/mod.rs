@@ -4,7 +4,10 @@
 //! into a reply. The middleware's phases live in `phases.rs`, the `ngx` API in the `ngx_*`
 //! modules, `ngx.shared` in `shared_dict.rs`, `cjson` in `cjson.rs`.
 
+mod body_filter;
+mod carried;
 mod cjson;
+mod init_once;
 mod ngx_output;
 mod ngx_re;
 mod ngx_req;
@@ -21,7 +24,9 @@ use crate::http::local::LocalResponse;
 use crate::reply::client::ClientSide;
 use crate::reply::Reply;
 use crate::worker::Worker;
-pub use phases::PhaseScripts;
+pub use carried::{take_exec, Exec, PhaseScope};
+pub use phases::{Finished, PhaseScripts};
+pub use request::ReadBody;
 use request::RequestState;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -74,6 +79,8 @@ impl LuaProgram {
                 ("rewrite", &phases.rewrite),
                 ("access", &phases.access),
                 ("header_filter", &phases.header_filter),
+                ("body_filter", &phases.body_filter),
+                ("log", &phases.log),
             ];
             for (phase, code) in each {
                 if let Some(code) = code {

@@ -2,6 +2,7 @@
 //! `ngx.flush`, `ngx.eof`, `ngx.exit`, `ngx.redirect`, `ngx.status`, `ngx.header` and
 //! `ngx.ctx` (the last two as fields of `ngx` read and written through its metatable).
 
+use super::carried;
 use super::ngx_util::format_number;
 use super::request::with_request;
 use mlua::{Lua, Table, Value, Variadic};
@@ -103,12 +104,22 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         "__index",
         lua.create_function(|lua, (_, key): (Value, String)| match key.as_str() {
             "status" => Ok(Value::Integer(with_request(|r| r.status)?.into())),
+            "arg" => with_request(|r| super::body_filter::arg_table(lua, r))?,
             "ctx" => {
-                let ctx = with_request(|r| r.ctx.clone())?;
+                let (ctx, key) = with_request(|r| (r.ctx.clone(), r.key))?;
                 let ctx = match ctx {
                     Some(ctx) => ctx,
                     None => {
-                        let ctx = lua.create_table()?;
+                        // The table an earlier phase of the request made, or a new one that
+                        // its later phases will see.
+                        let ctx = match carried::with(key, |c| c.ctx.clone()).flatten() {
+                            Some(ctx) => ctx,
+                            None => {
+                                let ctx = lua.create_table()?;
+                                carried::with(key, |c| c.ctx = Some(ctx.clone()));
+                                ctx
+                            }
+                        };
                         with_request(|r| r.ctx = Some(ctx.clone()))?;
                         ctx
                     }
@@ -139,7 +150,10 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                     })
                 }
                 "ctx" => match value {
-                    Value::Table(t) => with_request(|r| r.ctx = Some(t)),
+                    Value::Table(t) => with_request(|r| {
+                        carried::with(r.key, |c| c.ctx = Some(t.clone()));
+                        r.ctx = Some(t);
+                    }),
                     _ => Err(mlua::Error::runtime("ngx.ctx must be a table")),
                 },
                 _ => ngx.raw_set(key, value),

@@ -3,7 +3,8 @@
 
 use super::ngx_util::{args_table, format_number};
 use super::request::{with_request, RequestState};
-use mlua::{Lua, Table, Value};
+use bytes::Bytes;
+use mlua::{Function, Lua, Table, Value};
 
 /// lua-nginx-module's `ngx.HTTP_*` method numbers, by name.
 pub(super) const METHODS: &[(&str, i64)] = &[
@@ -66,16 +67,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     req.set(
         "set_uri_args",
         lua.create_function(|lua, args: Value| {
-            let query = match args {
-                Value::String(s) => s.to_string_lossy(),
-                Value::Table(t) => super::ngx_util::encode_args(lua, &t)?,
-                other => {
-                    return Err(mlua::Error::runtime(format!(
-                        "bad argument #1 to 'set_uri_args' (string or table expected, got {})",
-                        other.type_name()
-                    )))
-                }
-            };
+            let query = query_text(lua, args, "#1 to 'set_uri_args'")?;
             with_request(|r| r.args = query)
         })?,
     )?;
@@ -131,9 +123,59 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             with_request(|r| set_request_header(r, &name.replace('_', "-"), Vec::new()))
         })?,
     )?;
+    // `read_body` yields while the body is read (in `rewrite` and `access`; the content
+    // action has it before it starts): the Rust half says whether to wait.
+    let ask_body = lua.create_function(|_, ()| {
+        with_request(|r| {
+            let wait = r.body.is_none() && r.body_pending;
+            r.wants_body = wait;
+            r.body_read = !wait;
+            wait
+        })
+    })?;
+    req.set("read_body", yielding(lua, ask_body)?)?;
+    // `ngx.exec(uri, args)`: an internal redirect; the script ends there (the Rust half
+    // notes the target, the Lua half yields and is not resumed, as `ngx.exit`).
+    let note_exec = lua.create_function(|lua, (uri, args): (String, Value)| {
+        if uri.starts_with('@') {
+            return Err(mlua::Error::runtime(
+                "ngx.exec to a named location is not supported by weir",
+            ));
+        }
+        let (path, mut query) = match uri.split_once('?') {
+            Some((path, query)) => (path.to_string(), query.to_string()),
+            None => (uri.clone(), String::new()),
+        };
+        let extra = match args {
+            Value::Nil => String::new(),
+            args => query_text(lua, args, "#2 to 'exec'")?,
+        };
+        if !extra.is_empty() {
+            if !query.is_empty() {
+                query.push('&');
+            }
+            query.push_str(&extra);
+        }
+        with_request(|r| {
+            r.exec = Some((path, query));
+            r.exit = Some(0);
+            true
+        })
+    })?;
+    ngx.set("exec", yielding(lua, note_exec)?)?;
     req.set(
-        "read_body",
-        lua.create_function(|_, ()| with_request(|r| r.body_read = true))?,
+        "set_body_data",
+        lua.create_function(|_, data: mlua::String| {
+            with_request(|r| {
+                // As lua-nginx-module: the body is read (or known absent) first.
+                if !r.body_read {
+                    return Err(mlua::Error::runtime("request body not read"));
+                }
+                r.body = Some(Bytes::copy_from_slice(&data.as_bytes()));
+                r.body_set = true;
+                Ok(())
+            })?
+        })?,
     )?;
     req.set(
         "discard_body",
@@ -235,6 +277,28 @@ fn get_headers(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
     Ok(table)
 }
 
+/// A query given as a string or a table (`ngx.encode_args`'s form); `argument` names it in
+/// the error for anything else.
+fn query_text(lua: &Lua, args: Value, argument: &str) -> mlua::Result<String> {
+    match args {
+        Value::String(s) => Ok(s.to_string_lossy()),
+        Value::Table(t) => super::ngx_util::encode_args(lua, &t),
+        other => Err(mlua::Error::runtime(format!(
+            "bad argument {argument} (string or table expected, got {})",
+            other.type_name()
+        ))),
+    }
+}
+
+/// An API function that may have to leave the script's coroutine (which a Rust function
+/// cannot do): `rust_half` does the work and says whether to yield, and a Lua half yields.
+fn yielding(lua: &Lua, rust_half: Function) -> mlua::Result<Function> {
+    let coroutine_yield: Function = lua.globals().get::<Table>("coroutine")?.get("yield")?;
+    lua.load("local f, yield = ... return function(...) if f(...) then yield() end end")
+        .set_name("=weir")
+        .call((rust_half, coroutine_yield))
+}
+
 /// Replaces the request's fields named `name` by `values` (none: removes them).
 fn set_request_header(r: &mut RequestState, name: &str, values: Vec<Vec<u8>>) {
     r.request_edits.push(name.to_string());
@@ -248,6 +312,11 @@ fn set_request_header(r: &mut RequestState, name: &str, values: Vec<Vec<u8>>) {
 fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
     if let Some(value) = r.vars.get(name) {
         return Some(value.clone().into_bytes());
+    }
+    // One an earlier phase of the request wrote.
+    let written = super::carried::with(r.key, |c| c.vars.get(name).cloned());
+    if let Some(value) = written.flatten() {
+        return Some(value.into_bytes());
     }
     let text = |s: &str| Some(s.as_bytes().to_vec());
     match name {
@@ -301,14 +370,21 @@ fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
 fn set_variable(r: &mut RequestState, name: &str, value: Option<String>) {
     match name {
         "args" | "query_string" => r.args = value.unwrap_or_default(),
-        _ => match value {
-            Some(value) => {
-                r.vars.insert(name.to_string(), value);
+        _ => {
+            // Later phases of the request see it too.
+            super::carried::with(r.key, |c| match &value {
+                Some(value) => c.vars.insert(name.to_string(), value.clone()),
+                None => c.vars.remove(name),
+            });
+            match value {
+                Some(value) => {
+                    r.vars.insert(name.to_string(), value);
+                }
+                None => {
+                    r.vars.remove(name);
+                }
             }
-            None => {
-                r.vars.remove(name);
-            }
-        },
+        }
     }
 }
 

@@ -54,6 +54,18 @@ pub(super) struct RequestState {
     pub request_edits: Vec<String>,
     /// Response fields the script set or cleared, in order (`header_filter`'s edits).
     pub response_edits: Vec<String>,
+    /// The request's key among those whose phases share state (`carried.rs`).
+    pub key: usize,
+    /// `ngx.exec`'s target: the path (with its escapes) and the query.
+    pub exec: Option<(String, String)>,
+    /// The request has a body a phase may still read (`ngx.req.read_body` then waits for it).
+    pub body_pending: bool,
+    /// `ngx.req.read_body` waits for the body: the coroutine yielded for it.
+    pub wants_body: bool,
+    /// `ngx.req.set_body_data` replaced the body: it is what the action gets.
+    pub body_set: bool,
+    /// In a `body_filter`: the piece of the body it filters (`ngx.arg`).
+    pub piece: Option<Box<super::body_filter::BodyPiece>>,
 }
 
 impl RequestState {
@@ -80,6 +92,7 @@ impl RequestState {
             minor_version: head.minor_version,
             start_time: super::ngx_util::now_seconds(),
             body,
+            key: super::carried::key(head),
             ..RequestState::default()
         }
     }
@@ -96,7 +109,7 @@ impl RequestState {
     /// status of 200 or more (`ngx.OK` and `ngx.DECLINED` go on to the next phase).
     pub fn phase_answer(self) -> Option<crate::http::local::LocalResponse> {
         let exit = self.exit.unwrap_or(0);
-        if !(self.headers_sent || exit >= 200 || exit == -1) {
+        if !(self.headers_sent || exit >= 200 || exit == -1 || self.exec.is_some()) {
             return None;
         }
         Some(match self.into_reply().head {
@@ -110,6 +123,13 @@ impl RequestState {
     /// The answer: what the script wrote, or the error page for an `ngx.exit` status of 300
     /// or more with nothing written (as nginx sends its special response).
     pub fn into_reply(mut self) -> Reply<'static> {
+        if let Some((path, query)) = self.exec.take() {
+            // Its stand-in: the exchange routes the request again and answers from there.
+            let body = self.body.take();
+            let exec = super::carried::Exec { path, query, body };
+            super::carried::set_exec(self.key, exec);
+            return super::answer(200, Vec::new(), Vec::new());
+        }
         let exit = self.exit.unwrap_or(0);
         if !self.headers_sent && (exit >= 300 || exit == -1) {
             let status = if exit == -1 { 500 } else { exit as u16 };
@@ -215,20 +235,69 @@ pub(super) async fn drive(
     max_run_time: Duration,
     watch: &Watch,
 ) -> mlua::Result<()> {
+    drive_reading(thread, function, state, max_run_time, watch, None).await
+}
+
+/// Reads the request's body for a phase that asks for it: the body, or the status that
+/// answers instead (413 past the limit, 400 for a broken body).
+pub trait ReadBody {
+    fn read_body<'a>(
+        &'a mut self,
+        head: &'a RequestHead,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Bytes, u16>> + 'a>>;
+}
+
+/// What reads a phase's request body, and the request it reads it for.
+pub(super) type BodyRead<'a> = (&'a RequestHead, &'a mut dyn ReadBody);
+
+/// [`drive`] for a phase that may read the request's body: when the script waits for it
+/// (`ngx.req.read_body` yielded), `reader` reads it and the script goes on with it.
+pub(super) async fn drive_reading(
+    thread: Thread,
+    function: Function,
+    state: &Rc<RefCell<RequestState>>,
+    max_run_time: Duration,
+    watch: &Watch,
+    mut reader: Option<BodyRead<'_>>,
+) -> mlua::Result<()> {
     let mut run = pin!(thread.into_async::<MultiValue>(function));
-    poll_fn(|cx| {
-        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
-        loop {
-            match poll_next(run.as_mut(), cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(Ok(())),
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                // `ngx.exit` yields to end the script; any other yield is resumed.
-                Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
-                    return Poll::Ready(Ok(()))
+    let mut reading = None;
+    poll_fn(|cx| loop {
+        // The body first, outside the script's slice: reading it is not running Lua.
+        if let Some(read) = &mut reading {
+            let read: &mut std::pin::Pin<Box<dyn std::future::Future<Output = _>>> = read;
+            let Poll::Ready(body) = read.as_mut().poll(cx) else {
+                return Poll::Pending;
+            };
+            reading = None;
+            let mut state = state.borrow_mut();
+            state.wants_body = false;
+            state.body_pending = false;
+            match body {
+                Ok(body) => {
+                    state.body = Some(body);
+                    state.body_read = true;
                 }
-                Poll::Ready(Some(Ok(_))) => {}
+                Err(status) => {
+                    state.exit = Some(i64::from(status));
+                    return Poll::Ready(Ok(()));
+                }
             }
+        }
+        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
+        match poll_next(run.as_mut(), cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(Ok(())),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+            // `ngx.exit` yields to end the script; any other yield is resumed.
+            Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
+                return Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Some(Ok(_))) if state.borrow().wants_body => match reader.take() {
+                Some((head, reader)) => reading = Some(reader.read_body(head)),
+                None => state.borrow_mut().wants_body = false,
+            },
+            Poll::Ready(Some(Ok(_))) => {}
         }
     })
     .await

@@ -84,9 +84,19 @@ impl WorkerVm {
             .flatten()
         {
             let _slice = request::Slice::start(None, max_run_time, &watch);
+            // Only the first VM's `init` writes to `ngx.shared` (init_once.rs).
+            let is_init = settings
+                .init
+                .as_ref()
+                .is_some_and(|init| std::ptr::eq(init, code));
+            let real_shared = match is_init {
+                true => super::init_once::before_init(&lua, program.generation)?,
+                false => None,
+            };
             lua.load(code.source.as_str())
                 .set_name(code.chunk_name.as_str())
                 .exec()?;
+            super::init_once::restore(&lua, real_shared)?;
         }
         let functions = program
             .scripts
@@ -249,8 +259,22 @@ fn all_libraries() -> Lua {
 }
 
 impl WorkerVm {
+    /// [`WorkerVm::run`] for a phase that may read the request's body (`ngx.req.read_body`)
+    /// through `reader`.
+    pub(super) async fn run_reading(
+        &self,
+        index: usize,
+        state: &Rc<RefCell<RequestState>>,
+        reader: request::BodyRead<'_>,
+    ) -> mlua::Result<()> {
+        let thread = self.lua.create_thread(self.traced.clone())?;
+        let function = self.functions[index].clone();
+        let (max_run_time, watch) = (self.max_run_time, &*self.watch);
+        request::drive_reading(thread, function, state, max_run_time, watch, Some(reader)).await
+    }
+
     /// Runs script `index` to its end at once, for a phase that cannot wait
-    /// (`header_filter`): a script that tries to is stopped with an error.
+    /// (`header_filter`, `body_filter`, `log`): a script that tries to is stopped with an error.
     pub(super) fn run_now(
         &self,
         index: usize,
@@ -263,7 +287,7 @@ impl WorkerVm {
         let exited = state.borrow().exit.is_some();
         if thread.status() == mlua::ThreadStatus::Resumable && !exited {
             return Err(mlua::Error::runtime(
-                "a script cannot wait (ngx.sleep) in header_filter",
+                "a script cannot wait (ngx.sleep) in header_filter, body_filter or log",
             ));
         }
         Ok(())
@@ -295,7 +319,6 @@ ngx.timer = { at = missing("ngx.timer.at"), every = missing("ngx.timer.every") }
 ngx.thread = { spawn = missing("ngx.thread.spawn"), wait = missing("ngx.thread.wait"),
                kill = missing("ngx.thread.kill") }
 ngx.req.socket = missing("ngx.req.socket")
-ngx.req.set_body_data = missing("ngx.req.set_body_data")
 ngx.req.set_body_file = missing("ngx.req.set_body_file")
 ngx.req.get_body_file = function() return nil end
 local exit_request = ngx.exit

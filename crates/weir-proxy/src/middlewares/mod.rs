@@ -193,12 +193,6 @@ impl Filter {
                 Kept::ForwardAuth(forward_auth::ForwardAuth { service })
             }
             MiddlewareKind::Lua(phases) => {
-                if phases.log.is_some() {
-                    return Err(
-                        "the `lua` middleware's `log` phase is not run by this build of weir yet"
-                            .into(),
-                    );
-                }
                 let program = upstreams.lua.ok_or("its Lua scripts are missing")?;
                 Kept::Lua(Box::new(program.phase_scripts(name, phases)))
             }
@@ -283,7 +277,8 @@ impl Filter {
             MiddlewareKind::Compress(_) | MiddlewareKind::Errors(_) => true,
             MiddlewareKind::GrpcWeb(_) => true,
             MiddlewareKind::Lua(_) => {
-                matches!(&self.1, Kept::Lua(scripts) if scripts.has_header_filter())
+                matches!(&self.1, Kept::Lua(scripts)
+                    if scripts.has_header_filter() || scripts.has_body_filter())
             }
             // Its cookies are set on the answer.
             MiddlewareKind::ForwardAuth(config) => !config.add_auth_cookies_to_response.is_empty(),
@@ -404,9 +399,17 @@ impl Filter {
                     if scripts.has_request_phase() {
                         let (remote_addr, scheme) = (client.ip_text().to_string(), client.scheme());
                         return Flow::Wait(Box::pin(async move {
-                            match scripts.on_request(req, &remote_addr, scheme).await {
-                                Some(answer) => Flow::Respond(answer),
-                                None => Flow::Continue,
+                            let mut reader = LuaBodyReader { worker, client };
+                            match scripts
+                                .on_request(req, &remote_addr, scheme, &mut reader)
+                                .await
+                            {
+                                Err(answer) => Flow::Respond(answer),
+                                Ok(None) => Flow::Continue,
+                                Ok(Some(body)) => Flow::ContinueWith(Box::new(LetThrough {
+                                    cookies: None,
+                                    body: Some(body),
+                                })),
                             }
                         }));
                     }
@@ -451,10 +454,47 @@ impl Filter {
             MiddlewareKind::Lua(_) => {
                 if let Kept::Lua(scripts) = &self.1 {
                     scripts.on_response_head(req, scheme, resp);
+                    return scripts.body_filter(req, scheme, resp);
                 }
                 None
             }
             _ => None,
+        }
+    }
+}
+
+/// Reads the request's body for a `lua` middleware's phase (`ngx.req.read_body`), within
+/// nginx's default `client_max_body_size` (1 MiB).
+struct LuaBodyReader<'a, C> {
+    worker: &'a Worker,
+    client: &'a mut C,
+}
+
+impl<C: ClientSide> crate::lua::ReadBody for LuaBodyReader<'_, C> {
+    fn read_body<'b>(
+        &'b mut self,
+        head: &'b RequestHead,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bytes::Bytes, u16>> + 'b>> {
+        Box::pin(async move {
+            let read = self.client.read_body(self.worker, head, 1 << 20).await;
+            read.map_err(|e| match e {
+                crate::reply::relay::BodyError::TooLarge => 413,
+                _ => 400,
+            })
+        })
+    }
+}
+
+impl Filter {
+    /// A `lua` middleware: the exchange holds a [`crate::lua::PhaseScope`] for its phases.
+    pub fn runs_lua(&self) -> bool {
+        matches!(self.1, Kept::Lua(_))
+    }
+
+    /// The `log` phase of a `lua` middleware, once the answer to `req` is sent.
+    pub fn on_log(&self, req: &RequestHead, finished: &crate::lua::Finished) {
+        if let Kept::Lua(scripts) = &self.1 {
+            scripts.on_log(req, finished);
         }
     }
 }

@@ -120,6 +120,12 @@ pub struct Route {
     pub decodes_grpc_web_text: bool,
     /// True when some filter is `errors` (its answers are in the response phase too).
     pub has_error_pages: bool,
+    /// True when some filter is a `lua` middleware: its phases share the request's state
+    /// (`ngx.ctx`), and its `log` phase runs after the answer.
+    pub runs_lua: bool,
+    /// True when some script of the route may call `ngx.exec` (a `lua` action or middleware):
+    /// the exchange then looks for a target to route the request to again.
+    pub may_exec: bool,
     pub action: RouteAction,
     /// How weir's own errors on this route are shaped.
     pub error_form: ErrorForm,
@@ -373,6 +379,8 @@ impl Runtime {
                     .iter()
                     .any(|m| matches!(m.0, weir_config::MiddlewareKind::GrpcWeb(_))),
                 has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
+                runs_lua: mws.iter().any(|m| m.runs_lua()),
+                may_exec: mws.iter().any(|m| m.runs_lua()) || matches!(action, RouteAction::Lua(_)),
                 filters: mws,
                 filter_names: r
                     .middlewares

@@ -1,6 +1,6 @@
 //! One request as its script sees it: what was asked, the answer being written, `ngx.ctx`
 //! and user variables ([`RequestState`]); the request whose coroutine is running
-//! ([`with_request`]), set around each resume by [`drive`], with its deadline.
+//! ([`with_request`]), set around each resume by [`drive_reading`], with its deadline.
 
 use super::watchdog::Watch;
 use crate::http::codec::RequestHead;
@@ -226,18 +226,6 @@ impl Drop for Slice<'_> {
     }
 }
 
-/// Runs `function` in `thread` to its end, `ngx.exit` or an error, resuming it whenever what
-/// it waits for (`ngx.sleep`) is ready.
-pub(super) async fn drive(
-    thread: Thread,
-    function: &Function,
-    state: &Rc<RefCell<RequestState>>,
-    max_run_time: Duration,
-    watch: &Watch,
-) -> mlua::Result<()> {
-    drive_reading(thread, function, state, max_run_time, watch, None).await
-}
-
 /// Reads the request's body for a phase that asks for it: the body, or the status that
 /// answers instead (413 past the limit, 400 for a broken body).
 pub trait ReadBody {
@@ -250,11 +238,13 @@ pub trait ReadBody {
 /// What reads a phase's request body, and the request it reads it for.
 pub(super) type BodyRead<'a> = (&'a RequestHead, &'a mut dyn ReadBody);
 
-/// [`drive`] for a phase that may read the request's body: when the script waits for it
-/// (`ngx.req.read_body` yielded), `reader` reads it and the script goes on with it.
+/// Runs `function` in `thread` to its end, `ngx.exit` or an error, resuming it whenever what
+/// it waits for (`ngx.sleep`) is ready; for a phase that may read the request's body, when the
+/// script waits for it (`ngx.req.read_body` yielded), `reader` reads it and the script goes on
+/// with it.
 pub(super) async fn drive_reading(
     thread: Thread,
-    function: Function,
+    function: &Function,
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
     watch: &Watch,

@@ -127,15 +127,21 @@ impl WorkerVm {
         index: usize,
         state: &Rc<RefCell<RequestState>>,
     ) -> mlua::Result<()> {
+        self.run_with(index, state, None).await
+    }
+
+    /// [`Self::run`], or [`Self::run_reading`] with the body's reader.
+    async fn run_with(
+        &self,
+        index: usize,
+        state: &Rc<RefCell<RequestState>>,
+        reader: Option<request::BodyRead<'_>>,
+    ) -> mlua::Result<()> {
         let thread = self.thread()?;
         let function = &self.functions[index];
-        let run = request::drive(
-            thread.clone(),
-            function,
-            state,
-            self.max_run_time,
-            &self.watch,
-        );
+        let (max_run_time, watch) = (self.max_run_time, &*self.watch);
+        let run =
+            request::drive_reading(thread.clone(), function, state, max_run_time, watch, reader);
         let ran = run.await;
         self.keep_if_finished(thread);
         ran
@@ -267,10 +273,7 @@ impl WorkerVm {
         state: &Rc<RefCell<RequestState>>,
         reader: request::BodyRead<'_>,
     ) -> mlua::Result<()> {
-        let thread = self.lua.create_thread(self.traced.clone())?;
-        let function = self.functions[index].clone();
-        let (max_run_time, watch) = (self.max_run_time, &*self.watch);
-        request::drive_reading(thread, function, state, max_run_time, watch, Some(reader)).await
+        self.run_with(index, state, Some(reader)).await
     }
 
     /// Runs script `index` to its end at once, for a phase that cannot wait

@@ -5,6 +5,7 @@
 //! modules, `ngx.shared` in `shared_dict.rs`, `cjson` in `cjson.rs`.
 
 mod cjson;
+mod cosocket;
 mod ngx_output;
 mod ngx_re;
 mod ngx_req;

@@ -5,7 +5,7 @@
 
 use super::request::{self, RequestState};
 use super::watchdog::Watch;
-use super::{cjson, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, LuaProgram};
+use super::{cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, LuaProgram};
 use mlua::{Function, Lua};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -60,6 +60,7 @@ impl WorkerVm {
         ngx_req::install(&lua, &ngx)?;
         ngx_re::install(&lua, &ngx)?;
         shared_dict::install(&lua, &ngx, &program.dicts)?;
+        cosocket::install(&lua, &ngx)?;
         lua.globals().set("ngx", ngx)?;
         cjson::install(&lua)?;
         lua.load(PRELUDE).set_name("=weir").exec()?;
@@ -217,6 +218,7 @@ impl WorkerVm {
     ) -> mlua::Result<()> {
         let thread = self.lua.create_thread(self.traced.clone())?;
         let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
+        let _no_cosockets = cosocket::CosocketsDisabled::enter("header_filter_by_lua*");
         thread.resume::<mlua::MultiValue>(self.functions[index].clone())?;
         let exited = state.borrow().exit.is_some();
         if thread.status() == mlua::ThreadStatus::Resumable && !exited {
@@ -247,8 +249,10 @@ for _, name in ipairs({"exec", "on_abort", "get_phase"}) do
 end
 ngx.location = { capture = missing("ngx.location.capture"),
                  capture_multi = missing("ngx.location.capture_multi") }
-ngx.socket = { tcp = missing("ngx.socket.tcp"), udp = missing("ngx.socket.udp"),
-               connect = missing("ngx.socket.connect"), stream = missing("ngx.socket.stream") }
+ngx.socket = ngx.socket or {}
+for _, name in ipairs({"tcp", "udp", "connect", "stream"}) do
+  if ngx.socket[name] == nil then ngx.socket[name] = missing("ngx.socket." .. name) end
+end
 ngx.timer = { at = missing("ngx.timer.at"), every = missing("ngx.timer.every") }
 ngx.thread = { spawn = missing("ngx.thread.spawn"), wait = missing("ngx.thread.wait"),
                kill = missing("ngx.thread.kill") }

@@ -38,6 +38,9 @@ struct Conn {
     timer: Option<Ticker>,
     /// How many times it was taken from the pool (`getreusedtimes`).
     reused: u32,
+    /// A read failed (other than by its timeout): reads answer `closed` from now on, while
+    /// sends go on, as lua-nginx-module ends only the reading part then.
+    read_closed: bool,
 }
 
 /// A connection at rest in the pool.
@@ -104,6 +107,15 @@ impl TcpSocket {
     /// operation's error closed it).
     fn take(&self) -> Option<Conn> {
         self.conn.borrow_mut().take()
+    }
+
+    /// The connection, for a read: none once its reading part is over.
+    fn take_readable(&self) -> Option<Conn> {
+        let mut slot = self.conn.borrow_mut();
+        match slot.as_ref() {
+            Some(conn) if !conn.read_closed => slot.take(),
+            _ => None,
+        }
     }
 
     fn put(&self, conn: Conn) {
@@ -278,10 +290,10 @@ async fn receive_until(
             let end = at + pattern.len();
             let data_end = if inclusive { end } else { at };
             match size {
-                Some(size) if data_end > size => return Ok(Some(conn.buf.split_to(size).freeze())),
-                Some(_) if data_end == 0 => {
-                    let _ = conn.buf.split_to(end);
-                    return Ok(None);
+                // As nginx: a full piece while at least `size` bytes precede the pattern,
+                // then the rest (empty, maybe) with the pattern consumed, then `nil`.
+                Some(size) if data_end >= size.max(1) => {
+                    return Ok(Some(conn.buf.split_to(size.max(1)).freeze()))
                 }
                 Some(_) => {
                     let data = conn.buf.split_to(data_end).freeze();
@@ -462,6 +474,7 @@ async fn connect(
                 buf: BytesMut::new(),
                 timer,
                 reused: 0,
+                read_closed: false,
             });
             success(1, &lua)
         }
@@ -503,21 +516,20 @@ async fn sslhandshake(
     let Some(conn) = socket.take() else {
         return failure(&lua, "closed", None);
     };
+    if matches!(conn.io, UpstreamIo::Tls(_)) {
+        // Already TLS (a pooled connection): nothing to do.
+        socket.put(conn);
+        return success(true, &lua);
+    }
     let Conn {
         io,
         buf,
         mut timer,
         reused,
+        read_closed,
     } = conn;
     let UpstreamIo::Plain(stream) = io else {
-        // Already TLS (a pooled connection): nothing to do.
-        socket.put(Conn {
-            io,
-            buf,
-            timer,
-            reused,
-        });
-        return success(true, &lua);
+        return failure(&lua, "closed", None);
     };
     let config = match tls_config(verify.unwrap_or(false)) {
         Ok(config) => config,
@@ -543,6 +555,7 @@ async fn sslhandshake(
                 buf,
                 timer,
                 reused,
+                read_closed,
             });
             // nginx answers a session object to pass back as `reused_session`; weir does
             // not resume sessions, so `true` stands for it.
@@ -586,36 +599,31 @@ async fn receive_method(
 ) -> mlua::Result<MultiValue> {
     disabled()?;
     let pattern = Pattern::from_lua(arg)?;
-    let Some(mut conn) = socket.take() else {
+    let Some(mut conn) = socket.take_readable() else {
         return failure(&lua, "closed", None);
     };
     let result = receive(&mut conn, &pattern, socket.read_timeout.get()).await;
     finish_read(&lua, &socket, conn, result.map(Some))
 }
 
-/// A read's values; the connection stays unless an error other than a timeout ended it (as
-/// lua-nginx-module closes it then).
+/// A read's values. After an error other than a timeout, the connection reads no more (its
+/// reading part is over, as in lua-nginx-module) but stays for sends.
 fn finish_read(
     lua: &Lua,
     socket: &TcpSocket,
-    conn: Conn,
+    mut conn: Conn,
     result: Result<Option<Bytes>, (String, Bytes)>,
 ) -> mlua::Result<MultiValue> {
-    match result {
-        Ok(data) => {
-            socket.put(conn);
-            match data {
-                Some(data) => success(lua.create_string(&data)?, lua),
-                None => Ok(MultiValue::from_iter([Value::Nil, Value::Nil])),
-            }
-        }
+    let values = match result {
+        Ok(Some(data)) => success(lua.create_string(&data)?, lua),
+        Ok(None) => Ok(MultiValue::from_iter([Value::Nil, Value::Nil])),
         Err((e, partial)) => {
-            if e == "timeout" {
-                socket.put(conn);
-            }
+            conn.read_closed |= e != "timeout";
             failure(lua, &e, Some(&partial))
         }
-    }
+    };
+    socket.put(conn);
+    values
 }
 
 /// `receiveuntil(pattern, options)`: the iterator reading up to `pattern`.
@@ -642,7 +650,7 @@ fn receiveuntil(
         async move {
             disabled()?;
             let socket = socket.borrow::<TcpSocket>()?;
-            let Some(mut conn) = socket.take() else {
+            let Some(mut conn) = socket.take_readable() else {
                 return failure(&lua, "closed", None);
             };
             let size = size.map(|s| s.max(0) as usize);
@@ -717,6 +725,9 @@ impl UserData for TcpSocket {
                 };
                 if !conn.buf.is_empty() {
                     return failure(lua, "unread data in buffer", None);
+                }
+                if conn.read_closed {
+                    return failure(lua, "closed", None);
                 }
                 let idle_for = match timeout {
                     None => Some(DEFAULT_TIMEOUT),

@@ -1,0 +1,420 @@
+//! Cosockets (docs/lua.md): the same scripts run by Debian's nginx with lua-nginx-module 0.10
+//! and by weir, status and body compared: Debian's `lua-nginx-redis` (lua-resty-redis 0.27)
+//! unchanged against a real `redis-server` (one each, so both start from an empty store), and
+//! raw cosockets against an in-test TCP server. Then what only weir is asked: keep-alive
+//! reuse across requests, a wait that leaves the worker to other requests, TLS.
+//!
+//! Each case names the section of lua-nginx-module's README ("Nginx API for Lua",
+//! `ngx.socket.tcp` and the `tcpsock:*` methods) or of lua-resty-redis's README whose
+//! behaviour it checks.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+/// Opens the connection every raw case starts with: to the in-test server (`?peer=PORT`),
+/// which acts on the first line it reads (see [`peer_server`]).
+const OPEN: &str = r#"
+local sock = ngx.socket.tcp()
+sock:settimeout(2000)
+local ok, err = sock:connect("127.0.0.1", tonumber(ngx.var.arg_peer))
+if not ok then ngx.say("connect: ", err) return end
+"#;
+
+/// A lua-resty-redis client on this server's Redis (`?redis=PORT`).
+const REDIS: &str = r##"
+local redis = require "nginx.redis"
+local red = redis:new()
+red:set_timeout(2000)
+local ok, err = red:connect("127.0.0.1", tonumber(ngx.var.arg_redis))
+if not ok then ngx.say("connect: ", err) return end
+local function show(...)
+  local out = {}
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if type(v) == "table" then
+      local items = {}
+      for j, item in ipairs(v) do
+        if type(item) == "table" then item = "{" .. tostring(item[1]) .. "," .. tostring(item[2]) .. "}" end
+        items[j] = tostring(item)
+      end
+      v = "[" .. table.concat(items, " ") .. "]"
+    elseif v == ngx.null then
+      v = "null"
+    end
+    out[#out + 1] = tostring(v)
+  end
+  ngx.say(table.concat(out, " "))
+end
+"##;
+
+/// One case: its name (the path `/case/NAME`), whether it starts with [`REDIS`] or [`OPEN`],
+/// its script, and a `header_filter` script (its `X-Err` header compared too).
+struct Case {
+    name: &'static str,
+    prelude: &'static str,
+    script: &'static str,
+    header_filter: Option<&'static str>,
+}
+
+const fn raw(name: &'static str, script: &'static str) -> Case {
+    Case {
+        name,
+        prelude: OPEN,
+        script,
+        header_filter: None,
+    }
+}
+
+const fn redis(name: &'static str, script: &'static str) -> Case {
+    Case {
+        name,
+        prelude: REDIS,
+        script,
+        header_filter: None,
+    }
+}
+
+const CASES: &[Case] = &[
+    // tcpsock:receive: "a number-like argument ... will not return until it reads exactly
+    // this size of data"; "*l": "the CR and LF characters are not included ... all embedded
+    // CR characters are ignored"; no argument is "*l".
+    raw(
+        "receive_size_and_lines",
+        r#"sock:send("lines\n")
+ngx.say(sock:receive(4)) ngx.say(sock:receive("*l")) ngx.say(sock:receive())
+ngx.say(sock:receive("3")) ngx.say(sock:receive(0) == "")"#,
+    ),
+    // "*a": "reads from the socket until the connection is closed".
+    raw(
+        "receive_all",
+        r#"sock:send("lines\n") local all = sock:receive("*a") ngx.say(#all, " ", (all:gsub("\r", "\\r")))"#,
+    ),
+    // "In case of error, it returns nil, an error description and the partial data"; the
+    // connection is closed then, so a later call answers "closed".
+    raw(
+        "receive_closed_by_peer",
+        r#"sock:send("short\n")
+ngx.say(sock:receive(100)) ngx.say(sock:receive()) ngx.say(sock:send("x"))"#,
+    ),
+    raw(
+        "receive_line_closed_by_peer",
+        r#"sock:send("short\n") ngx.say(sock:receive("*l")) ngx.say(sock:receive("*l"))"#,
+    ),
+    // "Since the v0.8.8 release, this method no longer automatically closes the current
+    // connection when the read timeout error happens."
+    raw(
+        "receive_timeout_keeps_the_connection",
+        r#"sock:settimeout(150) sock:send("hang\n")
+ngx.say(sock:receive(100)) ngx.say(sock:receive("*l"))
+sock:settimeout(2000) ngx.say(sock:receive())"#,
+    ),
+    raw(
+        "settimeouts",
+        r#"sock:settimeouts(1000, 1000, 100) sock:send("hang\n") ngx.say(sock:receive("*a"))"#,
+    ),
+    // tcpsock:receiveuntil: "returns the received data right before the pattern"; the
+    // iterator "can be called multiple times"; with `inclusive`, the pattern is kept.
+    raw(
+        "receiveuntil",
+        r#"sock:send("parts\n")
+local reader = sock:receiveuntil("--b--")
+ngx.say(reader()) ngx.say(reader())
+local inclusive = sock:receiveuntil("--b--", { inclusive = true })
+ngx.say(inclusive()) ngx.say(sock:receive("*a"))"#,
+    ),
+    // "When called with a size argument, ... each call returns at most size bytes ... the
+    // last call (boundary found) returns nil, nil" and the iterator is reset.
+    raw(
+        "receiveuntil_size",
+        r#"sock:send("parts\n")
+local reader = sock:receiveuntil("--b--")
+for _ = 1, 2 do
+  while true do
+    local data, err, partial = reader(4)
+    if not data then ngx.say("done ", tostring(err), " ", tostring(partial)) break end
+    ngx.say("[", data, "]")
+  end
+end"#,
+    ),
+    raw(
+        "receiveuntil_closed",
+        r#"sock:send("parts\n") local reader = sock:receiveuntil("--nowhere--") ngx.say(reader())"#,
+    ),
+    // tcpsock:send: "the data ... can be a Lua string or a (nested) Lua table holding
+    // string fragments"; it returns the number of bytes sent.
+    raw(
+        "send_nested_table",
+        r#"ngx.say(sock:send({"ec", {"ho", {"\n"}}, 42, "\n", 1.5, "\n"}))
+ngx.say(sock:receive()) ngx.say(sock:receive())"#,
+    ),
+    // tcpsock:close: "returns 1 ... in case of error, nil and a string describing it".
+    raw(
+        "close_twice",
+        r#"ngx.say(sock:close()) ngx.say(sock:close()) ngx.say(sock:send("x"))
+ngx.say(sock:receive()) ngx.say(sock:getreusedtimes()) ngx.say(sock:setkeepalive())"#,
+    ),
+    // ngx.socket.connect: "a shortcut for combining ngx.socket.tcp() and the connect()".
+    raw(
+        "socket_connect_shortcut",
+        r#"sock:close()
+local s, err = ngx.socket.connect("127.0.0.1", tonumber(ngx.var.arg_peer))
+s:send("echo\n") s:send("hi\n") ngx.say(s:receive())
+ngx.say(ngx.socket.connect("127.0.0.1", tonumber(ngx.var.arg_dead)))"#,
+    ),
+    // tcpsock:connect: "In case of error, it returns nil followed by a string describing
+    // the error" ("connection refused" from the system).
+    raw(
+        "connect_refused",
+        r#"local s = ngx.socket.tcp() ngx.say(s:connect("127.0.0.1", tonumber(ngx.var.arg_dead)))
+ngx.say(s:send("x"))"#,
+    ),
+    // tcpsock:setkeepalive: puts the connection into the pool (keyed host:port, or the
+    // `pool` option); tcpsock:getreusedtimes: "If the current connection does not come
+    // from the built-in connection pool, then this method always returns 0"; "calling this
+    // method ... will immediately turn the current cosocket object into the closed state".
+    raw(
+        "setkeepalive_and_reuse",
+        r#"sock:send("echo\n")
+ngx.say(sock:getreusedtimes(), " ", sock:setkeepalive(10000, 4), " ", tostring(sock:send("x")))
+local again = ngx.socket.tcp()
+again:connect("127.0.0.1", tonumber(ngx.var.arg_peer))
+ngx.say(again:getreusedtimes())
+again:send("still echo\n") ngx.say(again:receive())
+again:setkeepalive()
+local other = ngx.socket.tcp()
+other:connect("127.0.0.1", tonumber(ngx.var.arg_peer), { pool = "elsewhere" })
+ngx.say(other:getreusedtimes())
+other:close()"#,
+    ),
+    // "unread data in buffer": a connection with bytes not read is not pooled.
+    raw(
+        "setkeepalive_unread_data",
+        r#"sock:send("echo\n") sock:send("a\nb\n") ngx.say(sock:receive()) ngx.sleep(0.1)
+ngx.say(sock:receive(1)) ngx.say(sock:setkeepalive())"#,
+    ),
+    // ngx.socket.tcp's context: rewrite, access, content, timers, not header_filter, where
+    // nginx raises "API disabled in the context of header_filter_by_lua*".
+    Case {
+        name: "header_filter_refuses_cosockets",
+        prelude: "",
+        script: r#"ngx.say("body")"#,
+        header_filter: Some(
+            r#"local ok, err = pcall(ngx.socket.tcp) ngx.header["X-Err"] = tostring(ok) .. " " .. tostring(err)"#,
+        ),
+    },
+    // lua-resty-redis's README synopsis: set, get ("ngx.null ... if the key is not found"),
+    // incr.
+    redis(
+        "redis_set_get_incr",
+        r#"show(red:set("dog", "an animal")) show(red:get("dog")) show(red:get("cat"))
+show(red:incr("n")) show(red:incr("n")) show(red:del("n")) show(red:mget("dog", "cat"))"#,
+    ),
+    // "init_pipeline ... commit_pipeline returns all the replies in a table".
+    redis(
+        "redis_pipeline",
+        r#"red:init_pipeline()
+red:set("cat", "Marry") red:set("horse", "Bob") red:get("cat") red:get("horse") red:lpush("cat", 1)
+show(red:commit_pipeline())
+show(red:commit_pipeline())"#,
+    ),
+    // "a false value and a string describing the error" for an error reply.
+    redis(
+        "redis_error_reply",
+        r#"red:set("s", "x") show(red:lpush("s", 1)) show(red:no_such_command("x")) show(red:get("s"))"#,
+    ),
+    // Hashes and arrays: hmset with a table, hgetall's multi-bulk reply, array_to_hash.
+    redis(
+        "redis_hashes",
+        r#"show(red:hmset("h", { a = "1" })) show(red:hget("h", "a")) show(red:hgetall("h"))
+show(red:lrange("nothing", 0, -1))"#,
+    ),
+    // lua-resty-redis closes the connection on "timeout" (a BLPOP longer than the
+    // client's timeout).
+    redis(
+        "redis_timeout",
+        r#"red:set_timeout(150) show(red:blpop("empty", 1)) show(red:get("x"))"#,
+    ),
+    // set_keepalive, then a new client on the same pool: get_reused_times counts.
+    redis(
+        "redis_keepalive",
+        r#"show(red:get_reused_times()) show(red:set_keepalive(10000, 10)) show(red:get("x"))
+local again = redis:new() again:connect("127.0.0.1", tonumber(ngx.var.arg_redis))
+show(again:get_reused_times() > 0) show(again:incr("k")) again:set_keepalive(10000, 10)"#,
+    ),
+    redis(
+        "redis_connect_refused",
+        r#"local other = redis:new()
+show(other:connect("127.0.0.1", tonumber(ngx.var.arg_dead))) show(other:get("x"))"#,
+    ),
+];
+
+/// A TCP server that acts on each connection's first line: `lines` writes lines with CRs and
+/// closes; `short` writes a few bytes and closes; `hang` writes `partial` and stays silent
+/// for 3 s; `parts` writes data around `--b--` boundaries and closes; `echo` echoes lines.
+fn peer_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut first = String::new();
+                if reader.read_line(&mut first).is_err() {
+                    return;
+                }
+                let _ = match first.trim_end() {
+                    "lines" => stream.write_all(b"abcdefgh\r\nsecond line\nthi\rrd\r\nxyz tail"),
+                    "short" => stream.write_all(b"a few bytes"),
+                    "hang" => {
+                        let _ = stream.write_all(b"partial");
+                        std::thread::sleep(Duration::from_secs(3));
+                        stream.write_all(b" and the rest\n")
+                    }
+                    "parts" => stream.write_all(b"hello, world--b--second part--b----b--tail"),
+                    "echo" => {
+                        let mut line = String::new();
+                        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                            if stream.write_all(line.as_bytes()).is_err() {
+                                break;
+                            }
+                            line.clear();
+                        }
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                };
+            });
+        }
+    });
+    port
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    free_port()
+}
+
+/// Writes every case's script (and header_filter's) in a fresh folder.
+fn write_scripts() -> std::path::PathBuf {
+    let dir = temp_dir("lua-cosocket-scripts");
+    for c in CASES {
+        let script = format!("{}\n{}\n", c.prelude, c.script);
+        std::fs::write(dir.join(format!("{}.lua", c.name)), script).unwrap();
+        if let Some(filter) = c.header_filter {
+            std::fs::write(dir.join(format!("{}.header_filter.lua", c.name)), filter).unwrap();
+        }
+    }
+    dir
+}
+
+/// weir with a route per case (and a `lua` middleware for a `header_filter`).
+fn weir_config(scripts: &std::path::Path) -> String {
+    let dir = scripts.display();
+    let mut yaml = "server: { workers: 1 }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\n\
+         lua:\n  package_path: \"/usr/share/lua/5.1/?.lua;;\"\nrouters:\n"
+        .to_string();
+    let mut middlewares = String::new();
+    for c in CASES {
+        let name = c.name;
+        let chain = match c.header_filter {
+            Some(_) => {
+                middlewares.push_str(&format!(
+                    "  m_{name}: {{ lua: {{ header_filter_file: \"{dir}/{name}.header_filter.lua\" }} }}\n"
+                ));
+                format!("    middlewares: [m_{name}]\n")
+            }
+            None => String::new(),
+        };
+        yaml.push_str(&format!(
+            "  {name}:\n    rule: \"Path(`/case/{name}`)\"\n{chain}    lua: {{ content_file: \"{dir}/{name}.lua\" }}\n"
+        ));
+    }
+    if !middlewares.is_empty() {
+        yaml.push_str("middlewares:\n");
+        yaml.push_str(&middlewares);
+    }
+    yaml
+}
+
+fn ask(addr: std::net::SocketAddr, name: &str, query: &str) -> Resp {
+    get(addr, "localhost", &format!("/case/{name}?{query}"))
+}
+
+#[test]
+fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
+    let scripts = write_scripts();
+    let phases: Vec<Vec<&str>> = CASES
+        .iter()
+        .map(|c| match c.header_filter {
+            Some(_) => vec!["header_filter"],
+            None => vec![],
+        })
+        .collect();
+    let names: Vec<(&str, &[&str])> = CASES
+        .iter()
+        .zip(&phases)
+        .map(|(c, phases)| (c.name, phases.as_slice()))
+        .collect();
+    let nginx = NginxLua::start(
+        &scripts,
+        &names,
+        "lua_package_path \"/usr/share/lua/5.1/?.lua;;\";",
+    );
+    let weir = Weir::start(&weir_config(&scripts));
+    // One Redis each: both servers start from an empty store.
+    let (nginx_redis, weir_redis) = (Redis::start(), Redis::start());
+    let peer = peer_server();
+    let dead = dead_port();
+    let mut differences = Vec::new();
+    let mut answers = std::collections::HashMap::new();
+    for c in CASES {
+        let expected = ask(
+            nginx.addr,
+            c.name,
+            &format!("peer={peer}&dead={dead}&redis={}", nginx_redis.port),
+        );
+        let got = ask(
+            weir.addr(),
+            c.name,
+            &format!("peer={peer}&dead={dead}&redis={}", weir_redis.port),
+        );
+        let answer =
+            |r: &Resp| format!("{} X-Err: {:?}\n{}", r.status, r.header("X-Err"), r.text());
+        let (expected, got) = (answer(&expected), answer(&got));
+        answers.insert(c.name, got.clone());
+        if expected != got {
+            differences.push(format!("{}:\nnginx: {expected:?}\nweir:  {got:?}", c.name));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of {} cases differ:\n{}\nnginx's error log:\n{}",
+        differences.len(),
+        CASES.len(),
+        differences.join("\n"),
+        nginx.error_log()
+    );
+    // What the cases are about shows in weir's answers (not both servers failing alike).
+    for (name, part) in [
+        (
+            "redis_set_get_incr",
+            "OK\nan animal\nnull\n1\n2\n1\n[an animal userdata: NULL]",
+        ),
+        ("redis_pipeline", "[OK OK Marry Bob {false,WRONGTYPE"),
+        ("redis_keepalive", "0\n1\nnil closed\ntrue\n1\n"),
+        ("redis_timeout", "nil timeout\nnil closed"),
+        ("redis_connect_refused", "nil connection refused"),
+        ("receive_timeout_keeps_the_connection", "niltimeoutpartial"),
+        ("setkeepalive_and_reuse", "0 1 nil\n1\nstill echo\n0\n"),
+        (
+            "header_filter_refuses_cosockets",
+            "API disabled in the context of header_filter_by_lua*",
+        ),
+    ] {
+        assert!(answers[name].contains(part), "{name}: {answers:#?}");
+    }
+}

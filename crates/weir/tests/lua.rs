@@ -523,13 +523,13 @@ fn a_runtime_error_is_a_500_and_a_log_line_with_the_script_line_and_traceback() 
 #[test]
 fn what_weir_lacks_is_an_error_naming_it() {
     let weir = Weir::start(&one_script(
-        "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.socket.tcp()",
+        "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.socket.udp()",
         "",
         1,
     ));
     let resp = get(weir.addr(), "localhost", "/");
     assert_eq!(resp.status, 500);
-    let line = weir.wait_for_line("ngx.socket.tcp is not supported by weir", 1);
+    let line = weir.wait_for_line("ngx.socket.udp is not supported by weir", 1);
     assert!(line.contains("ERROR"), "{line}");
 }
 

@@ -418,3 +418,98 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         assert!(answers[name].contains(part), "{name}: {answers:#?}");
     }
 }
+
+/// weir with `script` at `/` (one worker) and a script answering at once at `/fast`.
+fn one_script(script: &str) -> String {
+    format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         lua:\n  package_path: \"/usr/share/lua/5.1/?.lua;;\"\nrouters:\n  \
+         fast:\n    rule: \"Path(`/fast`)\"\n    lua: {{ content: \"ngx.say('fast')\" }}\n  \
+         script:\n    rule: \"Path(`/`)\"\n    lua:\n      content: |\n{}",
+        script
+            .lines()
+            .map(|l| format!("        {l}\n"))
+            .collect::<String>()
+    )
+}
+
+/// lua-resty-redis's keep-alive across requests: the second request's client gets the
+/// connection the first put back (`get_reused_times` > 0), and Redis sees one connection.
+#[test]
+fn a_kept_alive_connection_serves_the_next_requests() {
+    let redis = Redis::start();
+    let weir = Weir::start(&one_script(
+        "local red = require('nginx.redis'):new()\n\
+         local ok, err = red:connect('127.0.0.1', tonumber(ngx.var.arg_redis))\n\
+         if not ok then ngx.say(err) return end\n\
+         ngx.say(red:get_reused_times(), ' ', red:incr('hits'))\n\
+         red:set_keepalive(10000, 10)",
+    ));
+    let path = format!("/?redis={}", redis.port);
+    for (i, expected) in ["0 1\n", "1 2\n", "2 3\n"].iter().enumerate() {
+        let resp = get(weir.addr(), "localhost", &path);
+        assert_eq!(resp.text(), *expected, "request {i}");
+    }
+    let clients = redis_cli(redis.port, &["client", "list"]);
+    let from_weir = clients
+        .lines()
+        .filter(|l| !l.contains("cmd=client"))
+        .count();
+    assert_eq!(from_weir, 1, "{clients}");
+}
+
+/// A cosocket's wait yields the script's coroutine: while one request waits for a silent
+/// peer, the one worker answers another at once; the waiting one then ends by its timeout.
+#[test]
+fn a_cosocket_wait_leaves_the_worker_to_other_requests() {
+    let peer = peer_server();
+    let weir = Weir::start(&one_script(
+        "local sock = ngx.socket.tcp()\nsock:settimeout(2000)\n\
+         assert(sock:connect('127.0.0.1', tonumber(ngx.var.arg_peer)))\n\
+         sock:send('hang\\n')\nlocal data, err, partial = sock:receive('*a')\n\
+         ngx.say(tostring(data), ' ', err, ' ', partial)",
+    ));
+    let addr = weir.addr();
+    let started = std::time::Instant::now();
+    let slow = std::thread::spawn(move || get(addr, "localhost", &format!("/?peer={peer}")));
+    std::thread::sleep(Duration::from_millis(300));
+    let fast = get(addr, "localhost", "/fast");
+    assert_eq!(fast.text(), "fast\n");
+    let fast_at = started.elapsed();
+    let slow = slow.join().unwrap();
+    assert_eq!(slow.text(), "nil timeout partial\n");
+    // The peer stays silent for 3 s; weir gives up after its 2 s timeout: the fast answer
+    // came well before (a loaded machine may add seconds to both, not reorder them).
+    assert!(
+        fast_at + Duration::from_secs(1) < started.elapsed(),
+        "{fast_at:?}"
+    );
+}
+
+/// tcpsock:sslhandshake(reused_session, server_name, ssl_verify) over rustls: without
+/// verification to a self-signed server, then with it (refused: not a trusted issuer).
+#[test]
+fn sslhandshake_speaks_tls_and_verifies_when_asked() {
+    let dir = temp_dir("lua-tls");
+    let cert = make_cert(&dir, "server", &["localhost"], false);
+    let nginx = Nginx::start_tls(&cert.cert, &cert.key, None);
+    let weir = Weir::start(&one_script(
+        "local sock = ngx.socket.tcp()\nsock:settimeout(5000)\n\
+         assert(sock:connect('127.0.0.1', tonumber(ngx.var.arg_port)))\n\
+         local session, err = sock:sslhandshake(nil, 'localhost', ngx.var.arg_verify == '1')\n\
+         if not session then ngx.say('failed: ', err) return end\n\
+         sock:send({'GET / HTTP/1.0\\r\\n', 'Host: localhost\\r\\n\\r\\n'})\n\
+         ngx.say(sock:receive())\nsock:close()",
+    ));
+    let port = nginx.addr.port();
+    let plain = get(weir.addr(), "localhost", &format!("/?port={port}&verify=0"));
+    assert_eq!(plain.text(), "HTTP/1.1 200 OK\n");
+    let verified = get(weir.addr(), "localhost", &format!("/?port={port}&verify=1"));
+    assert!(
+        verified
+            .text()
+            .starts_with("failed: handshake failed: invalid peer certificate"),
+        "{}",
+        verified.text()
+    );
+}

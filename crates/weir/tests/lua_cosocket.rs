@@ -77,6 +77,15 @@ const fn redis(name: &'static str, script: &'static str) -> Case {
     }
 }
 
+const fn plain(name: &'static str, script: &'static str) -> Case {
+    Case {
+        name,
+        prelude: "",
+        script,
+        header_filter: None,
+    }
+}
+
 const CASES: &[Case] = &[
     // tcpsock:receive: "a number-like argument ... will not return until it reads exactly
     // this size of data"; "*l": "the CR and LF characters are not included ... all embedded
@@ -249,6 +258,43 @@ show(again:get_reused_times() > 0) show(again:incr("k")) again:set_keepalive(100
         r#"local other = redis:new()
 show(other:connect("127.0.0.1", tonumber(ngx.var.arg_dead))) show(other:get("x"))"#,
     ),
+    // ngx.timer.at: "the callback ... will be called with the premature argument first,
+    // then the extra arguments"; it runs later, outside the request.
+    plain(
+        "timer_at",
+        r#"local ok, err = ngx.timer.at(0.05, function(premature, a, b)
+  ngx.shared.t:set("at", tostring(premature) .. " " .. a .. " " .. b)
+end, "x", 1)
+ngx.say(ok, " ", err, " ", ngx.shared.t:get("at")) ngx.sleep(0.5) ngx.say(ngx.shared.t:get("at"))"#,
+    ),
+    // "ngx.timer.running_count: the number of timers currently running",
+    // "ngx.timer.pending_count: the number of pending timers".
+    plain(
+        "timer_counts",
+        r#"ngx.timer.at(0, function() ngx.sleep(0.5) end) ngx.timer.at(30, function() end)
+ngx.sleep(0.2) ngx.say(ngx.timer.pending_count(), " ", ngx.timer.running_count())"#,
+    ),
+    // A timer's function may use cosockets and ngx.sleep (its context includes ngx.timer.*):
+    // lua-resty-redis from a timer.
+    plain(
+        "timer_uses_cosockets",
+        r#"ngx.timer.at(0, function(premature, port)
+  local red = require("nginx.redis"):new()
+  red:set_timeout(2000)
+  local ok, err = red:connect("127.0.0.1", port)
+  ngx.sleep(0.01)
+  ngx.shared.t:set("redis", tostring(ok) .. " " .. tostring(err) .. " " .. tostring(red:incr("from_timer")))
+  red:set_keepalive()
+end, tonumber(ngx.var.arg_redis))
+ngx.sleep(0.5) ngx.say(ngx.shared.t:get("redis"))"#,
+    ),
+    // ngx.timer.every: "runs the callback periodically"; an error in it is logged.
+    plain(
+        "timer_every",
+        r#"ngx.timer.every(0.05, function() ngx.shared.t:incr("every", 1, 0) end)
+ngx.timer.at(0, function() error("from a timer") end)
+ngx.sleep(0.6) ngx.say(ngx.shared.t:get("every") >= 3)"#,
+    ),
 ];
 
 /// A TCP server that acts on each connection's first line: `lines` writes lines with CRs and
@@ -315,7 +361,7 @@ fn write_scripts() -> std::path::PathBuf {
 fn weir_config(scripts: &std::path::Path) -> String {
     let dir = scripts.display();
     let mut yaml = "server: { workers: 1 }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\n\
-         lua:\n  package_path: \"/usr/share/lua/5.1/?.lua;;\"\nrouters:\n"
+         lua:\n  package_path: \"/usr/share/lua/5.1/?.lua;;\"\n  shared_dicts: { t: 1MiB }\nrouters:\n"
         .to_string();
     let mut middlewares = String::new();
     for c in CASES {
@@ -362,7 +408,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
     let nginx = NginxLua::start(
         &scripts,
         &names,
-        "lua_package_path \"/usr/share/lua/5.1/?.lua;;\";",
+        "lua_package_path \"/usr/share/lua/5.1/?.lua;;\"; lua_shared_dict t 1m;",
     );
     let weir = Weir::start(&weir_config(&scripts));
     // One Redis each: both servers start from an empty store.
@@ -390,6 +436,12 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
             differences.push(format!("{}:\nnginx: {expected:?}\nweir:  {got:?}", c.name));
         }
     }
+    // The timer's error is logged with its line and traceback, and the worker serves on.
+    let line = weir.wait_for_line("from a timer", 1);
+    assert!(
+        line.contains("ERROR") && line.contains("ngx.timer"),
+        "{line}"
+    );
     assert!(
         differences.is_empty(),
         "{} of {} cases differ:\n{}\nnginx's error log:\n{}",
@@ -408,6 +460,10 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("redis_keepalive", "0\n1\nnil closed\ntrue\n1\n"),
         ("redis_timeout", "nil timeout\nnil closed"),
         ("redis_connect_refused", "nil connection refused"),
+        ("timer_at", "1 nil nil\nfalse x 1\n"),
+        ("timer_counts", "1 1\n"),
+        ("timer_uses_cosockets", "1 nil 1\n"),
+        ("timer_every", "true\n"),
         ("receive_timeout_keeps_the_connection", "niltimeoutpartial"),
         ("setkeepalive_and_reuse", "0 1 nil\n1\nstill echo\n0\n"),
         (

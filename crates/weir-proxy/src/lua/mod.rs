@@ -13,6 +13,7 @@ mod ngx_util;
 mod phases;
 mod request;
 mod shared_dict;
+mod timer;
 mod vm;
 mod watchdog;
 

@@ -5,7 +5,9 @@
 
 use super::request::{self, RequestState};
 use super::watchdog::Watch;
-use super::{cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, LuaProgram};
+use super::{
+    cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, timer, LuaProgram,
+};
 use mlua::{Function, Lua};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -71,6 +73,7 @@ impl WorkerVm {
         }
         let max_run_time = settings.max_run_time;
         let watch = watch_vm(&lua)?;
+        timer::install(&lua, max_run_time, &watch)?;
         for code in [&settings.init, &settings.init_worker]
             .into_iter()
             .flatten()

@@ -569,3 +569,34 @@ fn sslhandshake_speaks_tls_and_verifies_when_asked() {
         verified.text()
     );
 }
+
+/// `init_worker_by_lua` may start timers ("a timer ... created in init_worker_by_lua") but
+/// not use cosockets itself; the timer may, once the worker serves.
+#[test]
+fn init_worker_starts_a_timer_that_uses_cosockets() {
+    let redis = Redis::start();
+    let yaml = one_script("ngx.say(refused, ' ', ngx.shared.t:get('from_timer'))").replace(
+        "lua:\n  package_path",
+        &format!(
+            "lua:\n  shared_dicts: {{ t: 1MiB }}\n  init_worker: |\n    \
+             local ok, err = pcall(ngx.socket.tcp)\n    refused = err\n    \
+             ngx.timer.at(0, function()\n      local red = require('nginx.redis'):new()\n      \
+             red:connect('127.0.0.1', {})\n      \
+             ngx.shared.t:set('from_timer', red:incr('started'))\n    end)\n  package_path",
+            redis.port
+        ),
+    );
+    let weir = Weir::start(&yaml);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = get(weir.addr(), "localhost", "/").text();
+        if text.ends_with(" 1\n") || std::time::Instant::now() > deadline {
+            assert_eq!(
+                text,
+                "API disabled in the context of init_worker_by_lua* 1\n"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

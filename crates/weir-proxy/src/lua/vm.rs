@@ -74,10 +74,13 @@ impl WorkerVm {
         let max_run_time = settings.max_run_time;
         let watch = watch_vm(&lua)?;
         timer::install(&lua, max_run_time, &watch)?;
-        for code in [&settings.init, &settings.init_worker]
-            .into_iter()
-            .flatten()
-        {
+        let first = [
+            (&settings.init, "init_by_lua*"),
+            (&settings.init_worker, "init_worker_by_lua*"),
+        ];
+        for (code, context) in first {
+            let Some(code) = code else { continue };
+            let _no_cosockets = cosocket::CosocketsDisabled::enter(context);
             let _slice = request::Slice::start(None, max_run_time, &watch);
             lua.load(code.source.as_str())
                 .set_name(code.chunk_name.as_str())

@@ -50,7 +50,7 @@ pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> 
         "at",
         lua.create_function(
             move |lua, (delay, callback, args): (f64, Function, Variadic<Value>)| {
-                start(lua, &at_runtime, delay, None, callback, args)
+                start(lua, &at_runtime, delay, false, callback, args)
             },
         )?,
     )?;
@@ -63,7 +63,7 @@ pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> 
                         "bad argument #1 to 'every' (delay must be greater than zero)",
                     ));
                 }
-                start(lua, &runtime, interval, Some(interval), callback, args)
+                start(lua, &runtime, interval, true, callback, args)
             },
         )?,
     )?;
@@ -79,13 +79,13 @@ pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> 
     Ok(())
 }
 
-/// Schedules `callback(false, args...)` after `delay` seconds (then every `every`, if set) on
-/// this worker: 1, or `nil` and why not.
+/// Schedules `callback(false, args...)` after `delay` seconds (and every `delay` seconds
+/// after that with `every`) on this worker: 1, or `nil` and why not.
 fn start(
     lua: &Lua,
     runtime: &TimerRuntime,
     delay: f64,
-    every: Option<f64>,
+    every: bool,
     callback: Function,
     args: Variadic<Value>,
 ) -> mlua::Result<(Option<i64>, Option<&'static str>)> {
@@ -102,7 +102,7 @@ fn start(
     let args: Vec<Value> = args.into_iter().collect();
     PENDING.set(PENDING.get() + 1);
     tokio::task::spawn_local(async move {
-        let mut wait = Duration::from_secs_f64(delay);
+        let wait = Duration::from_secs_f64(delay);
         loop {
             let waited = match Ticker::once(wait) {
                 Ok(ticker) => ticker.tick().await,
@@ -113,21 +113,32 @@ fn start(
                 crate::log_error!("lua: ngx.timer: cannot wait: {e}");
                 return;
             }
-            RUNNING.set(RUNNING.get() + 1);
-            let ran = run(&lua, &runtime, &callback, &args).await;
-            RUNNING.set(RUNNING.get() - 1);
-            if let Err(e) = ran {
-                super::log_failure("ngx.timer", &e.to_string());
-            }
-            let Some(interval) = every else {
+            if !every {
+                run_counted(&lua, &runtime, &callback, &args).await;
                 return;
-            };
-            wait = Duration::from_secs_f64(interval);
+            }
+            // As lua-nginx-module: the next run is due an interval after this one starts,
+            // whether or not this one has ended by then.
             PENDING.set(PENDING.get() + 1);
+            let (lua, runtime) = (lua.clone(), runtime.clone());
+            let (callback, args) = (callback.clone(), args.clone());
+            tokio::task::spawn_local(async move {
+                run_counted(&lua, &runtime, &callback, &args).await;
+            });
         }
     });
     // nginx answers 1 (not `true`).
     Ok((Some(1), None))
+}
+
+/// [`run`], counted in `running_count`; its error is logged.
+async fn run_counted(lua: &Lua, runtime: &TimerRuntime, callback: &Function, args: &[Value]) {
+    RUNNING.set(RUNNING.get() + 1);
+    let ran = run(lua, runtime, callback, args).await;
+    RUNNING.set(RUNNING.get() - 1);
+    if let Err(e) = ran {
+        super::log_failure("ngx.timer", &e.to_string());
+    }
 }
 
 /// Runs `callback(false, args...)` in a coroutine of its own to its end, resuming it whenever

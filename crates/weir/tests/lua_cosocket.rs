@@ -357,33 +357,17 @@ fn write_scripts() -> std::path::PathBuf {
     dir
 }
 
-/// weir with a route per case (and a `lua` middleware for a `header_filter`).
-fn weir_config(scripts: &std::path::Path) -> String {
-    let dir = scripts.display();
-    let mut yaml = "server: { workers: 1 }\nentrypoints:\n  web: { address: \"127.0.0.1:0\" }\n\
-         lua:\n  package_path: \"/usr/share/lua/5.1/?.lua;;\"\n  shared_dicts: { t: 1MiB }\nrouters:\n"
-        .to_string();
-    let mut middlewares = String::new();
-    for c in CASES {
-        let name = c.name;
-        let chain = match c.header_filter {
-            Some(_) => {
-                middlewares.push_str(&format!(
-                    "  m_{name}: {{ lua: {{ header_filter_file: \"{dir}/{name}.header_filter.lua\" }} }}\n"
-                ));
-                format!("    middlewares: [m_{name}]\n")
-            }
-            None => String::new(),
-        };
-        yaml.push_str(&format!(
-            "  {name}:\n    rule: \"Path(`/case/{name}`)\"\n{chain}    lua: {{ content_file: \"{dir}/{name}.lua\" }}\n"
-        ));
-    }
-    if !middlewares.is_empty() {
-        yaml.push_str("middlewares:\n");
-        yaml.push_str(&middlewares);
-    }
-    yaml
+/// The `lua:` keys of every weir here: Debian's Lua modules, a shared dictionary.
+const LUA_KEYS: &str =
+    "  package_path: \"/usr/share/lua/5.1/?.lua;;\"\n  shared_dicts: { t: 1MiB }\n";
+
+/// Each case's name with its phases (`header_filter`, where it has one).
+fn case_names<'p>(phases: &'p [Vec<&'static str>]) -> Vec<(&'static str, &'p [&'static str])> {
+    CASES
+        .iter()
+        .zip(phases)
+        .map(|(c, phases)| (c.name, phases.as_slice()))
+        .collect()
 }
 
 fn ask(addr: std::net::SocketAddr, name: &str, query: &str) -> Resp {
@@ -400,17 +384,13 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
             None => vec![],
         })
         .collect();
-    let names: Vec<(&str, &[&str])> = CASES
-        .iter()
-        .zip(&phases)
-        .map(|(c, phases)| (c.name, phases.as_slice()))
-        .collect();
+    let names = case_names(&phases);
     let nginx = NginxLua::start(
         &scripts,
         &names,
         "lua_package_path \"/usr/share/lua/5.1/?.lua;;\"; lua_shared_dict t 1m;",
     );
-    let weir = Weir::start(&weir_config(&scripts));
+    let weir = Weir::start(&weir_lua_cases(&scripts, &names, 1, LUA_KEYS));
     // One Redis each: both servers start from an empty store.
     let (nginx_redis, weir_redis) = (Redis::start(), Redis::start());
     let peer = peer_server();
@@ -442,14 +422,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         line.contains("ERROR") && line.contains("ngx.timer"),
         "{line}"
     );
-    assert!(
-        differences.is_empty(),
-        "{} of {} cases differ:\n{}\nnginx's error log:\n{}",
-        differences.len(),
-        CASES.len(),
-        differences.join("\n"),
-        nginx.error_log()
-    );
+    assert_same_answers(&differences, CASES.len(), &nginx.error_log());
     // What the cases are about shows in weir's answers (not both servers failing alike).
     for (name, part) in [
         (
@@ -477,16 +450,9 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
 
 /// weir with `script` at `/` (one worker) and a script answering at once at `/fast`.
 fn one_script(script: &str) -> String {
-    format!(
-        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
-         lua:\n  package_path: \"/usr/share/lua/5.1/?.lua;;\"\nrouters:\n  \
-         fast:\n    rule: \"Path(`/fast`)\"\n    lua: {{ content: \"ngx.say('fast')\" }}\n  \
-         script:\n    rule: \"Path(`/`)\"\n    lua:\n      content: |\n{}",
-        script
-            .lines()
-            .map(|l| format!("        {l}\n"))
-            .collect::<String>()
-    )
+    let fast = "  fast:\n    rule: \"Path(`/fast`)\"\n    priority: 100\n    \
+                lua: { content: \"ngx.say('fast')\" }\n";
+    weir_one_script(1, LUA_KEYS, fast, script)
 }
 
 /// lua-resty-redis's keep-alive across requests: the second request's client gets the
@@ -575,16 +541,19 @@ fn sslhandshake_speaks_tls_and_verifies_when_asked() {
 #[test]
 fn init_worker_starts_a_timer_that_uses_cosockets() {
     let redis = Redis::start();
-    let yaml = one_script("ngx.say(refused, ' ', ngx.shared.t:get('from_timer'))").replace(
-        "lua:\n  package_path",
-        &format!(
-            "lua:\n  shared_dicts: {{ t: 1MiB }}\n  init_worker: |\n    \
-             local ok, err = pcall(ngx.socket.tcp)\n    refused = err\n    \
-             ngx.timer.at(0, function()\n      local red = require('nginx.redis'):new()\n      \
-             red:connect('127.0.0.1', {})\n      \
-             ngx.shared.t:set('from_timer', red:incr('started'))\n    end)\n  package_path",
-            redis.port
-        ),
+    let init_worker = format!(
+        "  init_worker: |\n    \
+         local ok, err = pcall(ngx.socket.tcp)\n    refused = err\n    \
+         ngx.timer.at(0, function()\n      local red = require('nginx.redis'):new()\n      \
+         red:connect('127.0.0.1', {})\n      \
+         ngx.shared.t:set('from_timer', red:incr('started'))\n    end)\n",
+        redis.port
+    );
+    let yaml = weir_one_script(
+        1,
+        &format!("{LUA_KEYS}{init_worker}"),
+        "",
+        "ngx.say(refused, ' ', ngx.shared.t:get('from_timer'))",
     );
     let weir = Weir::start(&yaml);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -159,6 +159,22 @@ end"#,
         r#"ngx.say(sock:send({"ec", {"ho", {"\n"}}, 42, "\n", 1.5, "\n"}))
 ngx.say(sock:receive()) ngx.say(sock:receive())"#,
     ),
+    // Coroutines the script makes may wait inside (lua-resty-http reads bodies so, through
+    // coroutine.wrap): the cosocket's wait passes up through them.
+    raw(
+        "receive_inside_coroutines",
+        r#"sock:send("lines\n")
+local lines = coroutine.wrap(function()
+  while true do
+    local line = sock:receive()
+    if not line then return nil end
+    coroutine.yield(line)
+  end
+end)
+for line in lines do ngx.say("[", line, "]") end
+local co = coroutine.create(function(a) ngx.sleep(0.01) local b = coroutine.yield(a + 1) ngx.sleep(0.01) return b * 2 end)
+ngx.say(coroutine.resume(co, 1)) ngx.say(coroutine.resume(co, 5)) ngx.say(coroutine.resume(co))"#,
+    ),
     // tcpsock:close: "returns 1 ... in case of error, nil and a string describing it".
     raw(
         "close_twice",
@@ -439,6 +455,10 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("timer_every", "true\n"),
         ("receive_timeout_keeps_the_connection", "niltimeoutpartial"),
         ("setkeepalive_and_reuse", "0 1 nil\n1\nstill echo\n0\n"),
+        (
+            "receive_inside_coroutines",
+            "[abcdefgh]\n[second line]\n[third]\ntrue2\ntrue10\n",
+        ),
         (
             "header_filter_refuses_cosockets",
             "API disabled in the context of header_filter_by_lua*",

@@ -2,7 +2,8 @@
 //! connection from this worker's keep-alive pool first), `sslhandshake` (rustls), `send`,
 //! `receive`, `receiveuntil`, the timeouts, `setkeepalive`, `getreusedtimes`, `close`. Every
 //! wait yields the script's coroutine to the worker's event loop, under a timerfd that the
-//! connection keeps (and takes into the pool) so that a wait costs one syscall to arm it.
+//! connection keeps (and takes into the pool) so that a wait costs one syscall to arm it; a
+//! wait inside a coroutine the script made itself is passed up the same way.
 
 use crate::io::ticker::Ticker;
 use crate::io::upstream_io::UpstreamIo;
@@ -761,6 +762,9 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         .call((new_socket, disabled_in))?;
     socket.set("tcp", tcp)?;
     socket.set("connect", connect)?;
+    lua.load(NESTED_WAITS)
+        .set_name("=coroutine")
+        .call::<()>(Value::LightUserData(Lua::poll_pending()))?;
     ngx.set("socket", socket)?;
     Ok(())
 }
@@ -782,3 +786,32 @@ local function connect(...)
 end
 return tcp, connect
 "#;
+
+/// `coroutine.resume` and `coroutine.wrap` passing a wait up: a cosocket (or `ngx.sleep`)
+/// waiting in a coroutine the script made (lua-resty-http's body reader is one) yields the
+/// "pending" marker to it; that goes on up to the request's coroutine, whose driver then
+/// waits, and the inner coroutine is resumed when the outer one is.
+const NESTED_WAITS: &str = r##"
+local pending = ...
+local resume, yield, status, create = coroutine.resume, coroutine.yield, coroutine.status, coroutine.create
+local select, error = select, error
+local function passed_up(co, ok, first, ...)
+  if ok and first == pending and select("#", ...) == 0 and status(co) == "suspended" then
+    yield(pending)
+    return passed_up(co, resume(co))
+  end
+  return ok, first, ...
+end
+local function resume_passing_waits(co, ...)
+  return passed_up(co, resume(co, ...))
+end
+local function raised(ok, ...)
+  if not ok then error((...), 0) end
+  return ...
+end
+coroutine.resume = resume_passing_waits
+coroutine.wrap = function(f)
+  local co = create(f)
+  return function(...) return raised(resume_passing_waits(co, ...)) end
+end
+"##;

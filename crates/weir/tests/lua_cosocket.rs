@@ -269,6 +269,18 @@ show(red:lrange("nothing", 0, -1))"#,
 local again = redis:new() again:connect("127.0.0.1", tonumber(ngx.var.arg_redis))
 show(again:get_reused_times() > 0) show(again:incr("k")) again:set_keepalive(10000, 10)"#,
     ),
+    // tcpsock:connect("unix:/path/to/unix-domain.socket", options_table?), pooled by path.
+    plain(
+        "redis_unix_socket",
+        r#"local redis = require "nginx.redis"
+local red = redis:new()
+local ok, err = red:connect("unix:" .. ngx.var.arg_unix)
+ngx.say(ok, " ", err, " ", red:incr("u"), " ", red:get_reused_times(), " ", red:set_keepalive())
+local again = redis:new()
+again:connect("unix:" .. ngx.var.arg_unix)
+ngx.say(again:get_reused_times(), " ", again:incr("u"))
+ngx.say(redis:new():connect("unix:" .. ngx.var.arg_unix .. ".missing"))"#,
+    ),
     redis(
         "redis_connect_refused",
         r#"local other = redis:new()
@@ -408,7 +420,8 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
     );
     let weir = Weir::start(&weir_lua_cases(&scripts, &names, 1, LUA_KEYS));
     // One Redis each: both servers start from an empty store.
-    let (nginx_redis, weir_redis) = (Redis::start(), Redis::start());
+    let unix = ["--unixsocket", "{dir}/redis.sock"];
+    let (nginx_redis, weir_redis) = (Redis::start_with(&unix), Redis::start_with(&unix));
     let peer = peer_server();
     let dead = dead_port();
     let mut differences = Vec::new();
@@ -417,12 +430,20 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         let expected = ask(
             nginx.addr,
             c.name,
-            &format!("peer={peer}&dead={dead}&redis={}", nginx_redis.port),
+            &format!(
+                "peer={peer}&dead={dead}&redis={}&unix={}/redis.sock",
+                nginx_redis.port,
+                nginx_redis.dir.display()
+            ),
         );
         let got = ask(
             weir.addr(),
             c.name,
-            &format!("peer={peer}&dead={dead}&redis={}", weir_redis.port),
+            &format!(
+                "peer={peer}&dead={dead}&redis={}&unix={}/redis.sock",
+                weir_redis.port,
+                weir_redis.dir.display()
+            ),
         );
         let answer =
             |r: &Resp| format!("{} X-Err: {:?}\n{}", r.status, r.header("X-Err"), r.text());
@@ -449,6 +470,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("redis_keepalive", "0\n1\nnil closed\ntrue\n1\n"),
         ("redis_timeout", "nil timeout\nnil closed"),
         ("redis_connect_refused", "nil connection refused"),
+        ("redis_unix_socket", "1 nil 1 0 1\n1 2\nnil"),
         ("timer_at", "1 nil nil\nfalse x 1\n"),
         ("timer_counts", "1 1\n"),
         ("timer_uses_cosockets", "1 nil 1\n"),

@@ -16,12 +16,13 @@ use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
 
 /// lua-nginx-module's defaults: `lua_socket_connect_timeout`, `lua_socket_send_timeout`,
 /// `lua_socket_read_timeout` and `lua_socket_keepalive_timeout` are 60s.
@@ -31,9 +32,65 @@ const DEFAULT_POOL_SIZE: usize = 30;
 /// What one read asks the kernel for (`lua_socket_buffer_size`'s default is 4k/8k).
 const READ_CHUNK: usize = 8192;
 
+/// A cosocket's byte stream: TCP (plain or TLS) or a unix domain socket.
+enum Stream {
+    Net(UpstreamIo),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// Reads without waiting (for the pool's check that an idle connection is still quiet).
+    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Net(io) => io.tcp().try_read(buf),
+            Stream::Unix(io) => io.try_read(buf),
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Net(io) => Pin::new(io).poll_read(cx, buf),
+            Stream::Unix(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Net(io) => Pin::new(io).poll_write(cx, buf),
+            Stream::Unix(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Net(io) => Pin::new(io).poll_flush(cx),
+            Stream::Unix(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Net(io) => Pin::new(io).poll_shutdown(cx),
+            Stream::Unix(io) => Pin::new(io).poll_shutdown(cx),
+        }
+    }
+}
+
 /// An open connection: its stream, bytes read and not yet returned, its timer.
 struct Conn {
-    io: UpstreamIo,
+    io: Stream,
     buf: BytesMut,
     /// Made at the first wait that needs it, then re-armed for each wait.
     timer: Option<Ticker>,
@@ -252,7 +309,12 @@ async fn receive(
         match pattern {
             Pattern::Line => {
                 if let Some(at) = memchr::memchr(b'\n', &conn.buf) {
-                    let line = conn.buf.split_to(at + 1);
+                    let line = conn.buf.split_to(at + 1).freeze();
+                    let text = line[..at].strip_suffix(b"\r").unwrap_or(&line[..at]);
+                    // The usual line (CRLF or LF, no other CR) goes out without a copy.
+                    if memchr::memchr(b'\r', text).is_none() {
+                        return Ok(line.slice(..text.len()));
+                    }
                     return Ok(Bytes::from(without_cr(&line[..at])));
                 }
             }
@@ -357,7 +419,7 @@ fn checkout(key: &str) -> Option<Conn> {
             }
             // Anything readable on an idle connection (its end, stray bytes) makes it unusable.
             let mut probe = [0u8; 1];
-            match conn.io.tcp().try_read(&mut probe) {
+            match conn.io.try_read(&mut probe) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     conn.reused += 1;
                     return Some(conn);
@@ -453,25 +515,34 @@ async fn connect(
         socket.put(conn);
         return success(1, &lua);
     }
-    let Some(port) = port else {
-        return failure(&lua, "unix domain sockets are not supported by weir", None);
-    };
-    let addr = match resolve(&host, port).await {
-        Ok(addr) => addr,
-        Err(e) => return failure(&lua, &e, None),
-    };
+    let limit = socket.connect_timeout.get();
     let mut timer = None;
-    match within(
-        &mut timer,
-        socket.connect_timeout.get(),
-        TcpStream::connect(addr),
-    )
-    .await
-    {
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
+    let connected = match port {
+        None => {
+            let path = host.trim_start_matches("unix:");
+            within(&mut timer, limit, UnixStream::connect(path))
+                .await
+                .map(|done| done.map(Stream::Unix))
+        }
+        Some(port) => {
+            let addr = match resolve(&host, port).await {
+                Ok(addr) => addr,
+                Err(e) => return failure(&lua, &e, None),
+            };
+            within(&mut timer, limit, TcpStream::connect(addr))
+                .await
+                .map(|done| {
+                    done.map(|stream| {
+                        let _ = stream.set_nodelay(true);
+                        Stream::Net(UpstreamIo::Plain(stream))
+                    })
+                })
+        }
+    };
+    match connected {
+        Ok(Ok(io)) => {
             socket.put(Conn {
-                io: UpstreamIo::Plain(stream),
+                io,
                 buf: BytesMut::new(),
                 timer,
                 reused: 0,
@@ -517,7 +588,7 @@ async fn sslhandshake(
     let Some(conn) = socket.take() else {
         return failure(&lua, "closed", None);
     };
-    if matches!(conn.io, UpstreamIo::Tls(_)) {
+    if matches!(conn.io, Stream::Net(UpstreamIo::Tls(_))) {
         // Already TLS (a pooled connection): nothing to do.
         socket.put(conn);
         return success(true, &lua);
@@ -529,8 +600,16 @@ async fn sslhandshake(
         reused,
         read_closed,
     } = conn;
-    let UpstreamIo::Plain(stream) = io else {
-        return failure(&lua, "closed", None);
+    let stream = match io {
+        Stream::Net(UpstreamIo::Plain(stream)) => stream,
+        // TLS over a unix domain socket: not in weir (the connection is closed).
+        _ => {
+            return failure(
+                &lua,
+                "sslhandshake over a unix domain socket is not supported by weir",
+                None,
+            )
+        }
     };
     let config = match tls_config(verify.unwrap_or(false)) {
         Ok(config) => config,
@@ -552,7 +631,7 @@ async fn sslhandshake(
     match within(&mut timer, limit, connector.connect(name, stream)).await {
         Ok(Ok(session)) => {
             socket.put(Conn {
-                io: UpstreamIo::Tls(Box::new(session)),
+                io: Stream::Net(UpstreamIo::Tls(Box::new(session))),
                 buf,
                 timer,
                 reused,

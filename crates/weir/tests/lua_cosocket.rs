@@ -550,31 +550,49 @@ fn a_cosocket_wait_leaves_the_worker_to_other_requests() {
     );
 }
 
-/// tcpsock:sslhandshake(reused_session, server_name, ssl_verify) over rustls: without
-/// verification to a self-signed server, then with it (refused: not a trusted issuer).
+/// tcpsock:sslhandshake(reused_session, server_name, ssl_verify) over rustls: the server
+/// sees `server_name` as SNI; with `ssl_verify` the certificate must chain to a trusted root
+/// (here the test's own, through `SSL_CERT_FILE`, which the system's roots are read from) and
+/// name `server_name`; without, anything goes.
 #[test]
-fn sslhandshake_speaks_tls_and_verifies_when_asked() {
+fn sslhandshake_sends_sni_and_verifies_when_asked() {
     let dir = temp_dir("lua-tls");
     let cert = make_cert(&dir, "server", &["localhost"], false);
-    let nginx = Nginx::start_tls(&cert.cert, &cert.key, None);
-    let weir = Weir::start(&one_script(
-        "local sock = ngx.socket.tcp()\nsock:settimeout(5000)\n\
-         assert(sock:connect('127.0.0.1', tonumber(ngx.var.arg_port)))\n\
-         local session, err = sock:sslhandshake(nil, 'localhost', ngx.var.arg_verify == '1')\n\
-         if not session then ngx.say('failed: ', err) return end\n\
-         sock:send({'GET / HTTP/1.0\\r\\n', 'Host: localhost\\r\\n\\r\\n'})\n\
-         ngx.say(sock:receive())\nsock:close()",
-    ));
+    let nginx = Nginx::start_tls_location(
+        &cert.cert,
+        &cert.key,
+        "return 200 \"sni=$ssl_server_name\\n\";",
+    );
+    let trust = format!("SSL_CERT_FILE={}", cert.cert.display());
+    let weir = Weir::start_under(
+        &["env", &trust],
+        &one_script(
+            "local sock = ngx.socket.tcp()\nsock:settimeout(5000)\n\
+             assert(sock:connect('127.0.0.1', tonumber(ngx.var.arg_port)))\n\
+             local session, err = sock:sslhandshake(nil, ngx.var.arg_name, ngx.var.arg_verify == '1')\n\
+             if not session then ngx.say('failed: ', err) return end\n\
+             sock:send({'GET / HTTP/1.0\\r\\n', 'Host: localhost\\r\\n\\r\\n'})\n\
+             local answer = sock:receive('*a')\n\
+             ngx.say(answer:match('sni=[^\\n]*'))",
+        ),
+        &[],
+    );
     let port = nginx.addr.port();
-    let plain = get(weir.addr(), "localhost", &format!("/?port={port}&verify=0"));
-    assert_eq!(plain.text(), "HTTP/1.1 200 OK\n");
-    let verified = get(weir.addr(), "localhost", &format!("/?port={port}&verify=1"));
+    let ask = |name: &str, verify: u8| {
+        get(
+            weir.addr(),
+            "localhost",
+            &format!("/?port={port}&name={name}&verify={verify}"),
+        )
+        .text()
+    };
+    assert_eq!(ask("localhost", 0), "sni=localhost\n");
+    assert_eq!(ask("localhost", 1), "sni=localhost\n");
+    assert_eq!(ask("other.example", 0), "sni=other.example\n");
+    let refused = ask("other.example", 1);
     assert!(
-        verified
-            .text()
-            .starts_with("failed: handshake failed: invalid peer certificate"),
-        "{}",
-        verified.text()
+        refused.starts_with("failed: handshake failed: invalid peer certificate"),
+        "{refused}"
     );
 }
 

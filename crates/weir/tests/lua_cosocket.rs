@@ -51,12 +51,13 @@ end
 "##;
 
 /// One case: its name (the path `/case/NAME`), whether it starts with [`REDIS`] or [`OPEN`],
-/// its script, and a `header_filter` script (its `X-Err` header compared too).
+/// its script, and the scripts of its phases (`rewrite`, `access`, `header_filter`; a `lua`
+/// middleware in weir, `*_by_lua_file` in nginx; an `X-Err` header is compared too).
 struct Case {
     name: &'static str,
     prelude: &'static str,
     script: &'static str,
-    header_filter: Option<&'static str>,
+    phases: &'static [(&'static str, &'static str)],
 }
 
 const fn raw(name: &'static str, script: &'static str) -> Case {
@@ -64,7 +65,7 @@ const fn raw(name: &'static str, script: &'static str) -> Case {
         name,
         prelude: OPEN,
         script,
-        header_filter: None,
+        phases: &[],
     }
 }
 
@@ -73,7 +74,7 @@ const fn redis(name: &'static str, script: &'static str) -> Case {
         name,
         prelude: REDIS,
         script,
-        header_filter: None,
+        phases: &[],
     }
 }
 
@@ -82,7 +83,7 @@ const fn plain(name: &'static str, script: &'static str) -> Case {
         name,
         prelude: "",
         script,
-        header_filter: None,
+        phases: &[],
     }
 }
 
@@ -226,9 +227,35 @@ ngx.say(sock:receive(1)) ngx.say(sock:setkeepalive())"#,
         name: "header_filter_refuses_cosockets",
         prelude: "",
         script: r#"ngx.say("body")"#,
-        header_filter: Some(
+        phases: &[(
+            "header_filter",
             r#"local ok, err = pcall(ngx.socket.tcp) ngx.header["X-Err"] = tostring(ok) .. " " .. tostring(err)"#,
-        ),
+        )],
+    },
+    // Cosockets in rewrite_by_lua and access_by_lua (lua-resty-redis looking a key up
+    // before the content, as an authorization check would).
+    Case {
+        name: "rewrite_and_access_use_cosockets",
+        prelude: "",
+        script: r#"ngx.say(ngx.var.http_x_echoed, " ", ngx.var.http_x_from_redis)"#,
+        phases: &[
+            (
+                "rewrite",
+                r#"local sock = ngx.socket.tcp()
+sock:connect("127.0.0.1", tonumber(ngx.var.arg_peer))
+sock:send("echo\nfrom rewrite\n")
+ngx.req.set_header("X-Echoed", (sock:receive()))
+sock:close()"#,
+            ),
+            (
+                "access",
+                r#"local red = require("nginx.redis"):new()
+red:connect("127.0.0.1", tonumber(ngx.var.arg_redis))
+red:set("token", "granted")
+ngx.req.set_header("X-From-Redis", red:get("token"))
+red:set_keepalive()"#,
+            ),
+        ],
     },
     // lua-resty-redis's README synopsis: set, get ("ngx.null ... if the key is not found"),
     // incr.
@@ -372,14 +399,14 @@ fn dead_port() -> u16 {
     free_port()
 }
 
-/// Writes every case's script (and header_filter's) in a fresh folder.
+/// Writes every case's script (and its phases') in a fresh folder.
 fn write_scripts() -> std::path::PathBuf {
     let dir = temp_dir("lua-cosocket-scripts");
     for c in CASES {
         let script = format!("{}\n{}\n", c.prelude, c.script);
         std::fs::write(dir.join(format!("{}.lua", c.name)), script).unwrap();
-        if let Some(filter) = c.header_filter {
-            std::fs::write(dir.join(format!("{}.header_filter.lua", c.name)), filter).unwrap();
+        for (phase, script) in c.phases {
+            std::fs::write(dir.join(format!("{}.{phase}.lua", c.name)), script).unwrap();
         }
     }
     dir
@@ -389,7 +416,7 @@ fn write_scripts() -> std::path::PathBuf {
 const LUA_KEYS: &str =
     "  package_path: \"/usr/share/lua/5.1/?.lua;;\"\n  shared_dicts: { t: 1MiB }\n";
 
-/// Each case's name with its phases (`header_filter`, where it has one).
+/// Each case's name with the names of its phases.
 fn case_names<'p>(phases: &'p [Vec<&'static str>]) -> Vec<(&'static str, &'p [&'static str])> {
     CASES
         .iter()
@@ -407,10 +434,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
     let scripts = write_scripts();
     let phases: Vec<Vec<&str>> = CASES
         .iter()
-        .map(|c| match c.header_filter {
-            Some(_) => vec!["header_filter"],
-            None => vec![],
-        })
+        .map(|c| c.phases.iter().map(|(phase, _)| *phase).collect())
         .collect();
     let names = case_names(&phases);
     let nginx = NginxLua::start(
@@ -471,6 +495,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("redis_timeout", "nil timeout\nnil closed"),
         ("redis_connect_refused", "nil connection refused"),
         ("redis_unix_socket", "1 nil 1 0 1\n1 2\nnil"),
+        ("rewrite_and_access_use_cosockets", "from rewrite granted\n"),
         ("timer_at", "1 nil nil\nfalse x 1\n"),
         ("timer_counts", "1 1\n"),
         ("timer_uses_cosockets", "1 nil 1\n"),

@@ -350,6 +350,12 @@ ngx.sleep(0.5) ngx.say(ngx.shared.t:get("redis"))"#,
 ngx.timer.at(0, function() error("from a timer") end)
 ngx.sleep(0.6) ngx.say(ngx.shared.t:get("every") >= 3)"#,
     ),
+    // lua_max_running_timers (256 by default): a timer due while that many run is not run.
+    plain(
+        "timer_running_limit",
+        r#"for _ = 1, 300 do ngx.timer.at(0, function() ngx.sleep(0.5) end) end
+ngx.sleep(0.2) ngx.say(ngx.timer.running_count(), " ", ngx.timer.pending_count())"#,
+    ),
 ];
 
 /// A TCP server that acts on each connection's first line: `lines` writes lines with CRs and
@@ -478,6 +484,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         }
     }
     // The timer's error is logged with its line and traceback, and the worker serves on.
+    weir.wait_for_line("256 lua_max_running_timers are not enough", 1);
     let line = weir.wait_for_line("from a timer", 1);
     assert!(
         line.contains("ERROR") && line.contains("ngx.timer"),
@@ -500,6 +507,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("timer_counts", "1 1\n"),
         ("timer_uses_cosockets", "1 nil 1\n"),
         ("timer_every", "true\n"),
+        ("timer_running_limit", "256 "),
         ("receive_timeout_keeps_the_connection", "niltimeoutpartial"),
         ("setkeepalive_and_reuse", "0 1 nil\n1\nstill echo\n0\n"),
         (

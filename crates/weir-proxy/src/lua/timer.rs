@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// lua-nginx-module's `lua_max_pending_timers` default: more timers waiting is an error.
 const MAX_PENDING: usize = 1024;
+/// `lua_max_running_timers`' default: a timer due while this many run is dropped (logged).
+const MAX_RUNNING: usize = 256;
 
 thread_local! {
     /// This worker's timers waiting for their time, and those running their function.
@@ -58,10 +60,9 @@ pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> 
         "every",
         lua.create_function(
             move |lua, (interval, callback, args): (f64, Function, Variadic<Value>)| {
-                if interval <= 0.0 || interval.is_nan() {
-                    return Err(mlua::Error::runtime(
-                        "bad argument #1 to 'every' (delay must be greater than zero)",
-                    ));
+                // lua-nginx-module counts in milliseconds: less than one is zero.
+                if interval < 0.001 || interval.is_nan() {
+                    return Err(mlua::Error::runtime("delay cannot be zero"));
                 }
                 start(lua, &runtime, interval, true, callback, args)
             },
@@ -131,8 +132,15 @@ fn start(
     Ok((Some(1), None))
 }
 
-/// [`run`], counted in `running_count`; its error is logged.
+/// [`run`], counted in `running_count` (not run past [`MAX_RUNNING`], as in nginx); its
+/// error is logged.
 async fn run_counted(lua: &Lua, runtime: &TimerRuntime, callback: &Function, args: &[Value]) {
+    if RUNNING.get() >= MAX_RUNNING {
+        crate::log_error!(
+            "lua: ngx.timer: not run, {MAX_RUNNING} lua_max_running_timers are not enough"
+        );
+        return;
+    }
     RUNNING.set(RUNNING.get() + 1);
     let ran = run(lua, runtime, callback, args).await;
     RUNNING.set(RUNNING.get() - 1);

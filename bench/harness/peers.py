@@ -105,8 +105,10 @@ def start_haproxy_proxy(ctx, name, port, up_port, frontend="", **kw):
 
 # ---------------------------------------------------------------- Caddy
 
-def start_caddy(name, port, site, cpus):
-    """Caddy (Debian's) with one site block, one OS thread's worth of Go scheduler."""
+def start_caddy(name, port, site, cpus, tls=None):
+    """Caddy (Debian's) with one site block, one OS thread's worth of Go scheduler; with `tls`
+    (certificate, key) the site is https, which Caddy also answers over HTTP/3 on UDP."""
+    scheme, site = ("https", f"  tls {tls[0]} {tls[1]}\n{site}") if tls else ("http", site)
     d, path = config(name, "Caddyfile", f"""{{
   admin off
   auto_https off
@@ -115,7 +117,7 @@ def start_caddy(name, port, site, cpus):
     level ERROR
   }}
 }}
-http://127.0.0.1:{port} {{
+{scheme}://127.0.0.1:{port} {{
 {site}
 }}
 """)

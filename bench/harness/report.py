@@ -13,7 +13,7 @@ COLUMNS = [("req/s", "rps", "{:.0f}"), ("p50 ms", "p50_ms", "{:.3f}"), ("p90 ms"
 
 # The peers weir is set against, in this order, where a table has them.
 RATIO_PEERS = ("nginx", "nginx-no-cork", "haproxy", "weir-plain", "weir-1route", "weir-nometrics", "weir-route-none",
-               "weir-unbatched", "weir-spool", "direct")
+               "weir-unbatched", "weir-spool", "direct", "caddy", "weir-h2")
 
 # A line under a table for each figure some targets have: (key, caption, format of one target's).
 SUMMARIES = [("mb_per_s", "Throughput: ", "{} {:.0f} MB/s"),

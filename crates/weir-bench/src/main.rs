@@ -4,9 +4,11 @@
 //! stalled server is charged for the requests it delayed (coordinated-omission correction).
 //! Sends are paced by a 50 µs timerfd tick (see `pacer`); those that start more than 200 µs
 //! after their schedule are counted as late. Without `-R`, closed loop, like wrk: each
-//! connection sends its next request once the answer before it is read.
+//! connection sends its next request once the answer before it is read. With `--h3`, HTTP/3
+//! over QUIC, closed loop, `-m` streams per connection (see `h3`).
 #![forbid(unsafe_code)]
 
+mod h3;
 mod pacer;
 mod template;
 
@@ -61,6 +63,18 @@ struct Args {
     /// the body, so large answers measure the server rather than the client's copies.
     #[arg(long)]
     discard_body: bool,
+    /// HTTP/3 over QUIC to an https:// URL, closed loop (no -R).
+    #[arg(long)]
+    h3: bool,
+    /// With --h3: concurrent streams per connection.
+    #[arg(short = 'm', long, default_value_t = 1)]
+    streams: usize,
+    /// With --h3: the PEM certificates the server's is checked against.
+    #[arg(long)]
+    cacert: Option<std::path::PathBuf>,
+    /// With --h3: the TLS server name to send and check, instead of the URL's host.
+    #[arg(long)]
+    server_name: Option<String>,
 }
 
 /// A send this far past its schedule counts as late.
@@ -105,6 +119,9 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
     if args.rate.is_some_and(|r| r.is_nan() || r <= 0.0) || args.connections == 0 {
         return Err("--rate and --connections must be positive".into());
     }
+    if args.h3 {
+        return run_h3(&args, duration, timeout);
+    }
     let rest = args
         .url
         .strip_prefix("http://")
@@ -117,14 +134,7 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
         .map_err(|e| format!("cannot resolve {authority}: {e}"))?
         .next()
         .ok_or("no address")?;
-    let body_text = match (&args.body, &args.body_file) {
-        (Some(b), _) => Some(b.clone()),
-        (None, Some(f)) => {
-            Some(std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?)
-        }
-        _ => None,
-    };
-    let body = body_text.map(|t| Template::parse(&t)).transpose()?;
+    let body = body_template(&args)?;
     // A body without variables is rendered once, not per request.
     let fixed_body = body.as_ref().filter(|t| t.is_constant()).map(|t| {
         let mut b = Vec::new();
@@ -153,8 +163,88 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let (hist, tally, elapsed) = rt.block_on(drive(plan))?;
+    Ok(report(&args, &hist, &tally, elapsed))
+}
+
+/// The `--h3` run: HTTP/3 to an https:// URL, `-c` connections x `-m` streams, closed loop.
+fn run_h3(args: &Args, duration: Duration, timeout: Duration) -> Result<serde_json::Value, String> {
+    if args.rate.is_some() || args.streams == 0 {
+        return Err("--h3 runs closed loop (no -R) with at least one stream".into());
+    }
+    let cacert = args.cacert.as_ref().ok_or("--h3 needs --cacert")?;
+    let uri: http::Uri = args.url.parse().map_err(|e| format!("{}: {e}", args.url))?;
+    let authority = match (uri.scheme_str(), uri.authority()) {
+        (Some("https"), Some(authority)) => authority.clone(),
+        _ => return Err("--h3 needs an https:// URL".into()),
+    };
+    let port = authority.port_u16().unwrap_or(443);
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(authority.host(), port))
+        .map_err(|e| format!("cannot resolve {authority}: {e}"))?
+        .next()
+        .ok_or("no address")?;
+    let mut headers = http::HeaderMap::new();
+    for h in &args.headers {
+        let (name, value) = h.split_once(':').ok_or_else(|| format!("bad header {h}"))?;
+        let name =
+            http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|e| e.to_string())?;
+        let value = http::HeaderValue::from_str(value.trim()).map_err(|e| e.to_string())?;
+        headers.append(name, value);
+    }
+    let body = body_template(args)?;
+    let fixed_body = body.as_ref().filter(|t| t.is_constant()).map(|t| {
+        let mut b = Vec::new();
+        t.render(0, &mut b);
+        bytes::Bytes::from(b)
+    });
+    let plan = h3::H3Plan {
+        addr,
+        server_name: match &args.server_name {
+            Some(name) => name.clone(),
+            None => authority.host().trim_matches(['[', ']']).to_string(),
+        },
+        uri,
+        method: http::Method::from_bytes(args.method.as_bytes()).map_err(|e| e.to_string())?,
+        headers,
+        body,
+        fixed_body,
+        connections: args.connections,
+        streams: args.streams,
+        duration,
+        timeout,
+    };
+    let config = h3::client_config(cacert)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (hist, tally, elapsed) = rt.block_on(h3::drive(plan, config))?;
+    let mut report = report(args, &hist, &tally, elapsed);
+    report["protocol"] = "h3".into();
+    report["streams"] = args.streams.into();
+    Ok(report)
+}
+
+/// The request body template, from `--body` or `--body-file`.
+fn body_template(args: &Args) -> Result<Option<Template>, String> {
+    let body_text = match (&args.body, &args.body_file) {
+        (Some(b), _) => Some(b.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?)
+        }
+        _ => None,
+    };
+    body_text.map(|t| Template::parse(&t)).transpose()
+}
+
+/// The JSON report of a run.
+fn report(
+    args: &Args,
+    hist: &Histogram<u64>,
+    tally: &Tally,
+    elapsed: Duration,
+) -> serde_json::Value {
     let p = |q: f64| hist.value_at_quantile(q);
-    Ok(serde_json::json!({
+    serde_json::json!({
         "target": args.url,
         "rate": args.rate,
         "connections": args.connections,
@@ -170,7 +260,7 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
             "p50": p(0.50), "p90": p(0.90), "p99": p(0.99), "p999": p(0.999),
             "max": hist.max(), "mean": hist.mean(),
         },
-    }))
+    })
 }
 
 struct Plan {
@@ -453,8 +543,12 @@ fn print_text(r: &serde_json::Value) {
         Some(rate) => format!("at {rate} req/s"),
         None => "closed loop".to_string(),
     };
+    let streams = match r["streams"].as_u64() {
+        Some(m) => format!(" x {m} HTTP/3 streams"),
+        None => String::new(),
+    };
     println!(
-        "{} {pace} over {} connections for {:.1}s",
+        "{} {pace} over {} connections{streams} for {:.1}s",
         r["target"],
         r["connections"],
         r["duration_s"].as_f64().unwrap_or(0.0)

@@ -393,6 +393,9 @@ pub struct Http3Settings {
     pub idle_timeout: Duration,
     /// Accept 0-RTT (early, replayable) data from resuming clients.
     pub zero_rtt: bool,
+    /// Past this many QUIC handshakes in progress on a worker, a new client must prove its
+    /// address with a Retry token first (0: always).
+    pub retry_above: u32,
 }
 
 impl Default for Http3Settings {
@@ -403,6 +406,7 @@ impl Default for Http3Settings {
             initial_window_size: 1 << 20,
             idle_timeout: Duration::from_secs(30),
             zero_rtt: false,
+            retry_above: 128,
         }
     }
 }

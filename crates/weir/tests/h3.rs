@@ -5,7 +5,10 @@
 //! `max_concurrent_streams` is announced and many streams share one connection, a header
 //! block over 32 KiB is answered 431, a stream reset mid-body leaves the worker serving, a
 //! reload keeps a live connection, a stop lets a stream finish, and HTTP/1.1 and HTTP/2
-//! answers of the entrypoint carry `Alt-Svc` (those of other entrypoints do not).
+//! answers of the entrypoint carry `Alt-Svc` (those of other entrypoints do not). The abuse
+//! limits, with `h3_abuse.py`: a rapid-reset flood closes its connection, a connection flood
+//! gets Retry packets, and the worker serves other clients meanwhile. After a binary upgrade
+//! the new process answers HTTP/3 on the same port.
 
 mod common;
 use common::*;
@@ -71,8 +74,13 @@ impl Site {
 
 /// Starts the aioquic client on `plan`.
 fn spawn(plan: &Value) -> std::process::Child {
+    spawn_script(&client_script(), plan)
+}
+
+/// Starts the aioquic script `script` on `plan`.
+fn spawn_script(script: &Path, plan: &Value) -> std::process::Child {
     Command::new(aioquic_python())
-        .arg(client_script())
+        .arg(script)
         .arg(plan.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -406,6 +414,7 @@ fn a_reload_keeps_a_live_connection() {
         "same connection, new config: {out}"
     );
     assert_eq!(out["closed"], Value::Null, "{out}");
+    assert_eq!(out["goaway"], false, "a reload sends no GOAWAY: {out}");
 }
 
 #[test]
@@ -428,6 +437,7 @@ fn a_stop_lets_an_open_stream_finish_and_closes_idle_connections() {
     weir.signal("TERM");
     let out = finished(busy);
     assert_eq!(out["groups"][0][0]["status"], 200, "{out}");
+    assert_eq!(out["goaway"], true, "the stop announced with GOAWAY: {out}");
     // GOAWAY, then the close once no stream is open: the idle connection does not hold the
     // stop until `graceful_timeout` (20 s; this waits 10 s at most).
     weir.wait_for_line("stopped", 1);
@@ -444,7 +454,7 @@ impl Drop for KilledOnDrop {
 }
 
 /// Waits (20 s at most) until `done`, else fails naming `what`.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !done() {
         assert!(
@@ -596,4 +606,96 @@ fn ngtcp2_client_fetches_over_http3() {
         std::fs::read_to_string(site.dir.join("ping")).unwrap(),
         "pong"
     );
+}
+
+/// Runs `h3_abuse.py` in `mode` against `port`, with `more` keys in its plan.
+fn abuse(site: &Site, port: u16, mode: &str, more: Value) -> Value {
+    let mut plan = site.plan(port, json!([]));
+    plan["mode"] = json!(mode);
+    for (key, value) in more.as_object().into_iter().flatten() {
+        plan[key] = value.clone();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3_abuse.py");
+    finished(spawn_script(&script, &plan))
+}
+
+/// H3_EXCESSIVE_LOAD (RFC 9114, section 8.1).
+const H3_EXCESSIVE_LOAD: u64 = 0x107;
+
+/// Streams reset right after their HEADERS (CVE-2023-44487's rapid reset, over QUIC): past
+/// 64 of them, outnumbering the answered ones, the connection is closed with
+/// H3_EXCESSIVE_LOAD; fewer leave it serving; and the worker serves other connections.
+#[test]
+fn a_rapid_reset_flood_closes_its_connection_only() {
+    let site = Site::new("h3-resets");
+    let weir = Weir::start(&site.config("", "", ""));
+    let port = weir.addr().port();
+    let few = abuse(&site, port, "resets", json!({"resets": 40}));
+    assert_eq!(few["closed"], Value::Null, "{few}");
+    assert_eq!(few["ping"], "pong", "{few}");
+    let flood = abuse(&site, port, "resets", json!({"resets": 300}));
+    assert_eq!(flood["closed"], H3_EXCESSIVE_LOAD, "{flood}");
+    assert_eq!(flood["ping"], Value::Null, "{flood}");
+    let other = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(other["groups"][0][0]["body_text"], "pong", "{other}");
+}
+
+/// `retry_above`: with that many handshakes in progress on the worker (here 4, from clients
+/// that never finish theirs), a new client gets a Retry, comes back with its token and is
+/// served; with fewer, it gets none (RFC 9000, section 8.1.2).
+#[test]
+fn a_connection_flood_gets_retry_packets() {
+    let site = Site::new("h3-retry");
+    let weir = Weir::start(&site.config(", retry_above: 4", "", ""));
+    let port = weir.addr().port();
+    let calm = abuse(&site, port, "flood", json!({"half_open": 0}));
+    assert_eq!(calm["retried"], false, "{calm}");
+    assert_eq!(calm["ping"], "pong", "{calm}");
+    let flood = abuse(&site, port, "flood", json!({"half_open": 6}));
+    assert_eq!(flood["retried"], true, "{flood}");
+    assert_eq!(flood["ping"], "pong", "{flood}");
+}
+
+/// The process a binary upgrade started, ended with the test (even a failing one).
+struct Upgraded(Option<u32>);
+
+impl Drop for Upgraded {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// A binary upgrade (`SIGUSR2`) hands the TCP sockets over; the new process binds QUIC sockets
+/// of its own on the same port and answers HTTP/3 there once the old one has exited. (The old
+/// process's QUIC connections are not kept: they get GOAWAY, as on a stop.)
+#[test]
+fn after_an_upgrade_the_new_process_answers_http3_on_the_port() {
+    let site = Site::new("h3-upgrade");
+    let pid_file = site.dir.join("weir.pid");
+    let server = format!(
+        ", graceful_timeout: 5s, pid_file: \"{}\"",
+        pid_file.display()
+    );
+    let mut weir = Weir::start(&site.config("", &server, ""));
+    let port = weir.addr().port();
+    let before = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(before["groups"][0][0]["body_text"], "pong", "{before}");
+    let old_pid = weir.child.id();
+    weir.signal("USR2");
+    let mut new_pid = None;
+    wait_until("the old process's exit", || {
+        new_pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok());
+        weir.child.try_wait().ok().flatten().is_some()
+    });
+    let new_pid = new_pid.filter(|pid| *pid != old_pid);
+    let _upgraded = Upgraded(new_pid);
+    assert!(new_pid.is_some(), "{:#?}", weir.stderr());
+    let after = site.h3(port, json!([[{"path": "/ping"}]]));
+    assert_eq!(after["groups"][0][0]["body_text"], "pong", "{after}");
 }

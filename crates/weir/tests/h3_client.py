@@ -12,6 +12,7 @@ bytes), "body_text": "...", "body_hex": "...", "reset_after": N (send N body byt
 "stop_after": N (read N body bytes, then ask weir to stop sending), "literal_headers": true
 (encode the head by hand, for blocks larger than aioquic's encoder takes)}
 Prints JSON: {"max_streams_bidi": N, "closed": null or the connection's close code,
+"goaway": whether weir sent GOAWAY on its control stream,
 "groups": [[RESULT, ...], ...], "resumed": {"results": [RESULT, ...], "session_resumed",
 "early_data_accepted"} with "resume"}, RESULT: {"status", "headers", "trailers", "body_len",
 "body_md5", "body_text", "reset"}.
@@ -28,7 +29,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamReset
+from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamDataReceived, StreamReset
 
 H3_REQUEST_CANCELLED = 0x10C
 
@@ -66,6 +67,36 @@ def literal_headers_frame(headers):
     return varint(0x01) + varint(len(block)) + block
 
 
+def read_varint(data, at):
+    """RFC 9000 16: the integer at `at` and where the next field starts, or None if cut short."""
+    if at >= len(data):
+        return None
+    length = 1 << (data[at] >> 6)
+    if at + length > len(data):
+        return None
+    value = data[at] & 0x3F
+    for byte in data[at + 1:at + length]:
+        value = (value << 8) | byte
+    return value, at + length
+
+
+def has_goaway(control):
+    """Whether the server's control stream (RFC 9114 6.2.1: type 0x00, then frames) holds a
+    GOAWAY frame (type 0x07, section 7.2.6). aioquic takes GOAWAY without telling."""
+    first = read_varint(control, 0)
+    if first is None or first[0] != 0x00:
+        return False
+    at = first[1]
+    while True:
+        kind = read_varint(control, at)
+        length = kind and read_varint(control, kind[1])
+        if not length or length[1] + length[0] > len(control):
+            return False
+        if kind[0] == 0x07:
+            return True
+        at = length[1] + length[0]
+
+
 def pattern(size):
     """`size` bytes of `abc...z` repeated, as the test upstream's `/big/N` answers."""
     return (b"abcdefghijklmnopqrstuvwxyz" * (size // 26 + 1))[:size]
@@ -78,8 +109,15 @@ class Client(QuicConnectionProtocol):
         self.streams = {}
         self.closed = None
         self.handshake = {}
+        self.server_uni = {}
+
+    def goaway(self):
+        return any(has_goaway(data) for data in self.server_uni.values())
 
     def quic_event_received(self, event):
+        # Server-initiated unidirectional streams (RFC 9000 2.1): the control stream is one.
+        if isinstance(event, StreamDataReceived) and event.stream_id % 4 == 3:
+            self.server_uni[event.stream_id] = self.server_uni.get(event.stream_id, b"") + event.data
         if isinstance(event, HandshakeCompleted):
             self.handshake = {
                 "session_resumed": event.session_resumed,
@@ -217,6 +255,7 @@ async def main(plan):
                 with open(plan["ready_file"], "w") as f:
                     f.write("ready")
         out["closed"] = client.closed
+        out["goaway"] = client.goaway()
     if plan.get("resume"):
         # A second connection resuming the first's session, its request sent as 0-RTT data.
         configuration.session_ticket = tickets[-1] if tickets else None

@@ -28,6 +28,7 @@ impl Loader<'_> {
                 "initial_window_size",
                 "idle_timeout",
                 "zero_rtt",
+                "retry_above",
             ],
         )?;
         let mut settings = Http3Settings::default();
@@ -44,6 +45,10 @@ impl Loader<'_> {
         if let Some(n) = f.get("max_concurrent_streams") {
             let streams = self.uint(n, "`http3.max_concurrent_streams`", 1, 1 << 20)?;
             settings.max_concurrent_streams = streams as u32;
+        }
+        if let Some(n) = f.get("retry_above") {
+            let handshakes = self.uint(n, "`http3.retry_above`", 0, 1 << 20)?;
+            settings.retry_above = handshakes as u32;
         }
         if let Some(n) = f.get("initial_window_size") {
             let (low, high) = WINDOW_BOUNDS;
@@ -89,6 +94,7 @@ pub(crate) fn fill_http3(node: &mut crate::yaml::Node, http3: &Http3Settings) {
     fill(node, "initial_window_size", window);
     fill(node, "idle_timeout", duration(http3.idle_timeout));
     fill(node, "zero_rtt", http3.zero_rtt.to_string());
+    fill(node, "retry_above", http3.retry_above.to_string());
 }
 
 #[cfg(test)]
@@ -112,8 +118,9 @@ mod tests {
         assert!(defaults.advertise && !defaults.zero_rtt);
         assert_eq!(defaults.max_concurrent_streams, 100);
         assert_eq!(defaults.idle_timeout, Duration::from_secs(30));
+        assert_eq!(defaults.retry_above, 128);
         let text = entrypoint(
-            "{ enabled: true, advertise: false, max_concurrent_streams: 7, initial_window_size: 64KiB, idle_timeout: 5s, zero_rtt: true }",
+            "{ enabled: true, advertise: false, max_concurrent_streams: 7, initial_window_size: 64KiB, idle_timeout: 5s, zero_rtt: true, retry_above: 0 }",
         );
         let config = load_str(&text, "t.yaml").expect("valid");
         assert_eq!(
@@ -124,6 +131,7 @@ mod tests {
                 initial_window_size: 64 << 10,
                 idle_timeout: Duration::from_secs(5),
                 zero_rtt: true,
+                retry_above: 0,
             })
         );
         // Written but not enabled, or absent: off.
@@ -144,6 +152,7 @@ mod tests {
             "initial_window_size: 1048576",
             "idle_timeout: 5s",
             "zero_rtt: false",
+            "retry_above: 128",
         ] {
             assert!(dumped.contains(line), "{line} in {dumped}");
         }
@@ -200,7 +209,15 @@ mod tests {
             ),
             (
                 "{ enabled: true, zero_rt: true }",
-                "t.yaml:3:29: unknown key `zero_rt` in `http3` (did you mean `zero_rtt`?); expected one of: enabled, advertise, max_concurrent_streams, initial_window_size, idle_timeout, zero_rtt",
+                "t.yaml:3:29: unknown key `zero_rt` in `http3` (did you mean `zero_rtt`?); expected one of: enabled, advertise, max_concurrent_streams, initial_window_size, idle_timeout, zero_rtt, retry_above",
+            ),
+            (
+                "{ enabled: true, retry_above: -1 }",
+                "t.yaml:3:42: `http3.retry_above` must be a whole number from 0 to 1048576, found `-1`",
+            ),
+            (
+                "{ enabled: true, retry_above: many }",
+                "t.yaml:3:42: `http3.retry_above` must be a whole number from 0 to 1048576, found `many`",
             ),
         ];
         for (http3, expected) in cases {

@@ -46,6 +46,11 @@ use tokio::sync::Notify;
 /// answers 431 on the stream (RFC 9114, section 4.2.2).
 const MAX_FIELD_SECTION_SIZE: u64 = 32 << 10;
 
+/// Streams a client may reset (or stop) before weir has answered them, on one connection,
+/// before resets that outnumber the streams served close it (rapid reset, CVE-2023-44487; the
+/// same allowance as HTTP/2's).
+const RESET_ALLOWANCE: u32 = 64;
+
 /// The sending half of a request stream.
 type H3Send = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 
@@ -68,13 +73,17 @@ pub async fn serve_endpoint(
     stop: Rc<Notify>,
     active: Rc<Cell<usize>>,
 ) {
-    let (server, mut version) = {
+    let (server, mut retry_above, mut version) = {
         let runtime = config.load();
         match runtime
             .entrypoint(entrypoint)
             .and_then(|ep| ep.http3.as_ref())
         {
-            Some(http3) => (http3.server.clone(), runtime.version),
+            Some(http3) => (
+                http3.server.clone(),
+                http3.settings.retry_above as usize,
+                runtime.version,
+            ),
             None => return,
         }
     };
@@ -92,6 +101,7 @@ pub async fn serve_endpoint(
         }
     };
     let closing = Rc::new(Closing::default());
+    let handshaking = Rc::new(Cell::new(0usize));
     loop {
         let stopping = worker.shutdown.notify.notified();
         tokio::pin!(stopping);
@@ -115,15 +125,20 @@ pub async fn serve_endpoint(
                     .and_then(|ep| ep.http3.as_ref());
                 if let Some(http3) = http3 {
                     endpoint.set_server_config(Some(http3.server.clone()));
+                    retry_above = http3.settings.retry_above as usize;
                 }
             }
         }
+        let Some(incoming) = retry_under_flood(incoming, handshaking.get(), retry_above) else {
+            continue;
+        };
         let counted = Active::enter(&active);
         let connection = Connection {
             worker: worker.clone(),
             config: config.clone(),
             entrypoint,
             closing: closing.clone(),
+            handshake: Some(Active::enter(&handshaking)),
             _counted: counted,
         };
         tokio::task::spawn_local(connection.serve(incoming));
@@ -134,12 +149,29 @@ pub async fn serve_endpoint(
     endpoint.wait_idle().await;
 }
 
+/// Under a flood of new connections (more than `retry_above` handshakes in progress on this
+/// worker), a client whose address is not yet validated gets a Retry and must come back with
+/// its token (RFC 9000, section 8.1.2), so spoofed sources cost weir one stateless packet, not
+/// a handshake. Returns the connection attempt to accept, `None` when a Retry answered it.
+fn retry_under_flood(
+    incoming: quinn::Incoming,
+    handshaking: usize,
+    retry_above: usize,
+) -> Option<quinn::Incoming> {
+    if handshaking < retry_above || incoming.remote_address_validated() {
+        return Some(incoming);
+    }
+    incoming.retry().err().map(quinn::RetryError::into_incoming)
+}
+
 /// One QUIC connection's task; counted as active until it ends.
 struct Connection {
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
     closing: Rc<Closing>,
+    /// Counted among the worker's handshakes in progress until the handshake ends.
+    handshake: Option<Active>,
     _counted: Active,
 }
 
@@ -147,7 +179,7 @@ impl Connection {
     /// Completes the handshake (under `handshake_timeout`), then accepts request streams until
     /// the client or weir ends the connection. A stop sends GOAWAY and lets open streams
     /// finish; the connection's idle timeout is QUIC's (`http3.idle_timeout`).
-    async fn serve(self, incoming: quinn::Incoming) {
+    async fn serve(mut self, incoming: quinn::Incoming) {
         let worker = &self.worker;
         let (limit, zero_rtt, logs) = {
             let runtime = self.config.load();
@@ -206,8 +238,9 @@ impl Connection {
             Ok(Ok(conn)) => conn,
             _ => return,
         };
+        self.handshake = None;
         let ip = canonical_ip(peer.ip());
-        let streams = Rc::new(OpenStreams::default());
+        let streams = Rc::new(OpenStreams::new(quic.clone()));
         let mut going_away = false;
         loop {
             // Enabled before the checks below, so a stop that comes between is not missed.
@@ -260,11 +293,48 @@ impl Connection {
     }
 }
 
-/// A connection's open request streams, and a wake-up when one ends.
-#[derive(Default)]
+/// A connection's open request streams, a wake-up when one ends, and the streams its client
+/// reset before weir answered them (rapid reset).
 struct OpenStreams {
     open: Cell<usize>,
     ended: Notify,
+    /// Streams that have ended, however.
+    finished: Cell<u32>,
+    reset_by_client: Cell<u32>,
+    quic: quinn::Connection,
+}
+
+impl OpenStreams {
+    fn new(quic: quinn::Connection) -> OpenStreams {
+        OpenStreams {
+            open: Cell::new(0),
+            ended: Notify::new(),
+            finished: Cell::new(0),
+            reset_by_client: Cell::new(0),
+            quic,
+        }
+    }
+
+    /// Counts a stream the client reset or stopped before weir answered it; past the
+    /// allowance, once such streams are most of those the connection has had, closes the
+    /// connection with `H3_EXCESSIVE_LOAD` (RFC 9114, section 8.1): the open streams end
+    /// with it, and the worker goes on serving other connections.
+    fn client_reset(&self) {
+        let resets = self.reset_by_client.get() + 1;
+        self.reset_by_client.set(resets);
+        if resets > RESET_ALLOWANCE && resets * 2 > self.finished.get() + 1 {
+            let code = Code::H3_EXCESSIVE_LOAD
+                .value()
+                .try_into()
+                .unwrap_or_default();
+            self.quic.close(code, b"too many streams reset");
+        }
+    }
+}
+
+/// Whether `error` is the client resetting its side of a stream, or asking weir to stop its.
+fn by_client(error: &h3::error::StreamError) -> bool {
+    matches!(error, h3::error::StreamError::RemoteTerminate { .. })
 }
 
 /// Closes a connection weir has sent GOAWAY on once its streams have ended: the client gets a
@@ -308,6 +378,7 @@ struct Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         self.streams.open.set(self.streams.open.get() - 1);
+        self.streams.finished.set(self.streams.finished.get() + 1);
         self.streams.ended.notify_one();
     }
 }
@@ -323,6 +394,7 @@ impl Stream {
             .await
         {
             Ok(Ok(resolved)) => resolved,
+            Ok(Err(error)) if by_client(&error) => return self.streams.client_reset(),
             // A head over the limit was answered 431 by `h3`; a malformed one reset the stream.
             _ => return,
         };
@@ -334,7 +406,12 @@ impl Stream {
         let (first, end_stream) = match peeked {
             Poll::Ready(Ok(None)) => (None, true),
             Poll::Ready(Ok(Some(mut data))) => (Some(data.copy_to_bytes(data.remaining())), false),
-            Poll::Ready(Err(_)) => return,
+            Poll::Ready(Err(error)) => {
+                if by_client(&error) {
+                    self.streams.client_reset();
+                }
+                return;
+            }
             Poll::Pending => (None, false),
         };
         let (parts, ()) = request.into_parts();
@@ -366,6 +443,9 @@ impl Stream {
         // Boxed, as on HTTP/2: the exchange's state is large.
         let exchanging = exchange(worker, &runtime, self.entrypoint, &mut client, head);
         let _ = Box::pin(exchanging).await;
+        if client.out.stopped_by_client {
+            self.streams.client_reset();
+        }
     }
 }
 
@@ -728,6 +808,8 @@ struct H3Out {
     sending: Option<(Sending, usize)>,
     /// The stream has been finished or reset: dropping it must not do it again.
     done: bool,
+    /// A send failed because the client reset the stream or sent STOP_SENDING.
+    stopped_by_client: bool,
 }
 
 impl H3Out {
@@ -736,6 +818,7 @@ impl H3Out {
             stream: Some(stream),
             sending: None,
             done: false,
+            stopped_by_client: false,
         }
     }
 
@@ -748,7 +831,10 @@ impl H3Out {
         let (stream, result) = std::task::ready!(sending.as_mut().poll(cx));
         self.sending = None;
         self.stream = Some(stream);
-        Poll::Ready(result.map(|()| len).map_err(io::Error::other))
+        Poll::Ready(result.map(|()| len).map_err(|e| {
+            self.stopped_by_client |= by_client(&e);
+            io::Error::other(e)
+        }))
     }
 
     /// The stream, once no frame is on its way.
@@ -762,24 +848,27 @@ impl H3Out {
     /// Sends the response's HEADERS.
     async fn head(&mut self, parts: http::Response<()>) -> Result<(), BodyError> {
         let stream = self.settled().await?;
-        stream
-            .send_response(parts)
-            .await
-            .map_err(|_| BodyError::Sink)
+        let sent = stream.send_response(parts).await;
+        sent.map_err(|e| self.failed(&e))
+    }
+
+    /// A send's error; notes whether the client caused it.
+    fn failed(&mut self, error: &h3::error::StreamError) -> BodyError {
+        self.stopped_by_client |= by_client(error);
+        BodyError::Sink
     }
 
     /// Ends the stream, after `trailers` when there are any.
     async fn end(&mut self, trailers: Option<http::HeaderMap>) -> Result<(), BodyError> {
         let stream = self.settled().await?;
         if let Some(trailers) = trailers {
-            stream
-                .send_trailers(trailers)
-                .await
-                .map_err(|_| BodyError::Sink)?;
+            if let Err(e) = stream.send_trailers(trailers).await {
+                return Err(self.failed(&e));
+            }
         }
-        let finished = stream.finish().await.map_err(|_| BodyError::Sink);
+        let finished = stream.finish().await;
         self.done = true;
-        finished
+        finished.map_err(|e| self.failed(&e))
     }
 
     /// Resets the stream: an answer that failed half-way must not look complete.

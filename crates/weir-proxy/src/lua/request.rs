@@ -210,7 +210,7 @@ impl Drop for Slice<'_> {
 /// it waits for (`ngx.sleep`) is ready.
 pub(super) async fn drive(
     thread: Thread,
-    function: Function,
+    function: &Function,
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
     watch: &Watch,

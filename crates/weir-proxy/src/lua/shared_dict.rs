@@ -4,7 +4,8 @@
 //! evicted first. Methods and results as lua-nginx-module 0.10's.
 
 use super::ngx_util::format_number;
-use mlua::{Lua, MultiValue, Table, UserData, UserDataMethods, Value};
+use mlua::ffi;
+use mlua::{FromLuaMulti, IntoLuaMulti, Lua, MultiValue, Table, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -113,9 +114,10 @@ impl Store {
         self.uses += 1;
         let uses = self.uses;
         if let Some(entry) = self.entries.get_mut(key) {
-            self.by_use.remove(&entry.last_use);
+            let kept = self.by_use.remove(&entry.last_use);
             entry.last_use = uses;
-            self.by_use.insert(uses, key.to_vec());
+            self.by_use
+                .insert(uses, kept.unwrap_or_else(|| key.to_vec()));
         }
     }
 
@@ -194,7 +196,8 @@ impl Store {
     }
 }
 
-/// A dictionary as the script holds it (`ngx.shared.NAME`).
+/// A dictionary as its methods hold it.
+#[derive(Clone)]
 struct Handle(Arc<SharedDict>);
 
 fn key_of(value: &Value) -> Result<Vec<u8>, &'static str> {
@@ -221,15 +224,6 @@ fn stored_of(value: &Value) -> Result<Option<Stored>, &'static str> {
         Value::String(s) => Stored::Bytes(s.as_bytes().to_vec()),
         _ => return Err("bad value type"),
     }))
-}
-
-fn lua_value(lua: &Lua, value: &Stored) -> mlua::Result<Value> {
-    Ok(match value {
-        Stored::Number(n) => Value::Number(*n),
-        Stored::Bool(b) => Value::Boolean(*b),
-        Stored::Bytes(b) => Value::String(lua.create_string(b)?),
-        Stored::List(_) => Value::Nil,
-    })
 }
 
 fn item_value(lua: &Lua, item: &Item) -> mlua::Result<Value> {
@@ -409,12 +403,38 @@ fn pop(lua: &Lua, dict: &SharedDict, key: Value, front: bool) -> mlua::Result<Mu
     Ok(MultiValue::from_vec(vec![value]))
 }
 
-impl UserData for Handle {
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_method("get", |lua, this, key: Value| get(lua, &this.0, key, false));
-        methods.add_method("get_stale", |lua, this, key: Value| {
-            get(lua, &this.0, key, true)
-        });
+/// A dictionary's methods, each a function over its [`Handle`] that takes the dictionary
+/// table as its first argument (`dict:set(...)`), as resty.core's are.
+struct Methods<'lua> {
+    lua: &'lua Lua,
+    table: Table,
+    handle: Handle,
+    failed: Option<mlua::Error>,
+}
+
+impl Methods<'_> {
+    fn add_method<A, R>(
+        &mut self,
+        name: &str,
+        method: impl Fn(&Lua, &Handle, A) -> mlua::Result<R> + 'static,
+    ) where
+        A: FromLuaMulti,
+        R: IntoLuaMulti,
+    {
+        let handle = self.handle.clone();
+        let added = self
+            .lua
+            .create_function(move |lua, (_, args): (Value, A)| method(lua, &handle, args))
+            .and_then(|f| self.table.raw_set(name, f));
+        if let Err(e) = added {
+            self.failed.get_or_insert(e);
+        }
+    }
+}
+
+impl Handle {
+    /// Every method but `get` and `get_stale` (see [`raw_get`]).
+    fn add_methods(methods: &mut Methods) {
         methods.add_method("set", |lua, this, args| {
             set_like(lua, &this.0, args, When::Always, Room::Evict)
         });
@@ -580,46 +600,139 @@ impl UserData for Handle {
     }
 }
 
-/// `get` / `get_stale`: the value and its flags (when not 0); `get_stale` also gives an
-/// expired value not yet freed, and whether it is stale.
-fn get(lua: &Lua, dict: &SharedDict, key: Value, stale: bool) -> mlua::Result<MultiValue> {
-    let key = match key_of(&key) {
-        Ok(key) => key,
-        Err(e) => return failure(lua, e),
-    };
-    let mut store = dict.lock();
-    let now = Instant::now();
-    let Some(entry) = store.entries.get(&key) else {
-        return Ok(MultiValue::from_vec(vec![Value::Nil]));
-    };
-    // An expired entry stays until a write or `flush_expired` frees it: `get_stale` still
-    // sees it.
-    let expired = entry.expired(now);
-    if expired && !stale {
-        return Ok(MultiValue::from_vec(vec![Value::Nil]));
-    }
-    if matches!(entry.value, Stored::List(_)) {
-        return failure(lua, "value is a list");
-    }
-    let value = lua_value(lua, &entry.value)?;
-    let flags = match entry.flags {
-        0 => Value::Nil,
-        flags => Value::Integer(i64::from(flags)),
-    };
-    if !expired {
-        store.touch(&key);
-    }
-    // As resty.core returns them: the flags only when set, unless `stale` follows.
-    let mut out = vec![value];
-    if stale {
-        out.extend([flags, Value::Boolean(expired)]);
-    } else if !flags.is_nil() {
-        out.push(flags);
-    }
-    Ok(MultiValue::from_vec(out))
+/// What `get` found under a key, its bytes copied out of the store (the lock is released
+/// before Lua sees them).
+enum Found {
+    Missing,
+    Number(f64),
+    Bool(bool),
+    /// The value's bytes are in the caller's buffer.
+    Bytes,
+    List,
 }
 
-/// `ngx.shared`: each dictionary by name.
+/// `get` / `get_stale` of `key`: what is stored (a string's bytes into `bytes`), its flags,
+/// and whether it expired (only `stale` sees an expired value not yet freed).
+fn look_up(dict: &SharedDict, key: &[u8], stale: bool, bytes: &mut Vec<u8>) -> (Found, u32, bool) {
+    let mut store = dict.lock();
+    let Some(entry) = store.entries.get(key) else {
+        return (Found::Missing, 0, false);
+    };
+    let expired = entry.expired(Instant::now());
+    if expired && !stale {
+        return (Found::Missing, 0, false);
+    }
+    let found = match &entry.value {
+        Stored::Number(n) => Found::Number(*n),
+        Stored::Bool(b) => Found::Bool(*b),
+        Stored::Bytes(b) => {
+            bytes.extend_from_slice(b);
+            Found::Bytes
+        }
+        Stored::List(_) => Found::List,
+    };
+    let flags = entry.flags;
+    if !expired && !matches!(found, Found::List) {
+        store.touch(key);
+    }
+    (found, flags, expired)
+}
+
+thread_local! {
+    /// `get`'s buffer for a value on its way from the store to Lua, kept between calls.
+    static GOT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `get` (upvalue 2 false) and `get_stale` (true) written against Lua's C API: the method
+/// scripts call most, spared mlua's argument conversion and its protected calls (with a
+/// memory bound, mlua makes every string it creates in a protected call). Returns as
+/// resty.core: the value, then the flags when set (`get_stale`: flags and whether stale), or
+/// `nil, error`.
+///
+/// No Rust value that must be dropped (a lock, a borrow) is alive while a Lua call that can
+/// raise an error runs: an error (a memory error past `lua.max_memory`) unwinds past this
+/// frame without running destructors.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn raw_get(state: *mut ffi::lua_State) -> std::os::raw::c_int {
+    // SAFETY: upvalue 1 is the dictionary, which the VM's `dicts` keep alive as long as the
+    // VM; arguments are read with the type checks of the C API.
+    unsafe {
+        let dict = &*(ffi::lua_touserdata(state, ffi::lua_upvalueindex(1)) as *const SharedDict);
+        let stale = ffi::lua_toboolean(state, ffi::lua_upvalueindex(2)) != 0;
+        let mut number_key = String::new();
+        let key: &[u8] = match ffi::lua_type(state, 2) {
+            ffi::LUA_TSTRING => {
+                let mut len = 0;
+                let at = ffi::lua_tolstring(state, 2, &mut len);
+                std::slice::from_raw_parts(at.cast::<u8>(), len)
+            }
+            ffi::LUA_TNUMBER => {
+                number_key = format_number(ffi::lua_tonumber(state, 2));
+                number_key.as_bytes()
+            }
+            ffi::LUA_TNIL | ffi::LUA_TNONE => return push_failure(state, c"nil key"),
+            _ => return push_failure(state, c"bad key type"),
+        };
+        match key.len() {
+            0 => return push_failure(state, c"empty key"),
+            1..=65535 => {}
+            _ => return push_failure(state, c"key too long"),
+        }
+        let mut bytes = GOT.with_borrow_mut(std::mem::take);
+        bytes.clear();
+        let (found, flags, expired) = look_up(dict, key, stale, &mut bytes);
+        drop(number_key);
+        match found {
+            Found::Missing => {
+                GOT.set(bytes);
+                ffi::lua_pushnil(state);
+                return 1;
+            }
+            Found::List => {
+                GOT.set(bytes);
+                return push_failure(state, c"value is a list");
+            }
+            Found::Number(n) => ffi::lua_pushnumber(state, n),
+            Found::Bool(b) => ffi::lua_pushboolean(state, i32::from(b)),
+            Found::Bytes => {
+                // Should this raise (past the memory bound), `bytes` is lost, not freed: the
+                // next call makes a new buffer.
+                ffi::lua_pushlstring(state, bytes.as_ptr().cast(), bytes.len());
+                GOT.set(bytes);
+            }
+        }
+        if stale {
+            match flags {
+                0 => ffi::lua_pushnil(state),
+                flags => ffi::lua_pushnumber(state, f64::from(flags)),
+            }
+            ffi::lua_pushboolean(state, i32::from(expired));
+            3
+        } else if flags != 0 {
+            ffi::lua_pushnumber(state, f64::from(flags));
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// `nil, message` as `get` fails.
+#[allow(unsafe_code)]
+unsafe fn push_failure(
+    state: *mut ffi::lua_State,
+    message: &std::ffi::CStr,
+) -> std::os::raw::c_int {
+    // SAFETY: pushes a nil and a copy of a static string.
+    unsafe {
+        ffi::lua_pushnil(state);
+        ffi::lua_pushstring(state, message.as_ptr());
+    }
+    2
+}
+
+/// `ngx.shared`: each dictionary by name, a table whose metatable's `__index` holds its
+/// methods (`type(ngx.shared.NAME)` is "table", as in OpenResty).
 pub(super) fn install(
     lua: &Lua,
     ngx: &Table,
@@ -627,7 +740,35 @@ pub(super) fn install(
 ) -> mlua::Result<()> {
     let shared = lua.create_table()?;
     for (name, dict) in dicts {
-        shared.set(name.as_str(), Handle(dict.clone()))?;
+        let mut methods = Methods {
+            lua,
+            table: lua.create_table()?,
+            handle: Handle(dict.clone()),
+            failed: None,
+        };
+        Handle::add_methods(&mut methods);
+        if let Some(e) = methods.failed {
+            return Err(e);
+        }
+        for (method, stale) in [("get", false), ("get_stale", true)] {
+            let dict_at = Arc::as_ptr(dict).cast_mut().cast::<std::ffi::c_void>();
+            // SAFETY: pushes the dictionary's address and the flag as upvalues of `raw_get`
+            // (the caller keeps the dictionary alive as long as the VM).
+            #[allow(unsafe_code)]
+            let get = unsafe {
+                lua.exec_raw::<mlua::Function>((), |state| {
+                    ffi::lua_pushlightuserdata(state, dict_at);
+                    ffi::lua_pushboolean(state, i32::from(stale));
+                    ffi::lua_pushcclosure(state, raw_get, 2);
+                })
+            }?;
+            methods.table.raw_set(method, get)?;
+        }
+        let meta = lua.create_table()?;
+        meta.raw_set("__index", methods.table)?;
+        let table = lua.create_table()?;
+        table.set_metatable(Some(meta));
+        shared.raw_set(name.as_str(), table)?;
     }
     ngx.set("shared", shared)
 }

@@ -1,0 +1,15 @@
+//! weir's own HTTP/2 codec, server side (RFC 9113 framing and stream states, RFC 7541 HPACK),
+//! sans-IO: [`Connection`] takes received bytes and yields [`Event`]s, takes the caller's
+//! answers and writes frames into an output the caller flushes. The caller owns the socket.
+//! See docs/h2-codec.md.
+
+mod conn;
+mod frame;
+mod head;
+pub mod hpack;
+mod output;
+
+pub use conn::{Config, Connection, Event, SendError, PREFACE};
+pub use frame::Reason;
+pub use head::{HeaderBlock, RequestHead};
+pub use hpack::Indexing;

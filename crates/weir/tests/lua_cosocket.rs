@@ -662,3 +662,30 @@ fn init_worker_starts_a_timer_that_uses_cosockets() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// setkeepalive's idle timeout: a pooled connection nobody takes is closed once it passes,
+/// without another request using the pool (Redis sees it go).
+#[test]
+fn an_idle_pooled_connection_is_closed_after_its_timeout() {
+    let redis = Redis::start();
+    let weir = Weir::start(&one_script(
+        "local red = require('nginx.redis'):new()\n\
+         assert(red:connect('127.0.0.1', tonumber(ngx.var.arg_redis)))\n\
+         ngx.say(red:ping())\nred:set_keepalive(300, 10)",
+    ));
+    let resp = get(weir.addr(), "localhost", &format!("/?redis={}", redis.port));
+    assert_eq!(resp.text(), "PONG\n");
+    let from_weir = || {
+        redis_cli(redis.port, &["client", "list"])
+            .lines()
+            .filter(|l| !l.contains("cmd=client"))
+            .count()
+    };
+    assert_eq!(from_weir(), 1, "pooled");
+    // 300 ms of idle timeout, then a sweep within a second (a loaded machine may be slower).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while from_weir() > 0 {
+        assert!(std::time::Instant::now() < deadline, "still open");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -111,6 +111,8 @@ struct Idle {
 thread_local! {
     /// This worker's keep-alive pools, by key (`host:port` or the `pool` option).
     static POOLS: RefCell<HashMap<String, VecDeque<Idle>>> = RefCell::default();
+    /// Whether [`sweep_pools`] runs on this worker.
+    static SWEEPING: Cell<bool> = const { Cell::new(false) };
     /// The context a phase that may not wait runs in (`header_filter_by_lua*`), while it runs.
     static DISABLED_IN: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
@@ -413,22 +415,62 @@ fn checkout(key: &str) -> Option<Conn> {
     let now = Instant::now();
     POOLS.with_borrow_mut(|pools| {
         let idle = pools.get_mut(key)?;
-        while let Some(Idle { mut conn, expires }) = idle.pop_back() {
-            if expires.is_some_and(|at| at <= now) {
-                continue;
-            }
-            // Anything readable on an idle connection (its end, stray bytes) makes it unusable.
-            let mut probe = [0u8; 1];
-            match conn.io.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    conn.reused += 1;
-                    return Some(conn);
-                }
-                _ => continue,
+        while let Some(mut idle) = idle.pop_back() {
+            if idle.usable(now) {
+                idle.conn.reused += 1;
+                return Some(idle.conn);
             }
         }
         None
     })
+}
+
+impl Idle {
+    /// Whether the connection may serve again: not past its idle timeout, and nothing
+    /// readable on it (its end, or stray bytes, make it unusable).
+    fn usable(&self, now: Instant) -> bool {
+        if self.expires.is_some_and(|at| at <= now) {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(
+            self.conn.io.try_read(&mut probe),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        )
+    }
+}
+
+/// How often the worker's pools are swept while they hold connections.
+const POOL_SWEEP: Duration = Duration::from_secs(1);
+
+/// Closes, every [`POOL_SWEEP`], the idle connections past their timeout or closed by their
+/// peer (nginx watches each one; a sweep costs a `recv` a connection); ends once the pools
+/// are empty, and starts again with the next connection pooled.
+async fn sweep_pools() {
+    let ticker = match Ticker::new(POOL_SWEEP) {
+        Ok(ticker) => ticker,
+        Err(e) => {
+            crate::log_error!("lua: the cosocket pool cannot sweep: {e}");
+            return;
+        }
+    };
+    loop {
+        if ticker.tick().await.is_err() {
+            return;
+        }
+        let now = Instant::now();
+        let empty = POOLS.with_borrow_mut(|pools| {
+            for idle in pools.values_mut() {
+                idle.retain(|i| i.usable(now));
+            }
+            pools.retain(|_, idle| !idle.is_empty());
+            pools.is_empty()
+        });
+        if empty {
+            SWEEPING.set(false);
+            return;
+        }
+    }
 }
 
 /// Puts `conn` into pool `key`, evicting the longest idle when the pool holds `size`.
@@ -445,6 +487,9 @@ fn check_in(key: String, conn: Conn, idle_for: Option<Duration>, size: usize) {
             expires: idle_for.map(|d| now + d),
         });
     });
+    if !SWEEPING.replace(true) {
+        tokio::task::spawn_local(sweep_pools());
+    }
 }
 
 /// Where `connect`'s arguments point: a host and port, or a unix socket path.

@@ -149,6 +149,14 @@ for _ = 1, 2 do
   end
 end"#,
     ),
+    // tcpsock:receiveany: "returns any data received by the connected socket, at most max
+    // bytes" and waits only when nothing has been received yet.
+    raw(
+        "receiveany",
+        r#"sock:send("parts\n") ngx.sleep(0.1)
+ngx.say(sock:receiveany(5)) ngx.say(sock:receiveany(100)) ngx.say(sock:receiveany(10))
+ngx.say(pcall(sock.receiveany, sock, 0))"#,
+    ),
     raw(
         "receiveuntil_closed",
         r#"sock:send("parts\n") local reader = sock:receiveuntil("--nowhere--") ngx.say(reader())"#,
@@ -503,6 +511,10 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("redis_connect_refused", "nil connection refused"),
         ("redis_unix_socket", "1 nil 1 0 1\n1 2\nnil"),
         ("rewrite_and_access_use_cosockets", "from rewrite granted\n"),
+        (
+            "receiveany",
+            "hello\n, world--b--second part--b----b--tail\nnilclosed\n",
+        ),
         ("timer_at", "1 nil nil\nfalse x 1\n"),
         ("timer_counts", "1 1\n"),
         ("timer_uses_cosockets", "1 nil 1\n"),

@@ -1,6 +1,6 @@
 //! `ngx.socket.tcp` and `ngx.socket.connect` as lua-nginx-module's cosockets: `connect` (a
 //! connection from this worker's keep-alive pool first), `sslhandshake` (rustls), `send`,
-//! `receive`, `receiveuntil`, the timeouts, `setkeepalive`, `getreusedtimes`, `close`. Every
+//! `receive`, `receiveany`, `receiveuntil`, the timeouts, `setkeepalive`, `getreusedtimes`, `close`. Every
 //! wait yields the script's coroutine to the worker's event loop, under a timerfd that the
 //! connection keeps (and takes into the pool) so that a wait costs one syscall to arm it; a
 //! wait inside a coroutine the script made itself is passed up the same way.
@@ -731,6 +731,35 @@ async fn receive_method(
     finish_read(&lua, &socket, conn, result.map(Some))
 }
 
+/// `receiveany(max)`: what is read already, or what the next read brings, up to `max` bytes.
+async fn receiveany(
+    lua: Lua,
+    socket: UserDataRef<TcpSocket>,
+    max: i64,
+) -> mlua::Result<MultiValue> {
+    disabled()?;
+    // As nginx: a closed socket answers so before its argument is looked at.
+    let Some(mut conn) = socket.take_readable() else {
+        return failure(&lua, "closed", None);
+    };
+    if max <= 0 {
+        socket.put(conn);
+        return Err(mlua::Error::runtime(
+            "bad argument #2 to 'receiveany' (bad max argument)",
+        ));
+    }
+    if conn.buf.is_empty() {
+        if let Err(e) = fill(&mut conn, socket.read_timeout.get()).await {
+            conn.read_closed |= e != "timeout";
+            socket.put(conn);
+            return failure(&lua, &e, None);
+        }
+    }
+    let data = conn.buf.split_to(conn.buf.len().min(max as usize));
+    socket.put(conn);
+    success(lua.create_string(&data)?, &lua)
+}
+
 /// A read's values. After an error other than a timeout, the connection reads no more (its
 /// reading part is over, as in lua-nginx-module) but stays for sends.
 fn finish_read(
@@ -800,6 +829,7 @@ impl UserData for TcpSocket {
         methods.add_async_method("sslhandshake", sslhandshake);
         methods.add_async_method("send", send);
         methods.add_async_method("receive", receive_method);
+        methods.add_async_method("receiveany", receiveany);
         methods.add_function(
             "receiveuntil",
             |lua, (socket, rest): (AnyUserData, Variadic<Value>)| {

@@ -119,7 +119,7 @@ ngx.say(sock:receive(100)) ngx.say(sock:receive()) ngx.say(sock:send("x"))"#,
         "receive_timeout_keeps_the_connection",
         r#"sock:settimeout(150) sock:send("hang\n")
 ngx.say(sock:receive(100)) ngx.say(sock:receive("*l"))
-sock:settimeout(2000) ngx.say(sock:receive())"#,
+sock:settimeout(1000) ngx.say(sock:receive())"#,
     ),
     raw(
         "settimeouts",
@@ -328,13 +328,13 @@ show(other:connect("127.0.0.1", tonumber(ngx.var.arg_dead))) show(other:get("x")
         r#"local ok, err = ngx.timer.at(0.05, function(premature, a, b)
   ngx.shared.t:set("at", tostring(premature) .. " " .. a .. " " .. b)
 end, "x", 1)
-ngx.say(ok, " ", err, " ", ngx.shared.t:get("at")) ngx.sleep(0.5) ngx.say(ngx.shared.t:get("at"))"#,
+ngx.say(ok, " ", err, " ", ngx.shared.t:get("at")) ngx.sleep(1) ngx.say(ngx.shared.t:get("at"))"#,
     ),
     // "ngx.timer.running_count: the number of timers currently running",
     // "ngx.timer.pending_count: the number of pending timers".
     plain(
         "timer_counts",
-        r#"ngx.timer.at(0, function() ngx.sleep(0.5) end) ngx.timer.at(30, function() end)
+        r#"ngx.timer.at(0, function() ngx.sleep(2) end) ngx.timer.at(30, function() end)
 ngx.sleep(0.2) ngx.say(ngx.timer.pending_count(), " ", ngx.timer.running_count())"#,
     ),
     // A timer's function may use cosockets and ngx.sleep (its context includes ngx.timer.*):
@@ -349,7 +349,7 @@ ngx.sleep(0.2) ngx.say(ngx.timer.pending_count(), " ", ngx.timer.running_count()
   ngx.shared.t:set("redis", tostring(ok) .. " " .. tostring(err) .. " " .. tostring(red:incr("from_timer")))
   red:set_keepalive()
 end, tonumber(ngx.var.arg_redis))
-ngx.sleep(0.5) ngx.say(ngx.shared.t:get("redis"))"#,
+ngx.sleep(1) ngx.say(ngx.shared.t:get("redis"))"#,
     ),
     // ngx.timer.every: "runs the callback periodically"; an error in it is logged.
     plain(
@@ -361,7 +361,7 @@ ngx.sleep(0.6) ngx.say(ngx.shared.t:get("every") >= 3)"#,
     // lua_max_running_timers (256 by default): a timer due while that many run is not run.
     plain(
         "timer_running_limit",
-        r#"for _ = 1, 300 do ngx.timer.at(0, function() ngx.sleep(0.5) end) end
+        r#"for _ = 1, 300 do ngx.timer.at(0, function() ngx.sleep(2) end) end
 ngx.sleep(0.2) ngx.say(ngx.timer.running_count(), " ", ngx.timer.pending_count())"#,
     ),
 ];

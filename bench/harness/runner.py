@@ -22,6 +22,8 @@ def ensure_tools():
         missing.append("libnginx-mod-stream")
     if not all(os.path.exists(m) for m in NGINX_LUA_MODULES):
         missing.append("libnginx-mod-http-lua")
+    if not os.path.exists("/usr/share/lua/5.1/nginx/redis.lua"):
+        missing.append("lua-nginx-redis")
     if missing:
         log(f"installing {' '.join(missing)} from apt")
         sudo = [] if os.geteuid() == 0 else ["sudo"]

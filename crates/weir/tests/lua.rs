@@ -422,40 +422,6 @@ fn write_scripts() -> std::path::PathBuf {
     dir
 }
 
-fn weir_config(scripts: &std::path::Path, workers: usize) -> String {
-    let mut yaml = format!(
-        "server: {{ workers: {workers} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
-         lua:\n  shared_dicts: {{ d: 1MiB, k: 64KiB, f: 64KiB }}\nrouters:\n"
-    );
-    let mut middlewares = String::new();
-    for c in CASES {
-        let dir = scripts.display();
-        let name = c.name;
-        let chain = if c.phases.is_empty() {
-            String::new()
-        } else {
-            let files: Vec<String> = c
-                .phase_names()
-                .iter()
-                .map(|phase| format!("{phase}_file: \"{dir}/{name}.{phase}.lua\""))
-                .collect();
-            middlewares.push_str(&format!(
-                "  m_{name}: {{ lua: {{ {} }} }}\n",
-                files.join(", ")
-            ));
-            format!("    middlewares: [m_{name}]\n")
-        };
-        yaml.push_str(&format!(
-            "  {name}:\n    rule: \"Path(`/case/{name}`)\"\n{chain}    lua: {{ content_file: \"{dir}/{name}.lua\" }}\n"
-        ));
-    }
-    if !middlewares.is_empty() {
-        yaml.push_str("middlewares:\n");
-        yaml.push_str(&middlewares);
-    }
-    yaml
-}
-
 fn ask(addr: std::net::SocketAddr, c: &Case) -> Resp {
     let target = match c.query {
         "" => format!("/case/{}", c.name),
@@ -499,7 +465,12 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
         &names,
         "lua_shared_dict d 1m; lua_shared_dict k 64k; lua_shared_dict f 64k;",
     );
-    let weir = Weir::start(&weir_config(&scripts, 1));
+    let weir = Weir::start(&weir_lua_cases(
+        &scripts,
+        &names,
+        1,
+        "  shared_dicts: { d: 1MiB, k: 64KiB, f: 64KiB }\n",
+    ));
     let mut differences = Vec::new();
     for c in CASES {
         if c.twice {
@@ -537,35 +508,19 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
             differ("body", expected.text(), got.text());
         }
     }
-    assert!(
-        differences.is_empty(),
-        "{} of {} cases differ:\n{}\nnginx's error log:\n{}",
-        differences.len(),
-        CASES.len(),
-        differences.join("\n"),
-        nginx
-            .error_log()
-            .chars()
-            .rev()
-            .take(4000)
-            .collect::<String>()
-            .chars()
-            .rev()
-            .collect::<String>()
-    );
+    let log: Vec<char> = nginx.error_log().chars().collect();
+    let tail: String = log[log.len().saturating_sub(4000)..].iter().collect();
+    assert_same_answers(&differences, CASES.len(), &tail);
     assert!(CASES.len() >= 60);
 }
 
 /// A config with one `lua` route at `/` and more YAML after `lua:`'s keys.
 fn one_script(script: &str, lua_extra: &str, workers: usize) -> String {
-    format!(
-        "server: {{ workers: {workers} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
-         lua:\n  shared_dicts: {{ counters: 1MiB }}\n{lua_extra}routers:\n  \
-         script:\n    rule: \"PathPrefix(`/`)\"\n    lua:\n      content: |\n{}",
-        script
-            .lines()
-            .map(|l| format!("        {l}\n"))
-            .collect::<String>()
+    weir_one_script(
+        workers,
+        &format!("  shared_dicts: {{ counters: 1MiB }}\n{lua_extra}"),
+        "",
+        script,
     )
 }
 
@@ -630,13 +585,13 @@ fn a_runtime_error_is_a_500_and_a_log_line_with_the_script_line_and_traceback() 
 #[test]
 fn what_weir_lacks_is_an_error_naming_it() {
     let weir = Weir::start(&one_script(
-        "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.socket.tcp()",
+        "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.socket.udp()",
         "",
         1,
     ));
     let resp = get(weir.addr(), "localhost", "/");
     assert_eq!(resp.status, 500);
-    let line = weir.wait_for_line("ngx.socket.tcp is not supported by weir", 1);
+    let line = weir.wait_for_line("ngx.socket.udp is not supported by weir", 1);
     assert!(line.contains("ERROR"), "{line}");
 }
 

@@ -36,6 +36,18 @@ impl Ticker {
         Ticker::armed(Expiration::OneShot(TimeSpec::from_duration(after)))
     }
 
+    /// Arms the timer again to tick once, `after` from now (a Lua cosocket's timer, reused for
+    /// each of its waits: one syscall instead of a new timerfd per wait).
+    pub fn rearm_once(&self, after: Duration) -> io::Result<()> {
+        let after = after.max(Duration::from_nanos(1));
+        let expiration = Expiration::OneShot(TimeSpec::from_duration(after));
+        self.fd
+            .get_ref()
+            .0
+            .set(expiration, TimerSetTimeFlags::empty())?;
+        Ok(())
+    }
+
     fn armed(expiration: Expiration) -> io::Result<Ticker> {
         let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK)?;
         timer.set(expiration, TimerSetTimeFlags::empty())?;

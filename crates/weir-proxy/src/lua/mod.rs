@@ -7,6 +7,7 @@
 mod body_filter;
 mod carried;
 mod cjson;
+mod cosocket;
 mod init_once;
 mod ngx_output;
 mod ngx_re;
@@ -15,6 +16,7 @@ mod ngx_util;
 mod phases;
 mod request;
 mod shared_dict;
+mod timer;
 mod vm;
 mod watchdog;
 

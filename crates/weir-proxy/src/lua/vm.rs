@@ -5,7 +5,9 @@
 
 use super::request::{self, RequestState};
 use super::watchdog::Watch;
-use super::{cjson, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, LuaProgram};
+use super::{
+    cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, timer, LuaProgram,
+};
 use mlua::{Function, Lua, Thread, ThreadStatus};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -69,6 +71,7 @@ impl WorkerVm {
         ngx_req::install(&lua, &ngx)?;
         ngx_re::install(&lua, &ngx)?;
         shared_dict::install(&lua, &ngx, &program.dicts)?;
+        cosocket::install(&lua, &ngx)?;
         lua.globals().set("ngx", ngx)?;
         cjson::install(&lua)?;
         lua.load(PRELUDE).set_name("=weir").exec()?;
@@ -79,10 +82,14 @@ impl WorkerVm {
         }
         let max_run_time = settings.max_run_time;
         let watch = watch_vm(&lua)?;
-        for code in [&settings.init, &settings.init_worker]
-            .into_iter()
-            .flatten()
-        {
+        timer::install(&lua, max_run_time, &watch)?;
+        let first = [
+            (&settings.init, "init_by_lua*"),
+            (&settings.init_worker, "init_worker_by_lua*"),
+        ];
+        for (code, context) in first {
+            let Some(code) = code else { continue };
+            let _no_cosockets = cosocket::CosocketsDisabled::enter(context);
             let _slice = request::Slice::start(None, max_run_time, &watch);
             // Only the first VM's `init` writes to `ngx.shared` (init_once.rs).
             let is_init = settings
@@ -285,6 +292,7 @@ impl WorkerVm {
     ) -> mlua::Result<()> {
         let thread = self.thread()?;
         let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
+        let _no_cosockets = cosocket::CosocketsDisabled::enter("header_filter_by_lua*");
         thread.resume::<mlua::MultiValue>(&self.functions[index])?;
         self.keep_if_finished(thread.clone());
         let exited = state.borrow().exit.is_some();
@@ -316,8 +324,10 @@ for _, name in ipairs({"exec", "on_abort", "get_phase"}) do
 end
 ngx.location = { capture = missing("ngx.location.capture"),
                  capture_multi = missing("ngx.location.capture_multi") }
-ngx.socket = { tcp = missing("ngx.socket.tcp"), udp = missing("ngx.socket.udp"),
-               connect = missing("ngx.socket.connect"), stream = missing("ngx.socket.stream") }
+ngx.socket = ngx.socket or {}
+for _, name in ipairs({"tcp", "udp", "connect", "stream"}) do
+  if ngx.socket[name] == nil then ngx.socket[name] = missing("ngx.socket." .. name) end
+end
 ngx.timer = { at = missing("ngx.timer.at"), every = missing("ngx.timer.every") }
 ngx.thread = { spawn = missing("ngx.thread.spawn"), wait = missing("ngx.thread.wait"),
                kill = missing("ngx.thread.kill") }

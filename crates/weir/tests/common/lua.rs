@@ -84,3 +84,68 @@ impl Drop for NginxLua {
         let _ = self.child.wait();
     }
 }
+
+/// weir's side of [`NginxLua::start`]: `/case/NAME` runs `scripts/NAME.lua`, after a `lua`
+/// middleware with the phases given with it (`scripts/NAME.PHASE.lua`); `workers` workers,
+/// `lua_keys` the `lua:` block's keys (each line indented by two).
+pub fn weir_lua_cases(
+    scripts: &std::path::Path,
+    names: &[(&str, &[&str])],
+    workers: usize,
+    lua_keys: &str,
+) -> String {
+    let dir = scripts.display();
+    let mut yaml = format!(
+        "server: {{ workers: {workers} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         lua:\n{lua_keys}routers:\n"
+    );
+    let mut middlewares = String::new();
+    for (name, phases) in names {
+        let chain = if phases.is_empty() {
+            String::new()
+        } else {
+            let files: Vec<String> = phases
+                .iter()
+                .map(|phase| format!("{phase}_file: \"{dir}/{name}.{phase}.lua\""))
+                .collect();
+            middlewares.push_str(&format!(
+                "  m_{name}: {{ lua: {{ {} }} }}\n",
+                files.join(", ")
+            ));
+            format!("    middlewares: [m_{name}]\n")
+        };
+        yaml.push_str(&format!(
+            "  {name}:\n    rule: \"Path(`/case/{name}`)\"\n{chain}    lua: {{ content_file: \"{dir}/{name}.lua\" }}\n"
+        ));
+    }
+    if !middlewares.is_empty() {
+        yaml.push_str("middlewares:\n");
+        yaml.push_str(&middlewares);
+    }
+    yaml
+}
+
+/// A config with one `lua` route at `/` running `script`, `lua_keys` the `lua:` block's keys
+/// (each line indented by two) and `routers` more routers (YAML under `routers:`).
+pub fn weir_one_script(workers: usize, lua_keys: &str, routers: &str, script: &str) -> String {
+    format!(
+        "server: {{ workers: {workers} }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         lua:\n{lua_keys}routers:\n{routers}  \
+         script:\n    rule: \"PathPrefix(`/`)\"\n    lua:\n      content: |\n{}",
+        script
+            .lines()
+            .map(|l| format!("        {l}\n"))
+            .collect::<String>()
+    )
+}
+
+/// Fails listing the cases whose answers differ between nginx and weir, with nginx's error
+/// log (or its end).
+pub fn assert_same_answers(differences: &[String], cases: usize, nginx_log: &str) {
+    assert!(
+        differences.is_empty(),
+        "{} of {cases} cases differ:\n{}\nnginx's error log:\n{nginx_log}",
+        differences.len(),
+        differences.join("\n"),
+    );
+}

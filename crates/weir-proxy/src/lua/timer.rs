@@ -1,0 +1,185 @@
+//! `ngx.timer.at`, `ngx.timer.every`, `ngx.timer.running_count` and `pending_count` as
+//! lua-nginx-module has them: a timer runs its function later on the same worker, in a
+//! coroutine of its own outside any request (so it may use cosockets and `ngx.sleep`), under
+//! the same `max_run_time` watch as the worker's scripts.
+
+use super::request::Slice;
+use super::watchdog::Watch;
+use crate::io::ticker::Ticker;
+use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+/// lua-nginx-module's `lua_max_pending_timers` default: more timers waiting is an error.
+const MAX_PENDING: usize = 1024;
+/// `lua_max_running_timers`' default: a timer due while this many run is dropped (logged).
+const MAX_RUNNING: usize = 256;
+
+thread_local! {
+    /// This worker's timers waiting for their time, and those running their function.
+    static PENDING: Cell<usize> = const { Cell::new(0) };
+    static RUNNING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// What a timer's run needs of its VM.
+#[derive(Clone)]
+struct TimerRuntime {
+    /// Runs a function with its arguments under `xpcall`, so its error carries a traceback.
+    traced: Function,
+    max_run_time: Duration,
+    watch: Arc<Watch>,
+}
+
+/// Puts `at`, `every`, `running_count` and `pending_count` in `ngx.timer` (made by the VM's
+/// prelude), once the VM's watch exists.
+pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> mlua::Result<()> {
+    let ngx: Table = lua.globals().get("ngx")?;
+    let timer: Table = match ngx.get::<Option<Table>>("timer")? {
+        Some(timer) => timer,
+        None => lua.create_table()?,
+    };
+    let runtime = TimerRuntime {
+        traced: lua.load(TRACED).set_name("=ngx.timer").eval()?,
+        max_run_time,
+        watch: watch.clone(),
+    };
+    let at_runtime = runtime.clone();
+    timer.set(
+        "at",
+        lua.create_function(
+            move |lua, (delay, callback, args): (f64, Function, Variadic<Value>)| {
+                start(lua, &at_runtime, delay, false, callback, args)
+            },
+        )?,
+    )?;
+    timer.set(
+        "every",
+        lua.create_function(
+            move |lua, (interval, callback, args): (f64, Function, Variadic<Value>)| {
+                // lua-nginx-module counts in milliseconds: less than one is zero.
+                if interval < 0.001 || interval.is_nan() {
+                    return Err(mlua::Error::runtime("delay cannot be zero"));
+                }
+                start(lua, &runtime, interval, true, callback, args)
+            },
+        )?,
+    )?;
+    timer.set(
+        "running_count",
+        lua.create_function(|_, ()| Ok(RUNNING.get()))?,
+    )?;
+    timer.set(
+        "pending_count",
+        lua.create_function(|_, ()| Ok(PENDING.get()))?,
+    )?;
+    ngx.set("timer", timer)?;
+    Ok(())
+}
+
+/// Schedules `callback(false, args...)` after `delay` seconds (and every `delay` seconds
+/// after that with `every`) on this worker: 1, or `nil` and why not.
+fn start(
+    lua: &Lua,
+    runtime: &TimerRuntime,
+    delay: f64,
+    every: bool,
+    callback: Function,
+    args: Variadic<Value>,
+) -> mlua::Result<(Option<i64>, Option<&'static str>)> {
+    if delay < 0.0 || delay.is_nan() {
+        return Err(mlua::Error::runtime(
+            "bad argument #1 to 'at' (delay must not be negative)",
+        ));
+    }
+    if PENDING.get() >= MAX_PENDING {
+        return Ok((None, Some("too many pending timers")));
+    }
+    let lua = lua.clone();
+    let runtime = runtime.clone();
+    let args: Vec<Value> = args.into_iter().collect();
+    PENDING.set(PENDING.get() + 1);
+    tokio::task::spawn_local(async move {
+        let wait = Duration::from_secs_f64(delay);
+        loop {
+            let waited = match Ticker::once(wait) {
+                Ok(ticker) => ticker.tick().await,
+                Err(e) => Err(e),
+            };
+            PENDING.set(PENDING.get() - 1);
+            if let Err(e) = waited {
+                crate::log_error!("lua: ngx.timer: cannot wait: {e}");
+                return;
+            }
+            if !every {
+                run_counted(&lua, &runtime, &callback, &args).await;
+                return;
+            }
+            // As lua-nginx-module: the next run is due an interval after this one starts,
+            // whether or not this one has ended by then.
+            PENDING.set(PENDING.get() + 1);
+            let (lua, runtime) = (lua.clone(), runtime.clone());
+            let (callback, args) = (callback.clone(), args.clone());
+            tokio::task::spawn_local(async move {
+                run_counted(&lua, &runtime, &callback, &args).await;
+            });
+        }
+    });
+    // nginx answers 1 (not `true`).
+    Ok((Some(1), None))
+}
+
+/// [`run`], counted in `running_count` (not run past [`MAX_RUNNING`], as in nginx); its
+/// error is logged.
+async fn run_counted(lua: &Lua, runtime: &TimerRuntime, callback: &Function, args: &[Value]) {
+    if RUNNING.get() >= MAX_RUNNING {
+        crate::log_error!(
+            "lua: ngx.timer: not run, {MAX_RUNNING} lua_max_running_timers are not enough"
+        );
+        return;
+    }
+    RUNNING.set(RUNNING.get() + 1);
+    let ran = run(lua, runtime, callback, args).await;
+    RUNNING.set(RUNNING.get() - 1);
+    if let Err(e) = ran {
+        super::log_failure("ngx.timer", &e.to_string());
+    }
+}
+
+/// Runs `callback(false, args...)` in a coroutine of its own to its end, resuming it whenever
+/// what it waits for is ready; no request is current meanwhile.
+async fn run(
+    lua: &Lua,
+    runtime: &TimerRuntime,
+    callback: &Function,
+    args: &[Value],
+) -> mlua::Result<()> {
+    let thread: Thread = lua.create_thread(runtime.traced.clone())?;
+    let mut call = vec![Value::Function(callback.clone()), Value::Boolean(false)];
+    call.extend(args.iter().cloned());
+    let mut running = pin!(thread.into_async::<MultiValue>(MultiValue::from_iter(call)));
+    poll_fn(|cx| {
+        let _slice = Slice::start(None, runtime.max_run_time, &runtime.watch);
+        loop {
+            match futures_core::Stream::poll_next(running.as_mut(), cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                Poll::Ready(Some(Ok(_))) => {}
+            }
+        }
+    })
+    .await
+}
+
+/// `xpcall` around a timer's function and its arguments (yields pass through).
+const TRACED: &str = r#"
+local xpcall, traceback, error = xpcall, debug.traceback, error
+return function(f, ...)
+  local ok, err = xpcall(f, traceback, ...)
+  if not ok then error(err, 0) end
+end
+"#;

@@ -46,7 +46,10 @@ impl PieceFilter for LuaBodyFilter {
             piece.eof = eof;
             piece.arg = None;
         }
-        if let Err(e) = self.vm.run_now(self.index, &self.state) {
+        if let Err(e) = self
+            .vm
+            .run_now(self.index, &self.state, "body_filter_by_lua*")
+        {
             // As nginx, which aborts the answer: the client sees it cut short.
             super::log_failure(&self.name, &e.to_string());
             self.ended = true;

@@ -171,7 +171,7 @@ impl PhaseScripts {
             })
             .collect();
         let state = Rc::new(RefCell::new(state));
-        if let Err(e) = vm.run_now(script.index, &state) {
+        if let Err(e) = vm.run_now(script.index, &state, "header_filter_by_lua*") {
             crate::log_error!("lua: {name}: {e}");
             return;
         }
@@ -277,7 +277,7 @@ impl PhaseScripts {
         // Nothing is sent any more: the head is out.
         state.headers_sent = true;
         let state = Rc::new(RefCell::new(state));
-        if let Err(e) = vm.run_now(script.index, &state) {
+        if let Err(e) = vm.run_now(script.index, &state, "log_by_lua*") {
             super::log_failure(name, &e.to_string());
         }
     }

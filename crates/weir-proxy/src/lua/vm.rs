@@ -284,15 +284,17 @@ impl WorkerVm {
     }
 
     /// Runs script `index` to its end at once, for a phase that cannot wait
-    /// (`header_filter`, `body_filter`, `log`): a script that tries to is stopped with an error.
+    /// (`header_filter`, `body_filter`, `log`): a script that tries to is stopped with an error,
+    /// and cosockets are refused as nginx refuses them in `context` (`log_by_lua*`, say).
     pub(super) fn run_now(
         &self,
         index: usize,
         state: &Rc<RefCell<RequestState>>,
+        context: &'static str,
     ) -> mlua::Result<()> {
         let thread = self.thread()?;
         let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
-        let _no_cosockets = cosocket::CosocketsDisabled::enter("header_filter_by_lua*");
+        let _no_cosockets = cosocket::CosocketsDisabled::enter(context);
         thread.resume::<mlua::MultiValue>(&self.functions[index])?;
         self.keep_if_finished(thread.clone());
         let exited = state.borrow().exit.is_some();

@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use rustls::pki_types::pem::PemObject;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,42 +37,14 @@ impl TlsConn {
         stream.flush().unwrap();
     }
 
-    /// One answer (weir's answers here carry a Content-Length).
-    fn read(&mut self) -> Option<Answer> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let status = line.split(' ').nth(1)?.parse().ok()?;
-        let mut headers = Vec::new();
-        loop {
-            let mut field = String::new();
-            self.reader.read_line(&mut field).ok()?;
-            let field = field.trim_end();
-            if field.is_empty() {
-                break;
-            }
-            let (name, value) = field.split_once(':')?;
-            headers.push((name.trim().to_lowercase(), value.trim().to_string()));
-        }
-        let length = headers
-            .iter()
-            .find(|(n, _)| n == "content-length")
-            .map_or(0, |(_, v)| v.parse().unwrap());
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).ok()?;
-        let close = ("connection".to_string(), "close".to_string());
-        Some(Answer {
-            status,
-            connection_close: headers.contains(&close),
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
+    fn read(&mut self) -> Option<Resp> {
+        read_response(&mut self.reader, false)
     }
 
     fn body(&mut self) -> String {
         let answer = self.read().expect("an answer");
         assert_eq!(answer.status, 200);
-        answer.body
+        answer.text()
     }
 
     /// True when weir has closed the connection (EOF, with or without close_notify).
@@ -80,13 +52,6 @@ impl TlsConn {
         let mut byte = [0u8; 1];
         matches!(self.reader.read(&mut byte), Ok(0) | Err(_))
     }
-}
-
-/// What the tests look at in an answer.
-struct Answer {
-    status: u16,
-    connection_close: bool,
-    body: String,
 }
 
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
@@ -193,8 +158,8 @@ fn parked_tls_connections_wake_expire_and_stop() {
     std::thread::sleep(Duration::from_millis(300));
     late.send(REQUEST);
     let answer = late.read().expect("an answer within the grace");
-    assert_eq!((answer.status, answer.body.as_str()), (200, "ok"));
-    assert!(answer.connection_close);
+    assert_eq!((answer.status, answer.text().as_str()), (200, "ok"));
+    assert_eq!(answer.header("connection"), Some("close"));
     assert!(late.is_closed());
     assert!(parked.is_closed());
     let closed_after = stopping.elapsed();

@@ -11,7 +11,7 @@ pub mod h3;
 pub mod tls;
 
 use crate::io::idle::IdleConnections;
-use crate::io::tls_socket::ParkableTls;
+use crate::io::idle::ParkedTls;
 use crate::reply::client::TlsInfo;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -51,10 +51,10 @@ impl ClientIo for TcpStream {
     }
 }
 
-impl ClientIo for ParkableTls {
+impl ClientIo for ParkedTls {
     const PARKS: bool = true;
 
-    /// With its session, boxed (its socket leaves the reactor in `park_tls`).
+    /// With its session, boxed.
     fn park(self, idle: &IdleConnections, peer: SocketAddr, entrypoint: usize, expires: Instant) {
         idle.park_tls(Box::new(self), peer, entrypoint, expires);
     }

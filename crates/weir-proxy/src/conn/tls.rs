@@ -8,7 +8,7 @@
 use crate::conn::{h1, h2};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::Scheme;
-use crate::io::tls_socket::{ParkableTls, TlsSocket};
+use crate::io::idle::ParkedTls;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::acme::ACME_TLS_ALPN;
 use crate::listen::tls::ServerTls;
@@ -57,7 +57,7 @@ pub async fn serve(
         _ => return,
     }
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config);
-    let handshake = acceptor.accept(TlsSocket::Served(io));
+    let handshake = acceptor.accept(io);
     match watch
         .within(&worker.clock, Waiting::Handshake, limit, handshake)
         .await
@@ -101,12 +101,9 @@ pub async fn resume(
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
-    mut stream: Box<ParkableTls>,
+    stream: Box<ParkedTls>,
     peer: SocketAddr,
 ) {
-    if stream.get_mut().0.wake().is_err() {
-        return;
-    }
     let watch = worker.watch_connection();
     h1::serve(
         worker,

@@ -1,6 +1,5 @@
 //! Low-level I/O every layer may use: read buffers and the worker's lent buffers, deadlines and
-//! the coarse clock, the ticker, the TCP relay, parked idle sockets (and the socket under a TLS
-//! session, which parks with it), the open-file cache, the
+//! the coarse clock, the ticker, the TCP relay, parked idle connections, the open-file cache, the
 //! stream to a server (plain or TLS), and the tables that carry state across a reload.
 
 pub mod buffers;
@@ -9,6 +8,5 @@ pub mod kept;
 pub mod open_files;
 pub mod relay;
 pub mod ticker;
-pub mod tls_socket;
 pub mod upstream_io;
 pub mod watch;

@@ -4,7 +4,7 @@
 //! `101`, refusals, and the lingering close; the interim `100 Continue` goes out through the
 //! body source it lends the upstream side (`reply/request_body.rs`). An idle keep-alive
 //! connection holds no buffer: one is taken from the worker's pool when bytes arrive; after a
-//! second of idleness a plain one is parked ([`idle`](crate::io::idle)) and its task ends.
+//! second of idleness it is parked ([`idle`](crate::io::idle)) and its task ends.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::ClientIo;
@@ -110,9 +110,7 @@ pub async fn serve<S: ClientIo>(
                 }
                 Idle::Park { expires } => {
                     // The task ends; the socket waits in the worker's idle set (`idle.rs`).
-                    if let Some(io) = client.io.into_parkable() {
-                        worker.idle.park(io, peer, entrypoint, expires);
-                    }
+                    client.io.park(&worker.idle, peer, entrypoint, expires);
                     return;
                 }
             }

@@ -2,27 +2,30 @@
 //! transport (plain TCP, TLS) gets its own monomorphised copy of the driver. The HTTP/1.1
 //! driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2` after TLS, or the `h2c` preface), the
 //! HTTP/3 one [`h3`] (QUIC on a TLS entrypoint's port, its own endpoint per worker); TLS
-//! entrypoints go through [`tls`] first. Their deadlines are `io/watch.rs`'s; plain
-//! connections idle for a while wait in `io/idle.rs` without a task.
+//! entrypoints go through [`tls`] first. Their deadlines are `io/watch.rs`'s; HTTP/1
+//! connections (plain or TLS) idle for a while wait in `io/idle.rs` without a task.
 
 pub mod h1;
 pub mod h2;
 pub mod h3;
 pub mod tls;
 
+use crate::io::idle::IdleConnections;
+use crate::io::idle::ParkedTls;
 use crate::reply::client::TlsInfo;
+use std::net::SocketAddr;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
 
 /// A client byte stream: anything a driver can read requests from and write answers to.
 pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
     /// Whether an idle connection on this stream can be parked (see `io/idle.rs`).
     const PARKS: bool;
 
-    /// The bare socket, for parking (called only when `PARKS`); `None` if it could not be
-    /// taken out of the reactor, and the connection is closed as if its idle time had ended.
-    fn into_parkable(self) -> Option<std::net::TcpStream>;
+    /// Parks the idle connection in `idle` (called only when `PARKS`); one that cannot be
+    /// taken out of the reactor is closed as if its idle time had ended.
+    fn park(self, idle: &IdleConnections, peer: SocketAddr, entrypoint: usize, expires: Instant);
 
     /// The plain TCP socket under the stream, when bytes written to it reach the client as
     /// they are (so files can go by `sendfile`).
@@ -37,8 +40,10 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
 impl ClientIo for TcpStream {
     const PARKS: bool = true;
 
-    fn into_parkable(self) -> Option<std::net::TcpStream> {
-        self.into_std().ok()
+    fn park(self, idle: &IdleConnections, peer: SocketAddr, entrypoint: usize, expires: Instant) {
+        if let Ok(io) = self.into_std() {
+            idle.park(io, peer, entrypoint, expires);
+        }
     }
 
     fn as_tcp(&self) -> Option<&TcpStream> {
@@ -46,11 +51,12 @@ impl ClientIo for TcpStream {
     }
 }
 
-impl ClientIo for TlsStream<TcpStream> {
-    const PARKS: bool = false;
+impl ClientIo for ParkedTls {
+    const PARKS: bool = true;
 
-    fn into_parkable(self) -> Option<std::net::TcpStream> {
-        None
+    /// With its session, boxed.
+    fn park(self, idle: &IdleConnections, peer: SocketAddr, entrypoint: usize, expires: Instant) {
+        idle.park_tls(Box::new(self), peer, entrypoint, expires);
     }
 
     fn as_tcp(&self) -> Option<&TcpStream> {

@@ -1,12 +1,14 @@
 //! The detect and handshake phases of a TLS entrypoint: a client speaking plain HTTP to the
 //! port gets a readable 400 (as nginx answers), otherwise the TLS handshake runs under
-//! `handshake_timeout` and the HTTP/1 driver takes the decrypted stream. A failed or stalled
+//! `handshake_timeout` and the driver ALPN picks takes the decrypted stream; an HTTP/1 one
+//! parked while idle comes back through [`resume`]. A failed or stalled
 //! handshake closes the connection and is counted (`weir_tls_handshake_failures_total`); the
 //! worker goes on serving the others.
 
 use crate::conn::{h1, h2};
 use crate::http::error::{ErrorKind, LocalError};
 use crate::http::Scheme;
+use crate::io::idle::ParkedTls;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::acme::ACME_TLS_ALPN;
 use crate::listen::tls::ServerTls;
@@ -92,6 +94,27 @@ pub async fn serve(
         Ok(Err(_)) => failed(HandshakeFailure::Error),
         Err(Expired) => failed(HandshakeFailure::Timeout),
     }
+}
+
+/// Serves a parked HTTP/1 TLS connection whose client wrote again, its session as it was.
+pub async fn resume(
+    worker: Rc<Worker>,
+    config: SharedRuntime,
+    entrypoint: usize,
+    stream: Box<ParkedTls>,
+    peer: SocketAddr,
+) {
+    let watch = worker.watch_connection();
+    h1::serve(
+        worker,
+        config,
+        entrypoint,
+        *stream,
+        peer,
+        Scheme::Https,
+        watch,
+    )
+    .await;
 }
 
 /// Answers a plain-HTTP request sent to a TLS port, after reading what arrived of it (closing

@@ -541,19 +541,21 @@ fn resume(
     conn: crate::io::idle::Woken,
     active: &Rc<Cell<usize>>,
 ) {
-    match TcpStream::from_std(conn.io) {
-        Ok(io) => {
-            let counted = Active::enter(active);
-            spawn_plain(
-                worker.clone(),
-                config.clone(),
-                conn.entrypoint,
-                io,
-                conn.peer,
-                counted,
-            );
+    let counted = Active::enter(active);
+    let (worker, config) = (worker.clone(), config.clone());
+    match conn.io {
+        crate::io::idle::WokenIo::Plain(io) => match TcpStream::from_std(io) {
+            Ok(io) => {
+                spawn_plain(worker, config, conn.entrypoint, io, conn.peer, counted);
+            }
+            Err(e) => crate::log_error!("worker {}: cannot resume a connection: {e}", worker.id),
+        },
+        crate::io::idle::WokenIo::Tls(stream) => {
+            tokio::task::spawn_local(async move {
+                conn::tls::resume(worker, config, conn.entrypoint, stream, conn.peer).await;
+                drop(counted);
+            });
         }
-        Err(e) => crate::log_error!("worker {}: cannot resume a connection: {e}", worker.id),
     }
 }
 

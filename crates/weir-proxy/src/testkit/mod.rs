@@ -52,13 +52,18 @@ const HUNG_AFTER: Duration = Duration::from_secs(10);
 /// How long, in real time, a client waits to conclude that nothing is coming.
 const QUIET: Duration = Duration::from_millis(50);
 
-/// A duplex stream serves as a client connection as a TLS one does: it never parks and has
-/// no socket for `sendfile`.
+/// A duplex stream serves as a client connection: it never parks and has no socket for
+/// `sendfile`.
 impl ClientIo for DuplexStream {
     const PARKS: bool = false;
 
-    fn into_parkable(self) -> Option<std::net::TcpStream> {
-        None
+    fn park(
+        self,
+        _: &crate::io::idle::IdleConnections,
+        _: std::net::SocketAddr,
+        _: usize,
+        _: std::time::Instant,
+    ) {
     }
 
     fn as_tcp(&self) -> Option<&TcpStream> {

@@ -48,53 +48,7 @@ impl Conn {
 
     /// Reads one response; `head_request` means no body follows.
     pub fn read(&mut self, head_request: bool) -> Option<Resp> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            self.reader.read_line(&mut h).ok()?;
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            let (n, v) = h.split_once(':').unwrap();
-            headers.push((n.trim().to_string(), v.trim().to_string()));
-        }
-        let mut resp = Resp {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
-            return Some(resp);
-        }
-        if let Some(len) = resp.header("content-length") {
-            let mut body = vec![0; len.parse().unwrap()];
-            self.reader.read_exact(&mut body).ok()?;
-            resp.body = body;
-        } else if resp
-            .header("transfer-encoding")
-            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-        {
-            loop {
-                let mut size = String::new();
-                self.reader.read_line(&mut size).ok()?;
-                let size = usize::from_str_radix(size.trim(), 16).unwrap();
-                let mut chunk = vec![0; size + 2];
-                self.reader.read_exact(&mut chunk).ok()?;
-                if size == 0 {
-                    break;
-                }
-                resp.body.extend_from_slice(&chunk[..size]);
-            }
-        } else {
-            self.reader.read_to_end(&mut resp.body).ok()?;
-        }
-        Some(resp)
+        read_response(&mut self.reader, head_request)
     }
 
     /// True when the server has closed the connection (EOF within the timeout).
@@ -102,6 +56,58 @@ impl Conn {
         let mut byte = [0u8; 1];
         matches!(self.reader.read(&mut byte), Ok(0) | Err(_))
     }
+}
+
+/// Reads one response from any byte stream (a TLS one included); `head_request` means no body
+/// follows.
+pub fn read_response(reader: &mut impl BufRead, head_request: bool) -> Option<Resp> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap();
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    let mut resp = Resp {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+        return Some(resp);
+    }
+    if let Some(len) = resp.header("content-length") {
+        let mut body = vec![0; len.parse().unwrap()];
+        reader.read_exact(&mut body).ok()?;
+        resp.body = body;
+    } else if resp
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                break;
+            }
+            resp.body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        reader.read_to_end(&mut resp.body).ok()?;
+    }
+    Some(resp)
 }
 
 /// One request on a fresh connection.

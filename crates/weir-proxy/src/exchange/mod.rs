@@ -219,7 +219,7 @@ pub(crate) async fn exchange<C: ClientConn>(
     if let Some(kept) = &mut kept {
         kept.held = Held::default();
     }
-    if let (Some(route), Some(_)) = (route, &lua_scope) {
+    if let (Some(route), Some(_)) = (route.filter(|r| r.logs_lua), &lua_scope) {
         run_lua_log(route, &head, &sent, wrapped_by);
     }
     let outcome = finish(worker, runtime, route.map(|r| &**r), logged, started, sent);

@@ -83,6 +83,10 @@ impl PhaseScripts {
         self.header_filter.is_some()
     }
 
+    pub fn has_log(&self) -> bool {
+        self.log.is_some()
+    }
+
     /// `rewrite`, then `access`: the answer when one of them ends the request, else their
     /// changes to the path, query, method and header fields made on `req`, and the body
     /// when one of them read it (`ngx.req.read_body`, through `reader`) or replaced it

@@ -491,6 +491,11 @@ impl Filter {
         matches!(self.1, Kept::Lua(_))
     }
 
+    /// True for a `lua` middleware with a `log` phase.
+    pub fn logs_lua(&self) -> bool {
+        matches!(&self.1, Kept::Lua(scripts) if scripts.has_log())
+    }
+
     /// The `log` phase of a `lua` middleware, once the answer to `req` is sent.
     pub fn on_log(&self, req: &RequestHead, finished: &crate::lua::Finished) {
         if let Kept::Lua(scripts) = &self.1 {

@@ -123,6 +123,8 @@ pub struct Route {
     /// True when some filter is a `lua` middleware: its phases share the request's state
     /// (`ngx.ctx`), and its `log` phase runs after the answer.
     pub runs_lua: bool,
+    /// True when some `lua` middleware has a `log` phase, run after the answer.
+    pub logs_lua: bool,
     /// True when some script of the route may call `ngx.exec` (a `lua` action or middleware):
     /// the exchange then looks for a target to route the request to again.
     pub may_exec: bool,
@@ -380,6 +382,7 @@ impl Runtime {
                     .any(|m| matches!(m.0, weir_config::MiddlewareKind::GrpcWeb(_))),
                 has_error_pages: mws.iter().any(|m| m.answers_error_pages()),
                 runs_lua: mws.iter().any(|m| m.runs_lua()),
+                logs_lua: mws.iter().any(|m| m.logs_lua()),
                 may_exec: mws.iter().any(|m| m.runs_lua()) || matches!(action, RouteAction::Lua(_)),
                 filters: mws,
                 filter_names: r

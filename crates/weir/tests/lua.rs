@@ -217,6 +217,10 @@ const CASES: &[Case] = &[
     case("decode_args", r#"dump(ngx.decode_args("a=1&b=%20x&b=y&c"))"#),
     case("quote_sql_str", r#"ngx.say(ngx.quote_sql_str("it's \"x\"\n\\ \0 \26"))"#),
     // ngx.shared.DICT (lua_shared_dict d 1m).
+    // resty.core's dictionaries are tables (`{ zone }` with the methods in a metatable), so
+    // `dict.get(dict, key)` works too; a key that is not a string is taken by its `tostring`.
+    case("shdict_is_a_table", r##"local d = ngx.shared.d d:set(12, "twelve") ngx.say(type(d), " ", d.get(d, "12"), " ", d:get(12), " ", select("#", d:get("none")))"##),
+    case("shdict_get_bad_keys", r#"local d = ngx.shared.d ngx.say(d:get(nil)) ngx.say(d:get("")) ngx.say(d:get({})) d:set(true, "t") ngx.say(d:get("true"), " ", d:get(true))"#),
     case("shdict_set_get", r#"local d = ngx.shared.d d:set("k", "v") d:set("n", 1.5) d:set("b", false) ngx.say(d:get("k"), " ", d:get("n"), " ", d:get("b"), " ", d:get("none"))"#),
     case("shdict_set_returns", r#"local d = ngx.shared.d ngx.say(d:set("r", 1)) ngx.say(d:safe_set("r2", 2))"#),
     case("shdict_incr", r#"local d = ngx.shared.d ngx.say(d:incr("cnt", 1, 0)) ngx.say(d:incr("cnt", 5)) ngx.say(d:incr("cnt_missing", 1))"#),

@@ -14,6 +14,7 @@ mod ngx_re;
 mod ngx_req;
 mod ngx_util;
 mod phases;
+mod raw;
 mod request;
 mod shared_dict;
 mod timer;

@@ -206,7 +206,8 @@ fn key_of(value: &Value) -> Result<Vec<u8>, &'static str> {
         Value::Integer(n) => format_number(*n as f64).into_bytes(),
         Value::Number(n) => format_number(*n).into_bytes(),
         Value::Nil => return Err("nil key"),
-        _ => return Err("bad key type"),
+        // resty.core takes any other key by its `tostring`.
+        other => other.to_string().map_err(|_| "bad key type")?.into_bytes(),
     };
     match key.len() {
         0 => Err("empty key"),
@@ -649,9 +650,7 @@ thread_local! {
 /// resty.core: the value, then the flags when set (`get_stale`: flags and whether stale), or
 /// `nil, error`.
 ///
-/// No Rust value that must be dropped (a lock, a borrow) is alive while a Lua call that can
-/// raise an error runs: an error (a memory error past `lua.max_memory`) unwinds past this
-/// frame without running destructors.
+/// Keeps `raw.rs`'s rule: the store's lock is released before Lua sees the value.
 #[allow(unsafe_code)]
 unsafe extern "C-unwind" fn raw_get(state: *mut ffi::lua_State) -> std::os::raw::c_int {
     // SAFETY: upvalue 1 is the dictionary, which the VM's `dicts` keep alive as long as the
@@ -671,7 +670,12 @@ unsafe extern "C-unwind" fn raw_get(state: *mut ffi::lua_State) -> std::os::raw:
                 number_key.as_bytes()
             }
             ffi::LUA_TNIL | ffi::LUA_TNONE => return push_failure(state, c"nil key"),
-            _ => return push_failure(state, c"bad key type"),
+            // resty.core looks any other key up by its `tostring`.
+            _ => {
+                let mut len = 0;
+                let at = ffi::luaL_tolstring(state, 2, &mut len);
+                std::slice::from_raw_parts(at.cast::<u8>(), len)
+            }
         };
         match key.len() {
             0 => return push_failure(state, c"empty key"),
@@ -752,16 +756,9 @@ pub(super) fn install(
         }
         for (method, stale) in [("get", false), ("get_stale", true)] {
             let dict_at = Arc::as_ptr(dict).cast_mut().cast::<std::ffi::c_void>();
-            // SAFETY: pushes the dictionary's address and the flag as upvalues of `raw_get`
-            // (the caller keeps the dictionary alive as long as the VM).
-            #[allow(unsafe_code)]
-            let get = unsafe {
-                lua.exec_raw::<mlua::Function>((), |state| {
-                    ffi::lua_pushlightuserdata(state, dict_at);
-                    ffi::lua_pushboolean(state, i32::from(stale));
-                    ffi::lua_pushcclosure(state, raw_get, 2);
-                })
-            }?;
+            // The VM keeps the dictionary alive as long as itself (`WorkerVm::dicts`).
+            let upvalues = (mlua::LightUserData(dict_at), stale);
+            let get = super::raw::c_closure(lua, raw_get, upvalues)?;
             methods.table.raw_set(method, get)?;
         }
         let meta = lua.create_table()?;

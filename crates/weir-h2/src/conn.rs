@@ -769,6 +769,11 @@ impl Connection {
             return Err(Reason::PROTOCOL_ERROR);
         }
         let Some(i) = self.stream_index(id) else {
+            // §6.9: a zero increment is a stream error even on a stream already closed (an
+            // answer can complete before the client's frame arrives); a real one is ignored.
+            if increment == 0 {
+                return self.stream_error(id, Reason::PROTOCOL_ERROR);
+            }
             return Ok(Step::Nothing);
         };
         if increment == 0 {

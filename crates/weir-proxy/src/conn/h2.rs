@@ -338,11 +338,12 @@ fn write_output<S: AsyncWrite + Unpin>(
             Poll::Pending => break,
         }
     }
+    // TLS may hold records a write could not pass on until flushed (on each drive, so a
+    // flush that waited is finished); a plain socket's flush does nothing.
+    if let Poll::Ready(Err(e)) = Pin::new(&mut *io).poll_flush(cx) {
+        return Err(e);
+    }
     if wrote {
-        // TLS keeps records until flushed; a plain socket's flush does nothing.
-        if let Poll::Ready(Err(e)) = Pin::new(&mut *io).poll_flush(cx) {
-            return Err(e);
-        }
         wake_writers(&mut state.slots);
         if !state.reset_when_sent.is_empty() {
             reset_answered(state);

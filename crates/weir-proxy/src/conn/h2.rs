@@ -355,14 +355,16 @@ fn write_output<S: AsyncWrite + Unpin>(
 /// RST_STREAM (NO_ERROR) for the streams in `reset_when_sent` whose answer is out.
 fn reset_answered(state: &mut EdgeConn) {
     let codec = &mut state.codec;
-    state.reset_when_sent.retain(|&id| match codec.stream_progress(id) {
-        None => false,
-        Some(progress) if progress.answer_sent => {
-            codec.send_reset(id, Reason::NO_ERROR);
-            false
-        }
-        Some(_) => true,
-    });
+    state
+        .reset_when_sent
+        .retain(|&id| match codec.stream_progress(id) {
+            None => false,
+            Some(progress) if progress.answer_sent => {
+                codec.send_reset(id, Reason::NO_ERROR);
+                false
+            }
+            Some(_) => true,
+        });
 }
 
 /// Writes what is left of the output (a final GOAWAY) under the send timeout.
@@ -496,7 +498,13 @@ fn edge_request_head(
     };
     let chunked = !end_stream && head.content_length.is_none();
     let target = head.path().unwrap_or(b"/");
-    head_from_fields(head.method(), target, authority, head.fields.iter(), chunked)
+    head_from_fields(
+        head.method(),
+        target,
+        authority,
+        head.fields.iter(),
+        chunked,
+    )
 }
 
 /// An HTTP/2 (or HTTP/3) request head as the `http` crate holds it, as weir's head (see
@@ -646,7 +654,12 @@ impl StreamOut {
 
     /// Waits for room under `client_send_timeout`; a client that gives none has the stream
     /// reset (CANCEL).
-    async fn room(&self, worker: &Worker, watch: &ConnWatch, drained: bool) -> Result<(), BodyError> {
+    async fn room(
+        &self,
+        worker: &Worker,
+        watch: &ConnWatch,
+        drained: bool,
+    ) -> Result<(), BodyError> {
         let waiting = std::future::poll_fn(|cx| self.poll_room(cx, drained));
         let limit = worker.timeouts.get().send;
         match watch
@@ -851,7 +864,11 @@ impl ClientConn for H2Client {
         // What is still queued behind the client's window goes out before the stream's task
         // ends (else it is reset).
         let sent = match sent {
-            Ok(bytes) => self.send.room(worker, &self.watch, true).await.map(|()| bytes),
+            Ok(bytes) => self
+                .send
+                .room(worker, &self.watch, true)
+                .await
+                .map(|()| bytes),
             Err(e) => Err(e),
         };
         outcome.status = status;
@@ -960,10 +977,9 @@ impl H2Client {
                 };
                 (ended, None)
             }
-            ReplyBody::Bytes(bytes) => (
-                send_all(worker, &self.watch, send, bytes, true).await,
-                None,
-            ),
+            ReplyBody::Bytes(bytes) => {
+                (send_all(worker, &self.watch, send, bytes, true).await, None)
+            }
             ReplyBody::File(file) => {
                 let sending = send_file_body(worker, &self.watch, send, &file, plan.filter);
                 (sending.await, None)

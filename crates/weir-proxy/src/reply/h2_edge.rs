@@ -91,7 +91,10 @@ impl EdgeBody {
         EdgeBody { conn, id }
     }
 
-    pub(crate) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, StreamReset>>> {
+    pub(crate) fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, StreamReset>>> {
         let mut conn = self.conn.borrow_mut();
         let Some(slot) = conn.slot(self.id) else {
             return Poll::Ready(Some(Err(StreamReset)));
@@ -166,7 +169,11 @@ impl Drop for EdgeBody {
 /// once the server's window takes it (its window given back then), so a streaming call flows
 /// both ways at once; trailers pass on, and a reset of the client's stream resets the
 /// upstream's.
-pub(crate) async fn pump_h2(mut body: EdgeBody, first: Option<Bytes>, mut send: h2::SendStream<Bytes>) {
+pub(crate) async fn pump_h2(
+    mut body: EdgeBody,
+    first: Option<Bytes>,
+    mut send: h2::SendStream<Bytes>,
+) {
     let mut next = first;
     loop {
         let data = match next.take() {

@@ -7,10 +7,10 @@
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::Scheme;
 use crate::io::watch::{ConnWatch, Expired};
+use crate::reply::h2_edge::EdgeBody;
 use crate::reply::relay::BodyError;
 use crate::reply::relay::{push_data, relay_body, Relay, Sink, FLUSH_AT};
 use bytes::{Bytes, BytesMut};
-use crate::reply::h2_edge::EdgeBody;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// A body in memory up to this size goes out in the same write as the head.

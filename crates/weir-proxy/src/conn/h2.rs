@@ -8,8 +8,8 @@
 //! chunked), [`exchange`] routes it and runs the action, and the stream's task queues the
 //! reply as HEADERS and DATA frames under the client's flow control. The request body is lent
 //! to the upstream side as the codec's payloads (`reply/h2_edge.rs`, no copy); its window is
-//! given back as the relay uses it. An idle connection keeps only the codec's few hundred
-//! bytes: the read and output buffers are given back while it waits.
+//! given back as the relay uses it. A connection idle for `PARK_AFTER` keeps only the codec's
+//! few hundred bytes: the read and output buffers are given back while it waits on.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
@@ -23,6 +23,7 @@ use crate::http::file_body::FileBody;
 use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
+use crate::io::idle::PARK_AFTER;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
@@ -108,6 +109,8 @@ pub async fn serve<S>(
     };
     let mut going_away = false;
     let mut client_going_away = false;
+    // Idle past `PARK_AFTER`: the codec's buffers are given back while it waits on.
+    let mut long_idle = false;
     loop {
         let ended = take_events(&streams, &mut client_going_away);
         if ended {
@@ -128,21 +131,37 @@ pub async fn serve<S>(
                 break;
             }
             let idle_now = nothing_open && !state.codec.has_output();
-            if idle_now {
+            long_idle &= idle_now;
+            let released = long_idle && state.codec.release_idle_buffers();
+            if released {
                 state.slots = Vec::new();
                 state.reset_when_sent = Vec::new();
             }
-            (idle_now, idle_now && state.codec.release_idle_buffers())
+            (idle_now, released)
         };
         let driving = std::future::poll_fn(|cx| drive(&mut io, &conn, (idle_now, released), cx));
         // With no stream open the connection is idle: the idle timeout and a stop end it.
         // Otherwise the socket is driven without a deadline: the streams keep their own.
         let step = if idle_now {
+            // A busy client's next request comes within a second: the buffers stay for it
+            // (given back and taken again per request, they cost allocations every time).
+            let holds = !going_away && !long_idle && idle > PARK_AFTER;
+            let limit = match (holds, long_idle) {
+                (true, _) => PARK_AFTER,
+                (false, true) => idle.saturating_sub(PARK_AFTER),
+                (false, false) => idle,
+            };
             match watch
-                .within(&worker.clock, Waiting::KeepAlive, idle, driving)
+                .within(&worker.clock, Waiting::KeepAlive, limit, driving)
                 .await
             {
                 Ok(step) => step,
+                // A stop ended the wait: the loop's start sends GOAWAY.
+                Err(Expired) if !going_away && worker.shutdown.is_requested() => continue,
+                Err(Expired) if holds => {
+                    long_idle = true;
+                    continue;
+                }
                 // Idle again after a GOAWAY: the client did not answer its PING.
                 Err(Expired) if going_away => break,
                 Err(Expired) => {

@@ -96,7 +96,7 @@ pub async fn serve<S>(
     let conn: SharedConn = Rc::new(RefCell::new(EdgeConn::new(codec)));
     let idle = worker.timeouts.get().idle;
     let ip = canonical_ip(peer.ip());
-    let streams = StreamContext {
+    let streams = Rc::new(StreamContext {
         worker: worker.clone(),
         config: config.clone(),
         entrypoint,
@@ -106,7 +106,7 @@ pub async fn serve<S>(
         scheme,
         tls,
         conn: conn.clone(),
-    };
+    });
     let mut going_away = false;
     let mut client_going_away = false;
     // Idle past `PARK_AFTER`: the codec's buffers are given back while it waits on.
@@ -192,7 +192,7 @@ pub async fn serve<S>(
 
 /// Hands the codec's events to the streams; `true` on a connection error (GOAWAY is in the
 /// output).
-fn take_events(streams: &StreamContext, client_going_away: &mut bool) -> bool {
+fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> bool {
     let mut state = streams.conn.borrow_mut();
     let state = &mut *state;
     while let Some(event) = state.codec.poll_event() {
@@ -207,7 +207,7 @@ fn take_events(streams: &StreamContext, client_going_away: &mut bool) -> bool {
                     recv_ended: end_stream,
                     ..Slot::default()
                 });
-                let stream = streams.stream(stream_id);
+                let stream = Stream::new(streams, stream_id);
                 tokio::task::spawn_local(stream.serve(head, end_stream));
             }
             Event::HeadTooLarge {
@@ -418,49 +418,36 @@ struct StreamContext {
     conn: SharedConn,
 }
 
-impl StreamContext {
-    fn stream(&self, id: u32) -> Stream {
-        Stream {
-            worker: self.worker.clone(),
-            config: self.config.clone(),
-            entrypoint: self.entrypoint,
-            ip: self.ip,
-            ip_text: self.ip_text.clone(),
-            scheme: self.scheme,
-            tls: self.tls.clone(),
-            out: StreamOut {
-                conn: self.conn.clone(),
-                id,
-            },
-        }
-    }
-}
-
 /// One stream's task; its slot is removed when it ends.
 struct Stream {
-    worker: Rc<Worker>,
-    config: SharedRuntime,
-    entrypoint: usize,
-    ip: IpAddr,
-    ip_text: Rc<str>,
-    scheme: Scheme,
-    tls: Option<Rc<TlsSession>>,
+    context: Rc<StreamContext>,
     out: StreamOut,
 }
 
 impl Stream {
+    fn new(context: &Rc<StreamContext>, id: u32) -> Stream {
+        Stream {
+            context: context.clone(),
+            out: StreamOut {
+                conn: context.conn.clone(),
+                id,
+            },
+        }
+    }
+
     async fn serve(self, head: weir_h2::RequestHead, end_stream: bool) {
+        let context = &*self.context;
         let head = match edge_request_head(&head, end_stream) {
             Ok(head) => head,
             Err(error) => {
                 let answer = error.plain();
-                let date = date_value(&self.worker);
+                let date = date_value(&context.worker);
                 let plan = LocalPlan::new(false, &answer, answer.body.len() as u64);
                 let _ = send_local(&self.out, plan, &answer.body, &date);
                 return;
             }
         };
-        let watch = self.worker.watch_connection();
+        let watch = context.worker.watch_connection();
         let body = (!end_stream).then(|| EdgeBody::new(self.out.conn.clone(), self.out.id));
         let mut client = H2Client {
             body,
@@ -469,18 +456,24 @@ impl Stream {
                 id: self.out.id,
             },
             watch,
-            ip: self.ip,
-            ip_text: self.ip_text.clone(),
-            scheme: self.scheme,
-            tls: self.tls.clone(),
+            ip: context.ip,
+            ip_text: context.ip_text.clone(),
+            scheme: context.scheme,
+            tls: context.tls.clone(),
             // Room for the upstream request's head, written once per stream (grown from
             // nothing, it cost six reallocations a request).
             out: Vec::with_capacity(1024),
         };
-        let runtime = self.config.load_full();
+        let runtime = context.config.load_full();
         // Boxed: the exchange's state is large, and the stream's task is moved whole when it
         // is spawned (perf: memmove was 15% of an h2c worker's time unboxed).
-        let exchanging = exchange(&self.worker, &runtime, self.entrypoint, &mut client, head);
+        let exchanging = exchange(
+            &context.worker,
+            &runtime,
+            context.entrypoint,
+            &mut client,
+            head,
+        );
         let _ = Box::pin(exchanging).await;
     }
 }

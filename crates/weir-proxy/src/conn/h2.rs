@@ -642,25 +642,27 @@ impl StreamOut {
 
     /// Ready once the stream may queue more: what it queued went out to the connection's
     /// output (the client's window took it), and the output is within its bound. With
-    /// `drained`, only the first holds.
+    /// `drained` (the answer is complete), only the first holds, and a reset since is no
+    /// failure.
     fn poll_room(&self, cx: &mut Context<'_>, drained: bool) -> Poll<Result<(), BodyError>> {
         let mut state = self.conn.borrow_mut();
         let state = &mut *state;
+        // An answer all handed to the output is sent, whatever the client did since.
+        let queued = state.codec.queued_bytes(self.id);
+        if drained && queued == 0 {
+            return Poll::Ready(Ok(()));
+        }
         let Some(slot) = state.slots.iter_mut().find(|s| s.id == self.id) else {
             return Poll::Ready(Err(BodyError::Sink));
         };
         if slot.failed {
             return Poll::Ready(Err(BodyError::Sink));
         }
-        if state.codec.queued_bytes(self.id) == 0
-            && (drained || state.codec.output_len() < OUTPUT_LIMIT)
-        {
+        if queued == 0 && state.codec.output_len() < OUTPUT_LIMIT {
             return Poll::Ready(Ok(()));
         }
+        // Woken by the connection's task when the socket or the client's window takes more.
         slot.writer = Some(cx.waker().clone());
-        if let Some(task) = state.task.take() {
-            task.wake();
-        }
         Poll::Pending
     }
 

@@ -98,6 +98,17 @@ pub enum Event {
     ConnectionError { reason: Reason },
 }
 
+/// Where an open stream stands, for a caller deciding how to end it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamProgress {
+    /// The client sent END_STREAM.
+    pub request_ended: bool,
+    /// The caller ended its answer (it may still wait for the client's window).
+    pub answer_queued: bool,
+    /// The answer's END_STREAM is in the output.
+    pub answer_sent: bool,
+}
+
 /// A misuse of the send side by the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
@@ -758,6 +769,11 @@ impl Connection {
             return Err(Reason::PROTOCOL_ERROR);
         }
         let Some(i) = self.stream_index(id) else {
+            // §6.9: a zero increment is a stream error even on a stream already closed (an
+            // answer can complete before the client's frame arrives); a real one is ignored.
+            if increment == 0 {
+                return self.stream_error(id, Reason::PROTOCOL_ERROR);
+            }
             return Ok(Step::Nothing);
         };
         if increment == 0 {
@@ -856,6 +872,19 @@ impl Connection {
         fields: &[(N, V)],
         end_stream: bool,
     ) -> Result<(), SendError> {
+        let pairs = fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
+        self.send_head_fields(stream_id, status, pairs, end_stream)
+    }
+
+    /// [`send_head`](Self::send_head) for fields the caller holds in its own form (no list
+    /// made for the call).
+    pub fn send_head_fields<'f>(
+        &mut self,
+        stream_id: u32,
+        status: u16,
+        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+        end_stream: bool,
+    ) -> Result<(), SendError> {
         let i = self
             .stream_index(stream_id)
             .ok_or(SendError::UnknownStream)?;
@@ -870,7 +899,7 @@ impl Connection {
         self.encoder.begin(&mut block);
         self.encoder.status(status, &mut block);
         for (n, v) in fields {
-            self.encoder.field(n.as_ref(), v.as_ref(), &mut block);
+            self.encoder.field(n, v, &mut block);
         }
         let flags = if end_stream { frame::END_STREAM } else { 0 };
         self.output.tail = block;
@@ -943,6 +972,16 @@ impl Connection {
         stream_id: u32,
         fields: &[(N, V)],
     ) -> Result<(), SendError> {
+        let pairs = fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
+        self.send_trailers_fields(stream_id, pairs)
+    }
+
+    /// [`send_trailers`](Self::send_trailers) for fields the caller holds in its own form.
+    pub fn send_trailers_fields<'f>(
+        &mut self,
+        stream_id: u32,
+        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+    ) -> Result<(), SendError> {
         let i = self
             .stream_index(stream_id)
             .ok_or(SendError::UnknownStream)?;
@@ -953,7 +992,7 @@ impl Connection {
         let mut plain = Encoder::new(Indexing::None, self.config.huffman);
         let mut block = BytesMut::new();
         for (n, v) in fields {
-            plain.field(n.as_ref(), v.as_ref(), &mut block);
+            plain.field(n, v, &mut block);
         }
         let s = &mut self.streams[i];
         s.pending_trailers = Some(block.freeze());
@@ -1085,6 +1124,12 @@ impl Connection {
         !self.output.is_empty()
     }
 
+    /// Bytes waiting to be written (a caller's bound on what it queues before the socket
+    /// takes it).
+    pub fn output_len(&self) -> usize {
+        self.output.len()
+    }
+
     /// What to write next, as slices for a vectored write; returns how many it filled.
     pub fn output_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
         self.output.slices(dst)
@@ -1107,6 +1152,18 @@ impl Connection {
     /// Streams open (either direction).
     pub fn open_streams(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Where an open stream stands (`None`: closed, reset, or never opened).
+    pub fn stream_progress(&self, stream_id: u32) -> Option<StreamProgress> {
+        self.stream_index(stream_id).map(|i| {
+            let s = &self.streams[i];
+            StreamProgress {
+                request_ended: s.recv_closed,
+                answer_queued: s.send_ended,
+                answer_sent: s.send_closed,
+            }
+        })
     }
 
     /// Body bytes queued on a stream for lack of window.

@@ -9,7 +9,7 @@ mod head;
 pub mod hpack;
 mod output;
 
-pub use conn::{Config, Connection, Event, SendError, PREFACE};
+pub use conn::{Config, Connection, Event, SendError, StreamProgress, PREFACE};
 pub use frame::Reason;
 pub use head::{HeaderBlock, RequestHead};
 pub use hpack::Indexing;

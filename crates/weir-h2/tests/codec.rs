@@ -580,3 +580,24 @@ fn empty_data_frames_reach_the_caller_only_to_end_the_stream() {
         })
     ));
 }
+
+#[test]
+fn a_zero_window_increment_on_a_closed_stream_is_a_stream_error() {
+    // RFC 9113 §6.9: an increment of 0 is a stream error of type PROTOCOL_ERROR; h2spec 6.9/2
+    // against weir's edge, whose answer completes (the stream closes) before the frame arrives.
+    let mut c = connected(Config::default());
+    c.receive(&frame(HEADERS, 0x5, 1, &request_block("/", &[])));
+    c.poll_event();
+    c.send_head(1, 204, &[] as &[(&str, &str)], true)
+        .expect("head");
+    frames(&mut c);
+    c.receive(&frame(WINDOW_UPDATE, 0, 1, &0u32.to_be_bytes()));
+    assert!(events(&mut c).is_empty());
+    assert!(frames(&mut c)
+        .iter()
+        .any(|f| f.0 == RST_STREAM && f.2 == 1 && f.3 == 1u32.to_be_bytes()));
+    // A real increment on the closed stream is ignored.
+    c.receive(&frame(WINDOW_UPDATE, 0, 1, &10u32.to_be_bytes()));
+    assert!(events(&mut c).is_empty());
+    assert!(frames(&mut c).is_empty());
+}

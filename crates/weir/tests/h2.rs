@@ -4,7 +4,8 @@
 //! large answers pass under flow control; compression works over HTTP/2; a client that opens
 //! and resets thousands of streams is cut off, and one that never opens its window has its
 //! stream reset after `client_send_timeout`, while the worker goes on answering others
-//! promptly; a stop lets open streams finish.
+//! promptly; a stop lets open streams finish; an upload answered before its end is reset
+//! (NO_ERROR) and the connection serves on.
 
 mod common;
 use common::*;
@@ -356,4 +357,39 @@ fn trailers_from_an_http1_upstream_reach_http2_clients() {
     let tail = &out[body_at..];
     assert!(tail.contains("grpc-status: 0"), "{out}");
     assert!(tail.contains("grpc-message: all-good"), "{out}");
+}
+
+#[test]
+fn an_answer_before_the_body_ends_resets_the_upload_and_the_connection_goes_on() {
+    // RFC 9113 §8.1: a server that has sent a complete response before the request's end may
+    // ask the client to stop sending with RST_STREAM (NO_ERROR); the connection serves on.
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, ""));
+    let body = r#"
+c.initiate_connection()
+c.send_headers(1, [(':method', 'POST'), (':path', '/ping'), (':scheme', 'http'), (':authority', 'x')])
+c.send_data(1, b'x' * 1000)
+s.sendall(c.data_to_send())
+seen = []
+while not any(isinstance(e, h2.events.StreamReset) for e in seen):
+    evs = events()
+    if evs is None:
+        break
+    seen += evs
+status = [dict(e.headers).get(b':status') for e in seen if isinstance(e, h2.events.ResponseReceived)]
+reset = [e.error_code for e in seen if isinstance(e, h2.events.StreamReset)]
+c.send_headers(3, [(':method', 'GET'), (':path', '/ping'), (':scheme', 'http'), (':authority', 'x')], end_stream=True)
+s.sendall(c.data_to_send())
+second = b''
+while True:
+    evs = events()
+    if evs is None:
+        break
+    second += b''.join(e.data for e in evs if isinstance(e, h2.events.DataReceived) and e.stream_id == 3)
+    if any(isinstance(e, h2.events.StreamEnded) and e.stream_id == 3 for e in evs):
+        break
+print(status, reset, second)
+"#;
+    let out = h2_client(weir.addr(), body);
+    assert_eq!(out, "[b'200'] [<ErrorCodes.NO_ERROR: 0>] b'pong'", "{out}");
 }

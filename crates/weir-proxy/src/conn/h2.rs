@@ -1,13 +1,15 @@
 //! The HTTP/2 connection driver (server side), over TLS with ALPN `h2` or cleartext with prior
-//! knowledge (`h2c`). The `h2` crate speaks the protocol: frames, HPACK, flow control, and the
-//! abuse limits weir sets from `entrypoints.NAME.http2` (concurrent streams, header list size,
-//! pending and locally-caused resets). Each stream runs the normal lifecycle: its head becomes
-//! weir's head at the edge (`:authority` as `Host`, cookies joined, a body without a length
-//! declared chunked), [`exchange`] routes it and runs the action, and this driver writes the
+//! knowledge (`h2c`). weir's own codec (`weir-h2`, sans-IO) speaks the protocol: frames, HPACK,
+//! flow control, and the abuse limits weir sets from `entrypoints.NAME.http2` (concurrent
+//! streams, header list size, client and server resets). This task owns the socket: it reads
+//! into the codec, hands each stream's events to the stream's task, and writes the codec's
+//! output with vectored writes. Each stream runs the normal lifecycle: its head becomes weir's
+//! head at the edge (`:authority` as `Host`, cookies joined, a body without a length declared
+//! chunked), [`exchange`] routes it and runs the action, and the stream's task queues the
 //! reply as HEADERS and DATA frames under the client's flow control. The request body is lent
-//! to the upstream side as its `RecvStream`: an HTTP/1 service gets it re-framed, an HTTP/2 one
-//! (`upstream/h2.rs`) as DATA frames. Response bodies go through the same relay (and body
-//! filters) as the HTTP/1 driver's.
+//! to the upstream side as the codec's payloads (`reply/h2_edge.rs`, no copy); its window is
+//! given back as the relay uses it. A connection idle for `PARK_AFTER` keeps only the codec's
+//! few hundred bytes: the read and output buffers are given back while it waits on.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
@@ -21,29 +23,41 @@ use crate::http::file_body::FileBody;
 use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
+use crate::io::idle::PARK_AFTER;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
-use crate::reply::relay::{relay_body, relay_stream, BodyError, DataOut, Relay, Sink, FLUSH_AT};
+use crate::reply::h2_edge::{EdgeBody, EdgeConn, SharedConn, Slot};
+use crate::reply::relay::{relay_body, relay_stream, BodyError, Relay, Sink, FLUSH_AT};
 use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::state::runtime::SharedRuntime;
 use crate::worker::Worker;
 use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, Empty};
+use tokio::io::{AsyncRead, AsyncWrite, Empty, ReadBuf};
+use weir_h2::{Connection, Event, Reason};
 
 /// The client connection preface: what an `h2c` connection starts with.
-pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// Streams the client may reset before weir has seen them, and resets weir may cause, before
+pub const PREFACE: &[u8] = weir_h2::PREFACE;
+/// Streams the client may reset before weir answered them, and resets weir may cause, before
 /// the connection is closed (rapid reset, CVE-2023-44487).
-const MAX_PENDING_RESETS: usize = 64;
-const MAX_LOCAL_RESETS: usize = 256;
+const MAX_CLIENT_RESETS: u32 = 64;
+const MAX_LOCAL_RESETS: u32 = 256;
+/// Output not yet taken by the socket past which streams wait before queuing more (the `h2`
+/// crate's send buffer was `FLUSH_AT * 4` per stream).
+const OUTPUT_LIMIT: usize = FLUSH_AT * 4;
+/// Slices per vectored write.
+const WRITE_SLICES: usize = 32;
+/// What an idle connection reads its next bytes into (on the stack: the codec's read buffer
+/// is given back while it idles).
+const IDLE_READ: usize = 4096;
 
 /// Serves one HTTP/2 connection until the client or weir ends it. A stop (or the idle timeout
 /// with no stream open) sends GOAWAY and lets open streams finish.
@@ -51,7 +65,7 @@ pub async fn serve<S>(
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
-    io: S,
+    mut io: S,
     peer: SocketAddr,
     scheme: Scheme,
     watch: Rc<ConnWatch>,
@@ -69,46 +83,89 @@ pub async fn serve<S>(
             None => return,
         }
     };
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(settings.max_concurrent_streams)
-        .initial_window_size(settings.initial_window_size)
-        .initial_connection_window_size(settings.initial_window_size.saturating_mul(4))
-        .max_frame_size(settings.max_frame_size)
-        .max_header_list_size(settings.max_header_list_size)
-        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
-        .max_send_buffer_size(FLUSH_AT * 4);
+    let codec = Connection::new(weir_h2::Config {
+        max_concurrent_streams: settings.max_concurrent_streams,
+        initial_window_size: settings.initial_window_size,
+        connection_window_size: settings.initial_window_size.saturating_mul(4),
+        max_frame_size: settings.max_frame_size,
+        max_header_list_size: settings.max_header_list_size,
+        max_client_resets: MAX_CLIENT_RESETS,
+        max_local_resets: MAX_LOCAL_RESETS,
+        ..weir_h2::Config::default()
+    });
+    let conn: SharedConn = Rc::new(RefCell::new(EdgeConn::new(codec)));
     let idle = worker.timeouts.get().idle;
-    let handshake = builder.handshake::<S, Bytes>(io);
-    let mut conn = match watch
-        .within(&worker.clock, Waiting::RequestHead, idle, handshake)
-        .await
-    {
-        Ok(Ok(conn)) => conn,
-        _ => return,
-    };
     let ip = canonical_ip(peer.ip());
-    // Formatted once for the connection's streams (per stream it cost 1,260 instructions).
-    let ip_text: Rc<str> = ip.to_string().into();
-    let open = Rc::new(Cell::new(0usize));
+    let streams = Rc::new(StreamContext {
+        worker: worker.clone(),
+        config: config.clone(),
+        entrypoint,
+        ip,
+        // Formatted once for the connection's streams (per stream it cost 1,260 instructions).
+        ip_text: ip.to_string().into(),
+        scheme,
+        tls,
+        conn: conn.clone(),
+    });
     let mut going_away = false;
+    let mut client_going_away = false;
+    // Idle past `PARK_AFTER`: the codec's buffers are given back while it waits on.
+    let mut long_idle = false;
     loop {
+        let ended = take_events(&streams, &mut client_going_away);
+        if ended {
+            break;
+        }
         if !going_away && worker.shutdown.is_requested() {
-            conn.graceful_shutdown();
+            conn.borrow_mut().codec.begin_graceful_shutdown();
             going_away = true;
         }
+        let (idle_now, released) = {
+            let mut state = conn.borrow_mut();
+            let state = &mut *state;
+            let nothing_open = state.slots.is_empty() && state.codec.open_streams() == 0;
+            if nothing_open && client_going_away && !state.codec.is_done() {
+                state.codec.send_goaway(Reason::NO_ERROR);
+            }
+            if state.codec.is_done() && !state.codec.has_output() {
+                break;
+            }
+            let idle_now = nothing_open && !state.codec.has_output();
+            long_idle &= idle_now;
+            let released = long_idle && state.codec.release_idle_buffers();
+            if released {
+                state.slots = Vec::new();
+                state.reset_when_sent = Vec::new();
+            }
+            (idle_now, released)
+        };
+        let driving = std::future::poll_fn(|cx| drive(&mut io, &conn, (idle_now, released), cx));
         // With no stream open the connection is idle: the idle timeout and a stop end it.
-        // Otherwise `accept` is polled without a deadline: it drives the open streams too.
-        let accepted = if open.get() == 0 && !going_away {
-            let accept = conn.accept();
+        // Otherwise the socket is driven without a deadline: the streams keep their own.
+        let step = if idle_now {
+            // A busy client's next request comes within a second: the buffers stay for it
+            // (given back and taken again per request, they cost allocations every time).
+            let holds = !going_away && !long_idle && idle > PARK_AFTER;
+            let limit = match (holds, long_idle) {
+                (true, _) => PARK_AFTER,
+                (false, true) => idle.saturating_sub(PARK_AFTER),
+                (false, false) => idle,
+            };
             match watch
-                .within(&worker.clock, Waiting::KeepAlive, idle, accept)
+                .within(&worker.clock, Waiting::KeepAlive, limit, driving)
                 .await
             {
-                Ok(accepted) => accepted,
+                Ok(step) => step,
+                // A stop ended the wait: the loop's start sends GOAWAY.
+                Err(Expired) if !going_away && worker.shutdown.is_requested() => continue,
+                Err(Expired) if holds => {
+                    long_idle = true;
+                    continue;
+                }
+                // Idle again after a GOAWAY: the client did not answer its PING.
+                Err(Expired) if going_away => break,
                 Err(Expired) => {
-                    conn.graceful_shutdown();
+                    conn.borrow_mut().codec.begin_graceful_shutdown();
                     going_away = true;
                     continue;
                 }
@@ -118,33 +175,239 @@ pub async fn serve<S>(
             tokio::pin!(stopping);
             stopping.as_mut().enable();
             tokio::select! {
-                accepted = conn.accept() => accepted,
+                step = driving => step,
                 _ = &mut stopping, if !going_away => continue,
             }
         };
-        match accepted {
-            Some(Ok((request, respond))) => {
-                open.set(open.get() + 1);
-                let stream = Stream {
-                    worker: worker.clone(),
-                    config: config.clone(),
-                    entrypoint,
-                    ip,
-                    ip_text: ip_text.clone(),
-                    scheme,
-                    tls: tls.clone(),
-                    open: open.clone(),
-                };
-                tokio::task::spawn_local(stream.serve(request, respond));
+        if step == Step::Closed {
+            break;
+        }
+    }
+    let _ = flush_rest(&worker, &watch, &mut io, &conn).await;
+    let mut state = conn.borrow_mut();
+    for slot in &mut state.slots {
+        fail(slot);
+    }
+}
+
+/// Hands the codec's events to the streams; `true` on a connection error (GOAWAY is in the
+/// output).
+fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> bool {
+    let mut state = streams.conn.borrow_mut();
+    let state = &mut *state;
+    while let Some(event) = state.codec.poll_event() {
+        match event {
+            Event::Request {
+                stream_id,
+                head,
+                end_stream,
+            } => {
+                state.slots.push(Slot {
+                    id: stream_id,
+                    recv_ended: end_stream,
+                    ..Slot::default()
+                });
+                let stream = Stream::new(streams, stream_id);
+                tokio::task::spawn_local(stream.serve(head, end_stream));
             }
-            // A connection error: h2 has sent GOAWAY with its code.
-            Some(Err(_)) | None => break,
+            Event::HeadTooLarge {
+                stream_id,
+                end_stream,
+            } => {
+                let no_fields: [(&[u8], &[u8]); 0] = [];
+                let _ = state.codec.send_head(stream_id, 431, &no_fields, true);
+                if !end_stream {
+                    state.codec.send_reset(stream_id, Reason::NO_ERROR);
+                }
+            }
+            Event::Data {
+                stream_id,
+                data,
+                end_stream,
+            } => match state.slots.iter_mut().find(|s| s.id == stream_id) {
+                Some(slot) if !slot.body_dropped => {
+                    if !data.is_empty() {
+                        slot.body.push_back(data);
+                    }
+                    slot.recv_ended |= end_stream;
+                    if let Some(reader) = slot.reader.take() {
+                        reader.wake();
+                    }
+                }
+                // Nobody reads it: its window goes back at once.
+                _ => state.codec.release_capacity(stream_id, data.len()),
+            },
+            Event::Trailers { stream_id, fields } => {
+                if let Some(slot) = state.slots.iter_mut().find(|s| s.id == stream_id) {
+                    let mut trailers = http::HeaderMap::new();
+                    for (name, value) in fields.iter() {
+                        append(&mut trailers, name, value);
+                    }
+                    slot.trailers = Some(trailers);
+                    slot.recv_ended = true;
+                    if let Some(reader) = slot.reader.take() {
+                        reader.wake();
+                    }
+                }
+            }
+            Event::Reset { stream_id, .. } | Event::StreamError { stream_id, .. } => {
+                if let Some(slot) = state.slots.iter_mut().find(|s| s.id == stream_id) {
+                    fail(slot);
+                }
+            }
+            Event::Settings | Event::WindowUpdate { .. } => wake_writers(&mut state.slots),
+            Event::GoAway { .. } => *client_going_away = true,
+            Event::Ping { .. } => {}
+            Event::ConnectionError { .. } => return true,
+        }
+    }
+    false
+}
+
+/// The stream can no longer be read or written: its waiters find out.
+fn fail(slot: &mut Slot) {
+    slot.failed = true;
+    if let Some(reader) = slot.reader.take() {
+        reader.wake();
+    }
+    if let Some(writer) = slot.writer.take() {
+        writer.wake();
+    }
+}
+
+fn wake_writers(slots: &mut [Slot]) {
+    for slot in slots {
+        if let Some(writer) = slot.writer.take() {
+            writer.wake();
         }
     }
 }
 
-/// One stream's task; counted as open until it ends.
-struct Stream {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Bytes were read, or a stream's task changed something: events to take, states to check.
+    Progress,
+    /// The client closed, or the socket failed.
+    Closed,
+}
+
+/// Writes the codec's output and reads into it until there is something to look at: bytes
+/// read, or a change a stream's task made that ends or idles the connection. `idle`: no
+/// stream open; `released`: the codec gave its buffers back (the read goes to the stack).
+fn drive<S: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut S,
+    conn: &SharedConn,
+    (idle, released): (bool, bool),
+    cx: &mut Context<'_>,
+) -> Poll<Step> {
+    let mut state = conn.borrow_mut();
+    let state = &mut *state;
+    if write_output(io, state, cx).is_err() {
+        return Poll::Ready(Step::Closed);
+    }
+    let read = if released {
+        let mut scratch = [0u8; IDLE_READ];
+        let mut buf = ReadBuf::new(&mut scratch);
+        match Pin::new(&mut *io).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) => {
+                state.codec.receive(buf.filled());
+                Poll::Ready(Ok(buf.filled().len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    } else {
+        tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, state.codec.input())
+    };
+    match read {
+        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Poll::Ready(Step::Closed),
+        Poll::Ready(Ok(_)) => Poll::Ready(Step::Progress),
+        Poll::Pending => {
+            // The last stream's task ended (the connection turns idle: the idle timeout
+            // applies), or the final GOAWAY is out: the loop looks again.
+            let written = !state.codec.has_output();
+            let nothing_open = state.slots.is_empty() && state.codec.open_streams() == 0;
+            if written && ((!idle && nothing_open) || state.codec.is_done()) {
+                return Poll::Ready(Step::Progress);
+            }
+            state.task = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// Writes what the socket takes of the codec's output; wakes the streams waiting for room
+/// and resets the streams whose answer went out while their body was left unread.
+fn write_output<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    state: &mut EdgeConn,
+    cx: &mut Context<'_>,
+) -> std::io::Result<()> {
+    let mut wrote = false;
+    while state.codec.has_output() {
+        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
+        let n = state.codec.output_slices(&mut slices);
+        match Pin::new(&mut *io).poll_write_vectored(cx, &slices[..n]) {
+            Poll::Ready(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Poll::Ready(Ok(written)) => {
+                state.codec.advance_output(written);
+                wrote = true;
+            }
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => break,
+        }
+    }
+    // TLS may hold records a write could not pass on until flushed (on each drive, so a
+    // flush that waited is finished); a plain socket's flush does nothing.
+    if let Poll::Ready(Err(e)) = Pin::new(&mut *io).poll_flush(cx) {
+        return Err(e);
+    }
+    if wrote {
+        wake_writers(&mut state.slots);
+        if !state.reset_when_sent.is_empty() {
+            reset_answered(state);
+        }
+    }
+    Ok(())
+}
+
+/// RST_STREAM (NO_ERROR) for the streams in `reset_when_sent` whose answer is out.
+fn reset_answered(state: &mut EdgeConn) {
+    let codec = &mut state.codec;
+    state
+        .reset_when_sent
+        .retain(|&id| match codec.stream_progress(id) {
+            None => false,
+            Some(progress) if progress.answer_sent => {
+                codec.send_reset(id, Reason::NO_ERROR);
+                false
+            }
+            Some(_) => true,
+        });
+}
+
+/// Writes what is left of the output (a final GOAWAY) under the send timeout.
+async fn flush_rest<S: AsyncRead + AsyncWrite + Unpin>(
+    worker: &Worker,
+    watch: &ConnWatch,
+    io: &mut S,
+    conn: &SharedConn,
+) -> Result<(), Expired> {
+    let flushing = std::future::poll_fn(|cx| {
+        let mut state = conn.borrow_mut();
+        if write_output(io, &mut state, cx).is_err() || !state.codec.has_output() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    });
+    let limit = worker.timeouts.get().send;
+    watch
+        .within(&worker.clock, Waiting::ClientWrite, limit, flushing)
+        .await
+}
+
+/// What every stream of a connection is started with.
+struct StreamContext {
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
@@ -152,57 +415,141 @@ struct Stream {
     ip_text: Rc<str>,
     scheme: Scheme,
     tls: Option<Rc<TlsSession>>,
-    open: Rc<Cell<usize>>,
+    conn: SharedConn,
 }
 
-impl Drop for Stream {
-    fn drop(&mut self) {
-        self.open.set(self.open.get() - 1);
-    }
+/// One stream's task; its slot is removed when it ends.
+struct Stream {
+    context: Rc<StreamContext>,
+    out: StreamOut,
 }
 
 impl Stream {
-    async fn serve(self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
-        let (parts, body) = request.into_parts();
-        let end_stream = body.is_end_stream();
-        let head = match request_head(&parts, end_stream) {
+    fn new(context: &Rc<StreamContext>, id: u32) -> Stream {
+        Stream {
+            context: context.clone(),
+            out: StreamOut {
+                conn: context.conn.clone(),
+                id,
+            },
+        }
+    }
+
+    async fn serve(self, head: weir_h2::RequestHead, end_stream: bool) {
+        let context = &*self.context;
+        let head = match edge_request_head(&head, end_stream) {
             Ok(head) => head,
             Err(error) => {
                 let answer = error.plain();
-                let date = date_value(&self.worker);
+                let date = date_value(&context.worker);
                 let plan = LocalPlan::new(false, &answer, answer.body.len() as u64);
-                let _ = send_local(&mut respond, plan, &answer.body, &date).await;
+                let _ = send_local(&self.out, plan, &answer.body, &date);
                 return;
             }
         };
-        let watch = self.worker.watch_connection();
+        let watch = context.worker.watch_connection();
+        let body = (!end_stream).then(|| EdgeBody::new(self.out.conn.clone(), self.out.id));
         let mut client = H2Client {
-            body: (!end_stream).then_some(body),
-            respond,
+            body,
+            send: StreamOut {
+                conn: self.out.conn.clone(),
+                id: self.out.id,
+            },
             watch,
-            ip: self.ip,
-            ip_text: self.ip_text.clone(),
-            scheme: self.scheme,
-            tls: self.tls.clone(),
+            ip: context.ip,
+            ip_text: context.ip_text.clone(),
+            scheme: context.scheme,
+            tls: context.tls.clone(),
             // Room for the upstream request's head, written once per stream (grown from
             // nothing, it cost six reallocations a request).
             out: Vec::with_capacity(1024),
         };
-        let runtime = self.config.load_full();
+        let runtime = context.config.load_full();
         // Boxed: the exchange's state is large, and the stream's task is moved whole when it
         // is spawned (perf: memmove was 15% of an h2c worker's time unboxed).
-        let exchanging = exchange(&self.worker, &runtime, self.entrypoint, &mut client, head);
+        let exchanging = exchange(
+            &context.worker,
+            &runtime,
+            context.entrypoint,
+            &mut client,
+            head,
+        );
         let _ = Box::pin(exchanging).await;
     }
 }
 
-/// An HTTP/2 request head as weir's head: the pseudo-headers become a request line and `Host`,
-/// `cookie` fields are joined with `; ` (RFC 9113 8.2.3), a body of unknown length is declared
-/// chunked (so an HTTP/1 upstream gets it chunked). Parsed by the HTTP/1 codec, so the same
-/// checks apply to both protocols.
+impl Drop for Stream {
+    /// The stream's task is over: an answer cut short is reset (CANCEL); a complete one whose
+    /// request body the client is still sending is reset (NO_ERROR) once it is out.
+    fn drop(&mut self) {
+        let id = self.out.id;
+        let mut state = self.out.conn.borrow_mut();
+        let state = &mut *state;
+        if let Some(i) = state.slots.iter().position(|s| s.id == id) {
+            state.slots.swap_remove(i);
+        }
+        match state.codec.stream_progress(id) {
+            None => {}
+            Some(p) if !p.answer_queued => state.codec.send_reset(id, Reason::CANCEL),
+            Some(p) if p.request_ended => {}
+            Some(p) if p.answer_sent => state.codec.send_reset(id, Reason::NO_ERROR),
+            Some(_) => state.reset_when_sent.push(id),
+        }
+        state.kick();
+    }
+}
+
+/// A request head from weir-h2 as weir's head (see [`head_from_fields`]).
+fn edge_request_head(
+    head: &weir_h2::RequestHead,
+    end_stream: bool,
+) -> Result<RequestHead, LocalError> {
+    let authority = match head.fields.get(b"host") {
+        Some(_) => None,
+        None => head.authority(),
+    };
+    let chunked = !end_stream && head.content_length.is_none();
+    let target = head.path().unwrap_or(b"/");
+    head_from_fields(
+        head.method(),
+        target,
+        authority,
+        head.fields.iter(),
+        chunked,
+    )
+}
+
+/// An HTTP/2 (or HTTP/3) request head as the `http` crate holds it, as weir's head (see
+/// [`head_from_fields`]).
 pub(crate) fn request_head(
     parts: &http::request::Parts,
     end_stream: bool,
+) -> Result<RequestHead, LocalError> {
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = match parts.headers.contains_key(http::header::HOST) {
+        true => None,
+        false => parts.uri.authority().map(|a| a.as_str().as_bytes()),
+    };
+    let chunked = !end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let method = parts.method.as_str().as_bytes();
+    head_from_fields(method, target.as_bytes(), authority, fields, chunked)
+}
+
+/// A request head as weir's head: the pseudo-headers become a request line and `Host` (from
+/// `authority`, given when no `host` field came), `cookie` fields are joined with `; ` (RFC
+/// 9113 8.2.3), a body of unknown length is declared chunked (`chunked`; so an HTTP/1
+/// upstream gets it chunked). Parsed by the HTTP/1 codec, so the same checks apply to every
+/// protocol.
+fn head_from_fields<'f>(
+    method: &[u8],
+    target: &[u8],
+    authority: Option<&[u8]>,
+    fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+    chunked: bool,
 ) -> Result<RequestHead, LocalError> {
     // Written where the parsed head will keep it (no copy).
     let mut raw = BytesMut::with_capacity(512);
@@ -212,28 +559,25 @@ pub(crate) fn request_head(
         raw.extend_from_slice(value);
         raw.extend_from_slice(b"\r\n");
     };
-    raw.extend_from_slice(parts.method.as_str().as_bytes());
+    raw.extend_from_slice(method);
     raw.extend_from_slice(b" ");
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    raw.extend_from_slice(target.as_bytes());
+    raw.extend_from_slice(target);
     raw.extend_from_slice(b" HTTP/1.1\r\n");
-    if !parts.headers.contains_key(http::header::HOST) {
-        if let Some(authority) = parts.uri.authority() {
-            header(&mut raw, b"host", authority.as_str().as_bytes());
-        }
+    if let Some(authority) = authority {
+        header(&mut raw, b"host", authority);
     }
     let mut cookies: Vec<&[u8]> = Vec::new();
-    for (name, value) in &parts.headers {
-        if name == http::header::COOKIE {
-            cookies.push(value.as_bytes());
+    for (name, value) in fields {
+        if name == b"cookie" {
+            cookies.push(value);
         } else {
-            header(&mut raw, name.as_str().as_bytes(), value.as_bytes());
+            header(&mut raw, name, value);
         }
     }
     if !cookies.is_empty() {
         header(&mut raw, b"cookie", &cookies.join(&b"; "[..]));
     }
-    if !end_stream && !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+    if chunked {
         raw.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
     raw.extend_from_slice(b"\r\n");
@@ -251,11 +595,135 @@ pub(crate) fn request_head(
     }
 }
 
+/// A stream's send side: what its task queues in the codec, waiting for room first (the
+/// client's window taking what was queued before, the socket the connection's output).
+struct StreamOut {
+    conn: SharedConn,
+    id: u32,
+}
+
+impl StreamOut {
+    fn head(&self, response: &http::Response<()>, end_stream: bool) -> Result<(), BodyError> {
+        let mut state = self.conn.borrow_mut();
+        let fields = response
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+        let status = response.status().as_u16();
+        let sent = state
+            .codec
+            .send_head_fields(self.id, status, fields, end_stream);
+        state.kick();
+        sent.map_err(|_| BodyError::Sink)
+    }
+
+    fn data(&self, data: Bytes, end_stream: bool) -> Result<(), BodyError> {
+        let mut state = self.conn.borrow_mut();
+        let sent = state.codec.send_data(self.id, data, end_stream);
+        state.kick();
+        sent.map_err(|_| BodyError::Sink)
+    }
+
+    fn trailers(&self, trailers: &http::HeaderMap) -> Result<(), BodyError> {
+        let mut state = self.conn.borrow_mut();
+        let fields = trailers
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+        let sent = state.codec.send_trailers_fields(self.id, fields);
+        state.kick();
+        sent.map_err(|_| BodyError::Sink)
+    }
+
+    fn reset(&self, reason: Reason) {
+        let mut state = self.conn.borrow_mut();
+        state.codec.send_reset(self.id, reason);
+        state.kick();
+    }
+
+    /// Ready once the stream may queue more: what it queued went out to the connection's
+    /// output (the client's window took it), and the output is within its bound. With
+    /// `drained` (the answer is complete), only the first holds, and a reset since is no
+    /// failure.
+    fn poll_room(&self, cx: &mut Context<'_>, drained: bool) -> Poll<Result<(), BodyError>> {
+        let mut state = self.conn.borrow_mut();
+        let state = &mut *state;
+        // An answer all handed to the output is sent, whatever the client did since.
+        let queued = state.codec.queued_bytes(self.id);
+        if drained && queued == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let Some(slot) = state.slots.iter_mut().find(|s| s.id == self.id) else {
+            return Poll::Ready(Err(BodyError::Sink));
+        };
+        if slot.failed {
+            return Poll::Ready(Err(BodyError::Sink));
+        }
+        if queued == 0 && state.codec.output_len() < OUTPUT_LIMIT {
+            return Poll::Ready(Ok(()));
+        }
+        // Woken by the connection's task when the socket or the client's window takes more.
+        slot.writer = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Waits for room under `client_send_timeout`; a client that gives none has the stream
+    /// reset (CANCEL).
+    async fn room(
+        &self,
+        worker: &Worker,
+        watch: &ConnWatch,
+        drained: bool,
+    ) -> Result<(), BodyError> {
+        let waiting = std::future::poll_fn(|cx| self.poll_room(cx, drained));
+        let limit = worker.timeouts.get().send;
+        match watch
+            .within(&worker.clock, Waiting::ClientWrite, limit, waiting)
+            .await
+        {
+            Ok(room) => room,
+            Err(Expired) => {
+                self.reset(Reason::CANCEL);
+                Err(BodyError::SinkStalled)
+            }
+        }
+    }
+}
+
+/// The relay's sink: each write is copied into one DATA payload once there is room, so a slow
+/// reader slows the relay and the relay's deadline covers the wait.
+impl AsyncWrite for StreamOut {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        match self.poll_room(cx, false) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(_)) => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+            Poll::Ready(Ok(())) => match self.data(Bytes::copy_from_slice(buf), false) {
+                Ok(()) => Poll::Ready(Ok(buf.len())),
+                Err(_) => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+            },
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// One stream as the lifecycle sees it.
 struct H2Client {
     /// The request body, until it is read (or dropped, unread, with the answer).
-    body: Option<RecvStream>,
-    respond: SendResponse<Bytes>,
+    body: Option<EdgeBody>,
+    send: StreamOut,
     watch: Rc<ConnWatch>,
     ip: IpAddr,
     ip_text: Rc<str>,
@@ -318,7 +786,7 @@ impl ClientSide for H2Client {
             {
                 Ok(None) => return Ok(whole.freeze()),
                 Ok(Some(Ok(data))) => {
-                    let _ = body.flow_control().release_capacity(data.len());
+                    body.release_capacity(data.len());
                     if (whole.len() + data.len()) as u64 > max {
                         return Err(BodyError::TooLarge);
                     }
@@ -370,12 +838,12 @@ impl ClientConn for H2Client {
             }
             (ReplyHead::Local(local), _) => {
                 let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
-                let sending = send_local(&mut self.respond, plan, &local.body, &date);
+                let sending = self.send_local_body(worker, plan, &local.body, &date);
                 (local.status, sending.await)
             }
             (ReplyHead::Shared(local), _) => {
                 let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
-                let sending = send_local(&mut self.respond, plan, &local.body, &date);
+                let sending = self.send_local_body(worker, plan, &local.body, &date);
                 (local.status, sending.await)
             }
             // The exchange renders weir's errors before they get here (`render_error`); one
@@ -383,7 +851,7 @@ impl ClientConn for H2Client {
             (ReplyHead::Error(error), _) => {
                 let local = error.plain();
                 let plan = LocalPlan::new(head_only, &local, local.body.len() as u64);
-                let sending = send_local(&mut self.respond, plan, &local.body, &date);
+                let sending = self.send_local_body(worker, plan, &local.body, &date);
                 (local.status, sending.await)
             }
             (ReplyHead::Response(response), body) => {
@@ -406,6 +874,16 @@ impl ClientConn for H2Client {
                 };
                 (status, sent)
             }
+        };
+        // What is still queued behind the client's window goes out before the stream's task
+        // ends (else it is reset).
+        let sent = match sent {
+            Ok(bytes) => self
+                .send
+                .room(worker, &self.watch, true)
+                .await
+                .map(|()| bytes),
+            Err(e) => Err(e),
         };
         outcome.status = status;
         outcome.bytes = sent.unwrap_or(0);
@@ -439,19 +917,18 @@ impl H2Client {
         let ended = plan.ends_with_head();
         let parts = response_parts(&plan, ended, date, head_only);
         let no_body = plan.length == BodyLength::None || ended;
-        let mut send = match self.respond.send_response(parts, no_body) {
-            Ok(send) => send,
-            Err(_) => return (Err(BodyError::Sink), None),
-        };
+        if self.send.head(&parts, no_body).is_err() {
+            return (Err(BodyError::Sink), None);
+        }
+        let send = &mut self.send;
         if no_body {
             return (Ok(0), None);
         }
         match plan.body {
             ReplyBody::Upstream(mut up) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
-                let mut out = DataOut(&mut send);
                 let mut sink = Sink {
-                    io: Some(&mut out),
+                    io: Some(&mut *send),
                     filter: plan.filter.as_mut(),
                     sent: 0,
                     trailers: Some(Vec::new()),
@@ -471,23 +948,22 @@ impl H2Client {
                 // A chunked body's trailers end the stream as its trailers.
                 let trailers = sink.trailers.take().map(|raw| trailer_fields(&raw));
                 let ended = match trailers {
-                    Some(fields) if !fields.is_empty() => send.send_trailers(fields),
-                    _ => send.send_data(Bytes::new(), true),
+                    Some(fields) if !fields.is_empty() => send.trailers(&fields),
+                    _ => send.data(Bytes::new(), true),
                 };
                 match relayed {
                     Ok(sent) if ended.is_ok() => (Ok(sent), plan.head.keep_alive.then_some(up)),
                     Ok(_) => (Err(BodyError::Sink), None),
                     Err(e) => {
-                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        send.reset(Reason::INTERNAL_ERROR);
                         (Err(e), None)
                     }
                 }
             }
             ReplyBody::Stream(mut stream) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
-                let mut out = DataOut(&mut send);
                 let mut sink = Sink {
-                    io: Some(&mut out),
+                    io: Some(&mut *send),
                     filter: plan.filter.as_mut(),
                     sent: 0,
                     trailers: None,
@@ -502,29 +978,28 @@ impl H2Client {
                             trace.note_grpc_status(status.as_bytes());
                         }
                         let sent = sink.counted(bytes);
-                        send.send_trailers(trailers).map(|()| sent)
+                        send.trailers(&trailers).map(|()| sent)
                     }
                     Ok((bytes, None)) => {
                         let sent = sink.counted(bytes);
-                        send.send_data(Bytes::new(), true).map(|()| sent)
+                        send.data(Bytes::new(), true).map(|()| sent)
                     }
                     Err(e) => {
-                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        send.reset(Reason::INTERNAL_ERROR);
                         return (Err(e), None);
                     }
                 };
-                (ended.map_err(|_| BodyError::Sink), None)
+                (ended, None)
             }
-            ReplyBody::Bytes(bytes) => (
-                send_all(worker, &self.watch, &mut send, bytes, true).await,
-                None,
-            ),
+            ReplyBody::Bytes(bytes) => {
+                (send_all(worker, &self.watch, send, bytes, true).await, None)
+            }
             ReplyBody::File(file) => {
-                let sending = send_file_body(worker, &self.watch, &mut send, &file, plan.filter);
+                let sending = send_file_body(worker, &self.watch, send, &file, plan.filter);
                 (sending.await, None)
             }
             ReplyBody::Local | ReplyBody::Upgrade(_) => (
-                send_all(worker, &self.watch, &mut send, Bytes::new(), true).await,
+                send_all(worker, &self.watch, send, Bytes::new(), true).await,
                 None,
             ),
         }
@@ -539,76 +1014,65 @@ impl H2Client {
         date: &http::HeaderValue,
     ) -> Result<u64, BodyError> {
         let parts = local_parts(&plan, date);
-        let mut send = self
-            .respond
-            .send_response(parts, !plan.body_follows)
-            .map_err(|_| BodyError::Sink)?;
+        self.send.head(&parts, !plan.body_follows)?;
         if !plan.body_follows {
             return Ok(0);
         }
-        send_file_body(worker, &self.watch, &mut send, file, None).await
+        send_file_body(worker, &self.watch, &self.send, file, None).await
+    }
+
+    /// A local answer with its body in memory; one larger than a frame goes out as the
+    /// client's window allows, under `client_send_timeout`.
+    async fn send_local_body(
+        &mut self,
+        worker: &Worker,
+        plan: LocalPlan<'_>,
+        body: &Bytes,
+        date: &http::HeaderValue,
+    ) -> Result<u64, BodyError> {
+        if body.len() <= LOCAL_BODY_IN_ONE_FRAME || !plan.body_follows {
+            return send_local(&self.send, plan, body, date);
+        }
+        self.send.head(&local_parts(&plan, date), false)?;
+        send_all(worker, &self.watch, &self.send, body.clone(), true).await
     }
 }
 
-/// A local body up to this size goes out in one DATA frame that ends the stream (the
+/// A local body up to this size is queued at once, in one DATA frame that ends the stream (the
 /// smallest frame size a peer may set is 16 KiB; the initial window is 64 KiB).
 const LOCAL_BODY_IN_ONE_FRAME: usize = 16 * 1024;
 
-/// A local answer with its body in memory.
-async fn send_local(
-    respond: &mut SendResponse<Bytes>,
+/// A local answer with its body in memory, queued at once: the body as it is kept (no copy)
+/// and the stream's end in the same DATA frame. No deadline here: the codec sends it as the
+/// client's window allows, and a larger one waits in `send_local_body`.
+fn send_local(
+    send: &StreamOut,
     plan: LocalPlan<'_>,
     body: &Bytes,
     date: &http::HeaderValue,
 ) -> Result<u64, BodyError> {
-    let parts = local_parts(&plan, date);
-    let mut send = respond
-        .send_response(parts, !plan.body_follows)
-        .map_err(|_| BodyError::Sink)?;
+    send.head(&local_parts(&plan, date), !plan.body_follows)?;
     if !plan.body_follows {
         return Ok(0);
     }
-    // No deadline here: a local body is small, and the stream's window holds it.
-    if body.len() <= LOCAL_BODY_IN_ONE_FRAME {
-        // The body as it is kept (no copy) and the stream's end in the same DATA frame.
-        send.send_data(body.clone(), true)
-            .map_err(|_| BodyError::Sink)?;
-        return Ok(body.len() as u64);
-    }
-    let mut out = DataOut(&mut send);
-    out.write_all(body).await.map_err(|_| BodyError::Sink)?;
-    send.send_data(Bytes::new(), true)
-        .map_err(|_| BodyError::Sink)?;
+    send.data(body.clone(), true)?;
     Ok(body.len() as u64)
 }
 
-/// Sends `data` as DATA frames as the client's window allows, under `client_send_timeout`.
+/// Queues `data` (without a copy) once the stream has room, under `client_send_timeout`;
+/// the codec sends it as DATA frames as the client's window allows.
 async fn send_all(
     worker: &Worker,
     watch: &ConnWatch,
-    send: &mut SendStream<Bytes>,
+    send: &StreamOut,
     data: Bytes,
     end: bool,
 ) -> Result<u64, BodyError> {
     let len = data.len() as u64;
-    let mut out = DataOut(send);
-    let write = out.write_all(&data);
-    let limit = worker.timeouts.get().send;
-    match watch
-        .within(&worker.clock, Waiting::ClientWrite, limit, write)
-        .await
-    {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => return Err(BodyError::Sink),
-        Err(Expired) => {
-            send.send_reset(h2::Reason::CANCEL);
-            return Err(BodyError::SinkStalled);
-        }
+    if !data.is_empty() {
+        send.room(worker, watch, false).await?;
     }
-    if end {
-        send.send_data(Bytes::new(), true)
-            .map_err(|_| BodyError::Sink)?;
-    }
+    send.data(data, end)?;
     Ok(len)
 }
 
@@ -617,7 +1081,7 @@ async fn send_all(
 async fn send_file_body(
     worker: &Worker,
     watch: &ConnWatch,
-    send: &mut SendStream<Bytes>,
+    send: &StreamOut,
     file: &FileBody,
     mut filter: Option<BodyFilter>,
 ) -> Result<u64, BodyError> {
@@ -639,8 +1103,7 @@ async fn send_file_body(
         let last = filter.finish().map_err(|_| BodyError::Sink)?.to_vec();
         sent += send_all(worker, watch, send, last.into(), false).await?;
     }
-    send.send_data(Bytes::new(), true)
-        .map_err(|_| BodyError::Sink)?;
+    send.data(Bytes::new(), true)?;
     Ok(sent)
 }
 

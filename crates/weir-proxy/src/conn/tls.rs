@@ -48,7 +48,8 @@ pub async fn serve(
         Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
         Ok(Ok(1)) => {
             failed(HandshakeFailure::PlainHttp);
-            return refuse_plain_http(&worker, &watch, io).await;
+            // Boxed: its 4 KiB scratch would otherwise size every TLS connection's task.
+            return Box::pin(refuse_plain_http(&worker, &watch, io)).await;
         }
         Err(Expired) if !worker.shutdown.is_requested() => {
             return failed(HandshakeFailure::Timeout);

@@ -443,7 +443,9 @@ async fn serve_http(
     tls: Option<crate::listen::tls::ServerTls>,
 ) {
     match tls {
-        Some(tls) => conn::tls::serve(worker, config, entrypoint, io, peer, tls).await,
+        // Boxed: the TLS handshake's state (7 KB) would otherwise size the task of every
+        // plain connection served here, idle HTTP/2 ones included.
+        Some(tls) => Box::pin(conn::tls::serve(worker, config, entrypoint, io, peer, tls)).await,
         None => {
             let watch = worker.watch_connection();
             let h2c = config

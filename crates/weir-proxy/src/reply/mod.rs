@@ -6,6 +6,7 @@
 
 pub mod body_filter;
 pub mod client;
+pub mod h2_edge;
 pub mod h3_body;
 pub mod relay;
 pub mod request_body;

@@ -7,10 +7,10 @@
 use crate::http::codec::{Framing, RequestHead};
 use crate::http::Scheme;
 use crate::io::watch::{ConnWatch, Expired};
+use crate::reply::h2_edge::EdgeBody;
 use crate::reply::relay::BodyError;
 use crate::reply::relay::{push_data, relay_body, Relay, Sink, FLUSH_AT};
 use bytes::{Bytes, BytesMut};
-use h2::RecvStream;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 /// A body in memory up to this size goes out in the same write as the head.
@@ -36,7 +36,7 @@ pub(crate) enum BodySource<'c, S> {
     /// Still on an HTTP/1 client connection.
     H1(H1Body<'c, S>),
     /// An HTTP/2 client's stream: DATA frames, then maybe trailers.
-    H2(RecvStream),
+    H2(EdgeBody),
     /// An HTTP/3 client's request stream (`reply/h3_body.rs`); boxed, so that the other
     /// sources do not grow to its size.
     H3(Box<crate::reply::h3_body::H3Recv>),
@@ -228,7 +228,7 @@ async fn relay_bytes<W: AsyncWrite + Unpin>(
 /// chunked). A frame's flow-control window is given back once it has been written, so a slow
 /// upstream slows the client.
 async fn relay_frames<W: AsyncWrite + Unpin>(
-    mut frames: RecvStream,
+    mut frames: EdgeBody,
     sink: &mut W,
     out: &mut Vec<u8>,
     chunked_out: bool,
@@ -254,7 +254,7 @@ async fn relay_frames<W: AsyncWrite + Unpin>(
         unreleased += data.len();
         if out.len() >= FLUSH_AT {
             relay.flush(&mut sink, out).await?;
-            let _ = frames.flow_control().release_capacity(unreleased);
+            frames.release_capacity(unreleased);
             unreleased = 0;
         }
     }

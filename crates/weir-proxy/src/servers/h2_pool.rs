@@ -143,42 +143,6 @@ impl Drop for BodyPump {
     }
 }
 
-/// Moves an HTTP/2 client's request body to the upstream stream, frame by frame, starting
-/// with `first` when a frame was already taken: each frame's window is given back to the
-/// client once the upstream has taken it (so a slow upstream slows the client), and trailers
-/// pass on. A reset on either side resets the other.
-pub async fn pump_body(mut body: RecvStream, first: Option<Bytes>, mut send: SendStream<Bytes>) {
-    let mut next = first;
-    loop {
-        let data = match next.take() {
-            Some(data) => data,
-            None => match body.data().await {
-                None => break,
-                Some(Ok(data)) => data,
-                Some(Err(_)) => {
-                    send.send_reset(h2::Reason::CANCEL);
-                    return;
-                }
-            },
-        };
-        let len = data.len();
-        let sent = send_in_window(&mut send, data).await;
-        let _ = body.flow_control().release_capacity(len);
-        if sent.is_err() {
-            return;
-        }
-    }
-    match body.trailers().await {
-        Ok(Some(trailers)) => {
-            let _ = send.send_trailers(trailers);
-        }
-        Ok(None) => {
-            let _ = send.send_data(Bytes::new(), true);
-        }
-        Err(_) => send.send_reset(h2::Reason::CANCEL),
-    }
-}
-
 /// Sends `data` as the peer's window allows, in pieces of the same buffer (no copy).
 pub(crate) async fn send_in_window(
     send: &mut SendStream<Bytes>,

@@ -10,12 +10,13 @@ use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::error::ErrorKind;
 use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
+use crate::reply::h2_edge::pump_h2;
 use crate::reply::h3_body::pump_h3;
 use crate::reply::relay::{BodyError, DataOut, Relay};
 use crate::reply::request_body::BodySource;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::balancer::{Server, Service};
-use crate::servers::h2_pool::{pump_body, BodyPump, ConnState, H2Body};
+use crate::servers::h2_pool::{BodyPump, ConnState, H2Body};
 use crate::servers::pool::UpstreamIo;
 use crate::upstream::forwarding::{self, Cause, Failed, FieldSink};
 use crate::worker::Worker;
@@ -172,7 +173,7 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
 /// crate buffers what the server's window does not take yet). An HTTP/1 client's is relayed
 /// into DATA frames before the response is awaited. An HTTP/2 client's that has already
 /// arrived whole (a unary gRPC call's one message) goes at once too; any other, and an HTTP/3
-/// client's, is pumped by a task of its own ([`pump_body`], `reply/h3_body.rs::pump_h3`), so
+/// client's, is pumped by a task of its own (`reply/h2_edge.rs::pump_h2`, `reply/h3_body.rs::pump_h3`), so
 /// it flows while the response does (the returned pump is kept as long as the response body).
 async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
     body: BodySource<'_, S>,
@@ -196,14 +197,14 @@ async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
                     // Buffered by the h2 crate if the server's window is smaller: at most this.
                     let len = data.len();
                     ended(&mut stream, data)?;
-                    let _ = frames.flow_control().release_capacity(len);
+                    frames.release_capacity(len);
                     return Ok(None);
                 }
                 Poll::Ready(Some(Ok(data))) => Some(data),
                 Poll::Ready(Some(Err(_))) => return Err(BodyError::Source),
                 Poll::Ready(None) | Poll::Pending => None,
             };
-            return Ok(Some(BodyPump::spawn(pump_body(frames, first, stream))));
+            return Ok(Some(BodyPump::spawn(pump_h2(frames, first, stream))));
         }
         // An HTTP/3 client's, as an HTTP/2 client's, by a task of its own.
         BodySource::H3(recv) => return Ok(Some(BodyPump::spawn(pump_h3(*recv, stream)))),

@@ -96,6 +96,7 @@ pub async fn serve(sock: TcpStream, config: Config) {
             answer(&mut conn, &mut exchanges, event);
         }
         if conn.is_done() && !conn.has_output() {
+            linger(sock).await;
             return;
         }
         let interest = if conn.has_output() {
@@ -122,6 +123,22 @@ pub async fn serve(sock: TcpStream, config: Config) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             }
+        }
+    }
+}
+
+/// Closes without a reset: a client still sending when the socket closed with its input
+/// unread would get a reset, which can destroy the GOAWAY before the client reads it.
+async fn linger(mut sock: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if sock.shutdown().await.is_err() {
+        return;
+    }
+    let mut scratch = [0u8; 4096];
+    let quiet = std::time::Duration::from_secs(2);
+    while let Ok(Ok(n)) = tokio::time::timeout(quiet, sock.read(&mut scratch)).await {
+        if n == 0 {
+            return;
         }
     }
 }

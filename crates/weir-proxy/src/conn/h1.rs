@@ -19,6 +19,7 @@ use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::io::buffers::{make_room, FILE_READ_CHUNK};
 use crate::io::idle::PARK_AFTER;
+use crate::io::linger::{linger, LINGER_TIMEOUT};
 use crate::io::relay;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::reply::body_filter::BodyFilter;
@@ -53,11 +54,6 @@ const SPLICE_ROUND: u64 = 64 * 1024;
 /// 9.4 µs, 88k against 106k req/s): one round more is not worth a second call.
 const SEGMENTED_FROM: u64 = 2 * SPLICE_ROUND;
 const SEGMENTED_UP_TO: u64 = 512 * 1024;
-/// How long a closing connection keeps reading (and discarding) what the client still sends,
-/// and how much it reads at most: nginx's lingering close.
-const LINGER_TIMEOUT: Duration = Duration::from_secs(5);
-const LINGER_MAX_BYTES: usize = 8 << 20;
-
 /// One client connection speaking HTTP/1.1.
 pub struct H1Client<S> {
     pub io: S,
@@ -284,24 +280,10 @@ impl<S: ClientIo> H1Client<S> {
         worker.buffers.give_out(out);
     }
 
-    /// Closes a connection whose request may still be arriving without resetting it: weir's
-    /// side is shut down, then input is read and dropped until the client closes, goes quiet
-    /// for `quiet`, or has sent too much. Closing with unread input sends a reset, which can
-    /// destroy the answer before the client reads it.
+    /// Closes a connection whose request may still be arriving without resetting it
+    /// (`io::linger`).
     async fn linger(&mut self, worker: &Worker, quiet: Duration) {
-        if self.io.shutdown().await.is_err() {
-            return;
-        }
-        let mut discarded = 0;
-        while discarded < LINGER_MAX_BYTES {
-            self.buf.clear();
-            let read = read_lent(&mut self.io, &mut self.buf, worker);
-            let wait = Waiting::RequestBody;
-            match self.watch.within(&worker.clock, wait, quiet, read).await {
-                Ok(Ok(n)) if n > 0 => discarded += n,
-                _ => return,
-            }
-        }
+        linger(&mut self.io, &mut self.buf, worker, &self.watch, quiet).await;
     }
 }
 

@@ -24,6 +24,7 @@ use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::idle::PARK_AFTER;
+use crate::io::linger::{linger, LINGER_TIMEOUT};
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
@@ -111,6 +112,8 @@ pub async fn serve<S>(
     let mut client_going_away = false;
     // Idle past `PARK_AFTER`: the codec's buffers are given back while it waits on.
     let mut long_idle = false;
+    // Whether the client closed its side: otherwise weir ended the connection and lingers.
+    let mut client_closed = false;
     loop {
         let ended = take_events(&streams, &mut client_going_away);
         if ended {
@@ -180,13 +183,28 @@ pub async fn serve<S>(
             }
         };
         if step == Step::Closed {
+            client_closed = true;
             break;
         }
     }
-    let _ = flush_rest(&worker, &watch, &mut io, &conn).await;
-    let mut state = conn.borrow_mut();
-    for slot in &mut state.slots {
-        fail(slot);
+    let flushed = flush_rest(&worker, &watch, &mut io, &conn).await;
+    {
+        let mut state = conn.borrow_mut();
+        for slot in &mut state.slots {
+            fail(slot);
+        }
+    }
+    // A client still sending (a flood of resets, say) would get a reset on close, which can
+    // destroy the GOAWAY before it is read.
+    if !client_closed && flushed.is_ok() {
+        let quiet = if worker.shutdown.is_requested() {
+            worker.drain_grace.get()
+        } else {
+            LINGER_TIMEOUT
+        };
+        let mut buf = BytesMut::new();
+        Box::pin(linger(&mut io, &mut buf, &worker, &watch, quiet)).await;
+        worker.buffers.give_read(buf);
     }
 }
 

@@ -165,7 +165,10 @@ fn alpn_h2_over_tls() {
 #[test]
 fn rapid_resets_close_the_abuser_not_the_worker() {
     let upstream = Upstream::start("up");
-    let weir = Weir::start(&config(&upstream, ""));
+    let weir = Weir::start(&config(&upstream, "").replace(
+        "server: { workers: 1 }",
+        "server: { workers: 1, admin: { address: \"127.0.0.1:0\" } }",
+    ));
     let addr = weir.addr();
     // Python's h2 (Debian's python3-h2): open and reset 5,000 streams as fast as it can.
     let script = r#"
@@ -218,6 +221,10 @@ print(sent, closed, goaway)
     let ping = curl(&["--http2-prior-knowledge", &format!("http://{addr}/ping")]);
     assert_eq!(ping, "pong");
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    // The operator sees it.
+    let metrics = get(weir.addrs["@admin"], "a", "/metrics").text();
+    let counted = "weir_abuse_total{entrypoint=\"web\",kind=\"rapid_reset\"} 1";
+    assert!(metrics.contains(counted), "{metrics}");
 }
 
 /// Python's h2 as a client: runs `body` after connecting (`c` the connection, `s` the socket,

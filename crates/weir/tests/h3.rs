@@ -628,7 +628,8 @@ const H3_EXCESSIVE_LOAD: u64 = 0x107;
 #[test]
 fn a_rapid_reset_flood_closes_its_connection_only() {
     let site = Site::new("h3-resets");
-    let weir = Weir::start(&site.config("", "", ""));
+    let admin = ", admin: { address: \"127.0.0.1:0\" }";
+    let weir = Weir::start(&site.config("", admin, ""));
     let port = weir.addr().port();
     let few = abuse(&site, port, "resets", json!({"resets": 40}));
     assert_eq!(few["closed"], Value::Null, "{few}");
@@ -638,6 +639,19 @@ fn a_rapid_reset_flood_closes_its_connection_only() {
     assert_eq!(flood["ping"], Value::Null, "{flood}");
     let other = site.h3(port, json!([[{"path": "/ping"}]]));
     assert_eq!(other["groups"][0][0]["body_text"], "pong", "{other}");
+    assert_eq!(abuse_count(&weir, "rapid_reset"), 1);
+}
+
+/// `weir_abuse_total` of entrypoint `web` for `kind`.
+fn abuse_count(weir: &Weir, kind: &str) -> u64 {
+    let metrics = get(weir.addrs["@admin"], "a", "/metrics").text();
+    let prefix = format!("weir_abuse_total{{entrypoint=\"web\",kind=\"{kind}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("{prefix}in {metrics}"))
+        .parse()
+        .unwrap()
 }
 
 /// `retry_above`: with that many handshakes in progress on the worker (here 4, from clients
@@ -646,14 +660,17 @@ fn a_rapid_reset_flood_closes_its_connection_only() {
 #[test]
 fn a_connection_flood_gets_retry_packets() {
     let site = Site::new("h3-retry");
-    let weir = Weir::start(&site.config(", retry_above: 4", "", ""));
+    let admin = ", admin: { address: \"127.0.0.1:0\" }";
+    let weir = Weir::start(&site.config(", retry_above: 4", admin, ""));
     let port = weir.addr().port();
     let calm = abuse(&site, port, "flood", json!({"half_open": 0}));
     assert_eq!(calm["retried"], false, "{calm}");
     assert_eq!(calm["ping"], "pong", "{calm}");
+    assert_eq!(abuse_count(&weir, "quic_retry"), 0);
     let flood = abuse(&site, port, "flood", json!({"half_open": 6}));
     assert_eq!(flood["retried"], true, "{flood}");
     assert_eq!(flood["ping"], "pong", "{flood}");
+    assert!(abuse_count(&weir, "quic_retry") >= 1);
 }
 
 /// The process a binary upgrade started, ended with the test (even a failing one).

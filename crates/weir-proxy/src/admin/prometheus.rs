@@ -5,8 +5,8 @@
 use crate::actions::cache::store::CacheStats;
 use crate::actions::elasticsearch::spool::Spool;
 use crate::observe::metrics::{
-    Cell, EntrypointCells, HandshakeFailure, L4Cells, Metrics, PerWorker, RouteCells, ServiceCells,
-    TrafficCells, LATENCY_BOUNDS_US, METHOD_LABELS,
+    Abuse, Cell, EntrypointCells, HandshakeFailure, L4Cells, Metrics, PerWorker, RouteCells,
+    ServiceCells, TrafficCells, LATENCY_BOUNDS_US, METHOD_LABELS,
 };
 use crate::state::runtime::Runtime;
 use std::fmt::Write;
@@ -182,6 +182,18 @@ pub fn render(metrics: &Metrics, runtime: &Runtime, reloads: &ReloadCounts) -> S
             let n = cells.sum(|c| c.handshake_failures[why as usize].get());
             let labels = format!("entrypoint=\"{name}\",reason=\"{}\"", why.label());
             out.sample("weir_tls_handshake_failures_total", &labels, n);
+        }
+    }
+    out.family(
+        "weir_abuse_total",
+        "counter",
+        "Clients pushed back: connections closed for rapid resets, QUIC Retries under a flood.",
+    );
+    for (name, cells) in &entrypoints {
+        for why in Abuse::ALL {
+            let n = cells.sum(|c| c.abuse[why as usize].get());
+            let labels = format!("entrypoint=\"{name}\",kind=\"{}\"", why.label());
+            out.sample("weir_abuse_total", &labels, n);
         }
     }
     out.family(

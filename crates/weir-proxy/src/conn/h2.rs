@@ -26,6 +26,7 @@ use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::idle::PARK_AFTER;
 use crate::io::linger::{linger, LINGER_TIMEOUT};
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
+use crate::observe::metrics::Abuse;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
 use crate::reply::h2_edge::{EdgeBody, EdgeConn, SharedConn, Slot};
@@ -276,7 +277,15 @@ fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> boo
             Event::Settings | Event::WindowUpdate { .. } => wake_writers(&mut state.slots),
             Event::GoAway { .. } => *client_going_away = true,
             Event::Ping { .. } => {}
-            Event::ConnectionError { .. } => return true,
+            Event::ConnectionError { reason } => {
+                if reason == Reason::ENHANCE_YOUR_CALM {
+                    let runtime = streams.config.load();
+                    if let Some(ep) = runtime.entrypoint(streams.entrypoint) {
+                        ep.cells[streams.worker.id].abused(Abuse::RapidReset);
+                    }
+                }
+                return true;
+            }
         }
     }
     false

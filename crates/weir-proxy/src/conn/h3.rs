@@ -19,7 +19,7 @@ use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
 use crate::io::watch::{ConnWatch, Expired, Waiting};
 use crate::listen::quic::QuicRuntime;
-use crate::observe::metrics::HandshakeFailure;
+use crate::observe::metrics::{Abuse, HandshakeFailure};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
 use crate::reply::h3_body::H3Recv;
@@ -130,6 +130,9 @@ pub async fn serve_endpoint(
             }
         }
         let Some(incoming) = retry_under_flood(incoming, handshaking.get(), retry_above) else {
+            if let Some(ep) = config.load().entrypoint(entrypoint) {
+                ep.cells[worker.id].abused(Abuse::QuicRetry);
+            }
             continue;
         };
         let counted = Active::enter(&active);
@@ -319,7 +322,8 @@ impl OpenStreams {
     /// allowance, once such streams are most of those the connection has had, closes the
     /// connection with `H3_EXCESSIVE_LOAD` (RFC 9114, section 8.1): the open streams end
     /// with it, and the worker goes on serving other connections.
-    fn client_reset(&self) {
+    /// `true` when it closed the connection (once: a closed connection resets no more).
+    fn client_reset(&self) -> bool {
         let resets = self.reset_by_client.get() + 1;
         self.reset_by_client.set(resets);
         if resets > RESET_ALLOWANCE && resets * 2 > self.finished.get() + 1 {
@@ -327,8 +331,11 @@ impl OpenStreams {
                 .value()
                 .try_into()
                 .unwrap_or_default();
+            let first = self.quic.close_reason().is_none();
             self.quic.close(code, b"too many streams reset");
+            return first;
         }
+        false
     }
 }
 
@@ -394,7 +401,7 @@ impl Stream {
             .await
         {
             Ok(Ok(resolved)) => resolved,
-            Ok(Err(error)) if by_client(&error) => return self.streams.client_reset(),
+            Ok(Err(error)) if by_client(&error) => return self.client_reset(),
             // A head over the limit was answered 431 by `h3`; a malformed one reset the stream.
             _ => return,
         };
@@ -408,7 +415,7 @@ impl Stream {
             Poll::Ready(Ok(Some(mut data))) => (Some(data.copy_to_bytes(data.remaining())), false),
             Poll::Ready(Err(error)) => {
                 if by_client(&error) {
-                    self.streams.client_reset();
+                    self.client_reset();
                 }
                 return;
             }
@@ -444,7 +451,17 @@ impl Stream {
         let exchanging = exchange(worker, &runtime, self.entrypoint, &mut client, head);
         let _ = Box::pin(exchanging).await;
         if client.out.stopped_by_client {
-            self.streams.client_reset();
+            self.client_reset();
+        }
+    }
+
+    /// The client reset or stopped this stream before it was answered; a connection closed
+    /// for it is counted.
+    fn client_reset(&self) {
+        if self.streams.client_reset() {
+            if let Some(ep) = self.config.load().entrypoint(self.entrypoint) {
+                ep.cells[self.worker.id].abused(Abuse::RapidReset);
+            }
         }
     }
 }

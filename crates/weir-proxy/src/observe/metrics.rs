@@ -32,6 +32,28 @@ impl HandshakeFailure {
     }
 }
 
+/// Why weir pushed back on a client that abused its connection.
+#[derive(Clone, Copy)]
+pub enum Abuse {
+    /// An HTTP/2 or HTTP/3 connection closed for resetting streams faster than it let them
+    /// be answered (CVE-2023-44487): ENHANCE_YOUR_CALM, H3_EXCESSIVE_LOAD.
+    RapidReset,
+    /// A QUIC client asked to come back with a Retry token: the worker had
+    /// `http3.retry_above` handshakes in progress.
+    QuicRetry,
+}
+
+impl Abuse {
+    pub(crate) const ALL: [Abuse; 2] = [Abuse::RapidReset, Abuse::QuicRetry];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Abuse::RapidReset => "rapid_reset",
+            Abuse::QuicRetry => "quic_retry",
+        }
+    }
+}
+
 /// A counter written by one worker.
 #[derive(Default)]
 pub struct Cell(AtomicU64);
@@ -60,6 +82,8 @@ impl Cell {
 pub struct EntrypointCells {
     pub connections: Cell,
     pub handshake_failures: [Cell; 3],
+    /// Pushed-back abuse, by [`Abuse`].
+    pub abuse: [Cell; 2],
     /// Answers by status class: 1xx to 5xx.
     pub responses: [Cell; 5],
 }
@@ -67,6 +91,10 @@ pub struct EntrypointCells {
 impl EntrypointCells {
     pub fn handshake_failed(&self, why: HandshakeFailure) {
         self.handshake_failures[why as usize].add(1);
+    }
+
+    pub fn abused(&self, why: Abuse) {
+        self.abuse[why as usize].add(1);
     }
 
     pub fn responded(&self, status: u16) {

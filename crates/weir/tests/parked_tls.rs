@@ -7,7 +7,6 @@
 
 mod common;
 use common::*;
-use rustls::pki_types::pem::PemObject;
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -64,16 +63,6 @@ impl TlsConn {
 
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
 
-fn parked_now(weir: &Weir) -> u64 {
-    let text = get(weir.addrs["@admin"], "a", "/metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix("weir_connections_parked "))
-        .expect("weir_connections_parked")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// weir with a TLS entrypoint `web` (answering `ok`, `client_idle_timeout` as given) and an
 /// admin listener, and a TLS 1.3 client configuration that trusts its certificate.
 fn weir_and_client(tag: &str, idle_timeout: &str) -> (Weir, Arc<rustls::ClientConfig>) {
@@ -86,17 +75,7 @@ fn weir_and_client(tag: &str, idle_timeout: &str) -> (Weir, Arc<rustls::ClientCo
         cert.cert.display(),
         cert.key.display()
     ));
-    let mut roots = rustls::RootCertStore::empty();
-    let der = rustls::pki_types::CertificateDer::from_pem_file(&cert.cert).unwrap();
-    roots.add(der).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let client = Arc::new(client);
+    let client = tls13_client(&cert.cert, b"http/1.1");
     (weir, client)
 }
 
@@ -116,7 +95,7 @@ fn parked_tls_connections_wake_expire_and_stop() {
     let parked = (0..20)
         .map(|_| {
             std::thread::sleep(Duration::from_millis(100));
-            parked_now(&weir)
+            weir.parked()
         })
         .find(|&n| n == 7);
     assert_eq!(parked, Some(7), "TLS connections idle for a second park");
@@ -182,12 +161,6 @@ fn parked_tls_connections_wake_expire_and_stop() {
     assert!(weir.child.wait().unwrap().success());
 }
 
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 #[test]
 fn a_parked_tls_connection_keeps_only_its_session() {
     // Served idle in its task, a TLS connection held about 20 KB (bench/run idle); parked, the
@@ -196,23 +169,9 @@ fn a_parked_tls_connection_keeps_only_its_session() {
     // registration kept the ended task and 12 KB with it (this build shows 0.6 KB of that).
     let (weir, client) = weir_and_client("parked-tls-memory", "60s");
     let addr = weir.addr();
-    let open = || TlsConn::served(addr, &client);
-    drop((0..20).map(|_| open()).collect::<Vec<_>>());
-    std::thread::sleep(Duration::from_millis(1500));
-    let before = rss_kb(weir.child.id());
-    const CONNECTIONS: u64 = 400;
-    let conns: Vec<TlsConn> = (0..CONNECTIONS).map(|_| open()).collect();
-    let parked = (0..50).find(|_| {
-        std::thread::sleep(Duration::from_millis(200));
-        parked_now(&weir) == CONNECTIONS
-    });
-    assert!(parked.is_some(), "all {CONNECTIONS} parked");
-    // The freed pages go back to the system within a second or two (`release_memory`).
-    std::thread::sleep(Duration::from_millis(2500));
-    let per_connection = (rss_kb(weir.child.id()) - before) as f64 / CONNECTIONS as f64;
+    let per_connection = weir.rss_per_parked(400, || TlsConn::served(addr, &client));
     assert!(
         per_connection < 13.0,
         "{per_connection:.2} KB per parked TLS connection"
     );
-    drop(conns);
 }

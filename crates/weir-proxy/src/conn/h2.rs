@@ -8,8 +8,9 @@
 //! chunked), [`exchange`] routes it and runs the action, and the stream's task queues the
 //! reply as HEADERS and DATA frames under the client's flow control. The request body is lent
 //! to the upstream side as the codec's payloads (`reply/h2_edge.rs`, no copy); its window is
-//! given back as the relay uses it. A connection idle for `PARK_AFTER` keeps only the codec's
-//! few hundred bytes: the read and output buffers are given back while it waits on.
+//! given back as the relay uses it. A connection idle for `PARK_AFTER` gives its read and output
+//! buffers back and parks (`io/idle.rs`): its task ends, and the socket and the codec's few
+//! hundred bytes of state wait in the worker's idle set until the client writes again.
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
@@ -23,9 +24,9 @@ use crate::http::file_body::FileBody;
 use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
-use crate::io::idle::PARK_AFTER;
+use crate::io::idle::{H2Io, ParkedH2, PARK_AFTER};
 use crate::io::linger::{linger, LINGER_TIMEOUT};
-use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN};
+use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::observe::metrics::Abuse;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
@@ -61,29 +62,21 @@ const WRITE_SLICES: usize = 32;
 /// is given back while it idles).
 const IDLE_READ: usize = 4096;
 
-/// Serves one HTTP/2 connection until the client or weir ends it. A stop (or the idle timeout
-/// with no stream open) sends GOAWAY and lets open streams finish.
+/// Serves one HTTP/2 connection until the client or weir ends it, or it parks. A stop (or the
+/// idle timeout with no stream open) sends GOAWAY and lets open streams finish.
 pub async fn serve<S>(
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
-    mut io: S,
+    io: S,
     peer: SocketAddr,
     scheme: Scheme,
     watch: Rc<ConnWatch>,
 ) where
     S: ClientIo + 'static,
 {
-    let (settings, tls) = {
-        let runtime = config.load();
-        // The TLS session for the access log, kept only while it logs.
-        let tls = (runtime.access_log.is_some())
-            .then(|| io.tls().map(|info| Rc::new(TlsSession::of(info))))
-            .flatten();
-        match runtime.entrypoint(entrypoint) {
-            Some(ep) => (ep.http2, tls),
-            None => return,
-        }
+    let Some(settings) = config.load().entrypoint(entrypoint).map(|ep| ep.http2) else {
+        return;
     };
     let codec = Connection::new(weir_h2::Config {
         max_concurrent_streams: settings.max_concurrent_streams,
@@ -95,7 +88,69 @@ pub async fn serve<S>(
         max_local_resets: MAX_LOCAL_RESETS,
         ..weir_h2::Config::default()
     });
-    let conn: SharedConn = Rc::new(RefCell::new(EdgeConn::new(codec)));
+    let conn = Rc::new(RefCell::new(EdgeConn::new(codec)));
+    run(
+        worker,
+        config,
+        entrypoint,
+        (io, peer, scheme),
+        conn,
+        watch,
+        false,
+    )
+    .await;
+}
+
+/// Serves a parked HTTP/2 connection again: its client wrote, its idle timeout passed (it
+/// says GOAWAY), or the worker stops.
+pub async fn resume(
+    worker: Rc<Worker>,
+    config: SharedRuntime,
+    entrypoint: usize,
+    parked: Box<ParkedH2>,
+    peer: SocketAddr,
+) {
+    let ParkedH2 {
+        io,
+        codec,
+        timed_out,
+    } = *parked;
+    let watch = worker.watch_connection();
+    let conn = Rc::new(RefCell::new(EdgeConn::new(codec)));
+    match io {
+        H2Io::Plain(socket) => match tokio::net::TcpStream::from_std(socket) {
+            Ok(io) => {
+                let io = (io, peer, Scheme::Http);
+                run(worker, config, entrypoint, io, conn, watch, timed_out).await;
+            }
+            Err(e) => crate::log_error!("worker {}: cannot resume a connection: {e}", worker.id),
+        },
+        H2Io::Tls(stream) => {
+            let io = (*stream, peer, Scheme::Https);
+            // Boxed: the TLS stream would size every resumed cleartext connection's task.
+            Box::pin(run(worker, config, entrypoint, io, conn, watch, timed_out)).await;
+        }
+    }
+}
+
+/// The connection's loop, from its first bytes or from where it parked (the codec comes
+/// shared already: by value, its 416 bytes would stay in the task beside the shared copy).
+/// `timed_out`: its idle timeout passed while it was parked.
+async fn run<S>(
+    worker: Rc<Worker>,
+    config: SharedRuntime,
+    entrypoint: usize,
+    (mut io, peer, scheme): (S, SocketAddr, Scheme),
+    conn: SharedConn,
+    watch: Rc<ConnWatch>,
+    timed_out: bool,
+) where
+    S: ClientIo + 'static,
+{
+    // The TLS session for the access log, kept only while it logs.
+    let tls = (config.load().access_log.is_some())
+        .then(|| io.tls().map(|info| Rc::new(TlsSession::of(info))))
+        .flatten();
     let idle = worker.timeouts.get().idle;
     let ip = canonical_ip(peer.ip());
     let streams = Rc::new(StreamContext {
@@ -110,15 +165,21 @@ pub async fn serve<S>(
         conn: conn.clone(),
     });
     let mut going_away = false;
+    if timed_out {
+        conn.borrow_mut().codec.begin_graceful_shutdown();
+        going_away = true;
+    }
     let mut client_going_away = false;
     // Idle past `PARK_AFTER`: the codec's buffers are given back while it waits on.
     let mut long_idle = false;
+    // Idle for `PARK_AFTER` just now: the connection parks if it can, until then.
+    let mut park_until = None;
     // Whether the client closed its side: otherwise weir ended the connection and lingers.
     let mut client_closed = false;
-    loop {
+    let parked = loop {
         let ended = take_events(&streams, &mut client_going_away);
         if ended {
-            break;
+            break None;
         }
         if !going_away && worker.shutdown.is_requested() {
             conn.borrow_mut().codec.begin_graceful_shutdown();
@@ -132,7 +193,7 @@ pub async fn serve<S>(
                 state.codec.send_goaway(Reason::NO_ERROR);
             }
             if state.codec.is_done() && !state.codec.has_output() {
-                break;
+                break None;
             }
             let idle_now = nothing_open && !state.codec.has_output();
             long_idle &= idle_now;
@@ -143,6 +204,14 @@ pub async fn serve<S>(
             }
             (idle_now, released)
         };
+        // Nothing but the codec's state and the socket left to keep: they leave the task.
+        let expires = park_until.take();
+        if let Some(expires) = expires.filter(|_| released && !going_away) {
+            // The streams' tasks, which hold the connection's state too, are all gone.
+            if Rc::strong_count(&streams) == 1 && Rc::strong_count(&conn) == 2 {
+                break Some(expires);
+            }
+        }
         let driving = std::future::poll_fn(|cx| drive(&mut io, &conn, (idle_now, released), cx));
         // With no stream open the connection is idle: the idle timeout and a stop end it.
         // Otherwise the socket is driven without a deadline: the streams keep their own.
@@ -155,6 +224,7 @@ pub async fn serve<S>(
                 (false, true) => idle.saturating_sub(PARK_AFTER),
                 (false, false) => idle,
             };
+            let since = worker.clock.now();
             match watch
                 .within(&worker.clock, Waiting::KeepAlive, limit, driving)
                 .await
@@ -164,10 +234,13 @@ pub async fn serve<S>(
                 Err(Expired) if !going_away && worker.shutdown.is_requested() => continue,
                 Err(Expired) if holds => {
                     long_idle = true;
+                    // `since` may be a tick stale, so the idle timeout ends a tick later, as
+                    // in `ConnWatch::check`.
+                    park_until = S::PARKS.then_some(since + idle + SWEEP_TICK);
                     continue;
                 }
                 // Idle again after a GOAWAY: the client did not answer its PING.
-                Err(Expired) if going_away => break,
+                Err(Expired) if going_away => break None,
                 Err(Expired) => {
                     conn.borrow_mut().codec.begin_graceful_shutdown();
                     going_away = true;
@@ -185,8 +258,16 @@ pub async fn serve<S>(
         };
         if step == Step::Closed {
             client_closed = true;
-            break;
+            break None;
         }
+    };
+    if let Some(expires) = parked {
+        drop(streams);
+        if let Ok(state) = Rc::try_unwrap(conn) {
+            let codec = state.into_inner().codec;
+            io.park_h2(&worker.idle, codec, (peer, entrypoint), expires);
+        }
+        return;
     }
     let flushed = flush_rest(&worker, &watch, &mut io, &conn).await;
     {

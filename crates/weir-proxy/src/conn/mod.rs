@@ -2,16 +2,15 @@
 //! transport (plain TCP, TLS) gets its own monomorphised copy of the driver. The HTTP/1.1
 //! driver is [`h1`], the HTTP/2 one [`h2`] (ALPN `h2` after TLS, or the `h2c` preface), the
 //! HTTP/3 one [`h3`] (QUIC on a TLS entrypoint's port, its own endpoint per worker); TLS
-//! entrypoints go through [`tls`] first. Their deadlines are `io/watch.rs`'s; HTTP/1
-//! connections (plain or TLS) idle for a while wait in `io/idle.rs` without a task.
+//! entrypoints go through [`tls`] first. Their deadlines are `io/watch.rs`'s; HTTP/1 and
+//! HTTP/2 connections (plain or TLS) idle for a while wait in `io/idle.rs` without a task.
 
 pub mod h1;
 pub mod h2;
 pub mod h3;
 pub mod tls;
 
-use crate::io::idle::IdleConnections;
-use crate::io::idle::ParkedTls;
+use crate::io::idle::{H2Io, IdleConnections, ParkedH2, ParkedTls};
 use crate::reply::client::TlsInfo;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -26,6 +25,28 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Sized {
     /// Parks the idle connection in `idle` (called only when `PARKS`); one that cannot be
     /// taken out of the reactor is closed as if its idle time had ended.
     fn park(self, idle: &IdleConnections, peer: SocketAddr, entrypoint: usize, expires: Instant);
+
+    /// The stream as a parked HTTP/2 connection holds it (called only when `PARKS`); `None`
+    /// when it cannot be taken out of the reactor (the connection is then closed).
+    fn into_parked_h2(self) -> Option<H2Io>;
+
+    /// Parks an idle HTTP/2 connection with its codec's state, as `park` does.
+    fn park_h2(
+        self,
+        idle: &IdleConnections,
+        codec: weir_h2::Connection,
+        (peer, entrypoint): (SocketAddr, usize),
+        expires: Instant,
+    ) {
+        if let Some(io) = self.into_parked_h2() {
+            let parked = ParkedH2 {
+                io,
+                codec,
+                timed_out: false,
+            };
+            idle.park_h2(Box::new(parked), peer, entrypoint, expires);
+        }
+    }
 
     /// The plain TCP socket under the stream, when bytes written to it reach the client as
     /// they are (so files can go by `sendfile`).
@@ -46,6 +67,10 @@ impl ClientIo for TcpStream {
         }
     }
 
+    fn into_parked_h2(self) -> Option<H2Io> {
+        self.into_std().ok().map(H2Io::Plain)
+    }
+
     fn as_tcp(&self) -> Option<&TcpStream> {
         Some(self)
     }
@@ -57,6 +82,10 @@ impl ClientIo for ParkedTls {
     /// With its session, boxed.
     fn park(self, idle: &IdleConnections, peer: SocketAddr, entrypoint: usize, expires: Instant) {
         idle.park_tls(Box::new(self), peer, entrypoint, expires);
+    }
+
+    fn into_parked_h2(self) -> Option<H2Io> {
+        Some(H2Io::Tls(Box::new(self)))
     }
 
     fn as_tcp(&self) -> Option<&TcpStream> {

@@ -2,7 +2,7 @@
 //! task and waits here, as a descriptor in the worker's own epoll set and one small slot
 //! (about 60 bytes), instead of a task, a tokio registration and the driver's state (1.4 KB).
 //! When the client sends again, the worker gets it back through [`IdleConnections::woken`] and
-//! starts a new HTTP/1 task; the idle timeout, counted from when the wait began, closes it
+//! starts a new task for it; the idle timeout, counted from when the wait began, closes it
 //! here. A stop hands every parked connection back ([`IdleConnections::take_all`]) for its
 //! task to drain it like any idle connection.
 //!
@@ -11,6 +11,12 @@
 //! Its socket stays registered with tokio as well, so the stream the task served goes on
 //! unchanged; unwrapping it to leave the reactor would need a stream type of weir's own on the
 //! hot path, which cost 2.4% more instructions per TLS request for 0.25 KB per parked one.
+//!
+//! An HTTP/2 connection (plain or over TLS) parks the same way with its codec's state boxed
+//! beside its socket: the HPACK tables, windows, settings and stream ids it must keep, its
+//! buffers already given back (`Connection::release_idle_buffers`). Its idle timeout does not
+//! just close it: the connection is handed back ([`IdleConnections::take_due`]) for a task to
+//! send GOAWAY as an idle HTTP/2 connection's timeout does.
 //!
 //! Parking costs three `epoll_ctl` calls per idle period, so it waits for a full second of
 //! idleness: a connection that is busy never parks.
@@ -49,13 +55,33 @@ pub struct Woken {
 pub enum WokenIo {
     Plain(TcpStream),
     Tls(Box<ParkedTls>),
+    H2(Box<ParkedH2>),
 }
 
-/// A client's TLS connection, as the HTTP/1 driver serves it.
+/// A client's TLS connection, as the drivers serve it.
 pub type ParkedTls = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+
+/// An idle HTTP/2 connection: its stream and the codec's state (HPACK tables, windows,
+/// settings), its buffers given back.
+pub struct ParkedH2 {
+    pub io: H2Io,
+    pub codec: weir_h2::Connection,
+    /// Handed back because its idle timeout passed: its task says GOAWAY.
+    pub timed_out: bool,
+}
+
+pub enum H2Io {
+    Plain(TcpStream),
+    /// Boxed apart: inline, its 1.2 KB would size every parked cleartext connection.
+    Tls(Box<ParkedTls>),
+}
 
 /// Marks a TLS slot's index in an epoll event's data.
 const TLS_SLOT: u64 = 1 << 32;
+/// Marks an HTTP/2 slot's index.
+const H2_SLOT: u64 = 2 << 32;
+/// The index bits of an event's data.
+const INDEX: u64 = u32::MAX as u64;
 
 struct EpollFd(Epoll);
 
@@ -70,6 +96,9 @@ pub struct IdleConnections {
     epoll: AsyncFd<EpollFd>,
     slots: RefCell<Slots<TcpStream>>,
     tls_slots: RefCell<Slots<Box<ParkedTls>>>,
+    h2_slots: RefCell<Slots<Box<ParkedH2>>>,
+    /// HTTP/2 connections whose idle timeout passed, for the sweep to give a task.
+    due: RefCell<Vec<Woken>>,
 }
 
 struct Slots<Io> {
@@ -98,18 +127,15 @@ impl IdleConnections {
             epoll: AsyncFd::new(EpollFd(epoll))?,
             slots: RefCell::default(),
             tls_slots: RefCell::default(),
+            h2_slots: RefCell::default(),
+            due: RefCell::default(),
         })
     }
 
     /// Parks `io` until the client writes, closes, or `expires` passes. A connection that
     /// cannot be added to the set is closed (it was idle; the client reconnects).
     pub fn park(&self, io: TcpStream, peer: SocketAddr, entrypoint: usize, expires: Instant) {
-        let parked = Parked {
-            io,
-            peer,
-            entrypoint: entrypoint as u32,
-            expires,
-        };
+        let parked = Parked::new(io, peer, entrypoint, expires);
         self.park_in(&mut self.slots.borrow_mut(), parked, 0);
     }
 
@@ -121,20 +147,24 @@ impl IdleConnections {
         entrypoint: usize,
         expires: Instant,
     ) {
-        // The socket's tokio registration holds the waker of the task that last read it, and
-        // through it the ended task and the pages around it (12 KB per connection in a release build):
-        // a no-op waker takes its place.
-        let mut no_task = Context::from_waker(Waker::noop());
-        let socket = io.get_ref().0;
-        let _ = socket.poll_read_ready(&mut no_task);
-        let _ = socket.poll_write_ready(&mut no_task);
-        let parked = Parked {
-            io,
-            peer,
-            entrypoint: entrypoint as u32,
-            expires,
-        };
+        forget_task(io.get_ref().0);
+        let parked = Parked::new(io, peer, entrypoint, expires);
         self.park_in(&mut self.tls_slots.borrow_mut(), parked, TLS_SLOT);
+    }
+
+    /// Parks an idle HTTP/2 connection as `park` does, its codec's state kept.
+    pub fn park_h2(
+        &self,
+        io: Box<ParkedH2>,
+        peer: SocketAddr,
+        entrypoint: usize,
+        expires: Instant,
+    ) {
+        if let H2Io::Tls(stream) = &io.io {
+            forget_task(stream.get_ref().0);
+        }
+        let parked = Parked::new(io, peer, entrypoint, expires);
+        self.park_in(&mut self.h2_slots.borrow_mut(), parked, H2_SLOT);
     }
 
     fn park_in<Io: Descriptor>(&self, slots: &mut Slots<Io>, parked: Parked<Io>, tag: u64) {
@@ -168,7 +198,7 @@ impl IdleConnections {
 
     /// How many connections are parked.
     pub fn len(&self) -> usize {
-        self.slots.borrow().len() + self.tls_slots.borrow().len()
+        self.slots.borrow().len() + self.tls_slots.borrow().len() + self.h2_slots.borrow().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -193,12 +223,13 @@ impl IdleConnections {
             let mut woken = Vec::with_capacity(n);
             let mut slots = self.slots.borrow_mut();
             let mut tls_slots = self.tls_slots.borrow_mut();
+            let mut h2_slots = self.h2_slots.borrow_mut();
             for event in &events[..n] {
-                let index = (event.data() & !TLS_SLOT) as usize;
-                let taken = if event.data() & TLS_SLOT == 0 {
-                    slots.take(index).map(|p| p.woken(WokenIo::Plain))
-                } else {
-                    tls_slots.take(index).map(|p| p.woken(WokenIo::Tls))
+                let index = (event.data() & INDEX) as usize;
+                let taken = match event.data() & !INDEX {
+                    0 => slots.take(index).map(|p| p.woken(WokenIo::Plain)),
+                    TLS_SLOT => tls_slots.take(index).map(|p| p.woken(WokenIo::Tls)),
+                    _ => h2_slots.take(index).map(|p| p.woken(WokenIo::H2)),
                 };
                 let Some(taken) = taken else {
                     continue;
@@ -214,13 +245,27 @@ impl IdleConnections {
         }
     }
 
-    /// The sweep: closes connections whose idle timeout has passed.
+    /// The sweep: closes connections whose idle timeout has passed; HTTP/2 ones wait in
+    /// [`take_due`](Self::take_due) for their GOAWAY.
     pub fn expire(&self, now: Instant) {
         if self.is_empty() {
             return;
         }
-        self.slots.borrow_mut().expire(now);
-        self.tls_slots.borrow_mut().expire(now);
+        self.slots.borrow_mut().expire(now, drop);
+        self.tls_slots.borrow_mut().expire(now, drop);
+        let epoll = &self.epoll.get_ref().0;
+        let mut due = self.due.borrow_mut();
+        self.h2_slots.borrow_mut().expire(now, |mut parked| {
+            // Out of the set: it is armed, and its slot may be reused.
+            let _ = epoll.delete(parked.io.descriptor());
+            parked.io.timed_out = true;
+            due.push(parked.woken(WokenIo::H2));
+        });
+    }
+
+    /// The HTTP/2 connections whose idle timeout passed while parked.
+    pub fn take_due(&self) -> Vec<Woken> {
+        std::mem::take(&mut *self.due.borrow_mut())
     }
 
     /// Every parked connection, taken out of the set (a stop drains them in tasks: closing
@@ -230,7 +275,8 @@ impl IdleConnections {
             return Vec::new();
         }
         let epoll = &self.epoll.get_ref().0;
-        let mut taken = Vec::with_capacity(self.len());
+        let mut taken = self.take_due();
+        taken.reserve(self.len());
         // Still armed: an event for a slot reused later would wake the wrong one.
         let mut slots = self.slots.borrow_mut();
         slots.take_each(|parked| {
@@ -241,6 +287,11 @@ impl IdleConnections {
         tls_slots.take_each(|parked| {
             let _ = epoll.delete(parked.io.descriptor());
             taken.push(parked.woken(WokenIo::Tls));
+        });
+        let mut h2_slots = self.h2_slots.borrow_mut();
+        h2_slots.take_each(|parked| {
+            let _ = epoll.delete(parked.io.descriptor());
+            taken.push(parked.woken(WokenIo::H2));
         });
         taken
     }
@@ -263,7 +314,34 @@ impl Descriptor for Box<ParkedTls> {
     }
 }
 
+impl Descriptor for Box<ParkedH2> {
+    fn descriptor(&self) -> BorrowedFd<'_> {
+        match &self.io {
+            H2Io::Plain(socket) => socket.as_fd(),
+            H2Io::Tls(stream) => stream.get_ref().0.as_fd(),
+        }
+    }
+}
+
+/// A parked socket that stays registered with tokio: its registration holds the waker of the
+/// task that last read it, and through it the ended task and the pages around it (12 KB per
+/// connection in a release build); a no-op waker takes its place.
+fn forget_task(socket: &tokio::net::TcpStream) {
+    let mut no_task = Context::from_waker(Waker::noop());
+    let _ = socket.poll_read_ready(&mut no_task);
+    let _ = socket.poll_write_ready(&mut no_task);
+}
+
 impl<Io> Parked<Io> {
+    fn new(io: Io, peer: SocketAddr, entrypoint: usize, expires: Instant) -> Parked<Io> {
+        Parked {
+            io,
+            peer,
+            entrypoint: entrypoint as u32,
+            expires,
+        }
+    }
+
     fn woken(self, io: impl FnOnce(Io) -> WokenIo) -> Woken {
         Woken {
             io: io(self.io),
@@ -292,13 +370,16 @@ impl<Io> Slots<Io> {
         }
     }
 
-    fn expire(&mut self, now: Instant) {
+    /// Takes the connections whose idle timeout has passed, each to `expired`.
+    fn expire(&mut self, now: Instant, mut expired: impl FnMut(Parked<Io>)) {
         for index in 0..self.parked.len() {
             let due = self.parked[index]
                 .as_ref()
                 .is_some_and(|p| now >= p.expires);
             if due {
-                self.take(index);
+                if let Some(parked) = self.take(index) {
+                    expired(parked);
+                }
             }
         }
     }

@@ -261,10 +261,15 @@ fn worker_main(
         };
         let sweeper = worker.clone();
         let sweeper_config = config.clone();
+        let sweeper_active = active.clone();
         tokio::task::spawn_local(async move {
             let mut ticks = 0u32;
             while ticker.tick().await.is_ok() {
                 sweeper.sweep_connections();
+                // Parked HTTP/2 connections past their idle timeout say GOAWAY from a task.
+                for conn in sweeper.idle.take_due() {
+                    resume(&sweeper, &sweeper_config, conn, &sweeper_active);
+                }
                 flush_log(&sweeper, &sweeper_config);
                 ticks = ticks.wrapping_add(1);
                 // Pooled connections expire with second precision.
@@ -536,7 +541,7 @@ async fn unpark_loop(worker: Rc<Worker>, config: SharedRuntime, active: Rc<Cell<
     }
 }
 
-/// Starts an HTTP/1 task for a connection that was parked.
+/// Starts a task again for a connection that was parked.
 fn resume(
     worker: &Rc<Worker>,
     config: &SharedRuntime,
@@ -555,6 +560,12 @@ fn resume(
         crate::io::idle::WokenIo::Tls(stream) => {
             tokio::task::spawn_local(async move {
                 conn::tls::resume(worker, config, conn.entrypoint, stream, conn.peer).await;
+                drop(counted);
+            });
+        }
+        crate::io::idle::WokenIo::H2(parked) => {
+            tokio::task::spawn_local(async move {
+                conn::h2::resume(worker, config, conn.entrypoint, parked, conn.peer).await;
                 drop(counted);
             });
         }

@@ -66,6 +66,10 @@ impl ClientIo for DuplexStream {
     ) {
     }
 
+    fn into_parked_h2(self) -> Option<crate::io::idle::H2Io> {
+        None
+    }
+
     fn as_tcp(&self) -> Option<&TcpStream> {
         None
     }

@@ -40,3 +40,19 @@ pub fn make_cert_valid(
     std::fs::write(&files.key, key.serialize_pem()).unwrap();
     files
 }
+
+/// A TLS 1.3 client configuration (rustls) that trusts only `cert` and offers `alpn`.
+pub fn tls13_client(cert: &std::path::Path, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let der = rustls::pki_types::CertificateDer::from_pem_file(cert).unwrap();
+    roots.add(der).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(client)
+}

@@ -181,6 +181,44 @@ impl Weir {
     pub fn config_path(&self) -> std::path::PathBuf {
         self.dir.join("weir.yaml")
     }
+
+    /// Idle connections waiting without a task (`weir_connections_parked`, from the admin
+    /// listener).
+    pub fn parked(&self) -> u64 {
+        let text = get(self.addrs["@admin"], "a", "/metrics").text();
+        text.lines()
+            .find_map(|l| l.strip_prefix("weir_connections_parked "))
+            .expect("weir_connections_parked")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// KB of resident memory per connection that `open` makes (each served one request) and
+    /// weir parks: `n` of them after 20 opened and closed to warm up, counted once all are
+    /// parked and the pages their tasks freed went back to the system (`release_memory`).
+    pub fn rss_per_parked<T>(&self, n: u64, open: impl Fn() -> T) -> f64 {
+        drop((0..20).map(|_| open()).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = self.rss_kb();
+        let conns: Vec<T> = (0..n).map(|_| open()).collect();
+        let parked = (0..50).find(|_| {
+            std::thread::sleep(Duration::from_millis(200));
+            self.parked() == n
+        });
+        assert!(parked.is_some(), "all {n} parked");
+        std::thread::sleep(Duration::from_millis(2500));
+        let per_connection = (self.rss_kb() - before) as f64 / n as f64;
+        drop(conns);
+        per_connection
+    }
+
+    /// The process's resident memory (`VmRSS`), in KB.
+    pub fn rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
 }
 
 impl Drop for Weir {

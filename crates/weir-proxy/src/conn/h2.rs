@@ -63,8 +63,9 @@ const WRITE_SLICES: usize = 32;
 const IDLE_READ: usize = 4096;
 
 /// Serves one HTTP/2 connection until the client or weir ends it, or it parks. A stop (or the
-/// idle timeout with no stream open) sends GOAWAY and lets open streams finish.
-pub async fn serve<S>(
+/// idle timeout with no stream open) sends GOAWAY and lets open streams finish. The loop's
+/// own future, not one around it: a layer more cost every poll a few instructions.
+pub fn serve<S>(
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
@@ -72,33 +73,18 @@ pub async fn serve<S>(
     peer: SocketAddr,
     scheme: Scheme,
     watch: Rc<ConnWatch>,
-) where
+) -> impl std::future::Future<Output = ()>
+where
     S: ClientIo + 'static,
 {
-    let Some(settings) = config.load().entrypoint(entrypoint).map(|ep| ep.http2) else {
-        return;
-    };
-    let codec = Connection::new(weir_h2::Config {
-        max_concurrent_streams: settings.max_concurrent_streams,
-        initial_window_size: settings.initial_window_size,
-        connection_window_size: settings.initial_window_size.saturating_mul(4),
-        max_frame_size: settings.max_frame_size,
-        max_header_list_size: settings.max_header_list_size,
-        max_client_resets: MAX_CLIENT_RESETS,
-        max_local_resets: MAX_LOCAL_RESETS,
-        ..weir_h2::Config::default()
-    });
-    let conn = Rc::new(RefCell::new(EdgeConn::new(codec)));
     run(
         worker,
         config,
         entrypoint,
         (io, peer, scheme),
-        conn,
         watch,
-        false,
+        Start::New,
     )
-    .await;
 }
 
 /// Serves a parked HTTP/2 connection again: its client wrote, its idle timeout passed (it
@@ -116,37 +102,63 @@ pub async fn resume(
         timed_out,
     } = *parked;
     let watch = worker.watch_connection();
-    let conn = Rc::new(RefCell::new(EdgeConn::new(codec)));
+    let start = Start::Parked(Rc::new(RefCell::new(EdgeConn::new(codec))), timed_out);
     match io {
         H2Io::Plain(socket) => match tokio::net::TcpStream::from_std(socket) {
             Ok(io) => {
                 let io = (io, peer, Scheme::Http);
-                run(worker, config, entrypoint, io, conn, watch, timed_out).await;
+                run(worker, config, entrypoint, io, watch, start).await;
             }
             Err(e) => crate::log_error!("worker {}: cannot resume a connection: {e}", worker.id),
         },
         H2Io::Tls(stream) => {
             let io = (*stream, peer, Scheme::Https);
             // Boxed: the TLS stream would size every resumed cleartext connection's task.
-            Box::pin(run(worker, config, entrypoint, io, conn, watch, timed_out)).await;
+            Box::pin(run(worker, config, entrypoint, io, watch, start)).await;
         }
     }
 }
 
-/// The connection's loop, from its first bytes or from where it parked (the codec comes
-/// shared already: by value, its 416 bytes would stay in the task beside the shared copy).
-/// `timed_out`: its idle timeout passed while it was parked.
+/// Where a connection's loop starts.
+enum Start {
+    /// A new connection: the codec is made from its entrypoint's settings.
+    New,
+    /// A parked one, its codec already shared (by value, its 416 bytes would stay in the task
+    /// beside the shared copy); `true` when its idle timeout passed while it was parked.
+    Parked(SharedConn, bool),
+}
+
+/// The connection's loop, from its first bytes or from where it parked.
 async fn run<S>(
     worker: Rc<Worker>,
     config: SharedRuntime,
     entrypoint: usize,
     (mut io, peer, scheme): (S, SocketAddr, Scheme),
-    conn: SharedConn,
     watch: Rc<ConnWatch>,
-    timed_out: bool,
+    start: Start,
 ) where
     S: ClientIo + 'static,
 {
+    let (conn, timed_out) = match start {
+        Start::New => {
+            let Some(settings) = config.load().entrypoint(entrypoint).map(|ep| ep.http2) else {
+                return;
+            };
+            let codec = Connection::new(weir_h2::Config {
+                max_concurrent_streams: settings.max_concurrent_streams,
+                initial_window_size: settings.initial_window_size,
+                connection_window_size: settings.initial_window_size.saturating_mul(4),
+                max_frame_size: settings.max_frame_size,
+                max_header_list_size: settings.max_header_list_size,
+                max_client_resets: MAX_CLIENT_RESETS,
+                max_local_resets: MAX_LOCAL_RESETS,
+                ..weir_h2::Config::default()
+            });
+            let conn: SharedConn = Rc::new(RefCell::new(EdgeConn::new(codec)));
+            (conn, false)
+        }
+        Start::Parked(conn, timed_out) => (conn, timed_out),
+    };
     // The TLS session for the access log, kept only while it logs.
     let tls = (config.load().access_log.is_some())
         .then(|| io.tls().map(|info| Rc::new(TlsSession::of(info))))
@@ -172,8 +184,6 @@ async fn run<S>(
     let mut client_going_away = false;
     // Idle past `PARK_AFTER`: the codec's buffers are given back while it waits on.
     let mut long_idle = false;
-    // Idle for `PARK_AFTER` just now: the connection parks if it can, until then.
-    let mut park_until = None;
     // Whether the client closed its side: otherwise weir ended the connection and lingers.
     let mut client_closed = false;
     let parked = loop {
@@ -204,14 +214,6 @@ async fn run<S>(
             }
             (idle_now, released)
         };
-        // Nothing but the codec's state and the socket left to keep: they leave the task.
-        let expires = park_until.take();
-        if let Some(expires) = expires.filter(|_| released && !going_away) {
-            // The streams' tasks, which hold the connection's state too, are all gone.
-            if Rc::strong_count(&streams) == 1 && Rc::strong_count(&conn) == 2 {
-                break Some(expires);
-            }
-        }
         let driving = std::future::poll_fn(|cx| drive(&mut io, &conn, (idle_now, released), cx));
         // With no stream open the connection is idle: the idle timeout and a stop end it.
         // Otherwise the socket is driven without a deadline: the streams keep their own.
@@ -234,9 +236,12 @@ async fn run<S>(
                 Err(Expired) if !going_away && worker.shutdown.is_requested() => continue,
                 Err(Expired) if holds => {
                     long_idle = true;
-                    // `since` may be a tick stale, so the idle timeout ends a tick later, as
-                    // in `ConnWatch::check`.
-                    park_until = S::PARKS.then_some(since + idle + SWEEP_TICK);
+                    // Nothing but the codec's state and the socket left to keep: they leave
+                    // the task. `since` may be a tick stale, so the idle timeout ends a tick
+                    // later, as in `ConnWatch::check`.
+                    if S::PARKS && parkable(&streams, &conn) {
+                        break Some(since + idle + SWEEP_TICK);
+                    }
                     continue;
                 }
                 // Idle again after a GOAWAY: the client did not answer its PING.
@@ -288,6 +293,14 @@ async fn run<S>(
         Box::pin(linger(&mut io, &mut buf, &worker, &watch, quiet)).await;
         worker.buffers.give_read(buf);
     }
+}
+
+/// Whether an idle connection can park: no stream's task holds its state any more, and the
+/// codec could give its buffers back (nothing half-read or unwritten).
+fn parkable(streams: &Rc<StreamContext>, conn: &SharedConn) -> bool {
+    Rc::strong_count(streams) == 1
+        && Rc::strong_count(conn) == 2
+        && conn.borrow_mut().codec.release_idle_buffers()
 }
 
 /// Hands the codec's events to the streams; `true` on a connection error (GOAWAY is in the

@@ -249,7 +249,7 @@ fn closed_by_idle_timeout<S: Read + Write>(conn: &mut H2<S>, idle_since: Instant
 
 #[test]
 fn parked_h2c_connections_wake_expire_and_stop() {
-    let weir = h2c_weir("6s");
+    let weir = h2c_weir("8s");
     let addr = weir.addr();
     let (mut woken, mut pinged, mut split) = (served(addr), served(addr), served(addr));
     // Its wait starts as its answer is read: opened last, just before the clock starts.
@@ -279,7 +279,7 @@ fn parked_h2c_connections_wake_expire_and_stop() {
     assert_eq!(woken.indexed(5), "kept");
     assert_eq!(woken.indexed(7), "kept");
     // The idle timeout counts from the start of the wait, parked or not.
-    closed_by_idle_timeout(&mut expiring, idle_since, 6);
+    closed_by_idle_timeout(&mut expiring, idle_since, 8);
     drop((pinged, split, woken));
 
     // A reload leaves parked connections parked; woken, one serves from the new config.
@@ -320,7 +320,7 @@ fn parked_h2_over_tls_keeps_its_session_and_table() {
     let dir = temp_dir("parked-h2-tls");
     let cert = make_cert(&dir, "parked", &["parked.test"], false);
     let weir = Weir::start(&format!(
-        "server: {{ workers: 1, client_idle_timeout: 5s, admin: {{ address: \"127.0.0.1:0\" }} }}\n\
+        "server: {{ workers: 1, client_idle_timeout: 7s, admin: {{ address: \"127.0.0.1:0\" }} }}\n\
          entrypoints:\n  web:\n    address: \"127.0.0.1:0\"\n    tls:\n      certificates: [{{ cert: \"{}\", key: \"{}\" }}]\n{ROUTERS}",
         cert.cert.display(),
         cert.key.display()
@@ -346,7 +346,7 @@ fn parked_h2_over_tls_keeps_its_session_and_table() {
     std::thread::sleep(Duration::from_millis(1300));
     await_parked(&weir, 2);
     assert_eq!(woken.indexed(5), "kept");
-    closed_by_idle_timeout(&mut expiring, idle_since, 5);
+    closed_by_idle_timeout(&mut expiring, idle_since, 7);
 }
 
 #[test]

@@ -32,8 +32,6 @@ pub use phases::{Finished, PhaseScripts};
 pub use request::ReadBody;
 use request::RequestState;
 use std::borrow::Cow;
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use weir_config::{Action, Config, LuaCode, LuaSettings, MiddlewareKind};
@@ -146,17 +144,14 @@ pub(crate) async fn serve_content<C: ClientSide>(
             }
         }
     };
-    let state = Rc::new(RefCell::new(RequestState::new(
-        head,
-        client.ip_text(),
-        client.scheme(),
-        body,
-    )));
-    if let Err(e) = vm.run(script.index, &state).await {
+    let scheme = client.scheme();
+    let state = RequestState::lent(head, client.ip_text(), scheme, body);
+    if let Err(e) = vm.run(script.index, state.state()).await {
         return script_failed(name, &e.to_string());
     }
-    let state = state.take();
-    state.into_reply()
+    let state = state.release();
+    let reply = state.borrow_mut().take_reply();
+    reply
 }
 
 /// A script's failure: an error-log line naming it, and a 500.

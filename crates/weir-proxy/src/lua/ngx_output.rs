@@ -224,6 +224,13 @@ unsafe extern "C-unwind" fn raw_output(state: *mut mlua::ffi::lua_State) -> std:
                     return;
                 }
                 r.headers_sent = true;
+                // Room for all of it at once: a body written in one call is then as long as
+                // its buffer, which the reply takes without another allocation.
+                let mut total = usize::from(newline);
+                for at in 1..=count {
+                    total += ffi::lua_objlen(state, at);
+                }
+                r.output.reserve(total);
                 for at in 1..=count {
                     let mut len = 0;
                     let text = ffi::lua_tolstring(state, at, &mut len);

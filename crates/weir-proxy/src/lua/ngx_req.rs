@@ -5,6 +5,7 @@ use super::ngx_util::{args_table, format_number};
 use super::request::{with_request, RequestState};
 use bytes::Bytes;
 use mlua::{Function, Lua, Table, Value};
+use std::collections::HashMap;
 
 /// lua-nginx-module's `ngx.HTTP_*` method numbers, by name.
 pub(super) const METHODS: &[(&str, i64)] = &[
@@ -34,7 +35,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let req = lua.create_table()?;
     req.set(
         "get_method",
-        lua.create_function(|_, ()| with_request(|r| r.method.clone()))?,
+        lua.create_function(|_, ()| with_request(|r| r.method().to_string()))?,
     )?;
     req.set(
         "set_method",
@@ -46,7 +47,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                 .ok_or_else(|| {
                     mlua::Error::runtime(format!("unsupported HTTP method: {method}"))
                 })?;
-            with_request(|r| r.method = name.to_string())
+            with_request(|r| r.method = Some(name.to_string()))
         })?,
     )?;
     req.set(
@@ -55,12 +56,12 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     req.set(
         "start_time",
-        lua.create_function(|_, ()| with_request(|r| r.start_time))?,
+        lua.create_function(|_, ()| with_request(|r| r.start_time()))?,
     )?;
     req.set(
         "get_uri_args",
         lua.create_function(|lua, max: Option<usize>| {
-            let args = with_request(|r| r.args.clone())?;
+            let args = with_request(|r| r.args().to_string())?;
             args_table(lua, args.as_bytes(), max.unwrap_or(DEFAULT_MAX_ARGS))
         })?,
     )?;
@@ -68,7 +69,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
         "set_uri_args",
         lua.create_function(|lua, args: Value| {
             let query = query_text(lua, args, "#1 to 'set_uri_args'")?;
-            with_request(|r| r.args = query)
+            with_request(|r| r.args = Some(query))
         })?,
     )?;
     req.set(
@@ -82,7 +83,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
                     "ngx.req.set_uri with jump is not supported by weir",
                 ));
             }
-            with_request(|r| r.uri = uri)
+            with_request(|r| r.uri = Some(uri))
         })?,
     )?;
     req.set(
@@ -247,7 +248,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
 /// `ngx.req.get_headers`: names lowercased (as sent with `raw`), a repeated field as a list;
 /// a lookup by any case or with `_` for `-` finds it (the table's metatable).
 fn get_headers(lua: &Lua, max: usize, raw: bool) -> mlua::Result<Table> {
-    let headers = with_request(|r| r.headers.clone())?;
+    let headers = with_request(|r| r.header_list())?;
     let table = lua.create_table()?;
     for (count, (name, value)) in headers.into_iter().enumerate() {
         if max != 0 && count >= max {
@@ -302,15 +303,16 @@ fn yielding(lua: &Lua, rust_half: Function) -> mlua::Result<Function> {
 /// Replaces the request's fields named `name` by `values` (none: removes them).
 fn set_request_header(r: &mut RequestState, name: &str, values: Vec<Vec<u8>>) {
     r.request_edits.push(name.to_string());
-    r.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    let headers = r.headers_mut();
+    headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
     for value in values {
-        r.headers.push((name.to_string(), value));
+        headers.push((name.to_string(), value));
     }
 }
 
 /// `ngx.var.NAME`: nginx's variable of that name, as text.
 fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
-    if let Some(value) = r.vars.get(name) {
+    if let Some(value) = r.vars.as_ref().and_then(|vars| vars.get(name)) {
         return Some(value.clone().into_bytes());
     }
     // One an earlier phase of the request wrote.
@@ -320,14 +322,14 @@ fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
     }
     let text = |s: &str| Some(s.as_bytes().to_vec());
     match name {
-        "uri" | "document_uri" => text(&r.uri),
-        "request_uri" => text(&r.request_uri),
-        "args" | "query_string" => (!r.args.is_empty()).then(|| r.args.clone().into_bytes()),
-        "is_args" => text(if r.args.is_empty() { "" } else { "?" }),
-        "request_method" => text(&r.method),
+        "uri" | "document_uri" => Some(r.uri().into_bytes()),
+        "request_uri" => text(r.request_uri()),
+        "args" | "query_string" => (!r.args().is_empty()).then(|| r.args().as_bytes().to_vec()),
+        "is_args" => text(if r.args().is_empty() { "" } else { "?" }),
+        "request_method" => text(r.method()),
         "scheme" => text(r.scheme),
         "https" => text(if r.scheme == "https" { "on" } else { "" }),
-        "remote_addr" | "realip_remote_addr" => text(&r.remote_addr),
+        "remote_addr" | "realip_remote_addr" => text(r.remote_addr()),
         "server_protocol" => Some(format!("HTTP/1.{}", r.minor_version).into_bytes()),
         "host" => {
             let host = r.header("host").unwrap_or_default();
@@ -354,7 +356,7 @@ fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
             if let Some(header) = name.strip_prefix("http_") {
                 r.header(&header.replace('_', "-")).map(<[u8]>::to_vec)
             } else if let Some(arg) = name.strip_prefix("arg_") {
-                query_arg(&r.args, arg)
+                query_arg(r.args(), arg)
             } else if let Some(cookie) = name.strip_prefix("cookie_") {
                 let cookies = r.header("cookie")?;
                 cookie_value(cookies, cookie.as_bytes())
@@ -369,7 +371,7 @@ fn variable(r: &RequestState, name: &str) -> Option<Vec<u8>> {
 /// (weir has no `set $var`: every name may be written).
 fn set_variable(r: &mut RequestState, name: &str, value: Option<String>) {
     match name {
-        "args" | "query_string" => r.args = value.unwrap_or_default(),
+        "args" | "query_string" => r.args = Some(value.unwrap_or_default()),
         _ => {
             // Later phases of the request see it too.
             super::carried::with(r.key, |c| match &value {
@@ -378,10 +380,13 @@ fn set_variable(r: &mut RequestState, name: &str, value: Option<String>) {
             });
             match value {
                 Some(value) => {
-                    r.vars.insert(name.to_string(), value);
+                    let vars = r.vars.get_or_insert_with(HashMap::new);
+                    vars.insert(name.to_string(), value);
                 }
                 None => {
-                    r.vars.remove(name);
+                    if let Some(vars) = &mut r.vars {
+                        vars.remove(name);
+                    }
                 }
             }
         }

@@ -6,7 +6,7 @@
 //! sent.
 
 use super::carried;
-use super::request::{ReadBody, RequestState};
+use super::request::{decoded_path, ReadBody, RequestState};
 use super::{vm, LuaProgram, LuaScript};
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
 use crate::http::local::LocalResponse;
@@ -105,34 +105,39 @@ impl PhaseScripts {
                 Ok(vm) => vm,
                 Err(e) => return Err(failed(name, &e)),
             };
-            let mut state = RequestState::new(req, remote_addr, scheme, body.clone());
-            state.body_pending = body.is_none() && req.framing != Framing::None;
-            // Read by an earlier phase: there already.
-            state.body_read = body.is_some();
-            let (uri, args, method) = (state.uri.clone(), state.args.clone(), state.method.clone());
-            let state = Rc::new(RefCell::new(state));
-            if let Err(e) = vm.run_reading(script.index, &state, (req, reader)).await {
+            let lending = RequestState::lent(req, remote_addr, scheme, body.clone());
+            {
+                let mut state = lending.state().borrow_mut();
+                state.body_pending = body.is_none() && req.framing != Framing::None;
+                // Read by an earlier phase: there already.
+                state.body_read = body.is_some();
+            }
+            let ran = vm.run_reading(script.index, lending.state(), (req, reader));
+            if let Err(e) = ran.await {
                 return Err(failed(name, &e.to_string()));
             }
-            let mut state = state.take();
+            let state = lending.release();
+            let mut state = state.borrow_mut();
             if let Some(read) = state.body.take().filter(|_| state.body_read) {
                 hand_on_body(req, &read, state.body_set);
                 body = Some(read);
             }
-            if state.uri != uri {
-                req.set_path(&escape_path(&state.uri));
+            // What the script changed, unless it set what was there.
+            if let Some(uri) = state.uri.take().filter(|uri| *uri != decoded_path(req)) {
+                req.set_path(&escape_path(&uri));
             }
-            if state.args != args {
-                req.set_query(&state.args);
+            if let Some(args) = state.args.take().filter(|args| args != req.query()) {
+                req.set_query(&args);
             }
-            if state.method != method {
-                req.set_method(&state.method);
+            if let Some(method) = state.method.take().filter(|m| m != req.method()) {
+                req.set_method(&method);
             }
             for edited in &state.request_edits {
                 req.head.remove(edited);
                 let values = state
                     .headers
                     .iter()
+                    .flatten()
                     .filter(|(n, _)| n.eq_ignore_ascii_case(edited));
                 for (name, value) in values {
                     req.head.append(name, value);
@@ -159,10 +164,9 @@ impl PhaseScripts {
                 return;
             }
         };
-        let mut state = RequestState::new(req, "", scheme, None);
-        if let Some(addr) = carried::with(state.key, |c| c.remote_addr.clone()) {
-            state.remote_addr = addr;
-        }
+        let lending = RequestState::lent(req, "", scheme, None);
+        let mut state = lending.state().borrow_mut();
+        state.remote_addr = carried::with(state.key, |c| c.remote_addr.clone());
         state.status = resp.status;
         state.response_headers = resp
             .head
@@ -174,12 +178,13 @@ impl PhaseScripts {
                 )
             })
             .collect();
-        let state = Rc::new(RefCell::new(state));
-        if let Err(e) = vm.run_now(script.index, &state, "header_filter_by_lua*") {
+        drop(state);
+        if let Err(e) = vm.run_now(script.index, lending.state(), "header_filter_by_lua*") {
             crate::log_error!("lua: {name}: {e}");
             return;
         }
-        let state = state.take();
+        let state = lending.release();
+        let state = state.borrow();
         if state.status != resp.status && (100..1000).contains(&state.status) {
             resp.status = state.status;
         }
@@ -224,10 +229,9 @@ impl PhaseScripts {
             }
         };
         resp.head.remove("content-length");
-        let mut state = RequestState::new(req, "", scheme, None);
-        if let Some(addr) = carried::with(state.key, |c| c.remote_addr.clone()) {
-            state.remote_addr = addr;
-        }
+        let key = carried::key(req);
+        let remote_addr = carried::with(key, |c| c.remote_addr.clone()).unwrap_or_default();
+        let mut state = RequestState::copied(req, remote_addr, scheme);
         state.status = resp.status;
         // The head is out by the time the body is.
         state.headers_sent = true;
@@ -260,7 +264,8 @@ impl PhaseScripts {
         let Some((remote_addr, scheme, started)) = carried else {
             return;
         };
-        let mut state = RequestState::new(req, &remote_addr, scheme, None);
+        let lending = RequestState::lent(req, &remote_addr, scheme, None);
+        let mut state = lending.state().borrow_mut();
         state.status = finished.status;
         // `$request_time` as nginx formats it: seconds with milliseconds.
         let took = started.elapsed().as_millis();
@@ -272,16 +277,17 @@ impl PhaseScripts {
             ("body_bytes_sent", finished.body_bytes.to_string()),
             ("bytes_sent", finished.body_bytes.to_string()),
         ];
+        let vars = state.vars.get_or_insert_with(Default::default);
         for (variable, value) in variables {
-            state.vars.insert(variable.to_string(), value);
+            vars.insert(variable.to_string(), value);
         }
         if let Some(addr) = &finished.upstream_addr {
-            state.vars.insert("upstream_addr".to_string(), addr.clone());
+            vars.insert("upstream_addr".to_string(), addr.clone());
         }
         // Nothing is sent any more: the head is out.
         state.headers_sent = true;
-        let state = Rc::new(RefCell::new(state));
-        if let Err(e) = vm.run_now(script.index, &state, "log_by_lua*") {
+        drop(state);
+        if let Err(e) = vm.run_now(script.index, lending.state(), "log_by_lua*") {
             super::log_failure(name, &e.to_string());
         }
     }

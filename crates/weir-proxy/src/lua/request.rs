@@ -2,36 +2,44 @@
 //! and user variables ([`RequestState`]); the request whose coroutine is running
 //! ([`with_request`]), set around each resume by [`drive_reading`], with its deadline.
 
-use super::watchdog::Watch;
+use super::watchdog::{monotonic_nanos, Watch};
 use crate::http::codec::RequestHead;
 use crate::http::Scheme;
 use crate::reply::Reply;
 use bytes::Bytes;
-use mlua::{Function, MultiValue, Thread};
+use mlua::{Function, Thread, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::marker::PhantomData;
 use std::pin::pin;
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What a script has asked and written so far.
 #[derive(Default)]
 pub(super) struct RequestState {
-    pub method: String,
-    /// The decoded path (`ngx.var.uri`), changed by `ngx.req.set_uri`.
-    pub uri: String,
-    /// The target as the client sent it (`ngx.var.request_uri`).
-    pub request_uri: String,
-    /// The query string without `?` (`ngx.var.args`).
-    pub args: String,
-    /// The request's header fields, as sent.
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub remote_addr: String,
+    /// The request as sent: lent by whoever runs the script ([`Lending`]), or copied for a
+    /// state that outlives its head (`body_filter`'s). Its fields are read there when asked,
+    /// not copied for every request.
+    asked: Asked,
+    /// The method, once the script changed it (`ngx.req.set_method`).
+    pub method: Option<String>,
+    /// The decoded path (`ngx.var.uri`), once changed by `ngx.req.set_uri`.
+    pub uri: Option<String>,
+    /// The query string without `?` (`ngx.var.args`), once the script changed it.
+    pub args: Option<String>,
+    /// The request's header fields, copied from the head once the script changes one.
+    pub headers: Option<Vec<(String, Vec<u8>)>>,
+    /// The client's address, when it is not the lent one (a later phase's, from `carried`).
+    pub remote_addr: Option<String>,
     pub scheme: &'static str,
     pub minor_version: u8,
-    pub start_time: f64,
+    /// When the script first ran (`ngx.req.start_time`), set by its first [`Slice`]
+    /// (`monotonic_nanos`).
+    started: Option<u64>,
     /// The request body, read before the script starts (nginx reads it when asked).
     pub body: Option<Bytes>,
     /// `ngx.req.read_body` was called: `get_body_data` answers.
@@ -46,8 +54,8 @@ pub(super) struct RequestState {
     pub eof: bool,
     /// `ngx.exit`'s status (or `ngx.redirect`'s), once called.
     pub exit: Option<i64>,
-    /// Variables the script wrote (`ngx.var.NAME = ...`).
-    pub vars: HashMap<String, String>,
+    /// Variables the script wrote (`ngx.var.NAME = ...`), made with the first.
+    pub vars: Option<HashMap<String, String>>,
     /// `ngx.ctx`, made when first read.
     pub ctx: Option<mlua::Table>,
     /// Request fields the script set or cleared, in order (what a phase hands on).
@@ -68,51 +76,184 @@ pub(super) struct RequestState {
     pub piece: Option<Box<super::body_filter::BodyPiece>>,
 }
 
+/// Where a state reads the request as sent.
+#[derive(Default)]
+enum Asked {
+    /// Nowhere any more: the run that was lent it has ended.
+    #[default]
+    Gone,
+    /// The head and client address a [`Lending`] holds borrowed.
+    Lent(NonNull<RequestHead>, NonNull<str>),
+    /// A copy, with the client's address.
+    Copied(Box<RequestHead>, String),
+}
+
+/// A request's state that reads its request from the head (and client address) the caller
+/// holds borrowed for as long as this lives; the state forgets them when it is dropped or
+/// taken, so that the head may change after.
+pub(super) struct Lending<'h> {
+    state: Rc<RefCell<RequestState>>,
+    _head: PhantomData<&'h RequestHead>,
+}
+
+impl<'h> Lending<'h> {
+    pub fn state(&self) -> &Rc<RefCell<RequestState>> {
+        &self.state
+    }
+
+    /// The state, the request no longer lent to it (in place: it is large to move).
+    pub fn release(self) -> Rc<RefCell<RequestState>> {
+        // Dropping `self` forgets the request.
+        self.state.clone()
+    }
+}
+
+impl Drop for Lending<'_> {
+    fn drop(&mut self) {
+        // The state's only other holder is the running slice's, gone by now: it is not
+        // borrowed.
+        if let Ok(mut state) = self.state.try_borrow_mut() {
+            state.asked = Asked::Gone;
+        }
+    }
+}
+
 impl RequestState {
-    pub fn new(
-        head: &RequestHead,
-        remote_addr: &str,
+    /// The state of a run on the request `head` from `remote_addr`, which it reads there.
+    pub fn lent<'h>(
+        head: &'h RequestHead,
+        remote_addr: &'h str,
         scheme: Scheme,
         body: Option<Bytes>,
-    ) -> RequestState {
-        let headers = head
-            .head
-            .iter()
-            .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.to_vec()))
-            .collect();
+    ) -> Lending<'h> {
+        let state = RequestState {
+            asked: Asked::Lent(NonNull::from(head), NonNull::from(remote_addr)),
+            ..RequestState::with_head(head, scheme, body)
+        };
+        Lending {
+            state: Rc::new(RefCell::new(state)),
+            _head: PhantomData,
+        }
+    }
+
+    /// The state of a run that outlives the head (`body_filter`'s): the request is copied.
+    pub fn copied(head: &RequestHead, remote_addr: String, scheme: Scheme) -> RequestState {
         RequestState {
-            method: head.method().to_string(),
-            uri: String::from_utf8_lossy(&super::ngx_util::unescape(head.path().as_bytes(), false))
-                .into_owned(),
-            request_uri: head.target().to_string(),
-            args: head.query().to_string(),
-            headers,
-            remote_addr: remote_addr.to_string(),
+            asked: Asked::Copied(Box::new(head.clone()), remote_addr),
+            ..RequestState::with_head(head, scheme, None)
+        }
+    }
+
+    fn with_head(head: &RequestHead, scheme: Scheme, body: Option<Bytes>) -> RequestState {
+        RequestState {
             scheme: scheme.as_str(),
             minor_version: head.minor_version,
-            start_time: super::ngx_util::now_seconds(),
             body,
             key: super::carried::key(head),
             ..RequestState::default()
         }
     }
 
+    /// The request as sent, and the client's address: `None` once the run that was lent them
+    /// ended.
+    #[allow(unsafe_code)]
+    fn asked(&self) -> Option<(&RequestHead, &str)> {
+        match &self.asked {
+            Asked::Gone => None,
+            // SAFETY: the `Lending` that set these holds both borrowed for `'h`, and sets
+            // `Gone` when it is dropped or taken; until then the head is only read.
+            Asked::Lent(head, addr) => unsafe { Some((head.as_ref(), addr.as_ref())) },
+            Asked::Copied(head, addr) => Some((head, addr)),
+        }
+    }
+
+    pub fn method(&self) -> &str {
+        match (&self.method, self.asked()) {
+            (Some(method), _) => method,
+            (None, Some((head, _))) => head.method(),
+            (None, None) => "",
+        }
+    }
+
+    /// The decoded path (`ngx.var.uri`).
+    pub fn uri(&self) -> String {
+        match (&self.uri, self.asked()) {
+            (Some(uri), _) => uri.clone(),
+            (None, Some((head, _))) => decoded_path(head),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// The target as the client sent it (`ngx.var.request_uri`).
+    pub fn request_uri(&self) -> &str {
+        self.asked().map_or("", |(head, _)| head.target())
+    }
+
+    /// The query string without `?` (`ngx.var.args`).
+    pub fn args(&self) -> &str {
+        match (&self.args, self.asked()) {
+            (Some(args), _) => args,
+            (None, Some((head, _))) => head.query(),
+            (None, None) => "",
+        }
+    }
+
+    pub fn remote_addr(&self) -> &str {
+        match (&self.remote_addr, self.asked()) {
+            (Some(addr), _) => addr,
+            (None, Some((_, addr))) => addr,
+            (None, None) => "",
+        }
+    }
+
+    /// `ngx.req.start_time`: when the script first ran, in seconds since the epoch.
+    pub fn start_time(&self) -> f64 {
+        let now = super::ngx_util::now_seconds();
+        let ago = |at: u64| monotonic_nanos().saturating_sub(at) as f64 / 1e9;
+        self.started.map_or(now, |at| now - ago(at))
+    }
+
+    /// The request's header fields, as sent or as the script left them.
+    pub fn header_list(&self) -> Vec<(String, Vec<u8>)> {
+        match (&self.headers, self.asked()) {
+            (Some(headers), _) => headers.clone(),
+            (None, Some((head, _))) => copy_headers(head),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The header fields, for the script to change: copied from the head first.
+    pub fn headers_mut(&mut self) -> &mut Vec<(String, Vec<u8>)> {
+        if self.headers.is_none() {
+            self.headers = Some(
+                self.asked()
+                    .map(|(h, _)| copy_headers(h))
+                    .unwrap_or_default(),
+            );
+        }
+        self.headers.get_or_insert_with(Vec::new)
+    }
+
     /// The first request header named `name` (any case).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
+        match (&self.headers, self.asked()) {
+            (Some(headers), _) => headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_slice()),
+            (None, Some((head, _))) => head.head.get(name),
+            (None, None) => None,
+        }
     }
 
     /// A request phase's answer, if it ends the request: its output, or `ngx.exit` with a
     /// status of 200 or more (`ngx.OK` and `ngx.DECLINED` go on to the next phase).
-    pub fn phase_answer(self) -> Option<crate::http::local::LocalResponse> {
+    pub fn phase_answer(&mut self) -> Option<crate::http::local::LocalResponse> {
         let exit = self.exit.unwrap_or(0);
         if !(self.headers_sent || exit >= 200 || exit == -1 || self.exec.is_some()) {
             return None;
         }
-        Some(match self.into_reply().head {
+        Some(match self.take_reply().head {
             crate::reply::ReplyHead::Local(answer) => answer.into_owned(),
             crate::reply::ReplyHead::Error(error) => error.into_plain().into_owned(),
             // The script's answers are local or errors.
@@ -122,7 +263,7 @@ impl RequestState {
 
     /// The answer: what the script wrote, or the error page for an `ngx.exit` status of 300
     /// or more with nothing written (as nginx sends its special response).
-    pub fn into_reply(mut self) -> Reply<'static> {
+    pub fn take_reply(&mut self) -> Reply<'static> {
         if let Some((path, query)) = self.exec.take() {
             // Its stand-in: the exchange routes the request again and answers from there.
             let body = self.body.take();
@@ -155,29 +296,46 @@ impl RequestState {
             (0, _) => 200,
             (status, _) => status,
         };
-        if !self
-            .response_headers
+        let mut headers = std::mem::take(&mut self.response_headers);
+        if !headers
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
         {
             // nginx's `default_type` as Debian's and weir's tests configure it.
             let default = ("Content-Type".to_string(), "text/plain".to_string());
-            self.response_headers.insert(0, default);
+            headers.insert(0, default);
         }
-        super::answer(status, self.response_headers, self.output)
+        super::answer(status, headers, std::mem::take(&mut self.output))
     }
+}
+
+/// A request's path decoded, as `ngx.var.uri` gives it.
+pub(super) fn decoded_path(head: &RequestHead) -> String {
+    let path = super::ngx_util::unescape(head.path().as_bytes(), false);
+    match String::from_utf8(path) {
+        Ok(path) => path,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    }
+}
+
+/// A head's header fields, copied.
+fn copy_headers(head: &RequestHead) -> Vec<(String, Vec<u8>)> {
+    head.head
+        .iter()
+        .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.to_vec()))
+        .collect()
 }
 
 thread_local! {
     /// The request whose script is running on this worker thread.
     static CURRENT: RefCell<Option<Rc<RefCell<RequestState>>>> = const { RefCell::new(None) };
-    /// When the running script must have yielded by.
-    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// When the running script must have yielded by (`monotonic_nanos`), 0 when none runs.
+    static DEADLINE: Cell<u64> = const { Cell::new(0) };
 }
 
-/// When the running script must yield by, if one runs.
-pub(super) fn deadline() -> Option<Instant> {
-    DEADLINE.get()
+/// When the running script must yield by (`monotonic_nanos`), if one runs.
+pub(super) fn deadline() -> Option<u64> {
+    Some(DEADLINE.get()).filter(|&d| d != 0)
 }
 
 /// `f` on the request whose script is running; an error for code run outside a request
@@ -195,7 +353,7 @@ pub(super) fn with_request<R>(f: impl FnOnce(&mut RequestState) -> R) -> mlua::R
 /// until dropped.
 pub(super) struct Slice<'vm> {
     previous: Option<Rc<RefCell<RequestState>>>,
-    previous_deadline: Option<Instant>,
+    previous_deadline: u64,
     watch: &'vm Watch,
 }
 
@@ -205,10 +363,15 @@ impl Slice<'_> {
         max_run_time: Duration,
         watch: &Watch,
     ) -> Slice<'_> {
+        let now = monotonic_nanos();
+        if let Some(mut state) = state.as_ref().and_then(|s| s.try_borrow_mut().ok()) {
+            state.started.get_or_insert(now);
+        }
         let previous = CURRENT.with_borrow_mut(|current| std::mem::replace(current, state));
-        let deadline = Instant::now() + max_run_time;
-        let previous_deadline = DEADLINE.replace(Some(deadline));
-        watch.set_deadline(Some(deadline));
+        let run_time = u64::try_from(max_run_time.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = now.saturating_add(run_time);
+        let previous_deadline = DEADLINE.replace(deadline);
+        watch.set_deadline(deadline);
         Slice {
             previous,
             previous_deadline,
@@ -241,17 +404,38 @@ pub(super) type BodyRead<'a> = (&'a RequestHead, &'a mut dyn ReadBody);
 /// Runs `function` in `thread` to its end, `ngx.exit` or an error, resuming it whenever what
 /// it waits for (`ngx.sleep`) is ready; for a phase that may read the request's body, when the
 /// script waits for it (`ngx.req.read_body` yielded), `reader` reads it and the script goes on
-/// with it.
+/// with it. The first resume is a plain call: a script that does not wait (most) ends there,
+/// without a future around its coroutine, nor the wake-up that future gives its task.
+/// `Ok(true)`: the script ended, and its coroutine waits for another (`vm::ended`).
 pub(super) async fn drive_reading(
-    thread: Thread,
+    thread: &Thread,
     function: &Function,
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
     watch: &Watch,
     mut reader: Option<BodyRead<'_>>,
-) -> mlua::Result<()> {
-    let mut run = pin!(thread.into_async::<MultiValue>(function));
+) -> mlua::Result<bool> {
+    let first = {
+        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
+        // A wait in it (a cosocket's) was polled without a waker: resumed below, it is
+        // polled again with the task's.
+        thread.resume::<Value>(function)?
+    };
+    if super::vm::ended(&first) {
+        return Ok(true);
+    }
+    // `ngx.exit` yields to end the script.
+    if state.borrow().exit.is_some() {
+        return Ok(false);
+    }
     let mut reading = None;
+    if state.borrow().wants_body {
+        match reader.take() {
+            Some((head, reader)) => reading = Some(reader.read_body(head)),
+            None => state.borrow_mut().wants_body = false,
+        }
+    }
+    let mut run = pin!(thread.clone().into_async::<Value>(()));
     poll_fn(|cx| loop {
         // The body first, outside the script's slice: reading it is not running Lua.
         if let Some(read) = &mut reading {
@@ -270,18 +454,21 @@ pub(super) async fn drive_reading(
                 }
                 Err(status) => {
                     state.exit = Some(i64::from(status));
-                    return Poll::Ready(Ok(()));
+                    return Poll::Ready(Ok(false));
                 }
             }
         }
         let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
         match poll_next(run.as_mut(), cx) {
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(None) => return Poll::Ready(Ok(())),
+            Poll::Ready(None) => return Poll::Ready(Ok(false)),
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+            Poll::Ready(Some(Ok(value))) if super::vm::ended(&value) => {
+                return Poll::Ready(Ok(true))
+            }
             // `ngx.exit` yields to end the script; any other yield is resumed.
             Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
-                return Poll::Ready(Ok(()))
+                return Poll::Ready(Ok(false))
             }
             Poll::Ready(Some(Ok(_))) if state.borrow().wants_body => match reader.take() {
                 Some((head, reader)) => reading = Some(reader.read_body(head)),

@@ -8,24 +8,34 @@ use super::watchdog::Watch;
 use super::{
     cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, timer, LuaProgram,
 };
-use mlua::{Function, Lua, Thread, ThreadStatus};
+use mlua::{Function, Lua, Thread};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// How many finished coroutines a VM keeps for the next requests.
 const IDLE_THREADS: usize = 64;
+
+/// What a coroutine yields when its script ended: it waits there, under [`TRACED`], for the
+/// next script (its address, as a light userdata no script can come by).
+static ENDED: u8 = 0;
+
+/// Whether a coroutine's yield is [`ENDED`]'s: its script ended, and it is ready for another.
+pub(super) fn ended(value: &mlua::Value) -> bool {
+    matches!(value, mlua::Value::LightUserData(p) if std::ptr::eq(p.0.cast_const().cast::<u8>(), &ENDED))
+}
 
 /// A worker's VM and the program's scripts compiled in it.
 pub(super) struct WorkerVm {
     generation: u64,
     lua: Lua,
-    /// Runs a script function under `xpcall`, so its error carries a traceback.
+    /// Runs script functions under `xpcall`, one after another, so an error carries its
+    /// traceback and a coroutine serves request after request.
     traced: Function,
     functions: Vec<Function>,
-    /// Coroutines whose script ended, ready for another: making one costs a protected call
-    /// and garbage to collect, about a fifth of what `ngx.say('hello')` costs a request.
+    /// Coroutines whose script ended, waiting for another: making one costs a protected call
+    /// and garbage to collect, about a fifth of what `ngx.say('hello')` costs a request; and
+    /// one that waits in [`TRACED`]'s loop needs no reset.
     idle_threads: RefCell<Vec<Thread>>,
     max_run_time: std::time::Duration,
     /// The running script's deadline, for the watchdog that stops it.
@@ -114,7 +124,10 @@ impl WorkerVm {
                     .into_function()
             })
             .collect::<mlua::Result<Vec<_>>>()?;
-        let traced = lua.load(TRACED).set_name("=weir").eval::<Function>()?;
+        let ended = mlua::Value::LightUserData(mlua::LightUserData(
+            std::ptr::addr_of!(ENDED).cast_mut().cast(),
+        ));
+        let traced = lua.load(TRACED).set_name("=weir").call::<Function>(ended)?;
         Ok(WorkerVm {
             generation: program.generation,
             lua,
@@ -147,30 +160,29 @@ impl WorkerVm {
         let thread = self.thread()?;
         let function = &self.functions[index];
         let (max_run_time, watch) = (self.max_run_time, &*self.watch);
-        let run =
-            request::drive_reading(thread.clone(), function, state, max_run_time, watch, reader);
-        let ran = run.await;
-        self.keep_if_finished(thread);
-        ran
+        let ran = request::drive_reading(&thread, function, state, max_run_time, watch, reader);
+        // One stopped by `ngx.exit`, an error or the watchdog is suspended in its script or
+        // dead: left to the collector.
+        if ran.await? {
+            self.keep(thread);
+        }
+        Ok(())
     }
 
-    /// A coroutine ready to run a script under [`TRACED`]: an idle one, or a new one.
+    /// A coroutine ready to run a script under [`TRACED`] (resumed with the script): an idle
+    /// one, or a new one.
     fn thread(&self) -> mlua::Result<Thread> {
         let idle = self.idle_threads.borrow_mut().pop();
         match idle {
-            Some(thread) => {
-                thread.reset(self.traced.clone())?;
-                Ok(thread)
-            }
+            Some(thread) => Ok(thread),
             None => self.lua.create_thread(self.traced.clone()),
         }
     }
 
-    /// Keeps `thread` for another request if its script ran to its end (one stopped by
-    /// `ngx.exit`, an error or the watchdog is suspended or dead, and left to the collector).
-    fn keep_if_finished(&self, thread: Thread) {
+    /// Keeps `thread`, whose script ended, for another request.
+    fn keep(&self, thread: Thread) {
         let mut idle = self.idle_threads.borrow_mut();
-        if idle.len() < IDLE_THREADS && thread.status() == ThreadStatus::Finished {
+        if idle.len() < IDLE_THREADS {
             idle.push(thread);
         }
     }
@@ -248,7 +260,7 @@ unsafe extern "C-unwind" fn deadline_hook(
     state: *mut mlua::ffi::lua_State,
     _: *mut mlua::ffi::lua_Debug,
 ) {
-    if request::deadline().is_some_and(|deadline| Instant::now() > deadline) {
+    if request::deadline().is_some_and(|deadline| super::watchdog::monotonic_nanos() > deadline) {
         // SAFETY: nothing with a destructor is alive in this frame, so LuaJIT's error may
         // unwind through it (as mlua's own callbacks raise theirs).
         unsafe {
@@ -295,10 +307,12 @@ impl WorkerVm {
         let thread = self.thread()?;
         let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
         let _no_cosockets = cosocket::CosocketsDisabled::enter(context);
-        thread.resume::<mlua::MultiValue>(&self.functions[index])?;
-        self.keep_if_finished(thread.clone());
+        if ended(&thread.resume::<mlua::Value>(&self.functions[index])?) {
+            self.keep(thread);
+            return Ok(());
+        }
         let exited = state.borrow().exit.is_some();
-        if thread.status() == mlua::ThreadStatus::Resumable && !exited {
+        if !exited {
             return Err(mlua::Error::runtime(
                 "a script cannot wait (ngx.sleep) in header_filter, body_filter or log",
             ));
@@ -307,12 +321,18 @@ impl WorkerVm {
     }
 }
 
-/// `xpcall` around a script, so an error carries its traceback (yields pass through).
+/// A coroutine's body: `xpcall` around each script it is resumed with, so an error carries
+/// its traceback (and ends the coroutine), the script's yields passing through; once a script
+/// ended, it yields [`ENDED`]'s marker and waits for the next.
 const TRACED: &str = r#"
-local xpcall, traceback, error = xpcall, debug.traceback, error
+local ended = ...
+local xpcall, traceback, error, yield = xpcall, debug.traceback, error, coroutine.yield
 return function(f)
-  local ok, err = xpcall(f, traceback)
-  if not ok then error(err, 0) end
+  while true do
+    local ok, err = xpcall(f, traceback)
+    if not ok then error(err, 0) end
+    f = yield(ended)
+  end
 end
 "#;
 
@@ -352,6 +372,7 @@ print = function(...) ngx.log(ngx.NOTICE, ...) end
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn a_runaway_loop_is_stopped_with_the_jit_on() {

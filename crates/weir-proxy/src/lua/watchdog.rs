@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How often the watchdog looks at the deadlines: a runaway script is stopped this much past
 /// its `max_run_time` at most (plus the machine's scheduling delay).
@@ -23,7 +23,7 @@ unsafe impl Send for VmState {}
 
 /// One VM's deadline, as seen by the watchdog.
 pub(super) struct Watch {
-    /// When the running script must yield by, in nanoseconds since [`epoch`]; 0 when none runs.
+    /// When the running script must yield by, a [`monotonic_nanos`] time; 0 when none runs.
     deadline: AtomicU64,
     /// The VM's main state; `None` once the VM is being dropped.
     vm: Mutex<Option<VmState>>,
@@ -44,10 +44,10 @@ impl Watch {
         watch
     }
 
-    /// Publishes the running script's deadline (`None`: no script runs).
-    pub fn set_deadline(&self, deadline: Option<Instant>) {
-        let nanos = deadline.map_or(0, |d| nanos_since_epoch(d).max(1));
-        self.deadline.store(nanos, Ordering::Relaxed);
+    /// Publishes the running script's deadline, a [`monotonic_nanos`] time (0: no script
+    /// runs).
+    pub fn set_deadline(&self, deadline: u64) {
+        self.deadline.store(deadline, Ordering::Relaxed);
     }
 
     /// Stops watching: the VM is about to be closed.
@@ -84,26 +84,25 @@ impl Watch {
     }
 }
 
-/// The instant deadlines are counted from.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn nanos_since_epoch(at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
+/// The monotonic clock in nanoseconds (since boot, never 0): what deadlines are counted in,
+/// read straight from the clock as each request's script sets one (an `Instant` and its
+/// conversion cost several times more).
+pub(super) fn monotonic_nanos() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64).wrapping_mul(1_000_000_000) + t.tv_nsec() as u64
+    });
+    now.max(1)
 }
 
 /// The watched VMs, the watchdog thread started with the first.
 fn watchdog() -> &'static Mutex<Vec<Weak<Watch>>> {
     static WATCHED: OnceLock<Mutex<Vec<Weak<Watch>>>> = OnceLock::new();
     WATCHED.get_or_init(|| {
-        epoch();
         let spawned = std::thread::Builder::new()
             .name("weir-lua-watchdog".into())
             .spawn(|| loop {
                 std::thread::sleep(WATCHDOG_TICK);
-                let now = nanos_since_epoch(Instant::now());
+                let now = monotonic_nanos();
                 if let Some(watched) = WATCHED.get().and_then(|w| w.lock().ok()).as_mut() {
                     watched.retain(|watch| match watch.upgrade() {
                         Some(watch) => {

@@ -587,6 +587,70 @@ fn a_runtime_error_is_a_500_and_a_log_line_with_the_script_line_and_traceback() 
 }
 
 #[test]
+fn coroutines_serve_on_after_exits_errors_and_rust_errors() {
+    // One worker: every request reuses the coroutines the ones before left (or not).
+    let weir = Weir::start(&one_script(
+        "if ngx.var.arg_exit then ngx.exit(403) end\n\
+         if ngx.var.arg_fail then error('failed on purpose') end\n\
+         if ngx.var.arg_status then ngx.status = 'not a number' end\n\
+         if ngx.var.arg_sleep then ngx.sleep(0.01) end\n\
+         ngx.say('fine ', ngx.var.uri)",
+        "",
+        1,
+    ));
+    for round in 0..3 {
+        let path = format!("/r{round}");
+        for (query, status) in [("exit=1", 403), ("fail=1", 500), ("status=1", 500)] {
+            let resp = get(weir.addr(), "localhost", &format!("{path}?{query}"));
+            assert_eq!(resp.status, status, "{query}");
+            let resp = get(weir.addr(), "localhost", &format!("{path}?sleep=1"));
+            assert_eq!(resp.text(), format!("fine {path}\n"));
+            let resp = get(weir.addr(), "localhost", &path);
+            assert_eq!(resp.text(), format!("fine {path}\n"));
+        }
+    }
+    // A Rust function's error is logged with its message, as a Lua error is.
+    let line = weir.wait_for_line("ngx.status must be a number", 1);
+    assert!(line.contains("router `script`"), "{line}");
+    let line = weir.wait_for_line("failed on purpose", 1);
+    assert!(line.contains("router `script`"), "{line}");
+}
+
+#[test]
+fn an_answer_like_the_last_is_sent_again_and_one_that_differs_is_not() {
+    let weir = Weir::start(&one_script(
+        "if ngx.var.arg_a then ngx.header['X-A'] = ngx.var.arg_a end\n\
+         if ngx.var.arg_type then ngx.header.content_type = ngx.var.arg_type end\n\
+         if ngx.var.arg_status then ngx.status = tonumber(ngx.var.arg_status) end\n\
+         ngx.print(ngx.var.arg_body or 'same')",
+        "",
+        1,
+    ));
+    let cases = [
+        ("", 200, None, "text/plain", "same"),
+        ("", 200, None, "text/plain", "same"),
+        ("a=1", 200, Some("1"), "text/plain", "same"),
+        ("a=2", 200, Some("2"), "text/plain", "same"),
+        ("a=2", 200, Some("2"), "text/plain", "same"),
+        ("", 200, None, "text/plain", "same"),
+        ("type=text/html", 200, None, "text/html", "same"),
+        ("type=text/plain", 200, None, "text/plain", "same"),
+        ("", 200, None, "text/plain", "same"),
+        ("status=201", 201, None, "text/plain", "same"),
+        ("body=other", 200, None, "text/plain", "other"),
+        ("body=same", 200, None, "text/plain", "same"),
+        ("", 200, None, "text/plain", "same"),
+    ];
+    for (query, status, a, content_type, body) in cases {
+        let resp = get(weir.addr(), "localhost", &format!("/?{query}"));
+        assert_eq!(resp.status, status, "{query}");
+        assert_eq!(resp.header("x-a"), a, "{query}");
+        assert_eq!(resp.header("content-type"), Some(content_type), "{query}");
+        assert_eq!(resp.text(), body, "{query}");
+    }
+}
+
+#[test]
 fn what_weir_lacks_is_an_error_naming_it() {
     let weir = Weir::start(&one_script(
         "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.socket.udp()",

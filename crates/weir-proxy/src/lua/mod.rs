@@ -150,7 +150,7 @@ pub(crate) async fn serve_content<C: ClientSide>(
         return script_failed(name, &e.to_string());
     }
     let state = state.release();
-    let reply = state.borrow_mut().take_reply();
+    let reply = vm.reply(script.index, &mut state.borrow_mut());
     reply
 }
 

@@ -11,13 +11,14 @@ use mlua::{Lua, Table, Value, Variadic};
 const MAX_TABLE_DEPTH: usize = 100;
 
 pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
-    for (name, newline) in [("say", true), ("print", false)] {
+    let fast: [(&str, bool, mlua::ffi::lua_CFunction); 2] = [
+        ("say", true, raw_output::<true>),
+        ("print", false, raw_output::<false>),
+    ];
+    for (name, newline, raw) in fast {
         let general =
             lua.create_function(move |_, args: Variadic<Value>| write_output(&args, newline))?;
-        ngx.set(
-            name,
-            super::raw::c_closure(lua, raw_output, (newline, general))?,
-        )?;
+        ngx.set(name, super::raw::c_closure(lua, raw, general)?)?;
     }
     ngx.set("flush", lua.create_function(|_, ()| Ok(1))?)?;
     ngx.set(
@@ -206,19 +207,19 @@ fn write_output(args: &[Value], newline: bool) -> mlua::Result<i64> {
     Ok(1)
 }
 
-/// `ngx.say` (upvalue 1 true) and `ngx.print` for their common call, every argument a
-/// string, against Lua's C API (`raw.rs`): the strings are copied into the answer straight off
-/// the stack. Any other call goes to upvalue 2, [`write_output`], with its conversions and
-/// errors.
+/// `ngx.say` (`NEWLINE`) and `ngx.print` for their common call, every argument a string,
+/// against Lua's C API (`raw.rs`): the strings are copied into the answer straight off the
+/// stack. Any other call goes to upvalue 1, [`write_output`], with its conversions and errors.
 #[allow(unsafe_code)]
-unsafe extern "C-unwind" fn raw_output(state: *mut mlua::ffi::lua_State) -> std::os::raw::c_int {
+unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
+    state: *mut mlua::ffi::lua_State,
+) -> std::os::raw::c_int {
     use mlua::ffi;
     // SAFETY: reads the arguments with the C API's type checks; `lua_tolstring` on a string
     // neither allocates nor raises, so the request's borrow is never unwound past.
     unsafe {
         let count = ffi::lua_gettop(state);
         if (1..=count).all(|at| ffi::lua_type(state, at) == ffi::LUA_TSTRING) {
-            let newline = ffi::lua_toboolean(state, ffi::lua_upvalueindex(1)) != 0;
             let written = with_request(|r| {
                 if r.eof {
                     return;
@@ -226,7 +227,7 @@ unsafe extern "C-unwind" fn raw_output(state: *mut mlua::ffi::lua_State) -> std:
                 r.headers_sent = true;
                 // Room for all of it at once: a body written in one call is then as long as
                 // its buffer, which the reply takes without another allocation.
-                let mut total = usize::from(newline);
+                let mut total = usize::from(NEWLINE);
                 for at in 1..=count {
                     total += ffi::lua_objlen(state, at);
                 }
@@ -237,7 +238,7 @@ unsafe extern "C-unwind" fn raw_output(state: *mut mlua::ffi::lua_State) -> std:
                     r.output
                         .extend_from_slice(std::slice::from_raw_parts(text.cast::<u8>(), len));
                 }
-                if newline {
+                if NEWLINE {
                     r.output.push(b'\n');
                 }
             })
@@ -247,7 +248,7 @@ unsafe extern "C-unwind" fn raw_output(state: *mut mlua::ffi::lua_State) -> std:
                 return 1;
             }
         }
-        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(2));
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
         ffi::lua_insert(state, 1);
         ffi::lua_call(state, count, 1);
         1

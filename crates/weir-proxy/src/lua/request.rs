@@ -4,10 +4,11 @@
 
 use super::watchdog::{monotonic_nanos, Watch};
 use crate::http::codec::RequestHead;
+use crate::http::local::LocalResponse;
 use crate::http::Scheme;
 use crate::reply::Reply;
 use bytes::Bytes;
-use mlua::{Function, Thread, Value};
+use mlua::{Thread, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -264,6 +265,16 @@ impl RequestState {
     /// The answer: what the script wrote, or the error page for an `ngx.exit` status of 300
     /// or more with nothing written (as nginx sends its special response).
     pub fn take_reply(&mut self) -> Reply<'static> {
+        self.take_reply_as(None)
+    }
+
+    /// [`Self::take_reply`] for a `content` script whose last answer was `last`: an answer
+    /// the same as that one (a script answering every request alike) is it again, shared,
+    /// not built anew; a new one small enough to compare cheaply is kept as the next `last`.
+    pub fn take_reply_as(
+        &mut self,
+        last: Option<&mut Option<Rc<LocalResponse>>>,
+    ) -> Reply<'static> {
         if let Some((path, query)) = self.exec.take() {
             // Its stand-in: the exchange routes the request again and answers from there.
             let body = self.body.take();
@@ -297,16 +308,58 @@ impl RequestState {
             (status, _) => status,
         };
         let mut headers = std::mem::take(&mut self.response_headers);
-        if !headers
+        // nginx's `default_type` as Debian's and weir's tests configure it.
+        let typed = headers
             .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
-        {
-            // nginx's `default_type` as Debian's and weir's tests configure it.
-            let default = ("Content-Type".to_string(), "text/plain".to_string());
-            headers.insert(0, default);
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
+        // Only a success: the drivers treat some error statuses of a local answer apart.
+        let kept = (200..300).contains(&status) && self.output.len() <= MAX_KEPT_BODY;
+        let last = last.filter(|_| kept);
+        if let Some(same) = last.as_ref().and_then(|last| last.as_ref()) {
+            if same_answer(same, status, !typed, &headers, &self.output) {
+                return Reply::shared(same.clone());
+            }
         }
-        super::answer(status, headers, std::mem::take(&mut self.output))
+        if !typed {
+            headers.insert(0, (DEFAULT_TYPE.0.to_string(), DEFAULT_TYPE.1.to_string()));
+        }
+        let answer = LocalResponse::new(status, headers, std::mem::take(&mut self.output));
+        let Some(last) = last else {
+            return Reply::local(std::borrow::Cow::Owned(answer));
+        };
+        let answer = Rc::new(answer);
+        *last = Some(answer.clone());
+        Reply::shared(answer)
     }
+}
+
+/// The largest body of an answer kept to compare the next with: comparing costs little, and
+/// a kept answer's memory stays with the worker.
+const MAX_KEPT_BODY: usize = 4096;
+
+/// The Content-Type of an answer whose script set none (nginx's `default_type`).
+const DEFAULT_TYPE: (&str, &str) = ("Content-Type", "text/plain");
+
+/// Whether `last` is the answer `status`, `headers` (after the default Content-Type when
+/// `defaulted`) and `body` would make.
+fn same_answer(
+    last: &LocalResponse,
+    status: u16,
+    defaulted: bool,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> bool {
+    if last.status != status || last.body != body {
+        return false;
+    }
+    let mut theirs = last.headers.iter();
+    if defaulted {
+        match theirs.next() {
+            Some((name, value)) if (name.as_str(), value.as_str()) == DEFAULT_TYPE => {}
+            _ => return false,
+        }
+    }
+    theirs.eq(headers.iter())
 }
 
 /// A request's path decoded, as `ngx.var.uri` gives it.
@@ -401,29 +454,18 @@ pub trait ReadBody {
 /// What reads a phase's request body, and the request it reads it for.
 pub(super) type BodyRead<'a> = (&'a RequestHead, &'a mut dyn ReadBody);
 
-/// Runs `function` in `thread` to its end, `ngx.exit` or an error, resuming it whenever what
-/// it waits for (`ngx.sleep`) is ready; for a phase that may read the request's body, when the
-/// script waits for it (`ngx.req.read_body` yielded), `reader` reads it and the script goes on
-/// with it. The first resume is a plain call: a script that does not wait (most) ends there,
-/// without a future around its coroutine, nor the wake-up that future gives its task.
+/// Runs on a script that yielded in `thread` on its first resume ([`super::vm`]'s `start`) to
+/// its end, `ngx.exit` or an error, resuming it whenever what it waits for (`ngx.sleep`) is
+/// ready; for a phase that may read the request's body, when the script waits for it
+/// (`ngx.req.read_body` yielded), `reader` reads it and the script goes on with it.
 /// `Ok(true)`: the script ended, and its coroutine waits for another (`vm::ended`).
-pub(super) async fn drive_reading(
+pub(super) async fn drive_on(
     thread: &Thread,
-    function: &Function,
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
     watch: &Watch,
     mut reader: Option<BodyRead<'_>>,
 ) -> mlua::Result<bool> {
-    let first = {
-        let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
-        // A wait in it (a cosocket's) was polled without a waker: resumed below, it is
-        // polled again with the task's.
-        thread.resume::<Value>(function)?
-    };
-    if super::vm::ended(&first) {
-        return Ok(true);
-    }
     // `ngx.exit` yields to end the script.
     if state.borrow().exit.is_some() {
         return Ok(false);

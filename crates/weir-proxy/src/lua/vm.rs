@@ -8,6 +8,7 @@ use super::watchdog::Watch;
 use super::{
     cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, timer, LuaProgram,
 };
+use crate::http::local::LocalResponse;
 use mlua::{Function, Lua, Thread};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -29,14 +30,15 @@ pub(super) fn ended(value: &mlua::Value) -> bool {
 pub(super) struct WorkerVm {
     generation: u64,
     lua: Lua,
-    /// Runs script functions under `xpcall`, one after another, so an error carries its
-    /// traceback and a coroutine serves request after request.
+    /// Runs the scripts (which it holds) under `xpcall`, one after another, so an error
+    /// carries its traceback and a coroutine serves request after request.
     traced: Function,
-    functions: Vec<Function>,
     /// Coroutines whose script ended, waiting for another: making one costs a protected call
     /// and garbage to collect, about a fifth of what `ngx.say('hello')` costs a request; and
     /// one that waits in [`TRACED`]'s loop needs no reset.
     idle_threads: RefCell<Vec<Thread>>,
+    /// Each `content` script's last answer, to send again when the next is the same.
+    last_answers: RefCell<Vec<Option<Rc<LocalResponse>>>>,
     max_run_time: std::time::Duration,
     /// The running script's deadline, for the watchdog that stops it.
     watch: Arc<Watch>,
@@ -127,13 +129,17 @@ impl WorkerVm {
         let ended = mlua::Value::LightUserData(mlua::LightUserData(
             std::ptr::addr_of!(ENDED).cast_mut().cast(),
         ));
-        let traced = lua.load(TRACED).set_name("=weir").call::<Function>(ended)?;
+        let scripts = lua.create_sequence_from(functions.iter().cloned())?;
+        let traced = lua
+            .load(TRACED)
+            .set_name("=weir")
+            .call::<Function>((ended, scripts))?;
         Ok(WorkerVm {
             generation: program.generation,
             lua,
             traced,
-            functions,
             idle_threads: RefCell::new(Vec::new()),
+            last_answers: RefCell::new(vec![None; program.scripts.len()]),
             max_run_time,
             watch,
             _dicts: program.dicts.iter().map(|(_, dict)| dict.clone()).collect(),
@@ -158,15 +164,99 @@ impl WorkerVm {
         reader: Option<request::BodyRead<'_>>,
     ) -> mlua::Result<()> {
         let thread = self.thread()?;
-        let function = &self.functions[index];
+        let ended = {
+            let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
+            self.start(&thread, index)?
+        };
+        // A script that does not wait (most) ends there, with no future around its coroutine.
+        if ended {
+            self.keep(thread);
+            return Ok(());
+        }
         let (max_run_time, watch) = (self.max_run_time, &*self.watch);
-        let ran = request::drive_reading(&thread, function, state, max_run_time, watch, reader);
+        let ran = request::drive_on(&thread, state, max_run_time, watch, reader);
         // One stopped by `ngx.exit`, an error or the watchdog is suspended in its script or
         // dead: left to the collector.
         if ran.await? {
             self.keep(thread);
         }
         Ok(())
+    }
+
+    /// Resumes `thread`, new or waiting in [`TRACED`]'s loop, with script `index`: `true` when
+    /// the script ended (the coroutine waits for the next), `false` when it yielded (it waits
+    /// for something, or ended the request: `ngx.exit`). Straight through the C API: mlua's
+    /// `Thread::resume` moves the arguments and results between stacks and converts them,
+    /// which cost more than the script `ngx.say('hello')`.
+    #[allow(unsafe_code)]
+    fn start(&self, thread: &Thread, index: usize) -> mlua::Result<bool> {
+        use mlua::ffi;
+        let co = thread.to_pointer().cast_mut().cast::<ffi::lua_State>();
+        // SAFETY: a coroutine's pointer (LuaJIT's `lua_topointer`) is its state, alive while
+        // `thread` holds it; it is new or suspended in `yield` (the pool and `thread()` hand
+        // out only those), and nothing else resumes it meanwhile on this worker.
+        unsafe {
+            if ffi::lua_checkstack(co, 1) == 0 {
+                return Err(mlua::Error::runtime("no room on the coroutine's stack"));
+            }
+            ffi::lua_pushinteger(co, (index + 1) as ffi::lua_Integer);
+            match ffi::lua_resume_(co, 1) {
+                ffi::LUA_YIELD => {
+                    let marker = ffi::lua_touserdata(co, -1).cast_const().cast::<u8>();
+                    let ended = ffi::lua_gettop(co) == 1 && std::ptr::eq(marker, &ENDED);
+                    // As mlua leaves a coroutine it resumed: what it yielded taken off.
+                    ffi::lua_settop(co, 0);
+                    Ok(ended)
+                }
+                ffi::LUA_OK => Ok(false),
+                status => Err(self.error_of(co, status)),
+            }
+        }
+    }
+
+    /// The error that ended coroutine `co` (`status`), as text: as mlua makes it, less the
+    /// traceback of the coroutine it adds (which only shows [`TRACED`] rethrowing).
+    #[allow(unsafe_code)]
+    unsafe fn error_of(&self, co: *mut mlua::ffi::lua_State, status: i32) -> mlua::Error {
+        use mlua::ffi;
+        // SAFETY: the error is on top of the dead coroutine's stack; a string is read in place
+        // (no allocation, no error).
+        unsafe {
+            if ffi::lua_type(co, -1) == ffi::LUA_TSTRING {
+                let mut len = 0;
+                let text = ffi::lua_tolstring(co, -1, &mut len);
+                let text = std::slice::from_raw_parts(text.cast::<u8>(), len);
+                let text = String::from_utf8_lossy(text).into_owned();
+                return match status {
+                    ffi::LUA_ERRMEM => mlua::Error::MemoryError(text),
+                    _ => mlua::Error::RuntimeError(text),
+                };
+            }
+            // A Rust function's error (mlua's userdata, whose `__tostring` is the error's
+            // text) or another value: `tostring` in a protected call on the main state.
+            let text = self.lua.exec_raw::<String>((), |state| {
+                ffi::lua_xmove(co, state, 1);
+                ffi::luaL_tolstring(state, -1, std::ptr::null_mut());
+                ffi::lua_remove(state, -2);
+            });
+            match text {
+                Ok(text) => mlua::Error::external(text),
+                Err(e) => e,
+            }
+        }
+    }
+
+    /// The answer of script `index`'s run that left `state`: its last one again when the same.
+    pub(super) fn reply(
+        &self,
+        index: usize,
+        state: &mut RequestState,
+    ) -> crate::reply::Reply<'static> {
+        let mut last = self.last_answers.borrow_mut();
+        match last.get_mut(index) {
+            Some(last) => state.take_reply_as(Some(last)),
+            None => state.take_reply(),
+        }
     }
 
     /// A coroutine ready to run a script under [`TRACED`] (resumed with the script): an idle
@@ -307,7 +397,7 @@ impl WorkerVm {
         let thread = self.thread()?;
         let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
         let _no_cosockets = cosocket::CosocketsDisabled::enter(context);
-        if ended(&thread.resume::<mlua::Value>(&self.functions[index])?) {
+        if self.start(&thread, index)? {
             self.keep(thread);
             return Ok(());
         }
@@ -321,17 +411,18 @@ impl WorkerVm {
     }
 }
 
-/// A coroutine's body: `xpcall` around each script it is resumed with, so an error carries
-/// its traceback (and ends the coroutine), the script's yields passing through; once a script
-/// ended, it yields [`ENDED`]'s marker and waits for the next.
+/// A coroutine's body: `xpcall` around each script it is resumed with (its number in the
+/// program, from 1), so an error carries its traceback (and ends the coroutine), the script's
+/// yields passing through; once a script ended, it yields [`ENDED`]'s marker and waits for
+/// the next.
 const TRACED: &str = r#"
-local ended = ...
+local ended, scripts = ...
 local xpcall, traceback, error, yield = xpcall, debug.traceback, error, coroutine.yield
-return function(f)
+return function(i)
   while true do
-    local ok, err = xpcall(f, traceback)
+    local ok, err = xpcall(scripts[i], traceback)
     if not ok then error(err, 0) end
-    f = yield(ended)
+    i = yield(ended)
   end
 end
 "#;

@@ -111,6 +111,11 @@ impl<'r> Reply<'r> {
         Reply::local_head(ReplyHead::Local(response))
     }
 
+    /// A local answer kept to be sent again (its body is its own).
+    pub fn shared(response: Rc<LocalResponse>) -> Reply<'r> {
+        Reply::local_head(ReplyHead::Shared(response))
+    }
+
     /// weir's own error answer for this request, not yet rendered.
     pub fn error(error: LocalError) -> Reply<'r> {
         Reply::local_head(ReplyHead::Error(ErrorHead::Made(error)))

@@ -7,7 +7,7 @@ use crate::http::codec::RequestHead;
 use crate::http::Scheme;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::time::Instant;
 
 /// One request's state shared by its phases.
@@ -20,29 +20,10 @@ pub(super) struct Carried {
     pub started: Instant,
 }
 
-/// Hashes a [`key`], an address: weir's own, not a client's choice, so no keyed hash is
-/// needed against flooding (SipHash cost three times what a Lua `access` phase's lookups
-/// did). A multiplication spreads it into the high bits the table reads first.
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100000001b3);
-        }
-    }
-
-    fn write_usize(&mut self, key: usize) {
-        self.0 = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type ByKey = HashMap<usize, Carried, BuildHasherDefault<AddrHasher>>;
+/// The carried states by [`key`], an address: weir's own, not a client's choice, so no keyed
+/// hash is needed against flooding (SipHash cost three times what a Lua `access` phase's
+/// lookups did).
+type ByKey = HashMap<usize, Carried, BuildHasherDefault<crate::http::router::Fnv>>;
 
 thread_local! {
     /// The requests of this worker whose exchange holds a [`PhaseScope`], by [`key`].

@@ -214,22 +214,28 @@ impl WorkerVm {
         }
     }
 
-    /// The error that ended coroutine `co` (`status`), as text: as mlua makes it, less the
-    /// traceback of the coroutine it adds (which only shows [`TRACED`] rethrowing).
+    /// The error that ended coroutine `co` (`status`), as mlua makes it: a string error with
+    /// the traceback of the script's frames, still on the dead coroutine's stack.
     #[allow(unsafe_code)]
     unsafe fn error_of(&self, co: *mut mlua::ffi::lua_State, status: i32) -> mlua::Error {
         use mlua::ffi;
-        // SAFETY: the error is on top of the dead coroutine's stack; a string is read in place
-        // (no allocation, no error).
+        // SAFETY: the error is on top of the dead coroutine's stack, where it stays (a string's
+        // bytes with it) while the traceback is made in a protected call on the main state.
         unsafe {
             if ffi::lua_type(co, -1) == ffi::LUA_TSTRING {
                 let mut len = 0;
-                let text = ffi::lua_tolstring(co, -1, &mut len);
-                let text = std::slice::from_raw_parts(text.cast::<u8>(), len);
-                let text = String::from_utf8_lossy(text).into_owned();
-                return match status {
-                    ffi::LUA_ERRMEM => mlua::Error::MemoryError(text),
-                    _ => mlua::Error::RuntimeError(text),
+                let message = ffi::lua_tolstring(co, -1, &mut len);
+                if status == ffi::LUA_ERRMEM {
+                    // No memory for a traceback.
+                    let text = std::slice::from_raw_parts(message.cast::<u8>(), len);
+                    return mlua::Error::MemoryError(String::from_utf8_lossy(text).into_owned());
+                }
+                let traced = self.lua.exec_raw::<mlua::String>((), |state| {
+                    ffi::luaL_traceback(state, co, message, 0);
+                });
+                return match traced {
+                    Ok(text) => mlua::Error::RuntimeError(text.to_string_lossy()),
+                    Err(e) => e,
                 };
             }
             // A Rust function's error (mlua's userdata, whose `__tostring` is the error's
@@ -411,17 +417,16 @@ impl WorkerVm {
     }
 }
 
-/// A coroutine's body: `xpcall` around each script it is resumed with (its number in the
-/// program, from 1), so an error carries its traceback (and ends the coroutine), the script's
-/// yields passing through; once a script ended, it yields [`ENDED`]'s marker and waits for
-/// the next.
+/// A coroutine's body: runs each script it is resumed with (its number in the program, from
+/// 1), the script's yields passing through; once a script ended, it yields [`ENDED`]'s marker
+/// and waits for the next. An error ends the coroutine with the script's frames left on its
+/// stack, for the traceback (`WorkerVm::error_of`).
 const TRACED: &str = r#"
 local ended, scripts = ...
-local xpcall, traceback, error, yield = xpcall, debug.traceback, error, coroutine.yield
+local yield = coroutine.yield
 return function(i)
   while true do
-    local ok, err = xpcall(scripts[i], traceback)
-    if not ok then error(err, 0) end
+    scripts[i]()
     i = yield(ended)
   end
 end

@@ -146,6 +146,7 @@ pub(crate) async fn serve_content<C: ClientSide>(
     };
     let scheme = client.scheme();
     let state = RequestState::lent(head, client.ip_text(), scheme, body);
+    state.state().borrow_mut().output = vm.output_buffer();
     if let Err(e) = vm.run(script.index, state.state()).await {
         return script_failed(name, &e.to_string());
     }

@@ -17,6 +17,9 @@ use std::sync::Arc;
 /// How many finished coroutines a VM keeps for the next requests.
 const IDLE_THREADS: usize = 64;
 
+/// The largest output buffer a VM keeps for the next script.
+const MAX_SPARE_OUTPUT: usize = 16 * 1024;
+
 /// What a coroutine yields when its script ended: it waits there, under [`TRACED`], for the
 /// next script (its address, as a light userdata no script can come by).
 static ENDED: u8 = 0;
@@ -39,6 +42,8 @@ pub(super) struct WorkerVm {
     idle_threads: RefCell<Vec<Thread>>,
     /// Each `content` script's last answer, to send again when the next is the same.
     last_answers: RefCell<Vec<Option<Rc<LocalResponse>>>>,
+    /// The output buffer of an answer sent as the last one was, for the next script to write.
+    spare_output: RefCell<Vec<u8>>,
     max_run_time: std::time::Duration,
     /// The running script's deadline, for the watchdog that stops it.
     watch: Arc<Watch>,
@@ -140,6 +145,7 @@ impl WorkerVm {
             traced,
             idle_threads: RefCell::new(Vec::new()),
             last_answers: RefCell::new(vec![None; program.scripts.len()]),
+            spare_output: RefCell::new(Vec::new()),
             max_run_time,
             watch,
             _dicts: program.dicts.iter().map(|(_, dict)| dict.clone()).collect(),
@@ -259,10 +265,22 @@ impl WorkerVm {
         state: &mut RequestState,
     ) -> crate::reply::Reply<'static> {
         let mut last = self.last_answers.borrow_mut();
-        match last.get_mut(index) {
+        let reply = match last.get_mut(index) {
             Some(last) => state.take_reply_as(Some(last)),
             None => state.take_reply(),
+        };
+        // Left with the state when the answer was the last one again: kept for the next.
+        if (1..=MAX_SPARE_OUTPUT).contains(&state.output.capacity()) {
+            let mut output = std::mem::take(&mut state.output);
+            output.clear();
+            *self.spare_output.borrow_mut() = output;
         }
+        reply
+    }
+
+    /// A buffer for a `content` script's output: the one an earlier answer left, if any.
+    pub(super) fn output_buffer(&self) -> Vec<u8> {
+        std::mem::take(&mut self.spare_output.borrow_mut())
     }
 
     /// A coroutine ready to run a script under [`TRACED`] (resumed with the script): an idle

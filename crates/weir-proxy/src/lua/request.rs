@@ -1,6 +1,8 @@
-//! One request as its script sees it: what was asked, the answer being written, `ngx.ctx`
-//! and user variables ([`RequestState`]); the request whose coroutine is running
-//! ([`with_request`]), set around each resume by [`drive_reading`], with its deadline.
+//! One request as its script sees it: what was asked (read from the request's head, lent by
+//! the run: [`Lending`]), the answer being written, `ngx.ctx` and user variables
+//! ([`RequestState`]); the request whose coroutine is running ([`with_request`]), set around
+//! each resume by a [`Slice`], with its deadline; a script that waits driven on by
+//! [`drive_on`].
 
 use super::watchdog::{monotonic_nanos, Watch};
 use crate::http::codec::RequestHead;
@@ -91,7 +93,7 @@ enum Asked {
 
 /// A request's state that reads its request from the head (and client address) the caller
 /// holds borrowed for as long as this lives; the state forgets them when it is dropped or
-/// taken, so that the head may change after.
+/// released, so that the head may change after.
 pub(super) struct Lending<'h> {
     state: Rc<RefCell<RequestState>>,
     _head: PhantomData<&'h RequestHead>,
@@ -162,7 +164,7 @@ impl RequestState {
         match &self.asked {
             Asked::Gone => None,
             // SAFETY: the `Lending` that set these holds both borrowed for `'h`, and sets
-            // `Gone` when it is dropped or taken; until then the head is only read.
+            // `Gone` when it is dropped or released; until then the head is only read.
             Asked::Lent(head, addr) => unsafe { Some((head.as_ref(), addr.as_ref())) },
             Asked::Copied(head, addr) => Some((head, addr)),
         }

@@ -33,8 +33,8 @@ pub(super) fn ended(value: &mlua::Value) -> bool {
 pub(super) struct WorkerVm {
     generation: u64,
     lua: Lua,
-    /// Runs the scripts (which it holds) under `xpcall`, one after another, so an error
-    /// carries its traceback and a coroutine serves request after request.
+    /// A coroutine's body ([`TRACED`]): runs the scripts (which it holds) one after another,
+    /// so that a coroutine serves request after request.
     traced: Function,
     /// Coroutines whose script ended, waiting for another: making one costs a protected call
     /// and garbage to collect, about a fifth of what `ngx.say('hello')` costs a request; and

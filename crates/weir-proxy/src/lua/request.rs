@@ -114,9 +114,14 @@ impl<'h> Lending<'h> {
 impl Drop for Lending<'_> {
     fn drop(&mut self) {
         // The state's only other holder is the running slice's, gone by now: it is not
-        // borrowed.
-        if let Ok(mut state) = self.state.try_borrow_mut() {
-            state.asked = Asked::Gone;
+        // borrowed. Were it, the state would keep pointers to a head about to go away, and a
+        // later read would be a use after free: stopping is the only safe way out.
+        match self.state.try_borrow_mut() {
+            Ok(mut state) => state.asked = Asked::Gone,
+            Err(_) => {
+                crate::log_error!("lua: a request's state was borrowed as its run ended");
+                std::process::abort();
+            }
         }
     }
 }

@@ -283,7 +283,8 @@ impl<S: ClientIo> H1Client<S> {
     /// Closes a connection whose request may still be arriving without resetting it
     /// (`io::linger`).
     async fn linger(&mut self, worker: &Worker, quiet: Duration) {
-        linger(&mut self.io, &mut self.buf, worker, &self.watch, quiet).await;
+        let worker_io = (&worker.clock, &worker.buffers);
+        linger(&mut self.io, &mut self.buf, worker_io, &self.watch, quiet).await;
     }
 }
 

@@ -290,7 +290,14 @@ async fn run<S>(
             LINGER_TIMEOUT
         };
         let mut buf = BytesMut::new();
-        Box::pin(linger(&mut io, &mut buf, &worker, &watch, quiet)).await;
+        Box::pin(linger(
+            &mut io,
+            &mut buf,
+            (&worker.clock, &worker.buffers),
+            &watch,
+            quiet,
+        ))
+        .await;
         worker.buffers.give_read(buf);
     }
 }

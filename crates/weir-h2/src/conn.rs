@@ -378,22 +378,6 @@ impl Connection {
         id > self.last_client_stream
     }
 
-    /// Strips §6.1/§6.2 padding: the flag's length octet and that many octets at the end.
-    fn unpad(head: &Head, payload: &mut Bytes) -> Result<(), Reason> {
-        if head.flags & frame::PADDED == 0 {
-            return Ok(());
-        }
-        let Some(&pad) = payload.first() else {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        };
-        if pad as usize >= payload.len() {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        payload.advance(1);
-        payload.truncate(payload.len() - pad as usize);
-        Ok(())
-    }
-
     fn on_data(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
         let id = head.stream_id;
         if id == 0 || self.is_idle(id) {
@@ -405,7 +389,7 @@ impl Connection {
         if self.recv_window < 0 {
             return Err(Reason::FLOW_CONTROL_ERROR);
         }
-        Self::unpad(&head, &mut payload)?;
+        frame::unpad(&head, &mut payload)?;
         let padding = head.len - payload.len();
         let end_stream = head.flags & frame::END_STREAM != 0;
         let Some(i) = self.stream_index(id) else {
@@ -461,7 +445,7 @@ impl Connection {
         if id == 0 {
             return Err(Reason::PROTOCOL_ERROR);
         }
-        Self::unpad(&head, &mut payload)?;
+        frame::unpad(&head, &mut payload)?;
         let mut target = None;
         if head.flags & frame::PRIORITY_FLAG != 0 {
             if payload.len() < 5 {
@@ -912,36 +896,9 @@ impl Connection {
         Ok(())
     }
 
-    /// Writes the HEADERS frame header before the block that starts at `start + 9` in the
-    /// tail, splitting it into CONTINUATION frames if it exceeds the client's frame size.
     fn frame_header_block(&mut self, start: usize, stream_id: u32, flags: u8) {
-        let tail = &mut self.output.tail;
         let max = self.peer_max_frame_size as usize;
-        let block_len = tail.len() - start - frame::HEADER_LEN;
-        if block_len <= max {
-            let len = block_len as u32;
-            tail[start..start + 5].copy_from_slice(&[
-                (len >> 16) as u8,
-                (len >> 8) as u8,
-                len as u8,
-                frame::HEADERS,
-                flags | frame::END_HEADERS,
-            ]);
-            tail[start + 5..start + 9].copy_from_slice(&stream_id.to_be_bytes());
-            return;
-        }
-        let block = tail.split_off(start + frame::HEADER_LEN);
-        tail.truncate(start);
-        let mut kind = frame::HEADERS;
-        let mut chunks = block.chunks(max).peekable();
-        while let Some(chunk) = chunks.next() {
-            let last = chunks.peek().is_none();
-            let f = if kind == frame::HEADERS { flags } else { 0 }
-                | if last { frame::END_HEADERS } else { 0 };
-            frame::write_head(tail, chunk.len(), kind, f, stream_id);
-            tail.extend_from_slice(chunk);
-            kind = frame::CONTINUATION;
-        }
+        frame::frame_header_block(&mut self.output.tail, start, stream_id, flags, max);
     }
 
     /// Queues body bytes; they go out as the windows allow, without a copy for large ones.

@@ -1,7 +1,7 @@
 //! HTTP/2 frame layout (RFC 9113 §4.1, §6): the 9-byte header, frame types, flags, error codes
 //! and the writers of each frame the server sends.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub const HEADER_LEN: usize = 9;
 pub const DEFAULT_MAX_FRAME_SIZE: u32 = 16_384;
@@ -108,6 +108,58 @@ pub fn write_goaway(dst: &mut BytesMut, last_stream_id: u32, reason: Reason) {
 pub fn write_ping(dst: &mut BytesMut, flags: u8, payload: &[u8; 8]) {
     write_head(dst, 8, PING, flags, 0);
     dst.put_slice(payload);
+}
+
+/// Strips §6.1/§6.2 padding: the flag's length octet and that many octets at the end.
+pub fn unpad(head: &Head, payload: &mut Bytes) -> Result<(), Reason> {
+    if head.flags & PADDED == 0 {
+        return Ok(());
+    }
+    let Some(&pad) = payload.first() else {
+        return Err(Reason::FRAME_SIZE_ERROR);
+    };
+    if pad as usize >= payload.len() {
+        return Err(Reason::PROTOCOL_ERROR);
+    }
+    payload.advance(1);
+    payload.truncate(payload.len() - pad as usize);
+    Ok(())
+}
+
+/// Writes the HEADERS frame header before the block that starts at `start + 9` in `tail`
+/// (9 bytes reserved there), splitting it into CONTINUATION frames if it exceeds the peer's
+/// frame size `max`.
+pub fn frame_header_block(
+    tail: &mut BytesMut,
+    start: usize,
+    stream_id: u32,
+    flags: u8,
+    max: usize,
+) {
+    let block_len = tail.len() - start - HEADER_LEN;
+    if block_len <= max {
+        let len = block_len as u32;
+        tail[start..start + 5].copy_from_slice(&[
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            HEADERS,
+            flags | END_HEADERS,
+        ]);
+        tail[start + 5..start + 9].copy_from_slice(&stream_id.to_be_bytes());
+        return;
+    }
+    let block = tail.split_off(start + HEADER_LEN);
+    tail.truncate(start);
+    let mut kind = HEADERS;
+    let mut chunks = block.chunks(max).peekable();
+    while let Some(chunk) = chunks.next() {
+        let last = chunks.peek().is_none();
+        let f = if kind == HEADERS { flags } else { 0 } | if last { END_HEADERS } else { 0 };
+        write_head(tail, chunk.len(), kind, f, stream_id);
+        tail.extend_from_slice(chunk);
+        kind = CONTINUATION;
+    }
 }
 
 #[cfg(test)]

@@ -97,8 +97,10 @@ pub enum Refusal {
 pub(crate) struct Collector {
     arena: BytesMut,
     fields: Vec<[u32; 3]>,
-    pseudo: [Span; 4],
+    pseudo: [Span; 5],
     regular_seen: bool,
+    /// A response head (`:status` its one pseudo-header field), not a request's.
+    response: bool,
     list_size: usize,
     cap: usize,
     trailers: bool,
@@ -110,6 +112,7 @@ const METHOD: usize = 0;
 const SCHEME: usize = 1;
 const AUTHORITY: usize = 2;
 const PATH: usize = 3;
+const STATUS: usize = 4;
 
 impl Collector {
     pub fn new(cap: usize, block_len: usize, trailers: bool) -> Self {
@@ -117,13 +120,22 @@ impl Collector {
             // Huffman codes are at least 5 bits: a field's bytes are at most 8/5 of its code.
             arena: BytesMut::with_capacity((block_len * 8 / 5 + 16).min(cap)),
             fields: Vec::new(),
-            pseudo: [MISSING; 4],
+            pseudo: [MISSING; 5],
             regular_seen: false,
+            response: false,
             list_size: 0,
             cap,
             trailers,
             content_length: None,
             refusal: None,
+        }
+    }
+
+    /// A collector of a response head (the client's side).
+    pub fn new_response(cap: usize, block_len: usize) -> Self {
+        Collector {
+            response: true,
+            ..Collector::new(cap, block_len, false)
         }
     }
 
@@ -145,11 +157,12 @@ impl Collector {
         if let Some(pseudo) = name.strip_prefix(b":") {
             // §8.3: pseudo-header fields come before regular ones, each at most once, only
             // those defined for requests, and none in trailers.
-            let slot = match pseudo {
-                b"method" => METHOD,
-                b"scheme" => SCHEME,
-                b"authority" => AUTHORITY,
-                b"path" => PATH,
+            let slot = match (pseudo, self.response) {
+                (b"method", false) => METHOD,
+                (b"scheme", false) => SCHEME,
+                (b"authority", false) => AUTHORITY,
+                (b"path", false) => PATH,
+                (b"status", true) => STATUS,
                 _ => return self.refuse(Refusal::Malformed),
             };
             if self.trailers || self.regular_seen || self.pseudo[slot] != MISSING {
@@ -191,7 +204,7 @@ impl Collector {
         if let Some(why) = self.refusal {
             return Err(why);
         }
-        let [method, scheme, authority, path] = self.pseudo;
+        let [method, scheme, authority, path, _] = self.pseudo;
         let arena = self.arena.freeze();
         let is_connect =
             method != MISSING && &arena[method.start as usize..method.end as usize] == b"CONNECT";
@@ -214,6 +227,30 @@ impl Collector {
             path,
             content_length: self.content_length,
         })
+    }
+
+    /// A response's status and fields (§8.3.2: `:status`, three digits), and its declared
+    /// content-length.
+    pub fn finish_response(self) -> Result<(u16, HeaderBlock, Option<u64>), Refusal> {
+        if let Some(why) = self.refusal {
+            return Err(why);
+        }
+        let span = self.pseudo[STATUS];
+        let digits = match span {
+            MISSING => return Err(Refusal::Malformed),
+            _ => &self.arena[span.start as usize..span.end as usize],
+        };
+        let status = match digits {
+            [a @ b'1'..=b'9', b, c] if b.is_ascii_digit() && c.is_ascii_digit() => {
+                (*a - b'0') as u16 * 100 + (*b - b'0') as u16 * 10 + (*c - b'0') as u16
+            }
+            _ => return Err(Refusal::Malformed),
+        };
+        let fields = HeaderBlock {
+            arena: self.arena.freeze(),
+            fields: self.fields,
+        };
+        Ok((status, fields, self.content_length))
     }
 
     pub fn finish_trailers(self) -> Result<HeaderBlock, Refusal> {
@@ -379,6 +416,30 @@ mod tests {
         c.add(b":path", b"/"); // 38: 80
         c.add(b":scheme", b"http"); // 43: 123
         assert_eq!(c.finish_request().err(), Some(Refusal::TooLarge));
+    }
+
+    #[test]
+    fn a_response_head_has_a_three_digit_status_and_no_request_pseudo_fields() {
+        let mut c = Collector::new_response(1000, 10);
+        c.add(b":status", b"204");
+        c.add(b"server", b"x");
+        let (status, fields, _) = c.finish_response().unwrap();
+        assert_eq!((status, fields.get(b"server")), (204, Some(&b"x"[..])));
+        for bad in [
+            &[(":status", "20")][..],
+            &[(":path", "/")],
+            &[("server", "x")],
+        ] {
+            let mut c = Collector::new_response(1000, 10);
+            for (n, v) in bad {
+                c.add(n.as_bytes(), v.as_bytes());
+            }
+            assert_eq!(
+                c.finish_response().err(),
+                Some(Refusal::Malformed),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

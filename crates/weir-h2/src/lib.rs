@@ -1,14 +1,17 @@
-//! weir's own HTTP/2 codec, server side (RFC 9113 framing and stream states, RFC 7541 HPACK),
-//! sans-IO: [`Connection`] takes received bytes and yields [`Event`]s, takes the caller's
-//! answers and writes frames into an output the caller flushes. The caller owns the socket.
-//! See docs/h2-codec.md.
+//! weir's own HTTP/2 codec (RFC 9113 framing and stream states, RFC 7541 HPACK), sans-IO:
+//! on the server side [`Connection`] takes received bytes and yields [`Event`]s, takes the
+//! caller's answers and writes frames into an output the caller flushes; on the client side
+//! [`ClientConnection`] does the same for requests sent and [`ClientEvent`]s received. The
+//! caller owns the socket. See docs/h2-codec.md.
 
+mod client;
 mod conn;
 mod frame;
 mod head;
 pub mod hpack;
 mod output;
 
+pub use client::{ClientConfig, ClientConnection, ClientEvent};
 pub use conn::{Config, Connection, Event, SendError, StreamProgress, PREFACE};
 pub use frame::Reason;
 pub use head::{HeaderBlock, RequestHead};

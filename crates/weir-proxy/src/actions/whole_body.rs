@@ -186,7 +186,7 @@ impl Reader<'_> {
             );
             match waited.await {
                 Ok(Some(Ok(chunk))) => {
-                    let _ = stream.recv.flow_control().release_capacity(chunk.len());
+                    stream.recv.release_capacity(chunk.len());
                     body.extend_from_slice(&chunk);
                     if body.len() as u64 > n {
                         return Ok(None);

@@ -344,7 +344,7 @@ async fn hold_h2(
         let waited = watch.within(&worker.clock, Waiting::ResponseBody, read_timeout, data);
         match waited.await {
             Ok(Some(Ok(chunk))) => {
-                let _ = stream.recv.flow_control().release_capacity(chunk.len());
+                stream.recv.release_capacity(chunk.len());
                 holding.push(&chunk).map_err(|_| BodyError::Sink)?;
             }
             Ok(None) => return Ok(()),

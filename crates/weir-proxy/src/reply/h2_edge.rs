@@ -3,7 +3,7 @@
 //! taken and who waits for what. The request body as the upstream side reads it ([`EdgeBody`])
 //! lives here, below the driver, so the layers that relay it can name it.
 
-use crate::servers::h2_pool::send_in_window;
+use crate::servers::h2_conn::{send_in_window, SendStream};
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -169,11 +169,7 @@ impl Drop for EdgeBody {
 /// once the server's window takes it (its window given back then), so a streaming call flows
 /// both ways at once; trailers pass on, and a reset of the client's stream resets the
 /// upstream's.
-pub(crate) async fn pump_h2(
-    mut body: EdgeBody,
-    first: Option<Bytes>,
-    mut send: h2::SendStream<Bytes>,
-) {
+pub(crate) async fn pump_h2(mut body: EdgeBody, first: Option<Bytes>, mut send: SendStream) {
     let mut next = first;
     loop {
         let data = match next.take() {
@@ -181,7 +177,7 @@ pub(crate) async fn pump_h2(
             None => match body.data().await {
                 None => break,
                 Some(Ok(data)) => data,
-                Some(Err(StreamReset)) => return send.send_reset(h2::Reason::CANCEL),
+                Some(Err(StreamReset)) => return send.send_reset(weir_h2::Reason::CANCEL),
             },
         };
         let len = data.len();
@@ -198,6 +194,6 @@ pub(crate) async fn pump_h2(
         Ok(None) => {
             let _ = send.send_data(Bytes::new(), true);
         }
-        Err(StreamReset) => send.send_reset(h2::Reason::CANCEL),
+        Err(StreamReset) => send.send_reset(weir_h2::Reason::CANCEL),
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::io::watch::Expired;
 use crate::reply::relay::{push_data, BodyError, Relay, Sink, FLUSH_AT};
-use crate::servers::h2_pool::send_in_window;
+use crate::servers::h2_conn::{send_in_window, SendStream};
 use bytes::{Buf, Bytes};
 use tokio::io::AsyncWrite;
 
@@ -68,7 +68,7 @@ pub(crate) async fn relay_h3<W: AsyncWrite + Unpin>(
 /// Moves the body into an HTTP/2 upstream's stream as it arrives, each piece once the server's
 /// window takes it, so a streaming call (gRPC's client and bidirectional streams) flows both
 /// ways at once; trailers pass on, and a reset of the client's stream resets the upstream's.
-pub(crate) async fn pump_h3(recv: H3Recv, mut send: h2::SendStream<Bytes>) {
+pub(crate) async fn pump_h3(recv: H3Recv, mut send: SendStream) {
     let H3Recv { first, mut stream } = recv;
     if let Some(first) = first {
         if send_in_window(&mut send, first).await.is_err() {
@@ -84,7 +84,7 @@ pub(crate) async fn pump_h3(recv: H3Recv, mut send: h2::SendStream<Bytes>) {
                 }
             }
             Ok(None) => break,
-            Err(_) => return send.send_reset(h2::Reason::CANCEL),
+            Err(_) => return send.send_reset(weir_h2::Reason::CANCEL),
         }
     }
     match stream.recv_trailers().await {
@@ -94,6 +94,6 @@ pub(crate) async fn pump_h3(recv: H3Recv, mut send: h2::SendStream<Bytes>) {
         Ok(None) => {
             let _ = send.send_data(Bytes::new(), true);
         }
-        Err(_) => send.send_reset(h2::Reason::CANCEL),
+        Err(_) => send.send_reset(weir_h2::Reason::CANCEL),
     }
 }

@@ -8,9 +8,9 @@ use crate::http::error::{ErrorKind, LocalError};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Clock, ConnWatch, Expired, Waiting};
 use crate::reply::body_filter::BodyFilter;
+use crate::servers::h2_conn::{RecvStream, SendStream};
 use crate::worker::Worker;
 use bytes::{Buf, Bytes, BytesMut};
-use h2::{RecvStream, SendStream};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -433,7 +433,7 @@ pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
             Poll::Pending => {
                 sink.pause(out, chunked_out)?;
                 relay.flush(sink, out).await?;
-                let _ = recv.flow_control().release_capacity(unreleased);
+                recv.release_capacity(unreleased);
                 unreleased = 0;
                 let later = std::future::poll_fn(|cx| recv.poll_data(cx));
                 match relay.watch.within(relay.clock, what, limit, later).await {
@@ -451,7 +451,7 @@ pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
                 unreleased += data.len();
                 if out.len() >= FLUSH_AT {
                     relay.flush(sink, out).await?;
-                    let _ = recv.flow_control().release_capacity(unreleased);
+                    recv.release_capacity(unreleased);
                     unreleased = 0;
                 }
             }
@@ -476,7 +476,7 @@ pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
         trailers
     };
     relay.flush(sink, out).await?;
-    let _ = recv.flow_control().release_capacity(unreleased);
+    recv.release_capacity(unreleased);
     Ok((relayed, trailers))
 }
 
@@ -495,10 +495,10 @@ pub(crate) fn push_data(out: &mut Vec<u8>, data: &[u8], chunked: bool) {
     }
 }
 
-/// A stream's send side as a byte sink: each write becomes a DATA frame as large as the
-/// client's window allows, waiting while the window is closed (so a slow reader slows the
-/// relay, and the relay's deadline covers the wait).
-pub(crate) struct DataOut<'a>(pub(crate) &'a mut SendStream<Bytes>);
+/// A stream's send side as a byte sink: each write is queued as DATA once the stream's queue
+/// has room, waiting while the server's window and the socket hold it full (so a slow reader
+/// slows the relay, and the relay's deadline covers the wait).
+pub(crate) struct DataOut<'a>(pub(crate) &'a mut SendStream);
 
 impl AsyncWrite for DataOut<'_> {
     fn poll_write(
@@ -510,19 +510,14 @@ impl AsyncWrite for DataOut<'_> {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        send.reserve_capacity(buf.len());
-        while send.capacity() == 0 {
-            match send.poll_capacity(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(io::Error::other(e))),
-                Poll::Ready(Some(Ok(_))) => {}
-            }
+        match send.poll_room(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(_)) => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+            Poll::Ready(Ok(())) => {}
         }
-        let n = send.capacity().min(buf.len());
-        send.send_data(Bytes::copy_from_slice(&buf[..n]), false)
-            .map_err(io::Error::other)?;
-        Poll::Ready(Ok(n))
+        send.send_data(Bytes::copy_from_slice(buf), false)
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -3,9 +3,7 @@
 //! against it, the response body still on its stream, and the task that pumps a request body
 //! into it.
 
-use bytes::Bytes;
-use h2::client::SendRequest;
-use h2::{RecvStream, SendStream};
+use crate::servers::h2_conn::{RecvStream, SharedUp};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -15,13 +13,13 @@ use tokio::sync::Notify;
 /// the pool from the moment it starts opening, so requests that arrive meanwhile wait for it
 /// instead of each opening their own.
 pub(crate) struct ConnState {
-    /// Set once the handshake is done.
-    pub(crate) send: RefCell<Option<SendRequest<Bytes>>>,
+    /// Set once the connection is open.
+    pub(crate) send: RefCell<Option<SharedUp>>,
     /// Wakes the requests waiting for the handshake (or its failure).
     pub(crate) opened: Notify,
     /// Streams open on it, or waiting for it to open (a [`StreamSlot`] each).
     pub(crate) streams: Cell<usize>,
-    /// Set when opening failed or the connection ended.
+    /// Set when opening failed.
     pub(crate) closed: Cell<bool>,
     /// When its last stream ended, for the idle timeout.
     pub(crate) last_used: Cell<Instant>,
@@ -32,10 +30,29 @@ impl ConnState {
     /// Streams it may carry: the service's cap, or fewer if the server says so.
     pub(crate) fn has_room(&self, cap: usize) -> bool {
         let limit = match &*self.send.borrow() {
-            Some(send) => cap.min(send.current_max_send_streams()),
+            Some(up) => cap.min(up.borrow().codec.max_concurrent_streams() as usize),
             None => cap,
         };
-        !self.closed.get() && self.streams.get() < limit
+        !self.is_gone() && self.streams.get() < limit
+    }
+
+    /// Opening failed, or the connection ended or was told GOAWAY: no new stream goes on it.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.closed.get()
+            || self
+                .send
+                .borrow()
+                .as_ref()
+                .is_some_and(|up| !up.borrow().usable())
+    }
+}
+
+impl Drop for ConnState {
+    /// Out of the pool and without streams: the connection closes (GOAWAY) once idle.
+    fn drop(&mut self) {
+        if let Some(up) = self.send.get_mut() {
+            up.borrow_mut().abandon();
+        }
     }
 }
 
@@ -79,7 +96,7 @@ impl H2Pool {
             slots.resize_with(server + 1, Vec::new);
         }
         let conns = &mut slots[server];
-        conns.retain(|c| !c.closed.get());
+        conns.retain(|c| !c.is_gone());
         if let Some(conn) = conns.iter().find(|c| c.has_room(cap)) {
             return (StreamSlot::enter(conn), false);
         }
@@ -103,7 +120,7 @@ impl H2Pool {
         let mut open = 0;
         for conns in self.slots.borrow_mut().iter_mut() {
             conns.retain(|c| {
-                !c.closed.get() && (c.streams.get() > 0 || now < c.last_used.get() + c.idle_timeout)
+                !c.is_gone() && (c.streams.get() > 0 || now < c.last_used.get() + c.idle_timeout)
             });
             open += conns.len();
         }
@@ -141,27 +158,4 @@ impl Drop for BodyPump {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Sends `data` as the peer's window allows, in pieces of the same buffer (no copy).
-pub(crate) async fn send_in_window(
-    send: &mut SendStream<Bytes>,
-    mut data: Bytes,
-) -> Result<(), h2::Error> {
-    while !data.is_empty() {
-        send.reserve_capacity(data.len());
-        let granted = std::future::poll_fn(|cx| match send.capacity() {
-            0 => send.poll_capacity(cx),
-            n => std::task::Poll::Ready(Some(Ok(n))),
-        })
-        .await;
-        let n = match granted {
-            Some(Ok(n)) if n > 0 => n,
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => return Err(e),
-            None => return Err(h2::Error::from(h2::Reason::CANCEL)),
-        };
-        send.send_data(data.split_to(n.min(data.len())), false)?;
-    }
-    Ok(())
 }

@@ -3,6 +3,7 @@
 //! multiplexed HTTP/2 ones.
 
 pub mod balancer;
+pub mod h2_conn;
 pub mod h2_pool;
 pub mod health;
 pub mod health_check;

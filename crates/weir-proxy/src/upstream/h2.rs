@@ -1,4 +1,5 @@
-//! HTTP/2 to the servers (`protocol: h2`, over TLS with ALPN, or `h2c` in clear). Per worker,
+//! HTTP/2 to the servers (`protocol: h2`, over TLS with ALPN, or `h2c` in clear), on weir's
+//! own codec (`weir-h2`'s client side, driven by `servers/h2_conn.rs`). Per worker,
 //! each server has a few multiplexed connections ([`H2Pool`](crate::servers::h2_pool::H2Pool)), each carrying at most the
 //! service's `http2.max_concurrent_streams` streams (fewer if the server says so); another
 //! connection is opened when all are full. One try of a request is one stream: the head goes
@@ -16,12 +17,12 @@ use crate::reply::relay::{BodyError, DataOut, Relay};
 use crate::reply::request_body::BodySource;
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::balancer::{Server, Service};
+use crate::servers::h2_conn::{self, ResponseHead as UpstreamHead, SendStream, UpConn};
 use crate::servers::h2_pool::{BodyPump, ConnState, H2Body};
 use crate::servers::pool::UpstreamIo;
 use crate::upstream::forwarding::{self, Cause, Failed, FieldSink};
 use crate::worker::Worker;
 use bytes::Bytes;
-use h2::{RecvStream, SendStream};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -78,40 +79,24 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
             return fail(504, ErrorKind::UpstreamUnreachable, message, Cause::Connect);
         }
     }
-    let Some(mut send) = state.send.borrow().clone() else {
+    let Some(up) = state.send.borrow().clone() else {
         let message = forwarding::CONNECT_FAILED;
         return fail(502, ErrorKind::UpstreamUnreachable, message, Cause::Connect);
     };
-    let request = match request_parts(head, service, server, client) {
-        Some(request) => request,
-        None => {
-            let message = "request cannot be sent over HTTP/2";
-            return fail(400, ErrorKind::ProtocolMismatch, message, Cause::Other);
-        }
+    let mut fields = FieldList::default();
+    let Some(pseudo) = request_fields(head, service, server, client, &mut fields) else {
+        let message = "request cannot be sent over HTTP/2";
+        return fail(400, ErrorKind::ProtocolMismatch, message, Cause::Other);
     };
     let has_body = head.framing != Framing::None;
-    let ready = std::future::poll_fn(|cx| send.poll_ready(cx));
-    let limit = within(service.connect_timeout);
-    let watch = client.watch();
-    match watch
-        .within(&worker.clock, Waiting::Connect, limit, ready)
-        .await
-    {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => {
-            return fail(
-                502,
-                ErrorKind::UpstreamFailed,
-                CONNECTION_FAILED,
-                Cause::Reset,
-            )
-        }
-        Err(Expired) => {
-            let message = "upstream HTTP/2 connection timed out";
-            return fail(504, ErrorKind::UpstreamTimeout, message, Cause::Reset);
-        }
-    }
-    let Ok((response, stream)) = send.send_request(request, !has_body) else {
+    let pseudo = [
+        head.method().as_bytes(),
+        pseudo.scheme.as_bytes(),
+        pseudo.authority.as_bytes(),
+        pseudo.path.as_bytes(),
+    ];
+    let sent = h2_conn::send_request(&up, pseudo, fields.iter(), !has_body);
+    let Ok((response, stream)) = sent else {
         return fail(
             502,
             ErrorKind::UpstreamFailed,
@@ -150,13 +135,9 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
             return fail(504, ErrorKind::UpstreamTimeout, message, Cause::Timeout);
         }
     };
-    let (parts, recv) = response.into_parts();
-    let framing = response_framing(head, &parts, &recv);
-    let fields = parts
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
-    let response = ResponseHead::from_fields(parts.status.as_u16(), fields, framing);
+    let (parts, recv) = response;
+    let framing = response_framing(head, &parts);
+    let response = ResponseHead::from_fields(parts.status, parts.fields.iter(), framing);
     Ok(Reply {
         head: ReplyHead::Response(response),
         body: ReplyBody::Stream(H2Body {
@@ -169,8 +150,8 @@ pub(crate) async fn try_server<'r, C: ClientSide>(
     })
 }
 
-/// Sends the request body on the stream and ends it. A body in memory goes at once (the h2
-/// crate buffers what the server's window does not take yet). An HTTP/1 client's is relayed
+/// Sends the request body on the stream and ends it. A body in memory goes at once (the codec
+/// queues what the server's window does not take yet). An HTTP/1 client's is relayed
 /// into DATA frames before the response is awaited. An HTTP/2 client's that has already
 /// arrived whole (a unary gRPC call's one message) goes at once too; any other, and an HTTP/3
 /// client's, is pumped by a task of its own (`reply/h2_edge.rs::pump_h2`, `reply/h3_body.rs::pump_h3`), so
@@ -179,9 +160,9 @@ async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
     body: BodySource<'_, S>,
     out: &mut Vec<u8>,
     relay: &Relay<'_>,
-    mut stream: SendStream<Bytes>,
+    mut stream: SendStream,
 ) -> Result<Option<BodyPump>, BodyError> {
-    let ended = |stream: &mut SendStream<Bytes>, last: Bytes| {
+    let ended = |stream: &mut SendStream, last: Bytes| {
         stream.send_data(last, true).map_err(|_| BodyError::Sink)
     };
     match body {
@@ -194,7 +175,7 @@ async fn send_body<S: AsyncRead + AsyncWrite + Unpin>(
                 Poll::Ready(Some(Ok(data)))
                     if frames.is_end_stream() && data.len() <= INLINE_BODY_LIMIT =>
                 {
-                    // Buffered by the h2 crate if the server's window is smaller: at most this.
+                    // Queued by the codec if the server's window is smaller: at most this.
                     let len = data.len();
                     ended(&mut stream, data)?;
                     frames.release_capacity(len);
@@ -241,114 +222,119 @@ async fn open_connection<C: ClientSide>(
         }
     }
     let settings = service.http2;
-    let mut builder = h2::client::Builder::new();
-    builder
-        .enable_push(false)
-        .initial_window_size(settings.initial_window_size)
-        .initial_connection_window_size(settings.initial_window_size.saturating_mul(4))
-        .max_frame_size(settings.max_frame_size)
-        .max_header_list_size(settings.max_header_list_size)
-        .max_send_buffer_size(crate::reply::relay::FLUSH_AT * 4);
-    let handshake = builder.handshake::<UpstreamIo, Bytes>(io);
-    let (send, connection) = match client
-        .watch()
-        .within(&worker.clock, Waiting::Connect, limit, handshake)
-        .await
-    {
-        Ok(Ok(done)) => done,
-        Ok(Err(_)) => return Err(failed(502, "upstream HTTP/2 handshake failed")),
-        Err(Expired) => return Err(failed(504, "upstream HTTP/2 handshake timed out")),
-    };
-    let ended = state.clone();
-    tokio::task::spawn_local(async move {
-        let _ = connection.await;
-        ended.closed.set(true);
+    let codec = weir_h2::ClientConnection::new(weir_h2::ClientConfig {
+        initial_window_size: settings.initial_window_size,
+        connection_window_size: settings.initial_window_size.saturating_mul(4),
+        max_frame_size: settings.max_frame_size,
+        max_header_list_size: settings.max_header_list_size,
+        ..weir_h2::ClientConfig::default()
     });
-    *state.send.borrow_mut() = Some(send);
+    // The preface goes out with the first request: requests may follow it at once (RFC 9113
+    // §3.4), so there is no handshake to wait for.
+    let up = UpConn::new(codec);
+    tokio::task::spawn_local(h2_conn::drive(io, up.clone()));
+    *state.send.borrow_mut() = Some(up);
     state.opened.notify_waiters();
     Ok(())
 }
 
+/// The pseudo-header fields of a request, but `:method`.
+struct Pseudo<'a> {
+    scheme: &'static str,
+    authority: &'a str,
+    path: std::borrow::Cow<'a, str>,
+}
+
 /// The request head as an HTTP/2 upstream gets it: `:authority` from the Host weir would
-/// send an HTTP/1 upstream, the same forwarded fields, the length when it is known.
-fn request_parts<C: ClientSide>(
-    req: &RequestHead,
+/// send an HTTP/1 upstream, the same forwarded fields (into `fields`), the length when it is
+/// known.
+fn request_fields<'a, C: ClientSide>(
+    req: &'a RequestHead,
     service: &Service,
-    server: &Server,
+    server: &'a Server,
     client: &C,
-) -> Option<http::Request<()>> {
+    fields: &mut FieldList,
+) -> Option<Pseudo<'a>> {
     let target = req.target();
-    let path_and_query = if target.starts_with('/') {
-        target.to_string()
+    let path: std::borrow::Cow<'a, str> = if target.starts_with('/') {
+        target.into()
     } else if req.query().is_empty() {
-        req.path().to_string()
+        req.path().into()
     } else {
-        format!("{}?{}", req.path(), req.query())
+        format!("{}?{}", req.path(), req.query()).into()
     };
     let scheme = match service.protocol {
         UpstreamProtocol::Http2 => "https",
         _ => "http",
     };
-    let uri = http::Uri::builder()
-        .scheme(scheme)
-        .authority(forwarding::upstream_host(req, service, server))
-        .path_and_query(path_and_query)
-        .build()
-        .ok()?;
-    let mut request = http::Request::new(());
-    *request.method_mut() = http::Method::from_bytes(req.method().as_bytes()).ok()?;
-    *request.uri_mut() = uri;
-    let headers = request.headers_mut();
+    let authority = forwarding::upstream_host(req, service, server);
+    let valid = |s: &str| !s.is_empty() && s.bytes().all(|b| b > b' ' && b != 0x7f);
+    if !valid(authority) || !valid(&path) || !valid(req.method()) {
+        return None;
+    }
     forwarding::forwarded_fields(
-        headers,
+        fields,
         req,
         client.ip_text(),
         client.scheme(),
         service.authorization.as_deref(),
     );
     if let Framing::Length(n) = req.framing {
-        headers.insert(http::header::CONTENT_LENGTH, n.into());
+        fields.field(b"content-length", n.to_string().as_bytes());
     }
-    Some(request)
+    Some(Pseudo {
+        scheme,
+        authority,
+        path,
+    })
 }
 
-impl FieldSink for http::HeaderMap {
+/// A request's fields for the codec, in one buffer: names lowercased (RFC 9113 §8.2.1).
+#[derive(Default)]
+struct FieldList {
+    bytes: Vec<u8>,
+    /// Name start, value start, value end.
+    spans: Vec<[usize; 3]>,
+}
+
+impl FieldList {
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.spans
+            .iter()
+            .map(|&[n, v, e]| (&self.bytes[n..v], &self.bytes[v..e]))
+    }
+}
+
+impl FieldSink for FieldList {
     fn field(&mut self, name: &[u8], value: &[u8]) {
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(name),
-            http::HeaderValue::from_bytes(value),
-        ) {
-            self.append(name, value);
-        }
+        self.field_with(name, |out| out.extend_from_slice(value));
     }
 
     fn field_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
-        let mut value = Vec::with_capacity(64);
-        write(&mut value);
-        self.field(name, &value);
+        let start = self.bytes.len();
+        self.bytes.extend(name.iter().map(u8::to_ascii_lowercase));
+        let value = self.bytes.len();
+        write(&mut self.bytes);
+        self.spans.push([start, value, self.bytes.len()]);
     }
 }
 
 /// How the response body is delimited, for the client's driver: none for HEAD and bodiless
 /// statuses, the declared length, nothing when the head ended the stream, else unknown
 /// (relayed as it comes, chunked to an HTTP/1.1 client).
-fn response_framing(
-    req: &RequestHead,
-    parts: &http::response::Parts,
-    recv: &RecvStream,
-) -> Framing {
-    let status = parts.status.as_u16();
+fn response_framing(req: &RequestHead, parts: &UpstreamHead) -> Framing {
+    let status = parts.status;
     if req.is_head() || (100..200).contains(&status) || status == 204 || status == 304 {
         return Framing::None;
     }
     let declared = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
+        .fields
+        .get(b"content-length")
+        .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.parse::<u64>().ok());
     match declared {
         Some(n) => Framing::Length(n),
-        None if recv.is_end_stream() => Framing::Length(0),
+        None if parts.end_stream => Framing::Length(0),
         None => Framing::Chunked,
     }
 }

@@ -8,10 +8,10 @@ use crate::frame::{self, Head, Reason};
 use crate::head::{Collector, HeaderBlock};
 use crate::hpack::{Decoder, Encoder, Indexing};
 use crate::output::Output;
+use crate::shared::{self, FlushTo, OnFrame, PartialBlock, RecvWindow, SendQueue};
 use crate::{SendError, PREFACE};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::collections::VecDeque;
-use std::io::IoSlice;
 
 /// What the client announces.
 #[derive(Debug, Clone, Copy)]
@@ -91,27 +91,11 @@ struct Stream {
     head_received: bool,
     /// The server sent END_STREAM.
     recv_closed: bool,
-    /// END_STREAM queued by the caller (sent once `pending` drains).
-    send_ended: bool,
-    /// END_STREAM written to the output.
-    send_closed: bool,
-    send_window: i64,
-    recv_window: i64,
-    recv_unacked: u32,
+    /// The request's body and end, under the server's windows.
+    send: SendQueue,
+    recv: RecvWindow,
     /// Body bytes still allowed by the response's content-length (§8.1.1).
     content_left: Option<u64>,
-    pending: VecDeque<Bytes>,
-    pending_trailers: Option<Bytes>,
-}
-
-/// A header block awaiting CONTINUATION frames: its stream, END_STREAM, whether it is to be
-/// decoded only (its stream is gone), and the fragments so far.
-struct PartialBlock {
-    stream_id: u32,
-    end_stream: bool,
-    ignore: bool,
-    fragments: BytesMut,
-    continuations: u32,
 }
 
 /// CONTINUATION frames accepted after one HEADERS.
@@ -129,7 +113,8 @@ pub struct ClientConnection {
     streams: Vec<Stream>,
     decoder: Decoder,
     encoder: Encoder,
-    block: Option<Box<PartialBlock>>,
+    /// A block awaiting CONTINUATION; its target: decode only (the stream is gone).
+    block: Option<Box<PartialBlock<bool>>>,
     /// Events decided together (a GOAWAY's refused streams), handed out before new frames.
     queued: VecDeque<ClientEvent>,
     settings_received: bool,
@@ -137,15 +122,14 @@ pub struct ClientConnection {
     peer_initial_window: i64,
     peer_max_streams: u32,
     send_window: i64,
-    recv_window: i64,
-    recv_unacked: u32,
+    recv: RecvWindow,
     next_stream_id: u32,
     goaway_received: Option<u32>,
     /// We sent GOAWAY: no stream is opened after it.
     goaway_sent: bool,
 }
 
-enum Step {
+pub(crate) enum Step {
     Event(ClientEvent),
     Nothing,
 }
@@ -171,53 +155,34 @@ impl ClientConnection {
             peer_initial_window: frame::DEFAULT_WINDOW as i64,
             peer_max_streams: DEFAULT_PEER_STREAMS,
             send_window: frame::DEFAULT_WINDOW as i64,
-            recv_window: frame::DEFAULT_WINDOW as i64,
-            recv_unacked: 0,
+            recv: RecvWindow::new(frame::DEFAULT_WINDOW),
             next_stream_id: 1,
             goaway_received: None,
             goaway_sent: false,
         };
         c.output.tail.extend_from_slice(PREFACE);
-        frame::write_settings(
-            &mut c.output.tail,
-            &[
-                (frame::SETTINGS_HEADER_TABLE_SIZE, config.header_table_size),
-                (frame::SETTINGS_ENABLE_PUSH, 0),
-                (
-                    frame::SETTINGS_INITIAL_WINDOW_SIZE,
-                    config.initial_window_size,
-                ),
-                (frame::SETTINGS_MAX_FRAME_SIZE, config.max_frame_size),
-                (
-                    frame::SETTINGS_MAX_HEADER_LIST_SIZE,
-                    config.max_header_list_size,
-                ),
-            ],
-        );
-        let raise = config
-            .connection_window_size
-            .saturating_sub(frame::DEFAULT_WINDOW);
-        if raise > 0 {
-            frame::write_window_update(&mut c.output.tail, 0, raise);
-            c.recv_window += raise as i64;
-        }
+        // No SETTINGS_MAX_CONCURRENT_STREAMS: the server opens no stream (push is off).
+        let settings = [
+            (frame::SETTINGS_ENABLE_PUSH, 0),
+            (frame::SETTINGS_HEADER_TABLE_SIZE, config.header_table_size),
+            (
+                frame::SETTINGS_INITIAL_WINDOW_SIZE,
+                config.initial_window_size,
+            ),
+            (frame::SETTINGS_MAX_FRAME_SIZE, config.max_frame_size),
+            (
+                frame::SETTINGS_MAX_HEADER_LIST_SIZE,
+                config.max_header_list_size,
+            ),
+        ];
+        let window = config.connection_window_size;
+        c.recv = shared::write_first_settings(&mut c.output.tail, &settings, window);
         c
     }
 
     // ---- input ----
 
-    /// The read buffer, with room for a read worth a syscall: read the socket into it.
-    pub fn input(&mut self) -> &mut BytesMut {
-        if self.input.capacity() - self.input.len() < 1024 {
-            self.input.reserve(16 * 1024);
-        }
-        &mut self.input
-    }
-
-    /// Copies received bytes in (for callers that do not read into `input()`).
-    pub fn receive(&mut self, bytes: &[u8]) {
-        self.input.extend_from_slice(bytes);
-    }
+    shared::buffer_methods!();
 
     /// The next event, or `None` once the input holds no whole frame.
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
@@ -225,20 +190,13 @@ impl ClientConnection {
             if let Some(e) = self.queued.pop_front() {
                 return Some(e);
             }
-            if self.closed || self.input.len() < frame::HEADER_LEN {
+            if self.closed {
                 return None;
             }
-            let head = Head::parse(&self.input[..frame::HEADER_LEN]);
-            let step = if head.len > self.config.max_frame_size as usize {
-                Err(Reason::FRAME_SIZE_ERROR)
-            } else if self.input.len() < frame::HEADER_LEN + head.len {
-                let want = frame::HEADER_LEN + head.len - self.input.len();
-                self.input.reserve(want);
-                return None;
-            } else {
-                let mut payload = self.input.split_to(frame::HEADER_LEN + head.len).freeze();
-                payload.advance(frame::HEADER_LEN);
-                self.on_frame(head, payload)
+            let step = match shared::take_frame(&mut self.input, self.config.max_frame_size) {
+                Ok(Some((head, payload))) => self.on_frame(head, payload),
+                Ok(None) => return None,
+                Err(reason) => Err(reason),
             };
             match step {
                 Ok(Step::Nothing) => continue,
@@ -264,25 +222,7 @@ impl ClientConnection {
             // §3.4: the server's preface is a SETTINGS frame.
             return Err(Reason::PROTOCOL_ERROR);
         }
-        if let Some(block) = &self.block {
-            if head.kind != frame::CONTINUATION || head.stream_id != block.stream_id {
-                return Err(Reason::PROTOCOL_ERROR);
-            }
-        }
-        match head.kind {
-            frame::DATA => self.on_data(head, payload),
-            frame::HEADERS => self.on_headers(head, payload),
-            frame::RST_STREAM => self.on_rst_stream(head, &payload),
-            frame::SETTINGS => self.on_settings(head, &payload),
-            // Push is disabled in our SETTINGS (§8.4).
-            frame::PUSH_PROMISE => Err(Reason::PROTOCOL_ERROR),
-            frame::PING => self.on_ping(head, &payload),
-            frame::GOAWAY => self.on_goaway(head, payload),
-            frame::WINDOW_UPDATE => self.on_window_update(head, &payload),
-            frame::CONTINUATION => self.on_continuation(head, &payload),
-            // PRIORITY is deprecated (§5.3.2); unknown types are ignored (§4.1).
-            _ => Ok(Step::Nothing),
-        }
+        self.dispatch(head, payload)
     }
 
     fn stream_index(&self, id: u32) -> Option<usize> {
@@ -292,112 +232,6 @@ impl ClientConnection {
     /// §5.1: a stream we never opened (and the server cannot: push is off).
     fn never_opened(&self, id: u32) -> bool {
         id % 2 == 0 || id >= self.next_stream_id
-    }
-
-    fn on_data(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
-        let id = head.stream_id;
-        if id == 0 || self.never_opened(id) {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        self.recv_window -= head.len as i64;
-        if self.recv_window < 0 {
-            return Err(Reason::FLOW_CONTROL_ERROR);
-        }
-        frame::unpad(&head, &mut payload)?;
-        let padding = head.len - payload.len();
-        let end_stream = head.flags & frame::END_STREAM != 0;
-        let Some(i) = self.stream_index(id) else {
-            // A stream we reset or that ended: frames in flight are dropped, their bytes
-            // still counted against the connection's window.
-            self.give_back_connection(head.len as u32);
-            return Ok(Step::Nothing);
-        };
-        let s = &mut self.streams[i];
-        s.recv_window -= head.len as i64;
-        let malformed = !s.head_received
-            || s.recv_closed
-            || s.content_left.is_some_and(|left| {
-                let len = payload.len() as u64;
-                len > left || (end_stream && len != left)
-            });
-        if s.recv_window < 0 || malformed {
-            self.give_back_connection(head.len as u32);
-            let reason = if malformed {
-                Reason::PROTOCOL_ERROR
-            } else {
-                Reason::FLOW_CONTROL_ERROR
-            };
-            return Ok(self.reset_known(i, reason));
-        }
-        if let Some(left) = &mut s.content_left {
-            *left -= payload.len() as u64;
-        }
-        if end_stream {
-            s.recv_closed = true;
-        }
-        if padding > 0 {
-            self.release_capacity(id, padding);
-        }
-        if end_stream {
-            self.remove_if_done(i);
-        } else if payload.is_empty() {
-            return Ok(Step::Nothing);
-        }
-        Ok(Step::Event(ClientEvent::Data {
-            stream_id: id,
-            data: payload,
-            end_stream,
-        }))
-    }
-
-    fn on_headers(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
-        let id = head.stream_id;
-        if id == 0 || self.never_opened(id) {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        frame::unpad(&head, &mut payload)?;
-        if head.flags & frame::PRIORITY_FLAG != 0 {
-            if payload.len() < 5 {
-                return Err(Reason::FRAME_SIZE_ERROR);
-            }
-            payload.advance(5);
-        }
-        let end_stream = head.flags & frame::END_STREAM != 0;
-        // A stream we reset or that ended: decoded only, to keep HPACK in step.
-        let ignore = self.stream_index(id).is_none();
-        if head.flags & frame::END_HEADERS != 0 {
-            return self.on_header_block(id, end_stream, ignore, &payload);
-        }
-        let mut fragments = BytesMut::with_capacity(payload.len() * 2);
-        fragments.extend_from_slice(&payload);
-        self.block = Some(Box::new(PartialBlock {
-            stream_id: id,
-            end_stream,
-            ignore,
-            fragments,
-            continuations: 0,
-        }));
-        Ok(Step::Nothing)
-    }
-
-    fn on_continuation(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        let Some(block) = self.block.as_mut() else {
-            return Err(Reason::PROTOCOL_ERROR);
-        };
-        block.continuations += 1;
-        block.fragments.extend_from_slice(payload);
-        let raw_limit = 2 * self.config.max_header_list_size as usize + 1024;
-        if block.continuations > MAX_CONTINUATIONS || block.fragments.len() > raw_limit {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        if head.flags & frame::END_HEADERS == 0 {
-            return Ok(Step::Nothing);
-        }
-        let Some(block) = self.block.take() else {
-            return Ok(Step::Nothing);
-        };
-        let (id, end, ignore) = (block.stream_id, block.end_stream, block.ignore);
-        self.on_header_block(id, end, ignore, &block.fragments)
     }
 
     fn on_header_block(
@@ -462,66 +296,6 @@ impl ClientConnection {
         }))
     }
 
-    fn on_rst_stream(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        if head.stream_id == 0 || self.never_opened(head.stream_id) {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        let Ok(code) = <[u8; 4]>::try_from(payload) else {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        };
-        let Some(i) = self.stream_index(head.stream_id) else {
-            return Ok(Step::Nothing);
-        };
-        self.streams.swap_remove(i);
-        Ok(Step::Event(ClientEvent::Reset {
-            stream_id: head.stream_id,
-            reason: Reason(u32::from_be_bytes(code)),
-        }))
-    }
-
-    fn on_settings(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        if head.stream_id != 0 {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        if head.flags & frame::ACK != 0 {
-            if !payload.is_empty() {
-                return Err(Reason::FRAME_SIZE_ERROR);
-            }
-            // §3.4: the server's first frame is its own SETTINGS, not an ack of ours.
-            return match self.settings_received {
-                true => Ok(Step::Nothing),
-                false => Err(Reason::PROTOCOL_ERROR),
-            };
-        }
-        if payload.len() % 6 != 0 {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        }
-        for setting in payload.chunks_exact(6) {
-            let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
-            match u16::from_be_bytes([setting[0], setting[1]]) {
-                frame::SETTINGS_HEADER_TABLE_SIZE => {
-                    self.encoder.set_peer_table_size(value as usize)
-                }
-                // §6.5.2: a server may only announce that it will not push.
-                frame::SETTINGS_ENABLE_PUSH if value != 0 => return Err(Reason::PROTOCOL_ERROR),
-                frame::SETTINGS_MAX_CONCURRENT_STREAMS => self.peer_max_streams = value,
-                frame::SETTINGS_INITIAL_WINDOW_SIZE => self.set_peer_initial_window(value)?,
-                frame::SETTINGS_MAX_FRAME_SIZE => {
-                    let valid = frame::DEFAULT_MAX_FRAME_SIZE..=frame::MAX_MAX_FRAME_SIZE;
-                    if !valid.contains(&value) {
-                        return Err(Reason::PROTOCOL_ERROR);
-                    }
-                    self.peer_max_frame_size = value;
-                }
-                _ => {}
-            }
-        }
-        self.settings_received = true;
-        frame::write_head(&mut self.output.tail, 0, frame::SETTINGS, frame::ACK, 0);
-        self.flush_all_streams();
-        Ok(Step::Event(ClientEvent::Settings))
-    }
-
     /// §6.9.2: a new SETTINGS_INITIAL_WINDOW_SIZE moves every open stream's send window.
     fn set_peer_initial_window(&mut self, value: u32) -> Result<(), Reason> {
         if value as i64 > frame::MAX_WINDOW {
@@ -529,97 +303,7 @@ impl ClientConnection {
         }
         let delta = value as i64 - self.peer_initial_window;
         self.peer_initial_window = value as i64;
-        for s in &mut self.streams {
-            s.send_window += delta;
-            if s.send_window > frame::MAX_WINDOW {
-                return Err(Reason::FLOW_CONTROL_ERROR);
-            }
-        }
-        Ok(())
-    }
-
-    fn on_ping(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        if head.stream_id != 0 {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        let Ok(payload) = <[u8; 8]>::try_from(payload) else {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        };
-        if head.flags & frame::ACK != 0 {
-            return Ok(Step::Nothing);
-        }
-        frame::write_ping(&mut self.output.tail, frame::ACK, &payload);
-        Ok(Step::Event(ClientEvent::Ping { payload }))
-    }
-
-    fn on_goaway(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
-        if head.stream_id != 0 {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        if payload.len() < 8 {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        }
-        let last_stream_id = payload.get_u32() & 0x7fff_ffff;
-        let reason = Reason(payload.get_u32());
-        // §6.8: a later GOAWAY may lower the last id, never raise it.
-        let last = self
-            .goaway_received
-            .map_or(last_stream_id, |l| l.min(last_stream_id));
-        self.goaway_received = Some(last);
-        // Streams above it were never processed: refused, for the caller to retry.
-        let mut k = 0;
-        while k < self.streams.len() {
-            if self.streams[k].id > last {
-                let s = self.streams.swap_remove(k);
-                self.queued.push_back(ClientEvent::Reset {
-                    stream_id: s.id,
-                    reason: Reason::REFUSED_STREAM,
-                });
-            } else {
-                k += 1;
-            }
-        }
-        Ok(Step::Event(ClientEvent::GoAway {
-            last_stream_id,
-            reason,
-            debug: payload,
-        }))
-    }
-
-    fn on_window_update(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        let Ok(bytes) = <[u8; 4]>::try_from(payload) else {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        };
-        let increment = (u32::from_be_bytes(bytes) & 0x7fff_ffff) as i64;
-        let id = head.stream_id;
-        if id == 0 {
-            self.send_window += increment;
-            if increment == 0 || self.send_window > frame::MAX_WINDOW {
-                let zero = increment == 0;
-                return Err(if zero {
-                    Reason::PROTOCOL_ERROR
-                } else {
-                    Reason::FLOW_CONTROL_ERROR
-                });
-            }
-            self.flush_all_streams();
-            return Ok(Step::Event(ClientEvent::WindowUpdate { stream_id: 0 }));
-        }
-        if self.never_opened(id) {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        let Some(i) = self.stream_index(id) else {
-            return Ok(Step::Nothing);
-        };
-        self.streams[i].send_window += increment;
-        if increment == 0 {
-            return Ok(self.reset_known(i, Reason::PROTOCOL_ERROR));
-        }
-        if self.streams[i].send_window > frame::MAX_WINDOW {
-            return Ok(self.reset_known(i, Reason::FLOW_CONTROL_ERROR));
-        }
-        self.flush_stream(i);
-        Ok(Step::Event(ClientEvent::WindowUpdate { stream_id: id }))
+        shared::shift_windows(self.streams.iter_mut().map(|s| &mut s.send.window), delta)
     }
 
     /// Resets stream `i` for the server's error and tells the caller.
@@ -633,12 +317,8 @@ impl ClientConnection {
     }
 
     fn give_back_connection(&mut self, n: u32) {
-        self.recv_unacked += n;
-        if self.recv_unacked >= self.config.connection_window_size / 2 {
-            frame::write_window_update(&mut self.output.tail, 0, self.recv_unacked);
-            self.recv_window += self.recv_unacked as i64;
-            self.recv_unacked = 0;
-        }
+        let batch = self.config.connection_window_size / 2;
+        self.recv.give_back(n, batch, 0, &mut self.output.tail);
     }
 
     // ---- the caller's side ----
@@ -692,14 +372,9 @@ impl ClientConnection {
             id,
             head_received: false,
             recv_closed: false,
-            send_ended: end_stream,
-            send_closed: end_stream,
-            send_window: self.peer_initial_window,
-            recv_window: self.config.initial_window_size as i64,
-            recv_unacked: 0,
+            send: SendQueue::new(self.peer_initial_window, end_stream),
+            recv: RecvWindow::new(self.config.initial_window_size),
             content_left: None,
-            pending: VecDeque::new(),
-            pending_trailers: None,
         });
         Ok(id)
     }
@@ -714,9 +389,9 @@ impl ClientConnection {
         let i = self.open_to_send(stream_id)?;
         let s = &mut self.streams[i];
         if !data.is_empty() {
-            s.pending.push_back(data);
+            s.send.pending.push_back(data);
         }
-        s.send_ended = end_stream;
+        s.send.ended = end_stream;
         self.flush_stream(i);
         Ok(())
     }
@@ -728,15 +403,9 @@ impl ClientConnection {
         fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
     ) -> Result<(), SendError> {
         let i = self.open_to_send(stream_id)?;
-        // Without the dynamic table, so the block may wait behind data for the window.
-        let mut plain = Encoder::new(Indexing::None, self.config.huffman);
-        let mut block = BytesMut::new();
-        for (n, v) in fields {
-            plain.field(n, v, &mut block);
-        }
         let s = &mut self.streams[i];
-        s.pending_trailers = Some(block.freeze());
-        s.send_ended = true;
+        s.send.trailers = Some(shared::trailer_block(self.config.huffman, fields));
+        s.send.ended = true;
         self.flush_stream(i);
         Ok(())
     }
@@ -745,7 +414,7 @@ impl ClientConnection {
         let i = self
             .stream_index(stream_id)
             .ok_or(SendError::UnknownStream)?;
-        match self.streams[i].send_ended {
+        match self.streams[i].send.ended {
             true => Err(SendError::WrongState),
             false => Ok(i),
         }
@@ -767,101 +436,46 @@ impl ClientConnection {
         let half = self.config.initial_window_size / 2;
         if let Some(i) = self.stream_index(stream_id) {
             let s = &mut self.streams[i];
-            if s.recv_closed {
-                return;
-            }
-            s.recv_unacked += n as u32;
-            if s.recv_unacked >= half {
-                frame::write_window_update(&mut self.output.tail, stream_id, s.recv_unacked);
-                s.recv_window += s.recv_unacked as i64;
-                s.recv_unacked = 0;
+            // After END_STREAM the stream's window no longer matters.
+            if !s.recv_closed {
+                let out = &mut self.output.tail;
+                s.recv.give_back(n as u32, half, stream_id, out);
             }
         }
     }
 
     /// Writes what the windows allow of stream `i`'s queue, then its end.
     fn flush_stream(&mut self, i: usize) {
-        let max_frame = self.peer_max_frame_size as i64;
         let s = &mut self.streams[i];
-        while let Some(front) = s.pending.front_mut() {
-            let room = s.send_window.min(self.send_window).min(max_frame);
-            if room <= 0 {
-                return;
-            }
-            let n = (room as usize).min(front.len());
-            let chunk = match n == front.len() {
-                true => s.pending.pop_front().unwrap_or_default(),
-                false => front.split_to(n),
-            };
-            s.send_window -= n as i64;
-            self.send_window -= n as i64;
-            let last = s.pending.is_empty() && s.send_ended && s.pending_trailers.is_none();
-            let flags = if last { frame::END_STREAM } else { 0 };
-            frame::write_head(&mut self.output.tail, n, frame::DATA, flags, s.id);
-            self.output.push_payload(chunk);
-            if last {
-                s.send_closed = true;
-                return self.remove_if_done(i);
-            }
+        let to = FlushTo {
+            connection_window: &mut self.send_window,
+            max_frame: self.peer_max_frame_size,
+            output: &mut self.output,
+            encoder: &mut self.encoder,
+        };
+        if s.send.flush(s.id, to) {
+            self.remove_if_done(i);
         }
-        if !s.send_ended || s.send_closed {
-            return;
-        }
-        s.send_closed = true;
-        let id = s.id;
-        match s.pending_trailers.take() {
-            Some(block) => {
-                let tail = &mut self.output.tail;
-                let start = tail.len();
-                tail.put_bytes(0, frame::HEADER_LEN);
-                // A table size update owed goes in the first block sent (RFC 7541 §4.2).
-                self.encoder.begin(tail);
-                tail.extend_from_slice(&block);
-                let max = self.peer_max_frame_size as usize;
-                frame::frame_header_block(tail, start, id, frame::END_STREAM, max);
-            }
-            // An empty DATA frame ends the stream; it needs no window.
-            None => frame::write_head(&mut self.output.tail, 0, frame::DATA, frame::END_STREAM, id),
-        }
-        self.remove_if_done(i);
     }
 
+    /// Flushes every stream with queued data, newest first: a stream flushed to its end is
+    /// swapped out from behind the loop.
     fn flush_all_streams(&mut self) {
-        let mut i = 0;
-        while i < self.streams.len() {
-            let before = self.streams.len();
-            if !self.streams[i].pending.is_empty() {
+        for i in (0..self.streams.len()).rev() {
+            if !self.streams[i].send.pending.is_empty() {
                 self.flush_stream(i);
-            }
-            // A finished stream was swapped out: the one now at `i` is new to the loop.
-            if self.streams.len() == before {
-                i += 1;
             }
         }
     }
 
     fn remove_if_done(&mut self, i: usize) {
         let s = &self.streams[i];
-        if s.recv_closed && s.send_closed {
+        if s.recv_closed && s.send.closed {
             self.streams.swap_remove(i);
         }
     }
 
     // ---- output and state ----
-
-    pub fn has_output(&self) -> bool {
-        !self.output.is_empty()
-    }
-
-    /// Bytes waiting to be written.
-    pub fn output_len(&self) -> usize {
-        self.output.len()
-    }
-
-    /// What to write next, as slices for a vectored write; returns how many it filled.
-    pub fn output_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
-        self.output.slices(dst)
-    }
 
     /// `n` bytes of the output were written.
     pub fn advance_output(&mut self, n: usize) {
@@ -886,7 +500,7 @@ impl ClientConnection {
     /// Body bytes queued on a stream for lack of window.
     pub fn queued_bytes(&self, stream_id: u32) -> usize {
         self.stream_index(stream_id)
-            .map_or(0, |i| self.streams[i].pending.iter().map(Bytes::len).sum())
+            .map_or(0, |i| self.streams[i].send.queued_bytes())
     }
 
     /// The last stream id of the server's GOAWAY, if one came.
@@ -903,5 +517,234 @@ impl ClientConnection {
     /// After a connection error: close once the output is written.
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+}
+
+impl OnFrame for ClientConnection {
+    type Step = Step;
+
+    fn on_data(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
+        let id = head.stream_id;
+        if id == 0 || self.never_opened(id) {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        let (padding, end_stream) = shared::data_frame(&mut self.recv, &head, &mut payload)?;
+        let Some(i) = self.stream_index(id) else {
+            // A stream we reset or that ended: frames in flight are dropped, their bytes
+            // still counted against the connection's window.
+            self.give_back_connection(head.len as u32);
+            return Ok(Step::Nothing);
+        };
+        let s = &mut self.streams[i];
+        let overrun = !s.recv.take(head.len);
+        let malformed = !s.head_received
+            || s.recv_closed
+            || s.content_left.is_some_and(|left| {
+                let len = payload.len() as u64;
+                len > left || (end_stream && len != left)
+            });
+        if overrun || malformed {
+            self.give_back_connection(head.len as u32);
+            let reason = if malformed {
+                Reason::PROTOCOL_ERROR
+            } else {
+                Reason::FLOW_CONTROL_ERROR
+            };
+            return Ok(self.reset_known(i, reason));
+        }
+        if let Some(left) = &mut s.content_left {
+            *left -= payload.len() as u64;
+        }
+        if end_stream {
+            s.recv_closed = true;
+        }
+        if padding > 0 {
+            self.release_capacity(id, padding);
+        }
+        if end_stream {
+            self.remove_if_done(i);
+        } else if payload.is_empty() {
+            return Ok(Step::Nothing);
+        }
+        Ok(Step::Event(ClientEvent::Data {
+            stream_id: id,
+            data: payload,
+            end_stream,
+        }))
+    }
+
+    fn on_headers(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
+        let id = head.stream_id;
+        if id == 0 || self.never_opened(id) {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        frame::unpad(&head, &mut payload)?;
+        if head.flags & frame::PRIORITY_FLAG != 0 {
+            if payload.len() < 5 {
+                return Err(Reason::FRAME_SIZE_ERROR);
+            }
+            payload.advance(5);
+        }
+        let end_stream = head.flags & frame::END_STREAM != 0;
+        // A stream we reset or that ended: decoded only, to keep HPACK in step.
+        let ignore = self.stream_index(id).is_none();
+        if head.flags & frame::END_HEADERS != 0 {
+            return self.on_header_block(id, end_stream, ignore, &payload);
+        }
+        self.block = Some(PartialBlock::new(id, end_stream, ignore, &payload));
+        Ok(Step::Nothing)
+    }
+
+    fn on_rst_stream(&mut self, head: Head, payload: &[u8]) -> ConnResult {
+        if head.stream_id == 0 || self.never_opened(head.stream_id) {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        let Ok(code) = <[u8; 4]>::try_from(payload) else {
+            return Err(Reason::FRAME_SIZE_ERROR);
+        };
+        let Some(i) = self.stream_index(head.stream_id) else {
+            return Ok(Step::Nothing);
+        };
+        self.streams.swap_remove(i);
+        Ok(Step::Event(ClientEvent::Reset {
+            stream_id: head.stream_id,
+            reason: Reason(u32::from_be_bytes(code)),
+        }))
+    }
+
+    fn on_settings(&mut self, head: Head, payload: &[u8]) -> ConnResult {
+        if head.stream_id != 0 {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        if head.flags & frame::ACK != 0 {
+            if !payload.is_empty() {
+                return Err(Reason::FRAME_SIZE_ERROR);
+            }
+            // §3.4: the server's first frame is its own SETTINGS, not an ack of ours.
+            return match self.settings_received {
+                true => Ok(Step::Nothing),
+                false => Err(Reason::PROTOCOL_ERROR),
+            };
+        }
+        for (id, value) in shared::settings_entries(&head, payload)? {
+            match id {
+                frame::SETTINGS_HEADER_TABLE_SIZE => {
+                    self.encoder.set_peer_table_size(value as usize)
+                }
+                // §6.5.2: a server may only announce that it will not push.
+                frame::SETTINGS_ENABLE_PUSH if value != 0 => return Err(Reason::PROTOCOL_ERROR),
+                frame::SETTINGS_MAX_CONCURRENT_STREAMS => self.peer_max_streams = value,
+                frame::SETTINGS_INITIAL_WINDOW_SIZE => self.set_peer_initial_window(value)?,
+                frame::SETTINGS_MAX_FRAME_SIZE => {
+                    let valid = frame::DEFAULT_MAX_FRAME_SIZE..=frame::MAX_MAX_FRAME_SIZE;
+                    if !valid.contains(&value) {
+                        return Err(Reason::PROTOCOL_ERROR);
+                    }
+                    self.peer_max_frame_size = value;
+                }
+                _ => {}
+            }
+        }
+        self.settings_received = true;
+        frame::write_head(&mut self.output.tail, 0, frame::SETTINGS, frame::ACK, 0);
+        self.flush_all_streams();
+        Ok(Step::Event(ClientEvent::Settings))
+    }
+
+    fn on_ping(&mut self, head: Head, payload: &[u8]) -> ConnResult {
+        let payload = shared::ping_payload(&head, payload)?;
+        if head.flags & frame::ACK != 0 {
+            return Ok(Step::Nothing);
+        }
+        frame::write_ping(&mut self.output.tail, frame::ACK, &payload);
+        Ok(Step::Event(ClientEvent::Ping { payload }))
+    }
+
+    fn on_goaway(&mut self, head: Head, payload: Bytes) -> ConnResult {
+        let (last_stream_id, reason, debug) = shared::goaway_fields(&head, payload)?;
+        // §6.8: a later GOAWAY may lower the last id, never raise it.
+        let last = self
+            .goaway_received
+            .map_or(last_stream_id, |l| l.min(last_stream_id));
+        self.goaway_received = Some(last);
+        // Streams above it were never processed: refused, for the caller to retry.
+        let mut k = 0;
+        while k < self.streams.len() {
+            if self.streams[k].id > last {
+                let s = self.streams.swap_remove(k);
+                self.queued.push_back(ClientEvent::Reset {
+                    stream_id: s.id,
+                    reason: Reason::REFUSED_STREAM,
+                });
+            } else {
+                k += 1;
+            }
+        }
+        Ok(Step::Event(ClientEvent::GoAway {
+            last_stream_id,
+            reason,
+            debug,
+        }))
+    }
+
+    fn on_window_update(&mut self, head: Head, payload: &[u8]) -> ConnResult {
+        let increment = shared::window_increment(payload)?;
+        let id = head.stream_id;
+        if id == 0 {
+            self.send_window += increment;
+            if increment == 0 || self.send_window > frame::MAX_WINDOW {
+                let zero = increment == 0;
+                return Err(if zero {
+                    Reason::PROTOCOL_ERROR
+                } else {
+                    Reason::FLOW_CONTROL_ERROR
+                });
+            }
+            self.flush_all_streams();
+            return Ok(Step::Event(ClientEvent::WindowUpdate { stream_id: 0 }));
+        }
+        if self.never_opened(id) {
+            return Err(Reason::PROTOCOL_ERROR);
+        }
+        let Some(i) = self.stream_index(id) else {
+            return Ok(Step::Nothing);
+        };
+        self.streams[i].send.window += increment;
+        if increment == 0 {
+            return Ok(self.reset_known(i, Reason::PROTOCOL_ERROR));
+        }
+        if self.streams[i].send.window > frame::MAX_WINDOW {
+            return Ok(self.reset_known(i, Reason::FLOW_CONTROL_ERROR));
+        }
+        self.flush_stream(i);
+        Ok(Step::Event(ClientEvent::WindowUpdate { stream_id: id }))
+    }
+
+    fn on_continuation(&mut self, head: Head, payload: &[u8]) -> ConnResult {
+        let Some(block) = self.block.as_mut() else {
+            return Err(Reason::PROTOCOL_ERROR);
+        };
+        block.append(payload, MAX_CONTINUATIONS, self.config.max_header_list_size)?;
+        if head.flags & frame::END_HEADERS == 0 {
+            return Ok(Step::Nothing);
+        }
+        let Some(block) = self.block.take() else {
+            return Ok(Step::Nothing);
+        };
+        let (id, end, ignore) = (block.stream_id, block.end_stream, block.target);
+        self.on_header_block(id, end, ignore, &block.fragments)
+    }
+
+    /// PRIORITY is deprecated (§5.3.2): ignored.
+    fn on_priority(&mut self, _head: Head, _payload: &[u8]) -> ConnResult {
+        Ok(Step::Nothing)
+    }
+
+    fn ignored(&mut self) -> Step {
+        Step::Nothing
+    }
+
+    fn continuing(&self) -> Option<u32> {
+        self.block.as_ref().map(|b| b.stream_id)
     }
 }

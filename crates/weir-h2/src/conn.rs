@@ -7,9 +7,8 @@ use crate::frame::{self, Head, Reason};
 use crate::head::{Collector, HeaderBlock, Refusal, RequestHead};
 use crate::hpack::{Decoder, Encoder, Indexing};
 use crate::output::Output;
+use crate::shared::{self, FlushTo, OnFrame, PartialBlock, RecvWindow, SendQueue};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use std::collections::VecDeque;
-use std::io::IoSlice;
 
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -132,20 +131,11 @@ struct Stream {
     /// The client sent END_STREAM (half-closed remote).
     recv_closed: bool,
     head_sent: bool,
-    /// END_STREAM queued by the caller (sent once `pending` drains).
-    send_ended: bool,
-    /// END_STREAM written to the output.
-    send_closed: bool,
-    send_window: i64,
-    recv_window: i64,
-    /// Bytes the caller released that the client has not been given back yet.
-    recv_unacked: u32,
+    /// The answer's body and end, under the client's windows.
+    send: SendQueue,
+    recv: RecvWindow,
     /// Body bytes still allowed by content-length (§8.1.1).
     content_left: Option<u64>,
-    pending: VecDeque<Bytes>,
-    /// Trailers written once `pending` drains: a whole HEADERS block, encoded without the
-    /// dynamic table so it does not depend on when it goes out.
-    pending_trailers: Option<Bytes>,
 }
 
 /// What a header block opens or closes, decided at its HEADERS frame.
@@ -159,15 +149,6 @@ enum Target {
     Ignore,
 }
 
-/// A header block awaiting CONTINUATION frames.
-struct PartialBlock {
-    stream_id: u32,
-    end_stream: bool,
-    target: Target,
-    fragments: BytesMut,
-    continuations: u32,
-}
-
 pub struct Connection {
     config: Config,
     phase: Phase,
@@ -176,12 +157,11 @@ pub struct Connection {
     streams: Vec<Stream>,
     decoder: Decoder,
     encoder: Encoder,
-    block: Option<Box<PartialBlock>>,
+    block: Option<Box<PartialBlock<Target>>>,
     peer_max_frame_size: u32,
     peer_initial_window: i64,
     send_window: i64,
-    recv_window: i64,
-    recv_unacked: u32,
+    recv: RecvWindow,
     last_client_stream: u32,
     /// The last stream id of the GOAWAY we sent, if any.
     goaway_sent: Option<u32>,
@@ -205,7 +185,7 @@ const SHUTDOWN_PING: [u8; 8] = *b"weir-bye";
 
 const RECENT_RESETS: usize = 4;
 
-enum Step {
+pub(crate) enum Step {
     Event(Event),
     Nothing,
 }
@@ -227,8 +207,7 @@ impl Connection {
             peer_max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
             peer_initial_window: frame::DEFAULT_WINDOW as i64,
             send_window: frame::DEFAULT_WINDOW as i64,
-            recv_window: frame::DEFAULT_WINDOW as i64,
-            recv_unacked: 0,
+            recv: RecvWindow::new(frame::DEFAULT_WINDOW),
             last_client_stream: 0,
             goaway_sent: None,
             client_reset_budget: config.max_client_resets,
@@ -238,50 +217,31 @@ impl Connection {
             shutdown_ping_pending: false,
             unwritten_replies: 0,
         };
-        frame::write_settings(
-            &mut c.output.tail,
-            &[
-                (frame::SETTINGS_HEADER_TABLE_SIZE, config.header_table_size),
-                (frame::SETTINGS_ENABLE_PUSH, 0),
-                (
-                    frame::SETTINGS_MAX_CONCURRENT_STREAMS,
-                    config.max_concurrent_streams,
-                ),
-                (
-                    frame::SETTINGS_INITIAL_WINDOW_SIZE,
-                    config.initial_window_size,
-                ),
-                (frame::SETTINGS_MAX_FRAME_SIZE, config.max_frame_size),
-                (
-                    frame::SETTINGS_MAX_HEADER_LIST_SIZE,
-                    config.max_header_list_size,
-                ),
-            ],
-        );
-        let raise = config
-            .connection_window_size
-            .saturating_sub(frame::DEFAULT_WINDOW);
-        if raise > 0 {
-            frame::write_window_update(&mut c.output.tail, 0, raise);
-            c.recv_window += raise as i64;
-        }
+        let settings = [
+            (frame::SETTINGS_HEADER_TABLE_SIZE, config.header_table_size),
+            (frame::SETTINGS_ENABLE_PUSH, 0),
+            (
+                frame::SETTINGS_MAX_CONCURRENT_STREAMS,
+                config.max_concurrent_streams,
+            ),
+            (
+                frame::SETTINGS_INITIAL_WINDOW_SIZE,
+                config.initial_window_size,
+            ),
+            (frame::SETTINGS_MAX_FRAME_SIZE, config.max_frame_size),
+            (
+                frame::SETTINGS_MAX_HEADER_LIST_SIZE,
+                config.max_header_list_size,
+            ),
+        ];
+        let window = config.connection_window_size;
+        c.recv = shared::write_first_settings(&mut c.output.tail, &settings, window);
         c
     }
 
     // ---- input ----
 
-    /// The read buffer, with room for a read worth a syscall: read the socket into it.
-    pub fn input(&mut self) -> &mut BytesMut {
-        if self.input.capacity() - self.input.len() < 1024 {
-            self.input.reserve(16 * 1024);
-        }
-        &mut self.input
-    }
-
-    /// Copies received bytes in (for callers that do not read into `input()`).
-    pub fn receive(&mut self, bytes: &[u8]) {
-        self.input.extend_from_slice(bytes);
-    }
+    shared::buffer_methods!();
 
     /// The next event, or `None` once the input holds no whole frame.
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -300,25 +260,11 @@ impl Connection {
                         Ok(Step::Nothing)
                     }
                 }
-                _ => {
-                    if self.input.len() < frame::HEADER_LEN {
-                        return None;
-                    }
-                    let head = Head::parse(&self.input[..frame::HEADER_LEN]);
-                    if head.len > self.config.max_frame_size as usize {
-                        // §4.2: a frame above our SETTINGS_MAX_FRAME_SIZE.
-                        Err(Reason::FRAME_SIZE_ERROR)
-                    } else if self.input.len() < frame::HEADER_LEN + head.len {
-                        let want = frame::HEADER_LEN + head.len - self.input.len();
-                        self.input.reserve(want);
-                        return None;
-                    } else {
-                        let mut payload =
-                            self.input.split_to(frame::HEADER_LEN + head.len).freeze();
-                        payload.advance(frame::HEADER_LEN);
-                        self.on_frame(head, payload)
-                    }
-                }
+                _ => match shared::take_frame(&mut self.input, self.config.max_frame_size) {
+                    Ok(Some((head, payload))) => self.on_frame(head, payload),
+                    Ok(None) => return None,
+                    Err(reason) => Err(reason),
+                },
             };
             match step {
                 Ok(Step::Nothing) => continue,
@@ -346,27 +292,7 @@ impl Connection {
             }
             self.phase = Phase::Open;
         }
-        if let Some(block) = &self.block {
-            // §6.10: nothing may come between HEADERS and its last CONTINUATION.
-            if head.kind != frame::CONTINUATION || head.stream_id != block.stream_id {
-                return Err(Reason::PROTOCOL_ERROR);
-            }
-        }
-        match head.kind {
-            frame::DATA => self.on_data(head, payload),
-            frame::HEADERS => self.on_headers(head, payload),
-            frame::PRIORITY => self.on_priority(head, &payload),
-            frame::RST_STREAM => self.on_rst_stream(head, &payload),
-            frame::SETTINGS => self.on_settings(head, &payload),
-            // §8.4: a client cannot push.
-            frame::PUSH_PROMISE => Err(Reason::PROTOCOL_ERROR),
-            frame::PING => self.on_ping(head, &payload),
-            frame::GOAWAY => self.on_goaway(head, payload),
-            frame::WINDOW_UPDATE => self.on_window_update(head, &payload),
-            frame::CONTINUATION => self.on_continuation(head, &payload),
-            // §4.1: unknown types are ignored.
-            _ => Ok(Step::Nothing),
-        }
+        self.dispatch(head, payload)
     }
 
     fn stream_index(&self, id: u32) -> Option<usize> {
@@ -378,20 +304,405 @@ impl Connection {
         id > self.last_client_stream
     }
 
+    fn on_header_block(
+        &mut self,
+        id: u32,
+        end_stream: bool,
+        target: Target,
+        block: &[u8],
+    ) -> ConnResult {
+        let cap = self.config.max_header_list_size as usize;
+        let mut collector = Collector::new(cap, block.len(), target == Target::Trailers);
+        // Every block is decoded, even one refused, so the HPACK table stays in step (§4.3).
+        self.decoder
+            .decode(block, |n, v| collector.add(n, v))
+            .map_err(|_| Reason::COMPRESSION_ERROR)?;
+        match target {
+            Target::Ignore => Ok(Step::Nothing),
+            Target::Refuse(reason) => self.stream_error(id, reason),
+            Target::NewStream => {
+                let head = collector.finish_request();
+                let content_left = match &head {
+                    Ok(h) => h.content_length,
+                    Err(_) => None,
+                };
+                if matches!(head, Err(Refusal::Malformed)) {
+                    return self.stream_error(id, Reason::PROTOCOL_ERROR);
+                }
+                if end_stream && content_left.is_some_and(|n| n != 0) {
+                    return self.stream_error(id, Reason::PROTOCOL_ERROR);
+                }
+                self.streams.push(Stream {
+                    id,
+                    recv_closed: end_stream,
+                    head_sent: false,
+                    send: SendQueue::new(self.peer_initial_window, false),
+                    recv: RecvWindow::new(self.config.initial_window_size),
+                    content_left,
+                });
+                Ok(Step::Event(match head {
+                    Ok(head) => Event::Request {
+                        stream_id: id,
+                        head,
+                        end_stream,
+                    },
+                    Err(_) => Event::HeadTooLarge {
+                        stream_id: id,
+                        end_stream,
+                    },
+                }))
+            }
+            Target::Trailers => {
+                let Some(i) = self.stream_index(id) else {
+                    return Ok(Step::Nothing);
+                };
+                match collector.finish_trailers() {
+                    Ok(fields) if self.streams[i].content_left.is_none_or(|n| n == 0) => {
+                        self.streams[i].recv_closed = true;
+                        self.remove_if_done(i);
+                        Ok(Step::Event(Event::Trailers {
+                            stream_id: id,
+                            fields,
+                        }))
+                    }
+                    _ => self.reset_known(i, Reason::PROTOCOL_ERROR),
+                }
+            }
+        }
+    }
+
+    /// A stream error (§5.4.2): RST_STREAM, and the caller told if it knows the stream.
+    fn stream_error(&mut self, id: u32, reason: Reason) -> ConnResult {
+        if let Some(i) = self.stream_index(id) {
+            return self.reset_known(i, reason);
+        }
+        self.count_local_reset()?;
+        self.write_reset(id, reason);
+        Ok(Step::Nothing)
+    }
+
+    fn write_reset(&mut self, id: u32, reason: Reason) {
+        frame::write_rst_stream(&mut self.output.tail, id, reason);
+        self.recent_local_resets[self.next_reset_slot] = id;
+        self.next_reset_slot = (self.next_reset_slot + 1) % RECENT_RESETS;
+    }
+
+    /// Resets a stream the caller knows, and tells it.
+    fn reset_known(&mut self, i: usize, reason: Reason) -> ConnResult {
+        self.count_local_reset()?;
+        let s = self.streams.swap_remove(i);
+        self.write_reset(s.id, reason);
+        Ok(Step::Event(Event::StreamError {
+            stream_id: s.id,
+            reason,
+        }))
+    }
+
+    /// A frame written only because the client asked for it (a SETTINGS or PING ack, a
+    /// RST_STREAM for DATA on a closed stream): a client that sends these faster than it
+    /// reads the answers is flooding (CVE-2019-9512, -9514, -9515), and is cut off past
+    /// `MAX_UNWRITTEN_REPLIES` not yet written.
+    fn count_reply(&mut self) -> Result<(), Reason> {
+        self.unwritten_replies += 1;
+        if self.unwritten_replies > MAX_UNWRITTEN_REPLIES {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        Ok(())
+    }
+
+    fn count_local_reset(&mut self) -> Result<(), Reason> {
+        if self.local_reset_budget == 0 {
+            return Err(Reason::ENHANCE_YOUR_CALM);
+        }
+        self.local_reset_budget -= 1;
+        Ok(())
+    }
+
+    fn give_back_connection(&mut self, n: u32) {
+        let batch = self.config.connection_window_size / 2;
+        self.recv.give_back(n, batch, 0, &mut self.output.tail);
+    }
+
+    // ---- the caller's side ----
+
+    /// The caller consumed `n` bytes of `stream_id`'s body: the windows are given back once
+    /// half of them is consumed, so window updates go out in batches.
+    pub fn release_capacity(&mut self, stream_id: u32, n: usize) {
+        self.give_back_connection(n as u32);
+        let half = self.config.initial_window_size / 2;
+        if let Some(i) = self.stream_index(stream_id) {
+            let s = &mut self.streams[i];
+            if !s.recv_closed {
+                s.recv
+                    .give_back(n as u32, half, stream_id, &mut self.output.tail);
+            }
+        }
+    }
+
+    /// Sends the response head; `fields` lowercase, without connection-specific ones.
+    pub fn send_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        stream_id: u32,
+        status: u16,
+        fields: &[(N, V)],
+        end_stream: bool,
+    ) -> Result<(), SendError> {
+        let pairs = fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
+        self.send_head_fields(stream_id, status, pairs, end_stream)
+    }
+
+    /// [`send_head`](Self::send_head) for fields the caller holds in its own form (no list
+    /// made for the call).
+    pub fn send_head_fields<'f>(
+        &mut self,
+        stream_id: u32,
+        status: u16,
+        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+        end_stream: bool,
+    ) -> Result<(), SendError> {
+        let i = self
+            .stream_index(stream_id)
+            .ok_or(SendError::UnknownStream)?;
+        if self.streams[i].head_sent {
+            return Err(SendError::WrongState);
+        }
+        self.streams[i].head_sent = true;
+        let mut block = std::mem::take(&mut self.output.tail);
+        let start = block.len();
+        // The frame header is written once the block's length is known.
+        block.put_bytes(0, frame::HEADER_LEN);
+        self.encoder.begin(&mut block);
+        self.encoder.status(status, &mut block);
+        for (n, v) in fields {
+            self.encoder.field(n, v, &mut block);
+        }
+        let flags = if end_stream { frame::END_STREAM } else { 0 };
+        self.output.tail = block;
+        self.frame_header_block(start, stream_id, flags);
+        if end_stream {
+            self.streams[i].send.ended = true;
+            self.streams[i].send.closed = true;
+            self.on_answer_complete(i);
+        }
+        Ok(())
+    }
+
+    fn frame_header_block(&mut self, start: usize, stream_id: u32, flags: u8) {
+        let max = self.peer_max_frame_size as usize;
+        frame::frame_header_block(&mut self.output.tail, start, stream_id, flags, max);
+    }
+
+    /// Queues body bytes; they go out as the windows allow, without a copy for large ones.
+    pub fn send_data(
+        &mut self,
+        stream_id: u32,
+        data: Bytes,
+        end_stream: bool,
+    ) -> Result<(), SendError> {
+        let i = self
+            .stream_index(stream_id)
+            .ok_or(SendError::UnknownStream)?;
+        let s = &mut self.streams[i];
+        if !s.head_sent || s.send.ended {
+            return Err(SendError::WrongState);
+        }
+        if !data.is_empty() {
+            s.send.pending.push_back(data);
+        }
+        s.send.ended = end_stream;
+        self.flush_stream(i);
+        Ok(())
+    }
+
+    /// Ends the stream with trailers, after the queued data.
+    pub fn send_trailers<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &mut self,
+        stream_id: u32,
+        fields: &[(N, V)],
+    ) -> Result<(), SendError> {
+        let pairs = fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
+        self.send_trailers_fields(stream_id, pairs)
+    }
+
+    /// [`send_trailers`](Self::send_trailers) for fields the caller holds in its own form.
+    pub fn send_trailers_fields<'f>(
+        &mut self,
+        stream_id: u32,
+        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+    ) -> Result<(), SendError> {
+        let i = self
+            .stream_index(stream_id)
+            .ok_or(SendError::UnknownStream)?;
+        if !self.streams[i].head_sent || self.streams[i].send.ended {
+            return Err(SendError::WrongState);
+        }
+        let s = &mut self.streams[i];
+        s.send.trailers = Some(shared::trailer_block(self.config.huffman, fields));
+        s.send.ended = true;
+        self.flush_stream(i);
+        Ok(())
+    }
+
+    /// Resets a stream (RST_STREAM); its queued data is dropped.
+    pub fn send_reset(&mut self, stream_id: u32, reason: Reason) {
+        if let Some(i) = self.stream_index(stream_id) {
+            self.streams.swap_remove(i);
+        }
+        self.write_reset(stream_id, reason);
+    }
+
+    /// Starts a graceful shutdown as RFC 9113 §6.8 advises: a GOAWAY naming the highest
+    /// possible stream and a PING; when the client answers the PING, the final GOAWAY names
+    /// the last stream it opened, so no stream in flight is lost.
+    pub fn begin_graceful_shutdown(&mut self) {
+        if self.goaway_sent.is_some() || self.shutdown_ping_pending {
+            return;
+        }
+        frame::write_goaway(
+            &mut self.output.tail,
+            frame::MAX_WINDOW as u32,
+            Reason::NO_ERROR,
+        );
+        frame::write_ping(&mut self.output.tail, 0, &SHUTDOWN_PING);
+        self.shutdown_ping_pending = true;
+    }
+
+    /// Sends GOAWAY at once: no stream above the last one seen will be served (§6.8).
+    /// Streams below it go on; `is_done()` says when all have ended.
+    pub fn send_goaway(&mut self, reason: Reason) {
+        frame::write_goaway(&mut self.output.tail, self.last_client_stream, reason);
+        self.goaway_sent = Some(self.last_client_stream);
+    }
+
+    /// Writes what the windows allow of stream `i`'s queue.
+    fn flush_stream(&mut self, i: usize) {
+        let s = &mut self.streams[i];
+        let to = FlushTo {
+            connection_window: &mut self.send_window,
+            max_frame: self.peer_max_frame_size,
+            output: &mut self.output,
+            encoder: &mut self.encoder,
+        };
+        if s.send.flush(s.id, to) {
+            self.on_answer_complete(i);
+        }
+    }
+
+    fn flush_all_streams(&mut self) {
+        let mut i = 0;
+        while i < self.streams.len() {
+            let before = self.streams.len();
+            if !self.streams[i].send.pending.is_empty() {
+                self.flush_stream(i);
+            }
+            // A finished stream was swapped out: the one now at `i` is new to the loop.
+            if self.streams.len() == before {
+                i += 1;
+            }
+        }
+    }
+
+    /// The answer on stream `i` is complete: a reset by the client no longer counts as rapid.
+    fn on_answer_complete(&mut self, i: usize) {
+        self.client_reset_budget =
+            (self.client_reset_budget + 1).min(self.config.max_client_resets);
+        self.remove_if_done(i);
+    }
+
+    fn remove_if_done(&mut self, i: usize) {
+        let s = &self.streams[i];
+        if s.recv_closed && s.send.closed {
+            self.streams.swap_remove(i);
+        }
+    }
+
+    // ---- output and state ----
+
+    /// `n` bytes of the output were written.
+    pub fn advance_output(&mut self, n: usize) {
+        self.output.advance(n);
+        if self.output.is_empty() {
+            self.unwritten_replies = 0;
+        }
+    }
+
+    /// All output as one buffer (a copy: for tests and plain writes).
+    pub fn take_output(&mut self) -> BytesMut {
+        self.unwritten_replies = 0;
+        self.output.take()
+    }
+
+    /// Streams open (either direction).
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Where an open stream stands (`None`: closed, reset, or never opened).
+    pub fn stream_progress(&self, stream_id: u32) -> Option<StreamProgress> {
+        self.stream_index(stream_id).map(|i| {
+            let s = &self.streams[i];
+            StreamProgress {
+                request_ended: s.recv_closed,
+                answer_queued: s.send.ended,
+                answer_sent: s.send.closed,
+            }
+        })
+    }
+
+    /// Body bytes queued on a stream for lack of window.
+    pub fn queued_bytes(&self, stream_id: u32) -> usize {
+        self.stream_index(stream_id)
+            .map_or(0, |i| self.streams[i].send.queued_bytes())
+    }
+
+    /// After a connection error, or after GOAWAY once every stream ended: close once the
+    /// output is written.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Closed || (self.goaway_sent.is_some() && self.streams.is_empty())
+    }
+
+    /// Gives every buffer back if the connection is idle (no stream, no partial frame or
+    /// block, nothing to write); returns whether it did. Call it before parking the socket.
+    pub fn release_idle_buffers(&mut self) -> bool {
+        if !self.streams.is_empty()
+            || self.block.is_some()
+            || !self.input.is_empty()
+            || !self.output.is_empty()
+        {
+            return false;
+        }
+        self.input = BytesMut::new();
+        self.output.release();
+        self.streams = Vec::new();
+        self.decoder.shrink();
+        true
+    }
+
+    /// Bytes this connection holds: the struct and every heap buffer it owns (the HPACK
+    /// decoder's table entries included; `Bytes` handed to the caller are the caller's).
+    pub fn state_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.input.capacity()
+            + self.output.heap_bytes()
+            + self.streams.capacity() * std::mem::size_of::<Stream>()
+            + self.decoder.heap_bytes()
+            + self.encoder.heap_bytes()
+            + self.block.as_ref().map_or(0, |b| {
+                std::mem::size_of::<PartialBlock<Target>>() + b.fragments.capacity()
+            })
+    }
+}
+
+impl OnFrame for Connection {
+    type Step = Step;
+
     fn on_data(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
         let id = head.stream_id;
         if id == 0 || self.is_idle(id) {
             // §6.1: not on stream 0; §5.1: not on an idle stream.
             return Err(Reason::PROTOCOL_ERROR);
         }
-        let frame_len = head.len as i64;
-        self.recv_window -= frame_len;
-        if self.recv_window < 0 {
-            return Err(Reason::FLOW_CONTROL_ERROR);
-        }
-        frame::unpad(&head, &mut payload)?;
-        let padding = head.len - payload.len();
-        let end_stream = head.flags & frame::END_STREAM != 0;
+        let (padding, end_stream) = shared::data_frame(&mut self.recv, &head, &mut payload)?;
         let Some(i) = self.stream_index(id) else {
             // §5.1 closed: STREAM_CLOSED, unless the server reset it and this was in flight.
             // The bytes count against the connection window either way.
@@ -407,8 +718,7 @@ impl Connection {
             return self.reset_known(i, Reason::STREAM_CLOSED);
         }
         let s = &mut self.streams[i];
-        s.recv_window -= frame_len;
-        if s.recv_window < 0 {
+        if !s.recv.take(head.len) {
             self.give_back_connection(head.len as u32);
             return self.reset_known(i, Reason::FLOW_CONTROL_ERROR);
         }
@@ -486,117 +796,8 @@ impl Connection {
         if head.flags & frame::END_HEADERS != 0 {
             return self.on_header_block(id, end_stream, target, &payload);
         }
-        let mut fragments = BytesMut::with_capacity(payload.len() * 2);
-        fragments.extend_from_slice(&payload);
-        self.block = Some(Box::new(PartialBlock {
-            stream_id: id,
-            end_stream,
-            target,
-            fragments,
-            continuations: 0,
-        }));
+        self.block = Some(PartialBlock::new(id, end_stream, target, &payload));
         Ok(Step::Nothing)
-    }
-
-    fn on_continuation(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        let Some(block) = self.block.as_mut() else {
-            // §6.10: CONTINUATION without HEADERS before it.
-            return Err(Reason::PROTOCOL_ERROR);
-        };
-        block.continuations += 1;
-        block.fragments.extend_from_slice(payload);
-        // The block may compress (Huffman, 5 bits a byte at best) but is never far larger
-        // than the list it encodes: twice the cap is a client flooding, not a big head.
-        let raw_limit = 2 * self.config.max_header_list_size as usize + 1024;
-        if block.continuations > self.config.max_continuation_frames
-            || block.fragments.len() > raw_limit
-        {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        if head.flags & frame::END_HEADERS == 0 {
-            return Ok(Step::Nothing);
-        }
-        let Some(block) = self.block.take() else {
-            return Ok(Step::Nothing);
-        };
-        self.on_header_block(
-            block.stream_id,
-            block.end_stream,
-            block.target,
-            &block.fragments,
-        )
-    }
-
-    fn on_header_block(
-        &mut self,
-        id: u32,
-        end_stream: bool,
-        target: Target,
-        block: &[u8],
-    ) -> ConnResult {
-        let cap = self.config.max_header_list_size as usize;
-        let mut collector = Collector::new(cap, block.len(), target == Target::Trailers);
-        // Every block is decoded, even one refused, so the HPACK table stays in step (§4.3).
-        self.decoder
-            .decode(block, |n, v| collector.add(n, v))
-            .map_err(|_| Reason::COMPRESSION_ERROR)?;
-        match target {
-            Target::Ignore => Ok(Step::Nothing),
-            Target::Refuse(reason) => self.stream_error(id, reason),
-            Target::NewStream => {
-                let head = collector.finish_request();
-                let content_left = match &head {
-                    Ok(h) => h.content_length,
-                    Err(_) => None,
-                };
-                if matches!(head, Err(Refusal::Malformed)) {
-                    return self.stream_error(id, Reason::PROTOCOL_ERROR);
-                }
-                if end_stream && content_left.is_some_and(|n| n != 0) {
-                    return self.stream_error(id, Reason::PROTOCOL_ERROR);
-                }
-                self.streams.push(Stream {
-                    id,
-                    recv_closed: end_stream,
-                    head_sent: false,
-                    send_ended: false,
-                    send_closed: false,
-                    send_window: self.peer_initial_window,
-                    recv_window: self.config.initial_window_size as i64,
-                    recv_unacked: 0,
-                    content_left,
-                    pending: VecDeque::new(),
-                    pending_trailers: None,
-                });
-                Ok(Step::Event(match head {
-                    Ok(head) => Event::Request {
-                        stream_id: id,
-                        head,
-                        end_stream,
-                    },
-                    Err(_) => Event::HeadTooLarge {
-                        stream_id: id,
-                        end_stream,
-                    },
-                }))
-            }
-            Target::Trailers => {
-                let Some(i) = self.stream_index(id) else {
-                    return Ok(Step::Nothing);
-                };
-                match collector.finish_trailers() {
-                    Ok(fields) if self.streams[i].content_left.is_none_or(|n| n == 0) => {
-                        self.streams[i].recv_closed = true;
-                        self.remove_if_done(i);
-                        Ok(Step::Event(Event::Trailers {
-                            stream_id: id,
-                            fields,
-                        }))
-                    }
-                    _ => self.reset_known(i, Reason::PROTOCOL_ERROR),
-                }
-            }
-        }
     }
 
     fn on_priority(&mut self, head: Head, payload: &[u8]) -> ConnResult {
@@ -630,7 +831,7 @@ impl Connection {
             return Ok(Step::Nothing);
         };
         let s = self.streams.swap_remove(i);
-        if !s.send_closed {
+        if !s.send.closed {
             // Rapid reset: a stream the client abandons before its answer is complete.
             if self.client_reset_budget == 0 {
                 return Err(Reason::ENHANCE_YOUR_CALM);
@@ -654,12 +855,7 @@ impl Connection {
                 Err(Reason::FRAME_SIZE_ERROR)
             };
         }
-        if payload.len() % 6 != 0 {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        }
-        for setting in payload.chunks_exact(6) {
-            let id = u16::from_be_bytes([setting[0], setting[1]]);
-            let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
+        for (id, value) in shared::settings_entries(&head, payload)? {
             match id {
                 frame::SETTINGS_HEADER_TABLE_SIZE => {
                     self.encoder.set_peer_table_size(value as usize)
@@ -669,15 +865,10 @@ impl Connection {
                     if value as i64 > frame::MAX_WINDOW {
                         return Err(Reason::FLOW_CONTROL_ERROR);
                     }
-                    // §6.9.2: the change applies to every open stream's send window.
                     let delta = value as i64 - self.peer_initial_window;
                     self.peer_initial_window = value as i64;
-                    for s in &mut self.streams {
-                        s.send_window += delta;
-                        if s.send_window > frame::MAX_WINDOW {
-                            return Err(Reason::FLOW_CONTROL_ERROR);
-                        }
-                    }
+                    let windows = self.streams.iter_mut().map(|s| &mut s.send.window);
+                    shared::shift_windows(windows, delta)?;
                 }
                 frame::SETTINGS_MAX_FRAME_SIZE => {
                     if !(frame::DEFAULT_MAX_FRAME_SIZE..=frame::MAX_MAX_FRAME_SIZE).contains(&value)
@@ -697,12 +888,7 @@ impl Connection {
     }
 
     fn on_ping(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        if head.stream_id != 0 {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        let Ok(payload) = <[u8; 8]>::try_from(payload) else {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        };
+        let payload = shared::ping_payload(&head, payload)?;
         if head.flags & frame::ACK == 0 {
             self.count_reply()?;
             frame::write_ping(&mut self.output.tail, frame::ACK, &payload);
@@ -715,27 +901,17 @@ impl Connection {
         Ok(Step::Event(Event::Ping { payload }))
     }
 
-    fn on_goaway(&mut self, head: Head, mut payload: Bytes) -> ConnResult {
-        if head.stream_id != 0 {
-            return Err(Reason::PROTOCOL_ERROR);
-        }
-        if payload.len() < 8 {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        }
-        let last_stream_id = payload.get_u32() & 0x7fff_ffff;
-        let reason = Reason(payload.get_u32());
+    fn on_goaway(&mut self, head: Head, payload: Bytes) -> ConnResult {
+        let (last_stream_id, reason, debug) = shared::goaway_fields(&head, payload)?;
         Ok(Step::Event(Event::GoAway {
             last_stream_id,
             reason,
-            debug: payload,
+            debug,
         }))
     }
 
     fn on_window_update(&mut self, head: Head, payload: &[u8]) -> ConnResult {
-        let Ok(bytes) = <[u8; 4]>::try_from(payload) else {
-            return Err(Reason::FRAME_SIZE_ERROR);
-        };
-        let increment = (u32::from_be_bytes(bytes) & 0x7fff_ffff) as i64;
+        let increment = shared::window_increment(payload)?;
         let id = head.stream_id;
         if id == 0 {
             // §6.9: a zero increment is an error; §6.9.1: so is a window above 2^31-1.
@@ -763,406 +939,43 @@ impl Connection {
         if increment == 0 {
             return self.reset_known(i, Reason::PROTOCOL_ERROR);
         }
-        self.streams[i].send_window += increment;
-        if self.streams[i].send_window > frame::MAX_WINDOW {
+        self.streams[i].send.window += increment;
+        if self.streams[i].send.window > frame::MAX_WINDOW {
             return self.reset_known(i, Reason::FLOW_CONTROL_ERROR);
         }
         self.flush_stream(i);
         Ok(Step::Event(Event::WindowUpdate { stream_id: id }))
     }
 
-    /// A stream error (§5.4.2): RST_STREAM, and the caller told if it knows the stream.
-    fn stream_error(&mut self, id: u32, reason: Reason) -> ConnResult {
-        if let Some(i) = self.stream_index(id) {
-            return self.reset_known(i, reason);
-        }
-        self.count_local_reset()?;
-        self.write_reset(id, reason);
-        Ok(Step::Nothing)
-    }
-
-    fn write_reset(&mut self, id: u32, reason: Reason) {
-        frame::write_rst_stream(&mut self.output.tail, id, reason);
-        self.recent_local_resets[self.next_reset_slot] = id;
-        self.next_reset_slot = (self.next_reset_slot + 1) % RECENT_RESETS;
-    }
-
-    /// Resets a stream the caller knows, and tells it.
-    fn reset_known(&mut self, i: usize, reason: Reason) -> ConnResult {
-        self.count_local_reset()?;
-        let s = self.streams.swap_remove(i);
-        self.write_reset(s.id, reason);
-        Ok(Step::Event(Event::StreamError {
-            stream_id: s.id,
-            reason,
-        }))
-    }
-
-    /// A frame written only because the client asked for it (a SETTINGS or PING ack, a
-    /// RST_STREAM for DATA on a closed stream): a client that sends these faster than it
-    /// reads the answers is flooding (CVE-2019-9512, -9514, -9515), and is cut off past
-    /// `MAX_UNWRITTEN_REPLIES` not yet written.
-    fn count_reply(&mut self) -> Result<(), Reason> {
-        self.unwritten_replies += 1;
-        if self.unwritten_replies > MAX_UNWRITTEN_REPLIES {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        Ok(())
-    }
-
-    fn count_local_reset(&mut self) -> Result<(), Reason> {
-        if self.local_reset_budget == 0 {
-            return Err(Reason::ENHANCE_YOUR_CALM);
-        }
-        self.local_reset_budget -= 1;
-        Ok(())
-    }
-
-    fn give_back_connection(&mut self, n: u32) {
-        self.recv_unacked += n;
-        if self.recv_unacked >= self.config.connection_window_size / 2 {
-            frame::write_window_update(&mut self.output.tail, 0, self.recv_unacked);
-            self.recv_window += self.recv_unacked as i64;
-            self.recv_unacked = 0;
-        }
-    }
-
-    // ---- the caller's side ----
-
-    /// The caller consumed `n` bytes of `stream_id`'s body: the windows are given back once
-    /// half of them is consumed, so window updates go out in batches.
-    pub fn release_capacity(&mut self, stream_id: u32, n: usize) {
-        self.give_back_connection(n as u32);
-        let half = self.config.initial_window_size / 2;
-        if let Some(i) = self.stream_index(stream_id) {
-            let s = &mut self.streams[i];
-            if s.recv_closed {
-                return;
-            }
-            s.recv_unacked += n as u32;
-            if s.recv_unacked >= half {
-                frame::write_window_update(&mut self.output.tail, stream_id, s.recv_unacked);
-                s.recv_window += s.recv_unacked as i64;
-                s.recv_unacked = 0;
-            }
-        }
-    }
-
-    /// Sends the response head; `fields` lowercase, without connection-specific ones.
-    pub fn send_head<N: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &mut self,
-        stream_id: u32,
-        status: u16,
-        fields: &[(N, V)],
-        end_stream: bool,
-    ) -> Result<(), SendError> {
-        let pairs = fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
-        self.send_head_fields(stream_id, status, pairs, end_stream)
-    }
-
-    /// [`send_head`](Self::send_head) for fields the caller holds in its own form (no list
-    /// made for the call).
-    pub fn send_head_fields<'f>(
-        &mut self,
-        stream_id: u32,
-        status: u16,
-        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
-        end_stream: bool,
-    ) -> Result<(), SendError> {
-        let i = self
-            .stream_index(stream_id)
-            .ok_or(SendError::UnknownStream)?;
-        if self.streams[i].head_sent {
-            return Err(SendError::WrongState);
-        }
-        self.streams[i].head_sent = true;
-        let mut block = std::mem::take(&mut self.output.tail);
-        let start = block.len();
-        // The frame header is written once the block's length is known.
-        block.put_bytes(0, frame::HEADER_LEN);
-        self.encoder.begin(&mut block);
-        self.encoder.status(status, &mut block);
-        for (n, v) in fields {
-            self.encoder.field(n, v, &mut block);
-        }
-        let flags = if end_stream { frame::END_STREAM } else { 0 };
-        self.output.tail = block;
-        self.frame_header_block(start, stream_id, flags);
-        if end_stream {
-            self.streams[i].send_ended = true;
-            self.streams[i].send_closed = true;
-            self.on_answer_complete(i);
-        }
-        Ok(())
-    }
-
-    fn frame_header_block(&mut self, start: usize, stream_id: u32, flags: u8) {
-        let max = self.peer_max_frame_size as usize;
-        frame::frame_header_block(&mut self.output.tail, start, stream_id, flags, max);
-    }
-
-    /// Queues body bytes; they go out as the windows allow, without a copy for large ones.
-    pub fn send_data(
-        &mut self,
-        stream_id: u32,
-        data: Bytes,
-        end_stream: bool,
-    ) -> Result<(), SendError> {
-        let i = self
-            .stream_index(stream_id)
-            .ok_or(SendError::UnknownStream)?;
-        let s = &mut self.streams[i];
-        if !s.head_sent || s.send_ended {
-            return Err(SendError::WrongState);
-        }
-        if !data.is_empty() {
-            s.pending.push_back(data);
-        }
-        s.send_ended = end_stream;
-        self.flush_stream(i);
-        Ok(())
-    }
-
-    /// Ends the stream with trailers, after the queued data.
-    pub fn send_trailers<N: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &mut self,
-        stream_id: u32,
-        fields: &[(N, V)],
-    ) -> Result<(), SendError> {
-        let pairs = fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
-        self.send_trailers_fields(stream_id, pairs)
-    }
-
-    /// [`send_trailers`](Self::send_trailers) for fields the caller holds in its own form.
-    pub fn send_trailers_fields<'f>(
-        &mut self,
-        stream_id: u32,
-        fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
-    ) -> Result<(), SendError> {
-        let i = self
-            .stream_index(stream_id)
-            .ok_or(SendError::UnknownStream)?;
-        if !self.streams[i].head_sent || self.streams[i].send_ended {
-            return Err(SendError::WrongState);
-        }
-        // Without the dynamic table, so the block may wait behind data for the window.
-        let mut plain = Encoder::new(Indexing::None, self.config.huffman);
-        let mut block = BytesMut::new();
-        for (n, v) in fields {
-            plain.field(n, v, &mut block);
-        }
-        let s = &mut self.streams[i];
-        s.pending_trailers = Some(block.freeze());
-        s.send_ended = true;
-        self.flush_stream(i);
-        Ok(())
-    }
-
-    /// Resets a stream (RST_STREAM); its queued data is dropped.
-    pub fn send_reset(&mut self, stream_id: u32, reason: Reason) {
-        if let Some(i) = self.stream_index(stream_id) {
-            self.streams.swap_remove(i);
-        }
-        self.write_reset(stream_id, reason);
-    }
-
-    /// Starts a graceful shutdown as RFC 9113 §6.8 advises: a GOAWAY naming the highest
-    /// possible stream and a PING; when the client answers the PING, the final GOAWAY names
-    /// the last stream it opened, so no stream in flight is lost.
-    pub fn begin_graceful_shutdown(&mut self) {
-        if self.goaway_sent.is_some() || self.shutdown_ping_pending {
-            return;
-        }
-        frame::write_goaway(
-            &mut self.output.tail,
-            frame::MAX_WINDOW as u32,
-            Reason::NO_ERROR,
+    fn on_continuation(&mut self, head: Head, payload: &[u8]) -> ConnResult {
+        let Some(block) = self.block.as_mut() else {
+            // §6.10: CONTINUATION without HEADERS before it.
+            return Err(Reason::PROTOCOL_ERROR);
+        };
+        let (frames, list) = (
+            self.config.max_continuation_frames,
+            self.config.max_header_list_size,
         );
-        frame::write_ping(&mut self.output.tail, 0, &SHUTDOWN_PING);
-        self.shutdown_ping_pending = true;
-    }
-
-    /// Sends GOAWAY at once: no stream above the last one seen will be served (§6.8).
-    /// Streams below it go on; `is_done()` says when all have ended.
-    pub fn send_goaway(&mut self, reason: Reason) {
-        frame::write_goaway(&mut self.output.tail, self.last_client_stream, reason);
-        self.goaway_sent = Some(self.last_client_stream);
-    }
-
-    /// Writes what the windows allow of stream `i`'s queue.
-    fn flush_stream(&mut self, i: usize) {
-        let max_frame = self.peer_max_frame_size as i64;
-        loop {
-            let s = &mut self.streams[i];
-            let Some(front) = s.pending.front_mut() else {
-                break;
-            };
-            let room = s.send_window.min(self.send_window).min(max_frame);
-            if room <= 0 {
-                return;
-            }
-            let n = (room as usize).min(front.len());
-            let chunk = if n == front.len() {
-                s.pending.pop_front().unwrap_or_default()
-            } else {
-                front.split_to(n)
-            };
-            s.send_window -= n as i64;
-            self.send_window -= n as i64;
-            let last = s.pending.is_empty() && s.send_ended && s.pending_trailers.is_none();
-            let id = s.id;
-            frame::write_head(
-                &mut self.output.tail,
-                n,
-                frame::DATA,
-                if last { frame::END_STREAM } else { 0 },
-                id,
-            );
-            self.output.push_payload(chunk);
-            if last {
-                self.streams[i].send_closed = true;
-                self.on_answer_complete(i);
-                return;
-            }
+        block.append(payload, frames, list)?;
+        if head.flags & frame::END_HEADERS == 0 {
+            return Ok(Step::Nothing);
         }
-        let s = &mut self.streams[i];
-        if !s.send_ended || s.send_closed {
-            return;
-        }
-        let id = s.id;
-        match s.pending_trailers.take() {
-            Some(block) => {
-                let start = self.output.tail.len();
-                self.output.tail.put_bytes(0, frame::HEADER_LEN);
-                // A table size update owed to the client goes in the first block sent
-                // (RFC 7541 §4.2), whichever that is.
-                self.encoder.begin(&mut self.output.tail);
-                self.output.tail.extend_from_slice(&block);
-                self.frame_header_block(start, id, frame::END_STREAM);
-            }
-            // An empty DATA frame ends the stream; it needs no window.
-            None => frame::write_head(&mut self.output.tail, 0, frame::DATA, frame::END_STREAM, id),
-        }
-        self.streams[i].send_closed = true;
-        self.on_answer_complete(i);
+        let Some(block) = self.block.take() else {
+            return Ok(Step::Nothing);
+        };
+        self.on_header_block(
+            block.stream_id,
+            block.end_stream,
+            block.target,
+            &block.fragments,
+        )
     }
 
-    fn flush_all_streams(&mut self) {
-        let mut i = 0;
-        while i < self.streams.len() {
-            let before = self.streams.len();
-            if !self.streams[i].pending.is_empty() {
-                self.flush_stream(i);
-            }
-            // A finished stream was swapped out: the one now at `i` is new to the loop.
-            if self.streams.len() == before {
-                i += 1;
-            }
-        }
+    fn ignored(&mut self) -> Step {
+        Step::Nothing
     }
 
-    /// The answer on stream `i` is complete: a reset by the client no longer counts as rapid.
-    fn on_answer_complete(&mut self, i: usize) {
-        self.client_reset_budget =
-            (self.client_reset_budget + 1).min(self.config.max_client_resets);
-        self.remove_if_done(i);
-    }
-
-    fn remove_if_done(&mut self, i: usize) {
-        let s = &self.streams[i];
-        if s.recv_closed && s.send_closed {
-            self.streams.swap_remove(i);
-        }
-    }
-
-    // ---- output and state ----
-
-    pub fn has_output(&self) -> bool {
-        !self.output.is_empty()
-    }
-
-    /// Bytes waiting to be written (a caller's bound on what it queues before the socket
-    /// takes it).
-    pub fn output_len(&self) -> usize {
-        self.output.len()
-    }
-
-    /// What to write next, as slices for a vectored write; returns how many it filled.
-    pub fn output_slices<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
-        self.output.slices(dst)
-    }
-
-    /// `n` bytes of the output were written.
-    pub fn advance_output(&mut self, n: usize) {
-        self.output.advance(n);
-        if self.output.is_empty() {
-            self.unwritten_replies = 0;
-        }
-    }
-
-    /// All output as one buffer (a copy: for tests and plain writes).
-    pub fn take_output(&mut self) -> BytesMut {
-        self.unwritten_replies = 0;
-        self.output.take()
-    }
-
-    /// Streams open (either direction).
-    pub fn open_streams(&self) -> usize {
-        self.streams.len()
-    }
-
-    /// Where an open stream stands (`None`: closed, reset, or never opened).
-    pub fn stream_progress(&self, stream_id: u32) -> Option<StreamProgress> {
-        self.stream_index(stream_id).map(|i| {
-            let s = &self.streams[i];
-            StreamProgress {
-                request_ended: s.recv_closed,
-                answer_queued: s.send_ended,
-                answer_sent: s.send_closed,
-            }
-        })
-    }
-
-    /// Body bytes queued on a stream for lack of window.
-    pub fn queued_bytes(&self, stream_id: u32) -> usize {
-        self.stream_index(stream_id)
-            .map_or(0, |i| self.streams[i].pending.iter().map(Bytes::len).sum())
-    }
-
-    /// After a connection error, or after GOAWAY once every stream ended: close once the
-    /// output is written.
-    pub fn is_done(&self) -> bool {
-        self.phase == Phase::Closed || (self.goaway_sent.is_some() && self.streams.is_empty())
-    }
-
-    /// Gives every buffer back if the connection is idle (no stream, no partial frame or
-    /// block, nothing to write); returns whether it did. Call it before parking the socket.
-    pub fn release_idle_buffers(&mut self) -> bool {
-        if !self.streams.is_empty()
-            || self.block.is_some()
-            || !self.input.is_empty()
-            || !self.output.is_empty()
-        {
-            return false;
-        }
-        self.input = BytesMut::new();
-        self.output.release();
-        self.streams = Vec::new();
-        self.decoder.shrink();
-        true
-    }
-
-    /// Bytes this connection holds: the struct and every heap buffer it owns (the HPACK
-    /// decoder's table entries included; `Bytes` handed to the caller are the caller's).
-    pub fn state_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.input.capacity()
-            + self.output.heap_bytes()
-            + self.streams.capacity() * std::mem::size_of::<Stream>()
-            + self.decoder.heap_bytes()
-            + self.encoder.heap_bytes()
-            + self.block.as_ref().map_or(0, |b| {
-                std::mem::size_of::<PartialBlock>() + b.fragments.capacity()
-            })
+    fn continuing(&self) -> Option<u32> {
+        self.block.as_ref().map(|b| b.stream_id)
     }
 }

@@ -10,6 +10,7 @@ mod frame;
 mod head;
 pub mod hpack;
 mod output;
+mod shared;
 
 pub use client::{ClientConfig, ClientConnection, ClientEvent};
 pub use conn::{Config, Connection, Event, SendError, StreamProgress, PREFACE};

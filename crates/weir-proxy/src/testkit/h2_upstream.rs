@@ -1,9 +1,10 @@
 //! An HTTP/2 upstream in clear (`h2c`, for a service with `protocol: h2c`) for harness tests:
 //! a listener on a loopback port that reads each stream's head, body and trailers whole,
-//! records them, and answers `200` with the body `ok`.
+//! records them, and answers `200` with the body `ok`; [`H2Upstream::start_one_per_connection`]
+//! closes each connection gracefully (GOAWAY) after its first request.
 
 use bytes::Bytes;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use tokio::net::{TcpListener, TcpStream};
@@ -27,20 +28,41 @@ impl H2Seen {
 pub(crate) struct H2Upstream {
     addr: SocketAddr,
     seen: Rc<RefCell<Vec<H2Seen>>>,
+    connections: Rc<Cell<usize>>,
 }
 
 impl H2Upstream {
     pub(crate) async fn start() -> H2Upstream {
+        Self::start_with(false).await
+    }
+
+    /// Each connection answers one request, then sends GOAWAY and closes once it is out.
+    pub(crate) async fn start_one_per_connection() -> H2Upstream {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(one_per_connection: bool) -> H2Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
         let addr = listener.local_addr().expect("an address");
         let seen = Rc::new(RefCell::new(Vec::new()));
-        let serving = seen.clone();
+        let connections = Rc::new(Cell::new(0));
+        let (serving, counting) = (seen.clone(), connections.clone());
         tokio::task::spawn_local(async move {
             while let Ok((io, _)) = listener.accept().await {
-                tokio::task::spawn_local(serve(serving.clone(), io));
+                counting.set(counting.get() + 1);
+                tokio::task::spawn_local(serve(serving.clone(), io, one_per_connection));
             }
         });
-        H2Upstream { addr, seen }
+        H2Upstream {
+            addr,
+            seen,
+            connections,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub(crate) fn connections(&self) -> usize {
+        self.connections.get()
     }
 
     /// `http://127.0.0.1:PORT`, for a service's `servers`.
@@ -54,11 +76,14 @@ impl H2Upstream {
     }
 }
 
-async fn serve(seen: Rc<RefCell<Vec<H2Seen>>>, io: TcpStream) {
+async fn serve(seen: Rc<RefCell<Vec<H2Seen>>>, io: TcpStream, one_per_connection: bool) {
     let Ok(mut conn) = h2::server::handshake(io).await else {
         return;
     };
     while let Some(Ok((request, respond))) = conn.accept().await {
+        if one_per_connection {
+            conn.graceful_shutdown();
+        }
         tokio::task::spawn_local(answer(seen.clone(), request, respond));
     }
 }

@@ -88,6 +88,25 @@ fn a_length_delimited_body_goes_to_an_h2_upstream_with_its_length() {
 }
 
 #[test]
+fn a_connection_the_upstream_sent_goaway_on_takes_no_new_stream() {
+    run(async {
+        let up = H2Upstream::start_one_per_connection().await;
+        let h = proxy(&[up.url()]).service("protocol: h2c").harness();
+        let mut c = h.connect();
+        for _ in 0..3 {
+            let r = c.request(GET).await;
+            assert_eq!((r.status(), r.text()), (200, "ok"));
+        }
+        assert_eq!(up.seen().len(), 3);
+        assert_eq!(
+            up.connections(),
+            3,
+            "each request after a GOAWAY on a new connection"
+        );
+    });
+}
+
+#[test]
 fn expect_100_continue_is_answered_before_the_body_goes_to_an_h2_upstream() {
     run(async {
         let up = H2Upstream::start().await;

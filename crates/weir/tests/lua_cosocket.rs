@@ -125,6 +125,30 @@ sock:settimeout(1000) ngx.say(sock:receive())"#,
         "settimeouts",
         r#"sock:settimeouts(1000, 1000, 100) sock:send("hang\n") ngx.say(sock:receive("*a"))"#,
     ),
+    // What a receive asks for arriving in pieces: part buffered, the rest after a wait (or
+    // none); the read timeout counts from each call's start, however long an earlier wait
+    // of the connection was (weir's timer, set for that one, ticks first and is set again).
+    raw(
+        "receive_across_waits",
+        r#"sock:settimeout(1000) sock:send("slow\n")
+ngx.say(sock:receive()) ngx.say(sock:receive()) ngx.say(sock:receive(5)) ngx.say(sock:receive(1) == "\n")
+ngx.update_time() local started = ngx.now()
+ngx.say(sock:receive())
+ngx.update_time() ngx.say(ngx.now() - started >= 0.95)"#,
+    ),
+    raw(
+        "receiveuntil_across_waits",
+        r#"sock:send("slow\n")
+local reader = sock:receiveuntil("line\nsec") ngx.say(reader()) ngx.say(sock:receive())
+local inclusive = sock:receiveuntil("rd", { inclusive = true }) ngx.say(inclusive())"#,
+    ),
+    // tcpsock:send "will not return until all the data has been flushed into the system
+    // socket send buffer": more than the buffers hold, to a peer that reads late.
+    raw(
+        "send_waits_for_a_slow_reader",
+        r#"local big = string.rep("x", 8 * 1024 * 1024)
+ngx.say(sock:send({ "drain\n", big, "\nend\n" })) ngx.say(sock:receive())"#,
+    ),
     // tcpsock:receiveuntil: "returns the received data right before the pattern"; the
     // iterator "can be called multiple times"; with `inclusive`, the pattern is kept.
     raw(
@@ -368,7 +392,9 @@ ngx.sleep(0.2) ngx.say(ngx.timer.running_count(), " ", ngx.timer.pending_count()
 
 /// A TCP server that acts on each connection's first line: `lines` writes lines with CRs and
 /// closes; `short` writes a few bytes and closes; `hang` writes `partial` and stays silent
-/// for 3 s; `parts` writes data around `--b--` boundaries and closes; `echo` echoes lines.
+/// for 3 s; `parts` writes data around `--b--` boundaries and closes; `echo` echoes lines;
+/// `slow` writes three lines in pieces 200 ms apart, then stays silent for 2 s; `drain`
+/// waits 300 ms, then reads lines up to `end` and answers how many bytes came before it.
 fn peer_server() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -390,6 +416,26 @@ fn peer_server() -> u16 {
                         stream.write_all(b" and the rest\n")
                     }
                     "parts" => stream.write_all(b"hello, world--b--second part--b----b--tail"),
+                    "slow" => {
+                        for piece in [&b"first li"[..], b"ne\nsecond\nthi", b"rd\n"] {
+                            let _ = stream.write_all(piece);
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                        std::thread::sleep(Duration::from_secs(2));
+                        Ok(())
+                    }
+                    "drain" => {
+                        std::thread::sleep(Duration::from_millis(300));
+                        let (mut line, mut count) = (Vec::new(), 0);
+                        while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+                            if line == b"end\n" {
+                                break;
+                            }
+                            count += line.len();
+                            line.clear();
+                        }
+                        stream.write_all(format!("got {count}\n").as_bytes())
+                    }
                     "echo" => {
                         let mut line = String::new();
                         while reader.read_line(&mut line).unwrap_or(0) > 0 {
@@ -521,6 +567,12 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
         ("timer_every", "true\n"),
         ("timer_running_limit", "256 "),
         ("receive_timeout_keeps_the_connection", "niltimeoutpartial"),
+        (
+            "receive_across_waits",
+            "first line\nsecond\nthird\ntrue\nniltimeout\ntrue\n",
+        ),
+        ("receiveuntil_across_waits", "first \nond\nthird\n"),
+        ("send_waits_for_a_slow_reader", "8388619\ngot 8388609\n"),
         ("setkeepalive_and_reuse", "0 1 nil\n1\nstill echo\n0\n"),
         (
             "receive_inside_coroutines",

@@ -7,6 +7,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
@@ -58,6 +59,22 @@ impl Ticker {
         Ok(Ticker {
             fd: AsyncFd::new(Fd(timer))?,
         })
+    }
+
+    /// [`Ticker::tick`] polled: ready once the timer has ticked since the last tick taken;
+    /// else `cx` is woken when it does.
+    pub fn poll_tick(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let mut ready = match self.fd.poll_read_ready(cx) {
+                Poll::Ready(ready) => ready?,
+                Poll::Pending => return Poll::Pending,
+            };
+            match ready.get_inner().0.wait() {
+                Ok(()) => return Poll::Ready(Ok(())),
+                Err(nix::errno::Errno::EAGAIN) => ready.clear_ready(),
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        }
     }
 
     /// Waits for the next tick.

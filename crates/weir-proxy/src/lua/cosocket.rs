@@ -1,27 +1,33 @@
 //! `ngx.socket.tcp` and `ngx.socket.connect` as lua-nginx-module's cosockets: `connect` (a
 //! connection from this worker's keep-alive pool first), `sslhandshake` (rustls), `send`,
-//! `receive`, `receiveany`, `receiveuntil`, the timeouts, `setkeepalive`, `getreusedtimes`, `close`. Every
-//! wait yields the script's coroutine to the worker's event loop, under a timerfd that the
-//! connection keeps (and takes into the pool) so that a wait costs one syscall to arm it; a
-//! wait inside a coroutine the script made itself is passed up the same way.
+//! `receive`, `receiveany`, `receiveuntil`, the timeouts, `setkeepalive`, `getreusedtimes`,
+//! `close`.
+//!
+//! `send`, `receive`, `receiveany`, a `receiveuntil` iterator and a `connect` served by the
+//! pool run at once, without a future: a Lua half calls a Rust step, which does what the
+//! socket allows now and answers the values, or "wait" after registering the task that
+//! resumes the script (set by [`Resuming`]) with the socket and the connection's timer; the
+//! Lua half then yields the script's coroutine to the worker's event loop and calls the step
+//! again when resumed. A wait inside a coroutine the script made itself is passed up the same
+//! way. A `connect` that opens a connection, and `sslhandshake`, are mlua async functions.
 
 use crate::io::ticker::Ticker;
 use crate::io::upstream_io::UpstreamIo;
-use bytes::{Bytes, BytesMut};
-use mlua::{
-    AnyUserData, Lua, MultiValue, Table, UserData, UserDataMethods, UserDataRef, Value, Variadic,
-};
+use bytes::{Buf, BytesMut};
+use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, UserDataRef, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 /// lua-nginx-module's defaults: `lua_socket_connect_timeout`, `lua_socket_send_timeout`,
@@ -88,12 +94,69 @@ impl AsyncWrite for Stream {
     }
 }
 
+/// A connection's deadline for its current wait, on a timerfd made at its first wait and kept
+/// with the connection (into the pool too). The timerfd is set again only when it would not
+/// tick by the new deadline: a connection's waits, each `limit` after the last, share one
+/// setting until it ticks, instead of a syscall each.
+#[derive(Default)]
+struct Timer {
+    ticker: Option<Ticker>,
+    /// When the ticker is set to tick (`None`: not set, or its tick was taken).
+    armed_for: Option<Instant>,
+    /// The current wait's deadline, from the first time it had to wait.
+    deadline: Option<Instant>,
+}
+
+impl Timer {
+    /// A new operation: its deadline starts when it first has to wait.
+    fn reset(&mut self) {
+        self.deadline = None;
+    }
+
+    /// Ready when the operation's deadline (`limit` after it first had to wait) has passed;
+    /// else `cx` is woken by then at the latest.
+    fn poll_expired(&mut self, limit: Duration, cx: &mut Context<'_>) -> Poll<Waited> {
+        let mut now = Instant::now();
+        let deadline = *self.deadline.get_or_insert(now + limit);
+        loop {
+            if now >= deadline {
+                return Poll::Ready(Waited::Timeout);
+            }
+            // A tick set for the deadline or before it wakes the task in time (one before it
+            // comes back here to set the rest).
+            let in_time = self.armed_for.is_some_and(|at| at > now && at <= deadline);
+            if !in_time {
+                let set = match &self.ticker {
+                    Some(ticker) => ticker.rearm_once(deadline - now),
+                    None => Ticker::once(deadline - now).map(|ticker| {
+                        self.ticker = Some(ticker);
+                    }),
+                };
+                if let Err(e) = set {
+                    return Poll::Ready(Waited::Timer(e));
+                }
+                self.armed_for = Some(deadline);
+            }
+            let Some(ticker) = &self.ticker else {
+                return Poll::Pending;
+            };
+            match ticker.poll_tick(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Waited::Timer(e)),
+                Poll::Ready(Ok(())) => {
+                    self.armed_for = None;
+                    now = Instant::now();
+                }
+            }
+        }
+    }
+}
+
 /// An open connection: its stream, bytes read and not yet returned, its timer.
 struct Conn {
     io: Stream,
     buf: BytesMut,
-    /// Made at the first wait that needs it, then re-armed for each wait.
-    timer: Option<Ticker>,
+    timer: Timer,
     /// How many times it was taken from the pool (`getreusedtimes`).
     reused: u32,
     /// A read failed (other than by its timeout): reads answer `closed` from now on, while
@@ -108,13 +171,93 @@ struct Idle {
     expires: Option<Instant>,
 }
 
+/// One pool: its key (shared with the sockets connected through it) and its connections.
+struct Pool {
+    key: Rc<[u8]>,
+    idle: VecDeque<Idle>,
+}
+
+type Pools = HashMap<Rc<[u8]>, Pool, foldhash::fast::RandomState>;
+
 thread_local! {
     /// This worker's keep-alive pools, by key (`host:port` or the `pool` option).
-    static POOLS: RefCell<HashMap<String, VecDeque<Idle>>> = RefCell::default();
+    static POOLS: RefCell<Pools> = RefCell::default();
     /// Whether [`sweep_pools`] runs on this worker.
     static SWEEPING: Cell<bool> = const { Cell::new(false) };
     /// The context a phase that may not wait runs in (`header_filter_by_lua*`), while it runs.
     static DISABLED_IN: Cell<Option<&'static str>> = const { Cell::new(None) };
+    /// The waker of the task resuming the running coroutine, while [`Resuming`] lives.
+    static WAKER: Cell<Option<NonNull<Waker>>> = const { Cell::new(None) };
+    /// Where a pool key is written to be looked up, and `send`'s nested tables flattened.
+    static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = RefCell::default();
+}
+
+/// While alive, the task that `waker` wakes is the one resuming the running coroutine (a
+/// request's or a timer's): a cosocket that has to wait registers it, then yields. Kept as a
+/// pointer, not a clone: this is set around every resume of every script, and a clone and
+/// its drop cost more than the rest of the guard.
+pub(super) struct Resuming<'a> {
+    previous: Option<NonNull<Waker>>,
+    _waker: PhantomData<&'a Waker>,
+}
+
+impl<'a> Resuming<'a> {
+    pub fn enter(waker: &'a Waker) -> Resuming<'a> {
+        Resuming {
+            previous: WAKER.replace(Some(NonNull::from(waker))),
+            _waker: PhantomData,
+        }
+    }
+}
+
+impl Drop for Resuming<'_> {
+    fn drop(&mut self) {
+        WAKER.set(self.previous);
+    }
+}
+
+/// `f` with the context of the task resuming the running coroutine. Outside any (a phase
+/// that cannot wait, where the yield that follows a wait fails), nothing is woken.
+#[allow(unsafe_code)]
+fn with_cx<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
+    let waker = match WAKER.get() {
+        // SAFETY: the pointer is set only by a `Resuming`, which borrows the waker for its
+        // whole life and takes the pointer away when dropped; both of its users keep it on
+        // their stack across the resume, the only time a cosocket step runs.
+        Some(waker) => unsafe { waker.as_ref() },
+        None => Waker::noop(),
+    };
+    f(&mut Context::from_waker(waker))
+}
+
+/// Makes what `make` makes (a string of at most [`UNGUARDED_MAX`] bytes, a socket) with the
+/// VM's memory limit lifted. Under a limit mlua makes each Lua object in a protected call
+/// (two new C functions and a `pcall`: about 1,000 instructions, more than the rest of a
+/// `receive`); the limit can then be passed by that much only.
+fn unguarded<R>(lua: &Lua, make: impl FnOnce() -> R) -> R {
+    struct Restore<'l>(&'l Lua, usize);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.set_memory_limit(self.1);
+        }
+    }
+    let _restore = lua
+        .set_memory_limit(0)
+        .ok()
+        .map(|limit| Restore(lua, limit));
+    make()
+}
+
+/// The largest string [`unguarded`] makes: one read's worth.
+const UNGUARDED_MAX: usize = READ_CHUNK;
+
+/// `bytes` as a Lua string (made [`unguarded`] when small).
+fn lua_string(lua: &Lua, bytes: &[u8]) -> mlua::Result<Value> {
+    let made = match bytes.len() <= UNGUARDED_MAX {
+        true => unguarded(lua, || lua.create_string(bytes)),
+        false => lua.create_string(bytes),
+    };
+    made.map(Value::String)
 }
 
 /// While alive, cosockets are disabled, as nginx disables them in `context`.
@@ -146,20 +289,30 @@ fn disabled() -> mlua::Result<()> {
 struct TcpSocket {
     conn: RefCell<Option<Conn>>,
     /// The pool key it was connected with (`setkeepalive` puts it back there).
-    key: RefCell<String>,
+    key: RefCell<Option<Rc<[u8]>>>,
     connect_timeout: Cell<Duration>,
     send_timeout: Cell<Duration>,
     read_timeout: Cell<Duration>,
+    /// What a `send` that had to wait has still to write.
+    unsent: RefCell<Unsent>,
+}
+
+/// The rest of a `send` that had to wait, and how long it is in all.
+#[derive(Default)]
+struct Unsent {
+    bytes: Vec<u8>,
+    total: usize,
 }
 
 impl TcpSocket {
     fn new() -> TcpSocket {
         TcpSocket {
             conn: RefCell::new(None),
-            key: RefCell::new(String::new()),
+            key: RefCell::new(None),
             connect_timeout: Cell::new(DEFAULT_TIMEOUT),
             send_timeout: Cell::new(DEFAULT_TIMEOUT),
             read_timeout: Cell::new(DEFAULT_TIMEOUT),
+            unsent: RefCell::default(),
         }
     }
 
@@ -183,17 +336,30 @@ impl TcpSocket {
     }
 }
 
-/// A failed call's values: `nil, err` (and the partial data where there is some).
-fn failure(lua: &Lua, err: &str, partial: Option<&[u8]>) -> mlua::Result<MultiValue> {
-    let mut values = vec![Value::Nil, Value::String(lua.create_string(err)?)];
-    if let Some(partial) = partial {
-        values.push(Value::String(lua.create_string(partial)?));
-    }
-    Ok(MultiValue::from_iter(values))
+/// A call's values as nginx gives them: the value, or (`Err`) `nil` and the error.
+type Answer<T> = Result<T, String>;
+
+/// What a step answers its Lua half: how many of the values are the call's (0: wait, then
+/// call the step again), and the values. A fixed tuple, so no list is made per call.
+type Step = (u8, Value, Value, Value);
+
+fn wait() -> Step {
+    (0, Value::Nil, Value::Nil, Value::Nil)
 }
 
-fn success(value: impl mlua::IntoLua, lua: &Lua) -> mlua::Result<MultiValue> {
-    Ok(MultiValue::from_iter([value.into_lua(lua)?]))
+fn done(value: Value) -> Step {
+    (1, value, Value::Nil, Value::Nil)
+}
+
+/// `nil, err`.
+fn fail(lua: &Lua, err: &str) -> mlua::Result<Step> {
+    Ok((2, Value::Nil, lua_string(lua, err.as_bytes())?, Value::Nil))
+}
+
+/// `nil, err, partial`.
+fn fail_partial(lua: &Lua, err: &str, partial: &[u8]) -> mlua::Result<Step> {
+    let err = lua_string(lua, err.as_bytes())?;
+    Ok((3, Value::Nil, err, lua_string(lua, partial)?))
 }
 
 /// An I/O error as nginx words it: the system's message in lower case
@@ -213,50 +379,96 @@ enum Waited {
     Timer(std::io::Error),
 }
 
-/// `op` under `limit`. The timer is armed only when `op` has to wait, and kept in `timer` for
-/// the connection's next wait.
+impl Waited {
+    /// The error as the script sees it.
+    fn text(&self) -> String {
+        match self {
+            Waited::Timeout => "timeout".to_string(),
+            Waited::Timer(e) => format!("timer: {e}"),
+        }
+    }
+}
+
+/// `op` under `limit`, on `timer` (for the operations that stay futures: a new connection,
+/// a TLS handshake).
 async fn within<T>(
-    timer: &mut Option<Ticker>,
+    timer: &mut Timer,
     limit: Duration,
     op: impl Future<Output = T>,
 ) -> Result<T, Waited> {
+    timer.reset();
     let mut op = pin!(op);
-    if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(op.as_mut().poll(cx))).await {
-        return Ok(done);
-    }
-    let ticker = match timer {
-        Some(ticker) => {
-            ticker.rearm_once(limit).map_err(Waited::Timer)?;
-            &*ticker
-        }
-        None => &*timer.insert(Ticker::once(limit).map_err(Waited::Timer)?),
-    };
-    let mut tick = pin!(ticker.tick());
     poll_fn(|cx| {
         if let Poll::Ready(done) = op.as_mut().poll(cx) {
             return Poll::Ready(Ok(done));
         }
-        match tick.as_mut().poll(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(Err(Waited::Timeout)),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(Waited::Timer(e))),
-            Poll::Pending => Poll::Pending,
-        }
+        timer.poll_expired(limit, cx).map(Err)
     })
     .await
 }
 
-/// Reads more into `conn`'s buffer within `limit`: the bytes read, or the error's text
-/// (`closed` at the end of the stream).
-async fn fill(conn: &mut Conn, limit: Duration) -> Result<usize, String> {
-    let Conn { io, buf, timer, .. } = conn;
-    buf.reserve(READ_CHUNK);
-    match within(timer, limit, io.read_buf(buf)).await {
-        Ok(Ok(0)) => Err("closed".to_string()),
-        Ok(Ok(n)) => Ok(n),
-        Ok(Err(e)) => Err(error_text(&e)),
-        Err(Waited::Timeout) => Err("timeout".to_string()),
-        Err(Waited::Timer(e)) => Err(format!("timer: {e}")),
+/// Reads more into `conn`'s buffer without waiting: the bytes read, the error's text
+/// (`closed` at the end of the stream, `timeout` past the deadline), or pending, the task to
+/// be woken when there is more or the deadline passes.
+fn poll_fill(
+    conn: &mut Conn,
+    limit: Duration,
+    cx: &mut Context<'_>,
+) -> Poll<Result<usize, String>> {
+    conn.buf.reserve(READ_CHUNK);
+    match tokio_util::io::poll_read_buf(Pin::new(&mut conn.io), cx, &mut conn.buf) {
+        Poll::Ready(Ok(0)) => Poll::Ready(Err("closed".to_string())),
+        Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
+        Poll::Ready(Err(e)) => Poll::Ready(Err(error_text(&e))),
+        Poll::Pending => conn.timer.poll_expired(limit, cx).map(|w| Err(w.text())),
     }
+}
+
+/// Reads into `conn`'s buffer, without waiting, until `find` finds what is asked for in it:
+/// what it found, the error's text, or pending as [`poll_fill`].
+fn poll_find<T>(
+    conn: &mut Conn,
+    limit: Duration,
+    find: impl Fn(&[u8]) -> Option<T>,
+) -> Poll<Result<T, String>> {
+    with_cx(|cx| loop {
+        if let Some(found) = find(&conn.buf) {
+            return Poll::Ready(Ok(found));
+        }
+        match poll_fill(conn, limit, cx) {
+            Poll::Ready(Ok(_)) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+}
+
+/// Writes `bytes[*sent..]` and flushes without waiting, counting in `sent`: done, the
+/// error's text, or pending as [`poll_fill`].
+fn poll_write_all(
+    conn: &mut Conn,
+    bytes: &[u8],
+    sent: &mut usize,
+    limit: Duration,
+) -> Poll<Result<(), String>> {
+    with_cx(|cx| loop {
+        let wrote = match bytes.get(*sent..) {
+            Some(rest) if !rest.is_empty() => Pin::new(&mut conn.io).poll_write(cx, rest),
+            _ => match Pin::new(&mut conn.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(error_text(&e))),
+                Poll::Pending => Poll::Pending,
+            },
+        };
+        match wrote {
+            Poll::Ready(Ok(0)) => {
+                return Poll::Ready(Err(error_text(&std::io::ErrorKind::WriteZero.into())))
+            }
+            Poll::Ready(Ok(n)) => *sent += n,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(error_text(&e))),
+            Poll::Pending => return conn.timer.poll_expired(limit, cx).map(|w| Err(w.text())),
+        }
+    })
 }
 
 /// What `receive` reads.
@@ -271,11 +483,12 @@ enum Pattern {
 
 impl Pattern {
     fn from_lua(arg: Option<Value>) -> mlua::Result<Pattern> {
+        let bad = || mlua::Error::runtime("bad argument #2 to 'receive' (bad pattern argument)");
         let text = match arg {
             None | Some(Value::Nil) => return Ok(Pattern::Line),
             Some(Value::Integer(n)) => return Ok(Pattern::Bytes(n.max(0) as usize)),
             Some(Value::Number(n)) => return Ok(Pattern::Bytes(n.max(0.0) as usize)),
-            Some(Value::String(s)) => s.to_string_lossy(),
+            Some(Value::String(s)) => s,
             Some(other) => {
                 return Err(mlua::Error::runtime(format!(
                     "bad argument #2 to 'receive' (string expected, got {})",
@@ -283,15 +496,27 @@ impl Pattern {
                 )))
             }
         };
-        if let Ok(n) = text.trim().parse::<f64>() {
-            return Ok(Pattern::Bytes(n.max(0.0) as usize));
+        let text = text.as_bytes();
+        // `*l` and `*a` are not numbers: look for them first, without a copy.
+        match text.get(..2) {
+            Some(b"*l") => return Ok(Pattern::Line),
+            Some(b"*a") => return Ok(Pattern::All),
+            _ => {}
         }
-        match text.as_bytes().get(..2) {
-            Some(b"*l") => Ok(Pattern::Line),
-            Some(b"*a") => Ok(Pattern::All),
-            _ => Err(mlua::Error::runtime(
-                "bad argument #2 to 'receive' (bad pattern argument)",
-            )),
+        let number = std::str::from_utf8(&text).map_err(|_| bad())?;
+        match number.trim().parse::<f64>() {
+            Ok(n) => Ok(Pattern::Bytes(n.max(0.0) as usize)),
+            Err(_) => Err(bad()),
+        }
+    }
+
+    /// Where what the pattern asks for ends in `buf`, if it is there: the bytes taken from
+    /// the buffer (a line's with its LF).
+    fn find(&self, buf: &[u8]) -> Option<usize> {
+        match self {
+            Pattern::Line => memchr::memchr(b'\n', buf).map(|at| at + 1),
+            Pattern::Bytes(n) if buf.len() >= *n => Some(*n),
+            _ => None,
         }
     }
 }
@@ -301,92 +526,230 @@ fn without_cr(line: &[u8]) -> Vec<u8> {
     line.iter().copied().filter(|&b| b != b'\r').collect()
 }
 
-/// Reads what `pattern` asks for: the data, or the error and the partial data read.
-async fn receive(
-    conn: &mut Conn,
-    pattern: &Pattern,
-    limit: Duration,
-) -> Result<Bytes, (String, Bytes)> {
-    loop {
-        match pattern {
-            Pattern::Line => {
-                if let Some(at) = memchr::memchr(b'\n', &conn.buf) {
-                    let line = conn.buf.split_to(at + 1).freeze();
-                    let text = line[..at].strip_suffix(b"\r").unwrap_or(&line[..at]);
-                    // The usual line (CRLF or LF, no other CR) goes out without a copy.
-                    if memchr::memchr(b'\r', text).is_none() {
-                        return Ok(line.slice(..text.len()));
+/// The first `len` bytes of `buf` as `pattern` returns them (a line without its CRs), taken
+/// from the buffer.
+fn take_found(lua: &Lua, buf: &mut BytesMut, pattern: &Pattern, len: usize) -> mlua::Result<Value> {
+    let piece = &buf[..len];
+    let text = match pattern {
+        Pattern::Line => {
+            let line = &piece[..len - 1];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            // The usual line (CRLF or LF, no other CR) goes out as it is.
+            match memchr::memchr(b'\r', line) {
+                None => lua_string(lua, line)?,
+                Some(_) => lua_string(lua, &without_cr(&piece[..len - 1]))?,
+            }
+        }
+        _ => lua_string(lua, piece)?,
+    };
+    buf.advance(len);
+    Ok(text)
+}
+
+/// `receive(pattern)`'s step.
+fn receive_step(
+    lua: &Lua,
+    (socket, first, arg): (UserDataRef<TcpSocket>, bool, Option<Value>),
+) -> mlua::Result<Step> {
+    disabled()?;
+    let pattern = Pattern::from_lua(arg)?;
+    let Some(mut conn) = socket.take_readable() else {
+        return fail(lua, "closed");
+    };
+    if first {
+        conn.timer.reset();
+    }
+    let limit = socket.read_timeout.get();
+    let read = poll_find(&mut conn, limit, |buf| pattern.find(buf));
+    let step = match read {
+        Poll::Pending => Ok(wait()),
+        Poll::Ready(Ok(len)) => take_found(lua, &mut conn.buf, &pattern, len).map(done),
+        Poll::Ready(Err(e)) => {
+            let partial = conn.buf.split();
+            match (&pattern, e.as_str()) {
+                (Pattern::All, "closed") => lua_string(lua, &partial).map(done),
+                (pattern, _) => {
+                    conn.read_closed |= e != "timeout";
+                    match pattern {
+                        Pattern::Line => fail_partial(lua, &e, &without_cr(&partial)),
+                        _ => fail_partial(lua, &e, &partial),
                     }
-                    return Ok(Bytes::from(without_cr(&line[..at])));
                 }
             }
-            Pattern::Bytes(n) if conn.buf.len() >= *n => {
-                return Ok(conn.buf.split_to(*n).freeze());
+        }
+    };
+    socket.put(conn);
+    step
+}
+
+/// `receiveany(max)`'s step: what is read already, or what the next read brings, up to
+/// `max` bytes.
+fn receiveany_step(
+    lua: &Lua,
+    (socket, first, max): (UserDataRef<TcpSocket>, bool, i64),
+) -> mlua::Result<Step> {
+    disabled()?;
+    // As nginx: a closed socket answers so before its argument is looked at.
+    let Some(mut conn) = socket.take_readable() else {
+        return fail(lua, "closed");
+    };
+    if max <= 0 {
+        socket.put(conn);
+        return Err(mlua::Error::runtime(
+            "bad argument #2 to 'receiveany' (bad max argument)",
+        ));
+    }
+    if first {
+        conn.timer.reset();
+    }
+    if conn.buf.is_empty() {
+        let limit = socket.read_timeout.get();
+        match with_cx(|cx| poll_fill(&mut conn, limit, cx)) {
+            Poll::Pending => {
+                socket.put(conn);
+                return Ok(wait());
             }
-            _ => {}
+            Poll::Ready(Err(e)) => {
+                conn.read_closed |= e != "timeout";
+                socket.put(conn);
+                return fail(lua, &e);
+            }
+            Poll::Ready(Ok(_)) => {}
         }
-        if let Err(e) = fill(conn, limit).await {
-            let partial = conn.buf.split().freeze();
-            return match (pattern, e.as_str()) {
-                (Pattern::All, "closed") => Ok(partial),
-                (Pattern::Line, _) => Err((e, Bytes::from(without_cr(&partial)))),
-                _ => Err((e, partial)),
-            };
-        }
+    }
+    let len = conn.buf.len().min(max as usize);
+    let data = lua_string(lua, &conn.buf[..len]);
+    conn.buf.advance(len);
+    socket.put(conn);
+    Ok(done(data?))
+}
+
+/// A `receiveuntil` iterator's pattern and state.
+struct Until {
+    pattern: Vec<u8>,
+    inclusive: bool,
+    /// The last call (with a size) returned the data before the pattern: the next returns
+    /// `nil` and starts over.
+    found: Cell<bool>,
+}
+
+impl UserData for Until {}
+
+/// What a `receiveuntil` call takes from the buffer: `take` bytes returned, then `skip`
+/// (the pattern) dropped; `found` when that ends a sized read.
+struct Piece {
+    take: usize,
+    skip: usize,
+    found: bool,
+}
+
+/// One call of a `receiveuntil` iterator on the bytes buffered: with `size`, at most about
+/// that many bytes before the pattern; without, all the data before it (and the pattern
+/// itself when `inclusive`); `None` until enough is buffered.
+fn until_piece(buf: &[u8], until: &Until, size: Option<usize>) -> Option<Piece> {
+    let pattern = &until.pattern[..];
+    if let Some(at) = memchr::memmem::find(buf, pattern) {
+        let end = at + pattern.len();
+        let data_end = if until.inclusive { end } else { at };
+        return Some(match size {
+            // As nginx: a full piece while at least `size` bytes precede the pattern, then
+            // the rest (empty, maybe) with the pattern consumed, then `nil`.
+            Some(size) if data_end >= size.max(1) => Piece {
+                take: size.max(1),
+                skip: 0,
+                found: false,
+            },
+            Some(_) => Piece {
+                take: data_end,
+                skip: end - data_end,
+                found: true,
+            },
+            None => Piece {
+                take: data_end,
+                skip: end - data_end,
+                found: false,
+            },
+        });
+    }
+    // Bytes that cannot begin the pattern may go out in `size` pieces already.
+    let safe = buf.len().saturating_sub(pattern.len().saturating_sub(1));
+    match size {
+        Some(size) if !until.inclusive && safe >= size.max(1) => Some(Piece {
+            take: size.max(1),
+            skip: 0,
+            found: false,
+        }),
+        _ => None,
     }
 }
 
-/// One call of a `receiveuntil` iterator: with `size`, at most about that many bytes before
-/// the pattern, then `None` once the pattern has been read; without, all the data before
-/// it (and the pattern itself when `inclusive`).
-async fn receive_until(
-    conn: &mut Conn,
-    pattern: &[u8],
-    inclusive: bool,
-    size: Option<usize>,
-    found: &Cell<bool>,
-    limit: Duration,
-) -> Result<Option<Bytes>, (String, Bytes)> {
-    if found.replace(false) {
-        return Ok(None);
+/// A `receiveuntil` iterator call's step.
+fn until_step(
+    lua: &Lua,
+    (socket, first, until, size): (
+        UserDataRef<TcpSocket>,
+        bool,
+        UserDataRef<Until>,
+        Option<i64>,
+    ),
+) -> mlua::Result<Step> {
+    disabled()?;
+    let Some(mut conn) = socket.take_readable() else {
+        return fail(lua, "closed");
+    };
+    if first {
+        if until.found.replace(false) {
+            socket.put(conn);
+            return Ok((2, Value::Nil, Value::Nil, Value::Nil));
+        }
+        conn.timer.reset();
     }
-    loop {
-        if let Some(at) = memchr::memmem::find(&conn.buf, pattern) {
-            let end = at + pattern.len();
-            let data_end = if inclusive { end } else { at };
-            match size {
-                // As nginx: a full piece while at least `size` bytes precede the pattern,
-                // then the rest (empty, maybe) with the pattern consumed, then `nil`.
-                Some(size) if data_end >= size.max(1) => {
-                    return Ok(Some(conn.buf.split_to(size.max(1)).freeze()))
-                }
-                Some(_) => {
-                    let data = conn.buf.split_to(data_end).freeze();
-                    let _ = conn.buf.split_to(end - data_end);
-                    found.set(true);
-                    return Ok(Some(data));
-                }
-                None => {
-                    let data = conn.buf.split_to(data_end).freeze();
-                    let _ = conn.buf.split_to(end - data_end);
-                    return Ok(Some(data));
-                }
-            }
+    let size = size.map(|s| s.max(0) as usize);
+    let limit = socket.read_timeout.get();
+    let read = poll_find(&mut conn, limit, |buf| until_piece(buf, &until, size));
+    let step = match read {
+        Poll::Pending => Ok(wait()),
+        Poll::Ready(Ok(piece)) => {
+            let data = lua_string(lua, &conn.buf[..piece.take]);
+            conn.buf.advance(piece.take + piece.skip);
+            until.found.set(piece.found);
+            data.map(done)
         }
-        // Bytes that cannot begin the pattern may go out in `size` pieces already.
-        let safe = conn
-            .buf
-            .len()
-            .saturating_sub(pattern.len().saturating_sub(1));
-        if let Some(size) = size {
-            if !inclusive && safe >= size.max(1) {
-                return Ok(Some(conn.buf.split_to(size.max(1)).freeze()));
-            }
+        Poll::Ready(Err(e)) => {
+            conn.read_closed |= e != "timeout";
+            let partial = conn.buf.split();
+            fail_partial(lua, &e, &partial)
         }
-        if let Err(e) = fill(conn, limit).await {
-            return Err((e, conn.buf.split().freeze()));
-        }
+    };
+    socket.put(conn);
+    step
+}
+
+/// `receiveuntil(pattern, options)`: the state of the iterator its Lua half makes.
+fn until_state(
+    _: &Lua,
+    (_socket, pattern, options): (AnyUserData, Value, Value),
+) -> mlua::Result<Until> {
+    let Value::String(pattern) = pattern else {
+        return Err(mlua::Error::runtime(
+            "bad argument #2 to 'receiveuntil' (string expected)",
+        ));
+    };
+    let pattern = pattern.as_bytes().to_vec();
+    if pattern.is_empty() {
+        return Err(mlua::Error::runtime(
+            "bad argument #2 to 'receiveuntil' (pattern is empty)",
+        ));
     }
+    let inclusive = match options {
+        Value::Table(options) => options.get::<Option<bool>>("inclusive")?.unwrap_or(false),
+        _ => false,
+    };
+    Ok(Until {
+        pattern,
+        inclusive,
+        found: Cell::new(false),
+    })
 }
 
 /// The bytes of `send`'s argument: a string, a number, or an array of them (nested).
@@ -410,19 +773,82 @@ fn flatten(value: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
     Ok(())
 }
 
-/// An idle connection of pool `key` the peer has not closed, if there is one.
-fn checkout(key: &str) -> Option<Conn> {
-    let now = Instant::now();
-    POOLS.with_borrow_mut(|pools| {
-        let idle = pools.get_mut(key)?;
-        while let Some(mut idle) = idle.pop_back() {
+/// `send(data)`'s step. The first writes from the script's string itself (its Lua half
+/// joins a flat table into one); only what had to wait is copied, to go on from.
+fn send_step(
+    lua: &Lua,
+    (socket, first, data): (UserDataRef<TcpSocket>, bool, Value),
+) -> mlua::Result<Step> {
+    disabled()?;
+    let limit = socket.send_timeout.get();
+    if !first {
+        let Some(mut conn) = socket.take() else {
+            return fail(lua, "closed");
+        };
+        let mut unsent = socket.unsent.borrow_mut();
+        let mut sent = 0;
+        let wrote = poll_write_all(&mut conn, &unsent.bytes, &mut sent, limit);
+        unsent.bytes.drain(..sent);
+        return match wrote {
+            Poll::Pending => {
+                socket.put(conn);
+                Ok(wait())
+            }
+            Poll::Ready(Ok(())) => {
+                socket.put(conn);
+                Ok(done(Value::Integer(unsent.total as i64)))
+            }
+            // Any failure to send closes the connection, as in nginx.
+            Poll::Ready(Err(e)) => fail(lua, &e),
+        };
+    }
+    SCRATCH.with_borrow_mut(|(_, flat)| {
+        let string;
+        let bytes: &[u8] = match &data {
+            Value::String(s) => {
+                string = s.as_bytes();
+                &string
+            }
+            other => {
+                flat.clear();
+                flatten(other, flat)?;
+                flat
+            }
+        };
+        let Some(mut conn) = socket.take() else {
+            return fail(lua, "closed");
+        };
+        conn.timer.reset();
+        let mut sent = 0;
+        match poll_write_all(&mut conn, bytes, &mut sent, limit) {
+            Poll::Pending => {
+                let mut unsent = socket.unsent.borrow_mut();
+                unsent.bytes.clear();
+                unsent.bytes.extend_from_slice(&bytes[sent..]);
+                unsent.total = bytes.len();
+                socket.put(conn);
+                Ok(wait())
+            }
+            Poll::Ready(Ok(())) => {
+                socket.put(conn);
+                Ok(done(Value::Integer(bytes.len() as i64)))
+            }
+            Poll::Ready(Err(e)) => fail(lua, &e),
+        }
+    })
+}
+
+impl Pool {
+    /// An idle connection the peer has not closed, if there is one.
+    fn checkout(&mut self, now: Instant) -> Option<Conn> {
+        while let Some(mut idle) = self.idle.pop_back() {
             if idle.usable(now) {
                 idle.conn.reused += 1;
                 return Some(idle.conn);
             }
         }
         None
-    })
+    }
 }
 
 impl Idle {
@@ -460,10 +886,10 @@ async fn sweep_pools() {
         }
         let now = Instant::now();
         let empty = POOLS.with_borrow_mut(|pools| {
-            for idle in pools.values_mut() {
-                idle.retain(|i| i.usable(now));
+            for pool in pools.values_mut() {
+                pool.idle.retain(|i| i.usable(now));
             }
-            pools.retain(|_, idle| !idle.is_empty());
+            pools.retain(|_, pool| !pool.idle.is_empty());
             pools.is_empty()
         });
         if empty {
@@ -474,15 +900,18 @@ async fn sweep_pools() {
 }
 
 /// Puts `conn` into pool `key`, evicting the longest idle when the pool holds `size`.
-fn check_in(key: String, conn: Conn, idle_for: Option<Duration>, size: usize) {
+fn check_in(key: Rc<[u8]>, conn: Conn, idle_for: Option<Duration>, size: usize) {
     let now = Instant::now();
     POOLS.with_borrow_mut(|pools| {
-        let idle = pools.entry(key).or_default();
-        idle.retain(|i| i.expires.is_none_or(|at| at > now));
-        while idle.len() >= size.max(1) {
-            idle.pop_front();
+        let pool = pools.entry(key.clone()).or_insert_with(|| Pool {
+            key,
+            idle: VecDeque::new(),
+        });
+        pool.idle.retain(|i| i.expires.is_none_or(|at| at > now));
+        while pool.idle.len() >= size.max(1) {
+            pool.idle.pop_front();
         }
-        idle.push_back(Idle {
+        pool.idle.push_back(Idle {
             conn,
             expires: idle_for.map(|d| now + d),
         });
@@ -492,11 +921,93 @@ fn check_in(key: String, conn: Conn, idle_for: Option<Duration>, size: usize) {
     }
 }
 
-/// Where `connect`'s arguments point: a host and port, or a unix socket path.
-fn pool_key(host: &str, port: Option<u16>) -> String {
-    match port {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
+/// Makes `socket` belong to pool `key` (the key the pool has, if it exists: no new string)
+/// and takes an idle connection from it, if there is one.
+fn join_pool(socket: &TcpSocket, key: &[u8]) -> Option<Conn> {
+    POOLS.with_borrow_mut(|pools| match pools.get_mut(key) {
+        Some(pool) => {
+            *socket.key.borrow_mut() = Some(pool.key.clone());
+            pool.checkout(Instant::now())
+        }
+        None => {
+            *socket.key.borrow_mut() = Some(Rc::from(key));
+            None
+        }
+    })
+}
+
+/// Reads `connect`'s arguments, makes `socket` belong to their pool and takes an idle
+/// connection from it if there is one: the port (none for a unix socket path) and that
+/// connection, or (`Err`) the failure to answer.
+#[allow(clippy::type_complexity)]
+fn connect_target(
+    socket: &TcpSocket,
+    host: &Value,
+    second: &Value,
+    third: &Value,
+) -> mlua::Result<Result<(Option<u16>, Option<Conn>), String>> {
+    let host = match host {
+        Value::String(s) => s.to_str()?,
+        _ => {
+            return Err(mlua::Error::runtime(
+                "bad argument #1 to 'connect' (string expected)",
+            ))
+        }
+    };
+    let (port, options) = if host.starts_with("unix:") {
+        (None, second)
+    } else {
+        let port = match second {
+            Value::Integer(n) => *n,
+            Value::Number(n) => *n as i64,
+            Value::String(s) => s.to_str()?.trim().parse::<i64>().unwrap_or(-1),
+            _ => {
+                return Err(mlua::Error::runtime(
+                    "bad argument #2 to 'connect' (number expected)",
+                ))
+            }
+        };
+        let Ok(port) = u16::try_from(port) else {
+            return Ok(Err(format!("bad port number: {port}")));
+        };
+        (Some(port), third)
+    };
+    let named = match options {
+        Value::Table(options) => options.get::<Option<String>>("pool")?,
+        _ => None,
+    };
+    // Connecting again closes the connection the object had.
+    drop(socket.take());
+    let idle = SCRATCH.with_borrow_mut(|(key, _)| {
+        key.clear();
+        match (&named, port) {
+            (Some(name), _) => key.extend_from_slice(name.as_bytes()),
+            (None, Some(port)) => {
+                key.extend_from_slice(host.as_bytes());
+                key.push(b':');
+                crate::http::codec::push_decimal(key, u64::from(port));
+            }
+            (None, None) => key.extend_from_slice(host.as_bytes()),
+        }
+        join_pool(socket, key)
+    });
+    Ok(Ok((port, idle)))
+}
+
+/// `connect`'s step: done when the pool has a connection; else 0, and the Lua half calls
+/// [`connect`], which opens one.
+fn connect_step(
+    lua: &Lua,
+    (socket, host, second, third): (UserDataRef<TcpSocket>, Value, Value, Value),
+) -> mlua::Result<Step> {
+    disabled()?;
+    match connect_target(&socket, &host, &second, &third)? {
+        Err(e) => fail(lua, &e),
+        Ok((_, Some(conn))) => {
+            socket.put(conn);
+            Ok(done(Value::Integer(1)))
+        }
+        Ok((_, None)) => Ok(wait()),
     }
 }
 
@@ -515,53 +1026,25 @@ async fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
 }
 
 async fn connect(
-    lua: Lua,
-    socket: UserDataRef<TcpSocket>,
-    args: MultiValue,
-) -> mlua::Result<MultiValue> {
+    _: Lua,
+    (socket, host, second, third): (UserDataRef<TcpSocket>, Value, Value, Value),
+) -> mlua::Result<Answer<i64>> {
     disabled()?;
-    let args: Vec<Value> = args.into_iter().collect();
-    let host = match args.first() {
-        Some(Value::String(s)) => s.to_str()?.to_string(),
-        _ => {
-            return Err(mlua::Error::runtime(
-                "bad argument #1 to 'connect' (string expected)",
-            ))
+    let port = match connect_target(&socket, &host, &second, &third)? {
+        Err(e) => return Ok(Err(e)),
+        Ok((_, Some(conn))) => {
+            socket.put(conn);
+            return Ok(Ok(1));
         }
+        Ok((port, None)) => port,
     };
-    let (port, options) = if host.starts_with("unix:") {
-        (None, args.get(1))
-    } else {
-        let port = match args.get(1) {
-            Some(Value::Integer(n)) => *n,
-            Some(Value::Number(n)) => *n as i64,
-            Some(Value::String(s)) => s.to_str()?.trim().parse::<i64>().unwrap_or(-1),
-            _ => {
-                return Err(mlua::Error::runtime(
-                    "bad argument #2 to 'connect' (number expected)",
-                ))
-            }
-        };
-        let Ok(port) = u16::try_from(port) else {
-            return failure(&lua, &format!("bad port number: {port}"), None);
-        };
-        (Some(port), args.get(2))
+    // A string: `connect_target` checked.
+    let host = match &host {
+        Value::String(s) => s.to_str()?.to_string(),
+        _ => String::new(),
     };
-    let key = match options {
-        Some(Value::Table(options)) => options
-            .get::<Option<String>>("pool")?
-            .unwrap_or_else(|| pool_key(&host, port)),
-        _ => pool_key(&host, port),
-    };
-    // Connecting again closes the connection the object had.
-    drop(socket.take());
-    *socket.key.borrow_mut() = key.clone();
-    if let Some(conn) = checkout(&key) {
-        socket.put(conn);
-        return success(1, &lua);
-    }
     let limit = socket.connect_timeout.get();
-    let mut timer = None;
+    let mut timer = Timer::default();
     let connected = match port {
         None => {
             let path = host.trim_start_matches("unix:");
@@ -572,7 +1055,7 @@ async fn connect(
         Some(port) => {
             let addr = match resolve(&host, port).await {
                 Ok(addr) => addr,
-                Err(e) => return failure(&lua, &e, None),
+                Err(e) => return Ok(Err(e)),
             };
             within(&mut timer, limit, TcpStream::connect(addr))
                 .await
@@ -593,11 +1076,10 @@ async fn connect(
                 reused: 0,
                 read_closed: false,
             });
-            success(1, &lua)
+            Ok(Ok(1))
         }
-        Ok(Err(e)) => failure(&lua, &error_text(&e), None),
-        Err(Waited::Timeout) => failure(&lua, "timeout", None),
-        Err(Waited::Timer(e)) => failure(&lua, &format!("timer: {e}"), None),
+        Ok(Err(e)) => Ok(Err(error_text(&e))),
+        Err(waited) => Ok(Err(waited.text())),
     }
 }
 
@@ -625,18 +1107,18 @@ fn tls_config(verify: bool) -> Result<Arc<rustls::ClientConfig>, String> {
 }
 
 async fn sslhandshake(
-    lua: Lua,
+    _: Lua,
     socket: UserDataRef<TcpSocket>,
     (reused_session, server_name, verify): (Value, Option<String>, Option<bool>),
-) -> mlua::Result<MultiValue> {
+) -> mlua::Result<Answer<bool>> {
     disabled()?;
     let Some(conn) = socket.take() else {
-        return failure(&lua, "closed", None);
+        return Ok(Err("closed".to_string()));
     };
     if matches!(conn.io, Stream::Net(UpstreamIo::Tls(_))) {
         // Already TLS (a pooled connection): nothing to do.
         socket.put(conn);
-        return success(true, &lua);
+        return Ok(Ok(true));
     }
     let Conn {
         io,
@@ -649,16 +1131,14 @@ async fn sslhandshake(
         Stream::Net(UpstreamIo::Plain(stream)) => stream,
         // TLS over a unix domain socket: not in weir (the connection is closed).
         _ => {
-            return failure(
-                &lua,
-                "sslhandshake over a unix domain socket is not supported by weir",
-                None,
-            )
+            return Ok(Err(
+                "sslhandshake over a unix domain socket is not supported by weir".to_string(),
+            ))
         }
     };
     let config = match tls_config(verify.unwrap_or(false)) {
         Ok(config) => config,
-        Err(e) => return failure(&lua, &e, None),
+        Err(e) => return Ok(Err(e)),
     };
     let name = match &server_name {
         Some(name) => rustls::pki_types::ServerName::try_from(name.clone()),
@@ -669,7 +1149,7 @@ async fn sslhandshake(
             .or_else(|()| rustls::pki_types::ServerName::try_from("localhost".to_string())),
     };
     let Ok(name) = name else {
-        return failure(&lua, "bad server name", None);
+        return Ok(Err("bad server name".to_string()));
     };
     let connector = tokio_rustls::TlsConnector::from(config);
     let limit = socket.connect_timeout.get();
@@ -685,134 +1165,12 @@ async fn sslhandshake(
             // nginx answers a session object to pass back as `reused_session`; weir does
             // not resume sessions, so `true` stands for it.
             let _ = reused_session;
-            success(true, &lua)
+            Ok(Ok(true))
         }
-        Ok(Err(e)) => failure(&lua, &format!("handshake failed: {e}"), None),
-        Err(Waited::Timeout) => failure(&lua, "timeout", None),
-        Err(Waited::Timer(e)) => failure(&lua, &format!("timer: {e}"), None),
+        Ok(Err(e)) => Ok(Err(format!("handshake failed: {e}"))),
+        Err(Waited::Timeout) => Ok(Err("timeout".to_string())),
+        Err(Waited::Timer(e)) => Ok(Err(format!("timer: {e}"))),
     }
-}
-
-async fn send(lua: Lua, socket: UserDataRef<TcpSocket>, data: Value) -> mlua::Result<MultiValue> {
-    disabled()?;
-    let mut bytes = Vec::new();
-    flatten(&data, &mut bytes)?;
-    let Some(mut conn) = socket.take() else {
-        return failure(&lua, "closed", None);
-    };
-    let Conn { io, timer, .. } = &mut conn;
-    let write = async {
-        io.write_all(&bytes).await?;
-        io.flush().await
-    };
-    // Any failure to send closes the connection, as in nginx.
-    match within(timer, socket.send_timeout.get(), write).await {
-        Ok(Ok(())) => {
-            socket.put(conn);
-            success(bytes.len() as i64, &lua)
-        }
-        Ok(Err(e)) => failure(&lua, &error_text(&e), None),
-        Err(Waited::Timeout) => failure(&lua, "timeout", None),
-        Err(Waited::Timer(e)) => failure(&lua, &format!("timer: {e}"), None),
-    }
-}
-
-async fn receive_method(
-    lua: Lua,
-    socket: UserDataRef<TcpSocket>,
-    arg: Option<Value>,
-) -> mlua::Result<MultiValue> {
-    disabled()?;
-    let pattern = Pattern::from_lua(arg)?;
-    let Some(mut conn) = socket.take_readable() else {
-        return failure(&lua, "closed", None);
-    };
-    let result = receive(&mut conn, &pattern, socket.read_timeout.get()).await;
-    finish_read(&lua, &socket, conn, result.map(Some))
-}
-
-/// `receiveany(max)`: what is read already, or what the next read brings, up to `max` bytes.
-async fn receiveany(
-    lua: Lua,
-    socket: UserDataRef<TcpSocket>,
-    max: i64,
-) -> mlua::Result<MultiValue> {
-    disabled()?;
-    // As nginx: a closed socket answers so before its argument is looked at.
-    let Some(mut conn) = socket.take_readable() else {
-        return failure(&lua, "closed", None);
-    };
-    if max <= 0 {
-        socket.put(conn);
-        return Err(mlua::Error::runtime(
-            "bad argument #2 to 'receiveany' (bad max argument)",
-        ));
-    }
-    if conn.buf.is_empty() {
-        if let Err(e) = fill(&mut conn, socket.read_timeout.get()).await {
-            conn.read_closed |= e != "timeout";
-            socket.put(conn);
-            return failure(&lua, &e, None);
-        }
-    }
-    let data = conn.buf.split_to(conn.buf.len().min(max as usize));
-    socket.put(conn);
-    success(lua.create_string(&data)?, &lua)
-}
-
-/// A read's values. After an error other than a timeout, the connection reads no more (its
-/// reading part is over, as in lua-nginx-module) but stays for sends.
-fn finish_read(
-    lua: &Lua,
-    socket: &TcpSocket,
-    mut conn: Conn,
-    result: Result<Option<Bytes>, (String, Bytes)>,
-) -> mlua::Result<MultiValue> {
-    let values = match result {
-        Ok(Some(data)) => success(lua.create_string(&data)?, lua),
-        Ok(None) => Ok(MultiValue::from_iter([Value::Nil, Value::Nil])),
-        Err((e, partial)) => {
-            conn.read_closed |= e != "timeout";
-            failure(lua, &e, Some(&partial))
-        }
-    };
-    socket.put(conn);
-    values
-}
-
-/// `receiveuntil(pattern, options)`: the iterator reading up to `pattern`.
-fn receiveuntil(
-    lua: &Lua,
-    socket: AnyUserData,
-    (pattern, options): (mlua::String, Option<Table>),
-) -> mlua::Result<mlua::Function> {
-    let pattern = pattern.as_bytes().to_vec();
-    if pattern.is_empty() {
-        return Err(mlua::Error::runtime(
-            "bad argument #2 to 'receiveuntil' (pattern is empty)",
-        ));
-    }
-    let inclusive = match options {
-        Some(options) => options.get::<Option<bool>>("inclusive")?.unwrap_or(false),
-        None => false,
-    };
-    let found = Rc::new(Cell::new(false));
-    lua.create_async_function(move |lua, size: Option<i64>| {
-        let socket = socket.clone();
-        let pattern = pattern.clone();
-        let found = found.clone();
-        async move {
-            disabled()?;
-            let socket = socket.borrow::<TcpSocket>()?;
-            let Some(mut conn) = socket.take_readable() else {
-                return failure(&lua, "closed", None);
-            };
-            let size = size.map(|s| s.max(0) as usize);
-            let limit = socket.read_timeout.get();
-            let result = receive_until(&mut conn, &pattern, inclusive, size, &found, limit).await;
-            finish_read(&lua, &socket, conn, result)
-        }
-    })
 }
 
 /// A timeout argument in milliseconds; 0 or none keeps lua-nginx-module's default.
@@ -825,30 +1183,9 @@ fn millis(value: Option<f64>) -> Duration {
 
 impl UserData for TcpSocket {
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_async_method("connect", connect);
+        // `connect`, `send`, `receive`, `receiveany` and `receiveuntil` are Lua halves over
+        // steps (see `install`).
         methods.add_async_method("sslhandshake", sslhandshake);
-        methods.add_async_method("send", send);
-        methods.add_async_method("receive", receive_method);
-        methods.add_async_method("receiveany", receiveany);
-        methods.add_function(
-            "receiveuntil",
-            |lua, (socket, rest): (AnyUserData, Variadic<Value>)| {
-                let mut rest = rest.into_iter();
-                let pattern = match rest.next() {
-                    Some(Value::String(s)) => s,
-                    _ => {
-                        return Err(mlua::Error::runtime(
-                            "bad argument #2 to 'receiveuntil' (string expected)",
-                        ))
-                    }
-                };
-                let options = match rest.next() {
-                    Some(Value::Table(t)) => Some(t),
-                    _ => None,
-                };
-                receiveuntil(lua, socket, (pattern, options))
-            },
-        );
         methods.add_method("settimeout", |_, socket, ms: Option<f64>| {
             let limit = millis(ms);
             socket.connect_timeout.set(limit);
@@ -865,24 +1202,24 @@ impl UserData for TcpSocket {
                 Ok(())
             },
         );
-        methods.add_method("getreusedtimes", |lua, socket, ()| {
+        methods.add_method("getreusedtimes", |_, socket, ()| {
             match socket.conn.borrow().as_ref() {
-                Some(conn) => success(conn.reused, lua),
-                None => failure(lua, "closed", None),
+                Some(conn) => Ok(Ok(conn.reused)),
+                None => Ok(Err("closed")),
             }
         });
         methods.add_method(
             "setkeepalive",
-            |lua, socket, (timeout, size): (Option<f64>, Option<i64>)| {
+            |_, socket, (timeout, size): (Option<f64>, Option<i64>)| {
                 disabled()?;
                 let Some(conn) = socket.take() else {
-                    return failure(lua, "closed", None);
+                    return Ok(Err("closed"));
                 };
                 if !conn.buf.is_empty() {
-                    return failure(lua, "unread data in buffer", None);
+                    return Ok(Err("unread data in buffer"));
                 }
                 if conn.read_closed {
-                    return failure(lua, "closed", None);
+                    return Ok(Err("closed"));
                 }
                 let idle_for = match timeout {
                     None => Some(DEFAULT_TIMEOUT),
@@ -890,47 +1227,73 @@ impl UserData for TcpSocket {
                     Some(ms) => Some(Duration::from_secs_f64(ms / 1000.0)),
                 };
                 let size = size.map_or(DEFAULT_POOL_SIZE, |s| s.max(1) as usize);
-                check_in(socket.key.borrow().clone(), conn, idle_for, size);
-                success(1, lua)
+                let key = socket
+                    .key
+                    .borrow()
+                    .clone()
+                    .unwrap_or_else(|| Rc::from(&b""[..]));
+                check_in(key, conn, idle_for, size);
+                Ok(Ok(1))
             },
         );
-        methods.add_method("close", |lua, socket, ()| match socket.take() {
-            Some(_) => success(1, lua),
-            None => failure(lua, "closed", None),
+        methods.add_method("close", |_, socket, ()| match socket.take() {
+            Some(_) => Ok(Ok(1)),
+            None => Ok(Err("closed")),
         });
     }
 }
 
-/// `ngx.socket.tcp` and `ngx.socket.connect` on `ngx`.
+/// `ngx.socket.tcp` and `ngx.socket.connect` on `ngx`, and the socket's Lua halves.
 pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     let socket = match ngx.get::<Option<Table>>("socket")? {
         Some(socket) => socket,
         None => lua.create_table()?,
     };
-    let new_socket = lua.create_function(|lua, ()| lua.create_userdata(TcpSocket::new()))?;
-    let disabled_in = lua.create_function(|_, ()| Ok(DISABLED_IN.get()))?;
+    // A socket, or where cosockets are disabled, `nil` and the context.
+    let new_socket = lua.create_function(|lua, ()| match DISABLED_IN.get() {
+        Some(context) => Ok((Value::Nil, Some(context))),
+        None => {
+            let socket = unguarded(lua, || lua.create_userdata(TcpSocket::new()))?;
+            Ok((Value::UserData(socket), None))
+        }
+    })?;
     // In Lua, so that the refusal is the plain message nginx raises (not a Rust error value).
-    let (tcp, connect): (mlua::Function, mlua::Function) = lua
-        .load(TCP)
-        .set_name("=ngx.socket")
-        .call((new_socket, disabled_in))?;
+    let (tcp, shortcut): (mlua::Function, mlua::Function) =
+        lua.load(TCP).set_name("=ngx.socket").call(new_socket)?;
     socket.set("tcp", tcp)?;
-    socket.set("connect", connect)?;
+    socket.set("connect", shortcut)?;
+    // The socket's methods table (mlua's `__index`), where the Lua halves go.
+    let methods: Table = lua
+        .create_userdata(TcpSocket::new())?
+        .metatable()?
+        .get("__index")?;
+    let steps = lua.create_table()?;
+    steps.set("connect", lua.create_function(connect_step)?)?;
+    steps.set("connect_wait", lua.create_async_function(connect)?)?;
+    steps.set("send", lua.create_function(send_step)?)?;
+    steps.set("receive", lua.create_function(receive_step)?)?;
+    steps.set("receiveany", lua.create_function(receiveany_step)?)?;
+    steps.set("until_state", lua.create_function(until_state)?)?;
+    steps.set("until", lua.create_function(until_step)?)?;
+    let pending = Value::LightUserData(Lua::poll_pending());
+    lua.load(METHODS)
+        .set_name("=ngx.socket")
+        .call::<()>((methods, steps, pending.clone()))?;
     lua.load(NESTED_WAITS)
         .set_name("=coroutine")
-        .call::<()>(Value::LightUserData(Lua::poll_pending()))?;
+        .call::<()>(pending)?;
     ngx.set("socket", socket)?;
     Ok(())
 }
 
 /// `ngx.socket.tcp` (refused where nginx disables cosockets) and `ngx.socket.connect`.
 const TCP: &str = r#"
-local new_socket, disabled_in = ...
+local new_socket = ...
 local error = error
 local function tcp()
-  local context = disabled_in()
-  if context then error("API disabled in the context of " .. context, 0) end
-  return new_socket()
+  local sock, context = new_socket()
+  if not sock then error("API disabled in the context of " .. context, 0) end
+  return sock
 end
 local function connect(...)
   local sock = tcp()
@@ -939,6 +1302,54 @@ local function connect(...)
   return sock
 end
 return tcp, connect
+"#;
+
+/// The methods that may wait: each calls its Rust step, and while the step answers 0 (it
+/// registered the task to wake), yields the "pending" marker to the coroutine's driver and
+/// calls the step again once resumed. `send` joins a flat table here (as nginx does, with
+/// Lua's number format), so that the step gets one string.
+const METHODS: &str = r#"
+local methods, steps, pending = ...
+local yield, pcall, concat, type = coroutine.yield, pcall, table.concat, type
+local connect_step, connect_wait = steps.connect, steps.connect_wait
+local send_step, receive_step, any_step = steps.send, steps.receive, steps.receiveany
+local until_state, until_step = steps.until_state, steps["until"]
+local function settle(n, a, b, c)
+  if n == 1 then return a elseif n == 2 then return a, b end
+  return a, b, c
+end
+local function waiting(step, sock, x, y)
+  local n, a, b, c = step(sock, true, x, y)
+  while n == 0 do
+    yield(pending)
+    n, a, b, c = step(sock, false, x, y)
+  end
+  return settle(n, a, b, c)
+end
+function methods.connect(sock, ...)
+  local n, a, b = connect_step(sock, ...)
+  if n == 0 then return connect_wait(sock, ...) end
+  return settle(n, a, b)
+end
+function methods.send(sock, data)
+  if type(data) == "table" then
+    local ok, flat = pcall(concat, data)
+    if ok then data = flat end
+  end
+  return waiting(send_step, sock, data)
+end
+function methods.receive(sock, pattern)
+  return waiting(receive_step, sock, pattern)
+end
+function methods.receiveany(sock, max)
+  return waiting(any_step, sock, max)
+end
+function methods.receiveuntil(sock, pattern, options)
+  local state = until_state(sock, pattern, options)
+  return function(size)
+    return waiting(until_step, sock, state, size)
+  end
+end
 "#;
 
 /// `coroutine.resume` and `coroutine.wrap` passing a wait up: a cosocket (or `ngx.sleep`)

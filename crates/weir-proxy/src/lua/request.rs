@@ -508,6 +508,7 @@ pub(super) async fn drive_on(
             }
         }
         let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
+        let _resuming = super::cosocket::Resuming::enter(cx.waker());
         match poll_next(run.as_mut(), cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(None) => return Poll::Ready(Ok(false)),

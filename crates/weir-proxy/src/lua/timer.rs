@@ -163,6 +163,7 @@ async fn run(
     let mut running = pin!(thread.into_async::<MultiValue>(MultiValue::from_iter(call)));
     poll_fn(|cx| {
         let _slice = Slice::start(None, runtime.max_run_time, &runtime.watch);
+        let _resuming = super::cosocket::Resuming::enter(cx.waker());
         loop {
             match futures_core::Stream::poll_next(running.as_mut(), cx) {
                 Poll::Pending => return Poll::Pending,

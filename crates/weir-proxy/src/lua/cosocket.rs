@@ -166,7 +166,7 @@ struct Conn {
 
 /// A connection at rest in the pool.
 struct Idle {
-    conn: Conn,
+    conn: Box<Conn>,
     /// When it stops being reusable (`None`: kept until evicted).
     expires: Option<Instant>,
 }
@@ -233,7 +233,8 @@ fn with_cx<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
 /// Makes what `make` makes (a string of at most [`UNGUARDED_MAX`] bytes, a socket) with the
 /// VM's memory limit lifted. Under a limit mlua makes each Lua object in a protected call
 /// (two new C functions and a `pcall`: about 1,000 instructions, more than the rest of a
-/// `receive`); the limit can then be passed by that much only.
+/// `receive`); the limit can then be passed by that much (and by what a `__gc` metamethod
+/// the collector runs meanwhile makes).
 fn unguarded<R>(lua: &Lua, make: impl FnOnce() -> R) -> R {
     struct Restore<'l>(&'l Lua, usize);
     impl Drop for Restore<'_> {
@@ -287,7 +288,8 @@ fn disabled() -> mlua::Result<()> {
 
 /// A socket object (`ngx.socket.tcp()`).
 struct TcpSocket {
-    conn: RefCell<Option<Conn>>,
+    /// Boxed: a step takes it out and puts it back, moving a pointer only.
+    conn: RefCell<Option<Box<Conn>>>,
     /// The pool key it was connected with (`setkeepalive` puts it back there).
     key: RefCell<Option<Rc<[u8]>>>,
     connect_timeout: Cell<Duration>,
@@ -318,12 +320,12 @@ impl TcpSocket {
 
     /// The connection, taken for an operation (put back by [`TcpSocket::put`] unless the
     /// operation's error closed it).
-    fn take(&self) -> Option<Conn> {
+    fn take(&self) -> Option<Box<Conn>> {
         self.conn.borrow_mut().take()
     }
 
     /// The connection, for a read: none once its reading part is over.
-    fn take_readable(&self) -> Option<Conn> {
+    fn take_readable(&self) -> Option<Box<Conn>> {
         let mut slot = self.conn.borrow_mut();
         match slot.as_ref() {
             Some(conn) if !conn.read_closed => slot.take(),
@@ -331,7 +333,7 @@ impl TcpSocket {
         }
     }
 
-    fn put(&self, conn: Conn) {
+    fn put(&self, conn: Box<Conn>) {
         *self.conn.borrow_mut() = Some(conn);
     }
 }
@@ -840,7 +842,7 @@ fn send_step(
 
 impl Pool {
     /// An idle connection the peer has not closed, if there is one.
-    fn checkout(&mut self, now: Instant) -> Option<Conn> {
+    fn checkout(&mut self, now: Instant) -> Option<Box<Conn>> {
         while let Some(mut idle) = self.idle.pop_back() {
             if idle.usable(now) {
                 idle.conn.reused += 1;
@@ -900,7 +902,7 @@ async fn sweep_pools() {
 }
 
 /// Puts `conn` into pool `key`, evicting the longest idle when the pool holds `size`.
-fn check_in(key: Rc<[u8]>, conn: Conn, idle_for: Option<Duration>, size: usize) {
+fn check_in(key: Rc<[u8]>, conn: Box<Conn>, idle_for: Option<Duration>, size: usize) {
     let now = Instant::now();
     POOLS.with_borrow_mut(|pools| {
         let pool = pools.entry(key.clone()).or_insert_with(|| Pool {
@@ -923,7 +925,7 @@ fn check_in(key: Rc<[u8]>, conn: Conn, idle_for: Option<Duration>, size: usize) 
 
 /// Makes `socket` belong to pool `key` (the key the pool has, if it exists: no new string)
 /// and takes an idle connection from it, if there is one.
-fn join_pool(socket: &TcpSocket, key: &[u8]) -> Option<Conn> {
+fn join_pool(socket: &TcpSocket, key: &[u8]) -> Option<Box<Conn>> {
     POOLS.with_borrow_mut(|pools| match pools.get_mut(key) {
         Some(pool) => {
             *socket.key.borrow_mut() = Some(pool.key.clone());
@@ -945,7 +947,7 @@ fn connect_target(
     host: &Value,
     second: &Value,
     third: &Value,
-) -> mlua::Result<Result<(Option<u16>, Option<Conn>), String>> {
+) -> mlua::Result<Result<(Option<u16>, Option<Box<Conn>>), String>> {
     let host = match host {
         Value::String(s) => s.to_str()?,
         _ => {
@@ -1069,13 +1071,13 @@ async fn connect(
     };
     match connected {
         Ok(Ok(io)) => {
-            socket.put(Conn {
+            socket.put(Box::new(Conn {
                 io,
                 buf: BytesMut::new(),
                 timer,
                 reused: 0,
                 read_closed: false,
-            });
+            }));
             Ok(Ok(1))
         }
         Ok(Err(e)) => Ok(Err(error_text(&e))),
@@ -1126,7 +1128,7 @@ async fn sslhandshake(
         mut timer,
         reused,
         read_closed,
-    } = conn;
+    } = *conn;
     let stream = match io {
         Stream::Net(UpstreamIo::Plain(stream)) => stream,
         // TLS over a unix domain socket: not in weir (the connection is closed).
@@ -1155,13 +1157,13 @@ async fn sslhandshake(
     let limit = socket.connect_timeout.get();
     match within(&mut timer, limit, connector.connect(name, stream)).await {
         Ok(Ok(session)) => {
-            socket.put(Conn {
+            socket.put(Box::new(Conn {
                 io: Stream::Net(UpstreamIo::Tls(Box::new(session))),
                 buf,
                 timer,
                 reused,
                 read_closed,
-            });
+            }));
             // nginx answers a session object to pass back as `reused_session`; weir does
             // not resume sessions, so `true` stands for it.
             let _ = reused_session;

@@ -9,6 +9,8 @@ action and middleware), one worker each.
   local `redis-server` (pinned to the load cores) per request, its connection kept alive in
   the worker's pool (`set_keepalive`) between requests.
 """
+import urllib.request
+
 from harness.load import wrk_measure, wrk_script
 from harness.peers import (NGINX_LUA_MODULES, NGINX_PROXY_LOC, http_targets, nginx_http, nginx_upstream_block,
                            start_nginx_conf, start_upstream, start_weir, weir_service, weir_yaml)
@@ -64,6 +66,9 @@ def run(ctx):
     rule: "PathPrefix(`/proxied`)"
     middlewares: [gate]
     service: up
+  jit:
+    rule: "Path(`/jit`)"
+    lua: {{ content: "ngx.say(jit.status() and 'on' or 'off')" }}
 """
         gate = f"""middlewares:
   gate:
@@ -72,6 +77,13 @@ def run(ctx):
         we = procs.add(start_weir(ctx.weir, "weir-lua", we_port,
                                   weir_yaml(we_port, routers, gate + weir_service(up_port, conns),
                                             head=f'lua: {{ package_path: "{LUA_PATH}" }}\n'), ctx.proxy_cpus))
+        # A target directory built before .cargo/config.toml's LuaJIT defines keeps a LuaJIT
+        # whose compiled loops ignore the watchdog, and weir then turns the JIT off: a slower
+        # weir than the code makes, measured as if it were the code's.
+        jit = urllib.request.urlopen(f"http://127.0.0.1:{we_port}/jit").read().decode().strip()
+        if jit != "on":
+            raise SystemExit("weir's LuaJIT compiler is off (a stale mlua-sys build: "
+                             "`cargo clean --release -p mlua-sys`); not measuring")
         for label, path in (("lua-hello", "/hello"), ("lua-1m", "/1m"), ("lua-access", "/proxied/"),
                             ("lua-redis-incr", "/incr")):
             targets = http_targets(path, ("nginx", ng), ("weir", we))

@@ -37,10 +37,16 @@ def table(res):
 
 def ratios(res):
     lines = []
-    w = res.get("weir")
+    # weir, then any variant of it a scenario adds (`weir-...`), each against every peer.
+    for name in ["weir"] + [k for k in res if k.startswith("weir-")]:
+        lines += ratio_lines(name, res.get(name), res)
+    return "\n".join(lines)
+
+def ratio_lines(name, w, res):
+    lines = []
     for peer in RATIO_PEERS:
         p = res.get(peer)
-        if not w or not p:
+        if not w or not p or peer == name:
             continue
         # A short smoke round of a slow scenario may finish no request at all: say so, not divide.
         parts = [f"req/s {w['rps'] / p['rps']:.3f}×" if p.get("rps") else "req/s — (peer finished none)"]
@@ -48,8 +54,8 @@ def ratios(res):
             parts.append(f"CPU/req {w['cpu_us_per_req'] / p['cpu_us_per_req']:.3f}×")
         if p.get("p99_ms"):
             parts.append(f"p99 {w['p99_ms'] / p['p99_ms']:.3f}×")
-        lines.append(f"- weir / {peer}: " + ", ".join(parts))
-    return "\n".join(lines)
+        lines.append(f"- {name} / {peer}: " + ", ".join(parts))
+    return lines
 
 def plot(results, path):
     try:

@@ -4,7 +4,9 @@
 - grpc-unary: a 100-byte message echoed, h2load with 50 connections x 10 streams posting the
   gRPC-framed message;
 - grpc-stream: server streaming, the same message answered with 1,000 messages (each in a DATA
-  frame of its own, 105 KB a call), 10 connections x 10 streams: calls/s, and the CPU per call."""
+  frame of its own, 105 KB a call), 10 connections x 10 streams: calls/s, and the CPU per call;
+  also weir with one call per upstream connection (`weir-1-per-conn`, the service's
+  `http2.max_concurrent_streams: 1`), which is how nginx's grpc_pass calls the upstream."""
 import os
 
 from harness.common import WORK, write
@@ -31,12 +33,21 @@ def run(ctx):
         yaml = weir_yaml(we_port, WEIR_CATCH_ALL,
                          f'services:\n  up:\n    protocol: h2c\n    servers: [{{ url: "http://127.0.0.1:{up_port}" }}]\n', h2c=True)
         we = procs.add(start_weir(ctx.weir, "weir-grpc", we_port, yaml, ctx.proxy_cpus))
+        # The same weir with one call per upstream connection, as nginx's grpc_pass makes them:
+        # the h2 crate's server under weir-grpc-upstream spends more per message on a connection
+        # carrying many streams, and on one core with the load generator it sets the pace.
+        one_port = free_port()
+        one_yaml = weir_yaml(one_port, WEIR_CATCH_ALL,
+                             f'services:\n  up:\n    protocol: h2c\n    http2: {{ max_concurrent_streams: 1 }}\n'
+                             f'    servers: [{{ url: "http://127.0.0.1:{up_port}" }}]\n', h2c=True)
+        one = procs.add(start_weir(ctx.weir, "weir-grpc-one", one_port, one_yaml, ctx.proxy_cpus))
         targets = http_targets("/bench.Echo/Unary", ("nginx", ng), ("haproxy", ha), ("weir", we))
         grpc_headers = ("-d", message, "-H", "content-type: application/grpc", "-H", "te: trailers")
         measure = h2load_measure(ctx, conns, streams, grpc_headers)
         out = {f"grpc-unary-c{conns}x{streams}": interleave("grpc", targets, measure, ctx.rounds)}
         stream_conns = min(conns, 10)
-        targets = http_targets("/bench.Echo/Stream", ("nginx", ng), ("haproxy", ha), ("weir", we))
+        targets = http_targets("/bench.Echo/Stream", ("nginx", ng), ("haproxy", ha), ("weir", we),
+                               ("weir-1-per-conn", one))
         measure = h2load_measure(ctx, stream_conns, streams, grpc_headers)
         out[f"grpc-stream-c{stream_conns}x{streams}"] = interleave("grpc-stream", targets, measure, ctx.rounds)
         return out

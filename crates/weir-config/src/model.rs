@@ -1610,6 +1610,8 @@ pub struct LuaSettings {
     pub max_run_time: Duration,
     /// The most memory one worker's VM may hold, in bytes.
     pub max_memory: u64,
+    /// The config file's folder, absolute, with a trailing `/` (`ngx.config.prefix()`).
+    pub prefix: String,
 }
 
 impl Default for LuaSettings {
@@ -1621,6 +1623,7 @@ impl Default for LuaSettings {
             init_worker: None,
             max_run_time: Duration::from_secs(1),
             max_memory: 64 << 20,
+            prefix: String::new(),
         }
     }
 }

@@ -407,6 +407,30 @@ const CASES: &[Case] = &[
     case("exec_no_args", r#"ngx.exec("/case/exec_target")"#).query("dropped=1"),
     case("exec_cycle", r#"ngx.exec("/case/exec_cycle")"#).check(Check::StatusHeaders(&[])),
     case("exec_nowhere", r#"ngx.exec("/case/no_such_case")"#).check(Check::StatusHeaders(&[])),
+    // ngx.get_phase: "Retrieves the current running phase name" (init, init_worker,
+    // rewrite, access, content, header_filter, body_filter, log, timer).
+    case("get_phase", r#"ngx.say(ngx.ctx.seen, " ", ngx.get_phase(), " [", init_phases, "]")"#)
+        .phases(&[
+            ("rewrite", "ngx.ctx.seen = ngx.get_phase()"),
+            ("access", r#"ngx.ctx.seen = ngx.ctx.seen .. " " .. ngx.get_phase()"#),
+            ("header_filter", r#"ngx.header["X-Phase"] = ngx.get_phase() ngx.header.content_length = nil"#),
+            ("body_filter", r#"if ngx.arg[2] then ngx.arg[1] = (ngx.arg[1] or "") .. ngx.get_phase() .. "\n" end"#),
+            ("log", r#"ngx.shared.d:set("log_phase", ngx.get_phase())"#),
+        ])
+        .check(Check::Headers(&["X-Phase"]))
+        .twice(),
+    case("get_phase_log_and_timer", r#"ngx.say(ngx.shared.d:get("log_phase"))
+ngx.timer.at(0, function() ngx.shared.d:set("timer_phase", ngx.get_phase()) end)
+for _ = 1, 50 do if ngx.shared.d:get("timer_phase") then break end ngx.sleep(0.01) end
+ngx.say(ngx.shared.d:get("timer_phase"))"#),
+    // ngx.worker.id: "a number from 0 to N - 1"; ngx.worker.count: "the total number of
+    // the Nginx worker processes"; ngx.worker.exiting: "whether the current Nginx worker
+    // process already starts exiting"; ngx.worker.pid: "the same as ngx.var.pid".
+    // ngx.config.subsystem, nginx_version, ngx_lua_version; ngx.config.prefix: "the Nginx
+    // server prefix path" (the value differs: asserted in weir only).
+    case("worker_and_config", r#"ngx.say(ngx.worker.id(), " ", ngx.worker.count(), " ", ngx.worker.exiting(), " ", ngx.worker.pid() == tonumber(ngx.var.pid or ngx.worker.pid()), " ", type(ngx.worker.pid()))
+ngx.say(ngx.config.subsystem, " ", ngx.config.nginx_version, " ", ngx.config.ngx_lua_version, " ", ngx.config.prefix():sub(1, 1), ngx.config.prefix():sub(-1), " ", type(ngx.config.nginx_configure()), " ", type(ngx.config.debug))
+ngx.say(worker_in_init_worker)"#),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
 ];
 
@@ -467,15 +491,22 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
     let nginx = NginxLua::start(
         &scripts,
         &names,
-        "lua_shared_dict d 1m; lua_shared_dict k 64k; lua_shared_dict f 64k;",
+        "lua_shared_dict d 1m; lua_shared_dict k 64k; lua_shared_dict f 64k;\n  \
+         init_by_lua_block { init_phases = ngx.get_phase() }\n  \
+         init_worker_by_lua_block { init_phases = init_phases .. ' ' .. ngx.get_phase() \
+         worker_in_init_worker = ngx.worker.id() .. ' ' .. ngx.worker.count() .. ' ' .. tostring(ngx.worker.exiting()) }",
     );
     let weir = Weir::start(&weir_lua_cases(
         &scripts,
         &names,
         1,
-        "  shared_dicts: { d: 1MiB, k: 64KiB, f: 64KiB }\n",
+        "  shared_dicts: { d: 1MiB, k: 64KiB, f: 64KiB }\n  \
+         init: \"init_phases = ngx.get_phase()\"\n  \
+         init_worker: \"init_phases = init_phases .. ' ' .. ngx.get_phase() \
+         worker_in_init_worker = ngx.worker.id() .. ' ' .. ngx.worker.count() .. ' ' .. tostring(ngx.worker.exiting())\"\n",
     ));
     let mut differences = Vec::new();
+    let mut answers = std::collections::HashMap::new();
     for c in CASES {
         if c.twice {
             ask(nginx.addr, c);
@@ -483,6 +514,7 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
         }
         let expected = ask(nginx.addr, c);
         let got = ask(weir.addr(), c);
+        answers.insert(c.name, got.text());
         let mut differ = |what: &str, nginx: String, weir: String| {
             if nginx != weir {
                 differences.push(format!(
@@ -516,6 +548,20 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
     let tail: String = log[log.len().saturating_sub(4000)..].iter().collect();
     assert_same_answers(&differences, CASES.len(), &tail);
     assert!(CASES.len() >= 60);
+    // What the newer cases are about shows in weir's answers (not both servers failing alike).
+    for (name, expected) in [
+        (
+            "get_phase",
+            "rewrite access content [init init_worker]\nbody_filter\n",
+        ),
+        ("get_phase_log_and_timer", "log\ntimer\n"),
+        (
+            "worker_and_config",
+            "0 1 false true number\nhttp 1022001 10023 // string boolean\n0 1 false\n",
+        ),
+    ] {
+        assert_eq!(answers[name], expected, "{name}");
+    }
 }
 
 /// A config with one `lua` route at `/` and more YAML after `lua:`'s keys.
@@ -586,6 +632,48 @@ fn a_runtime_error_is_a_500_and_a_log_line_with_the_script_line_and_traceback() 
     assert_eq!((resp.status, resp.text().as_str()), (200, "fine\n"));
 }
 
+/// What differs from nginx by nature: `ngx.worker.pid()` is weir's process (its workers are
+/// threads), `ngx.config.prefix()` the config file's folder, `debug` false and
+/// `nginx_configure()` empty; each of two workers has its own `ngx.worker.id()`.
+#[test]
+fn worker_pid_and_config_prefix_are_weirs_own() {
+    let weir = Weir::start(&one_script(
+        "ngx.say(ngx.worker.pid(), ' ', ngx.config.prefix(), ' ', tostring(ngx.config.debug), \
+         ' [', ngx.config.nginx_configure(), '] ', ngx.worker.count(), ' ', ngx.worker.id())",
+        "",
+        2,
+    ));
+    let prefix = format!("{} {}/ false [] 2 ", weir.child.id(), weir.dir.display());
+    let mut ids = std::collections::BTreeSet::new();
+    // New connections spread over both workers' listening sockets.
+    for _ in 0..40 {
+        let text = get(weir.addr(), "localhost", "/").text();
+        let id = text
+            .strip_prefix(&prefix)
+            .unwrap_or_else(|| panic!("{text}"));
+        ids.insert(id.trim().to_string());
+    }
+    assert!(ids.iter().all(|id| id == "0" || id == "1"), "{ids:?}");
+}
+
+/// ngx.worker.exiting: true for a script still running once a graceful stop has begun.
+#[test]
+fn worker_exiting_is_true_while_a_stop_drains() {
+    let weir = Weir::start(&one_script(
+        "local before = ngx.worker.exiting()\n\
+         for _ = 1, 500 do if ngx.worker.exiting() then break end ngx.sleep(0.01) end\n\
+         ngx.say(before, ' ', ngx.worker.exiting())",
+        "",
+        1,
+    ));
+    let addr = weir.addr();
+    let waiting = std::thread::spawn(move || get(addr, "localhost", "/").text());
+    // The request is running when the stop comes (it waits up to 5 s for it).
+    std::thread::sleep(Duration::from_millis(300));
+    weir.signal("TERM");
+    assert_eq!(waiting.join().unwrap(), "false true\n");
+}
+
 #[test]
 fn coroutines_serve_on_after_exits_errors_and_rust_errors() {
     // One worker: every request reuses the coroutines the ones before left (or not).
@@ -653,13 +741,13 @@ fn an_answer_like_the_last_is_sent_again_and_one_that_differs_is_not() {
 #[test]
 fn what_weir_lacks_is_an_error_naming_it() {
     let weir = Weir::start(&one_script(
-        "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.socket.udp()",
+        "local ok, err = pcall(ngx.location.capture, '/x')\nngx.say(ok, ' ', err)\nngx.req.socket()",
         "",
         1,
     ));
     let resp = get(weir.addr(), "localhost", "/");
     assert_eq!(resp.status, 500);
-    let line = weir.wait_for_line("ngx.socket.udp is not supported by weir", 1);
+    let line = weir.wait_for_line("ngx.req.socket is not supported by weir", 1);
     assert!(line.contains("ERROR"), "{line}");
 }
 

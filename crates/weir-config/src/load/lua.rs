@@ -26,7 +26,10 @@ impl Loader<'_> {
                 "max_memory",
             ],
         )?;
-        let mut settings = LuaSettings::default();
+        let mut settings = LuaSettings {
+            prefix: self.prefix(),
+            ..LuaSettings::default()
+        };
         if let Some(n) = f.get("package_path") {
             let path = self.string(n, "`package_path`")?;
             settings.package_path = Some(self.resolve_package_path(&path));
@@ -151,6 +154,19 @@ impl Loader<'_> {
             return None;
         }
         Some(Some(code))
+    }
+
+    /// The config file's folder as nginx's `-p` prefix reads: absolute, ending in `/`.
+    fn prefix(&self) -> String {
+        let dir = match self.base.as_os_str().is_empty() {
+            true => std::env::current_dir().unwrap_or_default(),
+            false => std::path::absolute(&self.base).unwrap_or_else(|_| self.base.clone()),
+        };
+        let dir = dir.display().to_string();
+        match dir.ends_with('/') {
+            true => dir,
+            false => format!("{dir}/"),
+        }
     }
 
     /// `package_path`'s templates, each relative one made absolute against the config

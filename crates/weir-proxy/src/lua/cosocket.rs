@@ -276,8 +276,13 @@ impl Drop for CosocketsDisabled {
     }
 }
 
+/// The context cosockets are disabled in now (`init_by_lua*`, say), if they are.
+pub(super) fn disabled_in() -> Option<&'static str> {
+    DISABLED_IN.get()
+}
+
 /// The error a cosocket call raises where nginx disables the API.
-fn disabled() -> mlua::Result<()> {
+pub(super) fn disabled() -> mlua::Result<()> {
     match DISABLED_IN.get() {
         Some(context) => Err(mlua::Error::runtime(format!(
             "API disabled in the context of {context}"

@@ -99,7 +99,8 @@ impl PhaseScripts {
         reader: &mut dyn ReadBody,
     ) -> Result<Option<Bytes>, LocalResponse> {
         let mut body: Option<Bytes> = None;
-        for script in [&self.rewrite, &self.access].into_iter().flatten() {
+        for (phase, script) in [("rewrite", &self.rewrite), ("access", &self.access)] {
+            let Some(script) = script else { continue };
             let (name, _) = &script.program.scripts[script.index];
             let vm = match vm::worker_vm(&script.program) {
                 Ok(vm) => vm,
@@ -111,6 +112,7 @@ impl PhaseScripts {
                 state.body_pending = body.is_none() && req.framing != Framing::None;
                 // Read by an earlier phase: there already.
                 state.body_read = body.is_some();
+                state.phase = phase;
             }
             let ran = vm.run_reading(script.index, lending.state(), (req, reader));
             if let Err(e) = ran.await {

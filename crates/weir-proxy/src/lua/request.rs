@@ -77,6 +77,8 @@ pub(super) struct RequestState {
     pub body_set: bool,
     /// In a `body_filter`: the piece of the body it filters (`ngx.arg`).
     pub piece: Option<Box<super::body_filter::BodyPiece>>,
+    /// The request phase running (`ngx.get_phase()`): `rewrite`, `access` or `content`.
+    pub phase: &'static str,
 }
 
 /// Where a state reads the request as sent.
@@ -158,6 +160,7 @@ impl RequestState {
             minor_version: head.minor_version,
             body,
             key: super::carried::key(head),
+            phase: "content",
             ..RequestState::default()
         }
     }

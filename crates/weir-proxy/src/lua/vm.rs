@@ -6,7 +6,8 @@
 use super::request::{self, RequestState};
 use super::watchdog::Watch;
 use super::{
-    cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, shared_dict, timer, LuaProgram,
+    cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, ngx_worker, shared_dict, timer,
+    LuaProgram,
 };
 use crate::http::local::LocalResponse;
 use mlua::{Function, Lua, Thread};
@@ -89,6 +90,7 @@ impl WorkerVm {
         ngx_re::install(&lua, &ngx)?;
         shared_dict::install(&lua, &ngx, &program.dicts)?;
         cosocket::install(&lua, &ngx)?;
+        ngx_worker::install(&lua, &ngx, settings)?;
         lua.globals().set("ngx", ngx)?;
         cjson::install(&lua)?;
         lua.load(PRELUDE).set_name("=weir").exec()?;
@@ -455,7 +457,7 @@ const PRELUDE: &str = r#"
 local function missing(name)
   return function() error(name .. " is not supported by weir", 2) end
 end
-for _, name in ipairs({"exec", "on_abort", "get_phase"}) do
+for _, name in ipairs({"exec", "on_abort"}) do
   if ngx[name] == nil then ngx[name] = missing("ngx." .. name) end
 end
 ngx.location = { capture = missing("ngx.location.capture"),

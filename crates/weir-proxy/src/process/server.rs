@@ -138,6 +138,7 @@ fn serve(
     for (id, commands) in receivers.into_iter().enumerate() {
         let setup = WorkerSetup {
             id,
+            workers,
             config: shared.clone(),
             shutdown: shutdown.clone(),
             metrics: metrics.workers[id].clone(),
@@ -218,6 +219,7 @@ fn worker_main(
 ) {
     let id = setup.id;
     let shutdown = setup.shutdown.clone();
+    crate::lua::enter_worker(id, setup.workers, shutdown.clone());
     // I/O only: no tokio timer, whose clock reads and wheel walks on every park cost about
     // 1,100 instructions per request. Time is the worker's tick (`io/ticker.rs`) and sweep.
     let rt = match tokio::runtime::Builder::new_current_thread()

@@ -22,6 +22,8 @@ pub enum WorkerCommand {
 /// What a worker thread starts from.
 pub struct WorkerSetup {
     pub id: usize,
+    /// How many workers the process runs (`ngx.worker.count()`).
+    pub workers: usize,
     pub config: Arc<ArcSwap<Runtime>>,
     pub shutdown: Arc<Shutdown>,
     pub metrics: Arc<WorkerCells>,

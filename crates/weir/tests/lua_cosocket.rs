@@ -23,6 +23,15 @@ local ok, err = sock:connect("127.0.0.1", tonumber(ngx.var.arg_peer))
 if not ok then ngx.say("connect: ", err) return end
 "#;
 
+/// Opens a UDP cosocket to the in-test UDP server (`?udp=PORT`), which acts on each
+/// datagram (see [`udp_server`]).
+const UDP: &str = r#"
+local sock = ngx.socket.udp()
+sock:settimeout(2000)
+local ok, err = sock:setpeername("127.0.0.1", tonumber(ngx.var.arg_udp))
+if not ok then ngx.say("setpeername: ", err) return end
+"#;
+
 /// A lua-resty-redis client on this server's Redis (`?redis=PORT`).
 const REDIS: &str = r##"
 local redis = require "nginx.redis"
@@ -73,6 +82,15 @@ const fn redis(name: &'static str, script: &'static str) -> Case {
     Case {
         name,
         prelude: REDIS,
+        script,
+        phases: &[],
+    }
+}
+
+const fn udp(name: &'static str, script: &'static str) -> Case {
+    Case {
+        name,
+        prelude: UDP,
         script,
         phases: &[],
     }
@@ -252,6 +270,69 @@ other:close()"#,
         "setkeepalive_unread_data",
         r#"sock:send("echo\n") sock:send("a\nb\n") ngx.say(sock:receive()) ngx.sleep(0.1)
 ngx.say(sock:receive(1)) ngx.say(sock:setkeepalive())"#,
+    ),
+    // udpsock:send: "Returns 1 on success"; data "can be a Lua string, a (nested) Lua table
+    // holding string fragments"; udpsock:receive: "Receives data from the UDP ... socket";
+    // udpsock:close; a closed socket answers nil and "closed".
+    udp(
+        "udp_send_and_receive",
+        r#"ngx.say(sock:send("echo hello")) ngx.say(sock:receive())
+ngx.say(sock:send({"echo ", {"nested", 1, " ", 2.5}})) ngx.say(sock:receive())
+ngx.say(sock:close()) ngx.say(sock:close()) ngx.say(sock:send("x")) ngx.say(sock:receive())"#,
+    ),
+    // "If the size argument is specified, then this method will use this size as the receive
+    // buffer size" (the README's 8192 limit is 65536 in lua-nginx-module 0.10.23).
+    udp(
+        "udp_receive_size",
+        r#"sock:send("big") ngx.say(sock:receive(10))
+sock:send("big") ngx.say(#sock:receive())
+sock:send("big") ngx.say(#sock:receive(100000))
+sock:send("twice") ngx.say(sock:receive()) ngx.say(sock:receive())"#,
+    ),
+    // A read timeout answers nil and "timeout", and the socket stays usable.
+    udp(
+        "udp_timeout",
+        r#"sock:settimeout(100) sock:send("silent") ngx.say(sock:receive())
+sock:settimeout(2000) sock:send("echo after") ngx.say(sock:receive())"#,
+    ),
+    // An ICMP port unreachable for a datagram sent to nobody: "connection refused".
+    plain(
+        "udp_refused",
+        r#"local sock = ngx.socket.udp() sock:settimeout(1000)
+ngx.say(sock:setpeername("127.0.0.1", tonumber(ngx.var.arg_dead)))
+ngx.say(sock:send("anyone?")) ngx.say(sock:receive())"#,
+    ),
+    // udpsock:setpeername: "host ... port ... unix domain socket file path ... prefixed by
+    // unix:"; a socket not yet given a peer is closed; setpeername again replaces the peer.
+    plain(
+        "udp_setpeername",
+        r#"local sock = ngx.socket.udp()
+ngx.say(sock:send("x")) ngx.say(sock:receive()) ngx.say(sock:close())
+ngx.say(sock:setpeername("127.0.0.1", 70000))
+ngx.say(sock:setpeername("unix:" .. ngx.var.arg_dgram)) ngx.say(sock:send({"unix", " datagram"}))
+ngx.say(sock:setpeername("127.0.0.1", tonumber(ngx.var.arg_udp))) sock:send("echo again") ngx.say(sock:receive())
+ngx.say(sock:setpeername("unix:/nonexistent/dgram.sock"))"#,
+    ),
+    // ngx.socket.udp's context is the TCP one's: not header_filter.
+    Case {
+        name: "header_filter_refuses_udp",
+        prelude: "",
+        script: r#"ngx.say("body")"#,
+        phases: &[(
+            "header_filter",
+            r#"local ok, err = pcall(ngx.socket.udp) ngx.header["X-Err"] = tostring(ok) .. " " .. tostring(err)"#,
+        )],
+    },
+    // A UDP cosocket in a timer.
+    plain(
+        "udp_in_a_timer",
+        r#"ngx.timer.at(0, function(premature, port)
+  local sock = ngx.socket.udp() sock:settimeout(2000)
+  sock:setpeername("127.0.0.1", port) sock:send("echo from a timer")
+  ngx.shared.t:set("udp", (sock:receive()))
+end, tonumber(ngx.var.arg_udp))
+for _ = 1, 100 do if ngx.shared.t:get("udp") then break end ngx.sleep(0.01) end
+ngx.say(ngx.shared.t:get("udp"))"#,
     ),
     // ngx.socket.tcp's context: rewrite, access, content, timers, not header_filter, where
     // nginx raises "API disabled in the context of header_filter_by_lua*".
@@ -508,6 +589,9 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
     let (nginx_redis, weir_redis) = (Redis::start_with(&unix), Redis::start_with(&unix));
     let peer = peer_server();
     let dead = dead_port();
+    let udp = udp_server();
+    let dgram = temp_dir("lua-dgram").join("dgram.sock");
+    let unix_datagrams = unix_datagram_server(&dgram);
     let mut differences = Vec::new();
     let mut answers = std::collections::HashMap::new();
     for c in CASES {
@@ -515,18 +599,20 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
             nginx.addr,
             c.name,
             &format!(
-                "peer={peer}&dead={dead}&redis={}&unix={}/redis.sock",
+                "peer={peer}&dead={dead}&redis={}&unix={}/redis.sock&udp={udp}&dgram={}",
                 nginx_redis.port,
-                nginx_redis.dir.display()
+                nginx_redis.dir.display(),
+                dgram.display()
             ),
         );
         let got = ask(
             weir.addr(),
             c.name,
             &format!(
-                "peer={peer}&dead={dead}&redis={}&unix={}/redis.sock",
+                "peer={peer}&dead={dead}&redis={}&unix={}/redis.sock&udp={udp}&dgram={}",
                 weir_redis.port,
-                weir_redis.dir.display()
+                weir_redis.dir.display(),
+                dgram.display()
             ),
         );
         let answer =
@@ -582,9 +668,68 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
             "header_filter_refuses_cosockets",
             "API disabled in the context of header_filter_by_lua*",
         ),
+        (
+            "udp_send_and_receive",
+            "1\necho hello\n1\necho nested1 2.5\n1\nnilclosed\nnilclosed\nnilclosed\n",
+        ),
+        (
+            "udp_receive_size",
+            "echo big x\n10000\n10000\nfirst\nsecond\n",
+        ),
+        ("udp_timeout", "niltimeout\necho after\n"),
+        ("udp_refused", "1\n1\nnilconnection refused\n"),
+        ("udp_in_a_timer", "echo from a timer\n"),
+        (
+            "header_filter_refuses_udp",
+            "API disabled in the context of header_filter_by_lua*",
+        ),
     ] {
         assert!(answers[name].contains(part), "{name}: {answers:#?}");
     }
+    // Both servers' unix datagrams arrived.
+    let got = unix_datagrams.lock().unwrap().clone();
+    assert_eq!(got, ["unix datagram", "unix datagram"]);
+}
+
+/// A UDP server answering each datagram: `echo ...` with itself, `big` with 10,000 bytes
+/// (`echo big ` first), `twice` with two datagrams, `silent` with nothing.
+fn udp_server() -> u16 {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let datagram = &buf[..n];
+            let _ = match datagram {
+                b"big" => {
+                    let mut big = b"echo big ".to_vec();
+                    big.resize(10_000, b'x');
+                    socket.send_to(&big, from)
+                }
+                b"twice" => socket
+                    .send_to(b"first", from)
+                    .and_then(|_| socket.send_to(b"second", from)),
+                b"silent" => Ok(0),
+                _ => socket.send_to(datagram, from),
+            };
+        }
+    });
+    port
+}
+
+/// A unix datagram socket at `path`: what it receives, in order.
+fn unix_datagram_server(path: &std::path::Path) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let socket = std::os::unix::net::UnixDatagram::bind(path).unwrap();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            sink.lock().unwrap().push(text);
+        }
+    });
+    got
 }
 
 /// weir with `script` at `/` (one worker) and a script answering at once at `/fast`.
@@ -641,6 +786,33 @@ fn a_cosocket_wait_leaves_the_worker_to_other_requests() {
     assert_eq!(slow.text(), "nil timeout partial\n");
     // The peer stays silent for 3 s; weir gives up after its 2 s timeout: the fast answer
     // came well before (a loaded machine may add seconds to both, not reorder them).
+    assert!(
+        fast_at + Duration::from_secs(1) < started.elapsed(),
+        "{fast_at:?}"
+    );
+}
+
+/// A UDP cosocket's wait yields too: while one request waits for a datagram that never comes
+/// (its peer named `localhost`, resolved as `connect` resolves it), the one worker answers
+/// another at once; the waiting one then ends by its timeout.
+#[test]
+fn a_udp_wait_leaves_the_worker_to_other_requests() {
+    let udp = udp_server();
+    let weir = Weir::start(&one_script(
+        "local sock = ngx.socket.udp()\nsock:settimeout(2000)\n\
+         ngx.say(sock:setpeername('localhost', tonumber(ngx.var.arg_udp)))\n\
+         sock:send('echo resolved') ngx.say(sock:receive())\n\
+         sock:send('silent') ngx.say(sock:receive())",
+    ));
+    let addr = weir.addr();
+    let started = std::time::Instant::now();
+    let slow = std::thread::spawn(move || get(addr, "localhost", &format!("/?udp={udp}")));
+    std::thread::sleep(Duration::from_millis(300));
+    let fast = get(addr, "localhost", "/fast");
+    assert_eq!(fast.text(), "fast\n");
+    let fast_at = started.elapsed();
+    let slow = slow.join().unwrap();
+    assert_eq!(slow.text(), "1\necho resolved\nniltimeout\n");
     assert!(
         fast_at + Duration::from_secs(1) < started.elapsed(),
         "{fast_at:?}"

@@ -32,7 +32,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 /// lua-nginx-module's defaults: `lua_socket_connect_timeout`, `lua_socket_send_timeout`,
 /// `lua_socket_read_timeout` and `lua_socket_keepalive_timeout` are 60s.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// `lua_socket_pool_size`'s default: connections kept per pool key.
 const DEFAULT_POOL_SIZE: usize = 30;
 /// What one read asks the kernel for (`lua_socket_buffer_size`'s default is 4k/8k).
@@ -99,7 +99,7 @@ impl AsyncWrite for Stream {
 /// tick by the new deadline: a connection's waits, each `limit` after the last, share one
 /// setting until it ticks, instead of a syscall each.
 #[derive(Default)]
-struct Timer {
+pub(super) struct Timer {
     ticker: Option<Ticker>,
     /// When the ticker is set to tick (`None`: not set, or its tick was taken).
     armed_for: Option<Instant>,
@@ -371,7 +371,7 @@ fn fail_partial(lua: &Lua, err: &str, partial: &[u8]) -> mlua::Result<Step> {
 
 /// An I/O error as nginx words it: the system's message in lower case
 /// (`connection refused`), `closed` for a connection the peer ended.
-fn error_text(e: &std::io::Error) -> String {
+pub(super) fn error_text(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(code) => nix::errno::Errno::from_raw(code).desc().to_lowercase(),
         None if e.kind() == std::io::ErrorKind::UnexpectedEof => "closed".to_string(),
@@ -380,7 +380,7 @@ fn error_text(e: &std::io::Error) -> String {
 }
 
 /// Why a wait under a deadline ended without its result.
-enum Waited {
+pub(super) enum Waited {
     Timeout,
     /// The timer itself failed.
     Timer(std::io::Error),
@@ -388,7 +388,7 @@ enum Waited {
 
 impl Waited {
     /// The error as the script sees it.
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         match self {
             Waited::Timeout => "timeout".to_string(),
             Waited::Timer(e) => format!("timer: {e}"),
@@ -398,7 +398,7 @@ impl Waited {
 
 /// `op` under `limit`, on `timer` (for the operations that stay futures: a new connection,
 /// a TLS handshake).
-async fn within<T>(
+pub(super) async fn within<T>(
     timer: &mut Timer,
     limit: Duration,
     op: impl Future<Output = T>,
@@ -760,7 +760,7 @@ fn until_state(
 }
 
 /// The bytes of `send`'s argument: a string, a number, or an array of them (nested).
-fn flatten(value: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
+pub(super) fn flatten(value: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
     match value {
         Value::String(s) => out.extend_from_slice(&s.as_bytes()),
         Value::Integer(n) => out.extend_from_slice(n.to_string().as_bytes()),
@@ -1020,7 +1020,7 @@ fn connect_step(
 
 /// The address of `host`: a literal IP as it is, a name resolved on tokio's blocking pool
 /// (the worker's event loop never waits for the resolver).
-async fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+pub(super) async fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
@@ -1181,7 +1181,7 @@ async fn sslhandshake(
 }
 
 /// A timeout argument in milliseconds; 0 or none keeps lua-nginx-module's default.
-fn millis(value: Option<f64>) -> Duration {
+pub(super) fn millis(value: Option<f64>) -> Duration {
     match value {
         Some(ms) if ms > 0.0 => Duration::from_secs_f64(ms / 1000.0),
         _ => DEFAULT_TIMEOUT,

@@ -8,6 +8,7 @@ mod body_filter;
 mod carried;
 mod cjson;
 mod cosocket;
+mod cosocket_udp;
 mod init_once;
 mod ngx_output;
 mod ngx_re;

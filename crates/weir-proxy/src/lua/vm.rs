@@ -6,8 +6,8 @@
 use super::request::{self, RequestState};
 use super::watchdog::Watch;
 use super::{
-    cjson, cosocket, ngx_output, ngx_re, ngx_req, ngx_util, ngx_worker, shared_dict, timer,
-    LuaProgram,
+    cjson, cosocket, cosocket_udp, ngx_output, ngx_re, ngx_req, ngx_util, ngx_worker, shared_dict,
+    timer, LuaProgram,
 };
 use crate::http::local::LocalResponse;
 use mlua::{Function, Lua, Thread};
@@ -90,6 +90,7 @@ impl WorkerVm {
         ngx_re::install(&lua, &ngx)?;
         shared_dict::install(&lua, &ngx, &program.dicts)?;
         cosocket::install(&lua, &ngx)?;
+        cosocket_udp::install(&lua, &ngx)?;
         ngx_worker::install(&lua, &ngx, settings)?;
         lua.globals().set("ngx", ngx)?;
         cjson::install(&lua)?;
@@ -463,7 +464,7 @@ end
 ngx.location = { capture = missing("ngx.location.capture"),
                  capture_multi = missing("ngx.location.capture_multi") }
 ngx.socket = ngx.socket or {}
-for _, name in ipairs({"tcp", "udp", "connect", "stream"}) do
+for _, name in ipairs({"tcp", "connect", "stream"}) do
   if ngx.socket[name] == nil then ngx.socket[name] = missing("ngx.socket." .. name) end
 end
 ngx.timer = { at = missing("ngx.timer.at"), every = missing("ngx.timer.every") }

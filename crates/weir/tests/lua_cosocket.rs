@@ -899,6 +899,45 @@ fn init_worker_starts_a_timer_that_uses_cosockets() {
     }
 }
 
+/// On a stop, the timers still waiting run at once with `premature` true, as nginx's do on a
+/// graceful exit (an `every` one for the last time); no timer can be started any more (`nil,
+/// "process exiting"`), and the stop waits for their runs (one sleeps first).
+#[test]
+fn a_stop_runs_waiting_timers_early_with_premature_true() {
+    let init_worker = "  init_worker: |\n    \
+        ngx.timer.at(3600, function(premature, tag)\n      \
+          ngx.sleep(0.3)\n      \
+          local ok, err = ngx.timer.at(0, function() end)\n      \
+          ngx.log(ngx.ERR, 'at ran: ', tostring(premature), ' ', tag, ' ', ngx.get_phase(), ' ', \
+          tostring(ngx.worker.exiting()), ' ', tostring(ok), ' ', err, ' done')\n    \
+        end, 'x')\n    \
+        ngx.timer.every(3600, function(premature)\n      \
+          ngx.log(ngx.ERR, 'every ran: ', tostring(premature), ' done')\n    \
+        end)\n";
+    let yaml = weir_one_script(
+        1,
+        &format!("{LUA_KEYS}{init_worker}"),
+        "",
+        "ngx.say(ngx.timer.pending_count(), ' ', tostring(ngx.worker.exiting()))",
+    );
+    let weir = Weir::start(&yaml);
+    // The worker made its VM, and started the timers, for this request.
+    assert_eq!(get(weir.addr(), "localhost", "/").text(), "2 false\n");
+    weir.signal("TERM");
+    let at = weir.wait_for_line("at ran: ", 1);
+    assert!(
+        at.contains("at ran: true x timer true nil process exiting done"),
+        "{at}"
+    );
+    let every = weir.wait_for_line("every ran: ", 1);
+    assert!(every.contains("every ran: true done"), "{every}");
+    weir.wait_for_line("stopped", 1);
+    let lines = weir.stderr();
+    let at_line = lines.iter().position(|l| l.contains("at ran: "));
+    let stopped = lines.iter().position(|l| l.ends_with("stopped"));
+    assert!(at_line < stopped, "the stop waited for the run: {lines:#?}");
+}
+
 /// setkeepalive's idle timeout: a pooled connection nobody takes is closed once it passes,
 /// without another request using the pool (Redis sees it go).
 #[test]

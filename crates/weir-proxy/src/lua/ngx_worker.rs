@@ -37,6 +37,25 @@ pub fn enter_worker(id: usize, count: usize, shutdown: Arc<Shutdown>) {
     });
 }
 
+/// Whether this worker's stop has begun.
+pub(super) fn exiting() -> bool {
+    PLACE.with_borrow(|p| p.as_ref().is_some_and(|p| p.shutdown.is_requested()))
+}
+
+/// Ready once this worker's stop has begun (never on a thread that is no worker).
+pub(super) async fn stop_begun() {
+    let Some(shutdown) = PLACE.with_borrow(|p| p.as_ref().map(|p| p.shutdown.clone())) else {
+        return std::future::pending().await;
+    };
+    let notified = shutdown.notify.notified();
+    let mut notified = std::pin::pin!(notified);
+    // Registered before the check, so a stop requested in between still wakes it.
+    notified.as_mut().enable();
+    if !shutdown.is_requested() {
+        notified.await;
+    }
+}
+
 /// The phase running now, named as `ngx.get_phase()` names it: a phase that may not wait says
 /// so by disabling cosockets (its context names it), a request phase by its state, and code
 /// run outside both is a timer's.
@@ -64,12 +83,7 @@ pub(super) fn install(lua: &Lua, ngx: &Table, settings: &LuaSettings) -> mlua::R
     )?;
     // Every worker is a thread of the one process.
     worker.set("pid", lua.create_function(|_, ()| Ok(std::process::id()))?)?;
-    worker.set(
-        "exiting",
-        lua.create_function(|_, ()| {
-            Ok(PLACE.with_borrow(|p| p.as_ref().is_some_and(|p| p.shutdown.is_requested())))
-        })?,
-    )?;
+    worker.set("exiting", lua.create_function(|_, ()| Ok(exiting()))?)?;
     ngx.set("worker", worker)?;
 
     let config = lua.create_table()?;

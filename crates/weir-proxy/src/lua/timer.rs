@@ -1,14 +1,16 @@
 //! `ngx.timer.at`, `ngx.timer.every`, `ngx.timer.running_count` and `pending_count` as
 //! lua-nginx-module has them: a timer runs its function later on the same worker, in a
 //! coroutine of its own outside any request (so it may use cosockets and `ngx.sleep`), under
-//! the same `max_run_time` watch as the worker's scripts.
+//! the same `max_run_time` watch as the worker's scripts. When the worker's stop begins, every
+//! timer still waiting runs at once with `premature` true (an `every` one for the last time),
+//! as nginx's do on a graceful exit, and the stop's drain waits for them ([`unfinished`]).
 
 use super::request::Slice;
 use super::watchdog::Watch;
 use crate::io::ticker::Ticker;
 use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 use std::cell::Cell;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -32,6 +34,12 @@ struct TimerRuntime {
     traced: Function,
     max_run_time: Duration,
     watch: Arc<Watch>,
+}
+
+/// This worker's timers not done yet: waiting for their time, or running (a stop's drain waits
+/// for them, up to its `graceful_timeout`).
+pub fn unfinished() -> usize {
+    PENDING.get() + RUNNING.get()
 }
 
 /// Puts `at`, `every`, `running_count` and `pending_count` in `ngx.timer` (made by the VM's
@@ -81,7 +89,8 @@ pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> 
 }
 
 /// Schedules `callback(false, args...)` after `delay` seconds (and every `delay` seconds
-/// after that with `every`) on this worker: 1, or `nil` and why not.
+/// after that with `every`) on this worker, or `callback(true, args...)` as soon as the worker
+/// stops: 1, or `nil` and why not.
 fn start(
     lua: &Lua,
     runtime: &TimerRuntime,
@@ -95,6 +104,9 @@ fn start(
             "bad argument #1 to 'at' (delay must not be negative)",
         ));
     }
+    if super::ngx_worker::exiting() {
+        return Ok((None, Some("process exiting")));
+    }
     if PENDING.get() >= MAX_PENDING {
         return Ok((None, Some("too many pending timers")));
     }
@@ -105,17 +117,17 @@ fn start(
     tokio::task::spawn_local(async move {
         let wait = Duration::from_secs_f64(delay);
         loop {
-            let waited = match Ticker::once(wait) {
-                Ok(ticker) => ticker.tick().await,
-                Err(e) => Err(e),
-            };
+            let waited = wait_or_stop(wait).await;
             PENDING.set(PENDING.get() - 1);
-            if let Err(e) = waited {
-                crate::log_error!("lua: ngx.timer: cannot wait: {e}");
-                return;
-            }
-            if !every {
-                run_counted(&lua, &runtime, &callback, &args).await;
+            let premature = match waited {
+                Ok(premature) => premature,
+                Err(e) => {
+                    crate::log_error!("lua: ngx.timer: cannot wait: {e}");
+                    return;
+                }
+            };
+            if !every || premature {
+                run_counted(&lua, &runtime, &callback, &args, premature).await;
                 return;
             }
             // As lua-nginx-module: the next run is due an interval after this one starts,
@@ -124,7 +136,7 @@ fn start(
             let (lua, runtime) = (lua.clone(), runtime.clone());
             let (callback, args) = (callback.clone(), args.clone());
             tokio::task::spawn_local(async move {
-                run_counted(&lua, &runtime, &callback, &args).await;
+                run_counted(&lua, &runtime, &callback, &args, false).await;
             });
         }
     });
@@ -132,9 +144,29 @@ fn start(
     Ok((Some(1), None))
 }
 
+/// Waits `wait`: `false` when it passed, `true` when the worker's stop began first.
+async fn wait_or_stop(wait: Duration) -> std::io::Result<bool> {
+    let ticker = Ticker::once(wait)?;
+    let mut tick = pin!(ticker.tick());
+    let mut stop = pin!(super::ngx_worker::stop_begun());
+    poll_fn(|cx| {
+        if stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(true));
+        }
+        tick.as_mut().poll(cx).map(|done| done.map(|()| false))
+    })
+    .await
+}
+
 /// [`run`], counted in `running_count` (not run past [`MAX_RUNNING`], as in nginx); its
 /// error is logged.
-async fn run_counted(lua: &Lua, runtime: &TimerRuntime, callback: &Function, args: &[Value]) {
+async fn run_counted(
+    lua: &Lua,
+    runtime: &TimerRuntime,
+    callback: &Function,
+    args: &[Value],
+    premature: bool,
+) {
     if RUNNING.get() >= MAX_RUNNING {
         crate::log_error!(
             "lua: ngx.timer: not run, {MAX_RUNNING} lua_max_running_timers are not enough"
@@ -142,23 +174,24 @@ async fn run_counted(lua: &Lua, runtime: &TimerRuntime, callback: &Function, arg
         return;
     }
     RUNNING.set(RUNNING.get() + 1);
-    let ran = run(lua, runtime, callback, args).await;
+    let ran = run(lua, runtime, callback, args, premature).await;
     RUNNING.set(RUNNING.get() - 1);
     if let Err(e) = ran {
         super::log_failure("ngx.timer", &e.to_string());
     }
 }
 
-/// Runs `callback(false, args...)` in a coroutine of its own to its end, resuming it whenever
+/// Runs `callback(premature, args...)` in a coroutine of its own to its end, resuming it whenever
 /// what it waits for is ready; no request is current meanwhile.
 async fn run(
     lua: &Lua,
     runtime: &TimerRuntime,
     callback: &Function,
     args: &[Value],
+    premature: bool,
 ) -> mlua::Result<()> {
     let thread: Thread = lua.create_thread(runtime.traced.clone())?;
-    let mut call = vec![Value::Function(callback.clone()), Value::Boolean(false)];
+    let mut call = vec![Value::Function(callback.clone()), Value::Boolean(premature)];
     call.extend(args.iter().cloned());
     let mut running = pin!(thread.into_async::<MultiValue>(MultiValue::from_iter(call)));
     poll_fn(|cx| {

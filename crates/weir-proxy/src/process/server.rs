@@ -299,7 +299,9 @@ fn worker_main(
             for conn in worker.idle.take_all() {
                 resume(&worker, &config, conn, &active);
             }
-            if active.get() == 0 || Instant::now() >= deadline {
+            // Lua timers run early on a stop (`premature`): their runs are waited for too.
+            let busy = active.get() + crate::lua::unfinished_timers();
+            if busy == 0 || Instant::now() >= deadline {
                 break;
             }
             worker.sweep_connections();

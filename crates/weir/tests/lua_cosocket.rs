@@ -300,7 +300,8 @@ sock:settimeout(2000) sock:send("echo after") ngx.say(sock:receive())"#,
         "udp_refused",
         r#"local sock = ngx.socket.udp() sock:settimeout(1000)
 ngx.say(sock:setpeername("127.0.0.1", tonumber(ngx.var.arg_dead)))
-ngx.say(sock:send("anyone?")) ngx.say(sock:receive())"#,
+ngx.say(sock:send("anyone?")) ngx.say(sock:receive())
+ngx.say(sock:send("again?")) ngx.say(sock:receive()) ngx.say(sock:close())"#,
     ),
     // udpsock:setpeername: "host ... port ... unix domain socket file path ... prefixed by
     // unix:"; a socket not yet given a peer is closed; setpeername again replaces the peer.
@@ -311,7 +312,9 @@ ngx.say(sock:send("x")) ngx.say(sock:receive()) ngx.say(sock:close())
 ngx.say(sock:setpeername("127.0.0.1", 70000))
 ngx.say(sock:setpeername("unix:" .. ngx.var.arg_dgram)) ngx.say(sock:send({"unix", " datagram"}))
 ngx.say(sock:setpeername("127.0.0.1", tonumber(ngx.var.arg_udp))) sock:send("echo again") ngx.say(sock:receive())
-ngx.say(sock:setpeername("unix:/nonexistent/dgram.sock"))"#,
+ngx.say(sock:setpeername("unix:/nonexistent/dgram.sock"))
+sock:setpeername("127.0.0.1", tonumber(ngx.var.arg_udp)) sock:send("echo sized")
+ngx.say(sock:receive(4))"#,
     ),
     // ngx.socket.udp's context is the TCP one's: not header_filter.
     Case {

@@ -14,6 +14,16 @@ use weir_config::LuaSettings;
 const NGINX_VERSION: i64 = 1_022_001;
 const NGX_LUA_VERSION: i64 = 10_023;
 
+/// The request phase a script runs in (a byte in the request's state, which every request
+/// with Lua makes).
+#[derive(Clone, Copy, Default)]
+pub(super) enum RequestPhase {
+    Rewrite,
+    Access,
+    #[default]
+    Content,
+}
+
 /// Which worker this thread is.
 struct WorkerPlace {
     id: usize,
@@ -66,7 +76,12 @@ fn phase() -> &'static str {
         Some("header_filter_by_lua*") => "header_filter",
         Some("body_filter_by_lua*") => "body_filter",
         Some("log_by_lua*") => "log",
-        _ => request::with_request(|state| state.phase).unwrap_or("timer"),
+        _ => match request::with_request(|state| state.phase) {
+            Ok(RequestPhase::Rewrite) => "rewrite",
+            Ok(RequestPhase::Access) => "access",
+            Ok(RequestPhase::Content) => "content",
+            Err(_) => "timer",
+        },
     }
 }
 

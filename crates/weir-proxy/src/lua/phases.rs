@@ -6,6 +6,7 @@
 //! sent.
 
 use super::carried;
+use super::ngx_worker::RequestPhase;
 use super::request::{decoded_path, ReadBody, RequestState};
 use super::{vm, LuaProgram, LuaScript};
 use crate::http::codec::{Framing, RequestHead, ResponseHead};
@@ -99,7 +100,11 @@ impl PhaseScripts {
         reader: &mut dyn ReadBody,
     ) -> Result<Option<Bytes>, LocalResponse> {
         let mut body: Option<Bytes> = None;
-        for (phase, script) in [("rewrite", &self.rewrite), ("access", &self.access)] {
+        let phases = [
+            (RequestPhase::Rewrite, &self.rewrite),
+            (RequestPhase::Access, &self.access),
+        ];
+        for (phase, script) in phases {
             let Some(script) = script else { continue };
             let (name, _) = &script.program.scripts[script.index];
             let vm = match vm::worker_vm(&script.program) {

@@ -78,7 +78,7 @@ pub(super) struct RequestState {
     /// In a `body_filter`: the piece of the body it filters (`ngx.arg`).
     pub piece: Option<Box<super::body_filter::BodyPiece>>,
     /// The request phase running (`ngx.get_phase()`): `rewrite`, `access` or `content`.
-    pub phase: &'static str,
+    pub phase: super::ngx_worker::RequestPhase,
 }
 
 /// Where a state reads the request as sent.
@@ -160,7 +160,6 @@ impl RequestState {
             minor_version: head.minor_version,
             body,
             key: super::carried::key(head),
-            phase: "content",
             ..RequestState::default()
         }
     }

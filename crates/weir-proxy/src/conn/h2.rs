@@ -24,6 +24,7 @@ use crate::http::file_body::FileBody;
 use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
 use crate::io::buffers::FILE_READ_CHUNK;
+use crate::io::h2_output;
 use crate::io::idle::{H2Io, ParkedH2, PARK_AFTER};
 use crate::io::linger::{linger, LINGER_TIMEOUT};
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
@@ -38,7 +39,7 @@ use crate::state::runtime::SharedRuntime;
 use crate::worker::Worker;
 use bytes::{Bytes, BytesMut};
 use std::cell::RefCell;
-use std::io::IoSlice;
+
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -56,8 +57,6 @@ const MAX_LOCAL_RESETS: u32 = 256;
 /// Output not yet taken by the socket past which streams wait before queuing more (the `h2`
 /// crate's send buffer was `FLUSH_AT * 4` per stream).
 const OUTPUT_LIMIT: usize = FLUSH_AT * 4;
-/// Slices per vectored write.
-const WRITE_SLICES: usize = 32;
 /// What an idle connection reads its next bytes into (on the stack: the codec's read buffer
 /// is given back while it idles).
 const IDLE_READ: usize = 4096;
@@ -471,26 +470,7 @@ fn write_output<S: AsyncWrite + Unpin>(
     state: &mut EdgeConn,
     cx: &mut Context<'_>,
 ) -> std::io::Result<()> {
-    let mut wrote = false;
-    while state.codec.has_output() {
-        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-        let n = state.codec.output_slices(&mut slices);
-        match Pin::new(&mut *io).poll_write_vectored(cx, &slices[..n]) {
-            Poll::Ready(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Poll::Ready(Ok(written)) => {
-                state.codec.advance_output(written);
-                wrote = true;
-            }
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => break,
-        }
-    }
-    // TLS may hold records a write could not pass on until flushed (on each drive, so a
-    // flush that waited is finished); a plain socket's flush does nothing.
-    if let Poll::Ready(Err(e)) = Pin::new(&mut *io).poll_flush(cx) {
-        return Err(e);
-    }
-    if wrote {
+    if h2_output::write_output(io, &mut state.codec, cx)? {
         wake_writers(&mut state.slots);
         if !state.reset_when_sent.is_empty() {
             reset_answered(state);

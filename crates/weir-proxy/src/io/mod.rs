@@ -3,6 +3,7 @@
 //! stream to a server (plain or TLS), and the tables that carry state across a reload.
 
 pub mod buffers;
+pub mod h2_output;
 pub mod idle;
 pub mod kept;
 pub mod linger;

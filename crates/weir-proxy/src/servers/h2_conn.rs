@@ -4,10 +4,11 @@
 //! ([`SendStream`], [`ResponseFuture`], [`RecvStream`]) queue frames in the codec and wake
 //! the task. A stream both of whose handles are dropped before it ended is reset (CANCEL).
 
+use crate::io::h2_output;
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::IoSlice;
+
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -18,8 +19,6 @@ use weir_h2::{ClientConnection, ClientEvent, HeaderBlock, Reason};
 /// socket) before its sender waits: the `h2` crate's send buffer was `FLUSH_AT * 4` (the
 /// relay's flush size, `reply/relay.rs`, a layer above).
 const SEND_LIMIT: usize = 256 * 1024;
-/// Slices per vectored write.
-const WRITE_SLICES: usize = 32;
 
 /// The stream, or the whole connection, failed: reset by the server, refused, or gone.
 #[derive(Debug, Clone, Copy)]
@@ -443,25 +442,7 @@ fn write_output<S: AsyncWrite + Unpin>(
     up: &mut UpConn,
     cx: &mut Context<'_>,
 ) -> std::io::Result<()> {
-    let mut wrote = false;
-    while up.codec.has_output() {
-        let mut slices = [IoSlice::new(&[]); WRITE_SLICES];
-        let n = up.codec.output_slices(&mut slices);
-        match Pin::new(&mut *io).poll_write_vectored(cx, &slices[..n]) {
-            Poll::Ready(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Poll::Ready(Ok(written)) => {
-                up.codec.advance_output(written);
-                wrote = true;
-            }
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => break,
-        }
-    }
-    // TLS may hold records until flushed; a plain socket's flush does nothing.
-    if let Poll::Ready(Err(e)) = Pin::new(&mut *io).poll_flush(cx) {
-        return Err(e);
-    }
-    if wrote {
+    if h2_output::write_output(io, &mut up.codec, cx)? {
         wake_writers(&mut up.slots);
     }
     Ok(())

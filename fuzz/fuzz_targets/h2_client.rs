@@ -10,24 +10,8 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
-use weir_fuzz::Cuts;
+use weir_fuzz::{assert_whole_h2_frames, Cuts};
 use weir_h2::{ClientConfig, ClientConnection, ClientEvent};
-
-/// RFC 9113 §4.2: SETTINGS_MAX_FRAME_SIZE is at most 2^24 - 1.
-const MAX_FRAME: usize = (1 << 24) - 1;
-
-fn whole_frames(out: &[u8]) {
-    // The client's output starts with the connection preface, which is not a frame.
-    let out = out.strip_prefix(weir_h2::PREFACE).unwrap_or(out);
-    let mut at = 0;
-    while at < out.len() {
-        assert!(out.len() - at >= 9, "a cut frame header");
-        let len = usize::from(out[at]) << 16 | usize::from(out[at + 1]) << 8 | usize::from(out[at + 2]);
-        assert!(len <= MAX_FRAME, "a frame of {len} bytes");
-        at += 9 + len;
-        assert!(at <= out.len(), "a cut frame");
-    }
-}
 
 /// Opens a request as the upstream side does: a POST with a small body, trailers on every
 /// other one.
@@ -86,5 +70,8 @@ fuzz_target!(|input: &[u8]| {
             }
         }
     }
-    whole_frames(&client.take_output());
+    let out = client.take_output();
+    // The client's output starts with the connection preface, which is not a frame.
+    let frames = out.strip_prefix(weir_h2::PREFACE).expect("the preface first");
+    assert_whole_h2_frames(frames);
 });

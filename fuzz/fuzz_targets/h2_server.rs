@@ -9,22 +9,8 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use std::collections::HashSet;
-use weir_fuzz::Cuts;
+use weir_fuzz::{assert_whole_h2_frames, Cuts};
 use weir_h2::{Config, Connection, Event, PREFACE};
-
-/// RFC 9113 §4.2: SETTINGS_MAX_FRAME_SIZE is at most 2^24 - 1.
-const MAX_FRAME: usize = (1 << 24) - 1;
-
-fn whole_frames(out: &[u8]) {
-    let mut at = 0;
-    while at < out.len() {
-        assert!(out.len() - at >= 9, "a cut frame header");
-        let len = usize::from(out[at]) << 16 | usize::from(out[at + 1]) << 8 | usize::from(out[at + 2]);
-        assert!(len <= MAX_FRAME, "a frame of {len} bytes");
-        at += 9 + len;
-        assert!(at <= out.len(), "a cut frame");
-    }
-}
 
 fuzz_target!(|input: &[u8]| {
     let Some((seed, body)) = input.split_first_chunk::<2>() else {
@@ -61,5 +47,5 @@ fuzz_target!(|input: &[u8]| {
             }
         }
     }
-    whole_frames(&connection.take_output());
+    assert_whole_h2_frames(&connection.take_output());
 });

@@ -1,5 +1,5 @@
 //! Helpers shared by the fuzz targets in `fuzz_targets/`: where a parsed piece lies in the input,
-//! and what every HTTP/1 head parse must do.
+//! what every HTTP/1 head parse must do, and what an HTTP/2 codec's output must be.
 
 use bytes::BytesMut;
 use weir_proxy::fuzzing::{HeadError, MAX_HEAD_BYTES};
@@ -79,4 +79,21 @@ pub fn check_in_input(data: &[u8], base: usize, consumed: usize, part: &[u8], wh
         part,
         "{what} differs from the input"
     );
+}
+
+/// RFC 9113 §4.2: SETTINGS_MAX_FRAME_SIZE is at most 2^24 - 1.
+const MAX_H2_FRAME: usize = (1 << 24) - 1;
+
+/// Checks that `out` is whole HTTP/2 frames, each within the largest frame size a peer may
+/// allow. Panics (a fuzz failure) on a cut frame or a larger one.
+pub fn assert_whole_h2_frames(out: &[u8]) {
+    let mut at = 0;
+    while at < out.len() {
+        assert!(out.len() - at >= 9, "a cut frame header");
+        let len =
+            usize::from(out[at]) << 16 | usize::from(out[at + 1]) << 8 | usize::from(out[at + 2]);
+        assert!(len <= MAX_H2_FRAME, "a frame of {len} bytes");
+        at += 9 + len;
+        assert!(at <= out.len(), "a cut frame");
+    }
 }

@@ -361,7 +361,10 @@ impl RequestHead {
             }
             None => (0, None),
         };
-        let question = target[origin_start..].find('?').map(|i| origin_start + i);
+        // memchr: `str::find` with a char pattern costs about 80 instructions of set-up even
+        // for `/ping` (callgrind).
+        let question =
+            memchr::memchr(b'?', &target.as_bytes()[origin_start..]).map(|i| origin_start + i);
         let target_len = target.len();
         let path_end = question.unwrap_or(target_len);
         self.path = if origin_start == target_len {

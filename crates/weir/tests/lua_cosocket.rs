@@ -924,7 +924,7 @@ fn a_stop_runs_waiting_timers_early_with_premature_true() {
         "ngx.say(ngx.timer.pending_count(), ' ', tostring(ngx.worker.exiting()))",
     );
     let weir = Weir::start(&yaml);
-    // The worker made its VM, and started the timers, for this request.
+    // The worker made its VM, and started the timers, as it started.
     assert_eq!(get(weir.addr(), "localhost", "/").text(), "2 false\n");
     weir.signal("TERM");
     let at = weir.wait_for_line("at ran: ", 1);
@@ -939,6 +939,47 @@ fn a_stop_runs_waiting_timers_early_with_premature_true() {
     let at_line = lines.iter().position(|l| l.contains("at ran: "));
     let stopped = lines.iter().position(|l| l.ends_with("stopped"));
     assert!(at_line < stopped, "the stop waited for the run: {lines:#?}");
+}
+
+/// On a reload, the replaced VM's timers still waiting run at once with `premature` true and
+/// `ngx.worker.exiting()` true, as nginx's do when a reload (HUP) ends its old workers
+/// (lua-nginx-module's `ngx.timer.at`: premature is true "when the Nginx worker process is
+/// trying to shut down, as in an Nginx configuration reload triggered by the HUP signal"); the
+/// new VM's `init_worker` timers start as the reload is applied, without a request, as a new
+/// nginx worker's do.
+#[test]
+fn a_reload_runs_the_replaced_vms_waiting_timers_early() {
+    let init_worker = "  init_worker: |\n    \
+        local generation = 'first'\n    \
+        ngx.timer.at(0, function() ngx.log(ngx.ERR, 'started: ', generation, ' done') end)\n    \
+        ngx.timer.every(3600, function(premature)\n      \
+          ngx.log(ngx.ERR, 'every ran: ', tostring(premature), ' ', generation, ' ', \
+          tostring(ngx.worker.exiting()), ' done')\n    \
+        end)\n";
+    let yaml = weir_one_script(
+        1,
+        &format!("{LUA_KEYS}{init_worker}"),
+        "",
+        "ngx.say(ngx.timer.pending_count(), ' ', tostring(ngx.worker.exiting()))",
+    );
+    let weir = Weir::start(&yaml);
+    weir.wait_for_line("started: first done", 1);
+    std::fs::write(weir.config_path(), yaml.replace("'first'", "'second'")).unwrap();
+    weir.signal("HUP");
+    weir.wait_for_line(": reloaded", 1);
+    let every = weir.wait_for_line("every ran: ", 1);
+    assert!(every.contains("every ran: true first true done"), "{every}");
+    weir.wait_for_line("started: second done", 1);
+    // Only the new VM's `every` waits now, and its worker is not exiting.
+    assert_eq!(get(weir.addr(), "localhost", "/").text(), "1 false\n");
+    assert!(
+        !weir
+            .stderr()
+            .iter()
+            .any(|l| l.contains("every ran: true second")),
+        "the new VM's timer ran early: {:#?}",
+        weir.stderr()
+    );
 }
 
 /// setkeepalive's idle timeout: a pooled connection nobody takes is closed once it passes,

@@ -38,6 +38,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 pub use timer::unfinished as unfinished_timers;
+pub use vm::apply_program;
 use weir_config::{Action, Config, LuaCode, LuaSettings, MiddlewareKind};
 
 /// The most request body a script reads (`ngx.req.read_body`), as nginx's default

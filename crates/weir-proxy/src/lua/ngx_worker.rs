@@ -6,6 +6,8 @@ use super::{cosocket, request};
 use crate::worker::Shutdown;
 use mlua::{Lua, Table};
 use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
 use std::sync::Arc;
 use weir_config::LuaSettings;
 
@@ -22,6 +24,46 @@ pub(super) enum RequestPhase {
     Access,
     #[default]
     Content,
+}
+
+/// A VM's end on its worker: a reload replaced it. As on nginx's reload, where the old worker
+/// processes exit, its waiting timers then run at once with `premature` true and
+/// `ngx.worker.exiting()` answers true in it.
+#[derive(Default)]
+pub(super) struct Retirement {
+    retired: std::cell::Cell<bool>,
+    notify: tokio::sync::Notify,
+}
+
+impl Retirement {
+    pub(super) fn retire(&self) {
+        self.retired.set(true);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether this VM's worker stops or a reload replaced the VM.
+    pub(super) fn exiting(&self) -> bool {
+        self.retired.get() || exiting()
+    }
+
+    /// Ready once this VM's worker stops or a reload replaces the VM.
+    pub(super) async fn begun(&self) {
+        let notified = self.notify.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the check, so a retirement in between still wakes it.
+        notified.as_mut().enable();
+        if self.retired.get() {
+            return;
+        }
+        let mut stop = std::pin::pin!(stop_begun());
+        std::future::poll_fn(|cx| {
+            if notified.as_mut().poll(cx).is_ready() || stop.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
 }
 
 /// Which worker this thread is.
@@ -86,7 +128,12 @@ fn phase() -> &'static str {
 }
 
 /// Puts `ngx.worker`, `ngx.config` and `ngx.get_phase` on `ngx`.
-pub(super) fn install(lua: &Lua, ngx: &Table, settings: &LuaSettings) -> mlua::Result<()> {
+pub(super) fn install(
+    lua: &Lua,
+    ngx: &Table,
+    settings: &LuaSettings,
+    retirement: &Rc<Retirement>,
+) -> mlua::Result<()> {
     let worker = lua.create_table()?;
     worker.set(
         "id",
@@ -98,7 +145,11 @@ pub(super) fn install(lua: &Lua, ngx: &Table, settings: &LuaSettings) -> mlua::R
     )?;
     // Every worker is a thread of the one process.
     worker.set("pid", lua.create_function(|_, ()| Ok(std::process::id()))?)?;
-    worker.set("exiting", lua.create_function(|_, ()| Ok(exiting()))?)?;
+    let retirement = retirement.clone();
+    worker.set(
+        "exiting",
+        lua.create_function(move |_, ()| Ok(retirement.exiting()))?,
+    )?;
     ngx.set("worker", worker)?;
 
     let config = lua.create_table()?;

@@ -1,10 +1,12 @@
 //! `ngx.timer.at`, `ngx.timer.every`, `ngx.timer.running_count` and `pending_count` as
 //! lua-nginx-module has them: a timer runs its function later on the same worker, in a
 //! coroutine of its own outside any request (so it may use cosockets and `ngx.sleep`), under
-//! the same `max_run_time` watch as the worker's scripts. When the worker's stop begins, every
-//! timer still waiting runs at once with `premature` true (an `every` one for the last time),
-//! as nginx's do on a graceful exit, and the stop's drain waits for them ([`unfinished`]).
+//! the same `max_run_time` watch as the worker's scripts. When the worker's stop begins, or a
+//! reload replaces the timer's VM, every timer still waiting runs at once with `premature`
+//! true (an `every` one for the last time), as nginx's do when its workers exit on a stop or a
+//! reload; a stop's drain waits for them ([`unfinished`]).
 
+use super::ngx_worker::Retirement;
 use super::request::Slice;
 use super::watchdog::Watch;
 use crate::io::ticker::Ticker;
@@ -12,6 +14,7 @@ use mlua::{Function, Lua, MultiValue, Table, Thread, Value, Variadic};
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -34,6 +37,8 @@ struct TimerRuntime {
     traced: Function,
     max_run_time: Duration,
     watch: Arc<Watch>,
+    /// Its VM's end: the worker's stop, or a reload that replaced the VM.
+    retirement: Rc<Retirement>,
 }
 
 /// This worker's timers not done yet: waiting for their time, or running (a stop's drain waits
@@ -44,7 +49,12 @@ pub fn unfinished() -> usize {
 
 /// Puts `at`, `every`, `running_count` and `pending_count` in `ngx.timer` (made by the VM's
 /// prelude), once the VM's watch exists.
-pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> mlua::Result<()> {
+pub(super) fn install(
+    lua: &Lua,
+    max_run_time: Duration,
+    watch: &Arc<Watch>,
+    retirement: &Rc<Retirement>,
+) -> mlua::Result<()> {
     let ngx: Table = lua.globals().get("ngx")?;
     let timer: Table = match ngx.get::<Option<Table>>("timer")? {
         Some(timer) => timer,
@@ -54,6 +64,7 @@ pub(super) fn install(lua: &Lua, max_run_time: Duration, watch: &Arc<Watch>) -> 
         traced: lua.load(TRACED).set_name("=ngx.timer").eval()?,
         max_run_time,
         watch: watch.clone(),
+        retirement: retirement.clone(),
     };
     let at_runtime = runtime.clone();
     timer.set(
@@ -104,7 +115,7 @@ fn start(
             "bad argument #1 to 'at' (delay must not be negative)",
         ));
     }
-    if super::ngx_worker::exiting() {
+    if runtime.retirement.exiting() {
         return Ok((None, Some("process exiting")));
     }
     if PENDING.get() >= MAX_PENDING {
@@ -117,7 +128,7 @@ fn start(
     tokio::task::spawn_local(async move {
         let wait = Duration::from_secs_f64(delay);
         loop {
-            let waited = wait_or_stop(wait).await;
+            let waited = wait_or_stop(wait, &runtime.retirement).await;
             PENDING.set(PENDING.get() - 1);
             let premature = match waited {
                 Ok(premature) => premature,
@@ -144,11 +155,12 @@ fn start(
     Ok((Some(1), None))
 }
 
-/// Waits `wait`: `false` when it passed, `true` when the worker's stop began first.
-async fn wait_or_stop(wait: Duration) -> std::io::Result<bool> {
+/// Waits `wait`: `false` when it passed, `true` when the worker's stop began first or a
+/// reload replaced the timer's VM.
+async fn wait_or_stop(wait: Duration, retirement: &Retirement) -> std::io::Result<bool> {
     let ticker = Ticker::once(wait)?;
     let mut tick = pin!(ticker.tick());
-    let mut stop = pin!(super::ngx_worker::stop_begun());
+    let mut stop = pin!(retirement.begun());
     poll_fn(|cx| {
         if stop.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Ok(true));

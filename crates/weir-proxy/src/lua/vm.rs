@@ -1,5 +1,6 @@
 //! Each worker's LuaJIT VM: made from a [`LuaProgram`] the first time one of its scripts
-//! runs on the worker (again after a reload), with the `ngx` API, `cjson`, the package path,
+//! runs on the worker, or as the worker starts when there is an `init_worker` script (again
+//! after a reload, which retires the old VM), with the `ngx` API, `cjson`, the package path,
 //! the memory bound and the run-time hook installed, `init` and `init_worker` run, and every
 //! script compiled once into a function.
 
@@ -51,6 +52,8 @@ pub(super) struct WorkerVm {
     /// The shared dictionaries, which the VM's `get` functions reach by address: dropped
     /// after the VM.
     _dicts: Vec<Arc<shared_dict::SharedDict>>,
+    /// Set when a reload replaces this VM: its waiting timers run early.
+    retirement: Rc<ngx_worker::Retirement>,
 }
 
 impl Drop for WorkerVm {
@@ -72,8 +75,30 @@ pub(super) fn worker_vm(program: &LuaProgram) -> Result<Rc<WorkerVm>, String> {
         return Ok(vm);
     }
     let vm = Rc::new(WorkerVm::new(program).map_err(|e| e.to_string())?);
-    WORKER_VM.with_borrow_mut(|slot| *slot = Some(vm.clone()));
+    let replaced = WORKER_VM.with_borrow_mut(|slot| slot.replace(vm.clone()));
+    if let Some(old) = replaced {
+        old.retirement.retire();
+    }
     Ok(vm)
+}
+
+/// At a worker's start and after each reload: the VM of an older configuration is retired
+/// (its waiting timers run early, as an nginx worker's do when a reload ends it), and with an
+/// `init_worker` script the new VM is made at once, as nginx's new workers run
+/// `init_worker_by_lua` when they start, so its timers begin without waiting for a request.
+pub fn apply_program(program: Option<&Arc<LuaProgram>>) {
+    let current = WORKER_VM.with_borrow(|vm| vm.clone());
+    if let Some(vm) = current {
+        if program.is_none_or(|p| p.generation != vm.generation) {
+            WORKER_VM.with_borrow_mut(|slot| *slot = None);
+            vm.retirement.retire();
+        }
+    }
+    if let Some(program) = program.filter(|p| p.settings.init_worker.is_some()) {
+        if let Err(e) = worker_vm(program) {
+            crate::log_error!("lua: the worker's VM: {e}");
+        }
+    }
 }
 
 impl WorkerVm {
@@ -91,7 +116,8 @@ impl WorkerVm {
         shared_dict::install(&lua, &ngx, &program.dicts)?;
         cosocket::install(&lua, &ngx)?;
         cosocket_udp::install(&lua, &ngx)?;
-        ngx_worker::install(&lua, &ngx, settings)?;
+        let retirement = Rc::new(ngx_worker::Retirement::default());
+        ngx_worker::install(&lua, &ngx, settings, &retirement)?;
         lua.globals().set("ngx", ngx)?;
         cjson::install(&lua)?;
         lua.load(PRELUDE).set_name("=weir").exec()?;
@@ -102,7 +128,7 @@ impl WorkerVm {
         }
         let max_run_time = settings.max_run_time;
         let watch = watch_vm(&lua)?;
-        timer::install(&lua, max_run_time, &watch)?;
+        timer::install(&lua, max_run_time, &watch, &retirement)?;
         let first = [
             (&settings.init, "init_by_lua*"),
             (&settings.init_worker, "init_worker_by_lua*"),
@@ -152,6 +178,7 @@ impl WorkerVm {
             max_run_time,
             watch,
             _dicts: program.dicts.iter().map(|(_, dict)| dict.clone()).collect(),
+            retirement,
         })
     }
 

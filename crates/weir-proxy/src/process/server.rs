@@ -246,6 +246,8 @@ fn worker_main(
                 return;
             }
         };
+        // The worker's VM, made now when `init_worker` has timers to start.
+        crate::lua::apply_program(config.load().lua.as_ref());
         let active = Rc::new(Cell::new(0usize));
         tokio::task::spawn_local(follow_commands(
             worker.clone(),
@@ -369,7 +371,11 @@ async fn follow_commands(
                     stop.notify_one();
                 }
             }
-            WorkerCommand::Reloaded => worker.apply_settings(config.load().worker_settings()),
+            WorkerCommand::Reloaded => {
+                let runtime = config.load();
+                worker.apply_settings(runtime.worker_settings());
+                crate::lua::apply_program(runtime.lua.as_ref());
+            }
         }
     }
 }

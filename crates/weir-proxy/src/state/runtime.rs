@@ -61,6 +61,9 @@ pub struct Runtime {
     /// metrics).
     pub tcp_services: Vec<Arc<TcpService>>,
     pub udp_services: Vec<Arc<UdpService>>,
+    /// The `lua` section's program (every script compiled), for the workers to make their VM
+    /// from at start and on reload.
+    pub lua: Option<Arc<crate::lua::LuaProgram>>,
     /// What the next compile carries over.
     carried: Carried,
 }
@@ -477,6 +480,7 @@ impl Runtime {
             metrics: config.server.metrics,
             metric_labels: config.server.metric_labels,
             shared_limits,
+            lua: lua.clone(),
             tcp_services: {
                 let mut all: Vec<_> = tcp_services.values().cloned().collect();
                 all.sort_by(|a, b| a.balancer.name.cmp(&b.balancer.name));

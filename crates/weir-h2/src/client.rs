@@ -9,6 +9,7 @@ use crate::head::{Collector, HeaderBlock};
 use crate::hpack::{Decoder, Encoder, Indexing};
 use crate::output::Output;
 use crate::shared::{self, FlushTo, OnFrame, PartialBlock, RecvWindow, SendQueue};
+use crate::stream_table::StreamTable;
 use crate::{SendError, PREFACE};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::collections::VecDeque;
@@ -110,7 +111,7 @@ pub struct ClientConnection {
     closed: bool,
     input: BytesMut,
     output: Output,
-    streams: Vec<Stream>,
+    streams: StreamTable<Stream>,
     decoder: Decoder,
     encoder: Encoder,
     /// A block awaiting CONTINUATION; its target: decode only (the stream is gone).
@@ -145,7 +146,7 @@ impl ClientConnection {
             closed: false,
             input: BytesMut::new(),
             output: Output::default(),
-            streams: Vec::new(),
+            streams: StreamTable::new(),
             decoder: Decoder::new(config.header_table_size as usize),
             encoder: Encoder::new(config.encoder, config.huffman),
             block: None,
@@ -226,7 +227,7 @@ impl ClientConnection {
     }
 
     fn stream_index(&self, id: u32) -> Option<usize> {
-        self.streams.iter().position(|s| s.id == id)
+        self.streams.position(id)
     }
 
     /// §5.1: a stream we never opened (and the server cannot: push is off).
@@ -368,14 +369,17 @@ impl ClientConnection {
         let flags = if end_stream { frame::END_STREAM } else { 0 };
         let max = self.peer_max_frame_size as usize;
         frame::frame_header_block(tail, start, id, flags, max);
-        self.streams.push(Stream {
+        self.streams.push(
             id,
-            head_received: false,
-            recv_closed: false,
-            send: SendQueue::new(self.peer_initial_window, end_stream),
-            recv: RecvWindow::new(self.config.initial_window_size),
-            content_left: None,
-        });
+            Stream {
+                id,
+                head_received: false,
+                recv_closed: false,
+                send: SendQueue::new(self.peer_initial_window, end_stream),
+                recv: RecvWindow::new(self.config.initial_window_size),
+                content_left: None,
+            },
+        );
         Ok(id)
     }
 

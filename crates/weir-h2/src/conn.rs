@@ -8,6 +8,7 @@ use crate::head::{Collector, HeaderBlock, Refusal, RequestHead};
 use crate::hpack::{Decoder, Encoder, Indexing};
 use crate::output::Output;
 use crate::shared::{self, FlushTo, OnFrame, PartialBlock, RecvWindow, SendQueue};
+use crate::stream_table::StreamTable;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -154,7 +155,7 @@ pub struct Connection {
     phase: Phase,
     input: BytesMut,
     output: Output,
-    streams: Vec<Stream>,
+    streams: StreamTable<Stream>,
     decoder: Decoder,
     encoder: Encoder,
     block: Option<Box<PartialBlock<Target>>>,
@@ -200,7 +201,7 @@ impl Connection {
             phase: Phase::Preface,
             input: BytesMut::new(),
             output: Output::default(),
-            streams: Vec::new(),
+            streams: StreamTable::new(),
             decoder: Decoder::new(config.header_table_size as usize),
             encoder: Encoder::new(config.encoder, config.huffman),
             block: None,
@@ -296,7 +297,7 @@ impl Connection {
     }
 
     fn stream_index(&self, id: u32) -> Option<usize> {
-        self.streams.iter().position(|s| s.id == id)
+        self.streams.position(id)
     }
 
     /// §5.1: a client stream id never used yet.
@@ -332,14 +333,17 @@ impl Connection {
                 if end_stream && content_left.is_some_and(|n| n != 0) {
                     return self.stream_error(id, Reason::PROTOCOL_ERROR);
                 }
-                self.streams.push(Stream {
+                self.streams.push(
                     id,
-                    recv_closed: end_stream,
-                    head_sent: false,
-                    send: SendQueue::new(self.peer_initial_window, false),
-                    recv: RecvWindow::new(self.config.initial_window_size),
-                    content_left,
-                });
+                    Stream {
+                        id,
+                        recv_closed: end_stream,
+                        head_sent: false,
+                        send: SendQueue::new(self.peer_initial_window, false),
+                        recv: RecvWindow::new(self.config.initial_window_size),
+                        content_left,
+                    },
+                );
                 Ok(Step::Event(match head {
                     Ok(head) => Event::Request {
                         stream_id: id,
@@ -673,7 +677,7 @@ impl Connection {
         }
         self.input = BytesMut::new();
         self.output.release();
-        self.streams = Vec::new();
+        self.streams.release();
         self.decoder.shrink();
         true
     }
@@ -684,7 +688,7 @@ impl Connection {
         std::mem::size_of::<Self>()
             + self.input.capacity()
             + self.output.heap_bytes()
-            + self.streams.capacity() * std::mem::size_of::<Stream>()
+            + self.streams.allocated_bytes()
             + self.decoder.heap_bytes()
             + self.encoder.heap_bytes()
             + self.block.as_ref().map_or(0, |b| {

@@ -11,9 +11,11 @@ mod head;
 pub mod hpack;
 mod output;
 mod shared;
+mod stream_table;
 
 pub use client::{ClientConfig, ClientConnection, ClientEvent};
 pub use conn::{Config, Connection, Event, SendError, StreamProgress, PREFACE};
 pub use frame::Reason;
 pub use head::{HeaderBlock, RequestHead};
 pub use hpack::Indexing;
+pub use stream_table::StreamTable;

@@ -122,7 +122,7 @@ pub async fn resume(
 enum Start {
     /// A new connection: the codec is made from its entrypoint's settings.
     New,
-    /// A parked one, its codec already shared (by value, its 416 bytes would stay in the task
+    /// A parked one, its codec already shared (by value, its 448 bytes would stay in the task
     /// beside the shared copy); `true` when its idle timeout passed while it was parked.
     Parked(SharedConn, bool),
 }

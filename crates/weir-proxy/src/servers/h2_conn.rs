@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite};
-use weir_h2::{ClientConnection, ClientEvent, HeaderBlock, Reason};
+use weir_h2::{ClientConnection, ClientEvent, HeaderBlock, Reason, StreamTable};
 
 /// Body bytes a stream may have queued in the codec (waiting for the server's window or the
 /// socket) before its sender waits: the `h2` crate's send buffer was `FLUSH_AT * 4` (the
@@ -29,7 +29,8 @@ pub(crate) type SharedUp = Rc<RefCell<UpConn>>;
 
 pub(crate) struct UpConn {
     pub(crate) codec: ClientConnection,
-    slots: Vec<Slot>,
+    /// By stream id: looked up for every frame received.
+    slots: StreamTable<Slot>,
     /// The connection task, woken when a stream queued something.
     task: Option<Waker>,
     /// The socket failed or closed, or the codec found a connection error.
@@ -41,7 +42,6 @@ pub(crate) struct UpConn {
 /// One stream's response as received and not yet taken, and who waits for what.
 #[derive(Default)]
 struct Slot {
-    id: u32,
     head: Option<ResponseHead>,
     body: VecDeque<Bytes>,
     recv_ended: bool,
@@ -65,7 +65,7 @@ impl UpConn {
     pub(crate) fn new(codec: ClientConnection) -> SharedUp {
         Rc::new(RefCell::new(UpConn {
             codec,
-            slots: Vec::new(),
+            slots: StreamTable::new(),
             task: None,
             failed: false,
             abandoned: false,
@@ -73,7 +73,7 @@ impl UpConn {
     }
 
     fn slot(&mut self, id: u32) -> Option<&mut Slot> {
-        self.slots.iter_mut().find(|s| s.id == id)
+        self.slots.get_mut(id)
     }
 
     fn kick(&mut self) {
@@ -100,7 +100,7 @@ impl UpConn {
 
     /// A handle of stream `id` was dropped; with the last, the stream is reset if still open.
     fn drop_handle(&mut self, id: u32) {
-        let Some(i) = self.slots.iter().position(|s| s.id == id) else {
+        let Some(i) = self.slots.position(id) else {
             return;
         };
         let slot = &mut self.slots[i];
@@ -134,11 +134,13 @@ pub(crate) fn send_request<'f>(
         .codec
         .send_request(method, scheme, authority, path, fields, end_stream)
         .map_err(|_| StreamGone)?;
-    up.slots.push(Slot {
+    up.slots.push(
         id,
-        handles: 2,
-        ..Slot::default()
-    });
+        Slot {
+            handles: 2,
+            ..Slot::default()
+        },
+    );
     up.kick();
     let handle = || Handle {
         conn: conn.clone(),
@@ -353,7 +355,7 @@ pub(crate) async fn drive<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, conn: Sh
         if closed {
             let mut up = conn.borrow_mut();
             up.failed = true;
-            for slot in &mut up.slots {
+            for slot in up.slots.iter_mut() {
                 slot.failed = true;
                 wake(slot);
             }
@@ -448,8 +450,8 @@ fn write_output<S: AsyncWrite + Unpin>(
     Ok(())
 }
 
-fn wake_writers(slots: &mut [Slot]) {
-    for slot in slots {
+fn wake_writers(slots: &mut StreamTable<Slot>) {
+    for slot in slots.iter_mut() {
         if let Some(writer) = slot.writer.take() {
             writer.wake();
         }
@@ -481,7 +483,7 @@ fn take_events(up: &mut UpConn) -> bool {
                 stream_id,
                 data,
                 end_stream,
-            } => match up.slots.iter_mut().find(|s| s.id == stream_id) {
+            } => match up.slots.get_mut(stream_id) {
                 Some(slot) => {
                     if !data.is_empty() {
                         slot.body.push_back(data);

@@ -767,6 +767,37 @@ fn a_kept_alive_connection_serves_the_next_requests() {
     assert_eq!(from_weir, 1, "{clients}");
 }
 
+/// A socket object is weir's own userdata (`lua/cosocket/raw_tcp.rs`): one the script drops
+/// without `close` or `setkeepalive` is closed once the collector finds it (Redis sees its
+/// connection end), and its methods refuse anything but a socket as `self`.
+#[test]
+fn a_dropped_socket_is_closed_when_collected() {
+    let redis = Redis::start();
+    let weir = Weir::start(&one_script(
+        "local sock = ngx.socket.tcp()\n\
+         assert(sock:connect('127.0.0.1', tonumber(ngx.var.arg_redis)))\n\
+         sock:send('PING\\r\\n')\nngx.say(sock:receive())\n\
+         local ok, err = pcall(sock.send, {}, 'PING\\r\\n')\n\
+         ngx.say(ok, ' ', err)\n\
+         sock = nil\ncollectgarbage()\ncollectgarbage()",
+    ));
+    let resp = get(weir.addr(), "localhost", &format!("/?redis={}", redis.port));
+    assert_eq!(
+        resp.text(),
+        "+PONG\nfalse bad argument #1 (a cosocket expected)\n"
+    );
+    // Redis notes a closed connection on its next event loop turn: give it a moment.
+    let mut clients = String::new();
+    for _ in 0..50 {
+        clients = redis_cli(redis.port, &["client", "list"]);
+        if clients.lines().all(|l| l.contains("cmd=client")) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the dropped socket's connection is still open: {clients}");
+}
+
 /// A cosocket's wait yields the script's coroutine: while one request waits for a silent
 /// peer, the one worker answers another at once; the waiting one then ends by its timeout.
 #[test]

@@ -14,7 +14,7 @@
 use crate::io::ticker::Ticker;
 use crate::io::upstream_io::UpstreamIo;
 use bytes::{Buf, BytesMut};
-use mlua::{AnyUserData, Lua, Table, UserData, UserDataMethods, UserDataRef, Value};
+use mlua::{LightUserData, Lua, Table, UserData, UserDataRef, Value};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -29,6 +29,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+
+mod raw_tcp;
+use raw_tcp::socket_ref;
 
 /// lua-nginx-module's defaults: `lua_socket_connect_timeout`, `lua_socket_send_timeout`,
 /// `lua_socket_read_timeout` and `lua_socket_keepalive_timeout` are 60s.
@@ -556,9 +559,10 @@ fn take_found(lua: &Lua, buf: &mut BytesMut, pattern: &Pattern, len: usize) -> m
 /// `receive(pattern)`'s step.
 fn receive_step(
     lua: &Lua,
-    (socket, first, arg): (UserDataRef<TcpSocket>, bool, Option<Value>),
+    (sock, ptr, first, arg): (Value, LightUserData, bool, Option<Value>),
 ) -> mlua::Result<Step> {
     disabled()?;
+    let socket = socket_ref(&sock, ptr);
     let pattern = Pattern::from_lua(arg)?;
     let Some(mut conn) = socket.take_readable() else {
         return fail(lua, "closed");
@@ -593,9 +597,10 @@ fn receive_step(
 /// `max` bytes.
 fn receiveany_step(
     lua: &Lua,
-    (socket, first, max): (UserDataRef<TcpSocket>, bool, i64),
+    (sock, ptr, first, max): (Value, LightUserData, bool, i64),
 ) -> mlua::Result<Step> {
     disabled()?;
+    let socket = socket_ref(&sock, ptr);
     // As nginx: a closed socket answers so before its argument is looked at.
     let Some(mut conn) = socket.take_readable() else {
         return fail(lua, "closed");
@@ -693,14 +698,10 @@ fn until_piece(buf: &[u8], until: &Until, size: Option<usize>) -> Option<Piece> 
 /// A `receiveuntil` iterator call's step.
 fn until_step(
     lua: &Lua,
-    (socket, first, until, size): (
-        UserDataRef<TcpSocket>,
-        bool,
-        UserDataRef<Until>,
-        Option<i64>,
-    ),
+    (sock, ptr, first, until, size): (Value, LightUserData, bool, UserDataRef<Until>, Option<i64>),
 ) -> mlua::Result<Step> {
     disabled()?;
+    let socket = socket_ref(&sock, ptr);
     let Some(mut conn) = socket.take_readable() else {
         return fail(lua, "closed");
     };
@@ -735,7 +736,7 @@ fn until_step(
 /// `receiveuntil(pattern, options)`: the state of the iterator its Lua half makes.
 fn until_state(
     _: &Lua,
-    (_socket, pattern, options): (AnyUserData, Value, Value),
+    (_sock, _ptr, pattern, options): (Value, LightUserData, Value, Value),
 ) -> mlua::Result<Until> {
     let Value::String(pattern) = pattern else {
         return Err(mlua::Error::runtime(
@@ -784,9 +785,10 @@ pub(super) fn flatten(value: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
 /// joins a flat table into one); only what had to wait is copied, to go on from.
 fn send_step(
     lua: &Lua,
-    (socket, first, data): (UserDataRef<TcpSocket>, bool, Value),
+    (sock, ptr, first, data): (Value, LightUserData, bool, Value),
 ) -> mlua::Result<Step> {
     disabled()?;
+    let socket = socket_ref(&sock, ptr);
     let limit = socket.send_timeout.get();
     if !first {
         let Some(mut conn) = socket.take() else {
@@ -822,27 +824,39 @@ fn send_step(
                 flat
             }
         };
-        let Some(mut conn) = socket.take() else {
-            return fail(lua, "closed");
-        };
-        conn.timer.reset();
-        let mut sent = 0;
-        match poll_write_all(&mut conn, bytes, &mut sent, limit) {
-            Poll::Pending => {
-                let mut unsent = socket.unsent.borrow_mut();
-                unsent.bytes.clear();
-                unsent.bytes.extend_from_slice(&bytes[sent..]);
-                unsent.total = bytes.len();
-                socket.put(conn);
-                Ok(wait())
-            }
-            Poll::Ready(Ok(())) => {
-                socket.put(conn);
-                Ok(done(Value::Integer(bytes.len() as i64)))
-            }
+        match send_first(socket, bytes) {
+            Poll::Pending => Ok(wait()),
+            Poll::Ready(Ok(len)) => Ok(done(Value::Integer(len as i64))),
             Poll::Ready(Err(e)) => fail(lua, &e),
         }
     })
+}
+
+/// A `send`'s first write of `bytes`: done (its length), the error's text (the connection is
+/// then closed, as nginx closes it on any failure to send), or pending, with what is left kept
+/// to go on from.
+fn send_first(socket: &TcpSocket, bytes: &[u8]) -> Poll<Result<usize, String>> {
+    let Some(mut conn) = socket.take() else {
+        return Poll::Ready(Err("closed".to_string()));
+    };
+    conn.timer.reset();
+    let mut sent = 0;
+    match poll_write_all(&mut conn, bytes, &mut sent, socket.send_timeout.get()) {
+        Poll::Pending => {
+            let mut unsent = socket.unsent.borrow_mut();
+            unsent.bytes.clear();
+            unsent.bytes.extend_from_slice(&bytes[sent..]);
+            unsent.total = bytes.len();
+            drop(unsent);
+            socket.put(conn);
+            Poll::Pending
+        }
+        Poll::Ready(Ok(())) => {
+            socket.put(conn);
+            Poll::Ready(Ok(bytes.len()))
+        }
+        Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+    }
 }
 
 impl Pool {
@@ -943,18 +957,16 @@ fn join_pool(socket: &TcpSocket, key: &[u8]) -> Option<Box<Conn>> {
     })
 }
 
-/// Reads `connect`'s arguments, makes `socket` belong to their pool and takes an idle
-/// connection from it if there is one: the port (none for a unix socket path) and that
-/// connection, or (`Err`) the failure to answer.
+/// `connect`'s arguments: the host, the port (none for a unix socket path) and the `pool`
+/// option, or (`Err`) the failure to answer.
 #[allow(clippy::type_complexity)]
-fn connect_target(
-    socket: &TcpSocket,
+fn connect_args(
     host: &Value,
     second: &Value,
     third: &Value,
-) -> mlua::Result<Result<(Option<u16>, Option<Box<Conn>>), String>> {
+) -> mlua::Result<Result<(String, Option<u16>, Option<String>), String>> {
     let host = match host {
-        Value::String(s) => s.to_str()?,
+        Value::String(s) => s.to_str()?.to_string(),
         _ => {
             return Err(mlua::Error::runtime(
                 "bad argument #1 to 'connect' (string expected)",
@@ -983,11 +995,22 @@ fn connect_target(
         Value::Table(options) => options.get::<Option<String>>("pool")?,
         _ => None,
     };
+    Ok(Ok((host, port, named)))
+}
+
+/// Makes `socket` belong to the pool of `host` and `port` (or the one `named`), closing the
+/// connection it had, and takes an idle connection from that pool if there is one.
+fn connect_target(
+    socket: &TcpSocket,
+    host: &str,
+    port: Option<u16>,
+    named: Option<&str>,
+) -> Option<Box<Conn>> {
     // Connecting again closes the connection the object had.
     drop(socket.take());
-    let idle = SCRATCH.with_borrow_mut(|(key, _)| {
+    SCRATCH.with_borrow_mut(|(key, _)| {
         key.clear();
-        match (&named, port) {
+        match (named, port) {
             (Some(name), _) => key.extend_from_slice(name.as_bytes()),
             (None, Some(port)) => {
                 key.extend_from_slice(host.as_bytes());
@@ -997,24 +1020,27 @@ fn connect_target(
             (None, None) => key.extend_from_slice(host.as_bytes()),
         }
         join_pool(socket, key)
-    });
-    Ok(Ok((port, idle)))
+    })
 }
 
 /// `connect`'s step: done when the pool has a connection; else 0, and the Lua half calls
 /// [`connect`], which opens one.
 fn connect_step(
     lua: &Lua,
-    (socket, host, second, third): (UserDataRef<TcpSocket>, Value, Value, Value),
+    (sock, ptr, host, second, third): (Value, LightUserData, Value, Value, Value),
 ) -> mlua::Result<Step> {
     disabled()?;
-    match connect_target(&socket, &host, &second, &third)? {
-        Err(e) => fail(lua, &e),
-        Ok((_, Some(conn))) => {
+    let socket = socket_ref(&sock, ptr);
+    let (host, port, named) = match connect_args(&host, &second, &third)? {
+        Err(e) => return fail(lua, &e),
+        Ok(args) => args,
+    };
+    match connect_target(socket, &host, port, named.as_deref()) {
+        Some(conn) => {
             socket.put(conn);
             Ok(done(Value::Integer(1)))
         }
-        Ok((_, None)) => Ok(wait()),
+        None => Ok(wait()),
     }
 }
 
@@ -1034,22 +1060,19 @@ pub(super) async fn resolve(host: &str, port: u16) -> Result<SocketAddr, String>
 
 async fn connect(
     _: Lua,
-    (socket, host, second, third): (UserDataRef<TcpSocket>, Value, Value, Value),
+    (sock, ptr, host, second, third): (Value, LightUserData, Value, Value, Value),
 ) -> mlua::Result<Answer<i64>> {
     disabled()?;
-    let port = match connect_target(&socket, &host, &second, &third)? {
+    // `sock`, held by this future, keeps the socket alive across its waits.
+    let socket = socket_ref(&sock, ptr);
+    let (host, port, named) = match connect_args(&host, &second, &third)? {
         Err(e) => return Ok(Err(e)),
-        Ok((_, Some(conn))) => {
-            socket.put(conn);
-            return Ok(Ok(1));
-        }
-        Ok((port, None)) => port,
+        Ok(args) => args,
     };
-    // A string: `connect_target` checked.
-    let host = match &host {
-        Value::String(s) => s.to_str()?.to_string(),
-        _ => String::new(),
-    };
+    if let Some(conn) = connect_target(socket, &host, port, named.as_deref()) {
+        socket.put(conn);
+        return Ok(Ok(1));
+    }
     let limit = socket.connect_timeout.get();
     let mut timer = Timer::default();
     let connected = match port {
@@ -1113,12 +1136,20 @@ fn tls_config(verify: bool) -> Result<Arc<rustls::ClientConfig>, String> {
     Ok(config)
 }
 
+#[allow(clippy::type_complexity)]
 async fn sslhandshake(
     _: Lua,
-    socket: UserDataRef<TcpSocket>,
-    (reused_session, server_name, verify): (Value, Option<String>, Option<bool>),
+    (sock, ptr, reused_session, server_name, verify): (
+        Value,
+        LightUserData,
+        Value,
+        Option<String>,
+        Option<bool>,
+    ),
 ) -> mlua::Result<Answer<bool>> {
     disabled()?;
+    // `sock`, held by this future, keeps the socket alive across its waits.
+    let socket = socket_ref(&sock, ptr);
     let Some(conn) = socket.take() else {
         return Ok(Err("closed".to_string()));
     };
@@ -1188,100 +1219,144 @@ pub(super) fn millis(value: Option<f64>) -> Duration {
     }
 }
 
-impl UserData for TcpSocket {
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        // `connect`, `send`, `receive`, `receiveany` and `receiveuntil` are Lua halves over
-        // steps (see `install`).
-        methods.add_async_method("sslhandshake", sslhandshake);
-        methods.add_method("settimeout", |_, socket, ms: Option<f64>| {
+/// `setkeepalive(timeout, size)`: the connection into its pool, or why not.
+fn keepalive(
+    socket: &TcpSocket,
+    timeout: Option<f64>,
+    size: Option<i64>,
+) -> Result<(), &'static str> {
+    let Some(conn) = socket.take() else {
+        return Err("closed");
+    };
+    if !conn.buf.is_empty() {
+        return Err("unread data in buffer");
+    }
+    if conn.read_closed {
+        return Err("closed");
+    }
+    let idle_for = match timeout {
+        None => Some(DEFAULT_TIMEOUT),
+        Some(ms) if ms <= 0.0 => None,
+        Some(ms) => Some(Duration::from_secs_f64(ms / 1000.0)),
+    };
+    let size = size.map_or(DEFAULT_POOL_SIZE, |s| s.max(1) as usize);
+    let key = socket
+        .key
+        .borrow()
+        .clone()
+        .unwrap_or_else(|| Rc::from(&b""[..]));
+    check_in(key, conn, idle_for, size);
+    Ok(())
+}
+
+/// `ngx.socket.tcp` and `ngx.socket.connect` on `ngx`, and the socket's methods: the hottest
+/// against Lua's C API (`raw_tcp.rs`), each over its general version here for the arguments
+/// it does not take itself; those that may wait are Lua halves over steps.
+pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
+    use super::raw::c_closure;
+    use mlua::Function;
+    let socket = match ngx.get::<Option<Table>>("socket")? {
+        Some(socket) => socket,
+        None => lua.create_table()?,
+    };
+    let meta = lua.create_table()?;
+    let methods = lua.create_table()?;
+    meta.set("__index", &methods)?;
+    // Hidden, so that no script calls `__gc` on a live socket.
+    meta.set("__metatable", false)?;
+    meta.set("__gc", c_closure(lua, raw_tcp::collect, &meta)?)?;
+    // A raw method: the sockets' metatable is its upvalue 1 (to check its first argument),
+    // its general version (if it has one) upvalue 2.
+    let raw = |function: mlua::ffi::lua_CFunction, general: Option<Function>| match general {
+        Some(general) => c_closure(lua, function, (&meta, general)),
+        None => c_closure(lua, function, &meta),
+    };
+    // A socket, or where cosockets are disabled, `nil` and the context.
+    let new_socket = raw(raw_tcp::new_socket, None)?;
+    // In Lua, so that the refusal is the plain message nginx raises (not a Rust error value).
+    let (tcp, shortcut): (Function, Function) =
+        lua.load(TCP).set_name("=ngx.socket").call(new_socket)?;
+    socket.set("tcp", tcp)?;
+    socket.set("connect", shortcut)?;
+    let settimeout =
+        lua.create_function(|_, (sock, ptr, ms): (Value, LightUserData, Option<f64>)| {
+            let socket = socket_ref(&sock, ptr);
             let limit = millis(ms);
             socket.connect_timeout.set(limit);
             socket.send_timeout.set(limit);
             socket.read_timeout.set(limit);
             Ok(())
-        });
-        methods.add_method(
-            "settimeouts",
-            |_, socket, (connect, send, read): (Option<f64>, Option<f64>, Option<f64>)| {
-                socket.connect_timeout.set(millis(connect));
-                socket.send_timeout.set(millis(send));
-                socket.read_timeout.set(millis(read));
-                Ok(())
-            },
-        );
-        methods.add_method("getreusedtimes", |_, socket, ()| {
-            match socket.conn.borrow().as_ref() {
-                Some(conn) => Ok(Ok(conn.reused)),
-                None => Ok(Err("closed")),
-            }
-        });
-        methods.add_method(
-            "setkeepalive",
-            |_, socket, (timeout, size): (Option<f64>, Option<i64>)| {
-                disabled()?;
-                let Some(conn) = socket.take() else {
-                    return Ok(Err("closed"));
-                };
-                if !conn.buf.is_empty() {
-                    return Ok(Err("unread data in buffer"));
-                }
-                if conn.read_closed {
-                    return Ok(Err("closed"));
-                }
-                let idle_for = match timeout {
-                    None => Some(DEFAULT_TIMEOUT),
-                    Some(ms) if ms <= 0.0 => None,
-                    Some(ms) => Some(Duration::from_secs_f64(ms / 1000.0)),
-                };
-                let size = size.map_or(DEFAULT_POOL_SIZE, |s| s.max(1) as usize);
-                let key = socket
-                    .key
-                    .borrow()
-                    .clone()
-                    .unwrap_or_else(|| Rc::from(&b""[..]));
-                check_in(key, conn, idle_for, size);
-                Ok(Ok(1))
-            },
-        );
-        methods.add_method("close", |_, socket, ()| match socket.take() {
-            Some(_) => Ok(Ok(1)),
-            None => Ok(Err("closed")),
-        });
-    }
-}
-
-/// `ngx.socket.tcp` and `ngx.socket.connect` on `ngx`, and the socket's Lua halves.
-pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
-    let socket = match ngx.get::<Option<Table>>("socket")? {
-        Some(socket) => socket,
-        None => lua.create_table()?,
-    };
-    // A socket, or where cosockets are disabled, `nil` and the context.
-    let new_socket = lua.create_function(|lua, ()| match DISABLED_IN.get() {
-        Some(context) => Ok((Value::Nil, Some(context))),
-        None => {
-            let socket = unguarded(lua, || lua.create_userdata(TcpSocket::new()))?;
-            Ok((Value::UserData(socket), None))
-        }
-    })?;
-    // In Lua, so that the refusal is the plain message nginx raises (not a Rust error value).
-    let (tcp, shortcut): (mlua::Function, mlua::Function) =
-        lua.load(TCP).set_name("=ngx.socket").call(new_socket)?;
-    socket.set("tcp", tcp)?;
-    socket.set("connect", shortcut)?;
-    // The socket's methods table (mlua's `__index`), where the Lua halves go.
-    let methods: Table = lua
-        .create_userdata(TcpSocket::new())?
-        .metatable()?
-        .get("__index")?;
+        })?;
+    methods.set("settimeout", raw(raw_tcp::settimeout, Some(settimeout))?)?;
+    #[allow(clippy::type_complexity)]
+    let settimeouts = lua.create_function(
+        |_,
+         (sock, ptr, connect, send, read): (
+            Value,
+            LightUserData,
+            Option<f64>,
+            Option<f64>,
+            Option<f64>,
+        )| {
+            let socket = socket_ref(&sock, ptr);
+            socket.connect_timeout.set(millis(connect));
+            socket.send_timeout.set(millis(send));
+            socket.read_timeout.set(millis(read));
+            Ok(())
+        },
+    )?;
+    methods.set("settimeouts", raw(raw_tcp::settimeouts, Some(settimeouts))?)?;
+    #[allow(clippy::type_complexity)]
+    let setkeepalive = lua.create_function(
+        |_, (sock, ptr, timeout, size): (Value, LightUserData, Option<f64>, Option<i64>)| {
+            disabled()?;
+            Ok(keepalive(socket_ref(&sock, ptr), timeout, size).map(|()| 1))
+        },
+    )?;
+    methods.set(
+        "setkeepalive",
+        raw(raw_tcp::setkeepalive, Some(setkeepalive))?,
+    )?;
+    methods.set("close", raw(raw_tcp::close, None)?)?;
+    methods.set("getreusedtimes", raw(raw_tcp::getreusedtimes, None)?)?;
     let steps = lua.create_table()?;
-    steps.set("connect", lua.create_function(connect_step)?)?;
+    let general = |step| Some(step);
+    steps.set(
+        "connect",
+        raw(
+            raw_tcp::connect,
+            general(lua.create_function(connect_step)?),
+        )?,
+    )?;
     steps.set("connect_wait", lua.create_async_function(connect)?)?;
-    steps.set("send", lua.create_function(send_step)?)?;
-    steps.set("receive", lua.create_function(receive_step)?)?;
-    steps.set("receiveany", lua.create_function(receiveany_step)?)?;
-    steps.set("until_state", lua.create_function(until_state)?)?;
-    steps.set("until", lua.create_function(until_step)?)?;
+    steps.set("sslhandshake", lua.create_async_function(sslhandshake)?)?;
+    steps.set("socket_of", raw(raw_tcp::socket_of, None)?)?;
+    steps.set(
+        "send",
+        raw(raw_tcp::send, general(lua.create_function(send_step)?))?,
+    )?;
+    steps.set(
+        "receive",
+        raw(
+            raw_tcp::receive,
+            general(lua.create_function(receive_step)?),
+        )?,
+    )?;
+    steps.set(
+        "receiveany",
+        raw(
+            raw_tcp::checked,
+            general(lua.create_function(receiveany_step)?),
+        )?,
+    )?;
+    steps.set(
+        "until_state",
+        raw(raw_tcp::checked, general(lua.create_function(until_state)?))?,
+    )?;
+    steps.set(
+        "until",
+        raw(raw_tcp::checked, general(lua.create_function(until_step)?))?,
+    )?;
     let pending = Value::LightUserData(Lua::poll_pending());
     lua.load(METHODS)
         .set_name("=ngx.socket")
@@ -1319,6 +1394,7 @@ const METHODS: &str = r#"
 local methods, steps, pending = ...
 local yield, pcall, concat, type = coroutine.yield, pcall, table.concat, type
 local connect_step, connect_wait = steps.connect, steps.connect_wait
+local socket_of, sslhandshake = steps.socket_of, steps.sslhandshake
 local send_step, receive_step, any_step = steps.send, steps.receive, steps.receiveany
 local until_state, until_step = steps.until_state, steps["until"]
 local function settle(n, a, b, c)
@@ -1335,8 +1411,11 @@ local function waiting(step, sock, x, y)
 end
 function methods.connect(sock, ...)
   local n, a, b = connect_step(sock, ...)
-  if n == 0 then return connect_wait(sock, ...) end
+  if n == 0 then return connect_wait(sock, socket_of(sock), ...) end
   return settle(n, a, b)
+end
+function methods.sslhandshake(sock, ...)
+  return sslhandshake(sock, socket_of(sock), ...)
 end
 function methods.send(sock, data)
   if type(data) == "table" then

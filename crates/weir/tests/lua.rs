@@ -105,6 +105,7 @@ const CASES: &[Case] = &[
     case("say_string", r#"ngx.say("hello, world")"#),
     case("print_no_newline", r#"ngx.print("a", "b") ngx.print("c")"#),
     case("say_numbers", r#"ngx.say(1, " ", 2.5, " ", -3, " ", 1/3, " ", 1e20, " ", 2^53)"#),
+    case("say_whole_numbers", r#"ngx.say(42, " ", -7, " ", 0, " ", 99999999999999) ngx.print(-12, "\n")"#),
     case("say_nested_table", r#"ngx.say({"a", {"b", {"c", 1}}, "d"})"#),
     case("say_nil_bool_null", r#"ngx.say(nil, " ", true, " ", false, " ", ngx.null)"#),
     case("say_many_calls", r#"ngx.say("a") ngx.say() ngx.print("b") ngx.say("c")"#),

@@ -207,9 +207,11 @@ fn write_output(args: &[Value], newline: bool) -> mlua::Result<i64> {
     Ok(1)
 }
 
-/// `ngx.say` (`NEWLINE`) and `ngx.print` for their common call, every argument a string,
-/// against Lua's C API (`raw.rs`): the strings are copied into the answer straight off the
-/// stack. Any other call goes to upvalue 1, [`write_output`], with its conversions and errors.
+/// `ngx.say` (`NEWLINE`) and `ngx.print` for their common call, every argument a string or an
+/// integer written whole (`ngx.say(n)` after a counter's `incr`), against Lua's C API
+/// (`raw.rs`): the strings are copied into the answer straight off the stack, the integers
+/// written as [`format_number`] writes them, with no string made. Any other call goes to
+/// upvalue 1, [`write_output`], with its conversions and errors.
 #[allow(unsafe_code)]
 unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
     state: *mut mlua::ffi::lua_State,
@@ -219,7 +221,17 @@ unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
     // neither allocates nor raises, so the request's borrow is never unwound past.
     unsafe {
         let count = ffi::lua_gettop(state);
-        if (1..=count).all(|at| ffi::lua_type(state, at) == ffi::LUA_TSTRING) {
+        // Whether any argument is a number: if none, the strings alone are looked at below.
+        let mut numbers = false;
+        let plain = |at| match ffi::lua_type(state, at) {
+            ffi::LUA_TSTRING => true,
+            ffi::LUA_TNUMBER => {
+                numbers = true;
+                whole(ffi::lua_tonumber(state, at)).is_some()
+            }
+            _ => false,
+        };
+        if (1..=count).all(plain) {
             let written = with_request(|r| {
                 if r.eof {
                     return;
@@ -228,11 +240,24 @@ unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
                 // Room for all of it at once: a body written in one call is then as long as
                 // its buffer, which the reply takes without another allocation.
                 let mut total = usize::from(NEWLINE);
+                // Not `lua_objlen` on a number: it would make the number's string.
                 for at in 1..=count {
-                    total += ffi::lua_objlen(state, at);
+                    total += match numbers && ffi::lua_type(state, at) == ffi::LUA_TNUMBER {
+                        true => 20,
+                        false => ffi::lua_objlen(state, at),
+                    };
                 }
                 r.output.reserve(total);
                 for at in 1..=count {
+                    if numbers && ffi::lua_type(state, at) == ffi::LUA_TNUMBER {
+                        // Whole: `plain` checked.
+                        let n = whole(ffi::lua_tonumber(state, at)).unwrap_or(0);
+                        if n < 0 {
+                            r.output.push(b'-');
+                        }
+                        crate::http::codec::push_decimal(&mut r.output, n.unsigned_abs());
+                        continue;
+                    }
                     let mut len = 0;
                     let text = ffi::lua_tolstring(state, at, &mut len);
                     r.output
@@ -253,6 +278,11 @@ unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
         ffi::lua_call(state, count, 1);
         1
     }
+}
+
+/// `n` as an integer when [`format_number`] writes it as one (all its digits, no exponent).
+fn whole(n: f64) -> Option<i64> {
+    (n == n.trunc() && n.abs() < 1e14).then_some(n as i64)
 }
 
 /// One argument of `ngx.say` in lua-nginx-module's text: strings and numbers as Lua prints

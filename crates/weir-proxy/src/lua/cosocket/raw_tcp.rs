@@ -111,7 +111,7 @@ mod c {
         unsafe {
             let len = bytes.len();
             let raw = Box::into_raw(bytes.into_boxed_slice());
-            ffi::lua_pushlstring(state, raw.cast::<u8>().cast_const().cast(), len);
+            ffi::lua_pushlstring_(state, raw.cast::<u8>().cast_const().cast(), len);
             drop(Box::from_raw(raw));
         }
     }
@@ -130,7 +130,7 @@ mod c {
     unsafe fn push_nil_err(state: *mut ffi::lua_State, err: &'static str) -> c_int {
         unsafe {
             ffi::lua_pushnil(state);
-            ffi::lua_pushlstring(state, err.as_ptr().cast(), err.len());
+            ffi::lua_pushlstring_(state, err.as_ptr().cast(), err.len());
             2
         }
     }
@@ -267,7 +267,7 @@ mod c {
                     let (at, text_len) = (text.as_ptr(), text.len());
                     let conn = Box::into_raw(conn);
                     ffi::lua_pushinteger(state, 1);
-                    ffi::lua_pushlstring(state, at.cast(), text_len);
+                    ffi::lua_pushlstring_(state, at.cast(), text_len);
                     let mut conn = Box::from_raw(conn);
                     conn.buf.advance(len);
                     socket.put(conn);

@@ -769,7 +769,8 @@ fn a_kept_alive_connection_serves_the_next_requests() {
 
 /// A socket object is weir's own userdata (`lua/cosocket/raw_tcp.rs`): one the script drops
 /// without `close` or `setkeepalive` is closed once the collector finds it (Redis sees its
-/// connection end), and its methods refuse anything but a socket as `self`.
+/// connection end), its methods refuse anything but a socket as `self`, and its metatable
+/// (with the `__gc` that drops it) is hidden from scripts.
 #[test]
 fn a_dropped_socket_is_closed_when_collected() {
     let redis = Redis::start();
@@ -778,13 +779,13 @@ fn a_dropped_socket_is_closed_when_collected() {
          assert(sock:connect('127.0.0.1', tonumber(ngx.var.arg_redis)))\n\
          sock:send('PING\\r\\n')\nngx.say(sock:receive())\n\
          local ok, err = pcall(sock.send, {}, 'PING\\r\\n')\n\
-         ngx.say(ok, ' ', err)\n\
+         ngx.say(ok, ' ', err, ' ', tostring(getmetatable(sock)))\n\
          sock = nil\ncollectgarbage()\ncollectgarbage()",
     ));
     let resp = get(weir.addr(), "localhost", &format!("/?redis={}", redis.port));
     assert_eq!(
         resp.text(),
-        "+PONG\nfalse bad argument #1 (a cosocket expected)\n"
+        "+PONG\nfalse bad argument #1 (a cosocket expected) false\n"
     );
     // Redis notes a closed connection on its next event loop turn: give it a moment.
     let mut clients = String::new();

@@ -433,6 +433,46 @@ ngx.say(ngx.shared.d:get("timer_phase"))"#),
 ngx.say(ngx.config.subsystem, " ", ngx.config.nginx_version, " ", ngx.config.ngx_lua_version, " ", ngx.config.prefix():sub(1, 1), ngx.config.prefix():sub(-1), " ", type(ngx.config.nginx_configure()), " ", type(ngx.config.debug))
 ngx.say(worker_in_init_worker)"#),
     case("coroutines", r#"local co = coroutine.wrap(function() coroutine.yield(1) coroutine.yield(2) end) ngx.say(co(), co())"#),
+    // ngx.flush: "Flushes response output to the client"; "returns 1 on success, or
+    // returns nil and a string describing the error otherwise". Once flushed, the answer is
+    // chunked in both (nginx chunks every Lua answer; weir those that flushed), and the
+    // head is out: a header set after it is not sent.
+    case("flush_wait", r#"ngx.say("one")
+local ok, err = ngx.flush(true)
+ngx.say(ok, " ", err)
+ngx.print("two")
+ngx.say(ngx.flush())
+ngx.header["X-Late"] = "late"
+ngx.say(ngx.flush(true))"#)
+        .check(Check::Headers(&["Content-Type", "Transfer-Encoding", "X-Late"])),
+    // "nothing to flush" before any output; a flush with nothing new since the last.
+    case("flush_nothing", r#"local ok, err = ngx.flush()
+ngx.header["X-Flush"] = tostring(ok) .. " " .. tostring(err)
+ngx.say("out")
+ngx.say(ngx.flush(true))
+ngx.say(ngx.flush(true))"#)
+        .check(Check::Headers(&["Content-Type", "Transfer-Encoding", "X-Flush"])),
+    // Flushes among sleeps and inside a coroutine the script made, then ngx.exit(ngx.OK).
+    case("flush_sleeps_and_coroutines", r#"for i = 1, 3 do ngx.say("piece ", i) ngx.flush(true) ngx.sleep(0.001) end
+local co = coroutine.wrap(function() ngx.say("inner") local ok = ngx.flush(true) coroutine.yield(ok) ngx.say("inner again") return ngx.flush() end)
+ngx.say("yielded ", co())
+ngx.say("returned ", co())
+ngx.exit(ngx.OK)
+ngx.say("not reached")"#)
+        .check(Check::Headers(&["Content-Type", "Transfer-Encoding"])),
+    // ngx.eof: "Explicitly specify the end of the response output stream"; the script goes
+    // on, its later output and flushes answering "seen eof" (what the first request's script
+    // noted, the second shows).
+    case("eof_then_more", r#"ngx.say("before: ", ngx.shared.d:get("after_eof"))
+local ok, err = ngx.eof()
+local said, why = ngx.say("dropped")
+local flushed, fwhy = ngx.flush(true)
+local again, awhy = ngx.eof()
+ngx.shared.d:set("after_eof", table.concat({tostring(ok), tostring(err), tostring(said), why, tostring(flushed), fwhy, tostring(again), awhy}, " "))"#)
+        .twice(),
+    // ngx.eof after flushes: the streamed answer ends there.
+    case("flush_then_eof", r#"ngx.say("streamed") ngx.flush(true) ngx.say("last") ngx.eof() ngx.say("dropped")"#)
+        .check(Check::Headers(&["Content-Type", "Transfer-Encoding"])),
 ];
 
 /// Writes every case's script (after the shared helpers) as `NAME.lua` in a fresh folder.
@@ -1205,4 +1245,192 @@ fn an_access_script_guards_a_proxied_route() {
     assert_eq!(json["name"], "up");
     assert_eq!(echoed_header(&json, "x-seen").as_deref(), Some("1"));
     assert_eq!(resp.header("X-Gate"), Some("passed"));
+}
+
+/// A script that prints, flushes and then waits for the test's word (`/case/go` sets it in
+/// `ngx.shared`), and the one that says it.
+const STREAM_SCRIPTS: [(&str, &str); 2] = [
+    (
+        "stream",
+        r#"ngx.shared.d:delete("go")
+ngx.header["X-Stream"] = "yes"
+ngx.say("first")
+ngx.flush(true)
+while not ngx.shared.d:get("go") do ngx.sleep(0.01) end
+ngx.say("second")"#,
+    ),
+    ("go", r#"ngx.shared.d:set("go", true) ngx.say("went")"#),
+];
+
+/// The stream scripts in a folder, and their names for `NginxLua::start`/`weir_lua_cases`.
+fn stream_scripts(
+    extra: &[(&str, &str)],
+) -> (
+    std::path::PathBuf,
+    Vec<(&'static str, &'static [&'static str])>,
+) {
+    let dir = temp_dir("lua-stream");
+    let mut names: Vec<(&'static str, &'static [&'static str])> = Vec::new();
+    for (name, script) in STREAM_SCRIPTS.iter().chain(extra) {
+        std::fs::write(dir.join(format!("{name}.lua")), script).unwrap();
+        let name: &'static str = Box::leak(name.to_string().into_boxed_str());
+        names.push((name, &[]));
+    }
+    (dir, names)
+}
+
+/// Reads from `from` into `got` until it holds `what`.
+fn read_until(from: &mut impl std::io::Read, got: &mut Vec<u8>, what: &str) {
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(got).contains(what) {
+        let n = from.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "ended before {what:?}: {:?}",
+            String::from_utf8_lossy(got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn flushed_output_reaches_the_client_while_the_script_waits_in_nginx_and_weir() {
+    use std::io::{Read, Write};
+    let (scripts, names) = stream_scripts(&[]);
+    let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
+    let weir = Weir::start(&weir_lua_cases(
+        &scripts,
+        &names,
+        1,
+        "  shared_dicts: { d: 1MiB }\n",
+    ));
+    for (server, addr) in [("nginx", nginx.addr), ("weir", weir.addr())] {
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        client
+            .write_all(b"GET /case/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        read_until(&mut client, &mut got, "first\n");
+        let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        assert!(!text.contains("second"), "{server}: {text}");
+        assert!(
+            text.contains("transfer-encoding: chunked"),
+            "{server}: {text}"
+        );
+        assert!(text.contains("x-stream: yes"), "{server}: {text}");
+        assert_eq!(get(addr, "x", "/case/go").text(), "went\n", "{server}");
+        client.read_to_end(&mut got).unwrap();
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.ends_with("\r\n7\r\nsecond\n\r\n0\r\n\r\n"),
+            "{server}: {text}"
+        );
+    }
+}
+
+#[test]
+fn flushed_output_reaches_an_http2_client_while_the_script_waits() {
+    use std::io::Read;
+    let (scripts, names) = stream_scripts(&[]);
+    let yaml = weir_lua_cases(&scripts, &names, 1, "  shared_dicts: { d: 1MiB }\n").replace(
+        "address: \"127.0.0.1:0\" }",
+        "address: \"127.0.0.1:0\", h2c: true }",
+    );
+    let weir = Weir::start(&yaml);
+    let mut curl = std::process::Command::new("curl")
+        .args(["-sN", "-i", "--http2-prior-knowledge"])
+        .arg(format!("http://{}/case/stream", weir.addr()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("curl");
+    let mut out = curl.stdout.take().unwrap();
+    let mut got = Vec::new();
+    read_until(&mut out, &mut got, "first\n");
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(text.starts_with("http/2 200"), "{text}");
+    assert!(text.contains("x-stream: yes"), "{text}");
+    assert!(!text.contains("second"), "{text}");
+    assert_eq!(get(weir.addr(), "x", "/case/go").text(), "went\n");
+    out.read_to_end(&mut got).unwrap();
+    assert!(curl.wait().unwrap().success());
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.ends_with("\r\n\r\nfirst\nsecond\n"), "{text}");
+}
+
+#[test]
+fn a_client_gone_mid_stream_fails_the_next_flush_and_the_worker_serves_on() {
+    use std::io::Write;
+    // Flushes until one fails, then notes what the failing flush and a later say answered.
+    let gone = r#"ngx.shared.d:delete("gone")
+ngx.say("first")
+ngx.flush(true)
+for _ = 1, 3000 do
+  ngx.sleep(0.01)
+  ngx.print(("x"):rep(1000))
+  local ok, err = ngx.flush(true)
+  if not ok then
+    local said, why = ngx.say("more")
+    ngx.shared.d:set("gone", tostring(ok) .. " " .. err .. "|" .. tostring(said) .. " " .. tostring(why))
+    return
+  end
+end"#;
+    let seen = r#"ngx.say(ngx.shared.d:get("gone"))"#;
+    let (scripts, names) = stream_scripts(&[("gone", gone), ("seen", seen)]);
+    let yaml = weir_lua_cases(&scripts, &names, 1, "  shared_dicts: { d: 1MiB }\n").replace(
+        "address: \"127.0.0.1:0\" }",
+        "address: \"127.0.0.1:0\", h2c: true }",
+    );
+    let weir = Weir::start(&yaml);
+    let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
+    let h2 = |addr: std::net::SocketAddr| {
+        let mut curl = std::process::Command::new("curl")
+            .args(["-sN", "--http2-prior-knowledge"])
+            .arg(format!("http://{addr}/case/gone"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("curl");
+        let mut out = curl.stdout.take().unwrap();
+        read_until(&mut out, &mut Vec::new(), "first\n");
+        let _ = curl.kill();
+        let _ = curl.wait();
+    };
+    let h1 = |addr: std::net::SocketAddr| {
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        client
+            .write_all(b"GET /case/gone HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        read_until(&mut client, &mut Vec::new(), "first\n");
+    };
+    let runs: [(&str, std::net::SocketAddr, &dyn Fn(std::net::SocketAddr)); 3] = [
+        ("nginx", nginx.addr, &h1),
+        ("weir", weir.addr(), &h1),
+        ("weir over HTTP/2", weir.addr(), &h2),
+    ];
+    for (server, addr, leave) in runs {
+        leave(addr);
+        // The script notes the failure once its flush meets the closed connection.
+        let waited = Instant::now();
+        let noted = loop {
+            let noted = get(addr, "x", "/case/seen").text();
+            if noted != "nil\n" || waited.elapsed() > Duration::from_secs(20) {
+                break noted;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            noted, "nil nginx output filter error|nil nginx output filter error\n",
+            "{server}"
+        );
+        assert_eq!(
+            get(addr, "x", "/case/go").text(),
+            "went\n",
+            "{server} serves on"
+        );
+    }
 }

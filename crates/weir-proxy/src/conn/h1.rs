@@ -24,7 +24,9 @@ use crate::io::relay;
 use crate::io::watch::{ConnWatch, Expired, Waiting, DATE_HEADER_LEN, SWEEP_TICK};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, CLIENT_CLOSED};
-use crate::reply::relay::{relay_body, relay_stream, written, BodyError, Relay, Sink, FLUSH_AT};
+use crate::reply::relay::{
+    relay_body, relay_produced, relay_stream, written, BodyError, Relay, Sink, FLUSH_AT,
+};
 use crate::reply::request_body::{BodySource, H1Body, Outgoing, RequestBody};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::servers::pool::{UpstreamConn, UpstreamIo};
@@ -643,6 +645,27 @@ impl<S: ClientIo> H1Client<S> {
                 };
                 match sent {
                     Ok(bytes) => outcome.bytes = bytes,
+                    Err(_) => outcome.keep_alive = false,
+                }
+                (outcome, None)
+            }
+            ReplyBody::Produced(mut producer) => {
+                let relay = Relay::to_client(worker, &self.watch);
+                let mut sink = Sink {
+                    io: Some(&mut self.io),
+                    filter: plan.filter.as_mut(),
+                    sent: 0,
+                    trailers: None,
+                };
+                let relaying = relay_produced(
+                    &mut *producer,
+                    &mut sink,
+                    &mut self.out,
+                    chunked_out,
+                    &relay,
+                );
+                match relaying.await {
+                    Ok(bytes) => outcome.bytes = sink.counted(bytes),
                     Err(_) => outcome.keep_alive = false,
                 }
                 (outcome, None)

@@ -32,7 +32,9 @@ use crate::observe::metrics::Abuse;
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
 use crate::reply::h2_edge::{EdgeBody, EdgeConn, SharedConn, Slot};
-use crate::reply::relay::{relay_body, relay_stream, BodyError, Relay, Sink, FLUSH_AT};
+use crate::reply::relay::{
+    relay_body, relay_produced, relay_stream, BodyError, Relay, Sink, FLUSH_AT,
+};
 use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::state::runtime::SharedRuntime;
@@ -1105,6 +1107,28 @@ impl H2Client {
             ReplyBody::File(file) => {
                 let sending = send_file_body(worker, &self.watch, send, &file, plan.filter);
                 (sending.await, None)
+            }
+            ReplyBody::Produced(mut producer) => {
+                let relay = Relay::to_client(worker, &self.watch);
+                let mut sink = Sink {
+                    io: Some(&mut *send),
+                    filter: plan.filter.as_mut(),
+                    sent: 0,
+                    trailers: None,
+                };
+                self.out.clear();
+                let relaying =
+                    relay_produced(&mut *producer, &mut sink, &mut self.out, false, &relay);
+                match relaying.await {
+                    Ok(bytes) => {
+                        let sent = sink.counted(bytes);
+                        (send.data(Bytes::new(), true).map(|()| sent), None)
+                    }
+                    Err(e) => {
+                        send.reset(Reason::INTERNAL_ERROR);
+                        (Err(e), None)
+                    }
+                }
             }
             ReplyBody::Local | ReplyBody::Upgrade(_) => (
                 send_all(worker, &self.watch, send, Bytes::new(), true).await,

@@ -23,7 +23,7 @@ use crate::observe::metrics::{Abuse, HandshakeFailure};
 use crate::reply::body_filter::BodyFilter;
 use crate::reply::client::{ClientConn, ClientSide, Outcome, Sent, TlsInfo, TlsSession};
 use crate::reply::h3_body::H3Recv;
-use crate::reply::relay::{relay_body, relay_stream, BodyError, Relay, Sink};
+use crate::reply::relay::{relay_body, relay_produced, relay_stream, BodyError, Relay, Sink};
 use crate::reply::request_body::{BodySource, Outgoing};
 use crate::reply::{Reply, ReplyBody, ReplyHead};
 use crate::state::runtime::SharedRuntime;
@@ -713,6 +713,20 @@ impl H3Client {
                 let sending =
                     send_file_body(worker, &self.watch, &mut self.out, &file, plan.filter);
                 (sending.await, None)
+            }
+            ReplyBody::Produced(mut producer) => {
+                let mut sink = Sink {
+                    io: Some(&mut self.out),
+                    filter: plan.filter.as_mut(),
+                    sent: 0,
+                    trailers: None,
+                };
+                let relaying =
+                    relay_produced(&mut *producer, &mut sink, &mut self.buf, false, &relay);
+                match relaying.await.map(|bytes| sink.counted(bytes)) {
+                    Ok(sent) => (self.out.end(None).await.map(|()| sent), None),
+                    Err(e) => (Err(e), None),
+                }
             }
             ReplyBody::Local | ReplyBody::Upgrade(_) => {
                 (self.out.end(None).await.map(|()| 0), None)

@@ -19,6 +19,7 @@ mod phases;
 mod raw;
 mod request;
 mod shared_dict;
+mod stream;
 mod timer;
 mod vm;
 mod watchdog;
@@ -151,9 +152,16 @@ pub(crate) async fn serve_content<C: ClientSide>(
     };
     let scheme = client.scheme();
     let state = RequestState::lent(head, client.ip_text(), scheme, body);
-    state.state().borrow_mut().output = vm.output_buffer();
-    if let Err(e) = vm.run(script.index, state.state()).await {
-        return script_failed(name, &e.to_string());
+    {
+        let mut s = state.state().borrow_mut();
+        s.output = vm.output_buffer();
+        s.streams = request::Streams::of(head);
+    }
+    match vm.run(script.index, state.state()).await {
+        Err(e) => return script_failed(name, &e.to_string()),
+        // It flushed: the rest streams.
+        Ok(Some(thread)) => return stream::streamed(vm, thread, state.keep(), name),
+        Ok(None) => {}
     }
     let state = state.release();
     let reply = vm.reply(script.index, &mut state.borrow_mut());

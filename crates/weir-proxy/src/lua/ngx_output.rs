@@ -5,7 +5,8 @@
 use super::carried;
 use super::ngx_util::format_number;
 use super::request::with_request;
-use mlua::{Lua, Table, Value, Variadic};
+use super::request::{Flush, RequestState, Streams};
+use mlua::{Function, Lua, Table, Value, Variadic};
 
 /// How deep `ngx.say` follows nested tables before giving up (a table holding itself).
 const MAX_TABLE_DEPTH: usize = 100;
@@ -20,17 +21,17 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
             lua.create_function(move |_, args: Variadic<Value>| write_output(&args, newline))?;
         ngx.set(name, super::raw::c_closure(lua, raw, general)?)?;
     }
-    ngx.set("flush", lua.create_function(|_, ()| Ok(1))?)?;
-    ngx.set(
-        "eof",
-        lua.create_function(|_, ()| {
-            with_request(|r| {
-                r.headers_sent = true;
-                r.eof = true;
-            })?;
-            Ok(1)
-        })?,
-    )?;
+    let pending = Value::LightUserData(Lua::poll_pending());
+    let (flush, eof) = lua
+        .load(WAITING_OUTPUT)
+        .set_name("=ngx.flush")
+        .call::<(Function, Function)>((
+            lua.create_function(flush_step)?,
+            lua.create_function(eof_step)?,
+            pending,
+        ))?;
+    ngx.set("flush", flush)?;
+    ngx.set("eof", eof)?;
     // The prelude wraps these two: after noting the status, the script's coroutine yields
     // and is not resumed.
     ngx.set(
@@ -165,8 +166,102 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     Ok(())
 }
 
+/// `ngx.flush` and `ngx.eof`: each calls its Rust step, and while the step answers 0 (the
+/// script must wait for its output to be written: a streamed answer's), yields the "pending"
+/// marker (passed up through the script's own coroutines as a cosocket's wait is) and asks
+/// the step again once resumed.
+const WAITING_OUTPUT: &str = r##"
+local flush_step, eof_step, pending = ...
+local yield, select, error = coroutine.yield, select, error
+local function waited(step, n, err)
+  while n == 0 do
+    yield(pending)
+    n, err = step(false)
+  end
+  if n then return n end
+  return nil, err
+end
+local function flush(...)
+  local n = select("#", ...)
+  if n > 1 then error("attempt to pass " .. n .. " arguments, but accepted 0 or 1", 2) end
+  return waited(flush_step, flush_step(true, ...))
+end
+local function eof(...)
+  local n = select("#", ...)
+  if n > 0 then error("no argument is expected", 2) end
+  return waited(eof_step, eof_step(true))
+end
+return flush, eof
+"##;
+
+/// What a step of `ngx.flush` or `ngx.eof` answers: 1, 0 to wait, or nil and the error.
+type Step = (Option<i64>, Option<&'static str>);
+
+const OUTPUT_FAILED: Step = (None, Some("nginx output filter error"));
+
+/// `ngx.flush(wait)`'s Rust half, with lua-nginx-module's answers. Both forms wait until the
+/// output is written (nginx's asynchronous form returns once the output is queued: weir
+/// queues nothing past the client's socket).
+fn flush_step(_: &Lua, (first, wait): (bool, Option<bool>)) -> mlua::Result<Step> {
+    let _ = wait;
+    with_request(|r| {
+        if !first {
+            return flushed(r);
+        }
+        match r.streams {
+            Streams::No => return (Some(1), None),
+            Streams::HeaderOnly => return (None, Some("header only")),
+            _ if r.gone => return OUTPUT_FAILED,
+            _ if r.eof => return (None, Some("seen eof")),
+            Streams::Buffering => return (None, Some("buffering")),
+            Streams::Yes => {}
+        }
+        if !r.headers_sent {
+            return (None, Some("nothing to flush"));
+        }
+        if r.streaming && r.output.is_empty() {
+            return (Some(1), None);
+        }
+        r.flush = Flush::Asked;
+        (Some(0), None)
+    })
+}
+
+/// `ngx.eof()`'s Rust half: the answer ends (a streamed one as soon as its output is
+/// written); output after it is dropped, and the script runs on.
+fn eof_step(_: &Lua, first: bool) -> mlua::Result<Step> {
+    with_request(|r| {
+        if !first {
+            return flushed(r);
+        }
+        if r.eof {
+            return (None, Some("seen eof"));
+        }
+        r.headers_sent = true;
+        r.eof = true;
+        if r.streams != Streams::Yes {
+            return (Some(1), None);
+        }
+        r.flush = Flush::Asked;
+        (Some(0), None)
+    })
+}
+
+/// A waiting flush's answer once the script is resumed: 0 while its output is not written.
+fn flushed(r: &mut RequestState) -> Step {
+    if r.flush != Flush::Done {
+        return (Some(0), None);
+    }
+    r.flush = Flush::None;
+    if r.gone {
+        OUTPUT_FAILED
+    } else {
+        (Some(1), None)
+    }
+}
+
 /// Replaces every header field named `name` (any case) by `values`.
-fn set_header(r: &mut super::request::RequestState, name: &str, values: Vec<String>) {
+fn set_header(r: &mut RequestState, name: &str, values: Vec<String>) {
     r.response_edits.push(name.to_string());
     r.response_headers
         .retain(|(n, _)| !n.eq_ignore_ascii_case(name));
@@ -189,8 +284,9 @@ fn to_text(value: &Value) -> mlua::Result<String> {
     }
 }
 
-/// `ngx.say` / `ngx.print`: the arguments (nested tables flattened) appended to the body.
-fn write_output(args: &[Value], newline: bool) -> mlua::Result<i64> {
+/// `ngx.say` / `ngx.print`: the arguments (nested tables flattened) appended to the body;
+/// after `ngx.eof`, or once the client left a streamed answer, nginx's error.
+fn write_output(args: &[Value], newline: bool) -> mlua::Result<Step> {
     let mut bytes = Vec::new();
     for arg in args {
         append(&mut bytes, arg, 0)?;
@@ -199,19 +295,24 @@ fn write_output(args: &[Value], newline: bool) -> mlua::Result<i64> {
         bytes.push(b'\n');
     }
     with_request(|r| {
-        if !r.eof {
-            r.headers_sent = true;
-            r.output.extend_from_slice(&bytes);
+        if r.gone {
+            return OUTPUT_FAILED;
         }
-    })?;
-    Ok(1)
+        if r.eof {
+            return (None, Some("seen eof"));
+        }
+        r.headers_sent = true;
+        r.output.extend_from_slice(&bytes);
+        (Some(1), None)
+    })
 }
 
 /// `ngx.say` (`NEWLINE`) and `ngx.print` for their common call, every argument a string or an
 /// integer written whole (`ngx.say(n)` after a counter's `incr`), against Lua's C API
 /// (`raw.rs`): the strings are copied into the answer straight off the stack, the integers
 /// written as [`format_number`] writes them, with no string made. Any other call goes to
-/// upvalue 1, [`write_output`], with its conversions and errors.
+/// upvalue 1, [`write_output`], with its conversions and errors (and one after `ngx.eof`,
+/// which answers nginx's error).
 #[allow(unsafe_code)]
 unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
     state: *mut mlua::ffi::lua_State,
@@ -234,7 +335,7 @@ unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
         if (1..=count).all(plain) {
             let written = with_request(|r| {
                 if r.eof {
-                    return;
+                    return false;
                 }
                 r.headers_sent = true;
                 // Room for all of it at once: a body written in one call is then as long as
@@ -266,17 +367,17 @@ unsafe extern "C-unwind" fn raw_output<const NEWLINE: bool>(
                 if NEWLINE {
                     r.output.push(b'\n');
                 }
-            })
-            .is_ok();
-            if written {
+                true
+            });
+            if matches!(written, Ok(true)) {
                 ffi::lua_pushinteger(state, 1);
                 return 1;
             }
         }
         ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
         ffi::lua_insert(state, 1);
-        ffi::lua_call(state, count, 1);
-        1
+        ffi::lua_call(state, count, ffi::LUA_MULTRET);
+        ffi::lua_gettop(state)
     }
 }
 

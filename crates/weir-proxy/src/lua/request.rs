@@ -79,6 +79,53 @@ pub(super) struct RequestState {
     pub piece: Option<Box<super::body_filter::BodyPiece>>,
     /// The request phase running (`ngx.get_phase()`): `rewrite`, `access` or `content`.
     pub phase: super::ngx_worker::RequestPhase,
+    /// Whether `ngx.flush` may stream this answer (only the `content` action's may).
+    pub streams: Streams,
+    /// Where a flush (or `ngx.eof`) the script waits for stands (`stream.rs`).
+    pub flush: Flush,
+    /// The answer streams: its head went out at a flush.
+    pub streaming: bool,
+    /// The client left a streamed answer: output and flushes fail.
+    pub gone: bool,
+}
+
+/// What `ngx.flush` does for a run, as lua-nginx-module decides it.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Streams {
+    /// Nothing (`rewrite`, `access`: weir gathers their output whole): answers 1.
+    #[default]
+    No,
+    /// An answer to HEAD: `nil, "header only"`.
+    HeaderOnly,
+    /// An HTTP/1.0 client, whose answer is gathered to have a length (nginx's
+    /// `lua_http10_buffering`): `nil, "buffering"`.
+    Buffering,
+    /// The output so far goes to the client.
+    Yes,
+}
+
+impl Streams {
+    /// What flushing does for the `content` action's answer to `head`.
+    pub fn of(head: &RequestHead) -> Streams {
+        if head.is_head() {
+            Streams::HeaderOnly
+        } else if head.minor_version == 0 {
+            Streams::Buffering
+        } else {
+            Streams::Yes
+        }
+    }
+}
+
+/// A flush the script waits for: asked (its Lua half yielded), its output handed to the
+/// relay, then written (the relay asked for more), when the script goes on.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flush {
+    #[default]
+    None,
+    Asked,
+    Handed,
+    Done,
 }
 
 /// Where a state reads the request as sent.
@@ -113,13 +160,31 @@ impl<'h> Lending<'h> {
     }
 }
 
+impl<'h> Lending<'h> {
+    /// The state with its own copy of the request, for a script that runs on after the
+    /// head is gone (a streamed answer's).
+    pub fn keep(self) -> Rc<RefCell<RequestState>> {
+        {
+            let mut state = self.state.borrow_mut();
+            let copied = state
+                .asked()
+                .map(|(head, addr)| (Box::new(head.clone()), addr.to_string()));
+            if let Some((head, addr)) = copied {
+                state.asked = Asked::Copied(head, addr);
+            }
+        }
+        self.state.clone()
+    }
+}
+
 impl Drop for Lending<'_> {
     fn drop(&mut self) {
         // The state's only other holder is the running slice's, gone by now: it is not
         // borrowed. Were it, the state would keep pointers to a head about to go away, and a
         // later read would be a use after free: stopping is the only safe way out.
         match self.state.try_borrow_mut() {
-            Ok(mut state) => state.asked = Asked::Gone,
+            Ok(mut state) if matches!(state.asked, Asked::Lent(..)) => state.asked = Asked::Gone,
+            Ok(_) => {}
             Err(_) => {
                 crate::log_error!("lua: a request's state was borrowed as its run ended");
                 std::process::abort();
@@ -347,7 +412,7 @@ impl RequestState {
 const MAX_KEPT_BODY: usize = 4096;
 
 /// The Content-Type of an answer whose script set none (nginx's `default_type`).
-const DEFAULT_TYPE: (&str, &str) = ("Content-Type", "text/plain");
+pub(super) const DEFAULT_TYPE: (&str, &str) = ("Content-Type", "text/plain");
 
 /// Whether `last` is the answer `status`, `headers` (after the default Content-Type when
 /// `defaulted`) and `body` would make.
@@ -467,17 +532,17 @@ pub(super) type BodyRead<'a> = (&'a RequestHead, &'a mut dyn ReadBody);
 /// its end, `ngx.exit` or an error, resuming it whenever what it waits for (`ngx.sleep`) is
 /// ready; for a phase that may read the request's body, when the script waits for it
 /// (`ngx.req.read_body` yielded), `reader` reads it and the script goes on with it.
-/// `Ok(true)`: the script ended, and its coroutine waits for another (`vm::ended`).
+/// Stops at a flush the script waits for ([`Stop::Flushing`]).
 pub(super) async fn drive_on(
     thread: &Thread,
     state: &Rc<RefCell<RequestState>>,
     max_run_time: Duration,
     watch: &Watch,
     mut reader: Option<BodyRead<'_>>,
-) -> mlua::Result<bool> {
+) -> mlua::Result<Stop> {
     // `ngx.exit` yields to end the script.
     if state.borrow().exit.is_some() {
-        return Ok(false);
+        return Ok(Stop::Stopped);
     }
     let mut reading = None;
     if state.borrow().wants_body {
@@ -505,22 +570,26 @@ pub(super) async fn drive_on(
                 }
                 Err(status) => {
                     state.exit = Some(i64::from(status));
-                    return Poll::Ready(Ok(false));
+                    return Poll::Ready(Ok(Stop::Stopped));
                 }
             }
         }
         let _slice = Slice::start(Some(state.clone()), max_run_time, watch);
         let _resuming = super::cosocket::Resuming::enter(cx.waker());
         match poll_next(run.as_mut(), cx) {
+            // A flush waits for its output to be written: the caller sends it.
+            Poll::Pending if state.borrow().flush == Flush::Asked => {
+                return Poll::Ready(Ok(Stop::Flushing))
+            }
             Poll::Pending => return Poll::Pending,
-            Poll::Ready(None) => return Poll::Ready(Ok(false)),
+            Poll::Ready(None) => return Poll::Ready(Ok(Stop::Stopped)),
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
             Poll::Ready(Some(Ok(value))) if super::vm::ended(&value) => {
-                return Poll::Ready(Ok(true))
+                return Poll::Ready(Ok(Stop::Ended))
             }
             // `ngx.exit` yields to end the script; any other yield is resumed.
             Poll::Ready(Some(Ok(_))) if state.borrow().exit.is_some() => {
-                return Poll::Ready(Ok(false))
+                return Poll::Ready(Ok(Stop::Stopped))
             }
             Poll::Ready(Some(Ok(_))) if state.borrow().wants_body => match reader.take() {
                 Some((head, reader)) => reading = Some(reader.read_body(head)),
@@ -530,6 +599,16 @@ pub(super) async fn drive_on(
         }
     })
     .await
+}
+
+/// Where a script's run stopped.
+pub(super) enum Stop {
+    /// It ended, and its coroutine waits for another script (`vm::ended`).
+    Ended,
+    /// `ngx.exit`, or a body that could not be read: its coroutine is not resumed.
+    Stopped,
+    /// It waits for its output to be written (`ngx.flush`, `ngx.eof`).
+    Flushing,
 }
 
 /// `Stream::poll_next` of the coroutine: each yield or its end.

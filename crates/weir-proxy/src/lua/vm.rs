@@ -183,12 +183,14 @@ impl WorkerVm {
     }
 
     /// Runs script `index` for the request in `state`, in a coroutine of its own: the
-    /// request's answer is left in `state`.
+    /// request's answer is left in `state`. `Some`: the script waits for a flush (only a
+    /// `content` script's may: `request::Streams`), its coroutine to be resumed once its
+    /// output is written (`stream.rs`).
     pub(super) async fn run(
         &self,
         index: usize,
         state: &Rc<RefCell<RequestState>>,
-    ) -> mlua::Result<()> {
+    ) -> mlua::Result<Option<Thread>> {
         self.run_with(index, state, None).await
     }
 
@@ -198,7 +200,7 @@ impl WorkerVm {
         index: usize,
         state: &Rc<RefCell<RequestState>>,
         reader: Option<request::BodyRead<'_>>,
-    ) -> mlua::Result<()> {
+    ) -> mlua::Result<Option<Thread>> {
         let thread = self.thread()?;
         let ended = {
             let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
@@ -207,16 +209,35 @@ impl WorkerVm {
         // A script that does not wait (most) ends there, with no future around its coroutine.
         if ended {
             self.keep(thread);
-            return Ok(());
+            return Ok(None);
+        }
+        if state.borrow().flush == request::Flush::Asked {
+            return Ok(Some(thread));
         }
         let (max_run_time, watch) = (self.max_run_time, &*self.watch);
         let ran = request::drive_on(&thread, state, max_run_time, watch, reader);
         // One stopped by `ngx.exit`, an error or the watchdog is suspended in its script or
         // dead: left to the collector.
-        if ran.await? {
-            self.keep(thread);
+        match ran.await? {
+            request::Stop::Ended => self.keep(thread),
+            request::Stop::Stopped => {}
+            request::Stop::Flushing => return Ok(Some(thread)),
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Resumes `thread`, which waits for a flush, and drives its script on to its next stop.
+    pub(super) fn resume_later(
+        &self,
+        thread: Thread,
+        state: Rc<RefCell<RequestState>>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = (Thread, mlua::Result<request::Stop>)>>>
+    {
+        let (max_run_time, watch) = (self.max_run_time, self.watch.clone());
+        Box::pin(async move {
+            let stop = request::drive_on(&thread, &state, max_run_time, &watch, None).await;
+            (thread, stop)
+        })
     }
 
     /// Resumes `thread`, new or waiting in [`TRACED`]'s loop, with script `index`: `true` when
@@ -324,7 +345,7 @@ impl WorkerVm {
     }
 
     /// Keeps `thread`, whose script ended, for another request.
-    fn keep(&self, thread: Thread) {
+    pub(super) fn keep(&self, thread: Thread) {
         let mut idle = self.idle_threads.borrow_mut();
         if idle.len() < IDLE_THREADS {
             idle.push(thread);
@@ -435,7 +456,7 @@ impl WorkerVm {
         index: usize,
         state: &Rc<RefCell<RequestState>>,
         reader: request::BodyRead<'_>,
-    ) -> mlua::Result<()> {
+    ) -> mlua::Result<Option<Thread>> {
         self.run_with(index, state, Some(reader)).await
     }
 

@@ -21,6 +21,7 @@ use crate::servers::pool::UpstreamConn;
 use bytes::Bytes;
 use std::borrow::Cow;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 /// An action's answer: what to send, and the upstream it came from (if any).
 pub struct Reply<'r> {
@@ -90,6 +91,21 @@ pub enum ReplyBody {
     File(FileBody),
     /// After `101 Switching Protocols`: the connection becomes a byte tunnel.
     Upgrade(UpstreamConn),
+    /// Made as the relay pulls it: a Lua script's answer once it flushed (`ngx.flush`).
+    Produced(Box<dyn BodyProducer>),
+}
+
+/// A body made while it is sent (`relay::relay_produced` pulls it): each piece the producer
+/// hands over is written before it is asked for the next, so a producer that waits for its
+/// piece to be written (`ngx.flush(true)`) goes on when asked again.
+pub trait BodyProducer {
+    /// The next piece; `None` at the body's end; `Err` when the producer failed (the answer
+    /// is then cut short: its head is out).
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, ()>>>;
+    /// Runs the producer to its own end once nothing it makes is sent any more: after the
+    /// body's end (a script goes on after `ngx.eof`), or, when `gone`, after the client left
+    /// (the producer is told so: a script's next output or flush fails).
+    fn poll_rest(&mut self, cx: &mut Context<'_>, gone: bool) -> Poll<()>;
 }
 
 impl ReplyBody {

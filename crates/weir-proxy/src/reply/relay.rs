@@ -8,6 +8,7 @@ use crate::http::error::{ErrorKind, LocalError};
 use crate::io::buffers::make_room;
 use crate::io::watch::{Clock, ConnWatch, Expired, Waiting};
 use crate::reply::body_filter::BodyFilter;
+use crate::reply::BodyProducer;
 use crate::servers::h2_conn::{RecvStream, SendStream};
 use crate::worker::Worker;
 use bytes::{Buf, Bytes, BytesMut};
@@ -478,6 +479,49 @@ pub(crate) async fn relay_stream<W: AsyncWrite + Unpin>(
     relay.flush(sink, out).await?;
     recv.release_capacity(unreleased);
     Ok((relayed, trailers))
+}
+
+/// Streams a body its producer makes as it is pulled (a Lua script's streamed answer) to
+/// `sink`: each piece is framed, the filter flushed and the piece written before the next is
+/// asked for. When the client is gone, the producer is told and run to its own end (as after
+/// the body's end: a script may go on after `ngx.eof`). Returns the body bytes produced.
+pub(crate) async fn relay_produced<W: AsyncWrite + Unpin>(
+    producer: &mut dyn BodyProducer,
+    sink: &mut Sink<'_, W>,
+    out: &mut Vec<u8>,
+    chunked_out: bool,
+    relay: &Relay<'_>,
+) -> Result<u64, BodyError> {
+    let mut relayed = 0u64;
+    let mut written = Ok(());
+    while let Some(piece) = std::future::poll_fn(|cx| producer.poll_piece(cx)).await {
+        let Ok(piece) = piece else {
+            return Err(BodyError::Source);
+        };
+        relayed += piece.len() as u64;
+        written = sink.push(out, &piece, chunked_out);
+        if written.is_ok() {
+            written = sink.pause(out, chunked_out);
+        }
+        if written.is_ok() {
+            written = relay.flush(sink, out).await;
+        }
+        if written.is_err() {
+            break;
+        }
+    }
+    if written.is_ok() {
+        written = sink.end(out, chunked_out);
+        if chunked_out {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        if written.is_ok() {
+            written = relay.flush(sink, out).await;
+        }
+    }
+    let gone = written.is_err();
+    std::future::poll_fn(|cx| producer.poll_rest(cx, gone)).await;
+    written.map(|()| relayed)
 }
 
 /// Appends a piece of body, as a chunk when `chunked`.

@@ -716,3 +716,15 @@ fn after_an_upgrade_the_new_process_answers_http3_on_the_port() {
     let after = site.h3(port, json!([[{"path": "/ping"}]]));
     assert_eq!(after["groups"][0][0]["body_text"], "pong", "{after}");
 }
+
+#[test]
+fn a_lua_answer_that_flushes_streams_over_http3() {
+    let site = Site::new("h3-lua-flush");
+    let routes = "  flush:\n    rule: \"Path(`/flush`)\"\n    lua: { content: \"ngx.say('a') ngx.say(ngx.flush(true)) ngx.sleep(0.01) ngx.say('b') ngx.flush(true) ngx.say('c')\" }\n";
+    let weir = Weir::start(&site.config("", "", routes));
+    let out = site.h3(weir.addr().port(), json!([[{"path": "/flush"}]]));
+    let answer = &out["groups"][0][0];
+    assert_eq!(answer["status"], 200, "{out}");
+    // Flushed twice, then the rest at the script's end: all of it, in order.
+    assert_eq!(answer["body_text"], "a\n1\nb\nc\n", "{out}");
+}

@@ -1296,7 +1296,20 @@ fn read_until(from: &mut impl std::io::Read, got: &mut Vec<u8>, what: &str) {
 #[test]
 fn flushed_output_reaches_the_client_while_the_script_waits_in_nginx_and_weir() {
     use std::io::{Read, Write};
-    let (scripts, names) = stream_scripts(&[]);
+    let extra = [
+        // An HTTP/1.0 client's answer is gathered whole, with its length (nginx's
+        // `lua_http10_buffering`): flushing does nothing.
+        (
+            "h10",
+            r#"ngx.say("a") local ok, err = ngx.flush(true) ngx.say(tostring(ok), " ", err)"#,
+        ),
+        // An error once the head is out cuts the answer short: no last chunk.
+        (
+            "late_error",
+            r#"ngx.say("a") ngx.flush(true) error("late failure")"#,
+        ),
+    ];
+    let (scripts, names) = stream_scripts(&extra);
     let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
     let weir = Weir::start(&weir_lua_cases(
         &scripts,
@@ -1305,6 +1318,18 @@ fn flushed_output_reaches_the_client_while_the_script_waits_in_nginx_and_weir() 
         "  shared_dicts: { d: 1MiB }\n",
     ));
     for (server, addr) in [("nginx", nginx.addr), ("weir", weir.addr())] {
+        let old = request(addr, "GET /case/h10 HTTP/1.0\r\nHost: x\r\n\r\n");
+        assert_eq!(old.text(), "a\nnil buffering\n", "{server}");
+        assert_eq!(old.header("content-length"), Some("16"), "{server}");
+        let mut cut = std::net::TcpStream::connect(addr).unwrap();
+        cut.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        cut.write_all(b"GET /case/late_error HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut raw = Vec::new();
+        let _ = cut.read_to_end(&mut raw);
+        let raw = String::from_utf8_lossy(&raw);
+        assert!(raw.contains("\r\n\r\n2\r\na\n\r\n"), "{server}: {raw}");
+        assert!(!raw.ends_with("0\r\n\r\n"), "{server}: {raw}");
         let mut client = std::net::TcpStream::connect(addr).unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(20)))
@@ -1407,7 +1432,8 @@ end"#;
             .unwrap();
         read_until(&mut client, &mut Vec::new(), "first\n");
     };
-    let runs: [(&str, std::net::SocketAddr, &dyn Fn(std::net::SocketAddr)); 3] = [
+    type Leave<'a> = &'a dyn Fn(std::net::SocketAddr);
+    let runs: [(&str, std::net::SocketAddr, Leave); 3] = [
         ("nginx", nginx.addr, &h1),
         ("weir", weir.addr(), &h1),
         ("weir over HTTP/2", weir.addr(), &h2),
@@ -1433,4 +1459,89 @@ end"#;
             "{server} serves on"
         );
     }
+}
+
+#[test]
+fn a_streamed_answer_goes_through_body_filter_compress_and_the_log_phase() {
+    use std::io::{Read, Write};
+    let (scripts, _) = stream_scripts(&[]);
+    let dir = scripts.display();
+    let weir = Weir::start(&format!(
+        "server: {{ workers: 1 }}\nentrypoints:\n  web: {{ address: \"127.0.0.1:0\" }}\n\
+         lua:\n  shared_dicts: {{ d: 1MiB }}\nrouters:\n\
+         \x20 stream:\n    rule: \"Path(`/stream`)\"\n    middlewares: [gz, lf]\n    lua: {{ content_file: \"{dir}/stream.lua\" }}\n\
+         \x20 go:\n    rule: \"Path(`/go`)\"\n    lua: {{ content_file: \"{dir}/go.lua\" }}\n\
+         \x20 seen:\n    rule: \"Path(`/seen`)\"\n    lua: {{ content: \"ngx.say(ngx.shared.d:get('logged'))\" }}\n\
+         middlewares:\n  gz: {{ compress: {{ algorithms: [gzip] }} }}\n  lf:\n    lua:\n\
+         \x20     body_filter: \"if ngx.arg[1] ~= '' then ngx.arg[1] = string.upper(ngx.arg[1]) end\"\n\
+         \x20     log: \"ngx.shared.d:set('logged', ngx.var.status .. ' ' .. ngx.var.body_bytes_sent)\"\n"
+    ));
+    for gzip in [false, true] {
+        let mut client = std::net::TcpStream::connect(weir.addr()).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let accept = if gzip {
+            "Accept-Encoding: gzip\r\n"
+        } else {
+            ""
+        };
+        client
+            .write_all(
+                format!("GET /stream HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .unwrap();
+        // The first piece, filtered (and compressed), before the script goes on.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !body_text(&got, gzip).contains("FIRST\n") {
+            let n = client.read(&mut buf).unwrap();
+            assert!(n > 0, "ended: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(!body_text(&got, gzip).contains("SECOND"));
+        let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+        assert!(head.contains("transfer-encoding: chunked"), "{head}");
+        assert_eq!(head.contains("content-encoding: gzip"), gzip, "{head}");
+        assert_eq!(get(weir.addr(), "x", "/go").text(), "went\n");
+        client.read_to_end(&mut got).unwrap();
+        assert_eq!(body_text(&got, gzip), "FIRST\nSECOND\n");
+        assert!(got.ends_with(b"\r\n0\r\n\r\n"));
+        // The log phase ran once the answer was sent, with what the client got.
+        let logged = get(weir.addr(), "x", "/seen").text();
+        let bytes = dechunk(&got).len();
+        assert_eq!(logged, format!("200 {bytes}\n"), "gzip {gzip}");
+    }
+}
+
+/// The body of a chunked answer's complete chunks so far (after the head).
+fn dechunk(raw: &[u8]) -> Vec<u8> {
+    let Some(start) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Vec::new();
+    };
+    let mut rest = &raw[start + 4..];
+    let mut body = Vec::new();
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..eol]).unwrap(), 16).unwrap();
+        if size == 0 || rest.len() < eol + 2 + size + 2 {
+            break;
+        }
+        body.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+        rest = &rest[eol + 2 + size + 2..];
+    }
+    body
+}
+
+/// The text of a chunked answer so far, gunzipped as far as it goes when `gzip`.
+fn body_text(raw: &[u8], gzip: bool) -> String {
+    use std::io::Write;
+    let body = dechunk(raw);
+    if !gzip {
+        return String::from_utf8_lossy(&body).into_owned();
+    }
+    let mut decoder = flate2::write::GzDecoder::new(Vec::new());
+    let _ = decoder.write_all(&body);
+    let _ = decoder.flush();
+    String::from_utf8_lossy(decoder.get_ref()).into_owned()
 }

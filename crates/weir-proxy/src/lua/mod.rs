@@ -1,7 +1,7 @@
 //! Lua scripts as lua-nginx-module runs them (docs/lua.md): the scripts of one compiled
 //! configuration ([`LuaProgram`]), each worker's LuaJIT VM made from it on first use, and the
 //! `content` action, which runs a script in a coroutine per request and turns what it wrote
-//! into a reply. The middleware's phases live in `phases.rs`, the `ngx` API in the `ngx_*`
+//! into a reply (streamed once it flushes: `stream.rs`). The middleware's phases live in `phases.rs`, the `ngx` API in the `ngx_*`
 //! modules, `ngx.shared` in `shared_dict.rs`, `cjson` in `cjson.rs`.
 
 mod body_filter;

@@ -152,11 +152,7 @@ pub(crate) async fn serve_content<C: ClientSide>(
     };
     let scheme = client.scheme();
     let state = RequestState::lent(head, client.ip_text(), scheme, body);
-    {
-        let mut s = state.state().borrow_mut();
-        s.output = vm.output_buffer();
-        s.streams = request::Streams::of(head);
-    }
+    state.state().borrow_mut().output = vm.output_buffer();
     match vm.run(script.index, state.state()).await {
         Err(e) => return script_failed(name, &e.to_string()),
         // It flushed: the rest streams.

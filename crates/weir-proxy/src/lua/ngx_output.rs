@@ -208,7 +208,7 @@ fn flush_step(_: &Lua, (first, wait): (bool, Option<bool>)) -> mlua::Result<Step
         if !first {
             return flushed(r);
         }
-        match r.streams {
+        match r.streams() {
             Streams::No => return (Some(1), None),
             Streams::HeaderOnly => return (None, Some("header only")),
             _ if r.gone => return OUTPUT_FAILED,
@@ -239,7 +239,7 @@ fn eof_step(_: &Lua, first: bool) -> mlua::Result<Step> {
         }
         r.headers_sent = true;
         r.eof = true;
-        if r.streams != Streams::Yes {
+        if r.streams() != Streams::Yes {
             return (Some(1), None);
         }
         r.flush = Flush::Asked;

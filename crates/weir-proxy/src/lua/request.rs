@@ -79,8 +79,6 @@ pub(super) struct RequestState {
     pub piece: Option<Box<super::body_filter::BodyPiece>>,
     /// The request phase running (`ngx.get_phase()`): `rewrite`, `access` or `content`.
     pub phase: super::ngx_worker::RequestPhase,
-    /// Whether `ngx.flush` may stream this answer (only the `content` action's may).
-    pub streams: Streams,
     /// Where a flush (or `ngx.eof`) the script waits for stands (`stream.rs`).
     pub flush: Flush,
     /// The answer streams: its head went out at a flush.
@@ -90,10 +88,9 @@ pub(super) struct RequestState {
 }
 
 /// What `ngx.flush` does for a run, as lua-nginx-module decides it.
-#[derive(Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Streams {
     /// Nothing (`rewrite`, `access`: weir gathers their output whole): answers 1.
-    #[default]
     No,
     /// An answer to HEAD: `nil, "header only"`.
     HeaderOnly,
@@ -104,12 +101,17 @@ pub(super) enum Streams {
     Yes,
 }
 
-impl Streams {
-    /// What flushing does for the `content` action's answer to `head`.
-    pub fn of(head: &RequestHead) -> Streams {
-        if head.is_head() {
+impl RequestState {
+    /// What flushing does for the running script: only the `content` action's answer (its
+    /// phase, in no phase that cannot wait) streams. Found when a script flushes, so that
+    /// other requests pay nothing for it.
+    pub fn streams(&self) -> Streams {
+        let content = matches!(self.phase, super::ngx_worker::RequestPhase::Content);
+        if !content || super::cosocket::disabled_in().is_some() {
+            Streams::No
+        } else if self.method() == "HEAD" {
             Streams::HeaderOnly
-        } else if head.minor_version == 0 {
+        } else if self.minor_version == 0 {
             Streams::Buffering
         } else {
             Streams::Yes

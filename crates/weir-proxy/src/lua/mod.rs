@@ -156,8 +156,12 @@ pub(crate) async fn serve_content<C: ClientSide>(
     match vm.run(script.index, state.state()).await {
         Err(e) => return script_failed(name, &e.to_string()),
         // It flushed: the rest streams.
-        Ok(Some(thread)) => return stream::streamed(vm, thread, state.keep(), name),
-        Ok(None) => {}
+        Ok(true) => {
+            if let Some(thread) = vm.take_flushing() {
+                return stream::streamed(vm, thread, state.keep(), name);
+            }
+        }
+        Ok(false) => {}
     }
     let state = state.release();
     let reply = vm.reply(script.index, &mut state.borrow_mut());

@@ -46,6 +46,9 @@ pub(super) struct WorkerVm {
     last_answers: RefCell<Vec<Option<Rc<LocalResponse>>>>,
     /// The output buffer of an answer sent as the last one was, for the next script to write.
     spare_output: RefCell<Vec<u8>>,
+    /// The coroutine of a script that stopped at a flush, for its caller to take: kept here
+    /// so that `run` answers a flag, as cheap to pass back as nothing.
+    flushing: RefCell<Option<Thread>>,
     max_run_time: std::time::Duration,
     /// The running script's deadline, for the watchdog that stops it.
     watch: Arc<Watch>,
@@ -175,6 +178,7 @@ impl WorkerVm {
             idle_threads: RefCell::new(Vec::new()),
             last_answers: RefCell::new(vec![None; program.scripts.len()]),
             spare_output: RefCell::new(Vec::new()),
+            flushing: RefCell::new(None),
             max_run_time,
             watch,
             _dicts: program.dicts.iter().map(|(_, dict)| dict.clone()).collect(),
@@ -183,14 +187,14 @@ impl WorkerVm {
     }
 
     /// Runs script `index` for the request in `state`, in a coroutine of its own: the
-    /// request's answer is left in `state`. `Some`: the script waits for a flush (only a
-    /// `content` script's may: `request::Streams`), its coroutine to be resumed once its
-    /// output is written (`stream.rs`).
+    /// request's answer is left in `state`. `true`: the script waits for a flush (only a
+    /// `content` script's may: `RequestState::streams`), its coroutine kept for
+    /// [`Self::take_flushing`], to be resumed once its output is written (`stream.rs`).
     pub(super) async fn run(
         &self,
         index: usize,
         state: &Rc<RefCell<RequestState>>,
-    ) -> mlua::Result<Option<Thread>> {
+    ) -> mlua::Result<bool> {
         self.run_with(index, state, None).await
     }
 
@@ -200,7 +204,7 @@ impl WorkerVm {
         index: usize,
         state: &Rc<RefCell<RequestState>>,
         reader: Option<request::BodyRead<'_>>,
-    ) -> mlua::Result<Option<Thread>> {
+    ) -> mlua::Result<bool> {
         let thread = self.thread()?;
         let ended = {
             let _slice = request::Slice::start(Some(state.clone()), self.max_run_time, &self.watch);
@@ -209,10 +213,11 @@ impl WorkerVm {
         // A script that does not wait (most) ends there, with no future around its coroutine.
         if ended {
             self.keep(thread);
-            return Ok(None);
+            return Ok(false);
         }
         if state.borrow().flush == request::Flush::Asked {
-            return Ok(Some(thread));
+            *self.flushing.borrow_mut() = Some(thread);
+            return Ok(true);
         }
         let (max_run_time, watch) = (self.max_run_time, &*self.watch);
         let ran = request::drive_on(&thread, state, max_run_time, watch, reader);
@@ -221,9 +226,17 @@ impl WorkerVm {
         match ran.await? {
             request::Stop::Ended => self.keep(thread),
             request::Stop::Stopped => {}
-            request::Stop::Flushing => return Ok(Some(thread)),
+            request::Stop::Flushing => {
+                *self.flushing.borrow_mut() = Some(thread);
+                return Ok(true);
+            }
         }
-        Ok(None)
+        Ok(false)
+    }
+
+    /// The coroutine of the script whose run just stopped at a flush ([`Self::run`]).
+    pub(super) fn take_flushing(&self) -> Option<Thread> {
+        self.flushing.borrow_mut().take()
     }
 
     /// Resumes `thread`, which waits for a flush, and drives its script on to its next stop.
@@ -456,7 +469,7 @@ impl WorkerVm {
         index: usize,
         state: &Rc<RefCell<RequestState>>,
         reader: request::BodyRead<'_>,
-    ) -> mlua::Result<Option<Thread>> {
+    ) -> mlua::Result<bool> {
         self.run_with(index, state, Some(reader)).await
     }
 

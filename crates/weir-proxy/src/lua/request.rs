@@ -92,7 +92,8 @@ pub(super) struct RequestState {
 pub(super) enum Streams {
     /// Nothing (`rewrite`, `access`: weir gathers their output whole): answers 1.
     No,
-    /// An answer to HEAD: `nil, "header only"`.
+    /// An answer to HEAD, or one whose status has no body (1xx, 204, 304): `nil, "header
+    /// only"`.
     HeaderOnly,
     /// An HTTP/1.0 client, whose answer is gathered to have a length (nginx's
     /// `lua_http10_buffering`): `nil, "buffering"`.
@@ -109,7 +110,8 @@ impl RequestState {
         let content = matches!(self.phase, super::ngx_worker::RequestPhase::Content);
         if !content || super::cosocket::disabled_in().is_some() {
             Streams::No
-        } else if self.method() == "HEAD" {
+        } else if self.method() == "HEAD" || matches!(self.status, 100..=199 | 204 | 304) {
+            // No body follows such a head: nginx marks the request `header_only` as it sends it.
             Streams::HeaderOnly
         } else if self.minor_version == 0 {
             Streams::Buffering

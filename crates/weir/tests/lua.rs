@@ -470,6 +470,11 @@ local flushed, fwhy = ngx.flush(true)
 local again, awhy = ngx.eof()
 ngx.shared.d:set("after_eof", table.concat({tostring(ok), tostring(err), tostring(said), why, tostring(flushed), fwhy, tostring(again), awhy}, " "))"#)
         .twice(),
+    // A 204's head is sent alone: nginx marks the request `header_only`, and a flush answers
+    // "header only" (noted, then shown by the next case).
+    case("flush_204", r#"ngx.status = 204 ngx.say("x") local ok, err = ngx.flush(true) ngx.shared.d:set("flush_204", tostring(ok) .. " " .. tostring(err))"#)
+        .check(Check::StatusHeaders(&[])),
+    case("flush_204_noted", r#"ngx.say(ngx.shared.d:get("flush_204"))"#),
     // ngx.eof after flushes: the streamed answer ends there.
     case("flush_then_eof", r#"ngx.say("streamed") ngx.flush(true) ngx.say("last") ngx.eof() ngx.say("dropped")"#)
         .check(Check::Headers(&["Content-Type", "Transfer-Encoding"])),
@@ -596,6 +601,11 @@ fn the_same_scripts_answer_as_in_nginx_with_lua_nginx_module() {
             "rewrite access content [init init_worker]\nbody_filter\n",
         ),
         ("get_phase_log_and_timer", "log\ntimer\n"),
+        ("flush_204_noted", "nil header only\n"),
+        (
+            "eof_then_more",
+            "before: 1 nil nil seen eof nil seen eof nil seen eof\n",
+        ),
         (
             "worker_and_config",
             "0 1 false true number\nhttp 1022001 10023 // string boolean\n0 1 false\n",

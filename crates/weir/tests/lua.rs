@@ -475,6 +475,8 @@ ngx.shared.d:set("after_eof", table.concat({tostring(ok), tostring(err), tostrin
     case("flush_204", r#"ngx.status = 204 ngx.say("x") local ok, err = ngx.flush(true) ngx.shared.d:set("flush_204", tostring(ok) .. " " .. tostring(err))"#)
         .check(Check::StatusHeaders(&[])),
     case("flush_204_noted", r#"ngx.say(ngx.shared.d:get("flush_204"))"#),
+    // Without a flush too: a 204's body is dropped (nginx's header_only; RFC 9110 6.4.1).
+    case("status_204_drops_the_body", r#"ngx.status = 204 ngx.header["X-Kept"] = "1" ngx.say("dropped")"#),
     // ngx.eof after flushes: the streamed answer ends there.
     case("flush_then_eof", r#"ngx.say("streamed") ngx.flush(true) ngx.say("last") ngx.eof() ngx.say("dropped")"#)
         .check(Check::Headers(&["Content-Type", "Transfer-Encoding"])),

@@ -17,8 +17,12 @@ pub struct LocalResponse {
 }
 
 impl LocalResponse {
+    /// A status whose answer has no content (1xx, 204, 304: RFC 9110 6.4.1) drops `body`.
     pub fn new(status: u16, headers: Vec<(String, String)>, body: impl Into<Bytes>) -> Self {
-        let body = body.into();
+        let body = match status {
+            100..=199 | 204 | 304 => Bytes::new(),
+            _ => body.into(),
+        };
         let prebuilt = prebuild(status, &headers, body.len() as u64);
         LocalResponse {
             status,
@@ -81,9 +85,12 @@ fn prebuild(status: u16, headers: &[(String, String)], len: u64) -> Vec<u8> {
             header(&mut prebuilt, name.as_bytes(), value.as_bytes());
         }
     }
-    prebuilt.extend_from_slice(b"content-length: ");
-    push_decimal(&mut prebuilt, len);
-    prebuilt.extend_from_slice(b"\r\n");
+    // RFC 9110 8.6: none on a 1xx or a 204.
+    if !matches!(status, 100..=199 | 204) {
+        prebuilt.extend_from_slice(b"content-length: ");
+        push_decimal(&mut prebuilt, len);
+        prebuilt.extend_from_slice(b"\r\n");
+    }
     prebuilt
 }
 
@@ -91,6 +98,16 @@ fn prebuild(status: u16, headers: &[(String, String)], len: u64) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::http::codec::{push_decimal, push_hex};
+
+    #[test]
+    fn a_204_has_no_body_and_no_length() {
+        let r = LocalResponse::new(204, vec![("x-a".into(), "1".into())], "dropped");
+        assert!(r.body.is_empty());
+        let head = String::from_utf8(r.prebuilt.clone()).unwrap();
+        assert_eq!(head, "HTTP/1.1 204 No Content\r\nx-a: 1\r\n");
+        let not_modified = LocalResponse::new(304, Vec::new(), "dropped");
+        assert!(not_modified.body.is_empty());
+    }
 
     #[test]
     fn writes_prebuilt_response() {

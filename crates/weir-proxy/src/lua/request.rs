@@ -386,10 +386,18 @@ impl RequestState {
             (status, _) => status,
         };
         let mut headers = std::mem::take(&mut self.response_headers);
+        if status == 204 {
+            // As nginx's header filter makes a 204: no type, no Last-Modified (the body goes
+            // in LocalResponse::new).
+            headers.retain(|(n, _)| {
+                !n.eq_ignore_ascii_case("content-type") && !n.eq_ignore_ascii_case("last-modified")
+            });
+        }
         // nginx's `default_type` as Debian's and weir's tests configure it.
-        let typed = headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
+        let typed = status == 204
+            || headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
         // Only a success: the drivers treat some error statuses of a local answer apart.
         let kept = (200..300).contains(&status) && self.output.len() <= MAX_KEPT_BODY;
         let last = last.filter(|_| kept);

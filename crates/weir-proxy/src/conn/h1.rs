@@ -569,12 +569,7 @@ impl<S: ClientIo> H1Client<S> {
         match plan.body {
             ReplyBody::Upstream(mut up) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
-                let mut sink = Sink {
-                    io: Some(&mut self.io),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut self.io, plan.filter.as_mut());
                 let relayed = relay_body(
                     &mut up.io,
                     &mut up.buf,
@@ -599,12 +594,7 @@ impl<S: ClientIo> H1Client<S> {
             }
             ReplyBody::Stream(mut stream) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
-                let mut sink = Sink {
-                    io: Some(&mut self.io),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut self.io, plan.filter.as_mut());
                 let relayed = if plan.read == Framing::None {
                     relay.flush(&mut sink, &mut self.out).await.map(|()| 0)
                 } else {
@@ -651,12 +641,7 @@ impl<S: ClientIo> H1Client<S> {
             }
             ReplyBody::Produced(mut producer) => {
                 let relay = Relay::to_client(worker, &self.watch);
-                let mut sink = Sink {
-                    io: Some(&mut self.io),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut self.io, plan.filter.as_mut());
                 let relaying = relay_produced(
                     &mut *producer,
                     &mut sink,
@@ -870,12 +855,7 @@ impl<S: ClientIo> H1Client<S> {
                     .map(|_| body.len);
             }
         }
-        let mut sink = Sink {
-            io: Some(&mut self.io),
-            filter,
-            sent: 0,
-            trailers: None,
-        };
+        let mut sink = Sink::through(&mut self.io, filter);
         while offset < end {
             let n = (end - offset).min(FILE_READ_CHUNK) as usize;
             {

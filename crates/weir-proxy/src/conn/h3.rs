@@ -661,10 +661,8 @@ impl H3Client {
         match plan.body {
             ReplyBody::Upstream(mut up) => {
                 let mut sink = Sink {
-                    io: Some(&mut self.out),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
                     trailers: Some(Vec::new()),
+                    ..Sink::through(&mut self.out, plan.filter.as_mut())
                 };
                 let relaying = relay_body(
                     &mut up.io,
@@ -688,12 +686,7 @@ impl H3Client {
                 }
             }
             ReplyBody::Stream(mut stream) => {
-                let mut sink = Sink {
-                    io: Some(&mut self.out),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut self.out, plan.filter.as_mut());
                 let relaying =
                     relay_stream(&mut stream.recv, &mut sink, &mut self.buf, false, &relay);
                 let (bytes, trailers) = match relaying.await {
@@ -715,12 +708,7 @@ impl H3Client {
                 (sending.await, None)
             }
             ReplyBody::Produced(mut producer) => {
-                let mut sink = Sink {
-                    io: Some(&mut self.out),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut self.out, plan.filter.as_mut());
                 let relaying =
                     relay_produced(&mut *producer, &mut sink, &mut self.buf, false, &relay);
                 match relaying.await.map(|bytes| sink.counted(bytes)) {

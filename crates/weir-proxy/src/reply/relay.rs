@@ -225,6 +225,16 @@ impl<'a, W> Sink<'a, W> {
         }
     }
 
+    /// A sink through the reply's body filter, if it has one (trailers framed in the body).
+    pub(crate) fn through(io: &'a mut W, filter: Option<&'a mut BodyFilter>) -> Sink<'a, W> {
+        Sink {
+            io: Some(io),
+            filter,
+            sent: 0,
+            trailers: None,
+        }
+    }
+
     /// The body bytes the client got: the filter's output when there is one, else the
     /// `relayed` bytes as they came.
     #[inline]

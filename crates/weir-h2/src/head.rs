@@ -281,8 +281,9 @@ fn value_is_valid(value: &[u8]) -> bool {
         && !value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n')
 }
 
-/// §8.2.2: connection-specific fields are malformed in HTTP/2; TE only as "trailers".
-fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
+/// §8.2.2: connection-specific fields are malformed in HTTP/2; TE only as "trailers". HTTP/3
+/// says the same (RFC 9114 §4.2), so weir's protocol-neutral request head asks this too.
+pub fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
     match name {
         b"connection" | b"proxy-connection" | b"keep-alive" | b"transfer-encoding" | b"upgrade" => {
             true

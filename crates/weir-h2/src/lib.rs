@@ -16,6 +16,6 @@ mod stream_table;
 pub use client::{ClientConfig, ClientConnection, ClientEvent};
 pub use conn::{Config, Connection, Event, SendError, StreamProgress, PREFACE};
 pub use frame::Reason;
-pub use head::{HeaderBlock, RequestHead};
+pub use head::{is_connection_specific, HeaderBlock, RequestHead};
 pub use hpack::Indexing;
 pub use stream_table::StreamTable;

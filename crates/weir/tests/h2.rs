@@ -5,7 +5,8 @@
 //! and resets thousands of streams is cut off, and one that never opens its window has its
 //! stream reset after `client_send_timeout`, while the worker goes on answering others
 //! promptly; a stop lets open streams finish; an upload answered before its end is reset
-//! (NO_ERROR) and the connection serves on.
+//! (NO_ERROR) and the connection serves on; heads an HTTP/1.1 parse would refuse are refused on
+//! their own stream.
 
 mod common;
 use common::*;
@@ -405,4 +406,53 @@ print(status, reset, second)
 "#;
     let out = h2_client(weir.addr(), body);
     assert_eq!(out, "[b'200'] [<ErrorCodes.NO_ERROR: 0>] b'pong'", "{out}");
+}
+
+#[test]
+fn heads_an_http1_parse_would_refuse_are_400_on_their_stream_and_the_connection_goes_on() {
+    // The head is built from the fields directly (no HTTP/1 text parsed back): what the HTTP/1
+    // parse refused must still be refused, each on its own stream (a malformed length is
+    // weir-h2's to refuse: a stream reset).
+    let upstream = Upstream::start("up");
+    let weir = Weir::start(&config(&upstream, ""));
+    let body = r#"
+c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False, validate_inbound_headers=False))
+c.initiate_connection()
+def get(sid, path, extra, authority='x'):
+    c.send_headers(sid, [(':method', 'GET'), (':path', path), (':scheme', 'http'), (':authority', authority)] + extra, end_stream=True)
+get(1, '/echo', [('x-ctl', 'a\x01b')])
+get(3, '/a b', [])
+get(5, '/echo', [('host', 'a'), ('host', 'b')])
+get(7, '/echo', [], authority='user@x')
+get(9, 'relative', [])
+get(11, '/echo', [('content-length', '1, 2')])
+get(13, '/echo', [('cookie', 'a=1'), ('cookie', 'b=2'), ('x-ok', 'v\tw')])
+s.sendall(c.data_to_send())
+status, body, ended = {}, {}, set()
+while len(ended) < 7:
+    evs = events()
+    if evs is None:
+        break
+    for e in evs:
+        if isinstance(e, h2.events.ResponseReceived):
+            status[e.stream_id] = dict(e.headers)[b':status'].decode()
+        elif isinstance(e, h2.events.DataReceived):
+            body[e.stream_id] = body.get(e.stream_id, b'') + e.data
+            c.acknowledge_received_data(len(e.data), e.stream_id)
+        elif isinstance(e, h2.events.StreamReset):
+            status.setdefault(e.stream_id, 'reset')
+            ended.add(e.stream_id)
+        elif isinstance(e, h2.events.StreamEnded):
+            ended.add(e.stream_id)
+    s.sendall(c.data_to_send())
+print(' '.join(status.get(i, '-') for i in (1, 3, 5, 7, 9, 11, 13)))
+print(body.get(13, b'').decode())
+"#;
+    let out = h2_client(weir.addr(), body);
+    let (statuses, echoed) = out.split_once('\n').unwrap_or((&out, ""));
+    assert_eq!(statuses, "400 400 400 400 400 reset 200", "{out}");
+    let json: serde_json::Value = serde_json::from_str(echoed).unwrap();
+    assert_eq!(echoed_header(&json, "cookie").unwrap(), "a=1; b=2");
+    assert_eq!(echoed_header(&json, "x-ok").unwrap(), "v\tw");
+    assert_eq!(echoed_header(&json, "host").unwrap(), "x");
 }

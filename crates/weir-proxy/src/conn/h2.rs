@@ -18,8 +18,8 @@ use crate::conn::ClientIo;
 use crate::exchange::exchange;
 use crate::exchange::plan::{BodyLength, LocalPlan, ResponsePlan};
 use crate::http::codec::trailer_fields;
-use crate::http::codec::{self, RequestHead};
-use crate::http::error::{ErrorKind, LocalError};
+use crate::http::codec::RequestHead;
+use crate::http::error::LocalError;
 use crate::http::file_body::FileBody;
 use crate::http::trace_context::TraceContext;
 use crate::http::Scheme;
@@ -609,7 +609,8 @@ impl Drop for Stream {
     }
 }
 
-/// A request head from weir-h2 as weir's head (see [`head_from_fields`]).
+/// A request head from weir-h2 as weir's head, built from its fields directly
+/// ([`RequestHead::from_fields`]: an HTTP/1 head's checks, no text parsed back).
 fn edge_request_head(
     head: &weir_h2::RequestHead,
     end_stream: bool,
@@ -620,17 +621,13 @@ fn edge_request_head(
     };
     let chunked = !end_stream && head.content_length.is_none();
     let target = head.path().unwrap_or(b"/");
-    head_from_fields(
-        head.method(),
-        target,
-        authority,
-        head.fields.iter(),
-        chunked,
-    )
+    let fields = head.fields.iter();
+    RequestHead::from_fields(head.method(), target, authority, fields, chunked)
+        .map_err(|refused| LocalError::from(&refused))
 }
 
 /// An HTTP/2 (or HTTP/3) request head as the `http` crate holds it, as weir's head (see
-/// [`head_from_fields`]).
+/// [`RequestHead::from_fields`]).
 pub(crate) fn request_head(
     parts: &http::request::Parts,
     end_stream: bool,
@@ -646,63 +643,8 @@ pub(crate) fn request_head(
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
     let method = parts.method.as_str().as_bytes();
-    head_from_fields(method, target.as_bytes(), authority, fields, chunked)
-}
-
-/// A request head as weir's head: the pseudo-headers become a request line and `Host` (from
-/// `authority`, given when no `host` field came), `cookie` fields are joined with `; ` (RFC
-/// 9113 8.2.3), a body of unknown length is declared chunked (`chunked`; so an HTTP/1
-/// upstream gets it chunked). Parsed by the HTTP/1 codec, so the same checks apply to every
-/// protocol.
-fn head_from_fields<'f>(
-    method: &[u8],
-    target: &[u8],
-    authority: Option<&[u8]>,
-    fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
-    chunked: bool,
-) -> Result<RequestHead, LocalError> {
-    // Written where the parsed head will keep it (no copy).
-    let mut raw = BytesMut::with_capacity(512);
-    let header = |raw: &mut BytesMut, name: &[u8], value: &[u8]| {
-        raw.extend_from_slice(name);
-        raw.extend_from_slice(b": ");
-        raw.extend_from_slice(value);
-        raw.extend_from_slice(b"\r\n");
-    };
-    raw.extend_from_slice(method);
-    raw.extend_from_slice(b" ");
-    raw.extend_from_slice(target);
-    raw.extend_from_slice(b" HTTP/1.1\r\n");
-    if let Some(authority) = authority {
-        header(&mut raw, b"host", authority);
-    }
-    let mut cookies: Vec<&[u8]> = Vec::new();
-    for (name, value) in fields {
-        if name == b"cookie" {
-            cookies.push(value);
-        } else {
-            header(&mut raw, name, value);
-        }
-    }
-    if !cookies.is_empty() {
-        header(&mut raw, b"cookie", &cookies.join(&b"; "[..]));
-    }
-    if chunked {
-        raw.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    raw.extend_from_slice(b"\r\n");
-    match codec::parse_request(&mut raw) {
-        Ok(Some(mut head)) => {
-            head.http2 = true;
-            Ok(head)
-        }
-        Ok(None) => Err(LocalError::new(
-            400,
-            ErrorKind::MalformedHead,
-            "invalid request head",
-        )),
-        Err(e) => Err(LocalError::from(&e)),
-    }
+    RequestHead::from_fields(method, target.as_bytes(), authority, fields, chunked)
+        .map_err(|refused| LocalError::from(&refused))
 }
 
 /// A stream's send side: what its task queues in the codec, waiting for room first (the

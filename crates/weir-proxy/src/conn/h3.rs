@@ -9,7 +9,7 @@
 
 use crate::actions::static_files::read_exact_at;
 use crate::conn::h1::canonical_ip;
-use crate::conn::h2::{date_value, local_parts, request_head, response_parts};
+use crate::conn::h2::{date_value, local_head, request_head, response_head, DateValue};
 use crate::exchange::exchange;
 use crate::exchange::plan::{BodyLength, LocalPlan, ResponsePlan};
 use crate::http::codec::{trailer_fields, RequestHead};
@@ -642,14 +642,14 @@ impl H3Client {
         &mut self,
         worker: &Worker,
         mut plan: ResponsePlan,
-        (date, head_only, read_timeout): (&http::HeaderValue, bool, Duration),
+        (date, head_only, read_timeout): (&DateValue, bool, Duration),
         trace: Option<&TraceContext>,
     ) -> (
         Result<u64, BodyError>,
         Option<crate::servers::pool::UpstreamConn>,
     ) {
         let ended = plan.ends_with_head();
-        let parts = response_parts(&plan, ended, date, head_only);
+        let parts = response_head(&plan, ended, date, head_only).into_response();
         if let Err(e) = self.out.head(parts).await {
             return (Err(e), None);
         }
@@ -735,9 +735,11 @@ impl H3Client {
         worker: &Worker,
         plan: LocalPlan<'_>,
         file: &FileBody,
-        date: &http::HeaderValue,
+        date: &DateValue,
     ) -> Result<u64, BodyError> {
-        self.out.head(local_parts(&plan, date)).await?;
+        self.out
+            .head(local_head(&plan, date).into_response())
+            .await?;
         if !plan.body_follows {
             return self.out.end(None).await.map(|()| 0);
         }
@@ -750,9 +752,9 @@ async fn send_local(
     out: &mut H3Out,
     plan: LocalPlan<'_>,
     body: &Bytes,
-    date: &http::HeaderValue,
+    date: &DateValue,
 ) -> Result<u64, BodyError> {
-    out.head(local_parts(&plan, date)).await?;
+    out.head(local_head(&plan, date).into_response()).await?;
     if plan.body_follows {
         out.write_all(body).await.map_err(|_| BodyError::Sink)?;
     }

@@ -1214,11 +1214,12 @@ impl AnswerHead {
     }
 
     fn push(&mut self, name: &[u8], value: &[u8]) {
-        if !codec::is_field_name(name) || !codec::is_field_value(value) {
+        let n = self.bytes.len();
+        if !codec::is_field_value(value) || !codec::push_lowercase_name(&mut self.bytes, name) {
+            self.bytes.truncate(n);
             return;
         }
-        let n = self.bytes.len() as u32;
-        self.bytes.extend(name.iter().map(u8::to_ascii_lowercase));
+        let n = n as u32;
         let v = self.bytes.len() as u32;
         self.bytes.extend_from_slice(value);
         self.fields.push([n, v, self.bytes.len() as u32]);

@@ -7,7 +7,7 @@
 //! HTTP/2 too, so both directions flow at once (gRPC streaming). The response's body and
 //! trailers stay on the stream ([`H2Body`]) for the client's driver to relay.
 
-use crate::http::codec::{Framing, RequestHead, ResponseHead};
+use crate::http::codec::{self, Framing, RequestHead, ResponseHead};
 use crate::http::error::ErrorKind;
 use crate::io::watch::{Expired, Waiting};
 use crate::reply::client::ClientSide;
@@ -312,7 +312,11 @@ impl FieldSink for FieldList {
 
     fn field_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
         let start = self.bytes.len();
-        self.bytes.extend(name.iter().map(u8::to_ascii_lowercase));
+        // Names come from weir's own heads (tokens); one that is not is sent as it lies.
+        if !codec::push_lowercase_name(&mut self.bytes, name) {
+            self.bytes.truncate(start);
+            self.bytes.extend(name.iter().map(u8::to_ascii_lowercase));
+        }
         let value = self.bytes.len();
         write(&mut self.bytes);
         self.spans.push([start, value, self.bytes.len()]);

@@ -975,10 +975,8 @@ impl H2Client {
             ReplyBody::Upstream(mut up) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
                 let mut sink = Sink {
-                    io: Some(&mut *send),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
                     trailers: Some(Vec::new()),
+                    ..Sink::through(&mut *send, plan.filter.as_mut())
                 };
                 self.out.clear();
                 let relayed = relay_body(
@@ -1009,12 +1007,7 @@ impl H2Client {
             }
             ReplyBody::Stream(mut stream) => {
                 let relay = Relay::to_client_from_upstream(worker, &self.watch, read_timeout);
-                let mut sink = Sink {
-                    io: Some(&mut *send),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut *send, plan.filter.as_mut());
                 self.out.clear();
                 let relaying =
                     relay_stream(&mut stream.recv, &mut sink, &mut self.out, false, &relay);
@@ -1047,12 +1040,7 @@ impl H2Client {
             }
             ReplyBody::Produced(mut producer) => {
                 let relay = Relay::to_client(worker, &self.watch);
-                let mut sink = Sink {
-                    io: Some(&mut *send),
-                    filter: plan.filter.as_mut(),
-                    sent: 0,
-                    trailers: None,
-                };
+                let mut sink = Sink::through(&mut *send, plan.filter.as_mut());
                 self.out.clear();
                 let relaying =
                     relay_produced(&mut *producer, &mut sink, &mut self.out, false, &relay);

@@ -810,17 +810,23 @@ fn a_cosocket_wait_leaves_the_worker_to_other_requests() {
          sock:send('hang\\n')\nlocal data, err, partial = sock:receive('*a')\n\
          ngx.say(tostring(data), ' ', err, ' ', partial)",
     ));
+    // The peer stays silent for 3 s; weir gives up after its 2 s timeout.
+    assert_wait_leaves_the_worker_free(&weir, format!("/?peer={peer}"), "nil timeout partial\n");
+}
+
+/// While a request to `slow_path` waits (for 2 s, its timeout), the one worker answers `/fast`
+/// at once; the waiting one then answers `slow_answer`. The fast answer comes well before the
+/// slow one (a loaded machine may add seconds to both, not reorder them).
+fn assert_wait_leaves_the_worker_free(weir: &Weir, slow_path: String, slow_answer: &str) {
     let addr = weir.addr();
     let started = std::time::Instant::now();
-    let slow = std::thread::spawn(move || get(addr, "localhost", &format!("/?peer={peer}")));
+    let slow = std::thread::spawn(move || get(addr, "localhost", &slow_path));
     std::thread::sleep(Duration::from_millis(300));
     let fast = get(addr, "localhost", "/fast");
     assert_eq!(fast.text(), "fast\n");
     let fast_at = started.elapsed();
     let slow = slow.join().unwrap();
-    assert_eq!(slow.text(), "nil timeout partial\n");
-    // The peer stays silent for 3 s; weir gives up after its 2 s timeout: the fast answer
-    // came well before (a loaded machine may add seconds to both, not reorder them).
+    assert_eq!(slow.text(), slow_answer);
     assert!(
         fast_at + Duration::from_secs(1) < started.elapsed(),
         "{fast_at:?}"
@@ -839,18 +845,10 @@ fn a_udp_wait_leaves_the_worker_to_other_requests() {
          sock:send('echo resolved') ngx.say(sock:receive())\n\
          sock:send('silent') ngx.say(sock:receive())",
     ));
-    let addr = weir.addr();
-    let started = std::time::Instant::now();
-    let slow = std::thread::spawn(move || get(addr, "localhost", &format!("/?udp={udp}")));
-    std::thread::sleep(Duration::from_millis(300));
-    let fast = get(addr, "localhost", "/fast");
-    assert_eq!(fast.text(), "fast\n");
-    let fast_at = started.elapsed();
-    let slow = slow.join().unwrap();
-    assert_eq!(slow.text(), "1\necho resolved\nniltimeout\n");
-    assert!(
-        fast_at + Duration::from_secs(1) < started.elapsed(),
-        "{fast_at:?}"
+    assert_wait_leaves_the_worker_free(
+        &weir,
+        format!("/?udp={udp}"),
+        "1\necho resolved\nniltimeout\n",
     );
 }
 

@@ -36,11 +36,6 @@ impl<T> StreamTable<T> {
         Some(&mut self.items[i])
     }
 
-    /// The stream id of the item at `i`.
-    pub fn id_at(&self, i: usize) -> u32 {
-        self.ids[i]
-    }
-
     pub fn push(&mut self, id: u32, item: T) {
         self.ids.push(id);
         self.items.push(item);
@@ -77,10 +72,6 @@ impl<T> StreamTable<T> {
             + self.items.capacity() * std::mem::size_of::<T>()
     }
 
-    pub fn iter(&self) -> std::slice::Iter<'_, T> {
-        self.items.iter()
-    }
-
     pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, T> {
         self.items.iter_mut()
     }
@@ -113,7 +104,6 @@ mod tests {
         assert_eq!(table.swap_remove(0), 10);
         // 7 took 1's place, and the ids moved with their items.
         assert_eq!(table.position(7), Some(0));
-        assert_eq!(table.id_at(0), 7);
         assert_eq!(table.get_mut(3).copied(), Some(30));
         assert_eq!(table.position(1), None);
         *table.get_mut(5).unwrap() += 1;

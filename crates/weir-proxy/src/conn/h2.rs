@@ -48,7 +48,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, Empty, ReadBuf};
-use weir_h2::{Connection, Event, Reason};
+use weir_h2::{Connection, Event, Reason, StreamTable};
 
 /// The client connection preface: what an `h2c` connection starts with.
 pub const PREFACE: &[u8] = weir_h2::PREFACE;
@@ -210,7 +210,7 @@ async fn run<S>(
             long_idle &= idle_now;
             let released = long_idle && state.codec.release_idle_buffers();
             if released {
-                state.slots = Vec::new();
+                state.slots.release();
                 state.reset_when_sent = Vec::new();
             }
             (idle_now, released)
@@ -278,7 +278,7 @@ async fn run<S>(
     let flushed = flush_rest(&worker, &watch, &mut io, &conn).await;
     {
         let mut state = conn.borrow_mut();
-        for slot in &mut state.slots {
+        for slot in state.slots.iter_mut() {
             fail(slot);
         }
     }
@@ -323,11 +323,13 @@ fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> boo
                 head,
                 end_stream,
             } => {
-                state.slots.push(Slot {
-                    id: stream_id,
-                    recv_ended: end_stream,
-                    ..Slot::default()
-                });
+                state.slots.push(
+                    stream_id,
+                    Slot {
+                        recv_ended: end_stream,
+                        ..Slot::default()
+                    },
+                );
                 let stream = Stream::new(streams, stream_id);
                 tokio::task::spawn_local(stream.serve(head, end_stream));
             }
@@ -345,7 +347,7 @@ fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> boo
                 stream_id,
                 data,
                 end_stream,
-            } => match state.slots.iter_mut().find(|s| s.id == stream_id) {
+            } => match state.slots.get_mut(stream_id) {
                 Some(slot) if !slot.body_dropped => {
                     if !data.is_empty() {
                         slot.body.push_back(data);
@@ -359,7 +361,7 @@ fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> boo
                 _ => state.codec.release_capacity(stream_id, data.len()),
             },
             Event::Trailers { stream_id, fields } => {
-                if let Some(slot) = state.slots.iter_mut().find(|s| s.id == stream_id) {
+                if let Some(slot) = state.slots.get_mut(stream_id) {
                     let mut trailers = http::HeaderMap::new();
                     for (name, value) in fields.iter() {
                         append(&mut trailers, name, value);
@@ -372,7 +374,7 @@ fn take_events(streams: &Rc<StreamContext>, client_going_away: &mut bool) -> boo
                 }
             }
             Event::Reset { stream_id, .. } | Event::StreamError { stream_id, .. } => {
-                if let Some(slot) = state.slots.iter_mut().find(|s| s.id == stream_id) {
+                if let Some(slot) = state.slots.get_mut(stream_id) {
                     fail(slot);
                 }
             }
@@ -404,8 +406,8 @@ fn fail(slot: &mut Slot) {
     }
 }
 
-fn wake_writers(slots: &mut [Slot]) {
-    for slot in slots {
+fn wake_writers(slots: &mut StreamTable<Slot>) {
+    for slot in slots.iter_mut() {
         if let Some(writer) = slot.writer.take() {
             writer.wake();
         }
@@ -595,7 +597,7 @@ impl Drop for Stream {
         let id = self.out.id;
         let mut state = self.out.conn.borrow_mut();
         let state = &mut *state;
-        if let Some(i) = state.slots.iter().position(|s| s.id == id) {
+        if let Some(i) = state.slots.position(id) {
             state.slots.swap_remove(i);
         }
         match state.codec.stream_progress(id) {
@@ -699,7 +701,7 @@ impl StreamOut {
         if drained && queued == 0 {
             return Poll::Ready(Ok(()));
         }
-        let Some(slot) = state.slots.iter_mut().find(|s| s.id == self.id) else {
+        let Some(slot) = state.slots.get_mut(self.id) else {
             return Poll::Ready(Err(BodyError::Sink));
         };
         if slot.failed {

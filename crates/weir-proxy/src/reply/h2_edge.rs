@@ -9,15 +9,15 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use weir_h2::Connection;
+use weir_h2::{Connection, StreamTable};
 
 /// The connection's state, borrowed only between awaits.
 pub(crate) type SharedConn = Rc<RefCell<EdgeConn>>;
 
 pub(crate) struct EdgeConn {
     pub(crate) codec: Connection,
-    /// The streams a task serves.
-    pub(crate) slots: Vec<Slot>,
+    /// The streams a task serves, by id: looked up for every frame received.
+    pub(crate) slots: StreamTable<Slot>,
     /// The connection task, woken when a stream wrote something or gave window back.
     pub(crate) task: Option<Waker>,
     /// Streams whose answer is queued behind the client's window and whose request body nobody
@@ -28,7 +28,6 @@ pub(crate) struct EdgeConn {
 /// One stream's request body and waiters.
 #[derive(Default)]
 pub(crate) struct Slot {
-    pub(crate) id: u32,
     /// DATA payloads received, slices of the connection's read buffer.
     pub(crate) body: VecDeque<Bytes>,
     pub(crate) recv_ended: bool,
@@ -45,14 +44,14 @@ impl EdgeConn {
     pub(crate) fn new(codec: Connection) -> EdgeConn {
         EdgeConn {
             codec,
-            slots: Vec::new(),
+            slots: StreamTable::new(),
             task: None,
             reset_when_sent: Vec::new(),
         }
     }
 
     pub(crate) fn slot(&mut self, id: u32) -> Option<&mut Slot> {
-        self.slots.iter_mut().find(|s| s.id == id)
+        self.slots.get_mut(id)
     }
 
     /// Wakes the connection task (to write what a stream queued).

@@ -791,6 +791,53 @@ fn an_answer_like_the_last_is_sent_again_and_one_that_differs_is_not() {
     }
 }
 
+/// A body past what the h1 driver copies after the head (16 KiB) goes out from its own
+/// buffer: every byte, its length, HEAD and keep-alive as for a small one.
+#[test]
+fn bodies_small_and_large_arrive_whole_on_one_kept_connection() {
+    let weir = Weir::start(&one_script(
+        "local n = tonumber(ngx.var.arg_n)\n\
+         local unit = '0123456789abcdefghijklmnopqrstuvwxyz'\n\
+         local s = string.rep(unit, math.floor(n / #unit) + 1):sub(1, n)\n\
+         ngx.print(s)",
+        "",
+        1,
+    ));
+    let unit = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut conn = Conn::open(weir.addr());
+    for n in [
+        0usize,
+        5,
+        16 * 1024,
+        16 * 1024 + 1,
+        1 << 20,
+        (1 << 20) + 7,
+        3,
+    ] {
+        for method in ["GET", "HEAD"] {
+            let head = method == "HEAD";
+            conn.send(format!("{method} /?n={n} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes());
+            let resp = conn.read(head).expect("an answer on the kept connection");
+            assert_eq!(resp.status, 200, "{method} {n}");
+            assert_eq!(
+                resp.header("content-length"),
+                Some(n.to_string().as_str()),
+                "{method} {n}"
+            );
+            let expected: Vec<u8> = if head {
+                Vec::new()
+            } else {
+                unit.iter().copied().cycle().take(n).collect()
+            };
+            assert!(
+                resp.body == expected,
+                "{method} {n}: the body differs ({} bytes)",
+                resp.body.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn what_weir_lacks_is_an_error_naming_it() {
     let weir = Weir::start(&one_script(

@@ -42,6 +42,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Largest request body weir reads and discards when it answers a request itself.
 const LOCAL_DRAIN_LIMIT: u64 = 1 << 20;
+/// A local answer's body up to this size is copied after its head, one write; a larger one
+/// is written from its own buffer.
+const LOCAL_BODY_COPIED_UP_TO: usize = 16 * 1024;
 /// Bytes sent by `sendfile` between turns given to the worker's other connections.
 const SENDFILE_CHUNK: u64 = 1 << 20;
 /// What the kernel's `sendfile` moves per round (its internal pipe's 16 pages).
@@ -468,6 +471,16 @@ impl<S: ClientIo> H1Client<S> {
                 let sending = self.send_local_file(worker, req, &local, file, keep_alive, broken);
                 (sending.await, None)
             }
+            // A large body (a Lua script's, say) is not copied after its head into the
+            // output buffer, which would grow to twice its size.
+            (ReplyHead::Local(local), _) if large_local_body(req, &local) => {
+                let sending = self.send_large_local(worker, req, &local, keep_alive, broken);
+                (Box::pin(sending).await, None)
+            }
+            (ReplyHead::Shared(local), _) if large_local_body(req, &local) => {
+                let sending = self.send_large_local(worker, req, &local, keep_alive, broken);
+                (Box::pin(sending).await, None)
+            }
             (ReplyHead::Local(local), _) => {
                 let mut outcome = self.local_answer(worker, req, &local, keep_alive, broken);
                 // Under client_send_timeout, as every other body: a client that stops reading
@@ -740,12 +753,8 @@ impl<S: ClientIo> H1Client<S> {
         keep_alive: bool,
         broken: bool,
     ) -> Outcome {
-        let extra: &[u8] = if keep_alive && req.minor_version == 0 {
-            b"connection: keep-alive\r\n"
-        } else {
-            b""
-        };
         let date = worker.clock.date_header();
+        let extra = keep_alive_line(req, keep_alive);
         local.write(&mut self.out, keep_alive, req.is_head(), extra, &date);
         Outcome {
             keep_alive,
@@ -756,6 +765,31 @@ impl<S: ClientIo> H1Client<S> {
             } else {
                 local.body.len() as u64
             },
+        }
+    }
+
+    /// Writes a local answer's head, then its body from its own buffer, under
+    /// client_send_timeout.
+    async fn send_large_local(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        local: &LocalResponse,
+        keep_alive: bool,
+        broken: bool,
+    ) -> Outcome {
+        let date = worker.clock.date_header();
+        let extra = keep_alive_line(req, keep_alive);
+        local.write_head(&mut self.out, keep_alive, extra, &date);
+        let relay = Relay::to_client(worker, &self.watch);
+        let written = relay
+            .send_bytes(&mut self.io, &mut self.out, &local.body)
+            .await;
+        Outcome {
+            keep_alive: keep_alive && written.is_ok(),
+            linger: broken,
+            status: local.status,
+            bytes: local.body.len() as u64,
         }
     }
 
@@ -942,6 +976,21 @@ async fn read_lent<S: AsyncRead + Unpin>(
         polled
     })
     .await
+}
+
+/// Whether a local answer's body goes out from its own buffer rather than copied.
+#[inline(always)]
+fn large_local_body(req: &RequestHead, local: &LocalResponse) -> bool {
+    local.body.len() > LOCAL_BODY_COPIED_UP_TO && !req.is_head()
+}
+
+/// The line an HTTP/1.0 client that asked to keep the connection gets.
+fn keep_alive_line(req: &RequestHead, keep_alive: bool) -> &'static [u8] {
+    if keep_alive && req.minor_version == 0 {
+        b"connection: keep-alive\r\n"
+    } else {
+        b""
+    }
 }
 
 /// The HTTP/1 head of a planned reply: the fields that cross, the length as the plan tells

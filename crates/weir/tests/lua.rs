@@ -1415,6 +1415,85 @@ fn flushed_output_reaches_the_client_while_the_script_waits_in_nginx_and_weir() 
     }
 }
 
+/// lua-nginx-module's README, `ngx.flush`: "when called without wait=true (the default),
+/// it runs asynchronously: returns immediately without waiting for output data to be written
+/// into the system send buffer"; with `true`, it returns once the output is written. Here a
+/// 16 MiB piece cannot be written while the client reads nothing.
+#[test]
+fn a_flush_without_true_returns_before_its_output_is_written_in_nginx_and_weir() {
+    use std::io::{Read, Write};
+    const BIG: usize = 16 << 20;
+    let flushing = |key: &str, wait: &str| {
+        format!(
+            r#"ngx.shared.d:delete("{key}")
+ngx.print(("x"):rep({BIG}))
+local ok, err = ngx.flush({wait})
+ngx.shared.d:set("{key}", tostring(ok) .. " " .. tostring(err))
+ngx.print("end")"#
+        )
+    };
+    let (queued, waited) = (flushing("queued", ""), flushing("waited", "true"));
+    let seen = r#"ngx.print(tostring(ngx.shared.d:get(ngx.var.arg_k)))"#;
+    let extra = [
+        ("queued", queued.as_str()),
+        ("waited", waited.as_str()),
+        ("seen", seen),
+    ];
+    let (scripts, names) = stream_scripts(&extra);
+    let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
+    let weir = Weir::start(&weir_lua_cases(
+        &scripts,
+        &names,
+        1,
+        "  shared_dicts: { d: 1MiB }\n",
+    ));
+    for (server, addr) in [("nginx", nginx.addr), ("weir", weir.addr())] {
+        let seen = |key: &str| get(addr, "x", &format!("/case/seen?k={key}")).text();
+        for (key, returns_at_once) in [("queued", true), ("waited", false)] {
+            let mut client = std::net::TcpStream::connect(addr).unwrap();
+            client
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            client
+                .write_all(
+                    format!("GET /case/{key} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .unwrap();
+            if returns_at_once {
+                // The script runs on while nothing is read.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while seen(key) != "1 nil" {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{server}: the flush did not return"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(300));
+                assert_eq!(
+                    seen(key),
+                    "nil",
+                    "{server}: the flush returned before its output was written"
+                );
+            }
+            let mut raw = Vec::new();
+            client.read_to_end(&mut raw).unwrap();
+            let body_start = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let resp = read_response(&mut std::io::Cursor::new(&raw[..]), false).unwrap();
+            assert_eq!(
+                resp.body.len(),
+                BIG + 3,
+                "{server} {key}: {}",
+                raw.len() - body_start
+            );
+            assert!(resp.body.ends_with(b"xxend"), "{server} {key}");
+            assert_eq!(seen(key), "1 nil", "{server} {key}");
+        }
+    }
+}
+
 #[test]
 fn flushed_output_reaches_an_http2_client_while_the_script_waits() {
     use std::io::Read;

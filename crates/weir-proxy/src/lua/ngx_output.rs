@@ -199,11 +199,10 @@ type Step = (Option<i64>, Option<&'static str>);
 
 const OUTPUT_FAILED: Step = (None, Some("nginx output filter error"));
 
-/// `ngx.flush(wait)`'s Rust half, with lua-nginx-module's answers. Both forms wait until the
-/// output is written (nginx's asynchronous form returns once the output is queued: weir
-/// queues nothing past the client's socket).
+/// `ngx.flush(wait)`'s Rust half, with lua-nginx-module's answers. Either form yields to
+/// hand its output to the relay; with `wait` the script goes on once the output is written,
+/// without it once the relay took it (`relay_produced` runs the script on meanwhile).
 fn flush_step(_: &Lua, (first, wait): (bool, Option<bool>)) -> mlua::Result<Step> {
-    let _ = wait;
     with_request(|r| {
         if !first {
             return flushed(r);
@@ -223,6 +222,7 @@ fn flush_step(_: &Lua, (first, wait): (bool, Option<bool>)) -> mlua::Result<Step
             return (Some(1), None);
         }
         r.flush = Flush::Asked;
+        r.flush_queues = wait != Some(true);
         (Some(0), None)
     })
 }
@@ -243,6 +243,7 @@ fn eof_step(_: &Lua, first: bool) -> mlua::Result<Step> {
             return (Some(1), None);
         }
         r.flush = Flush::Asked;
+        r.flush_queues = false;
         (Some(0), None)
     })
 }

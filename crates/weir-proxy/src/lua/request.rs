@@ -81,6 +81,9 @@ pub(super) struct RequestState {
     pub phase: super::ngx_worker::RequestPhase,
     /// Where a flush (or `ngx.eof`) the script waits for stands (`stream.rs`).
     pub flush: Flush,
+    /// That flush is `ngx.flush()` without `true`: the script runs on once its output is
+    /// handed to the relay, before it is written.
+    pub flush_queues: bool,
     /// The answer streams: its head went out at a flush.
     pub streaming: bool,
     /// The client left a streamed answer: output and flushes fail.

@@ -146,6 +146,11 @@ impl BodyProducer for LuaStream {
         }
     }
 
+    fn runs_on(&self) -> bool {
+        let s = self.state.borrow();
+        s.flush == Flush::Handed && s.flush_queues
+    }
+
     fn poll_rest(&mut self, cx: &mut Context<'_>, gone: bool) -> Poll<()> {
         loop {
             {

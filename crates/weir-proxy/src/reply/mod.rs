@@ -97,7 +97,8 @@ pub enum ReplyBody {
 
 /// A body made while it is sent (`relay::relay_produced` pulls it): each piece the producer
 /// hands over is written before it is asked for the next, so a producer that waits for its
-/// piece to be written (`ngx.flush(true)`) goes on when asked again.
+/// piece to be written (`ngx.flush(true)`) goes on when asked again; one that `runs_on` is
+/// asked while its piece is written.
 pub trait BodyProducer {
     /// The next piece; `None` at the body's end; `Err` when the producer failed (the answer
     /// is then cut short: its head is out).
@@ -106,6 +107,9 @@ pub trait BodyProducer {
     /// body's end (a script goes on after `ngx.eof`), or, when `gone`, after the client left
     /// (the producer is told so: a script's next output or flush fails).
     fn poll_rest(&mut self, cx: &mut Context<'_>, gone: bool) -> Poll<()>;
+    /// Whether the producer may be asked for its next piece while the last one is being
+    /// written (a script's `ngx.flush()` without `true` goes on once its output is queued).
+    fn runs_on(&self) -> bool;
 }
 
 impl ReplyBody {

@@ -504,7 +504,19 @@ pub(crate) async fn relay_produced<W: AsyncWrite + Unpin>(
 ) -> Result<u64, BodyError> {
     let mut relayed = 0u64;
     let mut written = Ok(());
-    while let Some(piece) = std::future::poll_fn(|cx| producer.poll_piece(cx)).await {
+    let mut ahead = Ahead::default();
+    loop {
+        let piece = match ahead.pieces.pop_front() {
+            Some(piece) => {
+                ahead.bytes -= piece.as_ref().map_or(0, Bytes::len);
+                Some(piece)
+            }
+            None if ahead.ended => None,
+            None => std::future::poll_fn(|cx| producer.poll_piece(cx)).await,
+        };
+        let Some(piece) = piece else {
+            break;
+        };
         let Ok(piece) = piece else {
             return Err(BodyError::Source);
         };
@@ -514,7 +526,8 @@ pub(crate) async fn relay_produced<W: AsyncWrite + Unpin>(
             written = sink.pause(out, chunked_out);
         }
         if written.is_ok() {
-            written = relay.flush(sink, out).await;
+            let write = relay.flush(sink, out);
+            written = ahead.write_running(producer, write).await;
         }
         if written.is_err() {
             break;
@@ -532,6 +545,45 @@ pub(crate) async fn relay_produced<W: AsyncWrite + Unpin>(
     let gone = written.is_err();
     std::future::poll_fn(|cx| producer.poll_rest(cx, gone)).await;
     written.map(|()| relayed)
+}
+
+/// Pieces a producer that runs on while its output is written made ahead of the writes.
+#[derive(Default)]
+struct Ahead {
+    pieces: std::collections::VecDeque<Result<Bytes, ()>>,
+    /// Their bytes: past `AHEAD_UP_TO`, the producer waits for the writes.
+    bytes: usize,
+    /// The producer said its body ended.
+    ended: bool,
+}
+
+/// How far a producer that runs on may get ahead of the client (nginx keeps no bound: a
+/// script flushing to a client that reads nothing would fill the worker's memory).
+const AHEAD_UP_TO: usize = 1 << 20;
+
+impl Ahead {
+    /// Awaits `write`, meanwhile asking a producer that `runs_on` for its next pieces.
+    async fn write_running<F: std::future::Future<Output = Result<(), BodyError>>>(
+        &mut self,
+        producer: &mut dyn BodyProducer,
+        write: F,
+    ) -> Result<(), BodyError> {
+        let mut write = std::pin::pin!(write);
+        std::future::poll_fn(|cx| {
+            while !self.ended && self.bytes < AHEAD_UP_TO && producer.runs_on() {
+                match producer.poll_piece(cx) {
+                    Poll::Ready(Some(piece)) => {
+                        self.bytes += piece.as_ref().map_or(0, Bytes::len);
+                        self.pieces.push_back(piece);
+                    }
+                    Poll::Ready(None) => self.ended = true,
+                    Poll::Pending => break,
+                }
+            }
+            write.as_mut().poll(cx)
+        })
+        .await
+    }
 }
 
 /// Appends a piece of body, as a chunk when `chunked`.
@@ -580,5 +632,67 @@ impl AsyncWrite for DataOut<'_> {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    /// Hands 100,000-byte pieces, each as soon as asked, and runs on while they are written.
+    struct Eager {
+        asked: usize,
+        runs_on: bool,
+    }
+
+    impl BodyProducer for Eager {
+        fn poll_piece(&mut self, _: &mut Context<'_>) -> Poll<Option<Result<Bytes, ()>>> {
+            self.asked += 1;
+            Poll::Ready(Some(Ok(Bytes::from(vec![b'x'; 100_000]))))
+        }
+        fn poll_rest(&mut self, _: &mut Context<'_>, _: bool) -> Poll<()> {
+            Poll::Ready(())
+        }
+        fn runs_on(&self) -> bool {
+            self.runs_on
+        }
+    }
+
+    /// Polls `write_running` once with a write that never finishes (a client reading nothing).
+    fn ahead_of_a_stuck_write(producer: &mut Eager) -> Ahead {
+        let mut ahead = Ahead::default();
+        let stuck = std::future::pending::<Result<(), BodyError>>();
+        let mut cx = Context::from_waker(Waker::noop());
+        {
+            let running = std::pin::pin!(ahead.write_running(producer, stuck));
+            assert!(running.poll(&mut cx).is_pending());
+        }
+        ahead
+    }
+
+    #[test]
+    fn a_producer_that_runs_on_gets_at_most_a_mebibyte_ahead_of_the_client() {
+        let mut producer = Eager {
+            asked: 0,
+            runs_on: true,
+        };
+        let ahead = ahead_of_a_stuck_write(&mut producer);
+        // Asked until 1 MiB is queued: 11 pieces of 100,000 bytes.
+        assert_eq!(producer.asked, 11);
+        assert_eq!(ahead.pieces.len(), 11);
+        assert_eq!(ahead.bytes, 1_100_000);
+    }
+
+    #[test]
+    fn a_producer_that_waits_for_its_writes_is_not_asked_meanwhile() {
+        let mut producer = Eager {
+            asked: 0,
+            runs_on: false,
+        };
+        let ahead = ahead_of_a_stuck_write(&mut producer);
+        assert_eq!(producer.asked, 0);
+        assert!(ahead.pieces.is_empty());
     }
 }

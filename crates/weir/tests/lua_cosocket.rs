@@ -295,6 +295,33 @@ sock:send("twice") ngx.say(sock:receive()) ngx.say(sock:receive())"#,
         r#"sock:settimeout(100) sock:send("silent") ngx.say(sock:receive())
 sock:settimeout(2000) sock:send("echo after") ngx.say(sock:receive())"#,
     ),
+    // tcpsock:bind: "makes the outgoing connection to a upstream server originate from the
+    // specified local IP address. Only IP addresses can be specified"; the peer tells which
+    // address the connection came from. An IPv6 address before an IPv4 peer and an address
+    // not on this host fail at `connect`, with nginx's words.
+    plain(
+        "tcp_bind",
+        r#"local function try(addr)
+  local sock = ngx.socket.tcp() sock:settimeout(2000)
+  local ok, err = sock:bind(addr)
+  local c, cerr = sock:connect("127.0.0.1", tonumber(ngx.var.arg_peer))
+  local seen
+  if c then sock:send("whoami\n") seen = sock:receive() sock:close() end
+  ngx.say(tostring(addr), ": ", tostring(ok), " ", tostring(err), " | ", tostring(c), " ", tostring(cerr), " ", tostring(seen))
+end
+try("127.0.0.1") try("127.0.0.3") try("::1") try("10.255.255.1")
+try("nonsense") try(123) try("127.0.0.1:80")
+local sock = ngx.socket.tcp()
+local function raised(what, ...)
+  local ok, err = pcall(sock.bind, sock, ...)
+  ngx.say(tostring(ok), " ", tostring(err):find(what, 1, true) ~= nil)
+end
+raised("expecting 2 arguments, but got 1") raised("expecting 2 arguments, but got 3", "127.0.0.1", 80)
+raised("string expected, got nil", nil)
+sock:connect("127.0.0.1", tonumber(ngx.var.arg_peer))
+ngx.say("connected: ", tostring(sock:bind("127.0.0.1")))
+sock:close() ngx.say("closed: ", tostring(sock:bind("127.0.0.1")))"#,
+    ),
     // An ICMP port unreachable for a datagram sent to nobody: "connection refused".
     plain(
         "udp_refused",
@@ -494,6 +521,10 @@ fn peer_server() -> u16 {
                 let _ = match first.trim_end() {
                     "lines" => stream.write_all(b"abcdefgh\r\nsecond line\nthi\rrd\r\nxyz tail"),
                     "short" => stream.write_all(b"a few bytes"),
+                    "whoami" => match stream.peer_addr() {
+                        Ok(from) => stream.write_all(format!("{}\n", from.ip()).as_bytes()),
+                        Err(e) => Err(e),
+                    },
                     "hang" => {
                         let _ = stream.write_all(b"partial");
                         std::thread::sleep(Duration::from_secs(3));
@@ -641,6 +672,7 @@ fn cosockets_and_lua_resty_redis_answer_as_in_nginx() {
             "OK\nan animal\nnull\n1\n2\n1\n[an animal userdata: NULL]",
         ),
         ("redis_pipeline", "[OK OK Marry Bob {false,WRONGTYPE"),
+        ("tcp_bind", "127.0.0.3: true nil | 1 nil 127.0.0.3\n"),
         ("redis_keepalive", "0\n1\nnil closed\ntrue\n1\n"),
         ("redis_timeout", "nil timeout\nnil closed"),
         ("redis_connect_refused", "nil connection refused"),

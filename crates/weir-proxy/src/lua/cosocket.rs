@@ -303,6 +303,8 @@ struct TcpSocket {
     connect_timeout: Cell<Duration>,
     send_timeout: Cell<Duration>,
     read_timeout: Cell<Duration>,
+    /// The local address `bind` asked for: a new TCP connection starts from it.
+    local: Cell<Option<IpAddr>>,
     /// What a `send` that had to wait has still to write.
     unsent: RefCell<Unsent>,
 }
@@ -322,6 +324,7 @@ impl TcpSocket {
             connect_timeout: Cell::new(DEFAULT_TIMEOUT),
             send_timeout: Cell::new(DEFAULT_TIMEOUT),
             read_timeout: Cell::new(DEFAULT_TIMEOUT),
+            local: Cell::new(None),
             unsent: RefCell::default(),
         }
     }
@@ -1087,7 +1090,7 @@ async fn connect(
                 Ok(addr) => addr,
                 Err(e) => return Ok(Err(e)),
             };
-            within(&mut timer, limit, TcpStream::connect(addr))
+            within(&mut timer, limit, connect_from(socket.local.get(), addr))
                 .await
                 .map(|done| {
                     done.map(|stream| {
@@ -1111,6 +1114,54 @@ async fn connect(
         Ok(Err(e)) => Ok(Err(error_text(&e))),
         Err(waited) => Ok(Err(waited.text())),
     }
+}
+
+/// A TCP connection to `addr`, from the local address `local` when a script bound one (the
+/// socket is made for the peer's family, as nginx makes it: an IPv6 `local` to an IPv4 peer
+/// fails with "address family not supported by protocol").
+async fn connect_from(local: Option<IpAddr>, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let Some(local) = local else {
+        return TcpStream::connect(addr).await;
+    };
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(local, 0))?;
+    socket.connect(addr).await
+}
+
+/// `tcpsock:bind(address)`: the local IP address the next connection it opens starts from
+/// (lua-nginx-module 0.10.23's answers: `1`, or `nil, "bad address"` for anything but an IP
+/// address; a connection taken from the pool keeps its own).
+fn bind(
+    lua: &Lua,
+    (sock, ptr, args): (Value, LightUserData, mlua::MultiValue),
+) -> mlua::Result<(Value, Option<&'static str>)> {
+    if args.len() != 1 {
+        return Err(mlua::Error::runtime(format!(
+            "expecting 2 arguments, but got {}",
+            args.len() + 1
+        )));
+    }
+    // A number is taken as its text, as `luaL_checklstring` takes it.
+    let text = match &args[0] {
+        Value::String(_) | Value::Integer(_) | Value::Number(_) => {
+            lua.coerce_string(args[0].clone())?
+        }
+        _ => None,
+    };
+    let Some(text) = text else {
+        return Err(mlua::Error::runtime(format!(
+            "bad argument #2 to 'bind' (string expected, got {})",
+            args[0].type_name()
+        )));
+    };
+    let Ok(ip) = text.to_str()?.parse::<IpAddr>() else {
+        return Ok((Value::Nil, Some("bad address")));
+    };
+    socket_ref(&sock, ptr).local.set(Some(ip));
+    Ok((Value::Boolean(true), None))
 }
 
 /// The TLS client settings `sslhandshake` uses: the system's roots, or none checked.
@@ -1319,6 +1370,8 @@ pub(super) fn install(lua: &Lua, ngx: &Table) -> mlua::Result<()> {
     )?;
     methods.set("close", raw(raw_tcp::close, None)?)?;
     methods.set("getreusedtimes", raw(raw_tcp::getreusedtimes, None)?)?;
+    let bind = lua.create_function(bind)?;
+    methods.set("bind", raw(raw_tcp::checked, Some(bind))?)?;
     let steps = lua.create_table()?;
     let general = |step| Some(step);
     steps.set(

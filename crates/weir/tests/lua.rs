@@ -1338,6 +1338,19 @@ fn stream_scripts(
     (dir, names)
 }
 
+/// nginx and weir running the stream scripts and `extra`, each with the shared dict `d`.
+fn stream_servers(extra: &[(&str, &str)]) -> (NginxLua, Weir) {
+    let (scripts, names) = stream_scripts(extra);
+    let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
+    let weir = Weir::start(&weir_lua_cases(
+        &scripts,
+        &names,
+        1,
+        "  shared_dicts: { d: 1MiB }\n",
+    ));
+    (nginx, weir)
+}
+
 /// Reads from `from` into `got` until it holds `what`.
 fn read_until(from: &mut impl std::io::Read, got: &mut Vec<u8>, what: &str) {
     let mut buf = [0u8; 4096];
@@ -1368,14 +1381,7 @@ fn flushed_output_reaches_the_client_while_the_script_waits_in_nginx_and_weir() 
             r#"ngx.say("a") ngx.flush(true) error("late failure")"#,
         ),
     ];
-    let (scripts, names) = stream_scripts(&extra);
-    let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
-    let weir = Weir::start(&weir_lua_cases(
-        &scripts,
-        &names,
-        1,
-        "  shared_dicts: { d: 1MiB }\n",
-    ));
+    let (nginx, weir) = stream_servers(&extra);
     for (server, addr) in [("nginx", nginx.addr), ("weir", weir.addr())] {
         let old = request(addr, "GET /case/h10 HTTP/1.0\r\nHost: x\r\n\r\n");
         assert_eq!(old.text(), "a\nnil buffering\n", "{server}");
@@ -1439,14 +1445,7 @@ ngx.print("end")"#
         ("waited", waited.as_str()),
         ("seen", seen),
     ];
-    let (scripts, names) = stream_scripts(&extra);
-    let nginx = NginxLua::start(&scripts, &names, "lua_shared_dict d 1m;");
-    let weir = Weir::start(&weir_lua_cases(
-        &scripts,
-        &names,
-        1,
-        "  shared_dicts: { d: 1MiB }\n",
-    ));
+    let (nginx, weir) = stream_servers(&extra);
     for (server, addr) in [("nginx", nginx.addr), ("weir", weir.addr())] {
         let seen = |key: &str| get(addr, "x", &format!("/case/seen?k={key}")).text();
         for (key, returns_at_once) in [("queued", true), ("waited", false)] {

@@ -753,9 +753,28 @@ impl<S: ClientIo> H1Client<S> {
         keep_alive: bool,
         broken: bool,
     ) -> Outcome {
+        self.put_local(worker, req, local, keep_alive, broken, req.is_head())
+    }
+
+    /// Puts a local answer's head, and its body unless `head_only`, in the output buffer. The
+    /// outcome counts the body unless the request is HEAD.
+    #[inline]
+    fn put_local(
+        &mut self,
+        worker: &Worker,
+        req: &RequestHead,
+        local: &LocalResponse,
+        keep_alive: bool,
+        broken: bool,
+        head_only: bool,
+    ) -> Outcome {
         let date = worker.clock.date_header();
-        let extra = keep_alive_line(req, keep_alive);
-        local.write(&mut self.out, keep_alive, req.is_head(), extra, &date);
+        let extra: &[u8] = if keep_alive && req.minor_version == 0 {
+            b"connection: keep-alive\r\n"
+        } else {
+            b""
+        };
+        local.write(&mut self.out, keep_alive, head_only, extra, &date);
         Outcome {
             keep_alive,
             linger: broken,
@@ -778,19 +797,13 @@ impl<S: ClientIo> H1Client<S> {
         keep_alive: bool,
         broken: bool,
     ) -> Outcome {
-        let date = worker.clock.date_header();
-        let extra = keep_alive_line(req, keep_alive);
-        local.write_head(&mut self.out, keep_alive, extra, &date);
+        let mut outcome = self.put_local(worker, req, local, keep_alive, broken, true);
         let relay = Relay::to_client(worker, &self.watch);
-        let written = relay
-            .send_bytes(&mut self.io, &mut self.out, &local.body)
-            .await;
-        Outcome {
-            keep_alive: keep_alive && written.is_ok(),
-            linger: broken,
-            status: local.status,
-            bytes: local.body.len() as u64,
+        let sending = relay.send_bytes(&mut self.io, &mut self.out, &local.body);
+        if sending.await.is_err() {
+            outcome.keep_alive = false;
         }
+        outcome
     }
 
     /// Writes a prebuilt head (a static file's) and the file after it.
@@ -982,15 +995,6 @@ async fn read_lent<S: AsyncRead + Unpin>(
 #[inline(always)]
 fn large_local_body(req: &RequestHead, local: &LocalResponse) -> bool {
     local.body.len() > LOCAL_BODY_COPIED_UP_TO && !req.is_head()
-}
-
-/// The line an HTTP/1.0 client that asked to keep the connection gets.
-fn keep_alive_line(req: &RequestHead, keep_alive: bool) -> &'static [u8] {
-    if keep_alive && req.minor_version == 0 {
-        b"connection: keep-alive\r\n"
-    } else {
-        b""
-    }
 }
 
 /// The HTTP/1 head of a planned reply: the fields that cross, the length as the plan tells

@@ -61,21 +61,6 @@ impl LocalResponse {
         extra: &[u8],
         date_header: &[u8],
     ) {
-        self.write_head(out, keep_alive, extra, date_header);
-        if !head_only {
-            out.extend_from_slice(&self.body);
-        }
-    }
-
-    /// The head alone, as `write` puts it.
-    #[inline]
-    pub fn write_head(
-        &self,
-        out: &mut Vec<u8>,
-        keep_alive: bool,
-        extra: &[u8],
-        date_header: &[u8],
-    ) {
         out.extend_from_slice(&self.prebuilt);
         out.extend_from_slice(date_header);
         out.extend_from_slice(extra);
@@ -83,6 +68,9 @@ impl LocalResponse {
             out.extend_from_slice(b"connection: close\r\n");
         }
         out.extend_from_slice(b"\r\n");
+        if !head_only {
+            out.extend_from_slice(&self.body);
+        }
     }
 }
 
